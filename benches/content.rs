@@ -1,0 +1,37 @@
+//! Content generation and SHA-256: the cost of producing and digesting every pushed byte.
+//! Goal: ≥ 1.5 GB/s per core on a CPU with SHA extensions (see docs/benchmarks.md).
+
+use creb::content::ContentSpec;
+use creb::oci::digest::Hasher;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+fn content(c: &mut Criterion) {
+    let size = 64 * 1024 * 1024u64;
+    let mut group = c.benchmark_group("content");
+    group.throughput(Throughput::Bytes(size));
+    group.sample_size(20);
+    let spec = ContentSpec::new(1, b"bench", size);
+    group.bench_function("generate_64MiB", |b| {
+        b.iter(|| {
+            let mut n = 0u64;
+            for chunk in spec.reader(0..size) {
+                n += chunk.len() as u64;
+            }
+            n
+        })
+    });
+    group.bench_function("generate_and_sha256_64MiB", |b| b.iter(|| spec.digest()));
+    group.bench_function("stream_chunks_and_sha256_64MiB", |b| {
+        b.iter(|| {
+            let mut h = Hasher::new();
+            for chunk in spec.reader(0..size) {
+                h.update(&chunk);
+            }
+            h.finish()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, content);
+criterion_main!(benches);

@@ -1,0 +1,339 @@
+//! Raw command-line flags (clap derive). Doc comments here are the `--help` text.
+//!
+//! The flag names are a contract (`docs/cli.md`): scripts in CI and across hosts use them.
+//! Values are parsed into types at this layer (sizes, durations, names); cross-field rules
+//! that clap cannot express are checked when the flags become a validated configuration
+//! (`TryFrom` in each workload module).
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use url::Url;
+
+use crate::oci::manifest::ManifestFormat;
+use crate::oci::{Repository, Tag};
+use crate::units::{parse_count, parse_duration, ByteSize};
+
+/// Container registry benchmark: trace replay and synthetic push/pull against any OCI
+/// Distribution registry, with latency you can trust.
+#[derive(Debug, Parser)]
+#[command(
+    name = "creb-rs",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` also works.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Push generated images (unique, deterministic layers) and time every request.
+    Push(PushArgs),
+    /// Pull images: manifest, then every blob read to the end and verified.
+    Pull(PullArgs),
+}
+
+fn parse_url(s: &str) -> Result<Url, String> {
+    let with_scheme = if s.contains("://") {
+        s.to_owned()
+    } else {
+        format!("https://{s}")
+    };
+    let url = Url::parse(&with_scheme).map_err(|e| format!("'{s}' is not a URL: {e}"))?;
+    crate::oci::registry_base(&url)
+}
+
+fn parse_count_u64(s: &str) -> Result<u64, String> {
+    parse_count(s)
+}
+
+fn parse_concurrency(s: &str) -> Result<NonZeroUsize, String> {
+    let n = parse_count(s)?;
+    usize::try_from(n)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(|| format!("'{s}' must be a whole number of at least 1"))
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    match t.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| format!("'{s}': {e}")),
+        None => t.parse().map_err(|e| format!("'{s}': {e}")),
+    }
+}
+
+/// The seed used when none is given; printed with every result so runs can be repeated.
+pub const DEFAULT_SEED: u64 = 1;
+
+/// Where the registry is and how to reach it.
+#[derive(Debug, Clone, Args)]
+pub struct RegistryArgs {
+    /// Registry URL: `http://host:port` speaks plain HTTP, `https://` (the default when no
+    /// scheme is given) speaks TLS.
+    #[arg(long, value_name = "URL", value_parser = parse_url, env = "CREB_REGISTRY")]
+    pub registry: Url,
+
+    /// Skip TLS certificate verification (for registries with self-signed certificates).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+
+    /// Give up on connecting after this long.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// Give up waiting for response headers this long after the request was sent.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Give up on a body (upload or download) that makes no progress for this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub body_idle_timeout: Duration,
+}
+
+/// Where results go.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Write the result directory (summary.json, ...) here. Created if missing; checked for
+    /// writability before the run starts.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// Print the summary JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print nothing on stdout (results still go to --output-dir).
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    /// Repository to push to, e.g. `bench/app`.
+    #[arg(long, value_name = "NAME")]
+    pub repo: Repository,
+
+    /// Tag of the image; with --images N > 1 the images are tagged TAG-0 … TAG-(N-1).
+    #[arg(long, value_name = "TAG", default_value = "latest")]
+    pub tag: Tag,
+
+    /// How many images to push.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
+    pub images: u64,
+
+    /// Layers per image.
+    #[arg(long, value_name = "N", value_parser = parse_count_u64)]
+    pub layers: u64,
+
+    /// Size of each layer (`512`, `4KiB`, `10MiB`, `1GiB`).
+    #[arg(long, value_name = "SIZE")]
+    pub layer_size: ByteSize,
+
+    /// Upload in PATCH chunks of this size (POST, PATCH…, PUT).
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["monolithic", "single_post"])]
+    pub chunk_size: Option<ByteSize>,
+
+    /// Upload each blob with one PUT after the POST (the default).
+    #[arg(long, conflicts_with = "single_post")]
+    pub monolithic: bool,
+
+    /// Upload each blob in the POST itself (`?digest=`); when the registry answers 202 (as
+    /// distribution does) the blob is sent again with a PUT, and counted.
+    #[arg(long)]
+    pub single_post: bool,
+
+    /// Mount each blob from this repository first (cross-repository mount), uploading when
+    /// the registry declines. Layers are generated as the ones pushed to that repository.
+    #[arg(long, value_name = "NAME")]
+    pub mount_from: Option<Repository>,
+
+    /// Blob uploads in flight at once.
+    #[arg(long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
+    pub concurrency: NonZeroUsize,
+
+    /// Manifest flavour: OCI image manifest or Docker schema 2.
+    #[arg(long, value_enum, default_value_t = ManifestFormat::Oci)]
+    pub manifest_format: ManifestFormat,
+
+    /// Seed of the generated content (decimal or 0x-hex). Same seed, repository and tag
+    /// give the same bytes and digests on every host.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    pub seed: u64,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PullArgs {
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    /// Repository to pull from.
+    #[arg(long, value_name = "NAME")]
+    pub repo: Repository,
+
+    /// Tag (or digest) to pull; with --images N > 1, TAG-0 … TAG-(N-1) as `push` names them.
+    #[arg(
+        long,
+        value_name = "REF",
+        default_value = "latest",
+        conflicts_with = "all_tags"
+    )]
+    pub tag: String,
+
+    /// How many images to pull (see --tag).
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
+    pub images: u64,
+
+    /// Pull every tag of the repository (listed with the paginated tags API).
+    #[arg(long)]
+    pub all_tags: bool,
+
+    /// Blob downloads in flight at once.
+    #[arg(long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
+    pub concurrency: NonZeroUsize,
+
+    /// Do not hash downloaded blobs (bodies are still read to the end).
+    #[arg(long)]
+    pub no_verify: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn push_flags_parse_into_types() {
+        let cli = Cli::try_parse_from([
+            "creb-rs",
+            "push",
+            "--registry",
+            "http://127.0.0.1:5000/ignored/path",
+            "--repo",
+            "x/y",
+            "--layers",
+            "4",
+            "--layer-size",
+            "1MiB",
+            "--chunk-size",
+            "256KiB",
+            "--concurrency",
+            "8",
+        ])
+        .unwrap();
+        let Command::Push(p) = cli.command else {
+            panic!("not push")
+        };
+        assert_eq!(p.registry.registry.as_str(), "http://127.0.0.1:5000/");
+        assert_eq!(p.layer_size.bytes(), 1 << 20);
+        assert_eq!(p.chunk_size.unwrap().bytes(), 256 << 10);
+        assert_eq!(p.concurrency.get(), 8);
+        assert_eq!(p.seed, DEFAULT_SEED);
+    }
+
+    #[test]
+    fn conflicting_upload_modes_are_refused() {
+        let err = Cli::try_parse_from([
+            "creb-rs",
+            "push",
+            "--registry",
+            "http://h",
+            "--repo",
+            "x",
+            "--layers",
+            "1",
+            "--layer-size",
+            "1",
+            "--chunk-size",
+            "1",
+            "--single-post",
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for args in [
+            vec![
+                "creb-rs",
+                "push",
+                "--registry",
+                "ftp://h",
+                "--repo",
+                "x",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1",
+            ],
+            vec![
+                "creb-rs",
+                "push",
+                "--registry",
+                "http://h",
+                "--repo",
+                "UPPER",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1",
+            ],
+            vec![
+                "creb-rs",
+                "push",
+                "--registry",
+                "http://h",
+                "--repo",
+                "x",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1XB",
+            ],
+            vec![
+                "creb-rs",
+                "push",
+                "--registry",
+                "http://h",
+                "--repo",
+                "x",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1",
+                "--concurrency",
+                "0",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Exit statuses (documented in README and `docs/cli.md`) and the library's entry point.
+//!
+//! 0 completed; 1 completed but a check failed (an operation failed in push/pull, a
+//! `--fail-if` threshold held); 2 usage, configuration or I/O error; 130 interrupted
+//! (results still written).
+
+use crate::cli::{Cli, Command};
+use crate::shutdown::Shutdown;
+use crate::workload;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Success,
+    Failed,
+    Usage,
+    Interrupted,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failed => 1,
+            ExitStatus::Usage => 2,
+            ExitStatus::Interrupted => 130,
+        }
+    }
+}
+
+/// Runs a parsed command line. Errors are printed on stderr here, with their causes.
+pub async fn run(cli: Cli) -> ExitStatus {
+    run_with(cli, Shutdown::new()).await
+}
+
+/// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
+pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
+    let result = match cli.command {
+        Command::Push(args) => workload::push::run(args, shutdown).await,
+        Command::Pull(args) => workload::pull::run(args, shutdown).await,
+    };
+    match result {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("creb-rs: error: {e:#}");
+            ExitStatus::Usage
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Recording measurements: one [`Sample`] per finished exchange, sent over a bounded channel
+//! to a single [`Aggregator`] task that owns every histogram (no locks on the hot path).
+//!
+//! Clock: all instants are `tokio::time::Instant` (monotonic; tests can pause it). For an
+//! operation with an intended start (delay mode), *latency* runs from the intended start to
+//! the end of the body, *service time* from the send to the end, *schedule lag* from the
+//! intended start to the send. Without an intended start (stress mode, push, pull) latency
+//! is the service time. The end is always after the whole body was read (and verified).
+//!
+//! Memory: per (operation, size class) one [`Stats`] whose histograms are allocated on first
+//! use; nothing grows with the number of requests.
+
+pub mod hist;
+pub mod op;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+pub use hist::{new_histogram, HistogramSettings, HISTOGRAM_SETTINGS};
+pub use op::{ErrorKind, Event, Level, Op, SizeClass};
+
+/// Success or the kind of failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Error(ErrorKind),
+}
+
+impl Outcome {
+    pub fn is_ok(self) -> bool {
+        matches!(self, Outcome::Ok)
+    }
+}
+
+/// The instants of one exchange or operation, on the monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// When the plan wanted it to start (delay mode only).
+    pub intended: Option<Instant>,
+    /// When the first request of it was handed to the transport.
+    pub sent: Instant,
+    /// When the response headers of the (last) exchange arrived.
+    pub first_byte: Option<Instant>,
+    /// When the whole response body was read, or the failure was known.
+    pub end: Instant,
+}
+
+impl Timing {
+    pub fn start(intended: Option<Instant>) -> Self {
+        let now = Instant::now();
+        Timing {
+            intended,
+            sent: now,
+            first_byte: None,
+            end: now,
+        }
+    }
+
+    pub fn finish(mut self) -> Self {
+        self.end = Instant::now();
+        self
+    }
+
+    /// Intended start (if any) to end: the headline number.
+    pub fn latency(&self) -> Duration {
+        self.end
+            .saturating_duration_since(self.intended.unwrap_or(self.sent))
+    }
+
+    pub fn service(&self) -> Duration {
+        self.end.saturating_duration_since(self.sent)
+    }
+
+    pub fn schedule_lag(&self) -> Option<Duration> {
+        self.intended
+            .map(|i| self.sent.saturating_duration_since(i))
+    }
+
+    pub fn ttfb(&self) -> Option<Duration> {
+        self.first_byte
+            .map(|f| f.saturating_duration_since(self.sent))
+    }
+}
+
+/// One finished exchange or operation. Plain data, no heap.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub op: Op,
+    pub outcome: Outcome,
+    pub size_class: SizeClass,
+    pub timing: Timing,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// HTTP exchanges this sample stands for (an upload session counts all of its requests).
+    pub http_requests: u32,
+}
+
+/// What flows to the aggregator.
+#[derive(Debug, Clone, Copy)]
+enum Msg {
+    Sample(Sample),
+    Event(Event),
+}
+
+/// A cheap, cloneable handle that sends samples to the aggregator.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl Recorder {
+    /// Sends a sample; waits only if the aggregator is a full channel behind.
+    pub async fn record(&self, sample: Sample) {
+        // The aggregator outlives every worker; a send error can only happen after it
+        // finished, when nothing is reported any more.
+        let _ = self.tx.send(Msg::Sample(sample)).await;
+    }
+
+    /// Counts an event.
+    pub async fn event(&self, event: Event) {
+        let _ = self.tx.send(Msg::Event(event)).await;
+    }
+}
+
+/// Counters and histograms for one (operation, size class) over some period.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub count: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<ErrorKind, u64>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub http_requests: u64,
+    /// Successes: intended (or sent) → end, µs.
+    pub latency: Histogram<u64>,
+    /// Successes with an intended start: sent → end, µs.
+    pub service: Option<Histogram<u64>>,
+    /// Every operation with an intended start: intended → sent, µs.
+    pub schedule_lag: Option<Histogram<u64>>,
+    /// Successes: sent → response headers, µs.
+    pub ttfb: Option<Histogram<u64>>,
+    /// Failures: intended (or sent) → failure known, µs. Timeouts are censored here.
+    pub error_latency: Option<Histogram<u64>>,
+    /// Starts later than 1 ms, 10 ms and 100 ms after their intended instant.
+    pub late_starts: [u64; 3],
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn record_into(slot: &mut Option<Histogram<u64>>, value: u64) {
+    slot.get_or_insert_with(new_histogram)
+        .saturating_record(value);
+}
+
+fn add_into(slot: &mut Option<Histogram<u64>>, other: &Option<Histogram<u64>>) {
+    if let Some(o) = other {
+        match slot {
+            Some(h) => hist::add_exact(h, o),
+            None => *slot = Some(o.clone()),
+        }
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            count: 0,
+            ok: 0,
+            errors: 0,
+            errors_by_kind: BTreeMap::new(),
+            bytes_sent: 0,
+            bytes_received: 0,
+            http_requests: 0,
+            latency: new_histogram(),
+            service: None,
+            schedule_lag: None,
+            ttfb: None,
+            error_latency: None,
+            late_starts: [0; 3],
+        }
+    }
+}
+
+impl Stats {
+    pub fn record(&mut self, s: &Sample) {
+        self.count += 1;
+        self.bytes_sent += s.bytes_sent;
+        self.bytes_received += s.bytes_received;
+        self.http_requests += u64::from(s.http_requests);
+        if let Some(lag) = s.timing.schedule_lag() {
+            let lag_us = micros(lag);
+            record_into(&mut self.schedule_lag, lag_us);
+            for (i, bound) in [1_000, 10_000, 100_000].into_iter().enumerate() {
+                if lag_us > bound {
+                    self.late_starts[i] += 1;
+                }
+            }
+        }
+        let latency = micros(s.timing.latency());
+        match s.outcome {
+            Outcome::Ok => {
+                self.ok += 1;
+                self.latency.saturating_record(latency);
+                if s.timing.intended.is_some() {
+                    record_into(&mut self.service, micros(s.timing.service()));
+                }
+                if let Some(t) = s.timing.ttfb() {
+                    record_into(&mut self.ttfb, micros(t));
+                }
+            }
+            Outcome::Error(kind) => {
+                self.errors += 1;
+                *self.errors_by_kind.entry(kind).or_default() += 1;
+                record_into(&mut self.error_latency, latency);
+            }
+        }
+    }
+
+    /// Adds `other` exactly (histogram counts add; nothing is averaged).
+    pub fn add(&mut self, other: &Stats) {
+        self.count += other.count;
+        self.ok += other.ok;
+        self.errors += other.errors;
+        for (k, v) in &other.errors_by_kind {
+            *self.errors_by_kind.entry(*k).or_default() += v;
+        }
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
+        self.http_requests += other.http_requests;
+        hist::add_exact(&mut self.latency, &other.latency);
+        add_into(&mut self.service, &other.service);
+        add_into(&mut self.schedule_lag, &other.schedule_lag);
+        add_into(&mut self.ttfb, &other.ttfb);
+        add_into(&mut self.error_latency, &other.error_latency);
+        for i in 0..3 {
+            self.late_starts[i] += other.late_starts[i];
+        }
+    }
+}
+
+/// Stats for every (operation, size class) that occurred.
+#[derive(Debug, Clone, Default)]
+pub struct StatsTable {
+    cells: BTreeMap<(Op, SizeClass), Stats>,
+}
+
+impl StatsTable {
+    pub fn record(&mut self, s: &Sample) {
+        self.cells
+            .entry((s.op, s.size_class))
+            .or_default()
+            .record(s);
+    }
+
+    pub fn add(&mut self, other: &StatsTable) {
+        for (key, stats) in &other.cells {
+            self.cells.entry(*key).or_default().add(stats);
+        }
+    }
+
+    pub fn cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats)> {
+        self.cells.iter()
+    }
+
+    pub fn insert(&mut self, op: Op, class: SizeClass, stats: Stats) {
+        self.cells.insert((op, class), stats);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// All size classes of one operation added together.
+    pub fn op_total(&self, op: Op) -> Option<Stats> {
+        let mut found: Option<Stats> = None;
+        for ((o, _), stats) in &self.cells {
+            if *o == op {
+                match &mut found {
+                    Some(f) => f.add(stats),
+                    None => found = Some(stats.clone()),
+                }
+            }
+        }
+        found
+    }
+
+    pub fn ops(&self) -> Vec<Op> {
+        let mut ops: Vec<Op> = self.cells.keys().map(|(o, _)| *o).collect();
+        ops.dedup();
+        ops
+    }
+
+    pub fn classes_of(&self, op: Op) -> impl Iterator<Item = (SizeClass, &Stats)> {
+        self.cells
+            .iter()
+            .filter(move |((o, _), _)| *o == op)
+            .map(|((_, c), s)| (*c, s))
+    }
+}
+
+/// Owns all measurements of a run. Lives in one task; see [`spawn_aggregator`].
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    pub table: StatsTable,
+    pub events: [u64; Event::COUNT],
+}
+
+impl Aggregator {
+    pub fn record(&mut self, s: &Sample) {
+        self.table.record(s);
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Sample(s) => self.record(&s),
+            Msg::Event(e) => self.events[e.index()] += 1,
+        }
+    }
+
+    /// Non-zero event counters by name.
+    pub fn event_counts(&self) -> BTreeMap<String, u64> {
+        Event::ALL
+            .iter()
+            .filter(|e| self.events[e.index()] > 0)
+            .map(|e| (e.name().to_owned(), self.events[e.index()]))
+            .collect()
+    }
+}
+
+/// The running aggregator task and the way to stop it.
+#[derive(Debug)]
+pub struct AggregatorHandle {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Aggregator>,
+}
+
+impl AggregatorHandle {
+    /// Stops the aggregator after draining every sample already sent, and returns it.
+    pub async fn finish(self) -> Aggregator {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(aggregator) => aggregator,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+/// Capacity of the sample channel: far more than any run keeps in flight.
+const CHANNEL_CAPACITY: usize = 16 * 1024;
+
+/// Starts the aggregator task. Samples recorded before [`AggregatorHandle::finish`] returns
+/// are all counted.
+pub fn spawn_aggregator() -> (Recorder, AggregatorHandle) {
+    let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut aggregator = Aggregator::default();
+        let mut buf = Vec::with_capacity(256);
+        loop {
+            tokio::select! {
+                biased;
+                n = rx.recv_many(&mut buf, 256) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for msg in buf.drain(..) {
+                        aggregator.handle(msg);
+                    }
+                }
+                _ = &mut stop_rx => {
+                    while let Ok(msg) = rx.try_recv() {
+                        aggregator.handle(msg);
+                    }
+                    break;
+                }
+            }
+        }
+        aggregator
+    });
+    (
+        Recorder { tx },
+        AggregatorHandle {
+            stop: stop_tx,
+            task,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(op: Op, outcome: Outcome, intended_ago_ms: Option<u64>, service_ms: u64) -> Sample {
+        let end = Instant::now();
+        let sent = end - Duration::from_millis(service_ms);
+        Sample {
+            op,
+            outcome,
+            size_class: SizeClass::Under1MiB,
+            timing: Timing {
+                intended: intended_ago_ms.map(|ms| sent - Duration::from_millis(ms)),
+                sent,
+                first_byte: Some(sent + Duration::from_millis(1)),
+                end,
+            },
+            bytes_sent: 0,
+            bytes_received: 100,
+            http_requests: 1,
+        }
+    }
+
+    #[test]
+    fn errors_never_enter_success_latency() {
+        let mut stats = Stats::default();
+        stats.record(&sample(Op::BlobGet, Outcome::Ok, None, 10));
+        stats.record(&sample(
+            Op::BlobGet,
+            Outcome::Error(ErrorKind::Timeout),
+            None,
+            5000,
+        ));
+        assert_eq!(stats.count, 2);
+        assert_eq!(stats.ok, 1);
+        assert_eq!(stats.latency.len(), 1);
+        assert!(stats.latency.max() < 11_000);
+        assert_eq!(stats.error_latency.as_ref().unwrap().len(), 1);
+        assert_eq!(stats.errors_by_kind[&ErrorKind::Timeout], 1);
+    }
+
+    #[test]
+    fn delay_mode_splits_latency_service_and_lag() {
+        let mut stats = Stats::default();
+        stats.record(&sample(Op::BlobGet, Outcome::Ok, Some(50), 10));
+        let lat = stats.latency.max();
+        let svc = stats.service.as_ref().unwrap().max();
+        let lag = stats.schedule_lag.as_ref().unwrap().max();
+        assert!((59_000..=61_000).contains(&lat), "{lat}");
+        assert!((9_900..=10_100).contains(&svc), "{svc}");
+        assert!((49_900..=50_100).contains(&lag), "{lag}");
+        assert_eq!(stats.late_starts, [1, 1, 0]);
+    }
+
+    #[test]
+    fn add_is_exact() {
+        let mut a = Stats::default();
+        let mut b = Stats::default();
+        let mut both = Stats::default();
+        for i in 0..50 {
+            let s = sample(Op::ManifestGet, Outcome::Ok, Some(i), i * 3);
+            if i % 2 == 0 {
+                a.record(&s)
+            } else {
+                b.record(&s)
+            }
+            both.record(&s);
+        }
+        a.add(&b);
+        assert_eq!(a.latency, both.latency);
+        assert_eq!(a.service, both.service);
+        assert_eq!(a.count, both.count);
+    }
+
+    #[tokio::test]
+    async fn aggregator_counts_everything_sent_before_finish() {
+        let (recorder, handle) = spawn_aggregator();
+        for _ in 0..1000 {
+            recorder
+                .record(sample(Op::BlobHead, Outcome::Ok, None, 1))
+                .await;
+        }
+        let agg = handle.finish().await;
+        assert_eq!(agg.table.op_total(Op::BlobHead).unwrap().count, 1000);
+    }
+}

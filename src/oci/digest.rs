@@ -1,0 +1,164 @@
+//! Content digests (`sha256:<64 hex>`), the identity of every blob and manifest.
+//!
+//! Only SHA-256 is produced; other algorithms are accepted when parsed (a registry may name
+//! them) but cannot be verified, which [`Digest::verifiable`] tells the caller.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sha2::{Digest as _, Sha256};
+
+/// A validated `algorithm:encoded` digest.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{value}' is not a valid digest: {reason}")]
+pub struct DigestError {
+    pub value: String,
+    pub reason: &'static str,
+}
+
+impl Digest {
+    /// The digest of a complete byte string.
+    pub fn sha256_of(data: &[u8]) -> Self {
+        Self::from_sha256(Sha256::digest(data).into())
+    }
+
+    /// Wraps finished SHA-256 output.
+    pub fn from_sha256(bytes: [u8; 32]) -> Self {
+        Digest(format!("sha256:{}", hex::encode(bytes)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn algorithm(&self) -> &str {
+        self.0.split_once(':').map_or("", |(a, _)| a)
+    }
+
+    pub fn encoded(&self) -> &str {
+        self.0.split_once(':').map_or("", |(_, e)| e)
+    }
+
+    /// Whether creb-rs can check content against this digest.
+    pub fn verifiable(&self) -> bool {
+        self.algorithm() == "sha256"
+    }
+}
+
+impl FromStr for Digest {
+    type Err = DigestError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| DigestError {
+            value: s.chars().take(100).collect(),
+            reason,
+        };
+        let (algorithm, encoded) = s.split_once(':').ok_or_else(|| err("missing ':'"))?;
+        let algorithm_ok = !algorithm.is_empty()
+            && algorithm
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b));
+        if !algorithm_ok {
+            return Err(err("bad algorithm"));
+        }
+        let encoded_ok = !encoded.is_empty()
+            && encoded
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"=_-".contains(&b));
+        if !encoded_ok {
+            return Err(err("bad encoding"));
+        }
+        if algorithm == "sha256"
+            && (encoded.len() != 64
+                || !encoded
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        {
+            return Err(err("sha256 needs 64 lowercase hex characters"));
+        }
+        Ok(Digest(s.to_owned()))
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", self.0)
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Incremental SHA-256 that yields a [`Digest`].
+#[derive(Debug, Clone, Default)]
+pub struct Hasher(Sha256);
+
+impl Hasher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    pub fn finish(self) -> Digest {
+        Digest::from_sha256(self.0.finalize().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_vector() {
+        assert_eq!(
+            Digest::sha256_of(b"").as_str(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let mut h = Hasher::new();
+        h.update(b"a");
+        h.update(b"bc");
+        assert_eq!(h.finish(), Digest::sha256_of(b"abc"));
+    }
+
+    #[test]
+    fn parsing() {
+        let good = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let d: Digest = good.parse().unwrap();
+        assert_eq!(d.algorithm(), "sha256");
+        assert!(d.verifiable());
+        assert!("sha512:abcd".parse::<Digest>().is_ok());
+        for bad in [
+            "",
+            "sha256",
+            "sha256:",
+            "sha256:abc",
+            ":abc",
+            "SHA256:ab",
+            "sha256:E3B0",
+        ] {
+            assert!(bad.parse::<Digest>().is_err(), "{bad}");
+        }
+    }
+}

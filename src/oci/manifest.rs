@@ -1,0 +1,329 @@
+//! Manifests: the media types creb-rs speaks, building valid image manifests for generated
+//! content, and parsing what registries return.
+//!
+//! Generated layers are random bytes, not tarballs; registries store blobs without looking
+//! inside, so they are declared as uncompressed layers (`…layer.v1.tar`) whose `diff_id` is
+//! their own digest, which keeps the image config self-consistent.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::digest::Digest;
+
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+pub const DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+/// Old signed schema 1, still found in traces of old registries; fetched but not built.
+pub const DOCKER_V1_SIGNED: &str = "application/vnd.docker.distribution.manifest.v1+prettyjws";
+
+/// Every manifest type creb-rs accepts, for the `Accept` header. Distribution answers
+/// `MANIFEST_UNKNOWN` for an OCI manifest requested without an OCI type in `Accept`.
+pub const ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+application/vnd.oci.image.index.v1+json, \
+application/vnd.docker.distribution.manifest.v2+json, \
+application/vnd.docker.distribution.manifest.list.v2+json, \
+application/vnd.docker.distribution.manifest.v1+prettyjws;q=0.5";
+
+/// Which manifest flavour to build (`--manifest-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManifestFormat {
+    /// OCI image manifest (accepted by every current registry).
+    #[default]
+    Oci,
+    /// Docker image manifest v2 schema 2.
+    Docker,
+}
+
+impl ManifestFormat {
+    pub fn manifest_type(self) -> &'static str {
+        match self {
+            ManifestFormat::Oci => OCI_MANIFEST,
+            ManifestFormat::Docker => DOCKER_MANIFEST,
+        }
+    }
+    fn config_type(self) -> &'static str {
+        match self {
+            ManifestFormat::Oci => OCI_CONFIG,
+            ManifestFormat::Docker => DOCKER_CONFIG,
+        }
+    }
+    pub fn layer_type(self) -> &'static str {
+        match self {
+            ManifestFormat::Oci => OCI_LAYER,
+            ManifestFormat::Docker => DOCKER_LAYER,
+        }
+    }
+}
+
+/// A content descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Descriptor {
+    #[serde(rename = "mediaType", default)]
+    pub media_type: String,
+    pub digest: Digest,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Platform {
+    #[serde(default)]
+    pub architecture: String,
+    #[serde(default)]
+    pub os: String,
+}
+
+#[derive(Serialize)]
+struct ManifestJson<'a> {
+    #[serde(rename = "schemaVersion")]
+    schema_version: u32,
+    #[serde(rename = "mediaType")]
+    media_type: &'a str,
+    config: &'a Descriptor,
+    layers: &'a [Descriptor],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<&'static str, String>,
+}
+
+/// Annotation key that pads a manifest to a recorded size.
+pub const PADDING_ANNOTATION: &str = "io.creb-rs.padding";
+
+/// Serialises an image manifest; with `pad_to`, grows it to exactly that many bytes with a
+/// padding annotation (manifests in traces have recorded sizes; a replay reproduces them).
+/// A manifest that is already larger than `pad_to` is returned unpadded.
+pub fn build_manifest(
+    format: ManifestFormat,
+    config: &Descriptor,
+    layers: &[Descriptor],
+    pad_to: Option<u64>,
+) -> Bytes {
+    let encode = |annotations: BTreeMap<&'static str, String>| -> Vec<u8> {
+        let m = ManifestJson {
+            schema_version: 2,
+            media_type: format.manifest_type(),
+            config,
+            layers,
+            annotations,
+        };
+        // Serialising these plain structs cannot fail.
+        serde_json::to_vec(&m).unwrap_or_default()
+    };
+    let plain = encode(BTreeMap::new());
+    let Some(target) = pad_to else {
+        return Bytes::from(plain);
+    };
+    let empty_padding = encode(BTreeMap::from([(PADDING_ANNOTATION, String::new())]));
+    let base = empty_padding.len() as u64;
+    if target <= plain.len() as u64 || target < base {
+        return Bytes::from(plain);
+    }
+    let padding = "0".repeat((target - base) as usize);
+    Bytes::from(encode(BTreeMap::from([(PADDING_ANNOTATION, padding)])))
+}
+
+/// A deterministic, valid image config whose `diff_ids` are the layer digests and whose
+/// label makes it unique to `identity`.
+pub fn build_config(
+    format: ManifestFormat,
+    identity: &str,
+    layers: &[Descriptor],
+) -> (Bytes, Descriptor) {
+    let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
+    let value = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "2017-06-20T00:00:00Z",
+        "config": { "Labels": { "io.creb-rs.identity": identity } },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        "history": [{ "created_by": "creb-rs generated image" }],
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+    let descriptor = Descriptor {
+        media_type: format.config_type().to_owned(),
+        digest: Digest::sha256_of(&bytes),
+        size: bytes.len() as u64,
+        platform: None,
+    };
+    (bytes, descriptor)
+}
+
+/// A manifest as returned by a registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParsedManifest {
+    Image {
+        config: Option<Descriptor>,
+        layers: Vec<Descriptor>,
+    },
+    Index {
+        manifests: Vec<Descriptor>,
+    },
+}
+
+#[derive(Deserialize)]
+struct AnyManifest {
+    #[serde(rename = "mediaType", default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    config: Option<Descriptor>,
+    #[serde(default)]
+    layers: Option<Vec<Descriptor>>,
+    #[serde(default)]
+    manifests: Option<Vec<Descriptor>>,
+    #[serde(rename = "fsLayers", default)]
+    fs_layers: Option<Vec<FsLayer>>,
+}
+
+#[derive(Deserialize)]
+struct FsLayer {
+    #[serde(rename = "blobSum")]
+    blob_sum: Digest,
+}
+
+impl ParsedManifest {
+    /// Parses a manifest body; `content_type` is the response header, used when the body
+    /// does not carry a `mediaType`.
+    pub fn parse(body: &[u8], content_type: Option<&str>) -> Result<ParsedManifest, String> {
+        let m: AnyManifest =
+            serde_json::from_slice(body).map_err(|e| format!("manifest is not valid JSON: {e}"))?;
+        let media_type = m
+            .media_type
+            .clone()
+            .or_else(|| content_type.map(|c| c.split(';').next().unwrap_or("").trim().to_owned()))
+            .unwrap_or_default();
+        if let Some(manifests) = m.manifests {
+            return Ok(ParsedManifest::Index { manifests });
+        }
+        if media_type == OCI_INDEX || media_type == DOCKER_LIST {
+            return Err("index without a manifests array".into());
+        }
+        if let Some(layers) = m.layers {
+            return Ok(ParsedManifest::Image {
+                config: m.config,
+                layers,
+            });
+        }
+        if let Some(fs) = m.fs_layers {
+            // Schema 1 lists layers newest first, with repeats for empty layers.
+            let mut seen = std::collections::HashSet::new();
+            let layers = fs
+                .into_iter()
+                .rev()
+                .filter(|l| seen.insert(l.blob_sum.clone()))
+                .map(|l| Descriptor {
+                    media_type: String::new(),
+                    digest: l.blob_sum,
+                    size: 0,
+                    platform: None,
+                })
+                .collect();
+            return Ok(ParsedManifest::Image {
+                config: None,
+                layers,
+            });
+        }
+        Err(format!(
+            "manifest of type '{media_type}' has no layers or manifests"
+        ))
+    }
+
+    /// Every blob an image manifest references: config first, then layers.
+    pub fn blobs(&self) -> Vec<Descriptor> {
+        match self {
+            ParsedManifest::Image { config, layers } => config
+                .iter()
+                .cloned()
+                .chain(layers.iter().cloned())
+                .collect(),
+            ParsedManifest::Index { .. } => Vec::new(),
+        }
+    }
+
+    /// For an index: the linux/amd64 entry, else the first.
+    pub fn pick_platform(&self) -> Option<&Descriptor> {
+        match self {
+            ParsedManifest::Index { manifests } => manifests
+                .iter()
+                .find(|d| {
+                    d.platform
+                        .as_ref()
+                        .is_some_and(|p| p.os == "linux" && p.architecture == "amd64")
+                })
+                .or_else(|| manifests.first()),
+            ParsedManifest::Image { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(n: u8) -> Descriptor {
+        Descriptor {
+            media_type: OCI_LAYER.into(),
+            digest: Digest::sha256_of(&[n]),
+            size: 100 + n as u64,
+            platform: None,
+        }
+    }
+
+    #[test]
+    fn built_manifest_parses_back() {
+        let layers = vec![layer(1), layer(2)];
+        let (config_bytes, config) = build_config(ManifestFormat::Oci, "img-0", &layers);
+        assert_eq!(config.size, config_bytes.len() as u64);
+        let bytes = build_manifest(ManifestFormat::Oci, &config, &layers, None);
+        let parsed = ParsedManifest::parse(&bytes, None).unwrap();
+        assert_eq!(parsed.blobs().len(), 3);
+        assert_eq!(parsed.blobs()[0], config);
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["mediaType"], OCI_MANIFEST);
+        assert_eq!(v["schemaVersion"], 2);
+    }
+
+    #[test]
+    fn padding_hits_the_exact_size() {
+        let layers = vec![layer(1)];
+        let (_, config) = build_config(ManifestFormat::Docker, "x", &layers);
+        let plain = build_manifest(ManifestFormat::Docker, &config, &layers, None);
+        for target in [plain.len() as u64 + 40, 4096, 50_000] {
+            let padded = build_manifest(ManifestFormat::Docker, &config, &layers, Some(target));
+            assert_eq!(padded.len() as u64, target);
+            assert!(ParsedManifest::parse(&padded, None).is_ok());
+        }
+        // Smaller targets cannot shrink a manifest.
+        let small = build_manifest(ManifestFormat::Docker, &config, &layers, Some(10));
+        assert_eq!(small, plain);
+    }
+
+    #[test]
+    fn index_and_schema1() {
+        let idx = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[
+            {{"mediaType":"{OCI_MANIFEST}","digest":"{}","size":1,"platform":{{"architecture":"arm64","os":"linux"}}}},
+            {{"mediaType":"{OCI_MANIFEST}","digest":"{}","size":2,"platform":{{"architecture":"amd64","os":"linux"}}}}]}}"#,
+            Digest::sha256_of(b"a"),
+            Digest::sha256_of(b"b")
+        );
+        let parsed = ParsedManifest::parse(idx.as_bytes(), None).unwrap();
+        assert_eq!(parsed.pick_platform().unwrap().size, 2);
+        let s1 = format!(
+            r#"{{"schemaVersion":1,"fsLayers":[{{"blobSum":"{0}"}},{{"blobSum":"{1}"}},{{"blobSum":"{0}"}}]}}"#,
+            Digest::sha256_of(b"a"),
+            Digest::sha256_of(b"b")
+        );
+        let parsed = ParsedManifest::parse(s1.as_bytes(), Some(DOCKER_V1_SIGNED)).unwrap();
+        assert_eq!(parsed.blobs().len(), 2);
+        assert!(ParsedManifest::parse(b"{}", None).is_err());
+        assert!(ParsedManifest::parse(b"nope", None).is_err());
+    }
+}

@@ -1,0 +1,152 @@
+//! What people read: the summary table printed on stdout after a run (and by `report`).
+//! Diagnostics never go here; they go to stderr through `tracing`.
+
+use std::fmt::Write as _;
+
+use crate::metrics::hist::Percentiles;
+use crate::results::summary::{OpSummary, Summary};
+use crate::units::ByteSize;
+
+fn ms(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.1}s", v / 1000.0)
+    } else if v >= 100.0 {
+        format!("{v:.0}ms")
+    } else if v >= 1.0 {
+        format!("{v:.1}ms")
+    } else {
+        format!("{:.0}µs", v * 1000.0)
+    }
+}
+
+fn rate(bytes_per_s: f64) -> String {
+    format!("{:.1}", bytes_per_s / (1024.0 * 1024.0))
+}
+
+fn row(out: &mut String, name: &str, s: &OpSummary) {
+    let (p50, p90, p99, max) = match &s.latency_ms {
+        Some(Percentiles {
+            p50, p90, p99, max, ..
+        }) => (ms(*p50), ms(*p90), ms(*p99), ms(*max)),
+        None => ("-".into(), "-".into(), "-".into(), "-".into()),
+    };
+    let _ = writeln!(
+        out,
+        "{name:<16} {:>8} {:>8} {:>7} {p50:>9} {p90:>9} {p99:>9} {max:>9} {:>9.1} {:>8}",
+        s.count,
+        s.ok,
+        s.errors,
+        s.requests_per_s,
+        rate(s.bytes_per_s)
+    );
+}
+
+/// The human summary table.
+pub fn render_text(summary: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "creb-rs {} → {}  [{}]  seed {}  shard {}/{}",
+        summary.command,
+        summary.registry,
+        summary.model_label(),
+        summary.seed,
+        summary.shard.index,
+        summary.shard.count
+    );
+    let t = &summary.totals;
+    let _ = writeln!(
+        out,
+        "duration {:.2}s  operations {} (ok {}, errors {})  http requests {}  sent {}  received {}  {:.1} op/s{}",
+        summary.duration_s,
+        t.requests,
+        t.ok,
+        t.errors,
+        t.http_requests,
+        ByteSize(t.bytes_sent),
+        ByteSize(t.bytes_received),
+        summary.throughput.requests_per_s,
+        if summary.interrupted { "  INTERRUPTED" } else { "" }
+    );
+    if let Some(trace) = &summary.trace {
+        let skipped: u64 = trace.skipped.values().sum();
+        let _ = writeln!(
+            out,
+            "trace records {}  replayed {}  folded {}  skipped {}",
+            trace.records, trace.replayed, trace.folded, skipped
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<16} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "operation", "count", "ok", "errors", "p50", "p90", "p99", "max", "req/s", "MiB/s"
+    );
+    for (name, s) in &summary.operations {
+        row(&mut out, name, s);
+    }
+    for (name, s) in &summary.sessions {
+        row(&mut out, name, s);
+    }
+    let delay: Vec<_> = summary
+        .operations
+        .iter()
+        .filter_map(|(n, s)| s.schedule_lag_ms.as_ref().map(|lag| (n, lag, s)))
+        .collect();
+    if !delay.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+            "schedule", "svc p50", "svc p99", "lag p50", "lag p99", "lag max", "late>10ms"
+        );
+        for (name, lag, s) in delay {
+            let (sp50, sp99) = s
+                .service_ms
+                .as_ref()
+                .map_or(("-".into(), "-".into()), |p| (ms(p.p50), ms(p.p99)));
+            let late = s.late_starts.map_or(0, |l| l.over_10ms);
+            let _ = writeln!(
+                out,
+                "{name:<16} {sp50:>9} {sp99:>9} {:>9} {:>9} {:>9} {late:>10}",
+                ms(lag.p50),
+                ms(lag.p99),
+                ms(lag.max)
+            );
+        }
+    }
+    if !summary.errors.is_empty() {
+        let _ = writeln!(out);
+        let parts: Vec<String> = summary
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "errors: {}", parts.join(" "));
+    }
+    if !summary.events.is_empty() {
+        let parts: Vec<String> = summary
+            .events
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "events: {}", parts.join(" "));
+    }
+    for w in &summary.warnings {
+        let _ = writeln!(out, "warning [{}]: {}", w.kind, w.message);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(ms(0.25), "250µs");
+        assert_eq!(ms(12.34), "12.3ms");
+        assert_eq!(ms(250.0), "250ms");
+        assert_eq!(ms(12_500.0), "12.5s");
+    }
+}

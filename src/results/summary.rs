@@ -1,0 +1,321 @@
+//! `summary.json`: the versioned result contract (see `docs/results.md` and the committed
+//! JSON Schema in `schema/summary.schema.json`). Scripts and CI thresholds read it, so field
+//! names never change meaning; `schema_version` bumps on any breaking change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::hist::Percentiles;
+use crate::metrics::{Aggregator, Level, Op, Stats, HISTOGRAM_SETTINGS};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+impl Tool {
+    pub fn current() -> Self {
+        Tool {
+            name: "creb-rs".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+/// How a trace's records were accounted for: `records = replayed + folded + Σ skipped`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TraceCounts {
+    pub records: u64,
+    pub replayed: u64,
+    pub folded: u64,
+    pub skipped: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Totals {
+    /// Workload operations (not the sub-requests inside them).
+    pub requests: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Every HTTP exchange, including upload sub-requests, redirect hops and token fetches.
+    pub http_requests: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Throughput {
+    pub requests_per_s: f64,
+    pub bytes_per_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassSummary {
+    pub count: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub latency_ms: Option<Percentiles>,
+}
+
+/// One operation's numbers. Latencies are of successes only; failures have their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpSummary {
+    pub count: u64,
+    pub ok: u64,
+    pub errors: u64,
+    /// `bytes_sent + bytes_received`.
+    pub bytes: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub requests_per_s: f64,
+    pub bytes_per_s: f64,
+    /// Intended (or sent) start → end of body, successes only.
+    pub latency_ms: Option<Percentiles>,
+    /// Send → response headers, successes only.
+    pub ttfb_ms: Option<Percentiles>,
+    /// Delay mode: send → end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_ms: Option<Percentiles>,
+    /// Delay mode: intended start → send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_lag_ms: Option<Percentiles>,
+    /// Delay mode: starts later than 1 ms, 10 ms, 100 ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_starts: Option<LateStarts>,
+    /// Failures: start → failure known. Timeouts are censored at the timeout.
+    pub error_latency_ms: Option<Percentiles>,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub size_classes: BTreeMap<String, ClassSummary>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateStarts {
+    pub over_1ms: u64,
+    pub over_10ms: u64,
+    pub over_100ms: u64,
+}
+
+/// A typed note about the validity of a result, with advice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistogramInfo {
+    pub unit: String,
+    pub lowest_discernible: u64,
+    pub highest_trackable: u64,
+    pub significant_digits: u8,
+}
+
+impl HistogramInfo {
+    pub fn current() -> Self {
+        let s = HISTOGRAM_SETTINGS;
+        HistogramInfo {
+            unit: s.unit.into(),
+            lowest_discernible: s.lowest_discernible,
+            highest_trackable: s.highest_trackable,
+            significant_digits: s.significant_digits,
+        }
+    }
+}
+
+/// The whole `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub tool: Tool,
+    /// `push`, `pull`, `replay`, `merge`.
+    pub command: String,
+    /// `push`, `pull`, `stress`, `delay`.
+    pub mode: String,
+    /// `open` or `closed`.
+    pub model: String,
+    /// In-flight limit (the multiprogramming level of a closed model).
+    pub concurrency: u64,
+    pub registry: String,
+    pub seed: u64,
+    pub shard: Shard,
+    /// Wall-clock start, RFC 3339 (for people; durations use the monotonic clock).
+    pub started_at: String,
+    /// Monotonic duration of the measured phase.
+    pub duration_s: f64,
+    pub interrupted: bool,
+    pub trace: Option<TraceCounts>,
+    pub totals: Totals,
+    pub throughput: Throughput,
+    pub operations: BTreeMap<String, OpSummary>,
+    /// Groups of operations (image pull, image push): intended start → last completion.
+    pub sessions: BTreeMap<String, OpSummary>,
+    pub errors: BTreeMap<String, u64>,
+    pub events: BTreeMap<String, u64>,
+    pub warnings: Vec<Warning>,
+    pub histograms: HistogramInfo,
+    /// The resolved configuration of the run (no secrets).
+    pub config: serde_json::Value,
+}
+
+/// Facts about a run that the measurements do not carry.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub command: String,
+    pub mode: String,
+    pub model: String,
+    pub concurrency: u64,
+    pub registry: String,
+    pub seed: u64,
+    pub shard: Shard,
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub interrupted: bool,
+    pub trace: Option<TraceCounts>,
+    pub warnings: Vec<Warning>,
+    pub config: serde_json::Value,
+}
+
+fn per_second(n: u64, duration: Duration) -> f64 {
+    let secs = duration.as_secs_f64();
+    if secs > 0.0 {
+        ((n as f64 / secs) * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
+fn op_summary(stats: &Stats, classes: Vec<(String, &Stats)>, duration: Duration) -> OpSummary {
+    let late = stats.schedule_lag.as_ref().map(|_| LateStarts {
+        over_1ms: stats.late_starts[0],
+        over_10ms: stats.late_starts[1],
+        over_100ms: stats.late_starts[2],
+    });
+    OpSummary {
+        count: stats.count,
+        ok: stats.ok,
+        errors: stats.errors,
+        bytes: stats.bytes_sent + stats.bytes_received,
+        bytes_sent: stats.bytes_sent,
+        bytes_received: stats.bytes_received,
+        requests_per_s: per_second(stats.count, duration),
+        bytes_per_s: per_second(stats.bytes_sent + stats.bytes_received, duration),
+        latency_ms: Percentiles::of(&stats.latency),
+        ttfb_ms: stats.ttfb.as_ref().and_then(Percentiles::of),
+        service_ms: stats.service.as_ref().and_then(Percentiles::of),
+        schedule_lag_ms: stats.schedule_lag.as_ref().and_then(Percentiles::of),
+        late_starts: late,
+        error_latency_ms: stats.error_latency.as_ref().and_then(Percentiles::of),
+        errors_by_kind: stats
+            .errors_by_kind
+            .iter()
+            .map(|(k, v)| (k.key(), *v))
+            .collect(),
+        size_classes: classes
+            .into_iter()
+            .map(|(name, s)| {
+                (
+                    name,
+                    ClassSummary {
+                        count: s.count,
+                        ok: s.ok,
+                        errors: s.errors,
+                        bytes: s.bytes_sent + s.bytes_received,
+                        latency_ms: Percentiles::of(&s.latency),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+impl Summary {
+    /// Builds the summary of a finished (or interrupted) run.
+    pub fn build(info: RunInfo, aggregator: &Aggregator) -> Summary {
+        let table = &aggregator.table;
+        let mut operations = BTreeMap::new();
+        let mut sessions = BTreeMap::new();
+        let mut totals = Totals::default();
+        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+        for op in table.ops() {
+            let Some(stats) = table.op_total(op) else {
+                continue;
+            };
+            let classes = table
+                .classes_of(op)
+                .map(|(c, s)| (c.name().to_owned(), s))
+                .collect();
+            let summary = op_summary(&stats, classes, info.duration);
+            match op.level() {
+                Level::Operation => {
+                    totals.requests += stats.count;
+                    totals.ok += stats.ok;
+                    totals.errors += stats.errors;
+                    totals.bytes_sent += stats.bytes_sent;
+                    totals.bytes_received += stats.bytes_received;
+                    totals.http_requests += stats.http_requests;
+                    for (kind, n) in &stats.errors_by_kind {
+                        *errors.entry(kind.key()).or_default() += n;
+                    }
+                    operations.insert(op.name().to_owned(), summary);
+                }
+                Level::Request => {
+                    if op == Op::TokenFetch {
+                        totals.http_requests += stats.http_requests;
+                    }
+                    operations.insert(op.name().to_owned(), summary);
+                }
+                Level::Session => {
+                    sessions.insert(op.name().to_owned(), summary);
+                }
+            }
+        }
+        let throughput = Throughput {
+            requests_per_s: per_second(totals.requests, info.duration),
+            bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, info.duration),
+        };
+        Summary {
+            schema_version: SCHEMA_VERSION,
+            tool: Tool::current(),
+            command: info.command,
+            mode: info.mode,
+            model: info.model,
+            concurrency: info.concurrency,
+            registry: info.registry,
+            seed: info.seed,
+            shard: info.shard,
+            started_at: humantime::format_rfc3339_millis(info.started_at).to_string(),
+            duration_s: (info.duration.as_secs_f64() * 1e6).round() / 1e6,
+            interrupted: info.interrupted,
+            trace: info.trace,
+            totals,
+            throughput,
+            operations,
+            sessions,
+            errors,
+            events: aggregator.event_counts(),
+            warnings: info.warnings,
+            histograms: HistogramInfo::current(),
+            config: info.config,
+        }
+    }
+
+    /// The model as people read it: `stress (closed, in-flight=8)`, `delay (open)`.
+    pub fn model_label(&self) -> String {
+        match self.model.as_str() {
+            "closed" => format!("{} (closed, in-flight={})", self.mode, self.concurrency),
+            other => format!("{} ({other})", self.mode),
+        }
+    }
+}

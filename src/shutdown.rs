@@ -1,0 +1,83 @@
+//! Two-stage Ctrl-C (and SIGTERM): the first signal cancels the run's token, so no new work
+//! starts, in-flight requests finish within a grace period, and a valid result marked
+//! `interrupted` is written; a second signal exits at once with status 130.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+/// Cancellation shared by every part of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    token: CancellationToken,
+    by_signal: Arc<AtomicBool>,
+}
+
+impl Shutdown {
+    /// A shutdown that only code (tests, limits) triggers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Listens for SIGINT and SIGTERM in the background.
+    pub fn listen_for_signals(&self) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut count = 0u32;
+            loop {
+                let signal = wait_for_signal().await;
+                count += 1;
+                if count == 1 {
+                    eprintln!(
+                        "creb-rs: {signal}: stopping; in-flight requests finish and results are written (press Ctrl-C again to exit now)"
+                    );
+                    this.by_signal.store(true, Ordering::SeqCst);
+                    this.token.cancel();
+                } else {
+                    eprintln!("creb-rs: {signal} again: exiting now");
+                    std::process::exit(130);
+                }
+            }
+        });
+    }
+
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Whether a signal (not a limit or an error) stopped the run.
+    pub fn by_signal(&self) -> bool {
+        self.by_signal.load(Ordering::SeqCst)
+    }
+
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return "interrupt";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupt",
+        _ = term.recv() => "terminate",
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "interrupt"
+}

@@ -1,0 +1,145 @@
+//! Synthetic workloads (`push`, `pull`) and what every command that talks to a registry
+//! shares: the validated registry settings, the preflight check, and writing results.
+
+pub mod pull;
+pub mod push;
+
+use std::fs;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde::Serialize;
+use url::Url;
+
+use crate::cli::{OutputArgs, RegistryArgs};
+use crate::exit::ExitStatus;
+use crate::metrics::Recorder;
+use crate::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
+use crate::oci::{ClientOptions, RegistryClient};
+use crate::report::render_text;
+use crate::results::{prepare_output_dir, write_summary, Summary};
+
+/// Validated registry settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegistryConfig {
+    pub base: Url,
+    pub transport: TransportConfig,
+}
+
+impl TryFrom<&RegistryArgs> for RegistryConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: &RegistryArgs) -> anyhow::Result<Self> {
+        let mut extra_roots_pem = Vec::new();
+        for path in &args.ca_cert {
+            let pem = fs::read(path)
+                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+            extra_roots_pem.push(pem);
+        }
+        Ok(RegistryConfig {
+            base: args.registry.clone(),
+            transport: TransportConfig {
+                connect_timeout: args.connect_timeout,
+                request_timeout: args.request_timeout,
+                body_idle_timeout: args.body_idle_timeout,
+                insecure: args.insecure,
+                extra_roots_pem,
+                ..TransportConfig::default()
+            },
+        })
+    }
+}
+
+impl RegistryConfig {
+    /// A client for this registry whose pool fits `concurrency` connections.
+    pub fn client(
+        &self,
+        recorder: Recorder,
+        options: ClientOptions,
+        concurrency: usize,
+    ) -> anyhow::Result<RegistryClient> {
+        let mut transport = self.transport.clone();
+        transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
+        let transport = ReqwestTransport::new(transport)?;
+        Ok(RegistryClient::new(
+            Arc::new(transport),
+            self.base.clone(),
+            recorder,
+            options,
+        ))
+    }
+
+    /// The registry as shown in results: scheme, host and port.
+    pub fn display(&self) -> String {
+        self.base.as_str().trim_end_matches('/').to_owned()
+    }
+}
+
+/// The first few distinct failures of a run, to show on stderr.
+#[derive(Debug, Clone, Default)]
+pub struct ErrorLog {
+    inner: Arc<Mutex<Vec<String>>>,
+}
+
+impl ErrorLog {
+    const KEEP: usize = 5;
+
+    /// Remembers `message` if it is new and fewer than a handful are kept. Called only on
+    /// failures, never on the success path.
+    pub fn note(&self, message: String) {
+        if let Ok(mut v) = self.inner.lock() {
+            if v.len() < Self::KEEP && !v.contains(&message) {
+                v.push(message);
+            }
+        }
+    }
+
+    pub fn messages(&self) -> Vec<String> {
+        self.inner.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// Checks the output directory before a run, so a long run cannot end in an I/O error.
+pub fn prepare_output(output: &OutputArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &output.output_dir {
+        prepare_output_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Writes and prints a finished run's summary. If the result directory cannot be written,
+/// the summary goes to stderr as JSON so nothing is lost, and the error is returned.
+pub fn emit(summary: &Summary, output: &OutputArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &output.output_dir {
+        if let Err(e) = write_summary(dir, summary) {
+            if let Ok(json) = serde_json::to_string(summary) {
+                eprintln!("{json}");
+            }
+            return Err(e);
+        }
+    }
+    if output.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(summary).context("cannot serialise the summary")?
+        );
+    } else if !output.quiet {
+        print!("{}", render_text(summary));
+    }
+    Ok(())
+}
+
+/// The exit status of a finished synthetic workload: interrupted wins; any failed operation
+/// is a failed run (its image is incomplete), with the first distinct failures on stderr.
+pub fn workload_status(summary: &Summary, errors: &ErrorLog) -> ExitStatus {
+    for message in errors.messages() {
+        eprintln!("creb-rs: {message}");
+    }
+    if summary.interrupted {
+        ExitStatus::Interrupted
+    } else if summary.totals.errors > 0 {
+        ExitStatus::Failed
+    } else {
+        ExitStatus::Success
+    }
+}

@@ -1,0 +1,234 @@
+//! `creb-rs pull`: fetch manifests, then every blob they reference, read to the end and
+//! verified against its digest (unless `--no-verify`), with at most `--concurrency` blob
+//! downloads in flight across all images. An `image_pull` session sample runs from the
+//! manifest request to the last blob's last byte.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures_util::{stream, StreamExt};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::{emit, prepare_output, workload_status, ErrorLog, RegistryConfig};
+use crate::cli::PullArgs;
+use crate::exit::ExitStatus;
+use crate::metrics::{spawn_aggregator, ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
+use crate::oci::manifest::ParsedManifest;
+use crate::oci::{ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository};
+use crate::results::{RunInfo, Shard, Summary};
+use crate::shutdown::Shutdown;
+
+/// Which images to pull.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullTargets {
+    /// These references.
+    References(Vec<String>),
+    /// Every tag the registry lists.
+    AllTags,
+}
+
+/// Validated settings of a pull.
+#[derive(Debug, Clone, Serialize)]
+pub struct PullConfig {
+    pub registry: RegistryConfig,
+    pub repo: Repository,
+    pub targets: PullTargets,
+    pub concurrency: usize,
+    pub verify: bool,
+}
+
+impl TryFrom<&PullArgs> for PullConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &PullArgs) -> anyhow::Result<Self> {
+        if a.images == 0 {
+            anyhow::bail!("--images must be at least 1");
+        }
+        let targets = if a.all_tags {
+            PullTargets::AllTags
+        } else {
+            let refs: Vec<String> = if a.images == 1 {
+                vec![a.tag.clone()]
+            } else {
+                (0..a.images).map(|i| format!("{}-{i}", a.tag)).collect()
+            };
+            for r in &refs {
+                r.parse::<Reference>().map_err(anyhow::Error::msg)?;
+            }
+            PullTargets::References(refs)
+        };
+        Ok(PullConfig {
+            registry: RegistryConfig::try_from(&a.registry)?,
+            repo: a.repo.clone(),
+            targets,
+            concurrency: a.concurrency.get(),
+            verify: !a.no_verify,
+        })
+    }
+}
+
+/// Resolves a reference to an image manifest (through an index if needed) and its blobs.
+async fn fetch_image_manifest(
+    client: &RegistryClient,
+    repo: &Repository,
+    reference: &Reference,
+) -> Result<ParsedManifest, ClientError> {
+    let fetched = client
+        .manifest_get(repo, reference, OpCtx::default())
+        .await?;
+    let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type.as_deref())
+        .map_err(ClientError::Protocol)?;
+    if let Some(entry) = parsed.pick_platform() {
+        let inner = Reference::Digest(entry.digest.clone());
+        let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
+        return ParsedManifest::parse(&fetched.bytes, fetched.media_type.as_deref())
+            .map_err(ClientError::Protocol);
+    }
+    Ok(parsed)
+}
+
+async fn pull_image(
+    client: &RegistryClient,
+    repo: &Repository,
+    reference: &Reference,
+    permits: &Semaphore,
+    shutdown: &Shutdown,
+    errors: &ErrorLog,
+) {
+    if shutdown.is_cancelled() {
+        return;
+    }
+    let start = Instant::now();
+    let mut received = 0u64;
+    let outcome = match fetch_image_manifest(client, repo, reference).await {
+        Err(e) => {
+            errors.note(format!("{repo}:{reference}: manifest: {e}"));
+            Outcome::Error(e.kind())
+        }
+        Ok(manifest) => {
+            let blobs = manifest.blobs();
+            let downloads = blobs.iter().map(|d| async move {
+                let Ok(_permit) = permits.acquire().await else {
+                    return Err(ClientError::Cancelled);
+                };
+                if shutdown.is_cancelled() {
+                    return Err(ClientError::Cancelled);
+                }
+                let expected = (d.size > 0).then_some(d.size);
+                client
+                    .blob_get(repo, &d.digest, expected, OpCtx::default())
+                    .await
+                    .map_err(|e| {
+                        errors.note(format!("{repo}@{}: {e}", d.digest));
+                        e
+                    })
+            });
+            let results = futures_util::future::join_all(downloads).await;
+            received = results.iter().filter_map(|r| r.as_ref().ok()).sum();
+            match results.iter().find_map(|r| r.as_ref().err()) {
+                Some(e) => Outcome::Error(e.kind()),
+                None => Outcome::Ok,
+            }
+        }
+    };
+    if outcome == Outcome::Error(ErrorKind::Cancelled) {
+        return;
+    }
+    client
+        .recorder()
+        .record(Sample {
+            op: Op::ImagePull,
+            outcome,
+            size_class: SizeClass::of(received),
+            timing: Timing {
+                intended: None,
+                sent: start,
+                first_byte: None,
+                end: Instant::now(),
+            },
+            bytes_sent: 0,
+            bytes_received: received,
+            http_requests: 0,
+        })
+        .await;
+}
+
+/// Runs `creb-rs pull`.
+pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+    let cfg = PullConfig::try_from(&args)?;
+    prepare_output(&args.output)?;
+    let (recorder, aggregator) = spawn_aggregator();
+    let options = ClientOptions {
+        verify: cfg.verify,
+        ..ClientOptions::default()
+    };
+    let client = cfg.registry.client(recorder, options, cfg.concurrency)?;
+    let errors = ErrorLog::default();
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+
+    let mut fatal: Option<String> = None;
+    match client.ping(OpCtx::default()).await {
+        Err(e) => fatal = Some(format!("{} is not usable: {e}", cfg.registry.display())),
+        Ok(()) => {
+            let references: Result<Vec<String>, ClientError> = match &cfg.targets {
+                PullTargets::References(r) => Ok(r.clone()),
+                PullTargets::AllTags => {
+                    client
+                        .tag_list(&cfg.repo, Some(100), OpCtx::default())
+                        .await
+                }
+            };
+            match references {
+                Err(e) => fatal = Some(format!("cannot list the tags of {}: {e}", cfg.repo)),
+                Ok(references) => {
+                    let permits = Arc::new(Semaphore::new(cfg.concurrency));
+                    let parsed: Vec<Reference> =
+                        references.iter().filter_map(|r| r.parse().ok()).collect();
+                    stream::iter(parsed.iter())
+                        .map(|reference| {
+                            let (client, cfg, permits, shutdown, errors) =
+                                (&client, &cfg, &permits, &shutdown, &errors);
+                            async move {
+                                pull_image(client, &cfg.repo, reference, permits, shutdown, errors)
+                                    .await
+                            }
+                        })
+                        .buffer_unordered(cfg.concurrency)
+                        .collect::<Vec<()>>()
+                        .await;
+                }
+            }
+        }
+    }
+    let duration = start.elapsed();
+    drop(client);
+    let aggregator = aggregator.finish().await;
+    let summary = Summary::build(
+        RunInfo {
+            command: "pull".into(),
+            mode: "pull".into(),
+            model: "closed".into(),
+            concurrency: cfg.concurrency as u64,
+            registry: cfg.registry.display(),
+            seed: 0,
+            shard: Shard { index: 0, count: 1 },
+            started_at,
+            duration,
+            interrupted: shutdown.is_cancelled(),
+            trace: None,
+            warnings: Vec::new(),
+            config: serde_json::to_value(&cfg).unwrap_or_default(),
+        },
+        &aggregator,
+    );
+    emit(&summary, &args.output)?;
+    if let Some(message) = fatal {
+        eprintln!("creb-rs: error: {message}");
+        return Ok(ExitStatus::Usage);
+    }
+    Ok(workload_status(&summary, &errors))
+}

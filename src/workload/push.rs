@@ -1,0 +1,324 @@
+//! `creb-rs push`: generate images of unique layers and push them.
+//!
+//! Each image is prepared first (layer digests computed on blocking threads, not timed),
+//! then its blobs go up with at most `--concurrency` uploads in flight across all images:
+//! HEAD (skip if present), optional cross-repository mount, upload; then the manifest PUT.
+//! Every request and every whole upload session is timed; an `image_push` session sample
+//! runs from the first blob request to the manifest PUT's response.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures_util::{stream, StreamExt};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::{emit, prepare_output, workload_status, ErrorLog, RegistryConfig};
+use crate::cli::PushArgs;
+use crate::content::ContentSpec;
+use crate::exit::ExitStatus;
+use crate::metrics::{spawn_aggregator, Event, Op, Outcome, Sample, SizeClass, Timing};
+use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
+use crate::oci::{
+    BlobSource, ClientError, ClientOptions, Digest, MountOutcome, OpCtx, Reference, RegistryClient,
+    Repository, Tag, UploadMode,
+};
+use crate::results::{RunInfo, Shard, Summary, Warning};
+use crate::shutdown::Shutdown;
+
+/// Validated settings of a push.
+#[derive(Debug, Clone, Serialize)]
+pub struct PushConfig {
+    pub registry: RegistryConfig,
+    pub repo: Repository,
+    pub tag: Tag,
+    pub images: u64,
+    pub layers: u64,
+    pub layer_size: u64,
+    pub upload: UploadMode,
+    pub mount_from: Option<Repository>,
+    pub concurrency: usize,
+    pub manifest_format: ManifestFormat,
+    pub seed: u64,
+}
+
+impl TryFrom<&PushArgs> for PushConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &PushArgs) -> anyhow::Result<Self> {
+        if a.images == 0 {
+            anyhow::bail!("--images must be at least 1");
+        }
+        let upload = match (a.chunk_size, a.single_post) {
+            (Some(c), _) if c.bytes() == 0 => anyhow::bail!("--chunk-size must be at least 1 byte"),
+            (Some(c), _) => UploadMode::Chunked {
+                chunk_size: c.bytes(),
+            },
+            (None, true) => UploadMode::SinglePost,
+            (None, false) => UploadMode::Monolithic,
+        };
+        if a.mount_from.as_ref() == Some(&a.repo) {
+            anyhow::bail!("--mount-from names the repository being pushed to");
+        }
+        Ok(PushConfig {
+            registry: RegistryConfig::try_from(&a.registry)?,
+            repo: a.repo.clone(),
+            tag: a.tag.clone(),
+            images: a.images,
+            layers: a.layers,
+            layer_size: a.layer_size.bytes(),
+            upload,
+            mount_from: a.mount_from.clone(),
+            concurrency: a.concurrency.get(),
+            manifest_format: a.manifest_format,
+            seed: a.seed,
+        })
+    }
+}
+
+impl PushConfig {
+    /// The tag of image `index`: the tag itself for a single image, else `TAG-index`.
+    pub fn image_tag(&self, index: u64) -> String {
+        if self.images == 1 {
+            self.tag.to_string()
+        } else {
+            format!("{}-{index}", self.tag)
+        }
+    }
+}
+
+/// One image, ready to push.
+#[derive(Debug, Clone)]
+pub struct ImagePlan {
+    pub tag: Tag,
+    pub layers: Vec<(ContentSpec, Descriptor)>,
+    pub config: (Bytes, Descriptor),
+    pub manifest: Bytes,
+    pub media_type: &'static str,
+}
+
+/// The content of image `index`: a pure function of (seed, source repository, tag, index).
+/// The source repository is `--mount-from` when given, so mounted blobs match.
+pub fn plan_image(cfg: &PushConfig, index: u64) -> anyhow::Result<ImagePlan> {
+    let tag_name = cfg.image_tag(index);
+    let tag: Tag = tag_name.parse().map_err(anyhow::Error::msg)?;
+    let origin = cfg.mount_from.as_ref().unwrap_or(&cfg.repo);
+    let layers: Vec<(ContentSpec, Descriptor)> = (0..cfg.layers)
+        .map(|j| {
+            let identity = format!("push/{origin}:{tag_name}/layer/{j}");
+            let spec = ContentSpec::new(cfg.seed, identity.as_bytes(), cfg.layer_size);
+            let descriptor = Descriptor {
+                media_type: cfg.manifest_format.layer_type().to_owned(),
+                digest: spec.digest(),
+                size: spec.size(),
+                platform: None,
+            };
+            (spec, descriptor)
+        })
+        .collect();
+    let descriptors: Vec<Descriptor> = layers.iter().map(|(_, d)| d.clone()).collect();
+    let identity = format!("push/{origin}:{tag_name}/seed/{}", cfg.seed);
+    let config = build_config(cfg.manifest_format, &identity, &descriptors);
+    let manifest = build_manifest(cfg.manifest_format, &config.1, &descriptors, None);
+    Ok(ImagePlan {
+        tag,
+        layers,
+        config,
+        manifest,
+        media_type: cfg.manifest_format.manifest_type(),
+    })
+}
+
+/// Pushes one blob: HEAD, then mount (if configured) or upload.
+async fn push_blob(
+    client: &RegistryClient,
+    cfg: &PushConfig,
+    digest: &Digest,
+    source: &BlobSource,
+) -> Result<(), ClientError> {
+    let ctx = OpCtx::default();
+    if client.blob_head(&cfg.repo, digest, ctx).await?.is_some() {
+        client.recorder().event(Event::BlobExists).await;
+        return Ok(());
+    }
+    let mut session = None;
+    if let Some(from) = &cfg.mount_from {
+        match client.mount_blob(&cfg.repo, digest, from, ctx).await? {
+            MountOutcome::Mounted => return Ok(()),
+            MountOutcome::Session(url) => session = Some(url),
+            MountOutcome::Refused => {}
+        }
+    }
+    client
+        .upload_blob(&cfg.repo, digest, source, cfg.upload, session, ctx)
+        .await
+        .map(|_| ())
+}
+
+/// Pushes image `index`; records the `image_push` session.
+async fn push_image(
+    client: &RegistryClient,
+    cfg: &PushConfig,
+    index: u64,
+    permits: &Semaphore,
+    shutdown: &Shutdown,
+    errors: &ErrorLog,
+) {
+    if shutdown.is_cancelled() {
+        return;
+    }
+    let plan = {
+        let cfg = cfg.clone();
+        match tokio::task::spawn_blocking(move || plan_image(&cfg, index)).await {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => {
+                errors.note(format!("image {index}: {e:#}"));
+                return;
+            }
+            Err(e) => {
+                errors.note(format!("image {index}: preparation failed: {e}"));
+                return;
+            }
+        }
+    };
+    let start = Instant::now();
+    let mut blobs: Vec<(Digest, BlobSource)> = Vec::with_capacity(plan.layers.len() + 1);
+    blobs.push((
+        plan.config.1.digest.clone(),
+        BlobSource::Bytes(plan.config.0.clone()),
+    ));
+    for (spec, d) in &plan.layers {
+        blobs.push((d.digest.clone(), BlobSource::Content(*spec)));
+    }
+    let total_bytes: u64 = blobs.iter().map(|(_, s)| s.size()).sum();
+    let uploads = blobs.iter().map(|(digest, source)| async move {
+        let Ok(_permit) = permits.acquire().await else {
+            return Err(ClientError::Cancelled);
+        };
+        if shutdown.is_cancelled() {
+            return Err(ClientError::Cancelled);
+        }
+        push_blob(client, cfg, digest, source).await.map_err(|e| {
+            errors.note(format!("{}@{digest}: {e}", cfg.repo));
+            e
+        })
+    });
+    let results = futures_util::future::join_all(uploads).await;
+    let mut sent = start;
+    let mut outcome = Outcome::Ok;
+    if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
+        outcome = Outcome::Error(e.kind());
+    } else if shutdown.is_cancelled() {
+        return;
+    } else {
+        sent = start;
+        let reference = Reference::Tag(plan.tag.clone());
+        let put = client
+            .manifest_put(
+                &cfg.repo,
+                &reference,
+                plan.manifest.clone(),
+                plan.media_type,
+                OpCtx::default(),
+            )
+            .await;
+        if let Err(e) = put {
+            errors.note(format!("{}:{}: manifest: {e}", cfg.repo, plan.tag));
+            outcome = Outcome::Error(e.kind());
+        }
+    }
+    if matches!(
+        outcome,
+        Outcome::Error(crate::metrics::ErrorKind::Cancelled)
+    ) {
+        return;
+    }
+    let timing = Timing {
+        intended: None,
+        sent,
+        first_byte: None,
+        end: Instant::now(),
+    };
+    client
+        .recorder()
+        .record(Sample {
+            op: Op::ImagePush,
+            outcome,
+            size_class: SizeClass::of(total_bytes),
+            timing,
+            bytes_sent: total_bytes + plan.manifest.len() as u64,
+            bytes_received: 0,
+            http_requests: 0,
+        })
+        .await;
+}
+
+/// Runs `creb-rs push`.
+pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+    let cfg = PushConfig::try_from(&args)?;
+    prepare_output(&args.output)?;
+    let (recorder, aggregator) = spawn_aggregator();
+    let client = cfg
+        .registry
+        .client(recorder, ClientOptions::default(), cfg.concurrency)?;
+    let errors = ErrorLog::default();
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+
+    let preflight = client.ping(OpCtx::default()).await;
+    if preflight.is_ok() {
+        let permits = Arc::new(Semaphore::new(cfg.concurrency));
+        stream::iter(0..cfg.images)
+            .map(|i| {
+                let (client, cfg, permits, shutdown, errors) =
+                    (&client, &cfg, &permits, &shutdown, &errors);
+                async move { push_image(client, cfg, i, permits, shutdown, errors).await }
+            })
+            .buffer_unordered(cfg.concurrency)
+            .collect::<Vec<()>>()
+            .await;
+    }
+    let duration = start.elapsed();
+    drop(client);
+    let aggregator = aggregator.finish().await;
+
+    let mut warnings = Vec::new();
+    let existed = aggregator.events[Event::BlobExists.index()];
+    if existed > 0 {
+        warnings.push(Warning {
+            kind: "blobs_existed".into(),
+            message: format!(
+                "{existed} blobs were already in the registry and were not uploaded; use another --seed for fresh content"
+            ),
+        });
+    }
+    let summary = Summary::build(
+        RunInfo {
+            command: "push".into(),
+            mode: "push".into(),
+            model: "closed".into(),
+            concurrency: cfg.concurrency as u64,
+            registry: cfg.registry.display(),
+            seed: cfg.seed,
+            shard: Shard { index: 0, count: 1 },
+            started_at,
+            duration,
+            interrupted: shutdown.is_cancelled(),
+            trace: None,
+            warnings,
+            config: serde_json::to_value(&cfg).unwrap_or_default(),
+        },
+        &aggregator,
+    );
+    emit(&summary, &args.output)?;
+    if let Err(e) = preflight {
+        eprintln!(
+            "creb-rs: error: {} is not usable: {e}",
+            cfg.registry.display()
+        );
+        return Ok(ExitStatus::Usage);
+    }
+    Ok(workload_status(&summary, &errors))
+}

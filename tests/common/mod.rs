@@ -1,0 +1,292 @@
+//! Test harness: real registries and small real servers on loopback.
+//!
+//! [`Registry`] starts Debian's `docker-registry` (distribution 2.8) on 127.0.0.1 with a
+//! free port and a temporary storage directory, configured per test (no auth, htpasswd,
+//! token auth, redirect to a storage server), and kills it when dropped. Set
+//! `CREB_REGISTRY_BIN` to use another binary (e.g. distribution v3 from `go install`).
+//! [`FileServer`] serves a directory over HTTP and records the headers it was sent.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How a test registry authenticates.
+#[derive(Debug, Clone, Default)]
+pub enum RegistryAuth {
+    #[default]
+    None,
+    /// bcrypt htpasswd file.
+    Htpasswd { path: PathBuf },
+    /// Token auth against an issuer the test runs.
+    Token {
+        realm: String,
+        service: String,
+        issuer: String,
+        root_cert_bundle: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    pub auth: RegistryAuth,
+    /// Redirect blob GETs to this base URL (distribution's `redirect` storage middleware).
+    pub redirect_base: Option<String>,
+}
+
+/// A running `docker-registry`.
+pub struct Registry {
+    child: Child,
+    pub port: u16,
+    pub url: String,
+    dir: TempDir,
+}
+
+fn registry_binary() -> String {
+    std::env::var("CREB_REGISTRY_BIN").unwrap_or_else(|_| "docker-registry".into())
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
+    let mut yaml = format!(
+        "version: 0.1\n\
+         log:\n  level: warn\n  accesslog:\n    disabled: true\n\
+         storage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\n  \
+         maintenance:\n    uploadpurging:\n      enabled: false\n\
+         http:\n  addr: 127.0.0.1:{port}\n  secret: creb-rs-test-http-secret\n",
+        root = dir.join("data").display(),
+    );
+    if let Some(base) = &options.redirect_base {
+        yaml.push_str(&format!(
+            "middleware:\n  storage:\n    - name: redirect\n      options:\n        baseurl: {base}\n"
+        ));
+    }
+    match &options.auth {
+        RegistryAuth::None => {}
+        RegistryAuth::Htpasswd { path } => yaml.push_str(&format!(
+            "auth:\n  htpasswd:\n    realm: creb-rs-test\n    path: {}\n",
+            path.display()
+        )),
+        RegistryAuth::Token {
+            realm,
+            service,
+            issuer,
+            root_cert_bundle,
+        } => yaml.push_str(&format!(
+            "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    issuer: {issuer}\n    rootcertbundle: {}\n",
+            root_cert_bundle.display()
+        )),
+    }
+    yaml
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        Self::start_with(RegistryOptions::default())
+    }
+
+    pub fn start_with(options: RegistryOptions) -> Registry {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let dir = TempDir::new().expect("temp dir");
+            let port = free_port();
+            let config = dir.path().join("config.yml");
+            std::fs::write(&config, config_yaml(dir.path(), port, &options)).expect("write config");
+            let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
+            let child = Command::new(registry_binary())
+                .arg("serve")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn();
+            let mut child = match child {
+                Ok(c) => c,
+                Err(e) => panic!(
+                    "cannot start {} ({e}); install Debian's docker-registry or set CREB_REGISTRY_BIN",
+                    registry_binary()
+                ),
+            };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Registry {
+                        child,
+                        port,
+                        url: format!("http://127.0.0.1:{port}"),
+                        dir,
+                    };
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_error = format!(
+                        "registry exited with {status}: {}",
+                        std::fs::read_to_string(dir.path().join("registry.log"))
+                            .unwrap_or_default()
+                    );
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    last_error = "registry did not listen within 15 s".into();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("could not start a test registry: {last_error}");
+    }
+
+    /// The storage root (`<root>/docker/registry/v2/...`).
+    pub fn storage_root(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The file that holds a blob's bytes.
+    pub fn blob_data_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.storage_root()
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request a [`FileServer`] received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: HashMap<String, String>,
+}
+
+/// A tiny HTTP/1.1 file server on loopback: serves `root/<path>` for GET and HEAD, 404
+/// otherwise, and records every request's headers. Runs on its own threads.
+pub struct FileServer {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<SeenRequest>>>,
+    root: Arc<Mutex<PathBuf>>,
+}
+
+impl FileServer {
+    pub fn start(root: PathBuf) -> FileServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let root = Arc::new(Mutex::new(root));
+        let (seen_in, root_in) = (Arc::clone(&seen), Arc::clone(&root));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let root = root_in.lock().unwrap().clone();
+                let seen = Arc::clone(&seen_in);
+                std::thread::spawn(move || serve_connection(stream, &root, &seen));
+            }
+        });
+        FileServer { addr, seen, root }
+    }
+
+    /// Serves another directory from now on (for connections opened later).
+    pub fn set_root(&self, root: PathBuf) {
+        *self.root.lock().unwrap() = root;
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve_connection(mut stream: TcpStream, root: &Path, seen: &Mutex<Vec<SeenRequest>>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    loop {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&head).to_string();
+        let mut lines = text.split("\r\n");
+        let request_line = lines.next().unwrap_or_default();
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let target = parts.next().unwrap_or_default().to_owned();
+        let path = target.split('?').next().unwrap_or_default().to_owned();
+        let headers: HashMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        seen.lock().unwrap().push(SeenRequest {
+            method: method.clone(),
+            path: path.clone(),
+            headers,
+        });
+        let file = root.join(path.trim_start_matches('/'));
+        let response = match std::fs::read(&file) {
+            Ok(body) if method == "GET" || method == "HEAD" => {
+                let mut r = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                if method == "GET" {
+                    r.extend_from_slice(&body);
+                }
+                r
+            }
+            _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        };
+        if stream.write_all(&response).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs the library in-process with these arguments; returns the exit status.
+pub async fn creb(args: &[&str]) -> creb::ExitStatus {
+    let mut full = vec!["creb-rs"];
+    full.extend_from_slice(args);
+    let cli = <creb::Cli as clap::Parser>::try_parse_from(full).expect("valid arguments");
+    creb::run(cli).await
+}
+
+/// Reads `summary.json` of a result directory as JSON.
+pub fn summary_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+/// `summary.operations.<op>.<field>` as u64 (0 when absent).
+pub fn op_count(summary: &serde_json::Value, op: &str, field: &str) -> u64 {
+    summary["operations"][op][field].as_u64().unwrap_or(0)
+}

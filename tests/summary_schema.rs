@@ -1,0 +1,117 @@
+//! `summary.json` from real runs validates against the committed JSON Schema, and the schema
+//! rejects what the contract forbids (so the check can fail).
+
+mod common;
+
+use common::{creb, summary_json, Registry};
+use creb::ExitStatus;
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schema/summary.schema.json"
+    ))
+    .unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&schema).expect("the schema itself is valid")
+}
+
+fn assert_valid(instance: &serde_json::Value) {
+    let validator = schema();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "summary.json does not match the schema:\n{}",
+        errors.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn push_and_pull_summaries_match_the_schema() {
+    let registry = Registry::start();
+    let out = tempfile::tempdir().unwrap();
+    let push_dir = out.path().join("push");
+    let pull_dir = out.path().join("pull");
+    let status = creb(&[
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "schema/app",
+        "--layers",
+        "2",
+        "--layer-size",
+        "2MiB",
+        "--chunk-size",
+        "1MiB",
+        "--output-dir",
+        push_dir.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let push = summary_json(&push_dir);
+    assert_valid(&push);
+    assert_eq!(push["command"], "push");
+    assert_eq!(push["model"], "closed");
+    assert!(
+        push["operations"]["blob_upload"]["size_classes"]["1mib_10mib"]["count"]
+            .as_u64()
+            .unwrap()
+            == 2
+    );
+
+    let status = creb(&[
+        "pull",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "schema/app",
+        "--tag",
+        "missing",
+        "--output-dir",
+        pull_dir.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Failed);
+    let pull = summary_json(&pull_dir);
+    assert_valid(&pull);
+    assert!(
+        pull["operations"]["manifest_get"]["latency_ms"].is_null(),
+        "no success, no latency"
+    );
+}
+
+#[test]
+fn the_schema_rejects_broken_summaries() {
+    let validator = schema();
+    let good: serde_json::Value = serde_json::json!({
+        "schema_version": 1, "tool": {"name": "creb-rs", "version": "0.1.0"}, "command": "push",
+        "mode": "push", "model": "closed", "concurrency": 1, "registry": "http://127.0.0.1:1",
+        "seed": 1, "shard": {"index": 0, "count": 1}, "started_at": "2026-01-01T00:00:00.000Z",
+        "duration_s": 1.0, "interrupted": false, "trace": null,
+        "totals": {"requests": 0, "ok": 0, "errors": 0, "bytes_sent": 0, "bytes_received": 0, "http_requests": 0},
+        "throughput": {"requests_per_s": 0.0, "bytes_per_s": 0.0}, "operations": {}, "sessions": {},
+        "errors": {}, "events": {}, "warnings": [],
+        "histograms": {"unit": "us", "lowest_discernible": 1, "highest_trackable": 3600000000u64, "significant_digits": 3},
+        "config": {}
+    });
+    assert!(validator.is_valid(&good));
+    for (pointer, value) in [
+        ("/model", serde_json::json!("half-open")),
+        ("/schema_version", serde_json::json!(2)),
+        ("/errors", serde_json::json!({"weird kind": 1})),
+        ("/operations", serde_json::json!({"blob_fetch": {}})),
+    ] {
+        let mut bad = good.clone();
+        *bad.pointer_mut(pointer).unwrap() = value;
+        assert!(!validator.is_valid(&bad), "{pointer} should be rejected");
+    }
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("totals");
+    assert!(!validator.is_valid(&missing));
+}
