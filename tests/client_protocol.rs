@@ -153,7 +153,7 @@ async fn registry_errors_are_typed_with_their_codes() {
     let (_, config) = creb::oci::manifest::build_config(
         creb::oci::manifest::ManifestFormat::Oci,
         "x",
-        &[descriptor.clone()],
+        std::slice::from_ref(&descriptor),
     );
     let manifest = creb::oci::manifest::build_manifest(
         creb::oci::manifest::ManifestFormat::Oci,
