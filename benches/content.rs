@@ -10,6 +10,7 @@ fn content(c: &mut Criterion) {
     let mut group = c.benchmark_group("content");
     group.throughput(Throughput::Bytes(size));
     group.sample_size(20);
+    group.measurement_time(std::time::Duration::from_secs(10));
     let spec = ContentSpec::new(1, b"bench", size);
     group.bench_function("generate_64MiB", |b| {
         b.iter(|| {

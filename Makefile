@@ -1,0 +1,17 @@
+# Entry points; each is a script in scripts/ so CI and people run the same thing.
+.PHONY: setup demo test release bench
+
+setup:
+	scripts/setup
+
+demo:
+	scripts/demo
+
+test:
+	scripts/test
+
+release:
+	cargo build --release --locked --target x86_64-unknown-linux-musl
+
+bench:
+	cargo bench
