@@ -4,6 +4,19 @@
 //! (never to another host) so that credentials are attached proactively, and
 //! [`Authenticator::challenged`] once when the registry still answers 401, to learn the
 //! challenge and decide whether one retry can succeed.
+//!
+//! Parts: `challenge` (RFC 7235 parsing), `scope` (token scopes), `token` (fetching bearer
+//! tokens), `registry_auth` (the real authenticator: scheme, token cache, single flight),
+//! `credentials` and `docker_config` (where secrets come from), `secret` (a string that
+//! never prints).
+
+pub mod challenge;
+pub mod credentials;
+pub mod docker_config;
+pub mod registry_auth;
+pub mod scope;
+pub mod secret;
+pub mod token;
 
 use std::fmt;
 

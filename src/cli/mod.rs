@@ -102,6 +102,46 @@ pub struct RegistryArgs {
     /// Give up on a body (upload or download) that makes no progress for this long.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub body_idle_timeout: Duration,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Credentials. Without any of these, the docker config is consulted, then anonymous.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Authentication")]
+pub struct AuthArgs {
+    /// User name (Basic auth, or Basic at the token server). The password comes from
+    /// --password-stdin, --password-cmd, or the CREB_PASSWORD environment variable; it is
+    /// never taken as an argument, where `ps` would show it.
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "CREB_USERNAME",
+        hide_env_values = true
+    )]
+    pub username: Option<String>,
+
+    /// Read the password (or token) from standard input.
+    #[arg(long, requires = "username", conflicts_with = "password_cmd")]
+    pub password_stdin: bool,
+
+    /// Run CMD with `sh -c` once and use what it prints as the password, e.g.
+    /// `aws ecr get-login-password`.
+    #[arg(long, value_name = "CMD", requires = "username")]
+    pub password_cmd: Option<String>,
+
+    /// Docker config directory holding config.json (default: $DOCKER_CONFIG or ~/.docker).
+    #[arg(long, value_name = "DIR")]
+    pub docker_config: Option<PathBuf>,
+
+    /// Use no credentials, even if the docker config has some.
+    #[arg(long, conflicts_with_all = ["username", "password_stdin", "password_cmd", "docker_config"])]
+    pub anonymous: bool,
+
+    /// Limit for --password-cmd and docker credential helpers.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub credential_timeout: Duration,
 }
 
 /// Where results go.

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::digest::{Digest, Hasher};
-use super::error::{parse_error_body, ClientError};
+use super::error::{parse_error_body, ClientError, RegistryErrorEntry};
 use super::headers::{
     content_range, parse_link_next, parse_retry_after, parse_upload_range, resolve_location,
     truncate, with_query_param,
@@ -29,6 +29,7 @@ use super::headers::{
 use super::manifest::ACCEPT as MANIFEST_ACCEPT;
 use super::reference::{Reference, Repository};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport};
+use crate::auth::challenge::challenges_of;
 use crate::auth::{AccessScope, Anonymous, Authenticator};
 use crate::content::ContentSpec;
 use crate::metrics::{Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
@@ -45,6 +46,9 @@ pub struct ClientOptions {
     pub verify: bool,
     /// Redirect hops followed per request.
     pub max_redirects: u8,
+    /// Ask for `pull,push` even for reads: a push HEADs before it uploads, and one token
+    /// per repository beats two.
+    pub push_scopes: bool,
 }
 
 impl Default for ClientOptions {
@@ -52,6 +56,7 @@ impl Default for ClientOptions {
         ClientOptions {
             verify: true,
             max_redirects: 5,
+            push_scopes: false,
         }
     }
 }
@@ -304,6 +309,15 @@ impl RegistryClient {
         &self.inner.recorder
     }
 
+    /// The scope of a read: `pull`, or `pull,push` for a pushing client.
+    fn read_scope(&self, repo: &Repository) -> AccessScope {
+        if self.inner.options.push_scopes {
+            AccessScope::push(repo)
+        } else {
+            AccessScope::pull(repo)
+        }
+    }
+
     fn url(&self, path: &str) -> Url {
         // The base always has path "/", so joining an absolute path cannot fail.
         let mut url = self.inner.base.clone();
@@ -457,14 +471,32 @@ async fn status_error(ex: Exchange) -> ClientError {
         .response
         .header("retry-after")
         .and_then(parse_retry_after);
+    // A refused token says why in its challenge (`error="insufficient_scope"`): keep it.
+    let mut errors: Vec<RegistryErrorEntry> = if matches!(status, 401 | 403) {
+        challenges_of(&ex.response.headers)
+            .into_iter()
+            .filter_map(|c| {
+                let code = c.param("error")?.to_owned();
+                let message = c
+                    .param("error_description")
+                    .or_else(|| c.param("scope"))
+                    .unwrap_or_default()
+                    .to_owned();
+                Some(RegistryErrorEntry { code, message })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let body = ex
         .response
         .bytes_limited(ERROR_BODY_LIMIT)
         .await
         .unwrap_or_default();
+    errors.extend(parse_error_body(&body));
     ClientError::Status {
         status,
-        errors: parse_error_body(&body),
+        errors,
         retry_after,
     }
 }
@@ -564,9 +596,7 @@ impl RegistryClient {
         m.size_hint = expected_size.unwrap_or(0);
         let r = async {
             let request = HttpRequest::new(Method::GET, self.blob_url(repo, digest));
-            let ex = self
-                .exchange(request, &AccessScope::pull(repo), true)
-                .await?;
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
             m.exchanged(&ex);
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
@@ -595,9 +625,7 @@ impl RegistryClient {
         let mut m = Meter::new(Op::BlobHead, ctx);
         let r = async {
             let request = HttpRequest::new(Method::HEAD, self.blob_url(repo, digest));
-            let ex = self
-                .exchange(request, &AccessScope::pull(repo), true)
-                .await?;
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
             m.exchanged(&ex);
             self.head_result(ex).await
         }
@@ -651,9 +679,7 @@ impl RegistryClient {
         let mut m = Meter::new(Op::ManifestGet, ctx);
         let r = async {
             let request = self.manifest_request(Method::GET, repo, reference);
-            let ex = self
-                .exchange(request, &AccessScope::pull(repo), true)
-                .await?;
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
             m.exchanged(&ex);
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
@@ -700,9 +726,7 @@ impl RegistryClient {
         let mut m = Meter::new(Op::ManifestHead, ctx);
         let r = async {
             let request = self.manifest_request(Method::HEAD, repo, reference);
-            let ex = self
-                .exchange(request, &AccessScope::pull(repo), true)
-                .await?;
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
             m.exchanged(&ex);
             self.head_result(ex).await
         }
@@ -769,9 +793,7 @@ impl RegistryClient {
             let mut m = Meter::new(Op::TagList, ctx);
             let r = async {
                 let request = HttpRequest::new(Method::GET, url.clone());
-                let ex = self
-                    .exchange(request, &AccessScope::pull(repo), true)
-                    .await?;
+                let ex = self.exchange(request, &self.read_scope(repo), true).await?;
                 m.exchanged(&ex);
                 if ex.response.status != StatusCode::OK {
                     return Err(status_error(ex).await);

@@ -11,11 +11,14 @@ use anyhow::Context;
 use serde::Serialize;
 use url::Url;
 
+use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, PasswordSource};
+use crate::auth::registry_auth::RegistryAuth;
 use crate::cli::{OutputArgs, RegistryArgs};
 use crate::exit::ExitStatus;
 use crate::metrics::Recorder;
 use crate::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
-use crate::oci::{ClientOptions, RegistryClient};
+use crate::oci::transport::Transport;
+use crate::oci::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::report::render_text;
 use crate::results::{prepare_output_dir, write_summary, Summary};
 
@@ -24,6 +27,17 @@ use crate::results::{prepare_output_dir, write_summary, Summary};
 pub struct RegistryConfig {
     pub base: Url,
     pub transport: TransportConfig,
+    /// How to find credentials; resolved when connecting (see [`Connection`]).
+    #[serde(skip)]
+    pub credentials: CredentialOptions,
+}
+
+/// A client ready for a run, and what was resolved on the way.
+#[derive(Debug)]
+pub struct Connection {
+    pub client: RegistryClient,
+    /// Where the credentials came from (for the result metadata; never the secret).
+    pub credentials: CredentialInfo,
 }
 
 impl TryFrom<&RegistryArgs> for RegistryConfig {
@@ -36,6 +50,14 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
             extra_roots_pem.push(pem);
         }
+        let a = &args.auth;
+        let password = if a.password_stdin {
+            Some(PasswordSource::Stdin)
+        } else if let Some(cmd) = &a.password_cmd {
+            Some(PasswordSource::Command(cmd.clone()))
+        } else {
+            a.username.as_ref().map(|_| PasswordSource::Environment)
+        };
         Ok(RegistryConfig {
             base: args.registry.clone(),
             transport: TransportConfig {
@@ -46,32 +68,68 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 extra_roots_pem,
                 ..TransportConfig::default()
             },
+            credentials: CredentialOptions {
+                anonymous: a.anonymous,
+                username: a.username.clone(),
+                password,
+                docker_config: a.docker_config.clone(),
+                command_timeout: a.credential_timeout,
+            },
         })
     }
 }
 
 impl RegistryConfig {
-    /// A client for this registry whose pool fits `concurrency` connections.
-    pub fn client(
+    /// Resolves credentials (running helpers or password commands once) and builds a
+    /// client whose connection pool fits `concurrency`.
+    pub async fn connect(
         &self,
         recorder: Recorder,
         options: ClientOptions,
         concurrency: usize,
-    ) -> anyhow::Result<RegistryClient> {
+    ) -> anyhow::Result<Connection> {
+        let (creds, info) = credentials::resolve(&self.credentials, &self.base)
+            .await
+            .with_context(|| format!("credentials for {}", self.display()))?;
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
-        let transport = ReqwestTransport::new(transport)?;
-        Ok(RegistryClient::new(
-            Arc::new(transport),
+        let transport: Arc<dyn Transport> = Arc::new(ReqwestTransport::new(transport)?);
+        let auth = RegistryAuth::new(creds, Arc::clone(&transport), recorder.clone());
+        let client = RegistryClient::with_auth(
+            transport,
             self.base.clone(),
             recorder,
             options,
-        ))
+            Arc::new(auth),
+        );
+        Ok(Connection {
+            client,
+            credentials: info,
+        })
     }
 
     /// The registry as shown in results: scheme, host and port.
     pub fn display(&self) -> String {
         self.base.as_str().trim_end_matches('/').to_owned()
+    }
+}
+
+/// `GET /v2/` before the workload: proves the registry answers, and teaches the client the
+/// authentication scheme so credentials go out with the first real request. The error is
+/// one line a person can act on.
+pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), String> {
+    let anonymous = connection.credentials.source == "anonymous";
+    match connection.client.ping(OpCtx::default()).await {
+        Ok(()) => Ok(()),
+        Err(ClientError::Auth(e)) => Err(format!("{registry}: {e}")),
+        Err(e @ ClientError::Status { status: 401, .. }) if anonymous => Err(format!(
+            "{registry} requires credentials ({e}): give --username with --password-stdin or --password-cmd, or log in with docker"
+        )),
+        Err(e @ ClientError::Status { status: 401 | 403, .. }) => Err(format!(
+            "{registry} refused the credentials from {} ({e})",
+            connection.credentials.source
+        )),
+        Err(e) => Err(format!("{registry} is not usable: {e}")),
     }
 }
 
@@ -97,6 +155,18 @@ impl ErrorLog {
     pub fn messages(&self) -> Vec<String> {
         self.inner.lock().map(|v| v.clone()).unwrap_or_default()
     }
+}
+
+/// The resolved configuration for the result metadata, with where credentials came from.
+pub fn config_json<T: Serialize>(config: &T, credentials: &CredentialInfo) -> serde_json::Value {
+    let mut value = serde_json::to_value(config).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "credentials".into(),
+            serde_json::to_value(credentials).unwrap_or_default(),
+        );
+    }
+    value
 }
 
 /// Checks the output directory before a run, so a long run cannot end in an I/O error.

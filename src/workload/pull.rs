@@ -11,7 +11,9 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{emit, prepare_output, workload_status, ErrorLog, RegistryConfig};
+use super::{
+    config_json, emit, preflight, prepare_output, workload_status, ErrorLog, RegistryConfig,
+};
 use crate::cli::PullArgs;
 use crate::exit::ExitStatus;
 use crate::metrics::{spawn_aggregator, ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
@@ -165,14 +167,19 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         verify: cfg.verify,
         ..ClientOptions::default()
     };
-    let client = cfg.registry.client(recorder, options, cfg.concurrency)?;
+    let connection = cfg
+        .registry
+        .connect(recorder, options, cfg.concurrency)
+        .await?;
     let errors = ErrorLog::default();
     let started_at = SystemTime::now();
     let start = Instant::now();
 
     let mut fatal: Option<String> = None;
-    match client.ping(OpCtx::default()).await {
-        Err(e) => fatal = Some(format!("{} is not usable: {e}", cfg.registry.display())),
+    let checked = preflight(&connection, &cfg.registry.display()).await;
+    let client = connection.client;
+    match checked {
+        Err(message) => fatal = Some(message),
         Ok(()) => {
             let references: Result<Vec<String>, ClientError> = match &cfg.targets {
                 PullTargets::References(r) => Ok(r.clone()),
@@ -221,7 +228,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             interrupted: shutdown.is_cancelled(),
             trace: None,
             warnings: Vec::new(),
-            config: serde_json::to_value(&cfg).unwrap_or_default(),
+            config: config_json(&cfg, &connection.credentials),
         },
         &aggregator,
     );

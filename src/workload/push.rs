@@ -15,7 +15,9 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{emit, prepare_output, workload_status, ErrorLog, RegistryConfig};
+use super::{
+    config_json, emit, preflight, prepare_output, workload_status, ErrorLog, RegistryConfig,
+};
 use crate::cli::PushArgs;
 use crate::content::ContentSpec;
 use crate::exit::ExitStatus;
@@ -260,14 +262,20 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let cfg = PushConfig::try_from(&args)?;
     prepare_output(&args.output)?;
     let (recorder, aggregator) = spawn_aggregator();
-    let client = cfg
+    let options = ClientOptions {
+        push_scopes: true,
+        ..ClientOptions::default()
+    };
+    let connection = cfg
         .registry
-        .client(recorder, ClientOptions::default(), cfg.concurrency)?;
+        .connect(recorder, options, cfg.concurrency)
+        .await?;
     let errors = ErrorLog::default();
     let started_at = SystemTime::now();
     let start = Instant::now();
 
-    let preflight = client.ping(OpCtx::default()).await;
+    let preflight = preflight(&connection, &cfg.registry.display()).await;
+    let client = connection.client;
     if preflight.is_ok() {
         let permits = Arc::new(Semaphore::new(cfg.concurrency));
         stream::iter(0..cfg.images)
@@ -308,7 +316,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             interrupted: shutdown.is_cancelled(),
             trace: None,
             warnings,
-            config: serde_json::to_value(&cfg).unwrap_or_default(),
+            config: config_json(&cfg, &connection.credentials),
         },
         &aggregator,
     );
