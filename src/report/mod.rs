@@ -44,13 +44,18 @@ fn row(out: &mut String, name: &str, s: &OpSummary) {
 /// The human summary table.
 pub fn render_text(summary: &Summary) -> String {
     let mut out = String::new();
+    // A pull generates nothing, so its seed means nothing.
+    let seed = if summary.command == "pull" {
+        String::new()
+    } else {
+        format!("  seed {}", summary.seed)
+    };
     let _ = writeln!(
         out,
-        "creb-rs {} → {}  [{}]  seed {}  shard {}/{}",
+        "creb-rs {} → {}  [{}]{seed}  shard {}/{}",
         summary.command,
         summary.registry,
         summary.model_label(),
-        summary.seed,
         summary.shard.index,
         summary.shard.count
     );

@@ -177,9 +177,10 @@ pub fn prepare_output(output: &OutputArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes and prints a finished run's summary. If the result directory cannot be written,
-/// the summary goes to stderr as JSON so nothing is lost, and the error is returned.
-pub fn emit(summary: &Summary, output: &OutputArgs) -> anyhow::Result<()> {
+/// Writes and prints a finished run's summary (the table only when `table`). If the result
+/// directory cannot be written, the summary goes to stderr as JSON so nothing is lost, and
+/// the error is returned.
+pub fn emit(summary: &Summary, output: &OutputArgs, table: bool) -> anyhow::Result<()> {
     if let Some(dir) = &output.output_dir {
         if let Err(e) = write_summary(dir, summary) {
             if let Ok(json) = serde_json::to_string(summary) {
@@ -193,10 +194,26 @@ pub fn emit(summary: &Summary, output: &OutputArgs) -> anyhow::Result<()> {
             "{}",
             serde_json::to_string_pretty(summary).context("cannot serialise the summary")?
         );
-    } else if !output.quiet {
+    } else if !output.quiet && table {
         print!("{}", render_text(summary));
     }
     Ok(())
+}
+
+/// Ends a synthetic workload: writes the results, then either the one line that says why
+/// the registry could not be used (exit 2, no table), or the run's status.
+pub fn finish(
+    summary: &Summary,
+    output: &OutputArgs,
+    fatal: Option<String>,
+    errors: &ErrorLog,
+) -> anyhow::Result<ExitStatus> {
+    emit(summary, output, fatal.is_none())?;
+    if let Some(message) = fatal {
+        eprintln!("creb-rs: error: {message}");
+        return Ok(ExitStatus::Usage);
+    }
+    Ok(workload_status(summary, errors))
 }
 
 /// The exit status of a finished synthetic workload: interrupted wins; any failed operation

@@ -11,9 +11,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{
-    config_json, emit, preflight, prepare_output, workload_status, ErrorLog, RegistryConfig,
-};
+use super::{config_json, finish, preflight, prepare_output, ErrorLog, RegistryConfig};
 use crate::cli::PullArgs;
 use crate::exit::ExitStatus;
 use crate::metrics::{spawn_aggregator, ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
@@ -232,10 +230,5 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
-    emit(&summary, &args.output)?;
-    if let Some(message) = fatal {
-        eprintln!("creb-rs: error: {message}");
-        return Ok(ExitStatus::Usage);
-    }
-    Ok(workload_status(&summary, &errors))
+    finish(&summary, &args.output, fatal, &errors)
 }

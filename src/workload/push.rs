@@ -15,9 +15,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{
-    config_json, emit, preflight, prepare_output, workload_status, ErrorLog, RegistryConfig,
-};
+use super::{config_json, finish, preflight, prepare_output, ErrorLog, RegistryConfig};
 use crate::cli::PushArgs;
 use crate::content::ContentSpec;
 use crate::exit::ExitStatus;
@@ -320,13 +318,5 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
-    emit(&summary, &args.output)?;
-    if let Err(e) = preflight {
-        eprintln!(
-            "creb-rs: error: {} is not usable: {e}",
-            cfg.registry.display()
-        );
-        return Ok(ExitStatus::Usage);
-    }
-    Ok(workload_status(&summary, &errors))
+    finish(&summary, &args.output, preflight.err(), &errors)
 }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub mod token_issuer;
+
 /// How a test registry authenticates.
 #[derive(Debug, Clone, Default)]
 pub enum RegistryAuth {
@@ -289,4 +291,52 @@ pub fn summary_json(dir: &Path) -> serde_json::Value {
 /// `summary.operations.<op>.<field>` as u64 (0 when absent).
 pub fn op_count(summary: &serde_json::Value, op: &str, field: &str) -> u64 {
     summary["operations"][op][field].as_u64().unwrap_or(0)
+}
+
+/// What a run of the real binary printed.
+#[derive(Debug)]
+pub struct BinOutput {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `creb-rs` binary with `args`, optional standard input and extra environment.
+/// The caller's credentials never leak in: `CREB_*` and `DOCKER_CONFIG` are cleared and
+/// `HOME` points at an empty directory unless `env` sets them.
+pub fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> BinOutput {
+    let home = TempDir::new().expect("temp home");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_creb-rs"));
+    cmd.args(args)
+        .env_remove("CREB_USERNAME")
+        .env_remove("CREB_PASSWORD")
+        .env_remove("CREB_REGISTRY")
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("HOME", home.path())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run creb-rs");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("creb-rs output");
+    BinOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
