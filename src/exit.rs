@@ -1,8 +1,8 @@
 //! Exit statuses (documented in README and `docs/cli.md`) and the library's entry point.
 //!
 //! 0 completed; 1 completed but a check failed (an operation failed in push/pull, a
-//! `--fail-if` threshold held); 2 usage, configuration or I/O error; 130 interrupted
-//! (results still written).
+//! `--fail-if` threshold held); 2 usage, configuration or I/O error; 130 interrupted by
+//! SIGINT, 143 by SIGTERM (results still written).
 
 use crate::cli::{Cli, Command};
 use crate::shutdown::Shutdown;
@@ -15,6 +15,7 @@ pub enum ExitStatus {
     Failed,
     Usage,
     Interrupted,
+    Terminated,
 }
 
 impl ExitStatus {
@@ -24,6 +25,7 @@ impl ExitStatus {
             ExitStatus::Failed => 1,
             ExitStatus::Usage => 2,
             ExitStatus::Interrupted => 130,
+            ExitStatus::Terminated => 143,
         }
     }
 }
@@ -35,11 +37,14 @@ pub async fn run(cli: Cli) -> ExitStatus {
 
 /// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
+    let stopped = shutdown.clone();
     let result = match cli.command {
         Command::Push(args) => workload::push::run(args, shutdown).await,
         Command::Pull(args) => workload::pull::run(args, shutdown).await,
+        Command::Replay(args) => crate::replay::run(args, shutdown).await,
     };
     match result {
+        Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,
         Ok(status) => status,
         Err(e) => {
             eprintln!("creb-rs: error: {e:#}");

@@ -12,12 +12,16 @@
 pub mod auth;
 pub mod cli;
 pub mod content;
+pub mod exec;
 pub mod exit;
 pub mod metrics;
 pub mod oci;
+pub mod plan;
+pub mod replay;
 pub mod report;
 pub mod results;
 pub mod shutdown;
+pub mod trace;
 pub mod units;
 pub mod workload;
 

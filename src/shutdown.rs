@@ -1,6 +1,6 @@
 //! Two-stage Ctrl-C (and SIGTERM): the first signal cancels the run's token, so no new work
 //! starts, in-flight requests finish within a grace period, and a valid result marked
-//! `interrupted` is written; a second signal exits at once with status 130.
+//! `interrupted` is written (exit 130, or 143 for SIGTERM); a second signal exits at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Shutdown {
     token: CancellationToken,
     by_signal: Arc<AtomicBool>,
+    by_term: Arc<AtomicBool>,
 }
 
 impl Shutdown {
@@ -33,10 +34,11 @@ impl Shutdown {
                         "creb-rs: {signal}: stopping; in-flight requests finish and results are written (press Ctrl-C again to exit now)"
                     );
                     this.by_signal.store(true, Ordering::SeqCst);
+                    this.by_term.store(signal == "terminate", Ordering::SeqCst);
                     this.token.cancel();
                 } else {
                     eprintln!("creb-rs: {signal} again: exiting now");
-                    std::process::exit(130);
+                    std::process::exit(if signal == "terminate" { 143 } else { 130 });
                 }
             }
         });
@@ -53,6 +55,11 @@ impl Shutdown {
     /// Whether a signal (not a limit or an error) stopped the run.
     pub fn by_signal(&self) -> bool {
         self.by_signal.load(Ordering::SeqCst)
+    }
+
+    /// Whether that signal was SIGTERM (exit 143 rather than 130).
+    pub fn by_sigterm(&self) -> bool {
+        self.by_term.load(Ordering::SeqCst)
     }
 
     pub fn cancel(&self) {

@@ -86,6 +86,42 @@ async fn push_and_pull_summaries_match_the_schema() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_summaries_match_the_schema() {
+    use creb::trace::synth::{generate, write_file, SynthOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let (records, _) = generate(&SynthOptions {
+        sessions: 40,
+        mean_gap_ms: 20.0,
+        ..SynthOptions::default()
+    });
+    write_file(&trace, &records).unwrap();
+    let registry = Registry::start();
+    let out = dir.path().join("out");
+    let status = creb(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--speed",
+        "10",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let run = summary_json(&out);
+    assert_valid(&run);
+    assert_eq!(run["model"], "open");
+    assert!(run["trace"]["records"].as_u64().unwrap() > 0);
+    assert!(run["checks"]["cores"].as_u64().unwrap() >= 1);
+    assert_valid(&summary_json(&out.join("prewarm")));
+}
+
 #[test]
 fn the_schema_rejects_broken_summaries() {
     let validator = schema();

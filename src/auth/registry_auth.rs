@@ -88,6 +88,11 @@ impl RegistryAuth {
         }
     }
 
+    /// Sends later `token_fetch` samples to `recorder` (the tokens themselves are kept).
+    pub fn set_recorder(&self, recorder: Recorder) {
+        self.fetcher.set_recorder(recorder);
+    }
+
     pub fn has_credentials(&self) -> bool {
         !matches!(self.credentials, Credentials::Anonymous)
     }

@@ -149,10 +149,11 @@ fn reason_of(status: StatusCode, body: &[u8]) -> String {
 }
 
 /// Fetches tokens and records each attempt as `token_fetch`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TokenFetcher {
     transport: Arc<dyn Transport>,
-    recorder: Recorder,
+    /// Where `token_fetch` samples go; switched between the phases of a replay.
+    recorder: std::sync::RwLock<Recorder>,
 }
 
 enum Attempt {
@@ -164,7 +165,14 @@ impl TokenFetcher {
     pub fn new(transport: Arc<dyn Transport>, recorder: Recorder) -> Self {
         TokenFetcher {
             transport,
-            recorder,
+            recorder: std::sync::RwLock::new(recorder),
+        }
+    }
+
+    /// Sends later `token_fetch` samples to `recorder`.
+    pub fn set_recorder(&self, recorder: Recorder) {
+        if let Ok(mut r) = self.recorder.write() {
+            *r = recorder;
         }
     }
 
@@ -306,7 +314,11 @@ impl TokenFetcher {
             ),
             Err(_) => (Outcome::Error(crate::metrics::ErrorKind::Auth), 0),
         };
-        self.recorder
+        let recorder = match self.recorder.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        recorder
             .record(Sample {
                 op: Op::TokenFetch,
                 outcome: sample_outcome,

@@ -12,8 +12,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use url::Url;
 
+use crate::exec::Mode;
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Repository, Tag};
+use crate::plan::{ShardBy, ShardSpec};
 use crate::units::{parse_count, parse_duration, ByteSize};
 
 /// Container registry benchmark: trace replay and synthetic push/pull against any OCI
@@ -40,6 +42,9 @@ pub enum Command {
     Push(PushArgs),
     /// Pull images: manifest, then every blob read to the end and verified.
     Pull(PullArgs),
+    /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
+    /// delay (open, trace timing) mode.
+    Replay(ReplayArgs),
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -70,6 +75,52 @@ fn parse_seed(s: &str) -> Result<u64, String> {
         Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| format!("'{s}': {e}")),
         None => t.parse().map_err(|e| format!("'{s}': {e}")),
     }
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be a positive number"))
+    }
+}
+
+/// A wall-clock instant: RFC 3339 (`2026-11-21T10:00:00Z`) or Unix seconds (`1795600000.5`).
+fn parse_start_at(s: &str) -> Result<std::time::SystemTime, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(std::time::UNIX_EPOCH + Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_rfc3339_weak(t)
+        .map_err(|e| format!("'{s}' is not RFC 3339 or Unix seconds ({e})"))
+}
+
+/// The phases of a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Prewarm, then run, each with its own results.
+    All,
+    /// Only push what the run will read.
+    Prewarm,
+    /// Only replay (the registry was prewarmed before).
+    Run,
+}
+
+/// How blobs are uploaded during a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UploadChoice {
+    /// Chunked when the trace shows PATCHes, else monolithic.
+    Trace,
+    Monolithic,
+    /// PATCH chunks of --chunk-size.
+    Chunked,
 }
 
 /// The seed used when none is given; printed with every result so runs can be repeated.
@@ -254,6 +305,115 @@ pub struct PullArgs {
     /// Do not hash downloaded blobs (bodies are still read to the end).
     #[arg(long)]
     pub no_verify: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// Trace files or directories (JSON arrays or JSON lines; plain, .gz or .zst). Records
+    /// from several files are merged by timestamp.
+    #[arg(value_name = "TRACE", required = true)]
+    pub traces: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    /// stress: as fast as possible with --concurrency in flight (closed model).
+    /// delay: at the trace's timing scaled by --speed (open model).
+    #[arg(long, value_enum, default_value_t = Mode::Stress)]
+    pub mode: Mode,
+
+    /// Time scaling for delay mode: 2 replays twice as fast, keeping bursts.
+    #[arg(long, value_name = "X", default_value = "1", value_parser = parse_speed)]
+    pub speed: f64,
+
+    /// Operations in flight at most (in delay mode a cap: waiting for a slot is lag).
+    #[arg(long, value_name = "N", default_value = "16", value_parser = parse_concurrency)]
+    pub concurrency: NonZeroUsize,
+
+    /// prewarm pushes what the run reads; run replays; all does both, reported apart.
+    #[arg(long, value_enum, default_value_t = Phase::All)]
+    pub phase: Phase,
+
+    /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    pub seed: u64,
+
+    /// This host's shard I of N (0-based). Shards cover the trace exactly once.
+    #[arg(long, value_name = "I/N", default_value = "0/1")]
+    pub shard: ShardSpec,
+
+    /// How records are assigned to shards.
+    #[arg(long, value_enum, default_value_t = ShardBy::Client)]
+    pub shard_by: ShardBy,
+
+    /// Start the schedule at this wall-clock instant (RFC 3339 or Unix seconds), so that
+    /// every host starts together.
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    pub start_at: Option<std::time::SystemTime>,
+
+    /// Only the first N records of the merged trace.
+    #[arg(long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
+    pub limit_requests: Option<u64>,
+
+    /// Only the first D of trace time.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub limit_duration: Option<Duration>,
+
+    /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
+    #[arg(long, value_name = "P", conflicts_with = "repo_map")]
+    pub repo_prefix: Option<String>,
+
+    /// `single:NAME` folds all repositories into NAME (tags stay unique).
+    #[arg(long, value_name = "MAP")]
+    pub repo_map: Option<String>,
+
+    /// How uploads are replayed.
+    #[arg(long, value_enum, default_value_t = UploadChoice::Trace)]
+    pub upload: UploadChoice,
+
+    /// Chunk size for --upload chunked.
+    #[arg(long, value_name = "SIZE", default_value = "5MiB")]
+    pub chunk_size: ByteSize,
+
+    /// Manifest flavour of generated images.
+    #[arg(long, value_enum, default_value_t = ManifestFormat::Oci)]
+    pub manifest_format: ManifestFormat,
+
+    /// Delay mode: drop (and count) operations that cannot start within D of their time.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub max_lateness: Option<Duration>,
+
+    /// On Ctrl-C, how long in-flight operations may take to finish.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// Count and skip malformed records instead of stopping at the first.
+    #[arg(long)]
+    pub skip_invalid: bool,
+
+    /// Also replay records whose original request failed (4xx/5xx).
+    #[arg(long)]
+    pub replay_failed: bool,
+
+    /// Requests of a client closer than this belong to one session (pull or push).
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = parse_duration)]
+    pub session_gap: Duration,
+
+    /// Operations in flight during prewarm (default: --concurrency).
+    #[arg(long, value_name = "N", value_parser = parse_concurrency)]
+    pub prewarm_concurrency: Option<NonZeroUsize>,
+
+    /// Do not hash downloaded blobs (bodies are still read to the end).
+    #[arg(long)]
+    pub no_verify: bool,
+
+    /// Exit 1 when a validity warning is raised (generator bottleneck, schedule slipped,
+    /// clock skew).
+    #[arg(long)]
+    pub strict: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,

@@ -104,6 +104,35 @@ pub struct Sample {
 enum Msg {
     Sample(Sample),
     Event(Event),
+    Session(SessionMsg),
+}
+
+/// Progress of an image session whose members are separate operations (an image pull in
+/// a trace replay). The aggregator turns a closed session whose members all ended into one
+/// `image_pull` sample, from the earliest member start to the last end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionMsg {
+    /// A member of session `id` starts; `start` is its intended (or actual) start.
+    Started { id: u64, start: Instant },
+    /// A member ended.
+    Ended {
+        id: u64,
+        end: Instant,
+        error: Option<ErrorKind>,
+        bytes: u64,
+    },
+    /// No further member will start.
+    Closed { id: u64 },
+}
+
+#[derive(Debug)]
+struct OpenSession {
+    start: Instant,
+    end: Instant,
+    pending: u32,
+    error: Option<ErrorKind>,
+    bytes: u64,
+    closed: bool,
 }
 
 /// A cheap, cloneable handle that sends samples to the aggregator.
@@ -123,6 +152,11 @@ impl Recorder {
     /// Counts an event.
     pub async fn event(&self, event: Event) {
         let _ = self.tx.send(Msg::Event(event)).await;
+    }
+
+    /// Reports session progress.
+    pub async fn session(&self, msg: SessionMsg) {
+        let _ = self.tx.send(Msg::Session(msg)).await;
     }
 }
 
@@ -310,6 +344,7 @@ impl StatsTable {
 pub struct Aggregator {
     pub table: StatsTable,
     pub events: [u64; Event::COUNT],
+    sessions: std::collections::HashMap<u64, OpenSession>,
 }
 
 impl Aggregator {
@@ -321,6 +356,69 @@ impl Aggregator {
         match msg {
             Msg::Sample(s) => self.record(&s),
             Msg::Event(e) => self.events[e.index()] += 1,
+            Msg::Session(m) => self.session(m),
+        }
+    }
+
+    fn session(&mut self, msg: SessionMsg) {
+        let id = match msg {
+            SessionMsg::Started { id, start } => {
+                let s = self.sessions.entry(id).or_insert(OpenSession {
+                    start,
+                    end: start,
+                    pending: 0,
+                    error: None,
+                    bytes: 0,
+                    closed: false,
+                });
+                s.start = s.start.min(start);
+                s.pending += 1;
+                id
+            }
+            SessionMsg::Ended {
+                id,
+                end,
+                error,
+                bytes,
+            } => {
+                if let Some(s) = self.sessions.get_mut(&id) {
+                    s.pending = s.pending.saturating_sub(1);
+                    s.end = s.end.max(end);
+                    s.bytes += bytes;
+                    if s.error.is_none() {
+                        s.error = error;
+                    }
+                }
+                id
+            }
+            SessionMsg::Closed { id } => {
+                if let Some(s) = self.sessions.get_mut(&id) {
+                    s.closed = true;
+                }
+                id
+            }
+        };
+        let finished = self
+            .sessions
+            .get(&id)
+            .is_some_and(|s| s.closed && s.pending == 0);
+        if finished {
+            if let Some(s) = self.sessions.remove(&id) {
+                self.record(&Sample {
+                    op: Op::ImagePull,
+                    outcome: s.error.map_or(Outcome::Ok, Outcome::Error),
+                    size_class: SizeClass::of(s.bytes),
+                    timing: Timing {
+                        intended: None,
+                        sent: s.start,
+                        first_byte: None,
+                        end: s.end,
+                    },
+                    bytes_sent: 0,
+                    bytes_received: s.bytes,
+                    http_requests: 0,
+                });
+            }
         }
     }
 
@@ -465,6 +563,47 @@ mod tests {
         assert_eq!(a.latency, both.latency);
         assert_eq!(a.service, both.service);
         assert_eq!(a.count, both.count);
+    }
+
+    #[tokio::test]
+    async fn sessions_end_when_closed_and_every_member_ended() {
+        let (recorder, handle) = spawn_aggregator();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        for (id, start) in [(1, 0), (1, 5), (2, 0)] {
+            recorder
+                .session(SessionMsg::Started {
+                    id,
+                    start: at(start),
+                })
+                .await;
+        }
+        recorder
+            .session(SessionMsg::Ended {
+                id: 1,
+                end: at(20),
+                error: None,
+                bytes: 10,
+            })
+            .await;
+        recorder.session(SessionMsg::Closed { id: 1 }).await;
+        recorder.session(SessionMsg::Closed { id: 2 }).await;
+        recorder
+            .session(SessionMsg::Ended {
+                id: 1,
+                end: at(50),
+                error: Some(ErrorKind::Timeout),
+                bytes: 5,
+            })
+            .await;
+        let agg = handle.finish().await;
+        let pulls = agg.table.op_total(Op::ImagePull).unwrap();
+        assert_eq!(
+            (pulls.count, pulls.errors, pulls.bytes_received),
+            (1, 1, 15)
+        );
+        let lat = pulls.error_latency.unwrap().max();
+        assert!((49_000..=51_000).contains(&lat), "{lat}");
     }
 
     #[tokio::test]

@@ -301,6 +301,19 @@ impl RegistryClient {
         &self.inner.base
     }
 
+    /// The same registry, transport and credentials, recording into `recorder`.
+    pub fn with_recorder(&self, recorder: Recorder) -> RegistryClient {
+        RegistryClient {
+            inner: Arc::new(Inner {
+                transport: Arc::clone(&self.inner.transport),
+                base: self.inner.base.clone(),
+                recorder,
+                auth: Arc::clone(&self.inner.auth),
+                options: self.inner.options,
+            }),
+        }
+    }
+
     pub fn options(&self) -> ClientOptions {
         self.inner.options
     }

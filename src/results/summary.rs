@@ -107,6 +107,25 @@ pub struct LateStarts {
     pub over_100ms: u64,
 }
 
+/// Facts about how well the run kept its schedule and whether the generator held up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checks {
+    /// The shared start (`--start-at`), RFC 3339.
+    pub start_at: Option<String>,
+    /// Actual start minus the shared start, ms (clock skew and start-up delay).
+    pub start_skew_ms: Option<f64>,
+    /// How late a 1 ms sleep woke up during the run (the canary), ms.
+    pub canary_wake_ms: Option<Percentiles>,
+    /// Process CPU (user + system) during the run, s.
+    pub cpu_seconds: Option<f64>,
+    /// `cpu_seconds` over (duration × cores).
+    pub cpu_share: Option<f64>,
+    pub cores: usize,
+    /// Share of the run during which the in-flight cap kept an operation waiting.
+    pub cap_binding_share: f64,
+    pub max_in_flight: usize,
+}
+
 /// A typed note about the validity of a result, with advice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Warning {
@@ -164,6 +183,9 @@ pub struct Summary {
     pub errors: BTreeMap<String, u64>,
     pub events: BTreeMap<String, u64>,
     pub warnings: Vec<Warning>,
+    /// Replay: schedule and generator health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Checks>,
     pub histograms: HistogramInfo,
     /// The resolved configuration of the run (no secrets).
     pub config: serde_json::Value,
@@ -184,6 +206,7 @@ pub struct RunInfo {
     pub interrupted: bool,
     pub trace: Option<TraceCounts>,
     pub warnings: Vec<Warning>,
+    pub checks: Option<Checks>,
     pub config: serde_json::Value,
 }
 
@@ -306,6 +329,7 @@ impl Summary {
             errors,
             events: aggregator.event_counts(),
             warnings: info.warnings,
+            checks: info.checks,
             histograms: HistogramInfo::current(),
             config: info.config,
         }

@@ -38,6 +38,15 @@ pub struct Connection {
     pub client: RegistryClient,
     /// Where the credentials came from (for the result metadata; never the secret).
     pub credentials: CredentialInfo,
+    pub auth: Arc<RegistryAuth>,
+}
+
+impl Connection {
+    /// The client, recording into `recorder` from now on (token fetches included).
+    pub fn client_for(&self, recorder: Recorder) -> RegistryClient {
+        self.auth.set_recorder(recorder.clone());
+        self.client.with_recorder(recorder)
+    }
 }
 
 impl TryFrom<&RegistryArgs> for RegistryConfig {
@@ -94,17 +103,22 @@ impl RegistryConfig {
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
         let transport: Arc<dyn Transport> = Arc::new(ReqwestTransport::new(transport)?);
-        let auth = RegistryAuth::new(creds, Arc::clone(&transport), recorder.clone());
+        let auth = Arc::new(RegistryAuth::new(
+            creds,
+            Arc::clone(&transport),
+            recorder.clone(),
+        ));
         let client = RegistryClient::with_auth(
             transport,
             self.base.clone(),
             recorder,
             options,
-            Arc::new(auth),
+            Arc::clone(&auth) as Arc<dyn crate::auth::Authenticator>,
         );
         Ok(Connection {
             client,
             credentials: info,
+            auth,
         })
     }
 

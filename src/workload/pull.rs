@@ -225,6 +225,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             duration,
             interrupted: shutdown.is_cancelled(),
             trace: None,
+            checks: None,
             warnings: Vec::new(),
             config: config_json(&cfg, &connection.credentials),
         },

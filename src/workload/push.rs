@@ -313,6 +313,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             duration,
             interrupted: shutdown.is_cancelled(),
             trace: None,
+            checks: None,
             warnings,
             config: config_json(&cfg, &connection.credentials),
         },

@@ -1,0 +1,89 @@
+//! Is the generator itself the bottleneck? Two witnesses, as jHiccup and wrk2 do it:
+//!
+//! - a canary task that asks to sleep 1 ms and records how late it wakes: a busy or stalled
+//!   runtime shows as late wake-ups, and so would every scheduled request;
+//! - the process's CPU time against the wall time and the cores it may use.
+//!
+//! Timer granularity is ~1 ms, so the canary never claims sub-millisecond accuracy.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::new_histogram;
+
+/// What the canary saw.
+#[derive(Debug, Clone)]
+pub struct CanaryReport {
+    /// Lateness of 1 ms sleeps, µs.
+    pub wake_lateness: Histogram<u64>,
+}
+
+/// Runs until `stop` is cancelled.
+pub fn spawn_canary(stop: CancellationToken) -> tokio::task::JoinHandle<CanaryReport> {
+    tokio::spawn(async move {
+        let mut hist = new_histogram();
+        let tick = Duration::from_millis(1);
+        loop {
+            let before = Instant::now();
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(tick) => {}
+            }
+            let late = Instant::now()
+                .saturating_duration_since(before + tick)
+                .as_micros();
+            hist.saturating_record(u64::try_from(late).unwrap_or(u64::MAX));
+        }
+        CanaryReport {
+            wake_lateness: hist,
+        }
+    })
+}
+
+/// CPU time (user + system) the process has used, from `/proc/self/stat` (Linux, in clock
+/// ticks of 1/100 s). `None` where that is not available.
+pub fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// Cores the process may run on.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn canary_measures_wake_ups() {
+        let stop = CancellationToken::new();
+        let canary = spawn_canary(stop.clone());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        stop.cancel();
+        let report = canary.await.unwrap();
+        assert!(report.wake_lateness.len() >= 5);
+    }
+
+    #[test]
+    fn cpu_time_is_readable_on_linux() {
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < Duration::from_millis(50) {
+            x = x.wrapping_add(1);
+        }
+        assert!(x > 0);
+        if cfg!(target_os = "linux") {
+            assert!(process_cpu_time().unwrap() >= Duration::from_millis(10));
+        }
+    }
+}

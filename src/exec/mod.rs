@@ -1,0 +1,649 @@
+//! The executor: planned operations become requests, at the right time, with at most
+//! `concurrency` in flight.
+//!
+//! - **stress (closed model)**: each of `concurrency` slots starts the next operation when
+//!   its previous one completes; no intended times — latency is service time at that level.
+//! - **delay (open model)**: operation *k* is due at `anchor + offset_k` — an instant computed
+//!   from the plan, never from when a timer fired. The dispatcher sleeps until then, waits for
+//!   a slot if all are busy (that wait is schedule lag, and it is inside the latency), and
+//!   passes the intended instant to the client, which records latency from it, service time
+//!   from the send, and the lag between them. With `max_lateness`, an operation that could
+//!   not start within that bound is dropped and counted, never silently skipped.
+//!
+//! One dispatcher owns the schedule; operations run as tasks in a `JoinSet` whose results it
+//! reaps as it goes, so nothing grows with the number of operations. A manifest PUT waits for
+//! the uploads of its push. On shutdown the dispatcher stops, in-flight operations get a
+//! grace period, and whatever was planned but not run is counted as `interrupted`.
+
+pub mod canary;
+mod deps;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use self::deps::Deps;
+use crate::metrics::{ErrorKind, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing};
+use crate::oci::{BlobSource, ClientError, OpCtx, Reference, RegistryClient};
+use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
+use crate::shutdown::Shutdown;
+use crate::workload::ErrorLog;
+
+/// The two workload models (never mixed in one result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// As fast as possible with `--concurrency` in flight (closed model).
+    Stress,
+    /// At the trace's timing, scaled by `--speed` (open model).
+    Delay,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Stress => "stress",
+            Mode::Delay => "delay",
+        }
+    }
+
+    pub fn model(self) -> &'static str {
+        match self {
+            Mode::Stress => "closed",
+            Mode::Delay => "open",
+        }
+    }
+}
+
+/// How to execute.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecOptions {
+    pub mode: Mode,
+    pub concurrency: usize,
+    /// Delay mode: drop operations that cannot start within this bound of their intended time.
+    pub max_lateness: Option<Duration>,
+    /// After a shutdown request, how long in-flight operations may take to finish.
+    pub grace: Duration,
+}
+
+/// What the executor did, for the accounting and validity checks.
+#[derive(Debug, Clone, Default)]
+pub struct ExecReport {
+    /// Operations carried out (successful or not).
+    pub replayed: u64,
+    /// Records folded into carried-out operations.
+    pub folded: u64,
+    /// Records of operations dropped because they would start later than `max_lateness`.
+    pub late: u64,
+    /// Records of operations not carried out because of shutdown.
+    pub interrupted: u64,
+    /// Time the dispatcher waited for a free slot (the in-flight cap was binding).
+    pub cap_wait: Duration,
+    /// From the anchor to the last completion.
+    pub duration: Duration,
+    pub max_in_flight: usize,
+}
+
+struct TaskDone {
+    records: u64,
+    folded: u64,
+}
+
+struct InFlight {
+    op: Op,
+    intended: Option<Instant>,
+    started: Instant,
+    records: u64,
+}
+
+/// The metrics name of an action.
+pub fn op_of(action: &Action) -> Op {
+    match action {
+        Action::Ping => Op::Ping,
+        Action::ManifestGet { .. } => Op::ManifestGet,
+        Action::ManifestHead { .. } => Op::ManifestHead,
+        Action::ManifestPut { .. } => Op::ManifestPut,
+        Action::BlobGet { .. } => Op::BlobGet,
+        Action::BlobHead { .. } => Op::BlobHead,
+        Action::BlobDelete { .. } => Op::BlobDelete,
+        Action::BlobUpload { .. } => Op::BlobUpload,
+        Action::TagList { .. } => Op::TagList,
+    }
+}
+
+/// A short name of what an action touches, for error messages.
+fn describe(action: &Action) -> String {
+    match action {
+        Action::Ping => "GET /v2/".into(),
+        Action::ManifestGet { repo, reference } | Action::ManifestHead { repo, reference } => {
+            format!("{repo}:{reference}")
+        }
+        Action::ManifestPut { repo, tag, .. } => format!("PUT {repo}:{tag}"),
+        Action::BlobGet { repo, digest, .. }
+        | Action::BlobHead { repo, digest }
+        | Action::BlobDelete { repo, digest }
+        | Action::BlobUpload { repo, digest, .. } => format!("{repo}@{digest}"),
+        Action::TagList { repo } => format!("{repo} tags"),
+    }
+}
+
+/// Carries out one operation; returns its bytes, or why it failed.
+async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result<u64, ClientError> {
+    let result: Result<u64, ClientError> = match action {
+        Action::Ping => client.ping(ctx).await.map(|()| 0),
+        Action::ManifestGet { repo, reference } => client
+            .manifest_get(repo, reference, ctx)
+            .await
+            .map(|m| m.bytes.len() as u64),
+        Action::ManifestHead { repo, reference } => {
+            client.manifest_head(repo, reference, ctx).await.map(|_| 0)
+        }
+        Action::ManifestPut {
+            repo,
+            tag,
+            manifest,
+            media_type,
+            ..
+        } => {
+            let len = manifest.len() as u64;
+            client
+                .manifest_put(
+                    repo,
+                    &Reference::Tag(tag.clone()),
+                    manifest.clone(),
+                    media_type,
+                    ctx,
+                )
+                .await
+                .map(|_| len)
+        }
+        Action::BlobGet { repo, digest, size } => {
+            client.blob_get(repo, digest, Some(*size), ctx).await
+        }
+        Action::BlobHead { repo, digest } => client.blob_head(repo, digest, ctx).await.map(|_| 0),
+        Action::BlobDelete { repo, digest } => {
+            client.blob_delete(repo, digest, ctx).await.map(|()| 0)
+        }
+        Action::BlobUpload {
+            repo,
+            digest,
+            content,
+            mode,
+        } => client
+            .upload_blob(
+                repo,
+                digest,
+                &BlobSource::Content(*content),
+                *mode,
+                None,
+                ctx,
+            )
+            .await
+            .map(|r| r.bytes_sent),
+        Action::TagList { repo } => client
+            .tag_list(repo, None, ctx)
+            .await
+            .map(|t| t.len() as u64),
+    };
+    result
+}
+
+async fn run_task(
+    op: PlannedOp,
+    client: RegistryClient,
+    intended: Option<Instant>,
+    deps: Arc<Deps>,
+    shutdown: Shutdown,
+    errors: ErrorLog,
+    permit: OwnedSemaphorePermit,
+) -> TaskDone {
+    let _permit = permit;
+    let recorder = client.recorder().clone();
+    let mut push_start: Option<Instant> = None;
+    let mut deps_ok = true;
+    if let Action::ManifestPut { deps: wanted, .. } = &op.action {
+        if !wanted.is_empty() {
+            tokio::select! {
+                (ok, earliest) = deps.wait_all(wanted) => {
+                    deps_ok = ok;
+                    push_start = earliest;
+                }
+                _ = shutdown.token().cancelled() => {}
+            }
+        }
+    }
+    let start = intended.unwrap_or_else(Instant::now);
+    let (bytes, error) = match perform(&client, &op.action, OpCtx { intended }).await {
+        Ok(bytes) => (bytes, None),
+        Err(e) => {
+            errors.note(format!("{}: {e}", describe(&op.action)));
+            (0, Some(e.kind()))
+        }
+    };
+    let end = Instant::now();
+    if matches!(op.action, Action::BlobUpload { .. }) {
+        deps.complete(op.seq, error.is_none(), start);
+    }
+    if let Action::ManifestPut {
+        deps: wanted,
+        manifest,
+        ..
+    } = &op.action
+    {
+        if !wanted.is_empty() {
+            // The image push: from its first upload's start to the manifest's answer.
+            let outcome = match (error, deps_ok) {
+                (Some(kind), _) => Outcome::Error(kind),
+                (None, false) => Outcome::Error(ErrorKind::Protocol),
+                (None, true) => Outcome::Ok,
+            };
+            recorder
+                .record(Sample {
+                    op: Op::ImagePush,
+                    outcome,
+                    size_class: SizeClass::of(manifest.len() as u64),
+                    timing: Timing {
+                        intended: None,
+                        sent: push_start.unwrap_or(start).min(start),
+                        first_byte: None,
+                        end,
+                    },
+                    bytes_sent: manifest.len() as u64,
+                    bytes_received: 0,
+                    http_requests: 0,
+                })
+                .await;
+        }
+    }
+    if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
+        recorder
+            .session(SessionMsg::Ended {
+                id,
+                end,
+                error,
+                bytes,
+            })
+            .await;
+    }
+    TaskDone {
+        records: op.records(),
+        folded: u64::from(op.folded),
+    }
+}
+
+/// Runs the plan. `anchor` is the instant offset zero stands for (delay mode).
+pub async fn execute(
+    mut plan: mpsc::Receiver<PlanItem>,
+    client: RegistryClient,
+    options: ExecOptions,
+    anchor: Instant,
+    shutdown: Shutdown,
+    errors: ErrorLog,
+) -> ExecReport {
+    let recorder: Recorder = client.recorder().clone();
+    let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let deps = Arc::new(Deps::default());
+    let mut tasks: JoinSet<TaskDone> = JoinSet::new();
+    let mut in_flight: HashMap<tokio::task::Id, InFlight> = HashMap::new();
+    let mut report = ExecReport::default();
+    let cancelled = shutdown.token().clone();
+    if anchor > Instant::now() {
+        tokio::select! {
+            _ = tokio::time::sleep_until(anchor) => {}
+            _ = cancelled.cancelled() => {}
+        }
+    }
+
+    let reap = |res: Result<(tokio::task::Id, TaskDone), tokio::task::JoinError>,
+                in_flight: &mut HashMap<tokio::task::Id, InFlight>,
+                report: &mut ExecReport|
+     -> Option<InFlight> {
+        match res {
+            Ok((id, done)) => {
+                in_flight.remove(&id);
+                report.replayed += 1;
+                report.folded += done.folded;
+                let _ = done.records;
+                None
+            }
+            Err(e) => in_flight.remove(&e.id()),
+        }
+    };
+
+    'dispatch: loop {
+        while let Some(res) = tasks.try_join_next_with_id() {
+            if let Some(lost) = reap(res, &mut in_flight, &mut report) {
+                report.interrupted += lost.records;
+            }
+        }
+        let item = tokio::select! {
+            biased;
+            _ = cancelled.cancelled() => break 'dispatch,
+            item = plan.recv() => item,
+        };
+        let Some(item) = item else {
+            break;
+        };
+        let op = match item {
+            PlanItem::CloseSession(id) => {
+                recorder.session(SessionMsg::Closed { id }).await;
+                continue;
+            }
+            PlanItem::Op(op) => op,
+        };
+        let intended = match options.mode {
+            Mode::Delay => Some(anchor + op.offset),
+            Mode::Stress => None,
+        };
+        if let Some(due) = intended {
+            tokio::select! {
+                biased;
+                _ = cancelled.cancelled() => {
+                    report.interrupted += op.records();
+                    break 'dispatch;
+                }
+                _ = tokio::time::sleep_until(due) => {}
+            }
+        }
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let waited = Instant::now();
+                let p = tokio::select! {
+                    biased;
+                    _ = cancelled.cancelled() => {
+                        report.interrupted += op.records();
+                        break 'dispatch;
+                    }
+                    p = Arc::clone(&permits).acquire_owned() => p,
+                };
+                report.cap_wait += waited.elapsed();
+                match p {
+                    Ok(p) => p,
+                    Err(_) => break 'dispatch,
+                }
+            }
+        };
+        if let (Some(due), Some(max)) = (intended, options.max_lateness) {
+            if Instant::now() > due + max {
+                report.late += op.records();
+                drop(permit);
+                continue;
+            }
+        }
+        let started = Instant::now();
+        if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
+            recorder
+                .session(SessionMsg::Started {
+                    id,
+                    start: intended.unwrap_or(started),
+                })
+                .await;
+        }
+        if matches!(op.action, Action::BlobUpload { .. }) {
+            deps.register(op.seq);
+        }
+        let meta = InFlight {
+            op: op_of(&op.action),
+            intended,
+            started,
+            records: op.records(),
+        };
+        let handle = tasks.spawn(run_task(
+            op,
+            client.clone(),
+            intended,
+            Arc::clone(&deps),
+            shutdown.clone(),
+            errors.clone(),
+            permit,
+        ));
+        in_flight.insert(handle.id(), meta);
+        report.max_in_flight = report.max_in_flight.max(in_flight.len());
+    }
+
+    if cancelled.is_cancelled() {
+        // Nothing more starts: count what was planned but not run, and stop the planner.
+        plan.close();
+        while let Some(item) = plan.recv().await {
+            if let PlanItem::Op(op) = item {
+                report.interrupted += op.records();
+            }
+        }
+        let deadline = Instant::now() + options.grace;
+        loop {
+            let next = tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await;
+            match next {
+                Ok(Some(res)) => {
+                    if let Some(lost) = reap(res, &mut in_flight, &mut report) {
+                        report.interrupted += lost.records;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    // Grace is over: stop the rest and record them as cancelled.
+                    tasks.abort_all();
+                    while let Some(res) = tasks.join_next_with_id().await {
+                        if let Some(lost) = reap(res, &mut in_flight, &mut report) {
+                            report.interrupted += lost.records;
+                            recorder
+                                .record(Sample {
+                                    op: lost.op,
+                                    outcome: Outcome::Error(ErrorKind::Cancelled),
+                                    size_class: SizeClass::Under1MiB,
+                                    timing: Timing {
+                                        intended: lost.intended,
+                                        sent: lost.started,
+                                        first_byte: None,
+                                        end: Instant::now(),
+                                    },
+                                    bytes_sent: 0,
+                                    bytes_received: 0,
+                                    http_requests: 0,
+                                })
+                                .await;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+    } else {
+        while let Some(res) = tasks.join_next_with_id().await {
+            if let Some(lost) = reap(res, &mut in_flight, &mut report) {
+                report.interrupted += lost.records;
+            }
+        }
+    }
+    report.duration = Instant::now().saturating_duration_since(anchor);
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    //! The executor on a paused clock with a scripted transport: exact timing, no sockets.
+    //! A real registry cannot be made to stall at one exact request on demand.
+
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::metrics::{spawn_aggregator, Aggregator};
+    use crate::oci::scripted::{ScriptedResponse, ScriptedTransport};
+    use crate::oci::ClientOptions;
+
+    const STALL: Duration = Duration::from_millis(500);
+
+    /// 100 HEADs, one every 10 ms (100/s); the 10th request stalls 500 ms, the rest take 1 ms.
+    async fn run(mode: Mode, concurrency: usize) -> (Aggregator, ExecReport) {
+        let n = Arc::new(AtomicU32::new(0));
+        let transport = ScriptedTransport::new(move |_| {
+            let i = n.fetch_add(1, Ordering::SeqCst);
+            let delay = if i == 9 {
+                STALL
+            } else {
+                Duration::from_millis(1)
+            };
+            ScriptedResponse::status(200)
+                .header("content-length", "0")
+                .delay(delay)
+        });
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(16);
+        let repo: crate::oci::Repository = "a/b".parse().unwrap();
+        let digest = crate::oci::Digest::sha256_of(b"x");
+        tokio::spawn(async move {
+            for seq in 0..100u64 {
+                let op = PlannedOp {
+                    seq,
+                    offset: Duration::from_millis(10 * seq),
+                    action: Action::BlobHead {
+                        repo: repo.clone(),
+                        digest: digest.clone(),
+                    },
+                    folded: 0,
+                    session: None,
+                };
+                let _ = tx.send(PlanItem::Op(op)).await;
+            }
+        });
+        let options = ExecOptions {
+            mode,
+            concurrency,
+            max_lateness: None,
+            grace: Duration::from_secs(1),
+        };
+        let report = execute(
+            rx,
+            client,
+            options,
+            Instant::now(),
+            Shutdown::new(),
+            ErrorLog::default(),
+        )
+        .await;
+        (aggregator.finish().await, report)
+    }
+
+    fn ms(v: u64) -> f64 {
+        v as f64 / 1000.0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_mode_shows_the_backlog_behind_a_stall() {
+        let (agg, report) = run(Mode::Delay, 1).await;
+        assert_eq!(report.replayed, 100);
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        let latency_p99 = ms(s.latency.value_at_quantile(0.99));
+        let service = s.service.as_ref().unwrap();
+        let lag = s.schedule_lag.as_ref().unwrap();
+        // ~49 requests were due while the stalled one held the only slot.
+        assert!(
+            latency_p99 > 400.0,
+            "response time p99 {latency_p99} ms hides the backlog"
+        );
+        assert!(
+            ms(service.value_at_quantile(0.99)) < 5.0,
+            "service p99 must not show it"
+        );
+        assert!(
+            ms(service.max()) >= 499.0,
+            "the stall itself is a service time"
+        );
+        assert!(
+            ms(lag.value_at_quantile(0.99)) > 400.0,
+            "schedule lag shows the backlog"
+        );
+        assert!(s.late_starts[2] >= 40, "{:?}", s.late_starts);
+        assert!(
+            report.cap_wait >= Duration::from_millis(450),
+            "{:?}",
+            report.cap_wait
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stress_mode_is_a_closed_loop_that_cannot_see_the_backlog() {
+        let (agg, report) = run(Mode::Stress, 1).await;
+        assert_eq!(report.replayed, 100);
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        // Coordinated omission: one slow sample, the rest at service time.
+        assert!(ms(s.latency.value_at_quantile(0.99)) < 5.0);
+        assert!(ms(s.latency.max()) >= 499.0);
+        assert!(s.schedule_lag.is_none(), "closed model has no schedule");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn more_slots_absorb_the_stall_in_delay_mode() {
+        let (agg, _) = run(Mode::Delay, 64).await;
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        assert!(
+            ms(s.latency.value_at_quantile(0.98)) < 5.0,
+            "only the stalled request is slow"
+        );
+        assert!(ms(s.schedule_lag.as_ref().unwrap().value_at_quantile(0.99)) < 2.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_counts_what_did_not_run() {
+        let transport = ScriptedTransport::new(|_| {
+            ScriptedResponse::status(200).delay(Duration::from_secs(3600))
+        });
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(1000);
+        for seq in 0..10u64 {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::Ping,
+                folded: 2,
+                session: None,
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+        });
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency: 4,
+            max_lateness: None,
+            grace: Duration::from_secs(5),
+        };
+        let report = execute(
+            rx,
+            client,
+            options,
+            Instant::now(),
+            shutdown,
+            ErrorLog::default(),
+        )
+        .await;
+        assert_eq!(report.replayed, 0);
+        assert_eq!(report.interrupted, 30, "10 ops of 3 records each");
+        let agg = aggregator.finish().await;
+        assert_eq!(
+            agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
+            4
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! Groups a client's requests into the sessions a docker client makes, from the trace alone.
+//!
+//! Per (client, repository), requests closer than the session gap belong together:
+//! - **uploads**: a `POST …/blobs/uploads/` opens an upload; the `PATCH`es and the closing
+//!   `PUT` to `…/blobs/uploads/<id>` that follow belong to the oldest open upload (or the one
+//!   already bound to `<id>`). The POST is the upload's *head*; the rest are *members*, carried
+//!   out inside the head's operation (counted as `folded`). A PATCH or PUT without a POST
+//!   (the trace was cut) becomes a head itself. A `HEAD …/blobs/<d>` answered 404 just before
+//!   names the digest the upload pushes.
+//! - **pushes**: the uploads (and blobs found present by HEAD) of a session are the layers of
+//!   the manifest PUT that ends it.
+//! - **pulls**: blob GETs after a manifest GET are the layers of that manifest.
+//!
+//! The linker is deterministic and sees every record of the trace (all shards), so the
+//! catalog pass and the planning pass, on every host, agree on every role. Its state is
+//! bounded by the clients active within one session gap.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::trace::{Method, Record, Sym, Target};
+
+/// Where a record stands: (file, record number). Unique within a trace input.
+pub type Position = (u32, u64);
+
+/// A layer of a pushed manifest, as the trace shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PushedLayer {
+    /// Uploaded in the session by the upload whose head is at this position.
+    Upload(Position),
+    /// Found present by a HEAD (or uploaded earlier): a blob of the trace.
+    Existing(Sym),
+}
+
+/// What a record is within its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// An operation of its own.
+    Single,
+    /// Opens an upload (its operation carries the members).
+    UploadHead,
+    /// Part of the upload whose head is at this position.
+    UploadMember(Position),
+    /// A manifest PUT closing a push session with these layers (empty: none seen).
+    ManifestPush(Vec<PushedLayer>),
+    /// A blob GET that belongs to the pull of the manifest GET at `head`, of `reference`.
+    PullLayer { head: Position, reference: Sym },
+    /// A manifest GET that starts a pull.
+    PullHead,
+}
+
+#[derive(Debug)]
+struct OpenUpload {
+    head: Position,
+    session: Option<Sym>,
+    last_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct ClientRepo {
+    last_ms: i64,
+    uploads: VecDeque<OpenUpload>,
+    /// HEAD-404 digests not yet claimed by an upload.
+    missing: VecDeque<Sym>,
+    /// Layers of the push in progress.
+    pushed: Vec<PushedLayer>,
+    /// The manifest GET whose pull is in progress, and its (repository, reference).
+    pull: Option<(Position, Sym)>,
+}
+
+/// Most layers remembered per push session (a bound on memory for odd traces).
+const MAX_SESSION_LAYERS: usize = 256;
+
+/// The linker. Feed records in trace order with [`SessionLinker::role`].
+#[derive(Debug)]
+pub struct SessionLinker {
+    gap_ms: i64,
+    state: HashMap<(Sym, Sym), ClientRepo>,
+    /// Upload heads → digest named by a preceding HEAD 404.
+    upload_digest: HashMap<Position, Sym>,
+    seen: u64,
+}
+
+impl SessionLinker {
+    pub fn new(gap_ms: i64) -> Self {
+        SessionLinker {
+            gap_ms: gap_ms.max(1),
+            state: HashMap::new(),
+            upload_digest: HashMap::new(),
+            seen: 0,
+        }
+    }
+
+    /// The digest a HEAD 404 named for the upload at `head`, if any. Taken once: the
+    /// caller records it with the upload.
+    pub fn take_upload_digest(&mut self, head: Position) -> Option<Sym> {
+        self.upload_digest.remove(&head)
+    }
+
+    fn evict(&mut self, now_ms: i64) {
+        // Cheap amortised sweep: every 4096 records, drop sessions idle for a gap.
+        self.seen += 1;
+        if self.seen % 4096 != 0 {
+            return;
+        }
+        let gap = self.gap_ms;
+        self.state.retain(|_, s| now_ms - s.last_ms <= gap);
+    }
+
+    /// The role of `record` (the next record of the trace) in its session.
+    pub fn role(&mut self, record: &Record) -> Role {
+        self.evict(record.time_ms);
+        let (Some(client), Some(repo)) = (record.client, record.target.repo()) else {
+            return Role::Single;
+        };
+        let gap = self.gap_ms;
+        let now = record.time_ms;
+        let pos = (record.file, record.number);
+        let s = self.state.entry((client, repo)).or_default();
+        if now - s.last_ms > gap {
+            // A new session: forget what the previous one left open.
+            *s = ClientRepo::default();
+        }
+        s.last_ms = now;
+        s.uploads.retain(|u| now - u.last_ms <= gap);
+
+        match (record.method, record.target) {
+            (Method::Post, Target::UploadStart { .. }) => {
+                s.uploads.push_back(OpenUpload {
+                    head: pos,
+                    session: None,
+                    last_ms: now,
+                });
+                if let Some(d) = s.missing.pop_front() {
+                    self.upload_digest.insert(pos, d);
+                }
+                push_layer(s, PushedLayer::Upload(pos));
+                Role::UploadHead
+            }
+            (method, Target::Upload { session, .. }) => {
+                let found = s
+                    .uploads
+                    .iter()
+                    .position(|u| u.session == Some(session))
+                    .or_else(|| s.uploads.iter().position(|u| u.session.is_none()));
+                match found {
+                    Some(i) => {
+                        let upload = &mut s.uploads[i];
+                        upload.session = Some(session);
+                        upload.last_ms = now;
+                        let head = upload.head;
+                        if method == Method::Put || method == Method::Delete {
+                            s.uploads.remove(i);
+                        }
+                        Role::UploadMember(head)
+                    }
+                    None if matches!(method, Method::Patch | Method::Put) => {
+                        // The trace starts mid-upload: this record opens it.
+                        if method == Method::Patch {
+                            s.uploads.push_back(OpenUpload {
+                                head: pos,
+                                session: Some(session),
+                                last_ms: now,
+                            });
+                        }
+                        if let Some(d) = s.missing.pop_front() {
+                            self.upload_digest.insert(pos, d);
+                        }
+                        push_layer(s, PushedLayer::Upload(pos));
+                        Role::UploadHead
+                    }
+                    None => Role::Single,
+                }
+            }
+            (Method::Head, Target::Blob { digest, .. }) => {
+                if record.status == 404 {
+                    s.missing.push_back(digest);
+                    if s.missing.len() > MAX_SESSION_LAYERS {
+                        s.missing.pop_front();
+                    }
+                } else if record.status < 400 {
+                    push_layer(s, PushedLayer::Existing(digest));
+                }
+                Role::Single
+            }
+            (Method::Put, Target::Manifest { .. }) => {
+                let layers = std::mem::take(&mut s.pushed);
+                s.missing.clear();
+                Role::ManifestPush(layers)
+            }
+            (Method::Get, Target::Manifest { reference, .. }) => {
+                s.pull = Some((pos, reference));
+                Role::PullHead
+            }
+            (Method::Get, Target::Blob { .. }) => match s.pull {
+                Some((head, reference)) => Role::PullLayer { head, reference },
+                None => Role::Single,
+            },
+            _ => Role::Single,
+        }
+    }
+}
+
+fn push_layer(s: &mut ClientRepo, layer: PushedLayer) {
+    if s.pushed.len() < MAX_SESSION_LAYERS && !s.pushed.contains(&layer) {
+        s.pushed.push(layer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::record::{parse_uri, Interner};
+
+    struct T {
+        names: Interner,
+        n: u64,
+    }
+
+    impl T {
+        fn rec(
+            &mut self,
+            t_ms: i64,
+            client: &str,
+            method: Method,
+            uri: &str,
+            status: u16,
+        ) -> Record {
+            self.n += 1;
+            Record {
+                file: 0,
+                number: self.n,
+                time_ms: t_ms,
+                method,
+                target: parse_uri(uri, &mut self.names),
+                client: Some(self.names.intern(client)),
+                size: 100,
+                status,
+                duration_us: 0,
+                id: None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_docker_push_links_uploads_to_their_manifest() {
+        let mut t = T {
+            names: Interner::default(),
+            n: 0,
+        };
+        let mut l = SessionLinker::new(60_000);
+        let recs = [
+            t.rec(0, "c", Method::Head, "v2/u/r/blobs/d1", 404),
+            t.rec(1, "c", Method::Head, "v2/u/r/blobs/d2", 200),
+            t.rec(2, "c", Method::Post, "v2/u/r/blobs/uploads/", 202),
+            t.rec(3, "c", Method::Patch, "v2/u/r/blobs/uploads/s1", 202),
+            t.rec(4, "c", Method::Put, "v2/u/r/blobs/uploads/s1", 201),
+            t.rec(5, "c", Method::Put, "v2/u/r/manifests/latest", 201),
+        ];
+        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        assert_eq!(roles[0], Role::Single);
+        assert_eq!(roles[2], Role::UploadHead);
+        assert_eq!(roles[3], Role::UploadMember((0, 3)));
+        assert_eq!(roles[4], Role::UploadMember((0, 3)));
+        let d2 = t.names.get("d2").unwrap();
+        assert_eq!(
+            roles[5],
+            Role::ManifestPush(vec![PushedLayer::Existing(d2), PushedLayer::Upload((0, 3))])
+        );
+        assert_eq!(l.take_upload_digest((0, 3)), t.names.get("d1"));
+        assert_eq!(l.take_upload_digest((0, 3)), None);
+    }
+
+    #[test]
+    fn interleaved_uploads_of_one_client_and_other_clients_stay_apart() {
+        let mut t = T {
+            names: Interner::default(),
+            n: 0,
+        };
+        let mut l = SessionLinker::new(60_000);
+        let recs = [
+            t.rec(0, "a", Method::Post, "v2/u/r/blobs/uploads/", 202),
+            t.rec(1, "a", Method::Post, "v2/u/r/blobs/uploads/", 202),
+            t.rec(2, "b", Method::Post, "v2/u/r/blobs/uploads/", 202),
+            t.rec(3, "a", Method::Patch, "v2/u/r/blobs/uploads/x", 202),
+            t.rec(4, "a", Method::Patch, "v2/u/r/blobs/uploads/y", 202),
+            t.rec(5, "a", Method::Put, "v2/u/r/blobs/uploads/y", 201),
+            t.rec(6, "b", Method::Put, "v2/u/r/blobs/uploads/z", 201),
+            t.rec(7, "a", Method::Put, "v2/u/r/blobs/uploads/x", 201),
+        ];
+        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        assert_eq!(roles[3], Role::UploadMember((0, 1)));
+        assert_eq!(roles[4], Role::UploadMember((0, 2)));
+        assert_eq!(roles[5], Role::UploadMember((0, 2)));
+        assert_eq!(roles[6], Role::UploadMember((0, 3)));
+        assert_eq!(roles[7], Role::UploadMember((0, 1)));
+    }
+
+    #[test]
+    fn pulls_and_gaps() {
+        let mut t = T {
+            names: Interner::default(),
+            n: 0,
+        };
+        let mut l = SessionLinker::new(60_000);
+        let recs = [
+            t.rec(0, "c", Method::Get, "v2/u/r/manifests/v1", 200),
+            t.rec(10, "c", Method::Get, "v2/u/r/blobs/l1", 200),
+            t.rec(20, "c", Method::Get, "v2/u/other/blobs/l2", 200),
+            t.rec(200_000, "c", Method::Get, "v2/u/r/blobs/l3", 200),
+            t.rec(200_001, "c", Method::Patch, "v2/u/r/blobs/uploads/s", 202),
+        ];
+        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        assert_eq!(roles[0], Role::PullHead);
+        let v1 = t.names.get("v1").unwrap();
+        assert_eq!(
+            roles[1],
+            Role::PullLayer {
+                head: (0, 1),
+                reference: v1
+            }
+        );
+        assert_eq!(roles[2], Role::Single, "another repository");
+        assert_eq!(roles[3], Role::Single, "after the session gap");
+        assert_eq!(
+            roles[4],
+            Role::UploadHead,
+            "a PATCH without its POST opens the upload"
+        );
+    }
+}

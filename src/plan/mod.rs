@@ -1,0 +1,941 @@
+//! The plan: a pure function of (trace, seed, shard, options) → operations with intended
+//! offsets. No clock, no socket: every host computes the same plan and the same digests.
+//!
+//! Pass 1 ([`catalog`]) learns objects, sizes, layers and uploads over the whole trace;
+//! pass 2 ([`Planner`]) streams the trace again and turns this shard's records into
+//! [`PlannedOp`]s, accounting for every record exactly once:
+//! `records = replayed + folded + Σ skipped` (replayed and late/interrupted are settled
+//! by the executor, which reports what it actually ran).
+
+pub mod catalog;
+pub mod linker;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use self::catalog::Catalog;
+use self::linker::{Position, PushedLayer, Role, SessionLinker};
+use crate::content::ContentSpec;
+use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
+use crate::oci::{Digest, Reference, Repository, Tag, UploadMode};
+use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
+
+/// This host's part of the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ShardSpec {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl ShardSpec {
+    pub const ALL: ShardSpec = ShardSpec { index: 0, count: 1 };
+
+    fn owns(&self, key: u64) -> bool {
+        self.count <= 1 || key % u64::from(self.count) == u64::from(self.index)
+    }
+}
+
+impl std::str::FromStr for ShardSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4)"))?;
+        let index: u32 = i.trim().parse().map_err(|_| format!("'{s}': bad index"))?;
+        let count: u32 = n.trim().parse().map_err(|_| format!("'{s}': bad count"))?;
+        if count == 0 || index >= count {
+            return Err(format!("'{s}': need 0 <= I < N"));
+        }
+        Ok(ShardSpec { index, count })
+    }
+}
+
+/// How records are assigned to shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardBy {
+    /// By client (`http.request.remoteaddr`): a client's sessions stay on one host.
+    #[default]
+    Client,
+    /// By record position; an upload's records and a push stay with their first record.
+    Record,
+}
+
+/// How blobs are uploaded during the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum UploadPolicy {
+    /// Chunked when the trace shows PATCHes (chunk = bytes / PATCH count), else monolithic.
+    Trace,
+    Monolithic,
+    Chunked {
+        chunk_size: u64,
+    },
+}
+
+/// How trace repository names become registry repository names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepoMap {
+    /// Keep the trace's names, optionally under a prefix.
+    Keep { prefix: Option<String> },
+    /// Fold every repository into one; tags become unique per (repository, reference).
+    Single { repository: Repository },
+}
+
+/// Options of the planning pass.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlanOptions {
+    pub shard: ShardSpec,
+    pub shard_by: ShardBy,
+    pub speed: f64,
+    pub upload: UploadPolicy,
+    pub repos: RepoMap,
+    pub manifest_format: ManifestFormat,
+    pub session_gap_ms: i64,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Ping,
+    ManifestGet {
+        repo: Repository,
+        reference: Reference,
+    },
+    ManifestHead {
+        repo: Repository,
+        reference: Reference,
+    },
+    /// A manifest PUT; waits for the uploads (`deps`, op sequence numbers) of its push.
+    ManifestPut {
+        repo: Repository,
+        tag: Tag,
+        manifest: Bytes,
+        media_type: &'static str,
+        deps: Vec<u64>,
+    },
+    BlobGet {
+        repo: Repository,
+        digest: Digest,
+        size: u64,
+    },
+    BlobHead {
+        repo: Repository,
+        digest: Digest,
+    },
+    BlobDelete {
+        repo: Repository,
+        digest: Digest,
+    },
+    BlobUpload {
+        repo: Repository,
+        digest: Digest,
+        content: ContentSpec,
+        mode: UploadMode,
+    },
+    TagList {
+        repo: Repository,
+    },
+}
+
+/// Membership of an image session, for session latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionTag {
+    /// The manifest GET that starts image pull `id`.
+    PullHead(u64),
+    /// A layer GET of image pull `id`.
+    PullLayer(u64),
+}
+
+/// One operation of the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedOp {
+    /// Position in the plan (0, 1, 2, …), unique per shard.
+    pub seq: u64,
+    /// When it should start, after the replay's anchor (speed applied).
+    pub offset: Duration,
+    pub action: Action,
+    /// Trace records carried out inside this operation besides its own.
+    pub folded: u32,
+    pub session: Option<SessionTag>,
+}
+
+impl PlannedOp {
+    /// Trace records this operation stands for.
+    pub fn records(&self) -> u64 {
+        1 + u64::from(self.folded)
+    }
+}
+
+/// What the planner yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanItem {
+    Op(PlannedOp),
+    /// No further layer will join image pull `id`.
+    CloseSession(u64),
+}
+
+/// The planner's own share of the accounting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanCounts {
+    /// Items of this shard (valid or not).
+    pub records: u64,
+    /// Operations emitted, and the records folded into them.
+    pub ops: u64,
+    pub folded: u64,
+    pub skipped: BTreeMap<&'static str, u64>,
+}
+
+/// FNV-1a, 64 bit: a stable hash for shard keys (the same on every host and version).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn position_key(pos: Position) -> u64 {
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&pos.0.to_le_bytes());
+    bytes[4..].copy_from_slice(&pos.1.to_le_bytes());
+    fnv1a(&bytes)
+}
+
+/// Registry names for trace names.
+#[derive(Debug)]
+pub struct Naming {
+    map: RepoMap,
+    repos: HashMap<Sym, Repository>,
+}
+
+impl Naming {
+    pub fn new(map: RepoMap) -> Self {
+        Naming {
+            map,
+            repos: HashMap::new(),
+        }
+    }
+
+    /// The registry repository for a trace repository.
+    pub fn repo(&mut self, catalog: &Catalog, sym: Sym) -> Repository {
+        if let Some(r) = self.repos.get(&sym) {
+            return r.clone();
+        }
+        let name = catalog.names.resolve(sym);
+        let repo = match &self.map {
+            RepoMap::Single { repository } => repository.clone(),
+            RepoMap::Keep { prefix } => {
+                let base: Repository = name
+                    .to_ascii_lowercase()
+                    .parse()
+                    .unwrap_or_else(|_| hashed_repo(name));
+                match prefix {
+                    Some(p) => base.prefixed(p).unwrap_or_else(|_| hashed_repo(name)),
+                    None => base,
+                }
+            }
+        };
+        self.repos.insert(sym, repo.clone());
+        repo
+    }
+
+    /// The registry tag for a trace reference in a trace repository.
+    pub fn tag(&self, catalog: &Catalog, repo: Sym, reference: Sym) -> Tag {
+        let r = catalog.names.resolve(reference);
+        match &self.map {
+            RepoMap::Single { .. } => {
+                let key = format!("{}:{r}", catalog.names.resolve(repo));
+                hashed_tag(&key)
+            }
+            RepoMap::Keep { .. } => r.parse().unwrap_or_else(|_| hashed_tag(r)),
+        }
+    }
+}
+
+fn hashed_repo(name: &str) -> Repository {
+    format!("r{:016x}", fnv1a(name.as_bytes()))
+        .parse()
+        .unwrap_or_else(|_| unreachable!("hex names are valid repositories"))
+}
+
+fn hashed_tag(name: &str) -> Tag {
+    format!("t{:016x}", fnv1a(name.as_bytes()))
+        .parse()
+        .unwrap_or_else(|_| unreachable!("hex names are valid tags"))
+}
+
+/// Builds a manifest (with its config) over `layers`, padded to `pad_to`.
+pub fn manifest_over(
+    format: ManifestFormat,
+    config_identity: &str,
+    layers: &[(Digest, u64)],
+    pad_to: u64,
+) -> (Bytes, Descriptor, Bytes) {
+    let descriptors: Vec<Descriptor> = layers
+        .iter()
+        .map(|(digest, size)| Descriptor {
+            media_type: format.layer_type().to_owned(),
+            digest: digest.clone(),
+            size: *size,
+            platform: None,
+        })
+        .collect();
+    let (config_bytes, config) = build_config(format, config_identity, &descriptors);
+    let manifest = build_manifest(
+        format,
+        &config,
+        &descriptors,
+        (pad_to > 0).then_some(pad_to),
+    );
+    (config_bytes, config, manifest)
+}
+
+/// A generated manifest and its config blob.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuiltManifest {
+    pub config_bytes: Bytes,
+    pub config: Descriptor,
+    pub manifest: Bytes,
+}
+
+/// The manifest a replayed manifest PUT sends: its push's layers (uploaded in the session,
+/// or found present), or the repository's filler layer, and a config unique to the PUT.
+/// Prewarm pushes the config blob; the run uploads the layers and PUTs the manifest.
+pub fn push_manifest(
+    catalog: &Catalog,
+    facts: &catalog::PushFacts,
+    format: ManifestFormat,
+) -> BuiltManifest {
+    let mut layers: Vec<(Digest, u64)> = facts
+        .layers
+        .iter()
+        .map(|layer| match layer {
+            PushedLayer::Upload(head) => (
+                catalog.upload_digest(*head),
+                catalog.upload_content(*head).size(),
+            ),
+            PushedLayer::Existing(d) => (catalog.blob_digest(*d), catalog.blob_content(*d).size()),
+        })
+        .collect();
+    if layers.is_empty() {
+        layers.push((
+            catalog.filler_digest(facts.repo),
+            catalog.filler_content(facts.repo).size(),
+        ));
+    }
+    let client = facts.client.map_or("", |c| catalog.names.resolve(c));
+    let identity = format!(
+        "trace/push-config/{client}/{}/{}/{}/{}",
+        catalog.names.resolve(facts.repo),
+        catalog.names.resolve(facts.reference),
+        facts.time_ms,
+        facts.number
+    );
+    let (config_bytes, config, manifest) = manifest_over(format, &identity, &layers, facts.size);
+    BuiltManifest {
+        config_bytes,
+        config,
+        manifest,
+    }
+}
+
+/// The layers (digest, size) of a manifest the run reads.
+pub fn read_manifest_layers(catalog: &Catalog, repo: Sym, reference: Sym) -> Vec<(Digest, u64)> {
+    let facts = catalog.manifests.get(&(repo, reference));
+    let layers: Vec<(Digest, u64)> = facts
+        .map(|m| {
+            m.layers
+                .iter()
+                .map(|d| (catalog.blob_digest(*d), catalog.blob_content(*d).size()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if layers.is_empty() {
+        vec![(
+            catalog.filler_digest(repo),
+            catalog.filler_content(repo).size(),
+        )]
+    } else {
+        layers
+    }
+}
+
+/// The config identity of a manifest the run reads.
+pub fn read_manifest_identity(catalog: &Catalog, repo: Sym, reference: Sym) -> String {
+    format!(
+        "trace/config/{}/{}",
+        catalog.names.resolve(repo),
+        catalog.names.resolve(reference)
+    )
+}
+
+#[derive(Debug)]
+struct OpenPull {
+    id: u64,
+    last_ms: i64,
+}
+
+/// Pass 2: the trace, streamed again, as this shard's operations.
+#[derive(Debug)]
+pub struct Planner<'c, I> {
+    catalog: &'c Catalog,
+    items: I,
+    options: PlanOptions,
+    naming: Naming,
+    linker: SessionLinker,
+    seq: u64,
+    counts: PlanCounts,
+    /// Upload heads of open pushes → their op sequence numbers and trace times.
+    upload_seq: HashMap<Position, (u64, i64)>,
+    /// Open image pulls by head position.
+    pulls: HashMap<Position, OpenPull>,
+    closing: VecDeque<u64>,
+    /// Members still to come of uploads already planned (their records are in the op).
+    pending_members: HashMap<Position, u32>,
+    last_sweep_ms: i64,
+    done: bool,
+}
+
+impl<'c, I> Planner<'c, I>
+where
+    I: Iterator<Item = Result<Item, TraceError>>,
+{
+    pub fn new(catalog: &'c Catalog, items: I, options: PlanOptions) -> Self {
+        Planner {
+            catalog,
+            items,
+            naming: Naming::new(options.repos.clone()),
+            linker: SessionLinker::new(options.session_gap_ms),
+            options,
+            seq: 0,
+            counts: PlanCounts::default(),
+            upload_seq: HashMap::new(),
+            pulls: HashMap::new(),
+            closing: VecDeque::new(),
+            pending_members: HashMap::new(),
+            last_sweep_ms: i64::MIN,
+            done: false,
+        }
+    }
+
+    pub fn counts(&self) -> &PlanCounts {
+        &self.counts
+    }
+
+    /// Settles the accounting when planning stops before the trace ends: the members of
+    /// uploads already planned are records of those operations, read or not.
+    pub fn finish_early(&mut self) {
+        let outstanding: u64 = self
+            .pending_members
+            .drain()
+            .map(|(_, n)| u64::from(n))
+            .sum();
+        self.counts.records += outstanding;
+    }
+
+    fn skip(&mut self, reason: &'static str) {
+        *self.counts.skipped.entry(reason).or_default() += 1;
+    }
+
+    fn offset(&self, time_ms: i64) -> Duration {
+        let origin = self.catalog.origin_ms.unwrap_or(time_ms);
+        let trace_us = ((time_ms - origin).max(0) as f64) * 1000.0;
+        Duration::from_micros((trace_us / self.options.speed.max(1e-9)) as u64)
+    }
+
+    fn shard_key(&self, record: &Record, role: &Role) -> u64 {
+        match self.options.shard_by {
+            ShardBy::Client => match record.client {
+                Some(c) => fnv1a(self.catalog.names.resolve(c).as_bytes()),
+                None => position_key((record.file, record.number)),
+            },
+            ShardBy::Record => {
+                let head = match role {
+                    Role::UploadMember(head) => *head,
+                    Role::PullLayer { head, .. } => *head,
+                    Role::ManifestPush(layers) => layers
+                        .iter()
+                        .find_map(|l| match l {
+                            PushedLayer::Upload(p) => Some(*p),
+                            PushedLayer::Existing(_) => None,
+                        })
+                        .unwrap_or((record.file, record.number)),
+                    _ => (record.file, record.number),
+                };
+                position_key(head)
+            }
+        }
+    }
+
+    fn skipped_key(&self, file: u32, number: u64, client: Option<Sym>) -> u64 {
+        match (self.options.shard_by, client) {
+            (ShardBy::Client, Some(c)) => fnv1a(self.catalog.names.resolve(c).as_bytes()),
+            _ => position_key((file, number)),
+        }
+    }
+
+    fn op(
+        &mut self,
+        record: &Record,
+        action: Action,
+        folded: u32,
+        session: Option<SessionTag>,
+    ) -> PlannedOp {
+        let op = PlannedOp {
+            seq: self.seq,
+            offset: self.offset(record.time_ms),
+            action,
+            folded,
+            session,
+        };
+        self.seq += 1;
+        self.counts.ops += 1;
+        self.counts.folded += u64::from(folded);
+        op
+    }
+
+    /// Closes pulls idle for a session gap (checked at most once per trace second).
+    fn sweep_pulls(&mut self, now_ms: i64) {
+        if now_ms.saturating_sub(self.last_sweep_ms) < 1000 {
+            return;
+        }
+        self.last_sweep_ms = now_ms;
+        let gap = self.options.session_gap_ms;
+        let mut stale: Vec<(Position, u64)> = self
+            .pulls
+            .iter()
+            .filter(|(_, p)| now_ms - p.last_ms > gap)
+            .map(|(pos, p)| (*pos, p.id))
+            .collect();
+        stale.sort_unstable();
+        for (pos, id) in stale {
+            self.pulls.remove(&pos);
+            self.closing.push_back(id);
+        }
+        // Uploads no manifest PUT claimed within a gap never will be.
+        self.upload_seq.retain(|_, (_, t)| now_ms - *t <= gap);
+    }
+
+    /// Plans one record of this shard: an operation, or a fold, or a skip.
+    fn plan(&mut self, record: &Record, role: Role) -> Option<PlannedOp> {
+        let pos = (record.file, record.number);
+        let format = self.options.manifest_format;
+        let catalog = self.catalog;
+        match (record.method, record.target, role) {
+            (_, _, Role::UploadMember(head)) => {
+                // Carried out inside its head's upload; counted with that operation.
+                if let Some(n) = self.pending_members.get_mut(&head) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.pending_members.remove(&head);
+                    }
+                }
+                None
+            }
+            (_, Target::UploadStart { repo } | Target::Upload { repo, .. }, Role::UploadHead) => {
+                let facts = catalog.uploads.get(&pos).copied().unwrap_or_default();
+                let content = catalog.upload_content(pos);
+                let mode = match self.options.upload {
+                    UploadPolicy::Monolithic => UploadMode::Monolithic,
+                    UploadPolicy::Chunked { chunk_size } => UploadMode::Chunked { chunk_size },
+                    UploadPolicy::Trace if facts.patches > 0 => UploadMode::Chunked {
+                        chunk_size: content.size().div_ceil(u64::from(facts.patches)).max(1),
+                    },
+                    UploadPolicy::Trace => UploadMode::Monolithic,
+                };
+                let action = Action::BlobUpload {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.upload_digest(pos),
+                    content,
+                    mode,
+                };
+                let op = self.op(record, action, facts.members, None);
+                self.upload_seq.insert(pos, (op.seq, record.time_ms));
+                if facts.members > 0 {
+                    self.pending_members.insert(pos, facts.members);
+                }
+                Some(op)
+            }
+            (Method::Get, Target::Ping, _) => Some(self.op(record, Action::Ping, 0, None)),
+            (Method::Get, Target::TagList { repo }, _) => {
+                let repo = self.naming.repo(catalog, repo);
+                Some(self.op(record, Action::TagList { repo }, 0, None))
+            }
+            (Method::Get | Method::Head, Target::Manifest { repo, reference }, role) => {
+                let tag = self.naming.tag(catalog, repo, reference);
+                let repo = self.naming.repo(catalog, repo);
+                let reference = Reference::Tag(tag);
+                if record.method == Method::Head {
+                    return Some(self.op(
+                        record,
+                        Action::ManifestHead { repo, reference },
+                        0,
+                        None,
+                    ));
+                }
+                let session =
+                    matches!(role, Role::PullHead).then_some(SessionTag::PullHead(self.seq));
+                if let Some(SessionTag::PullHead(id)) = session {
+                    self.pulls.insert(
+                        pos,
+                        OpenPull {
+                            id,
+                            last_ms: record.time_ms,
+                        },
+                    );
+                }
+                Some(self.op(record, Action::ManifestGet { repo, reference }, 0, session))
+            }
+            (Method::Put, Target::Manifest { repo, reference }, Role::ManifestPush(layers)) => {
+                let mut deps = Vec::new();
+                for layer in &layers {
+                    if let PushedLayer::Upload(head) = layer {
+                        if let Some((seq, _)) = self.upload_seq.remove(head) {
+                            deps.push(seq);
+                        }
+                    }
+                }
+                let built = match catalog.pushes.get(&pos) {
+                    Some(facts) => push_manifest(catalog, facts, format),
+                    None => {
+                        self.skip("unsupported");
+                        return None;
+                    }
+                };
+                let tag = self.naming.tag(catalog, repo, reference);
+                let repo = self.naming.repo(catalog, repo);
+                let action = Action::ManifestPut {
+                    repo,
+                    tag,
+                    manifest: built.manifest,
+                    media_type: format.manifest_type(),
+                    deps,
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            (Method::Get, Target::Blob { repo, digest }, role) => {
+                let session = match role {
+                    Role::PullLayer { head, .. } => self.pulls.get_mut(&head).map(|p| {
+                        p.last_ms = record.time_ms;
+                        SessionTag::PullLayer(p.id)
+                    }),
+                    _ => None,
+                };
+                let size = catalog.blob_content(digest).size();
+                let action = Action::BlobGet {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                    size,
+                };
+                Some(self.op(record, action, 0, session))
+            }
+            (Method::Head, Target::Blob { repo, digest }, _) => {
+                let action = Action::BlobHead {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            (Method::Delete, Target::Blob { repo, digest }, _) => {
+                let action = Action::BlobDelete {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            _ => {
+                self.skip("unsupported");
+                None
+            }
+        }
+    }
+}
+
+impl<I> Iterator for Planner<'_, I>
+where
+    I: Iterator<Item = Result<Item, TraceError>>,
+{
+    type Item = Result<PlanItem, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(id) = self.closing.pop_front() {
+                return Some(Ok(PlanItem::CloseSession(id)));
+            }
+            if self.done {
+                return None;
+            }
+            let item = match self.items.next() {
+                Some(Ok(item)) => item,
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.done = true;
+                    let mut open: Vec<u64> = self.pulls.drain().map(|(_, p)| p.id).collect();
+                    open.sort_unstable();
+                    self.closing.extend(open);
+                    continue;
+                }
+            };
+            match item {
+                Item::Skipped {
+                    reason,
+                    file,
+                    number,
+                    client,
+                    ..
+                } => {
+                    if self
+                        .options
+                        .shard
+                        .owns(self.skipped_key(file, number, client))
+                    {
+                        self.counts.records += 1;
+                        self.skip(reason.as_str());
+                    }
+                }
+                Item::Record(record) => {
+                    self.sweep_pulls(record.time_ms);
+                    let role = self.linker.role(&record);
+                    if !self.options.shard.owns(self.shard_key(&record, &role)) {
+                        continue;
+                    }
+                    self.counts.records += 1;
+                    if let Some(op) = self.plan(&record, role) {
+                        return Some(Ok(PlanItem::Op(op)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The plan is pure: tables over generated traces, no clock, no socket.
+
+    use super::*;
+    use crate::trace::record::{parse_uri, Interner};
+    use crate::trace::synth::{generate, write_file, SynthOptions};
+    use crate::trace::{ReadOptions, TraceInput, TraceReader};
+
+    fn options(shard: ShardSpec, shard_by: ShardBy) -> PlanOptions {
+        PlanOptions {
+            shard,
+            shard_by,
+            speed: 1.0,
+            upload: UploadPolicy::Trace,
+            repos: RepoMap::Keep { prefix: None },
+            manifest_format: ManifestFormat::Oci,
+            session_gap_ms: 60_000,
+        }
+    }
+
+    /// Catalog and every plan item of a generated trace, read back from a file.
+    fn plan_of(
+        synth: &SynthOptions,
+        seed: u64,
+        plan: PlanOptions,
+    ) -> (Catalog, Vec<PlanItem>, PlanCounts) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        write_file(&path, &generate(synth).0).unwrap();
+        let input = TraceInput::resolve(&[path]).unwrap();
+        let mut reader =
+            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+        let content = catalog::ContentOptions {
+            seed,
+            ..catalog::ContentOptions::default()
+        };
+        let mut cat = Catalog::build(&mut reader, 60_000, content).unwrap();
+        cat.names = reader.into_names();
+        cat.compute_digests(2);
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut planner = Planner::new(&cat, reader, plan);
+        let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
+        let counts = planner.counts().clone();
+        (cat, items, counts)
+    }
+
+    fn ops(items: &[PlanItem]) -> Vec<&PlannedOp> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                PlanItem::Op(op) => Some(op),
+                PlanItem::CloseSession(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_manifest_put_stays_a_put_where_the_trace_also_gets_it() {
+        // Regression for the original replayer's bug B1 (PUTs relabelled as GETs).
+        let synth = SynthOptions {
+            sessions: 150,
+            pull_share: 0.6,
+            failed_share: 0.0,
+            ..SynthOptions::default()
+        };
+        let (records, _) = generate(&synth);
+        let put_uris: Vec<&str> = records
+            .iter()
+            .filter(|r| r.method == "PUT" && r.uri.contains("/manifests/"))
+            .map(|r| r.uri.as_str())
+            .collect();
+        let both = put_uris
+            .iter()
+            .filter(|u| records.iter().any(|r| r.method == "GET" && r.uri == **u))
+            .count();
+        assert!(both > 0, "the trace must both PUT and GET a manifest");
+        let (_, items, _) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let puts = ops(&items)
+            .iter()
+            .filter(|op| matches!(op.action, Action::ManifestPut { .. }))
+            .count();
+        assert_eq!(puts, put_uris.len());
+    }
+
+    #[test]
+    fn shards_cover_every_record_exactly_once() {
+        let synth = SynthOptions {
+            sessions: 200,
+            duplicate_share: 0.05,
+            failed_share: 0.05,
+            ..SynthOptions::default()
+        };
+        let (_, whole, whole_counts) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let whole_ops = ops(&whole).len() as u64;
+        for by in [ShardBy::Client, ShardBy::Record] {
+            for n in 1..=4u32 {
+                let mut records = 0;
+                let mut op_count = 0;
+                let mut folded = 0;
+                let mut skipped = 0;
+                for i in 0..n {
+                    let (_, items, counts) =
+                        plan_of(&synth, 1, options(ShardSpec { index: i, count: n }, by));
+                    assert_eq!(
+                        counts.records,
+                        counts.ops + counts.folded + counts.skipped.values().sum::<u64>(),
+                        "shard {i}/{n} by {by:?}"
+                    );
+                    assert_eq!(ops(&items).len() as u64, counts.ops);
+                    records += counts.records;
+                    op_count += counts.ops;
+                    folded += counts.folded;
+                    skipped += counts.skipped.values().sum::<u64>();
+                }
+                assert_eq!(records, whole_counts.records, "{n} shards by {by:?}");
+                assert_eq!(op_count, whole_ops);
+                assert_eq!(folded, whole_counts.folded);
+                assert_eq!(skipped, whole_counts.skipped.values().sum::<u64>());
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_digests_other_seed_other_digests() {
+        let synth = SynthOptions::default();
+        let digests = |seed| {
+            let (cat, items, _) = plan_of(&synth, seed, options(ShardSpec::ALL, ShardBy::Client));
+            let mut d: Vec<String> = cat.blob_digests.values().map(|d| d.to_string()).collect();
+            d.sort();
+            (d, items)
+        };
+        let (a, items_a) = digests(7);
+        let (b, items_b) = digests(7);
+        let (c, _) = digests(8);
+        assert_eq!(a, b);
+        assert_eq!(
+            items_a, items_b,
+            "the whole plan is a pure function of its inputs"
+        );
+        assert!(!a.is_empty());
+        assert!(a.iter().all(|d| !c.contains(d)));
+    }
+
+    #[test]
+    fn offsets_follow_trace_time_scaled_by_speed() {
+        let synth = SynthOptions {
+            sessions: 30,
+            ..SynthOptions::default()
+        };
+        let mut plan = options(ShardSpec::ALL, ShardBy::Client);
+        plan.speed = 4.0;
+        let (_, fast, _) = plan_of(&synth, 1, plan);
+        let (_, slow, _) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let (fast, slow) = (ops(&fast), ops(&slow));
+        assert_eq!(fast.first().unwrap().offset, Duration::ZERO);
+        for (f, s) in fast.iter().zip(&slow) {
+            let expect = s.offset.as_micros() / 4;
+            assert!(
+                f.offset.as_micros().abs_diff(expect) <= 1,
+                "{:?} vs {:?}",
+                f.offset,
+                s.offset
+            );
+        }
+        assert!(slow.windows(2).all(|w| w[0].offset <= w[1].offset));
+    }
+
+    #[test]
+    fn uploads_fold_their_chunks_and_choose_chunked_when_the_trace_did() {
+        let synth = SynthOptions {
+            sessions: 60,
+            pull_share: 0.0,
+            failed_share: 0.0,
+            duplicate_share: 0.0,
+            layer_size: (200_000, 300_000),
+            chunk: 64 * 1024,
+            ..SynthOptions::default()
+        };
+        let (_, stats) = generate(&synth);
+        let (_, items, counts) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        assert_eq!(counts.folded, stats.upload_members);
+        for op in ops(&items) {
+            if let Action::BlobUpload { mode, content, .. } = &op.action {
+                let UploadMode::Chunked { chunk_size } = mode else {
+                    panic!("the trace shows PATCHes: {mode:?}")
+                };
+                let patches = content.size().div_ceil(*chunk_size);
+                assert!(
+                    (4..=5).contains(&patches),
+                    "{patches} chunks for {} bytes",
+                    content.size()
+                );
+                assert!(op.folded >= 4);
+            }
+        }
+    }
+
+    #[test]
+    fn names_map_to_valid_registry_names() {
+        let mut names = Interner::default();
+        let repo = match parse_uri("v2/Weird_Name/x/manifests/t", &mut names) {
+            Target::Manifest { repo, .. } => repo,
+            other => panic!("{other:?}"),
+        };
+        let reference = names.intern("not a tag!");
+        let mut catalog = Catalog::default();
+        catalog.names = names;
+        let mut keep = Naming::new(RepoMap::Keep {
+            prefix: Some("bench".into()),
+        });
+        assert_eq!(keep.repo(&catalog, repo).as_str(), "bench/weird_name/x");
+        assert!(keep
+            .tag(&catalog, repo, reference)
+            .as_str()
+            .starts_with('t'));
+        let mut single = Naming::new(RepoMap::Single {
+            repository: "all/in/one".parse().unwrap(),
+        });
+        assert_eq!(single.repo(&catalog, repo).as_str(), "all/in/one");
+    }
+}

@@ -1,0 +1,615 @@
+//! `creb-rs replay`: IBM registry traces against a registry.
+//!
+//! 1. **Catalog** (pass 1, on a blocking thread): the whole trace is read once; objects,
+//!    sizes, layers and uploads are learned and every digest is computed in parallel.
+//! 2. **Prewarm** (`--phase prewarm|all`): everything the run reads is pushed, measured apart.
+//! 3. **Run** (`--phase run|all`): a planner thread streams the trace again into operations
+//!    (pass 2) through a bounded channel; the executor carries them out in stress (closed) or
+//!    delay (open) mode, while a canary and the CPU clock watch the generator itself.
+//!
+//! The result accounts for every record of this shard:
+//! `trace.records = replayed + folded + Σ skipped` (skipped: invalid, duplicate,
+//! failed_in_trace, unsupported, late, interrupted).
+
+pub mod prewarm;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::cli::{Phase, ReplayArgs, UploadChoice};
+use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
+use crate::exec::{execute, ExecOptions, ExecReport, Mode};
+use crate::exit::ExitStatus;
+use crate::metrics::hist::Percentiles;
+use crate::metrics::spawn_aggregator;
+use crate::oci::{ClientOptions, Repository};
+use crate::plan::catalog::{Catalog, ContentOptions};
+use crate::plan::{Naming, PlanItem, PlanOptions, Planner, RepoMap, ShardSpec, UploadPolicy};
+use crate::report::render_text;
+use crate::results::summary::Checks;
+use crate::results::{RunInfo, Shard, Summary, TraceCounts, Warning};
+use crate::shutdown::Shutdown;
+use crate::trace::{Interner, ReadOptions, TraceInput, TraceReader};
+use crate::workload::{config_json, preflight, prepare_output, ErrorLog, RegistryConfig};
+
+/// Validated settings of a replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayConfig {
+    pub registry: RegistryConfig,
+    pub traces: Vec<PathBuf>,
+    pub mode: Mode,
+    pub speed: f64,
+    pub concurrency: usize,
+    pub prewarm_concurrency: usize,
+    pub phase: Phase,
+    pub seed: u64,
+    #[serde(skip)]
+    pub read: ReadOptions,
+    pub limit_requests: Option<u64>,
+    pub limit_duration_s: Option<f64>,
+    pub skip_invalid: bool,
+    pub replay_failed: bool,
+    pub plan: PlanOptions,
+    #[serde(skip)]
+    pub content: ContentOptions,
+    pub max_lateness_ms: Option<u64>,
+    pub grace_s: f64,
+    pub start_at: Option<String>,
+    #[serde(skip)]
+    pub start_at_time: Option<SystemTime>,
+    pub verify: bool,
+    pub strict: bool,
+}
+
+fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
+    if let Some(map) = &args.repo_map {
+        let name = map
+            .strip_prefix("single:")
+            .ok_or_else(|| anyhow::anyhow!("--repo-map takes single:NAME, not '{map}'"))?;
+        let repository: Repository = name.parse().map_err(anyhow::Error::msg)?;
+        return Ok(RepoMap::Single { repository });
+    }
+    if let Some(prefix) = &args.repo_prefix {
+        // A prefix must itself be a valid name.
+        prefix
+            .trim_matches('/')
+            .parse::<Repository>()
+            .map_err(|e| anyhow::anyhow!("--repo-prefix: {e}"))?;
+    }
+    Ok(RepoMap::Keep {
+        prefix: args.repo_prefix.clone(),
+    })
+}
+
+impl TryFrom<&ReplayArgs> for ReplayConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &ReplayArgs) -> anyhow::Result<Self> {
+        if a.chunk_size.bytes() == 0 {
+            anyhow::bail!("--chunk-size must be at least 1 byte");
+        }
+        let upload = match a.upload {
+            UploadChoice::Trace => UploadPolicy::Trace,
+            UploadChoice::Monolithic => UploadPolicy::Monolithic,
+            UploadChoice::Chunked => UploadPolicy::Chunked {
+                chunk_size: a.chunk_size.bytes(),
+            },
+        };
+        let read = ReadOptions {
+            skip_invalid: a.skip_invalid,
+            replay_failed: a.replay_failed,
+            limit_requests: a.limit_requests,
+            limit_duration: a.limit_duration,
+            ..ReadOptions::default()
+        };
+        let gap_ms = i64::try_from(a.session_gap.as_millis()).unwrap_or(i64::MAX);
+        Ok(ReplayConfig {
+            registry: RegistryConfig::try_from(&a.registry)?,
+            traces: a.traces.clone(),
+            mode: a.mode,
+            speed: a.speed,
+            concurrency: a.concurrency.get(),
+            prewarm_concurrency: a.prewarm_concurrency.unwrap_or(a.concurrency).get(),
+            phase: a.phase,
+            seed: a.seed,
+            read,
+            limit_requests: a.limit_requests,
+            limit_duration_s: a.limit_duration.map(|d| d.as_secs_f64()),
+            skip_invalid: a.skip_invalid,
+            replay_failed: a.replay_failed,
+            plan: PlanOptions {
+                shard: a.shard,
+                shard_by: a.shard_by,
+                speed: a.speed,
+                upload,
+                repos: repo_map(a)?,
+                manifest_format: a.manifest_format,
+                session_gap_ms: gap_ms,
+            },
+            content: ContentOptions {
+                seed: a.seed,
+                ..ContentOptions::default()
+            },
+            max_lateness_ms: a.max_lateness.map(|d| d.as_millis() as u64),
+            grace_s: a.grace.as_secs_f64(),
+            start_at: a
+                .start_at
+                .map(|t| humantime::format_rfc3339_millis(t).to_string()),
+            start_at_time: a.start_at,
+            verify: !a.no_verify,
+            strict: a.strict,
+        })
+    }
+}
+
+/// Pass 1 on a blocking thread: the catalog, with every digest computed.
+async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<Catalog> {
+    let read = cfg.read.clone();
+    let gap = cfg.plan.session_gap_ms;
+    let content = cfg.content;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Catalog> {
+        let mut reader = TraceReader::open(&input, read, Interner::default())?;
+        let mut catalog = Catalog::build(&mut reader, gap, content)?;
+        catalog.names = reader.into_names();
+        catalog.compute_digests(available_cores());
+        Ok(catalog)
+    })
+    .await
+    .context("the trace reader stopped unexpectedly")?
+}
+
+/// What the planner thread reports when it ends.
+#[derive(Debug, Default)]
+struct PlannerEnd {
+    counts: crate::plan::PlanCounts,
+    /// Records of operations planned but not handed over (the run stopped).
+    unsent: u64,
+}
+
+fn warn(warnings: &mut Vec<Warning>, kind: &str, message: String) {
+    warnings.push(Warning {
+        kind: kind.into(),
+        message,
+    });
+}
+
+fn shard_of(spec: ShardSpec) -> Shard {
+    Shard {
+        index: spec.index,
+        count: spec.count,
+    }
+}
+
+/// Runs `creb-rs replay`.
+pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+    let cfg = ReplayConfig::try_from(&args)?;
+    prepare_output(&args.output)?;
+    let input = TraceInput::resolve(&cfg.traces)?;
+    let quiet = args.output.quiet || args.output.json;
+
+    let prepared = Instant::now();
+    let catalog = Arc::new(build_catalog(input.clone(), &cfg).await?);
+    if !quiet {
+        eprintln!(
+            "creb-rs: trace: {} records, {:.1}s of trace time, {} blobs ({}) and {} manifests to prewarm; prepared in {:.1}s",
+            catalog.items,
+            (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
+            catalog.blob_reads.len(),
+            crate::units::ByteSize(catalog.prewarm_bytes()),
+            catalog.manifests.len(),
+            prepared.elapsed().as_secs_f64()
+        );
+    }
+
+    let options = ClientOptions {
+        verify: cfg.verify,
+        ..ClientOptions::default()
+    };
+    let (first_recorder, first_aggregator) = spawn_aggregator();
+    let connection = cfg
+        .registry
+        .connect(
+            first_recorder,
+            options,
+            cfg.concurrency.max(cfg.prewarm_concurrency),
+        )
+        .await?;
+    let checked = preflight(&connection, &cfg.registry.display()).await;
+    drop(first_aggregator.finish().await);
+    if let Err(message) = checked {
+        eprintln!("creb-rs: error: {message}");
+        return Ok(ExitStatus::Usage);
+    }
+    let errors = ErrorLog::default();
+    let mut exit = ExitStatus::Success;
+
+    if cfg.phase != Phase::Run {
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = connection.client_for(recorder);
+        let started_at = SystemTime::now();
+        let start = Instant::now();
+        let mut naming = Naming::new(cfg.plan.repos.clone());
+        let report = prewarm::prewarm(
+            &catalog,
+            &client,
+            &mut naming,
+            cfg.plan.manifest_format,
+            cfg.prewarm_concurrency,
+            &shutdown,
+            &errors,
+        )
+        .await;
+        let duration = start.elapsed();
+        drop(client);
+        let aggregator = aggregator.finish().await;
+        let mut warnings = Vec::new();
+        if report.failed > 0 {
+            warn(
+                &mut warnings,
+                "prewarm_incomplete",
+                format!(
+                    "{} objects could not be prewarmed; reads of them will fail in the run",
+                    report.failed
+                ),
+            );
+        }
+        let summary = Summary::build(
+            RunInfo {
+                command: "replay".into(),
+                mode: "prewarm".into(),
+                model: "closed".into(),
+                concurrency: cfg.prewarm_concurrency as u64,
+                registry: cfg.registry.display(),
+                seed: cfg.seed,
+                shard: shard_of(ShardSpec::ALL),
+                started_at,
+                duration,
+                interrupted: shutdown.is_cancelled(),
+                trace: None,
+                warnings,
+                checks: None,
+                config: config_json(&cfg, &connection.credentials),
+            },
+            &aggregator,
+        );
+        let dir = args.output.output_dir.as_ref().map(|d| {
+            if cfg.phase == Phase::All {
+                d.join("prewarm")
+            } else {
+                d.clone()
+            }
+        });
+        if let Some(dir) = &dir {
+            crate::results::prepare_output_dir(dir)?;
+            crate::results::write_summary(dir, &summary)?;
+        }
+        if !args.output.quiet {
+            if args.output.json && cfg.phase == Phase::Prewarm {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else if !args.output.json {
+                print!("{}", render_text(&summary));
+                println!(
+                    "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
+                    report.blobs_pushed,
+                    report.blobs_present,
+                    report.manifests_pushed,
+                    report.manifests_present,
+                    report.failed
+                );
+            }
+        }
+        if report.failed > 0 {
+            exit = ExitStatus::Failed;
+        }
+        if shutdown.is_cancelled() {
+            return Ok(ExitStatus::Interrupted);
+        }
+    }
+
+    if cfg.phase != Phase::Prewarm {
+        exit = run_phase(&cfg, &args, catalog, input, &connection, &shutdown, &errors)
+            .await?
+            .max_with(exit);
+    }
+    for message in errors.messages() {
+        eprintln!("creb-rs: {message}");
+    }
+    Ok(exit)
+}
+
+impl ExitStatus {
+    /// The more severe of two statuses.
+    fn max_with(self, other: ExitStatus) -> ExitStatus {
+        let rank = |s: ExitStatus| match s {
+            ExitStatus::Success => 0,
+            ExitStatus::Failed => 1,
+            ExitStatus::Usage => 2,
+            ExitStatus::Interrupted | ExitStatus::Terminated => 3,
+        };
+        if rank(self) >= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_phase(
+    cfg: &ReplayConfig,
+    args: &ReplayArgs,
+    catalog: Arc<Catalog>,
+    input: TraceInput,
+    connection: &crate::workload::Connection,
+    shutdown: &Shutdown,
+    errors: &ErrorLog,
+) -> anyhow::Result<ExitStatus> {
+    let (recorder, aggregator) = spawn_aggregator();
+    let client = connection.client_for(recorder);
+
+    // Pass 2 on a blocking thread, feeding a bounded channel.
+    let (tx, rx) = mpsc::channel::<PlanItem>(4096);
+    let planner = {
+        let catalog = Arc::clone(&catalog);
+        let read = cfg.read.clone();
+        let options = cfg.plan.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<PlannerEnd> {
+            let reader = TraceReader::open(&input, read, catalog.names.clone())?;
+            let mut planner = Planner::new(&catalog, reader, options);
+            let mut unsent = 0;
+            for item in planner.by_ref() {
+                if let Err(mpsc::error::SendError(item)) = tx.blocking_send(item?) {
+                    if let PlanItem::Op(op) = item {
+                        unsent += op.records();
+                    }
+                    break;
+                }
+            }
+            planner.finish_early();
+            Ok(PlannerEnd {
+                counts: planner.counts().clone(),
+                unsent,
+            })
+        })
+    };
+
+    // The shared start: every host begins its schedule at --start-at.
+    let now_wall = SystemTime::now();
+    let now = Instant::now();
+    let mut warnings = Vec::new();
+    let anchor = match cfg.start_at_time {
+        Some(t) => match t.duration_since(now_wall) {
+            Ok(ahead) => now + ahead,
+            Err(behind) => {
+                warn(
+                    &mut warnings,
+                    "start_in_past",
+                    format!(
+                        "--start-at was {:.3}s in the past; started at once",
+                        behind.duration().as_secs_f64()
+                    ),
+                );
+                now
+            }
+        },
+        None => now,
+    };
+    tokio::select! {
+        _ = tokio::time::sleep_until(anchor) => {}
+        _ = shutdown.token().cancelled() => {}
+    }
+    let started_at = SystemTime::now();
+    let start_skew_ms = cfg
+        .start_at_time
+        .map(|t| match started_at.duration_since(t) {
+            Ok(d) => d.as_secs_f64() * 1000.0,
+            Err(e) => -e.duration().as_secs_f64() * 1000.0,
+        });
+
+    let cpu_before = process_cpu_time();
+    let canary_stop = tokio_util::sync::CancellationToken::new();
+    let canary = spawn_canary(canary_stop.clone());
+    let exec = execute(
+        rx,
+        client.clone(),
+        ExecOptions {
+            mode: cfg.mode,
+            concurrency: cfg.concurrency,
+            max_lateness: cfg.max_lateness_ms.map(Duration::from_millis),
+            grace: Duration::from_secs_f64(cfg.grace_s),
+        },
+        anchor,
+        shutdown.clone(),
+        errors.clone(),
+    )
+    .await;
+    canary_stop.cancel();
+    let canary = canary.await.ok();
+    let cpu = match (cpu_before, process_cpu_time()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let planner_end = planner.await.context("the planner stopped unexpectedly")?;
+    drop(client);
+    let aggregator = aggregator.finish().await;
+
+    let (counts, planner_error) = match planner_end {
+        Ok(end) => (Some(end), None),
+        Err(e) => (None, Some(e)),
+    };
+    let trace = counts.as_ref().map(|end| trace_counts(end, &exec));
+    let cores = available_cores();
+    let checks = Checks {
+        start_at: cfg.start_at.clone(),
+        start_skew_ms,
+        canary_wake_ms: canary
+            .as_ref()
+            .and_then(|c| Percentiles::of(&c.wake_lateness)),
+        cpu_seconds: cpu.map(|c| c.as_secs_f64()),
+        cpu_share: cpu
+            .map(|c| c.as_secs_f64() / (exec.duration.as_secs_f64().max(1e-9) * cores as f64)),
+        cores,
+        cap_binding_share: exec.cap_wait.as_secs_f64() / exec.duration.as_secs_f64().max(1e-9),
+        max_in_flight: exec.max_in_flight,
+    };
+    validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
+    if shutdown.by_signal() {
+        warn(
+            &mut warnings,
+            "interrupted",
+            "stopped by a signal; the numbers cover what ran".into(),
+        );
+    }
+    let summary = Summary::build(
+        RunInfo {
+            command: "replay".into(),
+            mode: cfg.mode.name().into(),
+            model: cfg.mode.model().into(),
+            concurrency: cfg.concurrency as u64,
+            registry: cfg.registry.display(),
+            seed: cfg.seed,
+            shard: shard_of(cfg.plan.shard),
+            started_at,
+            duration: exec.duration,
+            interrupted: shutdown.is_cancelled(),
+            trace,
+            warnings,
+            checks: Some(checks),
+            config: config_json(cfg, &connection.credentials),
+        },
+        &aggregator,
+    );
+    crate::workload::emit(&summary, &args.output, true)?;
+    if let Some(e) = planner_error {
+        eprintln!("creb-rs: error: {e:#}");
+        return Ok(ExitStatus::Usage);
+    }
+    if summary.totals.errors > 0 && !args.output.quiet {
+        eprintln!(
+            "creb-rs: {} of {} operations failed (see errors above)",
+            summary.totals.errors, summary.totals.requests
+        );
+    }
+    Ok(if summary.interrupted {
+        ExitStatus::Interrupted
+    } else if cfg.strict && !summary.warnings.is_empty() {
+        ExitStatus::Failed
+    } else {
+        ExitStatus::Success
+    })
+}
+
+/// The trace block: the planner's accounting settled with what the executor ran.
+fn trace_counts(end: &PlannerEnd, exec: &ExecReport) -> TraceCounts {
+    let mut skipped: BTreeMap<String, u64> = end
+        .counts
+        .skipped
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), *v))
+        .collect();
+    if exec.late > 0 {
+        skipped.insert("late".into(), exec.late);
+    }
+    let interrupted = exec.interrupted + end.unsent;
+    if interrupted > 0 {
+        skipped.insert("interrupted".into(), interrupted);
+    }
+    TraceCounts {
+        records: end.counts.records,
+        replayed: exec.replayed,
+        folded: exec.folded,
+        skipped,
+    }
+}
+
+fn validity_warnings(
+    cfg: &ReplayConfig,
+    checks: &Checks,
+    exec: &ExecReport,
+    aggregator: &crate::metrics::Aggregator,
+    warnings: &mut Vec<Warning>,
+) {
+    if let Some(share) = checks.cpu_share {
+        if share > 0.9 {
+            warn(
+                warnings,
+                "generator_bottleneck",
+                format!(
+                    "creb-rs used {:.0}% of {} cores: the numbers may measure the generator; use more hosts (--shard) or fewer in flight",
+                    share * 100.0,
+                    checks.cores
+                ),
+            );
+        }
+    }
+    if let Some(wake) = &checks.canary_wake_ms {
+        if wake.p99 > 10.0 {
+            warn(
+                warnings,
+                "generator_stalls",
+                format!(
+                    "the runtime woke up to {:.1} ms late (p99) for a 1 ms sleep: scheduling on this machine is unreliable",
+                    wake.p99
+                ),
+            );
+        }
+    }
+    if cfg.mode == Mode::Delay {
+        let mut late = 0u64;
+        let mut ops = 0u64;
+        for op in aggregator.table.ops() {
+            if let Some(s) = aggregator.table.op_total(op) {
+                late += s.late_starts[1];
+                if s.schedule_lag.is_some() {
+                    ops += s.count;
+                }
+            }
+        }
+        if ops > 0 && late * 100 > ops {
+            warn(
+                warnings,
+                "schedule_slipped",
+                format!(
+                    "{late} of {ops} operations started more than 10 ms late; raise --concurrency or lower --speed to replay the trace's timing"
+                ),
+            );
+        }
+        if checks.cap_binding_share > 0.05 {
+            warn(
+                warnings,
+                "concurrency_cap_binding",
+                format!(
+                    "the in-flight cap of {} was binding {:.0}% of the time: operations waited for a slot",
+                    cfg.concurrency,
+                    checks.cap_binding_share * 100.0
+                ),
+            );
+        }
+        if exec.late > 0 {
+            warn(
+                warnings,
+                "late_dropped",
+                format!(
+                    "{} trace records were dropped for starting later than --max-lateness",
+                    exec.late
+                ),
+            );
+        }
+    }
+    if let Some(skew) = checks.start_skew_ms {
+        if skew.abs() > 50.0 {
+            warn(
+                warnings,
+                "clock_skew",
+                format!("started {skew:.1} ms away from --start-at; check the clock (chrony) of this host"),
+            );
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Trace ingestion: IBM registry traces (FAST'18 format) streamed from files (JSON array or
+//! JSON lines; plain, gzip or zstd), merged across files by timestamp, deduplicated and
+//! classified, without ever holding a whole file.
+//!
+//! - [`record`]: the typed record, URI parsing, interning.
+//! - [`reader`]: files → records in timestamp order, with skip reasons and limits.
+//! - [`synth`]: synthetic traces shaped like docker clients, for tests and workloads.
+
+pub mod reader;
+pub mod record;
+pub mod synth;
+
+pub use reader::{Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
+pub use record::{Interner, Kind, Method, Record, Sym, Target};

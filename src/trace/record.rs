@@ -1,0 +1,397 @@
+//! One trace record, typed: the IBM Cloud registry log format (FAST'18) with its URI parsed
+//! into what it names. Strings the replay needs (repository, reference, digest, client) are
+//! interned into [`Sym`]s so a record is a small `Copy` value and memory does not grow with
+//! repeated names.
+//!
+//! The raw format (`docs/traces.md`): a JSON object per request with `timestamp`
+//! (`2017-06-20T00:01:37.113Z`), `http.request.method`, `http.request.uri`
+//! (`v2/<user>/<repo>/manifests/<ref>`, `.../blobs/<digest>`, `.../blobs/uploads/[<id>]`,
+//! with or without a leading slash), `http.request.remoteaddr` (client), `http.request.duration`
+//! (seconds), `http.response.status`, `http.response.written` (bytes, the object size), `id`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// An interned string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sym(pub u32);
+
+/// Interns strings; lookups and inserts are by value.
+#[derive(Debug, Default, Clone)]
+pub struct Interner {
+    map: HashMap<Box<str>, Sym>,
+    names: Vec<Box<str>>,
+}
+
+impl Interner {
+    pub fn intern(&mut self, s: &str) -> Sym {
+        if let Some(sym) = self.map.get(s) {
+            return *sym;
+        }
+        let sym = Sym(self.names.len() as u32);
+        self.names.push(s.into());
+        self.map.insert(s.into(), sym);
+        sym
+    }
+
+    pub fn get(&self, s: &str) -> Option<Sym> {
+        self.map.get(s).copied()
+    }
+
+    pub fn resolve(&self, sym: Sym) -> &str {
+        self.names.get(sym.0 as usize).map_or("", |s| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// HTTP method of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    Get,
+    Head,
+    Put,
+    Patch,
+    Post,
+    Delete,
+}
+
+impl Method {
+    pub fn parse(s: &str) -> Option<Method> {
+        Some(match s {
+            "GET" | "get" => Method::Get,
+            "HEAD" | "head" => Method::Head,
+            "PUT" | "put" => Method::Put,
+            "PATCH" | "patch" => Method::Patch,
+            "POST" | "post" => Method::Post,
+            "DELETE" | "delete" => Method::Delete,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a record's URI names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `v2/` (the API version check).
+    Ping,
+    /// `v2/<repo>/manifests/<reference>`.
+    Manifest { repo: Sym, reference: Sym },
+    /// `v2/<repo>/blobs/<digest>`.
+    Blob { repo: Sym, digest: Sym },
+    /// `v2/<repo>/blobs/uploads/` (a new upload session).
+    UploadStart { repo: Sym },
+    /// `v2/<repo>/blobs/uploads/<session>` (a chunk, the closing PUT, a status or cancel).
+    Upload { repo: Sym, session: Sym },
+    /// `v2/<repo>/tags/list`.
+    TagList { repo: Sym },
+    /// Anything else (`v2/_catalog`, unknown paths): counted, never replayed.
+    Other,
+}
+
+/// The kind of object a record is about, for statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Manifest,
+    Blob,
+    Upload,
+    Other,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Manifest => "manifest",
+            Kind::Blob => "blob",
+            Kind::Upload => "upload",
+            Kind::Other => "other",
+        }
+    }
+}
+
+impl Target {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Target::Manifest { .. } => Kind::Manifest,
+            Target::Blob { .. } => Kind::Blob,
+            Target::UploadStart { .. } | Target::Upload { .. } => Kind::Upload,
+            Target::Ping | Target::TagList { .. } | Target::Other => Kind::Other,
+        }
+    }
+
+    pub fn repo(&self) -> Option<Sym> {
+        match *self {
+            Target::Manifest { repo, .. }
+            | Target::Blob { repo, .. }
+            | Target::UploadStart { repo }
+            | Target::Upload { repo, .. }
+            | Target::TagList { repo } => Some(repo),
+            Target::Ping | Target::Other => None,
+        }
+    }
+}
+
+/// One request of the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    /// Index of the input file (in the order given).
+    pub file: u32,
+    /// 1-based position of the record in its file.
+    pub number: u64,
+    /// Milliseconds since the Unix epoch (UTC).
+    pub time_ms: i64,
+    pub method: Method,
+    pub target: Target,
+    /// The anonymized client (`http.request.remoteaddr`); interned, or `None` if absent.
+    pub client: Option<Sym>,
+    /// `http.response.written`: bytes of the object transferred.
+    pub size: u64,
+    /// `http.response.status` (0 if absent).
+    pub status: u16,
+    /// `http.request.duration`, in microseconds.
+    pub duration_us: u64,
+    /// Hash of the log `id`, for duplicate detection; `None` if absent.
+    pub id: Option<u64>,
+}
+
+impl Record {
+    /// Whether the original request failed (4xx/5xx). A HEAD answered 404 is the normal
+    /// answer of an existence check and does not count as failed.
+    pub fn failed_in_trace(&self) -> bool {
+        self.status >= 400 && !(self.method == Method::Head && self.status == 404)
+    }
+}
+
+/// Splits a URI into its target, interning names. Accepts a leading `/`, a query string
+/// (ignored), and repository names of any number of components.
+pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
+    let path = uri.split(['?', '#']).next().unwrap_or_default();
+    let path = path.trim_start_matches('/');
+    let Some(rest) = path.strip_prefix("v2/") else {
+        return if path == "v2" {
+            Target::Ping
+        } else {
+            Target::Other
+        };
+    };
+    if rest.is_empty() {
+        return Target::Ping;
+    }
+    if let Some(repo) = rest.strip_suffix("/tags/list") {
+        return match valid_repo(repo) {
+            true => Target::TagList {
+                repo: names.intern(repo),
+            },
+            false => Target::Other,
+        };
+    }
+    // The last `/blobs/` or `/manifests/` separates the repository from what follows.
+    if let Some(i) = rest.rfind("/blobs/uploads") {
+        let repo = &rest[..i];
+        let tail = rest[i + "/blobs/uploads".len()..].trim_start_matches('/');
+        if !valid_repo(repo) {
+            return Target::Other;
+        }
+        let repo = names.intern(repo);
+        let session = tail.trim_end_matches('/');
+        return if session.is_empty() {
+            Target::UploadStart { repo }
+        } else if session.contains('/') {
+            Target::Other
+        } else {
+            Target::Upload {
+                repo,
+                session: names.intern(session),
+            }
+        };
+    }
+    for (marker, is_manifest) in [("/manifests/", true), ("/blobs/", false)] {
+        if let Some(i) = rest.rfind(marker) {
+            let repo = &rest[..i];
+            let name = &rest[i + marker.len()..];
+            if !valid_repo(repo) || name.is_empty() || name.contains('/') {
+                return Target::Other;
+            }
+            let repo = names.intern(repo);
+            let name = names.intern(name);
+            return if is_manifest {
+                Target::Manifest {
+                    repo,
+                    reference: name,
+                }
+            } else {
+                Target::Blob { repo, digest: name }
+            };
+        }
+    }
+    Target::Other
+}
+
+fn valid_repo(repo: &str) -> bool {
+    !repo.is_empty() && !repo.starts_with('/') && !repo.ends_with('/') && !repo.contains("//")
+}
+
+/// Parses `2017-06-20T00:01:37.113Z` (RFC 3339, any fraction, `Z` or an offset) into Unix
+/// milliseconds.
+pub fn parse_timestamp(s: &str) -> Option<i64> {
+    let s = s.trim();
+    // An explicit numeric offset first: humantime's weak parser would ignore it.
+    let t = parse_with_offset(s).or_else(|| humantime::parse_rfc3339_weak(s).ok())?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(d.as_millis()).ok()
+}
+
+/// RFC 3339 with a numeric offset (`+02:00`), which humantime does not take.
+fn parse_with_offset(s: &str) -> Option<std::time::SystemTime> {
+    let time_part = s.find('T').map_or("", |t| &s[t..]);
+    if !(time_part.contains('+') || time_part.contains('-')) {
+        return None;
+    }
+    let (base, sign, offset) = if let Some(i) = s.rfind('+').filter(|i| *i > 10) {
+        (&s[..i], 1i64, &s[i + 1..])
+    } else if let Some(i) = s.rfind('-').filter(|i| *i > 10) {
+        (&s[..i], -1i64, &s[i + 1..])
+    } else {
+        return None;
+    };
+    let (h, m) = offset.split_once(':')?;
+    let secs = sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60);
+    let utc = humantime::parse_rfc3339_weak(base).ok()?;
+    if secs >= 0 {
+        utc.checked_sub(std::time::Duration::from_secs(secs as u64))
+    } else {
+        utc.checked_add(std::time::Duration::from_secs(secs.unsigned_abs()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn target(uri: &str) -> (Target, Interner) {
+        let mut names = Interner::default();
+        let t = parse_uri(uri, &mut names);
+        (t, names)
+    }
+
+    #[test]
+    fn uris_of_the_ibm_traces() {
+        let (t, n) = target("v2/503550a5/d1002b86/manifests/817c8a39");
+        let Target::Manifest { repo, reference } = t else {
+            panic!("{t:?}")
+        };
+        assert_eq!(
+            (n.resolve(repo), n.resolve(reference)),
+            ("503550a5/d1002b86", "817c8a39")
+        );
+        let (t, n) = target("/v2/a1/b2/blobs/c3d4e5f6");
+        let Target::Blob { repo, digest } = t else {
+            panic!("{t:?}")
+        };
+        assert_eq!((n.resolve(repo), n.resolve(digest)), ("a1/b2", "c3d4e5f6"));
+        assert!(matches!(
+            target("v2/a/b/blobs/uploads/").0,
+            Target::UploadStart { .. }
+        ));
+        assert!(matches!(
+            target("v2/a/b/blobs/uploads").0,
+            Target::UploadStart { .. }
+        ));
+        let (t, n) = target("v2/a/b/blobs/uploads/0f1e2d3c?_state=x&digest=sha256:1");
+        let Target::Upload { session, .. } = t else {
+            panic!("{t:?}")
+        };
+        assert_eq!(n.resolve(session), "0f1e2d3c");
+        assert_eq!(target("v2/").0, Target::Ping);
+        assert_eq!(target("/v2").0, Target::Ping);
+        assert!(matches!(
+            target("v2/a/b/tags/list").0,
+            Target::TagList { .. }
+        ));
+        assert_eq!(target("v2/_catalog").0, Target::Other);
+        assert_eq!(target("v1/search").0, Target::Other);
+        assert_eq!(target("v2//manifests/x").0, Target::Other);
+        assert_eq!(target("v2/a/manifests/").0, Target::Other);
+    }
+
+    #[test]
+    fn repositories_of_any_depth_and_names_that_look_like_markers() {
+        let (t, n) = target("v2/org/team/app/manifests/v1");
+        assert_eq!(n.resolve(t.repo().unwrap()), "org/team/app");
+        // A repository called "blobs" is still a repository.
+        let (t, n) = target("v2/x/blobs/manifests/latest");
+        assert_eq!(n.resolve(t.repo().unwrap()), "x/blobs");
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:01.500Z"), Some(1500));
+        assert_eq!(
+            parse_timestamp("2017-06-20T00:01:37.113Z"),
+            Some(1_497_916_897_113)
+        );
+        assert_eq!(
+            parse_timestamp("2017-06-20T02:01:37.113+02:00"),
+            Some(1_497_916_897_113)
+        );
+        assert_eq!(
+            parse_timestamp("2017-06-20T00:01:37Z"),
+            Some(1_497_916_897_000)
+        );
+        assert_eq!(parse_timestamp("yesterday"), None);
+    }
+
+    #[test]
+    fn failed_originals() {
+        let mut names = Interner::default();
+        let mut r = |method, status| Record {
+            file: 0,
+            number: 1,
+            time_ms: 0,
+            method,
+            target: parse_uri("v2/a/b/blobs/c", &mut names),
+            client: None,
+            size: 0,
+            status,
+            duration_us: 0,
+            id: None,
+        };
+        assert!(!r(Method::Head, 404).failed_in_trace());
+        assert!(r(Method::Get, 404).failed_in_trace());
+        assert!(r(Method::Put, 500).failed_in_trace());
+        assert!(!r(Method::Get, 200).failed_in_trace());
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(uri in ".{0,80}", ts in ".{0,40}") {
+            let mut names = Interner::default();
+            let _ = parse_uri(&uri, &mut names);
+            let _ = parse_timestamp(&ts);
+        }
+    }
+}

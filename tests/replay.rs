@@ -1,0 +1,259 @@
+//! Trace replay end to end against a real registry: a generated IBM-format trace (pulls,
+//! pushes with chunked uploads, HEAD 404s, failed originals, duplicate log ids) split over
+//! three overlapping files, one gzip'd; prewarm, then stress and delay mode, with every
+//! record of the trace accounted for exactly.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{creb, summary_json, Registry};
+use creb::trace::synth::{generate, write_file, SynthOptions, SynthStats};
+use creb::ExitStatus;
+
+/// Writes the trace round-robin into three files (so they overlap in time), the last gzip'd.
+fn write_trace(dir: &Path, opts: &SynthOptions) -> (Vec<PathBuf>, SynthStats, i64) {
+    let (records, stats) = generate(opts);
+    let span = records.last().unwrap().time_ms - records.first().unwrap().time_ms;
+    let names = ["a.json", "b.json", "c.json.gz"];
+    let mut parts: Vec<Vec<_>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    for (i, r) in records.into_iter().enumerate() {
+        parts[i % 3].push(r);
+    }
+    let mut paths = Vec::new();
+    for (name, part) in names.iter().zip(parts) {
+        let path = dir.join(name);
+        write_file(&path, &part).unwrap();
+        paths.push(path);
+    }
+    (paths, stats, span)
+}
+
+fn small_trace() -> SynthOptions {
+    SynthOptions {
+        seed: 11,
+        sessions: 120,
+        mean_gap_ms: 150.0,
+        clients: 12,
+        repos: 5,
+        layer_size: (256, 96 * 1024),
+        chunk: 32 * 1024,
+        duplicate_share: 0.03,
+        failed_share: 0.05,
+        ..SynthOptions::default()
+    }
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// `records = replayed + folded + Σ skipped`, exactly.
+fn assert_reconciled(summary: &serde_json::Value) {
+    let t = &summary["trace"];
+    let skipped: u64 = t["skipped"].as_object().unwrap().values().map(u).sum();
+    assert_eq!(
+        u(&t["records"]),
+        u(&t["replayed"]) + u(&t["folded"]) + skipped,
+        "accounting does not add up: {t}"
+    );
+    assert_eq!(
+        u(&t["replayed"]),
+        u(&summary["totals"]["requests"]),
+        "one operation per replayed record"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stress_then_delay_replay_with_exact_accounting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, stats, span_ms) = write_trace(dir.path(), &small_trace());
+    let traces: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    let registry = Registry::start();
+    let out = dir.path().join("stress");
+
+    let mut args = vec!["replay"];
+    args.extend(&traces);
+    args.extend([
+        "--registry",
+        &registry.url,
+        "--mode",
+        "stress",
+        "--concurrency",
+        "8",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(creb(&args).await, ExitStatus::Success);
+
+    let prewarm = summary_json(&out.join("prewarm"));
+    assert_eq!(prewarm["mode"], "prewarm");
+    assert_eq!(prewarm["totals"]["errors"], 0, "{}", prewarm["errors"]);
+    assert!(u(&prewarm["operations"]["blob_upload"]["ok"]) > 0);
+
+    let run = summary_json(&out);
+    assert_eq!(run["mode"], "stress");
+    assert_eq!(run["model"], "closed");
+    assert_eq!(run["totals"]["errors"], 0, "errors: {}", run["errors"]);
+    assert_reconciled(&run);
+    let t = &run["trace"];
+    assert_eq!(u(&t["records"]), stats.records);
+    assert_eq!(u(&t["skipped"]["duplicate"]), stats.duplicates);
+    assert_eq!(u(&t["skipped"]["failed_in_trace"]), stats.failed);
+    assert_eq!(
+        u(&t["folded"]),
+        stats.upload_members,
+        "PATCHes and closing PUTs fold into uploads"
+    );
+    assert_eq!(u(&run["operations"]["blob_upload"]["ok"]), stats.uploads);
+    // HEAD 404s are replayed as existence checks and succeed. A layer the trace pushes and
+    // later pulls is prewarmed (reads never depend on the order of writes across hosts), so
+    // its HEAD now finds it: fewer misses than the trace, never more.
+    let misses = u(&run["events"]["head_miss"]);
+    assert!(
+        misses > 0 && misses <= stats.head_misses,
+        "{misses} vs {}",
+        stats.head_misses
+    );
+    // B1: manifest PUTs stay PUTs even where the trace also GETs them.
+    assert!(u(&run["operations"]["manifest_put"]["ok"]) > 0);
+    assert!(u(&run["operations"]["manifest_get"]["ok"]) > 0);
+    assert!(u(&run["sessions"]["image_push"]["ok"]) > 0);
+    assert!(u(&run["sessions"]["image_pull"]["ok"]) > 0);
+    assert!(run["checks"]["canary_wake_ms"].is_object());
+
+    // Delay mode at 4x: the schedule takes a quarter of the trace's span.
+    let delay = dir.path().join("delay");
+    let mut args = vec!["replay"];
+    args.extend(&traces);
+    args.extend([
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--speed",
+        "4",
+        "--phase",
+        "run",
+        "--concurrency",
+        "32",
+        "--output-dir",
+        delay.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(creb(&args).await, ExitStatus::Success);
+    let run = summary_json(&delay);
+    assert_eq!(run["model"], "open");
+    assert_eq!(run["totals"]["errors"], 0, "errors: {}", run["errors"]);
+    assert_reconciled(&run);
+    let expected = span_ms as f64 / 4.0 / 1000.0;
+    let took = run["duration_s"].as_f64().unwrap();
+    assert!(
+        (took - expected).abs() <= expected * 0.05 + 0.1,
+        "delay mode took {took:.3}s, the schedule is {expected:.3}s"
+    );
+    let get = &run["operations"]["manifest_get"];
+    assert!(get["service_ms"].is_object() && get["schedule_lag_ms"].is_object());
+    assert!(get["late_starts"].is_object());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_cover_the_trace_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, stats, _) = write_trace(dir.path(), &small_trace());
+    let traces: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    let registry = Registry::start();
+    let mut args = vec!["replay"];
+    args.extend(&traces);
+    args.extend(["--registry", &registry.url, "--phase", "prewarm", "--quiet"]);
+    assert_eq!(creb(&args).await, ExitStatus::Success);
+
+    for by in ["client", "record"] {
+        let mut records = 0;
+        let mut ops = 0;
+        let mut folded = 0;
+        let mut errors = 0;
+        for i in 0..3 {
+            let out = dir.path().join(format!("{by}-{i}"));
+            let shard = format!("{i}/3");
+            let mut args = vec!["replay"];
+            args.extend(&traces);
+            args.extend([
+                "--registry",
+                &registry.url,
+                "--phase",
+                "run",
+                "--shard",
+                &shard,
+                "--shard-by",
+                by,
+                "--output-dir",
+                out.to_str().unwrap(),
+                "--quiet",
+            ]);
+            assert_eq!(creb(&args).await, ExitStatus::Success);
+            let s = summary_json(&out);
+            assert_reconciled(&s);
+            assert_eq!(s["shard"]["index"], i);
+            records += u(&s["trace"]["records"]);
+            ops += u(&s["trace"]["replayed"]);
+            folded += u(&s["trace"]["folded"]);
+            errors += u(&s["totals"]["errors"]);
+        }
+        assert_eq!(records, stats.records, "shard-by {by}");
+        assert_eq!(folded, stats.upload_members, "shard-by {by}");
+        assert!(ops > 0);
+        assert_eq!(errors, 0, "shard-by {by}");
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_record_names_its_file_and_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.json");
+    std::fs::write(
+        &path,
+        r#"[{"timestamp":"2017-06-20T00:00:00.000Z","http.request.method":"GET","http.request.uri":"v2/a/b/manifests/t","http.response.status":200,"http.response.written":10},
+{"timestamp":"not a time","http.request.method":"GET","http.request.uri":"v2/a/b/manifests/t"}]"#,
+    )
+    .unwrap();
+    let registry = Registry::start();
+    let r = common::run_bin(
+        &[
+            "replay",
+            path.to_str().unwrap(),
+            "--registry",
+            &registry.url,
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("bad.json") && r.stderr.contains("record 2"),
+        "{}",
+        r.stderr
+    );
+
+    let out = dir.path().join("out");
+    let r = common::run_bin(
+        &[
+            "replay",
+            path.to_str().unwrap(),
+            "--registry",
+            &registry.url,
+            "--skip-invalid",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = summary_json(&out);
+    assert_eq!(s["trace"]["skipped"]["invalid"], 1);
+    assert_reconciled(&s);
+}

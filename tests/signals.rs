@@ -1,0 +1,131 @@
+//! Ctrl-C and SIGTERM against the real binary: the first signal stops scheduling, lets
+//! in-flight requests finish, writes a valid summary marked interrupted, with every record
+//! accounted for; a second signal exits at once.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{summary_json, Registry};
+use creb::trace::synth::{generate, write_file, SynthOptions};
+
+/// A trace whose delay-mode schedule lasts about 20 s.
+fn long_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("trace.json");
+    let (records, _) = generate(&SynthOptions {
+        sessions: 100,
+        mean_gap_ms: 200.0,
+        ..SynthOptions::default()
+    });
+    write_file(&path, &records).unwrap();
+    path
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn start(
+    trace: &std::path::Path,
+    registry: &Registry,
+    out: &std::path::Path,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args([
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            &registry.url,
+            "--mode",
+            "delay",
+            "--quiet",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env_remove("DOCKER_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the run phase has started (the prewarm summary is written first).
+fn wait_for_run(out: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join("prewarm/summary.json").exists() {
+        assert!(Instant::now() < deadline, "prewarm did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+}
+
+fn reconciled(s: &serde_json::Value) -> bool {
+    let t = &s["trace"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let skipped: u64 = t["skipped"].as_object().unwrap().values().map(n).sum();
+    n(&t["records"]) == n(&t["replayed"]) + n(&t["folded"]) + skipped
+}
+
+#[test]
+fn first_ctrl_c_writes_a_valid_interrupted_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = long_trace(dir.path());
+    let registry = Registry::start();
+    let out = dir.path().join("out");
+    let child = start(&trace, &registry, &out);
+    wait_for_run(&out);
+    let sent = Instant::now();
+    signal(child.id(), "INT");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "stopped within the grace period"
+    );
+    let s = summary_json(&out);
+    assert_eq!(s["interrupted"], true);
+    assert!(reconciled(&s), "{}", s["trace"]);
+    assert!(s["trace"]["skipped"]["interrupted"].as_u64().unwrap() > 0);
+    assert!(s["trace"]["replayed"].as_u64().unwrap() > 0);
+    assert!(s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["kind"] == "interrupted"));
+}
+
+#[test]
+fn sigterm_exits_143_and_a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = long_trace(dir.path());
+    let registry = Registry::start();
+    let out = dir.path().join("term");
+    let child = start(&trace, &registry, &out);
+    wait_for_run(&out);
+    signal(child.id(), "TERM");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(143));
+    assert_eq!(summary_json(&out)["interrupted"], true);
+
+    let out = dir.path().join("twice");
+    let child = start(&trace, &registry, &out);
+    wait_for_run(&out);
+    signal(child.id(), "INT");
+    signal(child.id(), "INT");
+    let sent = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(sent.elapsed() < Duration::from_secs(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("again"));
+}
