@@ -42,6 +42,11 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Push(args) => workload::push::run(args, shutdown).await,
         Command::Pull(args) => workload::pull::run(args, shutdown).await,
         Command::Replay(args) => crate::replay::run(args, shutdown).await,
+        Command::Merge(args) => crate::merge::run(args).await,
+        Command::Report(args) => crate::report::run(args).await,
+        Command::Compare(args) => crate::compare::run(args).await,
+        Command::Simulate(args) => crate::analysis::simulate::run(args).await,
+        Command::Cost(args) => crate::analysis::cost::run(args).await,
     };
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,

@@ -9,11 +9,14 @@
 //! `main.rs` only parses arguments, builds the runtime and maps [`run`]'s outcome to an
 //! exit code; tests drive [`run`] in-process.
 
+pub mod analysis;
 pub mod auth;
 pub mod cli;
+pub mod compare;
 pub mod content;
 pub mod exec;
 pub mod exit;
+pub mod merge;
 pub mod metrics;
 pub mod oci;
 pub mod plan;

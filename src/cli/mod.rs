@@ -45,6 +45,16 @@ pub enum Command {
     /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
     /// delay (open, trace timing) mode.
     Replay(ReplayArgs),
+    /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
+    Merge(crate::merge::MergeArgs),
+    /// Re-render a result directory as text, JSON, CSV or a self-contained HTML report.
+    Report(crate::report::ReportArgs),
+    /// Compare two result directories side by side.
+    Compare(crate::compare::CompareArgs),
+    /// Offline simulations over traces: a two-level layer cache, prefetching after pushes.
+    Simulate(crate::analysis::simulate::SimulateArgs),
+    /// Storage and egress cost of a measured run or a trace, from a pricing table.
+    Cost(crate::analysis::cost::CostArgs),
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -210,6 +220,27 @@ pub struct OutputArgs {
     /// Print nothing on stdout (results still go to --output-dir).
     #[arg(long, short, conflicts_with = "json")]
     pub quiet: bool,
+
+    /// Exit 1 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s',
+    /// 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms'.
+    #[arg(long, value_name = "EXPR")]
+    pub fail_if: Vec<String>,
+
+    /// Length of the intervals of histograms.hlog and timeline.csv.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+
+    /// Also write requests.csv: one row per request, streamed (large for long runs).
+    #[arg(long, requires = "output_dir")]
+    pub record_requests: bool,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("'{s}' is shorter than the 10 ms minimum"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Clone, Args)]

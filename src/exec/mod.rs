@@ -370,12 +370,14 @@ pub async fn execute(
         };
         if let (Some(due), Some(max)) = (intended, options.max_lateness) {
             if Instant::now() > due + max {
+                recorder.offered(due).await;
                 report.late += op.records();
                 drop(permit);
                 continue;
             }
         }
         let started = Instant::now();
+        recorder.offered(intended.unwrap_or(started)).await;
         if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
             recorder
                 .session(SessionMsg::Started {

@@ -1,5 +1,6 @@
 //! Recording measurements: one [`Sample`] per finished exchange, sent over a bounded channel
-//! to a single [`Aggregator`] task that owns every histogram (no locks on the hot path).
+//! to a single [`Aggregator`] that owns every histogram (no locks on the hot path) and cuts
+//! the run into intervals (see [`aggregator`]).
 //!
 //! Clock: all instants are `tokio::time::Instant` (monotonic; tests can pause it). For an
 //! operation with an intended start (delay mode), *latency* runs from the intended start to
@@ -10,6 +11,7 @@
 //! Memory: per (operation, size class) one [`Stats`] whose histograms are allocated on first
 //! use; nothing grows with the number of requests.
 
+pub mod aggregator;
 pub mod hist;
 pub mod op;
 
@@ -17,9 +19,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+pub use aggregator::{
+    spawn_aggregator, spawn_aggregator_with, Aggregator, AggregatorConfig, AggregatorHandle,
+    Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
+};
 pub use hist::{new_histogram, HistogramSettings, HISTOGRAM_SETTINGS};
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
 
@@ -97,67 +102,6 @@ pub struct Sample {
     pub bytes_received: u64,
     /// HTTP exchanges this sample stands for (an upload session counts all of its requests).
     pub http_requests: u32,
-}
-
-/// What flows to the aggregator.
-#[derive(Debug, Clone, Copy)]
-enum Msg {
-    Sample(Sample),
-    Event(Event),
-    Session(SessionMsg),
-}
-
-/// Progress of an image session whose members are separate operations (an image pull in
-/// a trace replay). The aggregator turns a closed session whose members all ended into one
-/// `image_pull` sample, from the earliest member start to the last end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionMsg {
-    /// A member of session `id` starts; `start` is its intended (or actual) start.
-    Started { id: u64, start: Instant },
-    /// A member ended.
-    Ended {
-        id: u64,
-        end: Instant,
-        error: Option<ErrorKind>,
-        bytes: u64,
-    },
-    /// No further member will start.
-    Closed { id: u64 },
-}
-
-#[derive(Debug)]
-struct OpenSession {
-    start: Instant,
-    end: Instant,
-    pending: u32,
-    error: Option<ErrorKind>,
-    bytes: u64,
-    closed: bool,
-}
-
-/// A cheap, cloneable handle that sends samples to the aggregator.
-#[derive(Debug, Clone)]
-pub struct Recorder {
-    tx: mpsc::Sender<Msg>,
-}
-
-impl Recorder {
-    /// Sends a sample; waits only if the aggregator is a full channel behind.
-    pub async fn record(&self, sample: Sample) {
-        // The aggregator outlives every worker; a send error can only happen after it
-        // finished, when nothing is reported any more.
-        let _ = self.tx.send(Msg::Sample(sample)).await;
-    }
-
-    /// Counts an event.
-    pub async fn event(&self, event: Event) {
-        let _ = self.tx.send(Msg::Event(event)).await;
-    }
-
-    /// Reports session progress.
-    pub async fn session(&self, msg: SessionMsg) {
-        let _ = self.tx.send(Msg::Session(msg)).await;
-    }
 }
 
 /// Counters and histograms for one (operation, size class) over some period.
@@ -257,6 +201,34 @@ impl Stats {
         }
     }
 
+    /// Zeroes everything, keeping the histograms' memory for reuse.
+    pub fn reset(&mut self) {
+        self.count = 0;
+        self.ok = 0;
+        self.errors = 0;
+        self.errors_by_kind.clear();
+        self.bytes_sent = 0;
+        self.bytes_received = 0;
+        self.http_requests = 0;
+        self.latency.reset();
+        for h in [
+            &mut self.service,
+            &mut self.schedule_lag,
+            &mut self.ttfb,
+            &mut self.error_latency,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            h.reset();
+        }
+        self.late_starts = [0; 3];
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// Adds `other` exactly (histogram counts add; nothing is averaged).
     pub fn add(&mut self, other: &Stats) {
         self.count += other.count;
@@ -294,13 +266,21 @@ impl StatsTable {
     }
 
     pub fn add(&mut self, other: &StatsTable) {
-        for (key, stats) in &other.cells {
+        for (key, stats) in other.cells() {
             self.cells.entry(*key).or_default().add(stats);
         }
     }
 
+    /// Zeroes every cell, keeping memory for the next interval.
+    pub fn reset(&mut self) {
+        for stats in self.cells.values_mut() {
+            stats.reset();
+        }
+    }
+
+    /// Cells that saw at least one sample.
     pub fn cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats)> {
-        self.cells.iter()
+        self.cells.iter().filter(|(_, s)| !s.is_empty())
     }
 
     pub fn insert(&mut self, op: Op, class: SizeClass, stats: Stats) {
@@ -308,13 +288,13 @@ impl StatsTable {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
+        self.cells().next().is_none()
     }
 
     /// All size classes of one operation added together.
     pub fn op_total(&self, op: Op) -> Option<Stats> {
         let mut found: Option<Stats> = None;
-        for ((o, _), stats) in &self.cells {
+        for ((o, _), stats) in self.cells() {
             if *o == op {
                 match &mut found {
                     Some(f) => f.add(stats),
@@ -326,169 +306,21 @@ impl StatsTable {
     }
 
     pub fn ops(&self) -> Vec<Op> {
-        let mut ops: Vec<Op> = self.cells.keys().map(|(o, _)| *o).collect();
+        let mut ops: Vec<Op> = self.cells().map(|((o, _), _)| *o).collect();
         ops.dedup();
         ops
     }
 
     pub fn classes_of(&self, op: Op) -> impl Iterator<Item = (SizeClass, &Stats)> {
-        self.cells
-            .iter()
+        self.cells()
             .filter(move |((o, _), _)| *o == op)
             .map(|((_, c), s)| (*c, s))
     }
-}
 
-/// Owns all measurements of a run. Lives in one task; see [`spawn_aggregator`].
-#[derive(Debug, Default)]
-pub struct Aggregator {
-    pub table: StatsTable,
-    pub events: [u64; Event::COUNT],
-    sessions: std::collections::HashMap<u64, OpenSession>,
-}
-
-impl Aggregator {
-    pub fn record(&mut self, s: &Sample) {
-        self.table.record(s);
+    /// A cell, to fill in from stored results.
+    pub fn cell_mut(&mut self, op: Op, class: SizeClass) -> &mut Stats {
+        self.cells.entry((op, class)).or_default()
     }
-
-    fn handle(&mut self, msg: Msg) {
-        match msg {
-            Msg::Sample(s) => self.record(&s),
-            Msg::Event(e) => self.events[e.index()] += 1,
-            Msg::Session(m) => self.session(m),
-        }
-    }
-
-    fn session(&mut self, msg: SessionMsg) {
-        let id = match msg {
-            SessionMsg::Started { id, start } => {
-                let s = self.sessions.entry(id).or_insert(OpenSession {
-                    start,
-                    end: start,
-                    pending: 0,
-                    error: None,
-                    bytes: 0,
-                    closed: false,
-                });
-                s.start = s.start.min(start);
-                s.pending += 1;
-                id
-            }
-            SessionMsg::Ended {
-                id,
-                end,
-                error,
-                bytes,
-            } => {
-                if let Some(s) = self.sessions.get_mut(&id) {
-                    s.pending = s.pending.saturating_sub(1);
-                    s.end = s.end.max(end);
-                    s.bytes += bytes;
-                    if s.error.is_none() {
-                        s.error = error;
-                    }
-                }
-                id
-            }
-            SessionMsg::Closed { id } => {
-                if let Some(s) = self.sessions.get_mut(&id) {
-                    s.closed = true;
-                }
-                id
-            }
-        };
-        let finished = self
-            .sessions
-            .get(&id)
-            .is_some_and(|s| s.closed && s.pending == 0);
-        if finished {
-            if let Some(s) = self.sessions.remove(&id) {
-                self.record(&Sample {
-                    op: Op::ImagePull,
-                    outcome: s.error.map_or(Outcome::Ok, Outcome::Error),
-                    size_class: SizeClass::of(s.bytes),
-                    timing: Timing {
-                        intended: None,
-                        sent: s.start,
-                        first_byte: None,
-                        end: s.end,
-                    },
-                    bytes_sent: 0,
-                    bytes_received: s.bytes,
-                    http_requests: 0,
-                });
-            }
-        }
-    }
-
-    /// Non-zero event counters by name.
-    pub fn event_counts(&self) -> BTreeMap<String, u64> {
-        Event::ALL
-            .iter()
-            .filter(|e| self.events[e.index()] > 0)
-            .map(|e| (e.name().to_owned(), self.events[e.index()]))
-            .collect()
-    }
-}
-
-/// The running aggregator task and the way to stop it.
-#[derive(Debug)]
-pub struct AggregatorHandle {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Aggregator>,
-}
-
-impl AggregatorHandle {
-    /// Stops the aggregator after draining every sample already sent, and returns it.
-    pub async fn finish(self) -> Aggregator {
-        let _ = self.stop.send(());
-        match self.task.await {
-            Ok(aggregator) => aggregator,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
-    }
-}
-
-/// Capacity of the sample channel: far more than any run keeps in flight.
-const CHANNEL_CAPACITY: usize = 16 * 1024;
-
-/// Starts the aggregator task. Samples recorded before [`AggregatorHandle::finish`] returns
-/// are all counted.
-pub fn spawn_aggregator() -> (Recorder, AggregatorHandle) {
-    let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
-    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut aggregator = Aggregator::default();
-        let mut buf = Vec::with_capacity(256);
-        loop {
-            tokio::select! {
-                biased;
-                n = rx.recv_many(&mut buf, 256) => {
-                    if n == 0 {
-                        break;
-                    }
-                    for msg in buf.drain(..) {
-                        aggregator.handle(msg);
-                    }
-                }
-                _ = &mut stop_rx => {
-                    while let Ok(msg) = rx.try_recv() {
-                        aggregator.handle(msg);
-                    }
-                    break;
-                }
-            }
-        }
-        aggregator
-    });
-    (
-        Recorder { tx },
-        AggregatorHandle {
-            stop: stop_tx,
-            task,
-        },
-    )
 }
 
 #[cfg(test)]

@@ -32,12 +32,16 @@ use crate::metrics::spawn_aggregator;
 use crate::oci::{ClientOptions, Repository};
 use crate::plan::catalog::{Catalog, ContentOptions};
 use crate::plan::{Naming, PlanItem, PlanOptions, Planner, RepoMap, ShardSpec, UploadPolicy};
-use crate::report::render_text;
 use crate::results::summary::Checks;
+use crate::results::thresholds::{check, Threshold};
+use crate::results::{Meta, MetaInput, RunOutput};
 use crate::results::{RunInfo, Shard, Summary, TraceCounts, Warning};
 use crate::shutdown::Shutdown;
 use crate::trace::{Interner, ReadOptions, TraceInput, TraceReader};
-use crate::workload::{config_json, preflight, prepare_output, ErrorLog, RegistryConfig};
+use crate::workload::{
+    config_json, preflight, prepare_output, publish, run_output, thresholds, ErrorLog, Finished,
+    RegistryConfig,
+};
 
 /// Validated settings of a replay.
 #[derive(Debug, Clone, Serialize)]
@@ -165,6 +169,37 @@ async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<
     .context("the trace reader stopped unexpectedly")?
 }
 
+/// What the workload requests: runs compare (and merge) only when this matches. The trace is
+/// identified by its files' names and sizes, its record count and span.
+fn dataset_json(cfg: &ReplayConfig, input: &TraceInput, catalog: &Catalog) -> serde_json::Value {
+    let files: Vec<serde_json::Value> = input
+        .files
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "name": f.file_name().map(|n| n.to_string_lossy().into_owned()),
+                "bytes": std::fs::metadata(f).map(|m| m.len()).ok(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "command": "replay",
+        "traces": files,
+        "records": catalog.items,
+        "origin_ms": catalog.origin_ms,
+        "end_ms": catalog.end_ms,
+        "seed": cfg.seed,
+        "limit_requests": cfg.limit_requests,
+        "limit_duration_s": cfg.limit_duration_s,
+        "skip_invalid": cfg.skip_invalid,
+        "replay_failed": cfg.replay_failed,
+        "repos": cfg.plan.repos,
+        "upload": cfg.plan.upload,
+        "manifest_format": cfg.plan.manifest_format,
+        "session_gap_ms": cfg.plan.session_gap_ms,
+    })
+}
+
 /// What the planner thread reports when it ends.
 #[derive(Debug, Default)]
 struct PlannerEnd {
@@ -190,7 +225,9 @@ fn shard_of(spec: ShardSpec) -> Shard {
 /// Runs `creb-rs replay`.
 pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = ReplayConfig::try_from(&args)?;
+    let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
+    let output = run_output(&args.output);
     let input = TraceInput::resolve(&cfg.traces)?;
     let quiet = args.output.quiet || args.output.json;
 
@@ -208,6 +245,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         );
     }
 
+    let dataset = dataset_json(&cfg, &input, &catalog);
     let options = ClientOptions {
         verify: cfg.verify,
         ..ClientOptions::default()
@@ -231,10 +269,15 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let mut exit = ExitStatus::Success;
 
     if cfg.phase != Phase::Run {
-        let (recorder, aggregator) = spawn_aggregator();
-        let client = connection.client_for(recorder);
+        let out = if cfg.phase == Phase::All {
+            output.in_subdir("prewarm")
+        } else {
+            output.clone()
+        };
         let started_at = SystemTime::now();
         let start = Instant::now();
+        let (recorder, aggregator) = out.start(start, started_at)?;
+        let client = connection.client_for(recorder);
         let mut naming = Naming::new(cfg.plan.repos.clone());
         let report = prewarm::prewarm(
             &catalog,
@@ -279,33 +322,46 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             },
             &aggregator,
         );
-        let dir = args.output.output_dir.as_ref().map(|d| {
-            if cfg.phase == Phase::All {
-                d.join("prewarm")
-            } else {
-                d.clone()
-            }
-        });
-        if let Some(dir) = &dir {
-            crate::results::prepare_output_dir(dir)?;
-            crate::results::write_summary(dir, &summary)?;
-        }
-        if !args.output.quiet {
-            if args.output.json && cfg.phase == Phase::Prewarm {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
-            } else if !args.output.json {
-                print!("{}", render_text(&summary));
-                println!(
-                    "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
-                    report.blobs_pushed,
-                    report.blobs_present,
-                    report.manifests_pushed,
-                    report.manifests_present,
-                    report.failed
-                );
-            }
+        let meta = Meta::new(
+            &summary,
+            MetaInput {
+                config: summary.config.clone(),
+                dataset: dataset.clone(),
+                anchor: started_at,
+                start_at: None,
+                actual_start: started_at,
+                start_skew_ms: None,
+                interval: out.interval,
+            },
+        );
+        let finished = Finished {
+            summary,
+            aggregator,
+            meta,
+        };
+        // With --phase all the run's results are the ones printed as JSON.
+        let shown = crate::cli::OutputArgs {
+            json: args.output.json && cfg.phase == Phase::Prewarm,
+            quiet: args.output.quiet || (args.output.json && cfg.phase != Phase::Prewarm),
+            ..args.output.clone()
+        };
+        publish(&finished, &shown, out.dir.as_deref(), true)?;
+        if !shown.quiet && !shown.json {
+            println!(
+                "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
+                report.blobs_pushed,
+                report.blobs_present,
+                report.manifests_pushed,
+                report.manifests_present,
+                report.failed
+            );
         }
         if report.failed > 0 {
+            exit = ExitStatus::Failed;
+        }
+        if cfg.phase == Phase::Prewarm
+            && check(&thresholds, &finished.summary, &finished.aggregator.table)
+        {
             exit = ExitStatus::Failed;
         }
         if shutdown.is_cancelled() {
@@ -314,9 +370,17 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
 
     if cfg.phase != Phase::Prewarm {
-        exit = run_phase(&cfg, &args, catalog, input, &connection, &shutdown, &errors)
-            .await?
-            .max_with(exit);
+        let context = RunContext {
+            cfg: &cfg,
+            args: &args,
+            output: &output,
+            dataset: &dataset,
+            thresholds: &thresholds,
+            connection: &connection,
+            shutdown: &shutdown,
+            errors: &errors,
+        };
+        exit = run_phase(context, catalog, input).await?.max_with(exit);
     }
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
@@ -341,18 +405,33 @@ impl ExitStatus {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the run phase needs from the command.
+struct RunContext<'a> {
+    cfg: &'a ReplayConfig,
+    args: &'a ReplayArgs,
+    output: &'a RunOutput,
+    dataset: &'a serde_json::Value,
+    thresholds: &'a [Threshold],
+    connection: &'a crate::workload::Connection,
+    shutdown: &'a Shutdown,
+    errors: &'a ErrorLog,
+}
+
 async fn run_phase(
-    cfg: &ReplayConfig,
-    args: &ReplayArgs,
+    context: RunContext<'_>,
     catalog: Arc<Catalog>,
     input: TraceInput,
-    connection: &crate::workload::Connection,
-    shutdown: &Shutdown,
-    errors: &ErrorLog,
 ) -> anyhow::Result<ExitStatus> {
-    let (recorder, aggregator) = spawn_aggregator();
-    let client = connection.client_for(recorder);
+    let RunContext {
+        cfg,
+        args,
+        output,
+        dataset,
+        thresholds,
+        connection,
+        shutdown,
+        errors,
+    } = context;
 
     // Pass 2 on a blocking thread, feeding a bounded channel.
     let (tx, rx) = mpsc::channel::<PlanItem>(4096);
@@ -384,9 +463,9 @@ async fn run_phase(
     let now_wall = SystemTime::now();
     let now = Instant::now();
     let mut warnings = Vec::new();
-    let anchor = match cfg.start_at_time {
+    let (anchor, anchor_wall) = match cfg.start_at_time {
         Some(t) => match t.duration_since(now_wall) {
-            Ok(ahead) => now + ahead,
+            Ok(ahead) => (now + ahead, t),
             Err(behind) => {
                 warn(
                     &mut warnings,
@@ -396,11 +475,14 @@ async fn run_phase(
                         behind.duration().as_secs_f64()
                     ),
                 );
-                now
+                (now, now_wall)
             }
         },
-        None => now,
+        None => (now, now_wall),
     };
+    // Intervals are aligned to the anchor, the same instant on every host.
+    let (recorder, aggregator) = output.start(anchor, anchor_wall)?;
+    let client = connection.client_for(recorder);
     tokio::select! {
         _ = tokio::time::sleep_until(anchor) => {}
         _ = shutdown.token().cancelled() => {}
@@ -486,7 +568,26 @@ async fn run_phase(
         },
         &aggregator,
     );
-    crate::workload::emit(&summary, &args.output, true)?;
+    let meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: dataset.clone(),
+            anchor: anchor_wall,
+            start_at: cfg.start_at.clone(),
+            actual_start: started_at,
+            start_skew_ms,
+            interval: output.interval,
+        },
+    );
+    let finished = Finished {
+        summary,
+        aggregator,
+        meta,
+    };
+    publish(&finished, &args.output, output.dir.as_deref(), true)?;
+    let summary = &finished.summary;
+    let failed = check(thresholds, summary, &finished.aggregator.table);
     if let Some(e) = planner_error {
         eprintln!("creb-rs: error: {e:#}");
         return Ok(ExitStatus::Usage);
@@ -499,7 +600,7 @@ async fn run_phase(
     }
     Ok(if summary.interrupted {
         ExitStatus::Interrupted
-    } else if cfg.strict && !summary.warnings.is_empty() {
+    } else if failed || (cfg.strict && !summary.warnings.is_empty()) {
         ExitStatus::Failed
     } else {
         ExitStatus::Success

@@ -1,10 +1,19 @@
-//! What people read: the summary table printed on stdout after a run (and by `report`).
-//! Diagnostics never go here; they go to stderr through `tracing`.
+//! What people read: the summary table printed on stdout after a run, and `creb-rs report`,
+//! which re-renders any result directory as text, JSON, CSV or a self-contained HTML page.
+//! Diagnostics never go here; they go to stderr.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::exit::ExitStatus;
+use crate::results::store::load;
 
 use crate::metrics::hist::Percentiles;
 use crate::results::summary::{OpSummary, Summary};
+
+pub mod html;
 use crate::units::ByteSize;
 
 fn ms(v: f64) -> String {
@@ -141,6 +150,108 @@ pub fn render_text(summary: &Summary) -> String {
         let _ = writeln!(out, "warning [{}]: {}", w.kind, w.message);
     }
     out
+}
+
+/// Output formats of `creb-rs report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Csv,
+    Html,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// A result directory (of a run or a merge).
+    #[arg(value_name = "RESULT_DIR")]
+    pub dir: PathBuf,
+
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// The operations table as CSV: one row per operation and session.
+pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "operation",
+        "count",
+        "ok",
+        "errors",
+        "bytes",
+        "requests_per_s",
+        "bytes_per_s",
+        "mean_ms",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "p999_ms",
+        "max_ms",
+        "service_p99_ms",
+        "lag_p99_ms",
+    ])?;
+    let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
+    for (name, s) in summary.operations.iter().chain(summary.sessions.iter()) {
+        let l = s.latency_ms;
+        w.write_record([
+            name.clone(),
+            s.count.to_string(),
+            s.ok.to_string(),
+            s.errors.to_string(),
+            s.bytes.to_string(),
+            format!("{}", s.requests_per_s),
+            format!("{}", s.bytes_per_s),
+            num(l.map(|l| l.mean)),
+            num(l.map(|l| l.p50)),
+            num(l.map(|l| l.p90)),
+            num(l.map(|l| l.p99)),
+            num(l.map(|l| l.p999)),
+            num(l.map(|l| l.max)),
+            num(s.service_ms.map(|l| l.p99)),
+            num(s.schedule_lag_ms.map(|l| l.p99)),
+        ])?;
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+/// Runs `creb-rs report`.
+pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
+    let set = load(&args.dir)?;
+    let text = match args.format {
+        Format::Text => {
+            let mut t = String::new();
+            if !set.meta.hosts.is_empty() {
+                t.push_str(&crate::merge::host_table(&set.meta.hosts));
+                t.push('\n');
+            }
+            t.push_str(&render_text(&set.summary));
+            t
+        }
+        Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",
+        Format::Csv => render_csv(&set.summary)?,
+        Format::Html => {
+            let page = html::render(&set)?;
+            let path = args
+                .output
+                .clone()
+                .unwrap_or_else(|| args.dir.join("report.html"));
+            std::fs::write(&path, page)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            eprintln!("creb-rs: wrote {}", path.display());
+            return Ok(ExitStatus::Success);
+        }
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -1,17 +1,108 @@
-//! The result directory (`--output-dir`): `summary.json` now; more files join as the run
-//! grows them. Files are written whole to a temporary name and renamed, so a reader never
-//! sees half a file, and the directory is checked for writability before a run starts so a
-//! long run does not end in an I/O error.
+//! The result directory (`--output-dir`), a contract documented in `docs/results.md`:
+//!
+//! - written as the run goes: `histograms.hlog` (interval histograms), `timeline.csv`
+//!   (one row per interval), `requests.csv` (with `--record-requests`);
+//! - written at the end: `counters.json`, `meta.json`, and `summary.json` last.
+//!
+//! Whole files are written to a temporary name and renamed, so a reader never sees half of
+//! one; the directory is checked for writability before a run starts, so a long run does not
+//! end in an I/O error.
 
+pub mod hlog;
+pub mod store;
 pub mod summary;
+pub mod thresholds;
+pub mod writer;
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use tokio::time::Instant;
 
+use crate::metrics::{spawn_aggregator_with, AggregatorConfig, AggregatorHandle, Recorder};
+pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
+
+/// Where a run's results go and how its intervals are cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    pub dir: Option<PathBuf>,
+    pub interval: Duration,
+    pub record_requests: bool,
+}
+
+impl RunOutput {
+    /// The same settings for a subdirectory (a replay's prewarm phase).
+    pub fn in_subdir(&self, name: &str) -> RunOutput {
+        RunOutput {
+            dir: self.dir.as_ref().map(|d| d.join(name)),
+            ..self.clone()
+        }
+    }
+
+    /// Starts the aggregator of a run whose interval 0 starts at `anchor` (`anchor_wall` on
+    /// the wall clock), writing intervals into the result directory if there is one.
+    pub fn start(
+        &self,
+        anchor: Instant,
+        anchor_wall: SystemTime,
+    ) -> anyhow::Result<(Recorder, AggregatorHandle)> {
+        let sink = match &self.dir {
+            Some(dir) => {
+                prepare_output_dir(dir)?;
+                Some(writer::ResultWriter::create(dir, anchor_wall, self.record_requests)?.boxed())
+            }
+            None => None,
+        };
+        let config = AggregatorConfig {
+            interval: self.interval,
+            anchor,
+        };
+        Ok(spawn_aggregator_with(config, sink))
+    }
+}
+
+/// What identifies a run in `meta.json`, besides the summary.
+#[derive(Debug, Clone)]
+pub struct MetaInput {
+    pub config: serde_json::Value,
+    /// What the workload requests; runs compare only when it matches.
+    pub dataset: serde_json::Value,
+    pub anchor: SystemTime,
+    pub start_at: Option<String>,
+    pub actual_start: SystemTime,
+    pub start_skew_ms: Option<f64>,
+    pub interval: Duration,
+}
+
+impl Meta {
+    pub fn new(summary: &Summary, input: MetaInput) -> Meta {
+        Meta {
+            schema_version: store::COUNTERS_VERSION,
+            tool: summary.tool.clone(),
+            command: summary.command.clone(),
+            mode: summary.mode.clone(),
+            model: summary.model.clone(),
+            host: store::hostname(),
+            seed: summary.seed,
+            shard: summary.shard,
+            config_hash: store::config_hash(&input.config),
+            dataset_hash: store::json_hash(&input.dataset),
+            config: input.config,
+            anchor: humantime::format_rfc3339_millis(input.anchor).to_string(),
+            start_at: input.start_at,
+            actual_start: humantime::format_rfc3339_millis(input.actual_start).to_string(),
+            start_skew_ms: input.start_skew_ms,
+            interval_s: input.interval.as_secs_f64(),
+            histograms: summary.histograms.clone(),
+            clock: store::CLOCK_NOTE.into(),
+            hosts: Vec::new(),
+        }
+    }
+}
 
 /// Creates the directory if needed and proves it is writable.
 pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@ pub mod pull;
 pub mod push;
 
 use std::fs;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -15,12 +16,15 @@ use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, Password
 use crate::auth::registry_auth::RegistryAuth;
 use crate::cli::{OutputArgs, RegistryArgs};
 use crate::exit::ExitStatus;
+use crate::metrics::Aggregator;
 use crate::metrics::Recorder;
 use crate::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
 use crate::oci::transport::Transport;
 use crate::oci::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::report::render_text;
-use crate::results::{prepare_output_dir, write_summary, Summary};
+use crate::results::store::write_final;
+use crate::results::thresholds::{check, parse_all, Threshold};
+use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
 
 /// Validated registry settings.
 #[derive(Debug, Clone, Serialize)]
@@ -191,13 +195,41 @@ pub fn prepare_output(output: &OutputArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes and prints a finished run's summary (the table only when `table`). If the result
-/// directory cannot be written, the summary goes to stderr as JSON so nothing is lost, and
-/// the error is returned.
-pub fn emit(summary: &Summary, output: &OutputArgs, table: bool) -> anyhow::Result<()> {
-    if let Some(dir) = &output.output_dir {
-        if let Err(e) = write_summary(dir, summary) {
-            if let Ok(json) = serde_json::to_string(summary) {
+/// The result settings of the output flags.
+pub fn run_output(output: &OutputArgs) -> RunOutput {
+    RunOutput {
+        dir: output.output_dir.clone(),
+        interval: output.interval,
+        record_requests: output.record_requests,
+    }
+}
+
+/// A finished run, ready to be written and shown.
+#[derive(Debug)]
+pub struct Finished {
+    pub summary: Summary,
+    pub aggregator: Aggregator,
+    pub meta: Meta,
+}
+
+/// Writes a finished run into `dir` (if any) and prints it (the table only when `table`).
+/// If the result directory cannot be written, the summary goes to stderr as JSON so nothing
+/// is lost, and the error is returned.
+pub fn publish(
+    run: &Finished,
+    output: &OutputArgs,
+    dir: Option<&Path>,
+    table: bool,
+) -> anyhow::Result<()> {
+    if let Some(dir) = dir {
+        if let Some(e) = &run.aggregator.sink_error {
+            eprintln!(
+                "creb-rs: warning: writing {} during the run failed: {e}",
+                dir.display()
+            );
+        }
+        if let Err(e) = write_final(dir, &run.summary, &run.aggregator, &run.meta) {
+            if let Ok(json) = serde_json::to_string(&run.summary) {
                 eprintln!("{json}");
             }
             return Err(e);
@@ -206,41 +238,44 @@ pub fn emit(summary: &Summary, output: &OutputArgs, table: bool) -> anyhow::Resu
     if output.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(summary).context("cannot serialise the summary")?
+            serde_json::to_string_pretty(&run.summary).context("cannot serialise the summary")?
         );
     } else if !output.quiet && table {
-        print!("{}", render_text(summary));
+        print!("{}", render_text(&run.summary));
     }
     Ok(())
+}
+
+/// The `--fail-if` thresholds of the output flags, parsed before the run (a bad expression
+/// is a usage error, found before any work is done).
+pub fn thresholds(output: &OutputArgs) -> anyhow::Result<Vec<Threshold>> {
+    Ok(parse_all(&output.fail_if)?)
 }
 
 /// Ends a synthetic workload: writes the results, then either the one line that says why
 /// the registry could not be used (exit 2, no table), or the run's status.
 pub fn finish(
-    summary: &Summary,
+    run: &Finished,
     output: &OutputArgs,
+    thresholds: &[Threshold],
     fatal: Option<String>,
     errors: &ErrorLog,
 ) -> anyhow::Result<ExitStatus> {
-    emit(summary, output, fatal.is_none())?;
+    publish(run, output, output.output_dir.as_deref(), fatal.is_none())?;
     if let Some(message) = fatal {
         eprintln!("creb-rs: error: {message}");
         return Ok(ExitStatus::Usage);
     }
-    Ok(workload_status(summary, errors))
-}
-
-/// The exit status of a finished synthetic workload: interrupted wins; any failed operation
-/// is a failed run (its image is incomplete), with the first distinct failures on stderr.
-pub fn workload_status(summary: &Summary, errors: &ErrorLog) -> ExitStatus {
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
     }
-    if summary.interrupted {
+    let failed = check(thresholds, &run.summary, &run.aggregator.table);
+    Ok(if run.summary.interrupted {
         ExitStatus::Interrupted
-    } else if summary.totals.errors > 0 {
+    } else if failed || run.summary.totals.errors > 0 {
+        // Push and pull are functional: a failed operation leaves an image incomplete.
         ExitStatus::Failed
     } else {
         ExitStatus::Success
-    }
+    })
 }

@@ -11,13 +11,16 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{config_json, finish, preflight, prepare_output, ErrorLog, RegistryConfig};
+use super::{
+    config_json, finish, preflight, prepare_output, run_output, thresholds, ErrorLog, Finished,
+    RegistryConfig,
+};
 use crate::cli::PullArgs;
 use crate::exit::ExitStatus;
-use crate::metrics::{spawn_aggregator, ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
+use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
 use crate::oci::{ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository};
-use crate::results::{RunInfo, Shard, Summary};
+use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
 use crate::shutdown::Shutdown;
 
 /// Which images to pull.
@@ -159,8 +162,12 @@ async fn pull_image(
 /// Runs `creb-rs pull`.
 pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PullConfig::try_from(&args)?;
+    let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
-    let (recorder, aggregator) = spawn_aggregator();
+    let output = run_output(&args.output);
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+    let (recorder, aggregator) = output.start(start, started_at)?;
     let options = ClientOptions {
         verify: cfg.verify,
         ..ClientOptions::default()
@@ -170,8 +177,6 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         .connect(recorder, options, cfg.concurrency)
         .await?;
     let errors = ErrorLog::default();
-    let started_at = SystemTime::now();
-    let start = Instant::now();
 
     let mut fatal: Option<String> = None;
     let checked = preflight(&connection, &cfg.registry.display()).await;
@@ -231,5 +236,27 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
-    finish(&summary, &args.output, fatal, &errors)
+    let meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: serde_json::json!({
+                "command": "pull",
+                "repo": cfg.repo,
+                "targets": cfg.targets,
+                "verify": cfg.verify,
+            }),
+            anchor: started_at,
+            start_at: None,
+            actual_start: started_at,
+            start_skew_ms: None,
+            interval: output.interval,
+        },
+    );
+    let run = Finished {
+        summary,
+        aggregator,
+        meta,
+    };
+    finish(&run, &args.output, &thresholds, fatal, &errors)
 }

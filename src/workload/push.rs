@@ -15,17 +15,20 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{config_json, finish, preflight, prepare_output, ErrorLog, RegistryConfig};
+use super::{
+    config_json, finish, preflight, prepare_output, run_output, thresholds, ErrorLog, Finished,
+    RegistryConfig,
+};
 use crate::cli::PushArgs;
 use crate::content::ContentSpec;
 use crate::exit::ExitStatus;
-use crate::metrics::{spawn_aggregator, Event, Op, Outcome, Sample, SizeClass, Timing};
+use crate::metrics::{Event, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
 use crate::oci::{
     BlobSource, ClientError, ClientOptions, Digest, MountOutcome, OpCtx, Reference, RegistryClient,
     Repository, Tag, UploadMode,
 };
-use crate::results::{RunInfo, Shard, Summary, Warning};
+use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::shutdown::Shutdown;
 
 /// Validated settings of a push.
@@ -258,8 +261,12 @@ async fn push_image(
 /// Runs `creb-rs push`.
 pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PushConfig::try_from(&args)?;
+    let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
-    let (recorder, aggregator) = spawn_aggregator();
+    let output = run_output(&args.output);
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+    let (recorder, aggregator) = output.start(start, started_at)?;
     let options = ClientOptions {
         push_scopes: true,
         ..ClientOptions::default()
@@ -269,8 +276,6 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         .connect(recorder, options, cfg.concurrency)
         .await?;
     let errors = ErrorLog::default();
-    let started_at = SystemTime::now();
-    let start = Instant::now();
 
     let preflight = preflight(&connection, &cfg.registry.display()).await;
     let client = connection.client;
@@ -319,5 +324,32 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
-    finish(&summary, &args.output, preflight.err(), &errors)
+    let meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: serde_json::json!({
+                "command": "push",
+                "repo": cfg.repo,
+                "tag": cfg.tag,
+                "images": cfg.images,
+                "layers": cfg.layers,
+                "layer_size": cfg.layer_size,
+                "mount_from": cfg.mount_from,
+                "manifest_format": cfg.manifest_format,
+                "seed": cfg.seed,
+            }),
+            anchor: started_at,
+            start_at: None,
+            actual_start: started_at,
+            start_skew_ms: None,
+            interval: output.interval,
+        },
+    );
+    let run = Finished {
+        summary,
+        aggregator,
+        meta,
+    };
+    finish(&run, &args.output, &thresholds, preflight.err(), &errors)
 }

@@ -1,0 +1,504 @@
+//! `creb-rs merge DIR... --output-dir OUT`: the results of many hosts as one.
+//!
+//! Exact by construction: counters add, histograms add (interval by interval, tag by tag),
+//! and every percentile is recomputed from the merged histograms — nothing is averaged.
+//! Intervals align by index: with a shared `--start-at`, interval *k* is the same wall-clock
+//! span on every host. The merge refuses results that do not belong together (different
+//! versions, configurations, seeds, histogram settings, modes or interval lengths) and
+//! shards that overlap or leave gaps, naming the directories at fault. Its output is a
+//! result directory like any other, so merges of merges work.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hdrhistogram::serialization::V2DeflateSerializer;
+
+use crate::exit::ExitStatus;
+use crate::metrics::hist::add_exact;
+use crate::metrics::{new_histogram, Level};
+use crate::report::render_text;
+use crate::results::hlog::{self, HlogContents, IntervalHistograms};
+use crate::results::store::{self, aggregator_of, load, Counters, HostInfo, Meta, ResultSet};
+use crate::results::summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
+use crate::results::writer::{timeline_header, TIMELINE_FAMILIES};
+use crate::results::{prepare_output_dir, write_atomic};
+
+#[derive(Debug, Clone, Args)]
+pub struct MergeArgs {
+    /// Result directories to merge (one per host or shard; merged results work too).
+    #[arg(value_name = "RESULT_DIR", required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
+
+    /// Where to write the merged result directory.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
+
+    /// Accept results that do not cover every shard (still refusing overlaps), for merging
+    /// in stages.
+    #[arg(long)]
+    pub partial: bool,
+
+    /// Print the merged summary JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print nothing.
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+}
+
+/// The shards a result covers: its own, or its hosts' for a merged result.
+fn shards_of(set: &ResultSet) -> Vec<Shard> {
+    if set.meta.hosts.is_empty() {
+        vec![set.meta.shard]
+    } else {
+        set.meta.hosts.iter().map(|h| h.shard).collect()
+    }
+}
+
+fn hosts_of(set: &ResultSet) -> anyhow::Result<Vec<HostInfo>> {
+    if !set.meta.hosts.is_empty() {
+        return Ok(set.meta.hosts.clone());
+    }
+    let aggregator = aggregator_of(&set.counters, &set.hlog)?;
+    let mut all = new_histogram();
+    for ((op, _), s) in aggregator.table.cells() {
+        if op.level() == Level::Operation {
+            add_exact(&mut all, &s.latency);
+        }
+    }
+    Ok(vec![HostInfo {
+        host: set.meta.host.clone(),
+        shard: set.meta.shard,
+        actual_start: set.meta.actual_start.clone(),
+        start_skew_ms: set.meta.start_skew_ms,
+        requests: set.summary.totals.requests,
+        errors: set.summary.totals.errors,
+        p99_ms: (!all.is_empty()).then(|| all.value_at_quantile(0.99) as f64 / 1000.0),
+        dir: set.dir.display().to_string(),
+    }])
+}
+
+/// Refuses results that do not belong together.
+fn check_compatible(sets: &[ResultSet], partial: bool) -> anyhow::Result<u32> {
+    let first = &sets[0];
+    let name = |s: &ResultSet| s.dir.display().to_string();
+    for s in &sets[1..] {
+        let differs = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
+            anyhow::anyhow!(
+                "{} and {} differ in {what} ({a:?} vs {b:?}): they are not parts of one run",
+                name(first),
+                name(s)
+            )
+        };
+        if s.summary.tool.version != first.summary.tool.version {
+            return Err(differs(
+                "creb-rs version",
+                &first.summary.tool.version,
+                &s.summary.tool.version,
+            ));
+        }
+        if (
+            s.summary.command.as_str(),
+            s.summary.mode.as_str(),
+            s.summary.model.as_str(),
+        ) != (
+            first.summary.command.as_str(),
+            first.summary.mode.as_str(),
+            first.summary.model.as_str(),
+        ) {
+            return Err(differs(
+                "command or mode",
+                &(&first.summary.command, &first.summary.mode),
+                &(&s.summary.command, &s.summary.mode),
+            ));
+        }
+        if s.meta.config_hash != first.meta.config_hash {
+            return Err(differs(
+                "configuration",
+                &first.meta.config_hash,
+                &s.meta.config_hash,
+            ));
+        }
+        if s.meta.seed != first.meta.seed {
+            return Err(differs("seed", &first.meta.seed, &s.meta.seed));
+        }
+        if s.summary.histograms != first.summary.histograms {
+            return Err(differs(
+                "histogram settings",
+                &first.summary.histograms,
+                &s.summary.histograms,
+            ));
+        }
+        if (s.meta.interval_s - first.meta.interval_s).abs() > 1e-9 {
+            return Err(differs(
+                "interval length",
+                &first.meta.interval_s,
+                &s.meta.interval_s,
+            ));
+        }
+    }
+    // Shards: one count, every index exactly once.
+    let mut owner: BTreeMap<u32, String> = BTreeMap::new();
+    let count = shards_of(first).first().map_or(1, |s| s.count);
+    for s in sets {
+        for shard in shards_of(s) {
+            if shard.count != count {
+                bail!(
+                    "{} is shard {}/{} but {} is of {} shards",
+                    name(s),
+                    shard.index,
+                    shard.count,
+                    name(first),
+                    count
+                );
+            }
+            if let Some(other) = owner.insert(shard.index, name(s)) {
+                bail!(
+                    "shard {}/{count} appears twice: in {other} and in {}",
+                    shard.index,
+                    name(s)
+                );
+            }
+        }
+    }
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !owner.contains_key(i))
+        .map(|i| format!("{i}/{count}"))
+        .collect();
+    if !missing.is_empty() && !partial {
+        bail!(
+            "shards {} are missing (pass --partial to merge in stages)",
+            missing.join(", ")
+        );
+    }
+    Ok(count)
+}
+
+fn merge_hlogs(sets: &[ResultSet]) -> HlogContents {
+    let mut merged = HlogContents {
+        start_time: sets.iter().find_map(|s| s.hlog.start_time),
+        intervals: BTreeMap::new(),
+    };
+    for s in sets {
+        for (index, histograms) in &s.hlog.intervals {
+            let slot = merged.intervals.entry(*index).or_default();
+            for (tag, h) in histograms {
+                match slot.get_mut(tag) {
+                    Some(existing) => add_exact(existing, h),
+                    None => {
+                        slot.insert(tag.clone(), h.clone());
+                    }
+                }
+            }
+        }
+    }
+    merged
+}
+
+fn merge_trace(sets: &[ResultSet]) -> Option<TraceCounts> {
+    let mut any = false;
+    let mut total = TraceCounts::default();
+    for s in sets {
+        if let Some(t) = &s.summary.trace {
+            any = true;
+            total.records += t.records;
+            total.replayed += t.replayed;
+            total.folded += t.folded;
+            for (k, v) in &t.skipped {
+                *total.skipped.entry(k.clone()).or_default() += v;
+            }
+        }
+    }
+    any.then_some(total)
+}
+
+/// The histogram of an operation family's latency in one interval (all size classes).
+fn family_latency(
+    histograms: &IntervalHistograms,
+    op: &str,
+    metric: &str,
+) -> Option<hdrhistogram::Histogram<u64>> {
+    let mut h: Option<hdrhistogram::Histogram<u64>> = None;
+    for (tag, v) in histograms {
+        let mut parts = tag.splitn(3, '.');
+        let (Some(o), Some(_), Some(m)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if (o == op || op == "*") && m == metric {
+            match &mut h {
+                Some(x) => add_exact(x, v),
+                None => h = Some(v.clone()),
+            }
+        }
+    }
+    h.filter(|h| !h.is_empty())
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+/// Sums the timelines by interval; recomputes rates and percentiles.
+fn merge_timelines(
+    sets: &[ResultSet],
+    hlog: &HlogContents,
+    interval: Duration,
+) -> Vec<Vec<String>> {
+    let header = timeline_header();
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let summed = [
+        "offered",
+        "achieved",
+        "in_flight",
+        "ok",
+        "errors",
+        "bytes_sent",
+        "bytes_received",
+    ];
+    let mut rows: BTreeMap<u64, BTreeMap<&str, u64>> = BTreeMap::new();
+    for s in sets {
+        for row in &s.timeline {
+            let Some(index) = row.first().and_then(|v| v.parse::<u64>().ok()) else {
+                continue;
+            };
+            let entry = rows.entry(index).or_default();
+            for name in summed {
+                if let Some(v) = col(name)
+                    .and_then(|c| row.get(c))
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    *entry.entry(name).or_default() += v;
+                }
+            }
+            for op in TIMELINE_FAMILIES {
+                let name = format!("{}_count", op.name());
+                if let Some(v) = col(&name)
+                    .and_then(|c| row.get(c))
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    *entry.entry(op.name()).or_default() += v;
+                }
+            }
+        }
+    }
+    let secs = interval.as_secs_f64().max(1e-9);
+    let empty = IntervalHistograms::new();
+    rows.into_iter()
+        .map(|(index, sums)| {
+            let get = |k: &str| sums.get(k).copied().unwrap_or(0);
+            let histograms = hlog.intervals.get(&index).unwrap_or(&empty);
+            let lag = family_latency(histograms, "*", "lag").map(|h| ms(h.value_at_quantile(0.99)));
+            let mut row = vec![
+                index.to_string(),
+                format!("{:.3}", index as f64 * secs),
+                format!("{secs:.3}"),
+                get("offered").to_string(),
+                get("achieved").to_string(),
+                format!("{:.3}", get("offered") as f64 / secs),
+                format!("{:.3}", get("achieved") as f64 / secs),
+                get("in_flight").to_string(),
+                get("ok").to_string(),
+                get("errors").to_string(),
+                get("bytes_sent").to_string(),
+                get("bytes_received").to_string(),
+                lag.unwrap_or_default(),
+            ];
+            for op in TIMELINE_FAMILIES {
+                row.push(get(op.name()).to_string());
+                match family_latency(histograms, op.name(), "latency") {
+                    Some(h) => {
+                        row.push(ms(h.value_at_quantile(0.5)));
+                        row.push(ms(h.value_at_quantile(0.99)));
+                    }
+                    None => {
+                        row.push(String::new());
+                        row.push(String::new());
+                    }
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+fn write_hlog(dir: &Path, hlog: &HlogContents, interval: Duration) -> anyhow::Result<()> {
+    let path = dir.join("histograms.hlog");
+    let mut out = BufWriter::new(
+        File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
+    hlog::write_header(&mut out, start)?;
+    let mut serializer = V2DeflateSerializer::new();
+    for (index, histograms) in &hlog.intervals {
+        let offset = interval.mul_f64(*index as f64);
+        hlog::write_tagged(&mut out, &mut serializer, offset, interval, histograms)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn write_timeline(dir: &Path, rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let path = dir.join("timeline.csv");
+    let mut w = csv::Writer::from_path(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    w.write_record(timeline_header())?;
+    for row in rows {
+        w.write_record(row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The per-host table: an unhealthy host stands out.
+pub fn host_table(hosts: &[HostInfo]) -> String {
+    use std::fmt::Write as _;
+    let mut p99s: Vec<f64> = hosts.iter().filter_map(|h| h.p99_ms).collect();
+    p99s.sort_by(f64::total_cmp);
+    let median_p99 = p99s.get(p99s.len() / 2).copied();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  dir",
+        "host", "shard", "requests", "errors", "p99", "start skew"
+    );
+    for h in hosts {
+        let p99 = h.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms"));
+        let skew = h.start_skew_ms.map_or("-".into(), |v| format!("{v:+.1}ms"));
+        let slow = match (h.p99_ms, median_p99) {
+            (Some(v), Some(m)) if m > 0.0 && v > 2.0 * m => "  ← p99 over 2× the median",
+            _ => "",
+        };
+        let failing = if h.requests > 0 && h.errors * 100 > h.requests {
+            "  ← errors over 1%"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  {}{slow}{failing}",
+            h.host,
+            format!("{}/{}", h.shard.index, h.shard.count),
+            h.requests,
+            h.errors,
+            p99,
+            skew,
+            h.dir
+        );
+    }
+    out
+}
+
+/// Merges result directories; the pure part of the command.
+pub fn merge(
+    dirs: &[PathBuf],
+    out: &Path,
+    partial: bool,
+) -> anyhow::Result<(Summary, Vec<HostInfo>)> {
+    if dirs.is_empty() {
+        bail!("nothing to merge");
+    }
+    let sets: Vec<ResultSet> = dirs
+        .iter()
+        .map(|d| load(d).with_context(|| format!("cannot merge {}", d.display())))
+        .collect::<anyhow::Result<_>>()?;
+    let count = check_compatible(&sets, partial)?;
+    let interval = Duration::from_secs_f64(sets[0].meta.interval_s.max(1e-3));
+
+    let mut counters: Counters = sets[0].counters.clone();
+    for s in &sets[1..] {
+        counters.add(&s.counters);
+    }
+    let hlog = merge_hlogs(&sets);
+    let aggregator = aggregator_of(&counters, &hlog)?;
+    let mut hosts = Vec::new();
+    for s in &sets {
+        hosts.extend(hosts_of(s)?);
+    }
+    hosts.sort_by_key(|h| h.shard.index);
+    let mut warnings: Vec<Warning> = Vec::new();
+    for s in &sets {
+        for w in &s.summary.warnings {
+            warnings.push(Warning {
+                kind: w.kind.clone(),
+                message: format!("{}: {}", s.meta.host, w.message),
+            });
+        }
+    }
+    let first = &sets[0];
+    let duration = sets
+        .iter()
+        .map(|s| s.summary.duration_s)
+        .fold(0.0, f64::max);
+    let started = sets
+        .iter()
+        .filter_map(|s| humantime::parse_rfc3339_weak(&s.summary.started_at).ok())
+        .min()
+        .unwrap_or_else(std::time::SystemTime::now);
+    let summary = Summary::build(
+        RunInfo {
+            command: first.summary.command.clone(),
+            mode: first.summary.mode.clone(),
+            model: first.summary.model.clone(),
+            concurrency: sets.iter().map(|s| s.summary.concurrency).sum(),
+            registry: first.summary.registry.clone(),
+            seed: first.summary.seed,
+            shard: Shard { index: 0, count },
+            started_at: started,
+            duration: Duration::from_secs_f64(duration),
+            interrupted: sets.iter().any(|s| s.summary.interrupted),
+            trace: merge_trace(&sets),
+            warnings,
+            checks: None,
+            config: first.summary.config.clone(),
+        },
+        &aggregator,
+    );
+    let mut meta: Meta = first.meta.clone();
+    meta.host = store::hostname();
+    meta.shard = Shard { index: 0, count };
+    meta.hosts = hosts.clone();
+    meta.start_skew_ms = None;
+
+    prepare_output_dir(out)?;
+    write_hlog(out, &hlog, interval)?;
+    write_timeline(out, &merge_timelines(&sets, &hlog, interval))?;
+    let mut json = serde_json::to_vec_pretty(&counters)?;
+    json.push(b'\n');
+    write_atomic(out, "counters.json", &json)?;
+    let mut json = serde_json::to_vec_pretty(&meta)?;
+    json.push(b'\n');
+    write_atomic(out, "meta.json", &json)?;
+    crate::results::write_summary(out, &summary)?;
+    let covered: BTreeSet<u32> = hosts.iter().map(|h| h.shard.index).collect();
+    if covered.len() as u32 != count {
+        eprintln!(
+            "creb-rs: partial merge: {} of {count} shards",
+            covered.len()
+        );
+    }
+    Ok((summary, hosts))
+}
+
+/// Runs `creb-rs merge`.
+pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
+    let (summary, hosts) = {
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || merge(&args.dirs, &args.output_dir, args.partial))
+            .await
+            .context("the merge stopped unexpectedly")??
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else if !args.quiet {
+        print!("{}", host_table(&hosts));
+        println!();
+        print!("{}", render_text(&summary));
+    }
+    Ok(ExitStatus::Success)
+}

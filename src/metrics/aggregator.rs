@@ -1,0 +1,453 @@
+//! The single owner of every measurement of a run.
+//!
+//! Workers send [`Msg`]s through a bounded channel; one aggregator, on its own blocking
+//! thread (so file writes never stall the async runtime), records them. Time is cut into
+//! intervals aligned to the run's anchor (the shared start): interval *k* covers
+//! `[anchor + k·I, anchor + (k+1)·I)`, and a sample belongs to the interval in which it
+//! *ended*. Intervals are kept open one interval longer than their end (stragglers still in
+//! the channel find their place), then flushed to the [`IntervalSink`] — the result
+//! directory's interval log and timeline — and added into the run's totals. The totals are
+//! therefore exactly the sum of the intervals, and a crash loses at most the open intervals.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{ErrorKind, Event, Level, Op, Outcome, Sample, SizeClass, StatsTable, Timing};
+
+/// What flows to the aggregator.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Msg {
+    Sample(Sample),
+    Event(Event),
+    Session(SessionMsg),
+    /// An operation was due (delay mode: its intended instant) or dispatched (stress).
+    Offered(Instant),
+    /// The interval clock ticked at this instant (taken on the async side, the clock the
+    /// samples use).
+    Tick(Instant),
+    /// Flush everything and stop.
+    Stop,
+}
+
+/// Progress of an image session whose members are separate operations (an image pull in
+/// a trace replay). The aggregator turns a closed session whose members all ended into one
+/// `image_pull` sample, from the earliest member start to the last end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionMsg {
+    /// A member of session `id` starts; `start` is its intended (or actual) start.
+    Started { id: u64, start: Instant },
+    /// A member ended.
+    Ended {
+        id: u64,
+        end: Instant,
+        error: Option<ErrorKind>,
+        bytes: u64,
+    },
+    /// No further member will start.
+    Closed { id: u64 },
+}
+
+#[derive(Debug)]
+struct OpenSession {
+    start: Instant,
+    end: Instant,
+    pending: u32,
+    error: Option<ErrorKind>,
+    bytes: u64,
+    closed: bool,
+}
+
+/// A cheap, cloneable handle that sends measurements to the aggregator.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl Recorder {
+    /// Sends a sample; waits only if the aggregator is a full channel behind.
+    pub async fn record(&self, sample: Sample) {
+        // The aggregator outlives every worker; a send error can only happen after it
+        // finished, when nothing is reported any more.
+        let _ = self.tx.send(Msg::Sample(sample)).await;
+    }
+
+    /// Counts an event.
+    pub async fn event(&self, event: Event) {
+        let _ = self.tx.send(Msg::Event(event)).await;
+    }
+
+    /// Reports session progress.
+    pub async fn session(&self, msg: SessionMsg) {
+        let _ = self.tx.send(Msg::Session(msg)).await;
+    }
+
+    /// An operation was due at `at` (the offered load of the timeline).
+    pub async fn offered(&self, at: Instant) {
+        let _ = self.tx.send(Msg::Offered(at)).await;
+    }
+}
+
+/// Counters of one interval besides the per-operation statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IntervalCounters {
+    /// Operations due (or dispatched) in the interval.
+    pub offered: u64,
+    /// Workload operations that completed in the interval.
+    pub completed: u64,
+    /// Operations offered but not completed by the interval's flush.
+    pub in_flight: u64,
+}
+
+/// One finished interval, as handed to the sink.
+#[derive(Debug)]
+pub struct Interval<'a> {
+    pub index: u64,
+    /// Offset of the interval's start from the anchor.
+    pub start: Duration,
+    pub length: Duration,
+    pub table: &'a StatsTable,
+    pub counters: IntervalCounters,
+}
+
+/// Where finished intervals go (the result directory's interval log and timeline).
+pub trait IntervalSink: Send {
+    fn interval(&mut self, interval: &Interval<'_>) -> std::io::Result<()>;
+    /// Every interval was written; make it durable.
+    fn finish(&mut self) -> std::io::Result<()>;
+    /// A request finished (only called when requests are recorded).
+    fn request(&mut self, _offset: Duration, _sample: &Sample) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// Whether [`IntervalSink::request`] wants every sample.
+    fn records_requests(&self) -> bool {
+        false
+    }
+}
+
+/// How the aggregator cuts time.
+#[derive(Debug, Clone, Copy)]
+pub struct AggregatorConfig {
+    pub interval: Duration,
+    /// Interval 0 starts here (the shared start of a run).
+    pub anchor: Instant,
+}
+
+impl Default for AggregatorConfig {
+    fn default() -> Self {
+        AggregatorConfig {
+            interval: Duration::from_secs(1),
+            anchor: Instant::now(),
+        }
+    }
+}
+
+/// Owns all measurements of a run. Lives on one thread; see [`spawn_aggregator`].
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    /// The whole run: the sum of every interval.
+    pub table: StatsTable,
+    pub events: [u64; Event::COUNT],
+    /// Number of intervals flushed.
+    pub intervals: u64,
+    /// The first sink failure, if writing the result directory failed mid-run.
+    pub sink_error: Option<String>,
+    sessions: HashMap<u64, OpenSession>,
+    open: VecDeque<(u64, StatsTable, IntervalCounters)>,
+    spare: Vec<StatsTable>,
+    flushed_upto: u64,
+    offered_total: u64,
+    completed_total: u64,
+    config: Option<AggregatorConfig>,
+}
+
+impl Aggregator {
+    pub fn new(config: AggregatorConfig) -> Self {
+        Aggregator {
+            config: Some(config),
+            ..Aggregator::default()
+        }
+    }
+
+    /// An aggregator holding stored results (a merge or a report).
+    pub fn from_parts(table: StatsTable, events: [u64; Event::COUNT], intervals: u64) -> Self {
+        Aggregator {
+            table,
+            events,
+            intervals,
+            ..Aggregator::default()
+        }
+    }
+
+    fn config(&self) -> AggregatorConfig {
+        self.config.unwrap_or_default()
+    }
+
+    fn index_of(&self, at: Instant) -> u64 {
+        let c = self.config();
+        let since = at.saturating_duration_since(c.anchor);
+        (since.as_nanos() / c.interval.as_nanos().max(1)) as u64
+    }
+
+    /// The open interval for `index` (late samples go to the oldest open one).
+    fn slot(&mut self, index: u64) -> &mut (u64, StatsTable, IntervalCounters) {
+        let index = index.max(self.flushed_upto);
+        let pos = match self.open.iter().position(|(i, _, _)| *i >= index) {
+            Some(p) if self.open[p].0 == index => p,
+            found => {
+                let table = self.spare.pop().unwrap_or_default();
+                let at = found.unwrap_or(self.open.len());
+                self.open
+                    .insert(at, (index, table, IntervalCounters::default()));
+                at
+            }
+        };
+        &mut self.open[pos]
+    }
+
+    /// Records a sample into its interval.
+    pub fn record(&mut self, s: &Sample) {
+        let index = self.index_of(s.timing.end);
+        if s.op.level() == Level::Operation {
+            self.completed_total += 1;
+        }
+        let slot = self.slot(index);
+        slot.1.record(s);
+        if s.op.level() == Level::Operation {
+            slot.2.completed += 1;
+        }
+    }
+
+    pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
+        match msg {
+            Msg::Sample(s) => {
+                if let Some(sink) = sink.as_mut().filter(|k| k.records_requests()) {
+                    let offset = s.timing.end.saturating_duration_since(self.config().anchor);
+                    if let Err(e) = sink.request(offset, &s) {
+                        self.sink_error.get_or_insert(e.to_string());
+                    }
+                }
+                self.record(&s);
+            }
+            Msg::Event(e) => self.events[e.index()] += 1,
+            Msg::Session(m) => self.session(m),
+            Msg::Offered(at) => {
+                self.offered_total += 1;
+                let index = self.index_of(at);
+                self.slot(index).2.offered += 1;
+            }
+            Msg::Tick(now) => {
+                // Keep the current and the previous interval open for stragglers.
+                let now = self.index_of(now);
+                self.flush_before(now.saturating_sub(1), sink);
+            }
+            Msg::Stop => {
+                self.flush_before(u64::MAX, sink);
+                if let Some(sink) = sink.as_mut() {
+                    if let Err(e) = sink.finish() {
+                        self.sink_error.get_or_insert(e.to_string());
+                    }
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Flushes every open interval with an index below `limit`, in order. Intervals in
+    /// between that saw nothing are written too, so the timeline has no holes.
+    fn flush_before(&mut self, limit: u64, sink: &mut Option<Box<dyn IntervalSink>>) {
+        let c = self.config();
+        while let Some((index, _, _)) = self.open.front() {
+            if *index >= limit {
+                break;
+            }
+            let index = *index;
+            // Intervals before this one that saw nothing.
+            while self.flushed_upto < index {
+                let empty = StatsTable::default();
+                self.write(
+                    self.flushed_upto,
+                    &empty,
+                    IntervalCounters::default(),
+                    sink,
+                    c,
+                );
+                self.flushed_upto += 1;
+            }
+            let Some((index, mut table, mut counters)) = self.open.pop_front() else {
+                break;
+            };
+            counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
+            self.write(index, &table, counters, sink, c);
+            self.table.add(&table);
+            table.reset();
+            self.spare.push(table);
+            self.flushed_upto = index + 1;
+        }
+    }
+
+    fn write(
+        &mut self,
+        index: u64,
+        table: &StatsTable,
+        counters: IntervalCounters,
+        sink: &mut Option<Box<dyn IntervalSink>>,
+        c: AggregatorConfig,
+    ) {
+        self.intervals += 1;
+        if let Some(sink) = sink.as_mut() {
+            let interval = Interval {
+                index,
+                start: c.interval * u32::try_from(index).unwrap_or(u32::MAX),
+                length: c.interval,
+                table,
+                counters,
+            };
+            if let Err(e) = sink.interval(&interval) {
+                self.sink_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+
+    fn session(&mut self, msg: SessionMsg) {
+        let id = match msg {
+            SessionMsg::Started { id, start } => {
+                let s = self.sessions.entry(id).or_insert(OpenSession {
+                    start,
+                    end: start,
+                    pending: 0,
+                    error: None,
+                    bytes: 0,
+                    closed: false,
+                });
+                s.start = s.start.min(start);
+                s.pending += 1;
+                id
+            }
+            SessionMsg::Ended {
+                id,
+                end,
+                error,
+                bytes,
+            } => {
+                if let Some(s) = self.sessions.get_mut(&id) {
+                    s.pending = s.pending.saturating_sub(1);
+                    s.end = s.end.max(end);
+                    s.bytes += bytes;
+                    if s.error.is_none() {
+                        s.error = error;
+                    }
+                }
+                id
+            }
+            SessionMsg::Closed { id } => {
+                if let Some(s) = self.sessions.get_mut(&id) {
+                    s.closed = true;
+                }
+                id
+            }
+        };
+        let finished = self
+            .sessions
+            .get(&id)
+            .is_some_and(|s| s.closed && s.pending == 0);
+        if finished {
+            if let Some(s) = self.sessions.remove(&id) {
+                self.record(&Sample {
+                    op: Op::ImagePull,
+                    outcome: s.error.map_or(Outcome::Ok, Outcome::Error),
+                    size_class: SizeClass::of(s.bytes),
+                    timing: Timing {
+                        intended: None,
+                        sent: s.start,
+                        first_byte: None,
+                        end: s.end,
+                    },
+                    bytes_sent: 0,
+                    bytes_received: s.bytes,
+                    http_requests: 0,
+                });
+            }
+        }
+    }
+
+    /// Non-zero event counters by name.
+    pub fn event_counts(&self) -> BTreeMap<String, u64> {
+        Event::ALL
+            .iter()
+            .filter(|e| self.events[e.index()] > 0)
+            .map(|e| (e.name().to_owned(), self.events[e.index()]))
+            .collect()
+    }
+}
+
+/// The running aggregator and the way to stop it.
+#[derive(Debug)]
+pub struct AggregatorHandle {
+    tx: mpsc::Sender<Msg>,
+    done: tokio::sync::oneshot::Receiver<Aggregator>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl AggregatorHandle {
+    /// Stops the aggregator after every sample already sent, flushes all intervals to the
+    /// sink, and returns it.
+    pub async fn finish(self) -> Aggregator {
+        self.ticker.abort();
+        let _ = self.tx.send(Msg::Stop).await;
+        // If the thread died (its panic was already reported), there is nothing to return.
+        self.done.await.unwrap_or_default()
+    }
+}
+
+/// Capacity of the sample channel: far more than any run keeps in flight.
+const CHANNEL_CAPACITY: usize = 16 * 1024;
+
+/// Starts an aggregator with one-second intervals from now and no sink.
+pub fn spawn_aggregator() -> (Recorder, AggregatorHandle) {
+    spawn_aggregator_with(AggregatorConfig::default(), None)
+}
+
+/// Starts an aggregator writing finished intervals to `sink`.
+pub fn spawn_aggregator_with(
+    config: AggregatorConfig,
+    sink: Option<Box<dyn IntervalSink>>,
+) -> (Recorder, AggregatorHandle) {
+    let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    // A plain thread, not `spawn_blocking`: it lives for the whole run, and under a paused
+    // test clock a blocking task would stop the clock from advancing.
+    let spawned = std::thread::Builder::new()
+        .name("creb-aggregator".into())
+        .spawn(move || {
+            let mut aggregator = Aggregator::new(config);
+            let mut sink = sink;
+            while let Some(msg) = rx.blocking_recv() {
+                if !aggregator.handle(msg, &mut sink) {
+                    break;
+                }
+            }
+            let _ = done_tx.send(aggregator);
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the aggregator thread: {e}");
+    }
+    let tick_tx = tx.clone();
+    let ticker = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(config.anchor + config.interval, config.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            ticks.tick().await;
+            if tick_tx.send(Msg::Tick(Instant::now())).await.is_err() {
+                break;
+            }
+        }
+    });
+    (
+        Recorder { tx: tx.clone() },
+        AggregatorHandle { tx, done, ticker },
+    )
+}

@@ -1,0 +1,277 @@
+//! `histograms.hlog`: every interval's histograms in the HdrHistogram interval log format
+//! (V2 encoding, DEFLATE-compressed, base64), readable by any HdrHistogram tool.
+//!
+//! One tagged line per (interval, operation, size class, metric) that saw values. Tags are
+//! `OP.CLASS.METRIC` — e.g. `blob_get.lt_1mib.latency` — with metrics `latency`, `service`,
+//! `lag`, `ttfb` and `error`, all in microseconds. Interval timestamps are offsets from the
+//! `StartTime` header, the run's anchor (the shared start of all hosts), so interval *k* of
+//! every host starts at the same offset and hosts merge by index.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use hdrhistogram::serialization::interval_log::{
+    IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag,
+};
+use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+
+use crate::metrics::hist::add_exact;
+use crate::metrics::{Op, SizeClass, Stats, StatsTable};
+
+/// The histogram metrics of a cell, as tag suffixes.
+pub const METRICS: [&str; 5] = ["latency", "service", "lag", "ttfb", "error"];
+
+/// The histograms of a cell by metric name.
+pub fn cell_histograms(stats: &Stats) -> [(&'static str, Option<&Histogram<u64>>); 5] {
+    [
+        ("latency", Some(&stats.latency)),
+        ("service", stats.service.as_ref()),
+        ("lag", stats.schedule_lag.as_ref()),
+        ("ttfb", stats.ttfb.as_ref()),
+        ("error", stats.error_latency.as_ref()),
+    ]
+}
+
+/// Puts a histogram into a cell's slot for `metric`.
+pub fn set_cell_histogram(stats: &mut Stats, metric: &str, h: &Histogram<u64>) {
+    let slot = match metric {
+        "latency" => {
+            add_exact(&mut stats.latency, h);
+            return;
+        }
+        "service" => &mut stats.service,
+        "lag" => &mut stats.schedule_lag,
+        "ttfb" => &mut stats.ttfb,
+        "error" => &mut stats.error_latency,
+        _ => return,
+    };
+    match slot {
+        Some(existing) => add_exact(existing, h),
+        None => *slot = Some(h.clone()),
+    }
+}
+
+pub fn tag_of(op: Op, class: SizeClass, metric: &str) -> String {
+    format!("{}.{}.{metric}", op.name(), class.name())
+}
+
+/// Splits a tag back into (op, class, metric).
+pub fn parse_tag(tag: &str) -> Option<(Op, SizeClass, &str)> {
+    let mut parts = tag.splitn(3, '.');
+    let op = Op::from_name(parts.next()?)?;
+    let class_name = parts.next()?;
+    let class = SizeClass::ALL
+        .into_iter()
+        .find(|c| c.name() == class_name)?;
+    let metric = parts.next()?;
+    METRICS.contains(&metric).then_some((op, class, metric))
+}
+
+/// Writes the log's header: creator comment and StartTime (the anchor).
+pub fn write_header(out: &mut impl Write, anchor: SystemTime) -> io::Result<()> {
+    let mut serializer = V2DeflateSerializer::new();
+    IntervalLogWriterBuilder::new()
+        .add_comment(concat!(
+            "creb-rs ",
+            env!("CARGO_PKG_VERSION"),
+            " interval log"
+        ))
+        .add_comment(
+            "tags are OP.CLASS.METRIC; values in microseconds; intervals aligned to StartTime",
+        )
+        .with_start_time(anchor)
+        .begin_log_with(out, &mut serializer)
+        .map(|_| ())
+}
+
+/// Appends the histograms of one interval.
+pub fn write_interval(
+    out: &mut impl Write,
+    serializer: &mut V2DeflateSerializer,
+    start: Duration,
+    length: Duration,
+    table: &StatsTable,
+) -> io::Result<()> {
+    let mut writer = IntervalLogWriterBuilder::new()
+        .begin_log_with(out, serializer)
+        .map_err(io::Error::other)?;
+    for ((op, class), stats) in table.cells() {
+        for (metric, h) in cell_histograms(stats) {
+            let Some(h) = h.filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            let tag = tag_of(*op, *class, metric);
+            writer
+                .write_histogram(h, start, length, Tag::new(&tag))
+                .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// One interval's histograms read back: tag → histogram.
+pub type IntervalHistograms = BTreeMap<String, Histogram<u64>>;
+
+/// Appends histograms already keyed by tag (a merge).
+pub fn write_tagged(
+    out: &mut impl Write,
+    serializer: &mut V2DeflateSerializer,
+    start: Duration,
+    length: Duration,
+    histograms: &IntervalHistograms,
+) -> io::Result<()> {
+    let mut writer = IntervalLogWriterBuilder::new()
+        .begin_log_with(out, serializer)
+        .map_err(io::Error::other)?;
+    for (tag, h) in histograms {
+        if h.is_empty() {
+            continue;
+        }
+        writer
+            .write_histogram(h, start, length, Tag::new(tag))
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+    }
+    Ok(())
+}
+
+/// A parsed interval log.
+#[derive(Debug, Default)]
+pub struct HlogContents {
+    /// Seconds since the epoch of the StartTime header.
+    pub start_time: Option<Duration>,
+    /// Interval index → histograms, given the interval length.
+    pub intervals: BTreeMap<u64, IntervalHistograms>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HlogError {
+    #[error("line at byte {0} is not an interval log entry")]
+    Parse(usize),
+    #[error("histogram of tag '{tag}' at {start:.3}s cannot be decoded: {reason}")]
+    Histogram {
+        tag: String,
+        start: f64,
+        reason: String,
+    },
+}
+
+/// Parses a whole log; `interval` converts timestamps to indices.
+pub fn read(bytes: &[u8], interval: Duration) -> Result<HlogContents, HlogError> {
+    let mut contents = HlogContents::default();
+    let mut deserializer = Deserializer::new();
+    for entry in IntervalLogIterator::new(bytes) {
+        match entry {
+            Err(hdrhistogram::serialization::interval_log::LogIteratorError::ParseError {
+                offset,
+            }) => {
+                return Err(HlogError::Parse(offset));
+            }
+            Ok(LogEntry::StartTime(t)) => contents.start_time = Some(t),
+            Ok(LogEntry::BaseTime(_)) => {}
+            Ok(LogEntry::Interval(ih)) => {
+                let tag = ih.tag().map(|t| t.as_str().to_owned()).unwrap_or_default();
+                let start = ih.start_timestamp();
+                let fail = |reason: String| HlogError::Histogram {
+                    tag: tag.clone(),
+                    start: start.as_secs_f64(),
+                    reason,
+                };
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(ih.encoded_histogram())
+                    .map_err(|e| fail(e.to_string()))?;
+                let h: Histogram<u64> = deserializer
+                    .deserialize(&mut &raw[..])
+                    .map_err(|e| fail(format!("{e:?}")))?;
+                let index = (start.as_secs_f64() / interval.as_secs_f64().max(1e-9)).round() as u64;
+                let slot = contents.intervals.entry(index).or_default();
+                match slot.get_mut(&tag) {
+                    Some(existing) => add_exact(existing, &h),
+                    None => {
+                        slot.insert(tag, h);
+                    }
+                }
+            }
+        }
+    }
+    Ok(contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{new_histogram, Outcome, Sample, Timing};
+    use tokio::time::Instant;
+
+    fn sample(op: Op, ms: u64) -> Sample {
+        let end = Instant::now();
+        Sample {
+            op,
+            outcome: Outcome::Ok,
+            size_class: SizeClass::Under1MiB,
+            timing: Timing {
+                intended: None,
+                sent: end - Duration::from_millis(ms),
+                first_byte: None,
+                end,
+            },
+            bytes_sent: 0,
+            bytes_received: 10,
+            http_requests: 1,
+        }
+    }
+
+    #[test]
+    fn round_trip_is_exact() {
+        let mut t0 = StatsTable::default();
+        let mut t1 = StatsTable::default();
+        for ms in [1, 5, 10, 250] {
+            t0.record(&sample(Op::BlobGet, ms));
+            t1.record(&sample(Op::ManifestGet, ms * 2));
+        }
+        let mut out = Vec::new();
+        write_header(
+            &mut out,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        )
+        .unwrap();
+        let mut ser = V2DeflateSerializer::new();
+        let sec = Duration::from_secs(1);
+        write_interval(&mut out, &mut ser, Duration::ZERO, sec, &t0).unwrap();
+        write_interval(&mut out, &mut ser, sec * 3, sec, &t1).unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.contains("#[StartTime: 1700000000.000"), "{text}");
+        assert!(text.contains("Tag=blob_get.lt_1mib.latency,"), "{text}");
+        let back = read(&out, sec).unwrap();
+        assert_eq!(back.start_time, Some(Duration::from_secs(1_700_000_000)));
+        assert_eq!(back.intervals.len(), 2);
+        let h = &back.intervals[&0]["blob_get.lt_1mib.latency"];
+        let original = &t0.op_total(Op::BlobGet).unwrap().latency;
+        assert_eq!(h, original);
+        assert!(back.intervals[&3].contains_key("manifest_get.lt_1mib.latency"));
+    }
+
+    #[test]
+    fn tags_parse_back() {
+        assert_eq!(
+            parse_tag("blob_get.1mib_10mib.lag"),
+            Some((Op::BlobGet, SizeClass::To10MiB, "lag"))
+        );
+        assert_eq!(parse_tag("nope.lt_1mib.latency"), None);
+        assert_eq!(parse_tag("blob_get.lt_1mib.other"), None);
+        let mut s = Stats::default();
+        let mut h = new_histogram();
+        h.record(5).unwrap();
+        set_cell_histogram(&mut s, "lag", &h);
+        set_cell_histogram(&mut s, "lag", &h);
+        assert_eq!(s.schedule_lag.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(read(b"Tag=x,0.0,1.0,1.0,AAAA\n", Duration::from_secs(1)).is_err());
+        assert!(read(b"not a log at all\n", Duration::from_secs(1)).is_err());
+    }
+}

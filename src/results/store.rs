@@ -1,0 +1,303 @@
+//! The machine side of a result directory, and reading one back.
+//!
+//! - `counters.json`: every (operation, size class) counter of the run (counts, errors by
+//!   kind, bytes, late starts) and the events. With `histograms.hlog` it holds everything
+//!   `summary.json` is computed from, so `merge` and `report` rebuild summaries exactly
+//!   (counters add; histograms add; percentiles are recomputed, never averaged).
+//! - `meta.json`: who ran what — version, resolved configuration and its hash, the dataset
+//!   fingerprint, seed, shard, host, the anchor (shared start) and the actual start.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::hlog::{self, HlogContents};
+use super::summary::{HistogramInfo, Shard, Summary, Tool};
+use crate::metrics::{Aggregator, ErrorKind, Event, Op, SizeClass, Stats, StatsTable};
+
+pub const COUNTERS_VERSION: u32 = 1;
+
+/// The counters of one (operation, size class).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellCounters {
+    pub op: String,
+    pub class: String,
+    pub count: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub http_requests: u64,
+    pub late_starts: [u64; 3],
+}
+
+/// `counters.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub schema_version: u32,
+    pub interval_s: f64,
+    pub intervals: u64,
+    pub cells: Vec<CellCounters>,
+    pub events: BTreeMap<String, u64>,
+}
+
+impl Counters {
+    pub fn of(aggregator: &Aggregator, interval: Duration) -> Counters {
+        let cells = aggregator
+            .table
+            .cells()
+            .map(|((op, class), s)| CellCounters {
+                op: op.name().into(),
+                class: class.name().into(),
+                count: s.count,
+                ok: s.ok,
+                errors: s.errors,
+                errors_by_kind: s
+                    .errors_by_kind
+                    .iter()
+                    .map(|(k, v)| (k.key(), *v))
+                    .collect(),
+                bytes_sent: s.bytes_sent,
+                bytes_received: s.bytes_received,
+                http_requests: s.http_requests,
+                late_starts: s.late_starts,
+            })
+            .collect();
+        Counters {
+            schema_version: COUNTERS_VERSION,
+            interval_s: interval.as_secs_f64(),
+            intervals: aggregator.intervals,
+            cells,
+            events: aggregator.event_counts(),
+        }
+    }
+
+    /// Adds another run's counters (a merge).
+    pub fn add(&mut self, other: &Counters) {
+        for cell in &other.cells {
+            match self
+                .cells
+                .iter_mut()
+                .find(|c| c.op == cell.op && c.class == cell.class)
+            {
+                Some(c) => {
+                    c.count += cell.count;
+                    c.ok += cell.ok;
+                    c.errors += cell.errors;
+                    for (k, v) in &cell.errors_by_kind {
+                        *c.errors_by_kind.entry(k.clone()).or_default() += v;
+                    }
+                    c.bytes_sent += cell.bytes_sent;
+                    c.bytes_received += cell.bytes_received;
+                    c.http_requests += cell.http_requests;
+                    for i in 0..3 {
+                        c.late_starts[i] += cell.late_starts[i];
+                    }
+                }
+                None => self.cells.push(cell.clone()),
+            }
+        }
+        for (k, v) in &other.events {
+            *self.events.entry(k.clone()).or_default() += v;
+        }
+        self.intervals = self.intervals.max(other.intervals);
+    }
+}
+
+/// A host that contributed to a (merged) result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub host: String,
+    pub shard: Shard,
+    pub actual_start: String,
+    pub start_skew_ms: Option<f64>,
+    pub requests: u64,
+    pub errors: u64,
+    pub p99_ms: Option<f64>,
+    pub dir: String,
+}
+
+/// `meta.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub schema_version: u32,
+    pub tool: Tool,
+    pub command: String,
+    pub mode: String,
+    pub model: String,
+    pub host: String,
+    pub seed: u64,
+    pub shard: Shard,
+    /// The resolved configuration (no secrets).
+    pub config: serde_json::Value,
+    /// SHA-256 of the configuration without per-host fields (shard, credentials).
+    pub config_hash: String,
+    /// SHA-256 of what the workload requests (trace identity, seed, content options):
+    /// results compare only when it matches.
+    pub dataset_hash: String,
+    /// The anchor (interval 0 starts here), RFC 3339.
+    pub anchor: String,
+    pub start_at: Option<String>,
+    pub actual_start: String,
+    pub start_skew_ms: Option<f64>,
+    pub interval_s: f64,
+    pub histograms: HistogramInfo,
+    pub clock: String,
+    /// For merged results: every host that contributed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostInfo>,
+}
+
+pub const CLOCK_NOTE: &str = "durations use the monotonic clock; wall-clock times only align starts and intervals across hosts";
+
+/// This machine's name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Removes per-host fields (any key named `shard` or `credentials`) before hashing.
+fn strip_per_host(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.remove("shard");
+            map.remove("credentials");
+            for v in map.values_mut() {
+                strip_per_host(v);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_per_host),
+        _ => {}
+    }
+}
+
+/// `sha256:…` of a JSON value (serde_json objects serialize with sorted keys).
+pub fn json_hash(value: &serde_json::Value) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The hash of a configuration, the same on every host of a run.
+pub fn config_hash(config: &serde_json::Value) -> String {
+    let mut v = config.clone();
+    strip_per_host(&mut v);
+    json_hash(&v)
+}
+
+/// Everything read back from a result directory.
+#[derive(Debug)]
+pub struct ResultSet {
+    pub dir: PathBuf,
+    pub summary: Summary,
+    pub meta: Meta,
+    pub counters: Counters,
+    pub hlog: HlogContents,
+    /// `timeline.csv` rows (header excluded), as written.
+    pub timeline: Vec<Vec<String>>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid", path.display()))
+}
+
+/// Reads a result directory written by creb-rs.
+pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
+    if !dir.is_dir() {
+        anyhow::bail!("{} is not a result directory", dir.display());
+    }
+    let summary: Summary = read_json(&dir.join("summary.json"))?;
+    let meta: Meta = read_json(&dir.join("meta.json"))?;
+    let counters: Counters = read_json(&dir.join("counters.json"))?;
+    let interval = Duration::from_secs_f64(meta.interval_s.max(1e-3));
+    let hlog_path = dir.join("histograms.hlog");
+    let bytes =
+        fs::read(&hlog_path).with_context(|| format!("cannot read {}", hlog_path.display()))?;
+    let hlog = hlog::read(&bytes, interval)
+        .with_context(|| format!("{} is not valid", hlog_path.display()))?;
+    let timeline_path = dir.join("timeline.csv");
+    let mut reader = csv::Reader::from_path(&timeline_path)
+        .with_context(|| format!("cannot read {}", timeline_path.display()))?;
+    let mut timeline = Vec::new();
+    for (i, row) in reader.records().enumerate() {
+        let row = row.with_context(|| format!("{}: row {}", timeline_path.display(), i + 2))?;
+        timeline.push(row.iter().map(str::to_owned).collect());
+    }
+    Ok(ResultSet {
+        dir: dir.to_path_buf(),
+        summary,
+        meta,
+        counters,
+        hlog,
+        timeline,
+    })
+}
+
+/// Rebuilds the aggregator state (totals and events) from counters and interval histograms.
+pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result<Aggregator> {
+    let mut table = StatsTable::default();
+    for c in &counters.cells {
+        let op = Op::from_name(&c.op).with_context(|| format!("unknown operation '{}'", c.op))?;
+        let class = SizeClass::ALL
+            .into_iter()
+            .find(|k| k.name() == c.class)
+            .with_context(|| format!("unknown size class '{}'", c.class))?;
+        let cell: &mut Stats = table.cell_mut(op, class);
+        cell.count = c.count;
+        cell.ok = c.ok;
+        cell.errors = c.errors;
+        for (k, v) in &c.errors_by_kind {
+            let kind =
+                ErrorKind::from_key(k).with_context(|| format!("unknown error kind '{k}'"))?;
+            cell.errors_by_kind.insert(kind, *v);
+        }
+        cell.bytes_sent = c.bytes_sent;
+        cell.bytes_received = c.bytes_received;
+        cell.http_requests = c.http_requests;
+        cell.late_starts = c.late_starts;
+    }
+    for histograms in hlog.intervals.values() {
+        for (tag, h) in histograms {
+            let (op, class, metric) =
+                hlog::parse_tag(tag).with_context(|| format!("unknown histogram tag '{tag}'"))?;
+            hlog::set_cell_histogram(table.cell_mut(op, class), metric, h);
+        }
+    }
+    let mut events = [0u64; Event::COUNT];
+    for (name, n) in &counters.events {
+        if let Some(e) = Event::from_name(name) {
+            events[e.index()] = *n;
+        }
+    }
+    Ok(Aggregator::from_parts(table, events, counters.intervals))
+}
+
+/// Writes the end-of-run files: `counters.json`, `meta.json`, then `summary.json` last (its
+/// presence marks a complete result).
+pub fn write_final(
+    dir: &Path,
+    summary: &Summary,
+    aggregator: &Aggregator,
+    meta: &Meta,
+) -> anyhow::Result<()> {
+    let interval = Duration::from_secs_f64(meta.interval_s.max(1e-3));
+    let counters = Counters::of(aggregator, interval);
+    let mut json = serde_json::to_vec_pretty(&counters)?;
+    json.push(b'\n');
+    super::write_atomic(dir, "counters.json", &json)?;
+    let mut json = serde_json::to_vec_pretty(meta)?;
+    json.push(b'\n');
+    super::write_atomic(dir, "meta.json", &json)?;
+    super::write_summary(dir, summary)?;
+    Ok(())
+}

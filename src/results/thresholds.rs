@@ -1,0 +1,528 @@
+//! `--fail-if EXPR`: conditions on a finished run that make it exit with status 1.
+//!
+//! Grammar: `METRIC CMP VALUE`, with `CMP` one of `>`, `>=`, `<`, `<=`, `==`, `!=`.
+//!
+//! | metric | meaning | value units |
+//! |---|---|---|
+//! | `pNN(OP)` (`p50`, `p99`, `p99.9`, `p999`) | latency percentile of OP's successes | `us`, `ms` (default), `s`, `m` |
+//! | `pNN(OP).service`, `.lag`, `.ttfb` | service time, schedule lag, time to first byte | as above |
+//! | `mean(OP)`, `max(OP)` (with the same suffixes) | | as above |
+//! | `error_rate`, `error_rate(OP)` | failed / all operations | `%` or a fraction |
+//! | `errors`, `errors(OP)`, `errors(KIND)` | failures (KIND: `timeout`, `http_429`, …) | count (`10k`) |
+//! | `rps`, `rps(OP)` | completed operations per second | count |
+//! | `throughput`, `throughput(OP)` | bytes per second | `512`, `10MiB` |
+//! | `count(OP)` | operations | count |
+//! | `warnings` | validity warnings raised | count |
+//!
+//! `OP` is an operation or session name (`blob_get`, `image_pull`, …) or `all` (every
+//! workload operation together). Percentiles come from the exact histograms, not from the
+//! rounded numbers of `summary.json`.
+
+use std::fmt;
+
+use hdrhistogram::Histogram;
+
+use super::summary::Summary;
+use crate::metrics::{new_histogram, ErrorKind, Level, Op, Stats, StatsTable};
+use crate::units::{parse_count, parse_duration, parse_size};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    Eq,
+    Ne,
+}
+
+impl Cmp {
+    fn holds(self, actual: f64, limit: f64) -> bool {
+        match self {
+            Cmp::Gt => actual > limit,
+            Cmp::Ge => actual >= limit,
+            Cmp::Lt => actual < limit,
+            Cmp::Le => actual <= limit,
+            Cmp::Eq => (actual - limit).abs() < 1e-9,
+            Cmp::Ne => (actual - limit).abs() >= 1e-9,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Latency,
+    Service,
+    Lag,
+    Ttfb,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stat {
+    Quantile(f64),
+    Mean,
+    Max,
+}
+
+/// Which operations a metric covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    All,
+    Op(Op),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Metric {
+    Latency {
+        stat: Stat,
+        scope: Scope,
+        series: Series,
+    },
+    ErrorRate(Scope),
+    Errors(Scope),
+    ErrorsOfKind(ErrorKind),
+    Rps(Scope),
+    Throughput(Scope),
+    Count(Scope),
+    Warnings,
+}
+
+/// A parsed `--fail-if` expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    pub text: String,
+    metric: Metric,
+    cmp: Cmp,
+    /// In the metric's unit: ms for latencies, a fraction for rates, a count, bytes/s.
+    limit: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--fail-if '{text}': {reason}")]
+pub struct ThresholdError {
+    pub text: String,
+    pub reason: String,
+}
+
+/// How a threshold came out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The condition holds: the run fails. Carries the measured value.
+    Holds(f64),
+    Clear(f64),
+    /// Nothing to measure (the operation never ran).
+    NoData,
+}
+
+fn split_cmp(text: &str) -> Option<(&str, Cmp, &str)> {
+    for (token, cmp) in [
+        (">=", Cmp::Ge),
+        ("<=", Cmp::Le),
+        ("==", Cmp::Eq),
+        ("!=", Cmp::Ne),
+        (">", Cmp::Gt),
+        ("<", Cmp::Lt),
+    ] {
+        if let Some(i) = text.find(token) {
+            return Some((text[..i].trim(), cmp, text[i + token.len()..].trim()));
+        }
+    }
+    None
+}
+
+fn scope(arg: Option<&str>) -> Result<Scope, String> {
+    match arg {
+        None | Some("all") | Some("*") => Ok(Scope::All),
+        Some(name) => Op::from_name(name)
+            .map(Scope::Op)
+            .ok_or_else(|| format!("unknown operation '{name}'")),
+    }
+}
+
+fn parse_latency(value: &str) -> Result<f64, String> {
+    if let Ok(ms) = value.parse::<f64>() {
+        return Ok(ms);
+    }
+    parse_duration(value).map(|d| d.as_secs_f64() * 1000.0)
+}
+
+fn parse_rate(value: &str) -> Result<f64, String> {
+    match value.strip_suffix('%') {
+        Some(p) => p
+            .trim()
+            .parse::<f64>()
+            .map(|v| v / 100.0)
+            .map_err(|_| format!("'{value}' is not a percentage")),
+        None => value
+            .parse::<f64>()
+            .map_err(|_| format!("'{value}' is not a fraction or a percentage")),
+    }
+}
+
+fn parse_number(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .or_else(|_| parse_count(value).map(|c| c as f64))
+}
+
+impl Threshold {
+    pub fn parse(text: &str) -> Result<Threshold, ThresholdError> {
+        let err = |reason: String| ThresholdError {
+            text: text.to_owned(),
+            reason,
+        };
+        let (lhs, cmp, rhs) = split_cmp(text)
+            .ok_or_else(|| err("no comparison (use >, >=, <, <=, == or !=)".into()))?;
+        if rhs.is_empty() {
+            return Err(err("no value after the comparison".into()));
+        }
+        let (call, suffix) = match lhs.rfind(')') {
+            Some(i) => (&lhs[..=i], lhs[i + 1..].trim()),
+            None => [".latency", ".service", ".lag", ".ttfb"]
+                .iter()
+                .find(|s| lhs.ends_with(*s))
+                .map_or((lhs, ""), |s| (&lhs[..lhs.len() - s.len()], *s)),
+        };
+        let (name, arg) = match call.split_once('(') {
+            Some((name, rest)) => {
+                let arg = rest
+                    .strip_suffix(')')
+                    .ok_or_else(|| err("unbalanced parenthesis".into()))?
+                    .trim();
+                (name.trim(), Some(arg))
+            }
+            None => (call.trim(), None),
+        };
+        let series = match suffix {
+            "" | ".latency" => Series::Latency,
+            ".service" => Series::Service,
+            ".lag" => Series::Lag,
+            ".ttfb" => Series::Ttfb,
+            other => {
+                return Err(err(format!(
+                    "unknown suffix '{other}' (use .service, .lag or .ttfb)"
+                )))
+            }
+        };
+        let stat = if let Some(q) = name
+            .strip_prefix('p')
+            .filter(|q| !q.is_empty() && q.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        {
+            let q: f64 = if q == "999" {
+                99.9
+            } else {
+                q.parse()
+                    .map_err(|_| err(format!("bad percentile '{name}'")))?
+            };
+            if !(0.0..=100.0).contains(&q) {
+                return Err(err(format!("percentile {q} is not between 0 and 100")));
+            }
+            Some(Stat::Quantile(q / 100.0))
+        } else {
+            match name {
+                "mean" => Some(Stat::Mean),
+                "max" => Some(Stat::Max),
+                _ => None,
+            }
+        };
+        let (metric, limit) = match (stat, name) {
+            (Some(stat), _) => {
+                if arg.is_none() {
+                    return Err(err(format!("{name} needs an operation, e.g. {name}(blob_get)")));
+                }
+                let metric = Metric::Latency {
+                    stat,
+                    scope: scope(arg).map_err(err)?,
+                    series,
+                };
+                (metric, parse_latency(rhs).map_err(err)?)
+            }
+            (None, "error_rate") => (Metric::ErrorRate(scope(arg).map_err(err)?), parse_rate(rhs).map_err(err)?),
+            (None, "errors") => {
+                let metric = match arg {
+                    Some(a) if Op::from_name(a).is_none() && a != "all" => Metric::ErrorsOfKind(
+                        ErrorKind::from_key(a)
+                            .ok_or_else(|| err(format!("'{a}' is neither an operation nor an error kind")))?,
+                    ),
+                    _ => Metric::Errors(scope(arg).map_err(err)?),
+                };
+                (metric, parse_number(rhs).map_err(err)?)
+            }
+            (None, "rps") => (Metric::Rps(scope(arg).map_err(err)?), parse_number(rhs).map_err(err)?),
+            (None, "throughput") => (
+                Metric::Throughput(scope(arg).map_err(err)?),
+                parse_size(rhs).map(|b| b as f64).map_err(err)?,
+            ),
+            (None, "count") => (Metric::Count(scope(arg).map_err(err)?), parse_number(rhs).map_err(err)?),
+            (None, "warnings") => (Metric::Warnings, parse_number(rhs).map_err(err)?),
+            (None, other) => {
+                return Err(err(format!(
+                    "unknown metric '{other}' (pNN, mean, max, error_rate, errors, rps, throughput, count, warnings)"
+                )))
+            }
+        };
+        if !suffix.is_empty() && !matches!(metric, Metric::Latency { .. }) {
+            return Err(err(format!("'{suffix}' applies to latency metrics only")));
+        }
+        Ok(Threshold {
+            text: text.to_owned(),
+            metric,
+            cmp,
+            limit,
+        })
+    }
+
+    fn stats(table: &StatsTable, scope: Scope) -> Option<Stats> {
+        match scope {
+            Scope::Op(op) => table.op_total(op),
+            Scope::All => {
+                let mut total: Option<Stats> = None;
+                for op in table.ops() {
+                    if op.level() != Level::Operation {
+                        continue;
+                    }
+                    if let Some(s) = table.op_total(op) {
+                        match &mut total {
+                            Some(t) => t.add(&s),
+                            None => total = Some(s),
+                        }
+                    }
+                }
+                total
+            }
+        }
+    }
+
+    fn measure(&self, summary: &Summary, table: &StatsTable) -> Option<f64> {
+        let duration = summary.duration_s.max(1e-9);
+        match &self.metric {
+            Metric::Latency {
+                stat,
+                scope,
+                series,
+            } => {
+                let s = Self::stats(table, *scope)?;
+                let empty = new_histogram();
+                let h: &Histogram<u64> = match series {
+                    Series::Latency => &s.latency,
+                    Series::Service => s.service.as_ref().unwrap_or(&empty),
+                    Series::Lag => s.schedule_lag.as_ref().unwrap_or(&empty),
+                    Series::Ttfb => s.ttfb.as_ref().unwrap_or(&empty),
+                };
+                if h.is_empty() {
+                    return None;
+                }
+                let us = match stat {
+                    Stat::Quantile(q) => h.value_at_quantile(*q) as f64,
+                    Stat::Mean => h.mean(),
+                    Stat::Max => h.max() as f64,
+                };
+                Some(us / 1000.0)
+            }
+            Metric::ErrorRate(scope) => {
+                let s = Self::stats(table, *scope)?;
+                (s.count > 0).then(|| s.errors as f64 / s.count as f64)
+            }
+            Metric::Errors(scope) => {
+                Some(Self::stats(table, *scope).map_or(0.0, |s| s.errors as f64))
+            }
+            Metric::ErrorsOfKind(kind) => {
+                Some(summary.errors.get(&kind.key()).copied().unwrap_or(0) as f64)
+            }
+            Metric::Rps(scope) => {
+                Some(Self::stats(table, *scope).map_or(0.0, |s| s.count as f64 / duration))
+            }
+            Metric::Throughput(scope) => Some(
+                Self::stats(table, *scope)
+                    .map_or(0.0, |s| (s.bytes_sent + s.bytes_received) as f64 / duration),
+            ),
+            Metric::Count(scope) => {
+                Some(Self::stats(table, *scope).map_or(0.0, |s| s.count as f64))
+            }
+            Metric::Warnings => Some(summary.warnings.len() as f64),
+        }
+    }
+
+    pub fn evaluate(&self, summary: &Summary, table: &StatsTable) -> Verdict {
+        match self.measure(summary, table) {
+            None => Verdict::NoData,
+            Some(v) if self.cmp.holds(v, self.limit) => Verdict::Holds(v),
+            Some(v) => Verdict::Clear(v),
+        }
+    }
+
+    /// The measured value with the metric's unit, for messages.
+    pub fn show(&self, value: f64) -> String {
+        match self.metric {
+            Metric::Latency { .. } => format!("{value:.3} ms"),
+            Metric::ErrorRate(_) => format!("{:.3}%", value * 100.0),
+            Metric::Throughput(_) => format!("{} /s", crate::units::ByteSize(value as u64)),
+            Metric::Rps(_) => format!("{value:.3}"),
+            _ => format!("{value}"),
+        }
+    }
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Evaluates every threshold; prints the ones that hold (and those without data) on
+/// stderr; returns whether any holds.
+pub fn check(thresholds: &[Threshold], summary: &Summary, table: &StatsTable) -> bool {
+    let mut failed = false;
+    for t in thresholds {
+        match t.evaluate(summary, table) {
+            Verdict::Holds(v) => {
+                failed = true;
+                eprintln!("creb-rs: --fail-if '{t}' holds: measured {}", t.show(v));
+            }
+            Verdict::NoData => eprintln!("creb-rs: --fail-if '{t}': nothing measured, not checked"),
+            Verdict::Clear(_) => {}
+        }
+    }
+    failed
+}
+
+/// Parses every expression of `--fail-if`, or the first error.
+pub fn parse_all(texts: &[String]) -> Result<Vec<Threshold>, ThresholdError> {
+    texts.iter().map(|t| Threshold::parse(t)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Outcome, Sample, SizeClass, Timing};
+    use crate::results::summary::{HistogramInfo, Shard, Throughput, Tool, Totals};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    fn table() -> StatsTable {
+        let mut t = StatsTable::default();
+        let end = Instant::now();
+        for i in 1..=100u64 {
+            let outcome = if i <= 3 {
+                Outcome::Error(ErrorKind::Http(429))
+            } else {
+                Outcome::Ok
+            };
+            t.record(&Sample {
+                op: Op::BlobGet,
+                outcome,
+                size_class: SizeClass::Under1MiB,
+                timing: Timing {
+                    intended: Some(end - Duration::from_millis(i * 10 + 5)),
+                    sent: end - Duration::from_millis(i * 10),
+                    first_byte: None,
+                    end,
+                },
+                bytes_sent: 0,
+                bytes_received: 1000,
+                http_requests: 1,
+            });
+        }
+        t
+    }
+
+    fn summary() -> Summary {
+        Summary {
+            schema_version: 1,
+            tool: Tool::current(),
+            command: "replay".into(),
+            mode: "delay".into(),
+            model: "open".into(),
+            concurrency: 1,
+            registry: "r".into(),
+            seed: 1,
+            shard: Shard { index: 0, count: 1 },
+            started_at: String::new(),
+            duration_s: 10.0,
+            interrupted: false,
+            trace: None,
+            totals: Totals::default(),
+            throughput: Throughput::default(),
+            operations: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            errors: BTreeMap::from([("http_429".to_owned(), 3)]),
+            events: BTreeMap::new(),
+            warnings: Vec::new(),
+            checks: None,
+            histograms: HistogramInfo::current(),
+            config: serde_json::json!({}),
+        }
+    }
+
+    fn verdict(text: &str) -> Verdict {
+        Threshold::parse(text)
+            .unwrap()
+            .evaluate(&summary(), &table())
+    }
+
+    #[test]
+    fn evaluation_table() {
+        // 97 successes at 45, 55, …, 1005 ms from their intended start.
+        assert!(
+            matches!(verdict("p99(blob_get) > 900ms"), Verdict::Holds(v) if (990.0..=1010.0).contains(&v))
+        );
+        assert!(matches!(verdict("p99(blob_get) > 2s"), Verdict::Clear(_)));
+        assert!(matches!(
+            verdict("p50(blob_get).service > 400"),
+            Verdict::Holds(_)
+        ));
+        assert!(matches!(
+            verdict("max(blob_get).lag >= 5ms"),
+            Verdict::Holds(_)
+        ));
+        assert!(matches!(verdict("error_rate > 1%"), Verdict::Holds(v) if (v - 0.03).abs() < 1e-9));
+        assert!(matches!(
+            verdict("error_rate(blob_get) > 0.05"),
+            Verdict::Clear(_)
+        ));
+        assert!(matches!(verdict("errors(http_429) > 0"), Verdict::Holds(_)));
+        assert!(matches!(verdict("errors(timeout) > 0"), Verdict::Clear(_)));
+        assert!(matches!(verdict("rps < 100"), Verdict::Holds(v) if (v - 10.0).abs() < 1e-9));
+        assert!(matches!(
+            verdict("throughput(blob_get) < 1MiB"),
+            Verdict::Holds(_)
+        ));
+        assert!(matches!(
+            verdict("count(blob_get) != 100"),
+            Verdict::Clear(_)
+        ));
+        assert!(matches!(verdict("warnings > 0"), Verdict::Clear(_)));
+        assert_eq!(verdict("p99(manifest_get) > 1s"), Verdict::NoData);
+    }
+
+    #[test]
+    fn bad_expressions_say_why() {
+        for (text, why) in [
+            ("p99(blob_get)", "no comparison"),
+            ("p99(blob_get) >", "no value"),
+            ("p99(blob_fetch) > 1s", "unknown operation"),
+            ("p99 > 1s", "needs an operation"),
+            ("p101(blob_get) > 1s", "between 0 and 100"),
+            ("latency > 1s", "unknown metric"),
+            ("error_rate.lag > 1%", "latency metrics only"),
+            (
+                "errors(nonsense) > 1",
+                "neither an operation nor an error kind",
+            ),
+            ("p99(blob_get > 1s", "unbalanced"),
+            ("rps < lots", "does not start with a number"),
+        ] {
+            let e = Threshold::parse(text).unwrap_err();
+            assert!(e.to_string().contains(why), "{text}: {e}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics(s in ".{0,40}") {
+            let _ = Threshold::parse(&s);
+        }
+    }
+}

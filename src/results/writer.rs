@@ -1,0 +1,257 @@
+//! Writing a result directory while the run goes: the aggregator hands every finished
+//! interval to [`ResultWriter`], which appends it to `histograms.hlog` and `timeline.csv`
+//! and flushes both, so a crash loses at most the intervals still open. With
+//! `--record-requests`, every finished exchange is streamed to `requests.csv`.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use hdrhistogram::serialization::V2DeflateSerializer;
+
+use super::hlog;
+use crate::metrics::{Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable};
+
+/// Operations with their own columns in `timeline.csv` (count, p50, p99).
+pub const TIMELINE_FAMILIES: [Op; 11] = [
+    Op::ManifestGet,
+    Op::ManifestHead,
+    Op::ManifestPut,
+    Op::BlobGet,
+    Op::BlobHead,
+    Op::BlobUpload,
+    Op::BlobMount,
+    Op::Ping,
+    Op::TokenFetch,
+    Op::ImagePull,
+    Op::ImagePush,
+];
+
+/// The fixed columns of `timeline.csv`, in order.
+pub fn timeline_header() -> Vec<String> {
+    let mut h: Vec<String> = [
+        "interval",
+        "start_s",
+        "duration_s",
+        "offered",
+        "achieved",
+        "offered_per_s",
+        "achieved_per_s",
+        "in_flight",
+        "ok",
+        "errors",
+        "bytes_sent",
+        "bytes_received",
+        "lag_p99_ms",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for op in TIMELINE_FAMILIES {
+        for suffix in ["count", "p50_ms", "p99_ms"] {
+            h.push(format!("{}_{suffix}", op.name()));
+        }
+    }
+    h
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+/// One row of `timeline.csv` for an interval's table and counters.
+pub fn timeline_row(interval: &Interval<'_>) -> Vec<String> {
+    let t = interval.table;
+    let mut ok = 0;
+    let mut errors = 0;
+    let mut sent = 0;
+    let mut received = 0;
+    let mut lag_p99: Option<u64> = None;
+    for ((op, _), s) in t.cells() {
+        if op.level() == Level::Operation {
+            ok += s.ok;
+            errors += s.errors;
+            sent += s.bytes_sent;
+            received += s.bytes_received;
+        }
+        if let Some(lag) = s.schedule_lag.as_ref().filter(|h| !h.is_empty()) {
+            let p = lag.value_at_quantile(0.99);
+            lag_p99 = Some(lag_p99.map_or(p, |x| x.max(p)));
+        }
+    }
+    let secs = interval.length.as_secs_f64().max(1e-9);
+    let c = interval.counters;
+    let mut row = vec![
+        interval.index.to_string(),
+        format!("{:.3}", interval.start.as_secs_f64()),
+        format!("{:.3}", interval.length.as_secs_f64()),
+        c.offered.to_string(),
+        c.completed.to_string(),
+        format!("{:.3}", c.offered as f64 / secs),
+        format!("{:.3}", c.completed as f64 / secs),
+        c.in_flight.to_string(),
+        ok.to_string(),
+        errors.to_string(),
+        sent.to_string(),
+        received.to_string(),
+        lag_p99.map(ms).unwrap_or_default(),
+    ];
+    for op in TIMELINE_FAMILIES {
+        match t.op_total(op) {
+            Some(s) if !s.latency.is_empty() => {
+                row.push(s.count.to_string());
+                row.push(ms(s.latency.value_at_quantile(0.5)));
+                row.push(ms(s.latency.value_at_quantile(0.99)));
+            }
+            Some(s) => {
+                row.push(s.count.to_string());
+                row.push(String::new());
+                row.push(String::new());
+            }
+            None => {
+                row.push("0".into());
+                row.push(String::new());
+                row.push(String::new());
+            }
+        }
+    }
+    row
+}
+
+/// The interval sink of a result directory.
+pub struct ResultWriter {
+    dir: PathBuf,
+    hlog: BufWriter<File>,
+    serializer: V2DeflateSerializer,
+    timeline: csv::Writer<BufWriter<File>>,
+    requests: Option<csv::Writer<BufWriter<File>>>,
+}
+
+impl std::fmt::Debug for ResultWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultWriter")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn create(dir: &Path, name: &str) -> anyhow::Result<BufWriter<File>> {
+    let path = dir.join(name);
+    let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    Ok(BufWriter::with_capacity(256 * 1024, file))
+}
+
+impl ResultWriter {
+    /// Creates the per-interval files of a result directory (which must exist).
+    pub fn create(dir: &Path, anchor: SystemTime, record_requests: bool) -> anyhow::Result<Self> {
+        let mut hlog = create(dir, "histograms.hlog")?;
+        hlog::write_header(&mut hlog, anchor).context("cannot write histograms.hlog")?;
+        hlog.flush()?;
+        let mut timeline = csv::Writer::from_writer(create(dir, "timeline.csv")?);
+        timeline.write_record(timeline_header())?;
+        timeline.flush()?;
+        let requests = if record_requests {
+            let mut w = csv::Writer::from_writer(create(dir, "requests.csv")?);
+            w.write_record([
+                "end_s",
+                "op",
+                "size_class",
+                "outcome",
+                "latency_ms",
+                "service_ms",
+                "lag_ms",
+                "ttfb_ms",
+                "bytes_sent",
+                "bytes_received",
+                "http_requests",
+            ])?;
+            Some(w)
+        } else {
+            None
+        };
+        Ok(ResultWriter {
+            dir: dir.to_path_buf(),
+            hlog,
+            serializer: V2DeflateSerializer::new(),
+            timeline,
+            requests,
+        })
+    }
+
+    /// As a boxed sink for the aggregator.
+    pub fn boxed(self) -> Box<dyn IntervalSink> {
+        Box::new(self)
+    }
+}
+
+fn opt_ms(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.3}", d.as_secs_f64() * 1000.0))
+        .unwrap_or_default()
+}
+
+impl IntervalSink for ResultWriter {
+    fn interval(&mut self, interval: &Interval<'_>) -> std::io::Result<()> {
+        hlog::write_interval(
+            &mut self.hlog,
+            &mut self.serializer,
+            interval.start,
+            interval.length,
+            interval.table,
+        )?;
+        self.hlog.flush()?;
+        self.timeline.write_record(timeline_row(interval))?;
+        self.timeline.flush()?;
+        if let Some(r) = self.requests.as_mut() {
+            r.flush()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.hlog.flush()?;
+        self.hlog.get_ref().sync_all()?;
+        self.timeline.flush()?;
+        if let Some(r) = self.requests.as_mut() {
+            r.flush()?;
+        }
+        Ok(())
+    }
+
+    fn records_requests(&self) -> bool {
+        self.requests.is_some()
+    }
+
+    fn request(&mut self, offset: Duration, s: &Sample) -> std::io::Result<()> {
+        let Some(w) = self.requests.as_mut() else {
+            return Ok(());
+        };
+        let outcome = match s.outcome {
+            Outcome::Ok => "ok".to_owned(),
+            Outcome::Error(k) => k.key(),
+        };
+        w.write_record([
+            format!("{:.6}", offset.as_secs_f64()),
+            s.op.name().to_owned(),
+            s.size_class.name().to_owned(),
+            outcome,
+            format!("{:.3}", s.timing.latency().as_secs_f64() * 1000.0),
+            opt_ms(s.timing.intended.map(|_| s.timing.service())),
+            opt_ms(s.timing.schedule_lag()),
+            opt_ms(s.timing.ttfb()),
+            s.bytes_sent.to_string(),
+            s.bytes_received.to_string(),
+            s.http_requests.to_string(),
+        ])?;
+        Ok(())
+    }
+}
+
+/// Sums the table of an interval (for tests and merges).
+pub fn table_ok_errors(table: &StatsTable) -> (u64, u64) {
+    table
+        .cells()
+        .filter(|((op, _), _)| op.level() == Level::Operation)
+        .fold((0, 0), |(ok, err), (_, s)| (ok + s.ok, err + s.errors))
+}

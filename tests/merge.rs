@@ -1,0 +1,433 @@
+//! Merging results: exact (shards merged equal the union, through the real file formats),
+//! strict (refuses what does not belong together), readable by other tools, and end to end
+//! (three shards of a real replay merge into the counts of one instance).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use common::{creb, summary_json, Registry};
+use creb::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
+use creb::results::store::load;
+use creb::results::summary::{RunInfo, Shard, Summary};
+use creb::results::{Meta, MetaInput, RunOutput};
+use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::ExitStatus;
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+/// One synthetic measurement: which op, when it ended (ms after the anchor), how long it
+/// took, and whether it failed.
+#[derive(Debug, Clone)]
+struct Raw {
+    op: u8,
+    end_ms: u64,
+    latency_us: u64,
+    failed: bool,
+    big: bool,
+}
+
+fn raw() -> impl Strategy<Value = Raw> {
+    (
+        0u8..4,
+        0u64..4_000,
+        1u64..2_000_000,
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(op, end_ms, latency_us, failed, big)| Raw {
+            op,
+            end_ms,
+            latency_us,
+            failed,
+            big,
+        })
+}
+
+const OPS: [Op; 4] = [Op::BlobGet, Op::ManifestGet, Op::BlobUpload, Op::TokenFetch];
+
+/// Writes a result directory holding exactly `samples`, as shard `shard` of `count`.
+async fn write_dir(
+    dir: &Path,
+    samples: &[Raw],
+    shard: u32,
+    count: u32,
+    anchor: Instant,
+    wall: SystemTime,
+) {
+    let output = RunOutput {
+        dir: Some(dir.to_path_buf()),
+        interval: Duration::from_secs(1),
+        record_requests: false,
+    };
+    let (recorder, aggregator) = output.start(anchor, wall).unwrap();
+    for r in samples {
+        let end = anchor + Duration::from_millis(r.end_ms);
+        recorder
+            .record(Sample {
+                op: OPS[r.op as usize],
+                outcome: if r.failed {
+                    Outcome::Error(ErrorKind::Http(503))
+                } else {
+                    Outcome::Ok
+                },
+                size_class: if r.big {
+                    SizeClass::To100MiB
+                } else {
+                    SizeClass::Under1MiB
+                },
+                timing: Timing {
+                    intended: Some(end - Duration::from_micros(r.latency_us)),
+                    sent: end - Duration::from_micros(r.latency_us / 2),
+                    first_byte: Some(end - Duration::from_micros(r.latency_us / 4)),
+                    end,
+                },
+                bytes_sent: 10,
+                bytes_received: if r.big { 20 << 20 } else { 100 },
+                http_requests: 1,
+            })
+            .await;
+    }
+    let aggregator = aggregator.finish().await;
+    let summary = Summary::build(
+        RunInfo {
+            command: "replay".into(),
+            mode: "delay".into(),
+            model: "open".into(),
+            concurrency: 4,
+            registry: "http://127.0.0.1:1".into(),
+            seed: 9,
+            shard: Shard {
+                index: shard,
+                count,
+            },
+            started_at: wall,
+            duration: Duration::from_secs(4),
+            interrupted: false,
+            trace: None,
+            warnings: Vec::new(),
+            checks: None,
+            config: serde_json::json!({"plan": {"shard": {"index": shard, "count": count}}, "seed": 9}),
+        },
+        &aggregator,
+    );
+    let meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: serde_json::json!({"trace": "synthetic"}),
+            anchor: wall,
+            start_at: None,
+            actual_start: wall,
+            start_skew_ms: None,
+            interval: Duration::from_secs(1),
+        },
+    );
+    creb::results::store::write_final(dir, &summary, &aggregator, &meta).unwrap();
+}
+
+fn check_merge_equals_union(samples: Vec<Raw>, assignment: Vec<u32>, count: u32) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let anchor = Instant::now();
+        let wall = SystemTime::now();
+        let union = tmp.path().join("union");
+        write_dir(&union, &samples, 0, 1, anchor, wall).await;
+        let mut dirs = Vec::new();
+        for shard in 0..count {
+            let part: Vec<Raw> = samples
+                .iter()
+                .zip(&assignment)
+                .filter(|(_, a)| **a % count == shard)
+                .map(|(r, _)| r.clone())
+                .collect();
+            let dir = tmp.path().join(format!("shard{shard}"));
+            write_dir(&dir, &part, shard, count, anchor, wall).await;
+            dirs.push(dir);
+        }
+        let merged_dir = tmp.path().join("merged");
+        creb::merge::merge(&dirs, &merged_dir, false).unwrap();
+        let merged = load(&merged_dir).unwrap();
+        let whole = load(&union).unwrap();
+        // Every operation's numbers, percentiles included, are identical.
+        assert_eq!(merged.summary.operations, whole.summary.operations);
+        assert_eq!(merged.summary.totals, whole.summary.totals);
+        assert_eq!(merged.summary.errors, whole.summary.errors);
+        // Interval by interval, tag by tag, the histograms are identical.
+        assert_eq!(merged.hlog.intervals, whole.hlog.intervals);
+        // The timeline's counts add up to the union's.
+        let col = |rows: &Vec<Vec<String>>, i: usize| -> u64 {
+            rows.iter().map(|r| r[i].parse::<u64>().unwrap_or(0)).sum()
+        };
+        for c in [4, 8, 9, 10, 11] {
+            assert_eq!(
+                col(&merged.timeline, c),
+                col(&whole.timeline, c),
+                "timeline column {c}"
+            );
+        }
+        assert_eq!(merged.meta.hosts.len() as u32, count);
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn merging_shards_equals_the_union(
+        samples in prop::collection::vec(raw(), 1..300),
+        seed in any::<u64>(),
+        count in 1u32..5,
+    ) {
+        let assignment: Vec<u32> = (0..samples.len())
+            .map(|i| (seed.wrapping_mul(6364136223846793005).wrapping_add(i as u64) >> 33) as u32)
+            .collect();
+        check_merge_equals_union(samples, assignment, count);
+    }
+}
+
+/// Writes `count` shard directories of a few samples each.
+async fn shards(root: &Path, count: u32) -> Vec<std::path::PathBuf> {
+    let anchor = Instant::now();
+    let wall = SystemTime::now();
+    let samples = vec![Raw {
+        op: 0,
+        end_ms: 10,
+        latency_us: 500,
+        failed: false,
+        big: false,
+    }];
+    let mut dirs = Vec::new();
+    for i in 0..count {
+        let d = root.join(format!("s{i}"));
+        write_dir(&d, &samples, i, count, anchor, wall).await;
+        dirs.push(d);
+    }
+    dirs
+}
+
+fn edit_json(path: &Path, edit: impl Fn(&mut serde_json::Value)) {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(path, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn merge_refuses_what_does_not_belong_together() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let err = |dirs: &[std::path::PathBuf], partial| {
+        format!("{:#}", creb::merge::merge(dirs, &out, partial).unwrap_err())
+    };
+
+    let dirs = shards(&tmp.path().join("a"), 3).await;
+    // Missing and overlapping shards.
+    let e = err(&dirs[..2], false);
+    assert!(e.contains("shards 2/3 are missing"), "{e}");
+    assert!(
+        creb::merge::merge(&dirs[..2], &out, true).is_ok(),
+        "--partial merges in stages"
+    );
+    let e = err(
+        &[
+            dirs[0].clone(),
+            dirs[1].clone(),
+            dirs[1].clone(),
+            dirs[2].clone(),
+        ],
+        false,
+    );
+    assert!(e.contains("shard 1/3 appears twice"), "{e}");
+
+    // Mixed modes.
+    let modes = shards(&tmp.path().join("b"), 2).await;
+    edit_json(&modes[1].join("summary.json"), |v| {
+        v["mode"] = "stress".into()
+    });
+    let e = err(&modes, false);
+    assert!(e.contains("command or mode"), "{e}");
+
+    // Another configuration or seed.
+    let seeds = shards(&tmp.path().join("c"), 2).await;
+    edit_json(&seeds[1].join("meta.json"), |v| v["seed"] = 10.into());
+    assert!(err(&seeds, false).contains("seed"));
+    let configs = shards(&tmp.path().join("d"), 2).await;
+    edit_json(&configs[1].join("meta.json"), |v| {
+        v["config_hash"] = "sha256:00".into()
+    });
+    assert!(err(&configs, false).contains("configuration"));
+
+    // Other histogram settings.
+    let hist = shards(&tmp.path().join("e"), 2).await;
+    edit_json(&hist[1].join("summary.json"), |v| {
+        v["histograms"]["significant_digits"] = 2.into()
+    });
+    assert!(err(&hist, false).contains("histogram settings"));
+
+    // A directory that is not a result.
+    let e = err(&[tmp.path().join("nope")], false);
+    assert!(e.contains("not a result directory"), "{e}");
+}
+
+#[tokio::test]
+async fn merges_of_merges_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = shards(tmp.path(), 4).await;
+    let first = tmp.path().join("m01");
+    let second = tmp.path().join("m23");
+    creb::merge::merge(&dirs[..2], &first, true).unwrap();
+    creb::merge::merge(&dirs[2..], &second, true).unwrap();
+    let all = tmp.path().join("all");
+    creb::merge::merge(&[first, second], &all, false).unwrap();
+    let direct = tmp.path().join("direct");
+    creb::merge::merge(&dirs, &direct, false).unwrap();
+    assert_eq!(
+        load(&all).unwrap().summary.operations,
+        load(&direct).unwrap().summary.operations
+    );
+    assert_eq!(load(&all).unwrap().meta.hosts.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_merge_into_the_counts_of_one_instance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace.json");
+    let (records, _) = generate(&SynthOptions {
+        seed: 5,
+        sessions: 90,
+        mean_gap_ms: 30.0,
+        ..SynthOptions::default()
+    });
+    write_file(&trace, &records).unwrap();
+    let registry = Registry::start();
+    let t = trace.to_str().unwrap();
+    assert_eq!(
+        creb(&[
+            "replay",
+            t,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "prewarm",
+            "--quiet"
+        ])
+        .await,
+        ExitStatus::Success
+    );
+
+    let whole = tmp.path().join("whole");
+    let args = [
+        "replay",
+        t,
+        "--registry",
+        &registry.url,
+        "--phase",
+        "run",
+        "--quiet",
+        "--record-requests",
+        "--output-dir",
+    ];
+    let mut a = args.to_vec();
+    a.push(whole.to_str().unwrap());
+    assert_eq!(creb(&a).await, ExitStatus::Success);
+
+    let start_at = format!(
+        "{:.3}",
+        (SystemTime::now() + Duration::from_secs(2))
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    );
+    // Three processes at once, one per shard, sharing the seed and the start instant.
+    let mut dirs = Vec::new();
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let dir = tmp.path().join(format!("shard{i}"));
+        let mut a: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        a.push(dir.to_str().unwrap().to_owned());
+        a.extend([
+            "--shard".to_owned(),
+            format!("{i}/3"),
+            "--start-at".to_owned(),
+            start_at.clone(),
+        ]);
+        runs.push(std::thread::spawn(move || {
+            let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+            common::run_bin(&refs, None, &[])
+        }));
+        dirs.push(dir);
+    }
+    for r in runs {
+        let out = r.join().unwrap();
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    }
+    let merged = tmp.path().join("merged");
+    let r = common::run_bin(
+        &[
+            "merge",
+            dirs[0].to_str().unwrap(),
+            dirs[1].to_str().unwrap(),
+            dirs[2].to_str().unwrap(),
+            "--output-dir",
+            merged.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("0/3") && r.stdout.contains("2/3"),
+        "per-host table: {}",
+        r.stdout
+    );
+
+    let m = summary_json(&merged);
+    let w = summary_json(&whole);
+    for (name, op) in w["operations"].as_object().unwrap() {
+        for field in ["count", "ok", "errors", "bytes_sent", "bytes_received"] {
+            // A manifest the trace both PUTs and GETs is whichever version was there when
+            // the GET came: across hosts that order is not the one instance's order.
+            if name.starts_with("manifest_") && field == "bytes_received" {
+                continue;
+            }
+            assert_eq!(m["operations"][name][field], op[field], "{name}.{field}");
+        }
+    }
+    assert_eq!(m["trace"]["records"], w["trace"]["records"]);
+    assert_eq!(m["trace"]["replayed"], w["trace"]["replayed"]);
+    assert_eq!(m["trace"]["folded"], w["trace"]["folded"]);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs[0].join("meta.json")).unwrap()).unwrap();
+    let skew = meta["start_skew_ms"].as_f64().unwrap();
+    assert!(
+        skew.abs() < 100.0,
+        "each host started at the shared instant: {skew} ms"
+    );
+
+    // The CSV files are readable by Python's csv module.
+    let script = r#"
+import csv, sys
+for path, first in [(sys.argv[1], "interval"), (sys.argv[2], "end_s")]:
+    rows = list(csv.reader(open(path, newline="")))
+    assert rows[0][0] == first, rows[0]
+    assert len(rows) > 1, path
+    assert all(len(r) == len(rows[0]) for r in rows), path
+print("ok", len(rows))
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            merged.join("timeline.csv").to_str().unwrap(),
+            whole.join("requests.csv").to_str().unwrap(),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
