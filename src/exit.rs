@@ -45,6 +45,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Merge(args) => crate::merge::run(args).await,
         Command::Report(args) => crate::report::run(args).await,
         Command::Compare(args) => crate::compare::run(args).await,
+        Command::Trace(args) => crate::analysis::trace_cmd::run(args).await,
         Command::Simulate(args) => crate::analysis::simulate::run(args).await,
         Command::Cost(args) => crate::analysis::cost::run(args).await,
     };

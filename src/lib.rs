@@ -20,6 +20,7 @@ pub mod merge;
 pub mod metrics;
 pub mod oci;
 pub mod plan;
+pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod results;

@@ -589,33 +589,3 @@ fn cost_text_and_json_outputs() {
     assert_eq!(v["projection"]["basis"], "measured_rate");
     assert!(v["monthly"]["egress"]["tiers"].as_array().unwrap().len() == 5);
 }
-
-/// The table of `docs/analysis.md`:
-/// `cargo test --release --test simulate_cost -- --ignored --nocapture docs_sweep_table`.
-#[test]
-#[ignore]
-fn docs_sweep_table() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dal_like_trace(dir.path(), 2_000_000, 1);
-    let sweep = [1.0, 2.0, 5.0, 10.0, 20.0];
-    let out = simulate::simulate_cache_files(
-        std::slice::from_ref(&trace),
-        None,
-        &sweep,
-        10.0,
-        100 << 20,
-        false,
-    )
-    .unwrap();
-    println!("{}", simulate::cache_text(&out));
-    let p = simulate::simulate_prefetch_files(
-        &[trace],
-        &simulate::prefetch_configs(&match sim(&["prefetch", "x", "--sweep"]).command {
-            SimulateCommand::Prefetch(a) => a,
-            SimulateCommand::Cache(_) => unreachable!(),
-        }),
-        false,
-    )
-    .unwrap();
-    println!("{}", simulate::prefetch_text(&p));
-}

@@ -818,36 +818,3 @@ fn validate_names_file_record_and_field() {
         ExitStatus::Success
     );
 }
-
-/// `cargo test --release --test trace_commands -- --ignored --nocapture`: a million dal
-/// requests generated, validated and characterized, with timings (`docs/traces.md`).
-#[test]
-#[ignore = "slow in debug builds; run with --release"]
-fn million_requests_dal() {
-    let dir = tempfile::tempdir().unwrap();
-    let started = std::time::Instant::now();
-    let path = synth(
-        dir.path(),
-        Profile::Dal,
-        SynthLength::Requests(1_000_000),
-        1,
-    );
-    let generated = started.elapsed();
-    let inp = input(&[&path]);
-    let started = std::time::Instant::now();
-    let s = compute_stats(&inp, &StatsOptions::default()).unwrap();
-    let analyzed = started.elapsed();
-    print!("{}", creb::analysis::trace_cmd::render_text(&s));
-    println!(
-        "generated in {:.2}s ({} MB), stats in {:.2}s",
-        generated.as_secs_f64(),
-        std::fs::metadata(&path).unwrap().len() / 1_000_000,
-        analyzed.as_secs_f64()
-    );
-    check_profile(&TARGETS[0], &s);
-    for t in &TARGETS[1..] {
-        let path = synth(dir.path(), t.profile, SynthLength::Requests(300_000), 1);
-        let s = compute_stats(&input(&[&path]), &StatsOptions::default()).unwrap();
-        check_profile(t, &s);
-    }
-}

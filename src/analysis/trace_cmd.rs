@@ -243,6 +243,11 @@ pub struct SynthArgs {
     /// Trace start, RFC 3339.
     #[arg(long, value_name = "TIME", default_value = "2017-06-20T00:00:00Z", value_parser = parse_time)]
     pub start: i64,
+
+    /// Cap every blob at SIZE (larger draws become SIZE), so that replaying the trace
+    /// fits a small test registry.
+    #[arg(long, value_name = "SIZE")]
+    pub max_object_size: Option<crate::units::ByteSize>,
 }
 
 /// `trace validate`.
@@ -377,6 +382,7 @@ fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
     };
     let opts = ProfileOptions {
         start_ms: a.start,
+        max_object_size: a.max_object_size.map(|s| s.bytes()),
         ..ProfileOptions::new(a.profile, length, a.seed)
     };
     let started = Instant::now();

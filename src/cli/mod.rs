@@ -51,6 +51,8 @@ pub enum Command {
     Report(crate::report::ReportArgs),
     /// Compare two result directories side by side.
     Compare(crate::compare::CompareArgs),
+    /// Trace analysis: stats, sampling, synthetic traces, validation.
+    Trace(crate::analysis::trace_cmd::TraceArgs),
     /// Offline simulations over traces: a two-level layer cache, prefetching after pushes.
     Simulate(crate::analysis::simulate::SimulateArgs),
     /// Storage and egress cost of a measured run or a trace, from a pricing table.

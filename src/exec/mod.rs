@@ -30,6 +30,7 @@ use self::deps::Deps;
 use crate::metrics::{ErrorKind, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing};
 use crate::oci::{BlobSource, ClientError, OpCtx, Reference, RegistryClient};
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
+use crate::progress::Progress;
 use crate::shutdown::Shutdown;
 use crate::workload::ErrorLog;
 
@@ -192,16 +193,30 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
     result
 }
 
-async fn run_task(
-    op: PlannedOp,
+/// What every operation task shares with the dispatcher.
+#[derive(Clone)]
+struct TaskEnv {
     client: RegistryClient,
-    intended: Option<Instant>,
     deps: Arc<Deps>,
     shutdown: Shutdown,
     errors: ErrorLog,
+    progress: Option<Arc<Progress>>,
+}
+
+async fn run_task(
+    op: PlannedOp,
+    intended: Option<Instant>,
+    env: TaskEnv,
     permit: OwnedSemaphorePermit,
 ) -> TaskDone {
     let _permit = permit;
+    let TaskEnv {
+        client,
+        deps,
+        shutdown,
+        errors,
+        progress,
+    } = env;
     let recorder = client.recorder().clone();
     let mut push_start: Option<Instant> = None;
     let mut deps_ok = true;
@@ -221,6 +236,9 @@ async fn run_task(
         Ok(bytes) => (bytes, None),
         Err(e) => {
             errors.note(format!("{}: {e}", describe(&op.action)));
+            if let Some(p) = &progress {
+                p.add_error();
+            }
             (0, Some(e.kind()))
         }
     };
@@ -259,6 +277,9 @@ async fn run_task(
                 .await;
         }
     }
+    if let Some(p) = &progress {
+        p.add_done(op.records());
+    }
     if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
         recorder
             .session(SessionMsg::Ended {
@@ -283,10 +304,18 @@ pub async fn execute(
     anchor: Instant,
     shutdown: Shutdown,
     errors: ErrorLog,
+    progress: Option<Arc<Progress>>,
 ) -> ExecReport {
     let recorder: Recorder = client.recorder().clone();
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let deps = Arc::new(Deps::default());
+    let env = TaskEnv {
+        client: client.clone(),
+        deps: Arc::clone(&deps),
+        shutdown: shutdown.clone(),
+        errors: errors.clone(),
+        progress: progress.clone(),
+    };
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
     let mut in_flight: HashMap<tokio::task::Id, InFlight> = HashMap::new();
     let mut report = ExecReport::default();
@@ -395,15 +424,7 @@ pub async fn execute(
             started,
             records: op.records(),
         };
-        let handle = tasks.spawn(run_task(
-            op,
-            client.clone(),
-            intended,
-            Arc::clone(&deps),
-            shutdown.clone(),
-            errors.clone(),
-            permit,
-        ));
+        let handle = tasks.spawn(run_task(op, intended, env.clone(), permit));
         in_flight.insert(handle.id(), meta);
         report.max_in_flight = report.max_in_flight.max(in_flight.len());
     }
@@ -531,6 +552,7 @@ mod tests {
             Instant::now(),
             Shutdown::new(),
             ErrorLog::default(),
+            None,
         )
         .await;
         (aggregator.finish().await, report)
@@ -638,6 +660,7 @@ mod tests {
             Instant::now(),
             shutdown,
             ErrorLog::default(),
+            None,
         )
         .await;
         assert_eq!(report.replayed, 0);

@@ -398,6 +398,7 @@ pub struct Planner<'c, I> {
     /// Members still to come of uploads already planned (their records are in the op).
     pending_members: HashMap<Position, u32>,
     last_sweep_ms: i64,
+    items_read: u64,
     done: bool,
 }
 
@@ -419,12 +420,18 @@ where
             closing: VecDeque::new(),
             pending_members: HashMap::new(),
             last_sweep_ms: i64::MIN,
+            items_read: 0,
             done: false,
         }
     }
 
     pub fn counts(&self) -> &PlanCounts {
         &self.counts
+    }
+
+    /// Items of the trace read so far (every shard's), for progress.
+    pub fn items_read(&self) -> u64 {
+        self.items_read
     }
 
     /// Settles the accounting when planning stops before the trace ends: the members of
@@ -671,7 +678,10 @@ where
                 return None;
             }
             let item = match self.items.next() {
-                Some(Ok(item)) => item,
+                Some(Ok(item)) => {
+                    self.items_read += 1;
+                    item
+                }
                 Some(Err(e)) => {
                     self.done = true;
                     return Some(Err(e));

@@ -32,6 +32,7 @@ use crate::metrics::spawn_aggregator;
 use crate::oci::{ClientOptions, Repository};
 use crate::plan::catalog::{Catalog, ContentOptions};
 use crate::plan::{Naming, PlanItem, PlanOptions, Planner, RepoMap, ShardSpec, UploadPolicy};
+use crate::progress::{self, Progress, ProgressLine};
 use crate::results::summary::Checks;
 use crate::results::thresholds::{check, Threshold};
 use crate::results::{Meta, MetaInput, RunOutput};
@@ -279,6 +280,13 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         let (recorder, aggregator) = out.start(start, started_at)?;
         let client = connection.client_for(recorder);
         let mut naming = Naming::new(cfg.plan.repos.clone());
+        let progress = Progress::new(prewarm::job_count(&catalog));
+        let line = ProgressLine::show(
+            "prewarm",
+            "objects",
+            Arc::clone(&progress),
+            progress::wanted(args.output.quiet, args.output.json),
+        );
         let report = prewarm::prewarm(
             &catalog,
             &client,
@@ -287,8 +295,10 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             cfg.prewarm_concurrency,
             &shutdown,
             &errors,
+            &progress,
         )
         .await;
+        line.finish();
         let duration = start.elapsed();
         drop(client);
         let aggregator = aggregator.finish().await;
@@ -435,16 +445,34 @@ async fn run_phase(
 
     // Pass 2 on a blocking thread, feeding a bounded channel.
     let (tx, rx) = mpsc::channel::<PlanItem>(4096);
+    let progress = Progress::new(catalog.items);
+    let line = ProgressLine::show(
+        cfg.mode.name(),
+        "records",
+        Arc::clone(&progress),
+        progress::wanted(args.output.quiet, args.output.json),
+    );
+    #[allow(clippy::while_let_on_iterator)]
     let planner = {
         let catalog = Arc::clone(&catalog);
+        let progress = Arc::clone(&progress);
         let read = cfg.read.clone();
         let options = cfg.plan.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<PlannerEnd> {
             let reader = TraceReader::open(&input, read, catalog.names.clone())?;
             let mut planner = Planner::new(&catalog, reader, options);
             let mut unsent = 0;
-            for item in planner.by_ref() {
-                if let Err(mpsc::error::SendError(item)) = tx.blocking_send(item?) {
+            // Progress: the executor adds the records of the operations it completes; the
+            // planner adds the records it skips and those of other shards.
+            let mut counted = 0u64;
+            while let Some(item) = planner.next() {
+                let sent = tx.blocking_send(item?);
+                let counts = planner.counts();
+                let settled =
+                    planner.items_read() - counts.records + counts.skipped.values().sum::<u64>();
+                progress.add_done(settled - counted);
+                counted = settled;
+                if let Err(mpsc::error::SendError(item)) = sent {
                     if let PlanItem::Op(op) = item {
                         unsent += op.records();
                     }
@@ -510,8 +538,10 @@ async fn run_phase(
         anchor,
         shutdown.clone(),
         errors.clone(),
+        Some(Arc::clone(&progress)),
     )
     .await;
+    line.finish();
     canary_stop.cancel();
     let canary = canary.await.ok();
     let cpu = match (cpu_before, process_cpu_time()) {
@@ -666,6 +696,11 @@ fn validity_warnings(
         let mut late = 0u64;
         let mut ops = 0u64;
         for op in aggregator.table.ops() {
+            // A manifest PUT waits for its push's uploads: that wait is the session's
+            // dependency, not the schedule slipping.
+            if op == crate::metrics::Op::ManifestPut {
+                continue;
+            }
             if let Some(s) = aggregator.table.op_total(op) {
                 late += s.late_starts[1];
                 if s.schedule_lag.is_some() {

@@ -17,6 +17,7 @@ use crate::plan::catalog::Catalog;
 use crate::plan::{
     manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming,
 };
+use crate::progress::Progress;
 use crate::shutdown::Shutdown;
 use crate::trace::Sym;
 use crate::workload::ErrorLog;
@@ -55,7 +56,20 @@ async fn ensure_blob(
     Ok(true)
 }
 
+/// Objects prewarm handles: blobs read, filler layers, configs and manifests.
+pub fn job_count(catalog: &Catalog) -> u64 {
+    let mut fillers: BTreeSet<Sym> = catalog.filler_repos.clone();
+    for ((repo, _), m) in &catalog.manifests {
+        if m.layers.is_empty() {
+            fillers.insert(*repo);
+        }
+    }
+    (catalog.blob_reads.len() + fillers.len() + catalog.pushes.len() + catalog.manifests.len())
+        as u64
+}
+
 /// Pushes what the run reads. Stops starting new work on shutdown.
+#[allow(clippy::too_many_arguments)]
 pub async fn prewarm(
     catalog: &Catalog,
     client: &RegistryClient,
@@ -64,16 +78,26 @@ pub async fn prewarm(
     concurrency: usize,
     shutdown: &Shutdown,
     errors: &ErrorLog,
+    progress: &Progress,
 ) -> PrewarmReport {
     let mut report = PrewarmReport::default();
-    let tally = |report: &mut PrewarmReport, done: Done, manifest: bool| match (done, manifest) {
-        (Done::Pushed, false) => report.blobs_pushed += 1,
-        (Done::Present, false) => report.blobs_present += 1,
-        (Done::Pushed, true) => report.manifests_pushed += 1,
-        (Done::Present, true) => report.manifests_present += 1,
-        (Done::Failed, _) => report.failed += 1,
-        (Done::Skipped, _) => {}
+    let tally = |report: &mut PrewarmReport, done: Done, manifest: bool| {
+        progress.add_done(1);
+        if matches!(done, Done::Failed) {
+            progress.add_error();
+        }
+        tally_into(report, done, manifest)
     };
+    fn tally_into(report: &mut PrewarmReport, done: Done, manifest: bool) {
+        match (done, manifest) {
+            (Done::Pushed, false) => report.blobs_pushed += 1,
+            (Done::Present, false) => report.blobs_present += 1,
+            (Done::Pushed, true) => report.manifests_pushed += 1,
+            (Done::Present, true) => report.manifests_present += 1,
+            (Done::Failed, _) => report.failed += 1,
+            (Done::Skipped, _) => {}
+        }
+    }
 
     // Blobs: reads, then filler layers.
     let mut filler_repos: BTreeSet<Sym> = catalog.filler_repos.clone();

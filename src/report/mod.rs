@@ -13,6 +13,7 @@ use crate::results::store::load;
 use crate::metrics::hist::Percentiles;
 use crate::results::summary::{OpSummary, Summary};
 
+pub mod chart;
 pub mod html;
 use crate::units::ByteSize;
 
@@ -173,6 +174,10 @@ pub struct ReportArgs {
     /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Also write every chart of the HTML report to DIR, as SVG and as PNG (for papers).
+    #[arg(long, value_name = "DIR")]
+    pub charts: Option<PathBuf>,
 }
 
 /// The operations table as CSV: one row per operation and session.
@@ -222,6 +227,14 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
 /// Runs `creb-rs report`.
 pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let set = load(&args.dir)?;
+    if let Some(dir) = &args.charts {
+        let files = html::write_charts(&set, dir)?;
+        eprintln!(
+            "creb-rs: wrote {} chart files to {}",
+            files.len(),
+            dir.display()
+        );
+    }
     let text = match args.format {
         Format::Text => {
             let mut t = String::new();

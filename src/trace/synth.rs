@@ -710,6 +710,9 @@ pub struct ProfileOptions {
     pub seed: u64,
     /// Trace start, Unix ms (default 2017-06-20T00:00:00Z).
     pub start_ms: i64,
+    /// Cap on blob sizes: larger draws become this size (the distribution folds at the cap),
+    /// so a synthetic trace's prewarm fits a small test registry.
+    pub max_object_size: Option<u64>,
 }
 
 impl ProfileOptions {
@@ -719,6 +722,7 @@ impl ProfileOptions {
             length,
             seed,
             start_ms: SynthOptions::default().start_ms,
+            max_object_size: None,
         }
     }
 }
@@ -884,6 +888,7 @@ pub struct ProfileGenerator {
     next_upload: u32,
     next_id: u64,
     stats: SynthStats,
+    cap_size: u64,
 }
 
 /// The expected share of `draws` Zipf(`exponent`) draws over `n` items taken by the most
@@ -996,10 +1001,11 @@ impl ProfileGenerator {
             n_images,
             solve_exponent(n_images, pulls, 0.0, p.manifest_top1_share),
         );
+        let cap_size = opts.max_object_size.unwrap_or(u64::MAX).max(1);
         let layer_sizes = layers
             .weighted_quantiles(rng.random())
             .into_iter()
-            .map(|u| size_at(p.layer_sizes, u))
+            .map(|u| size_at(p.layer_sizes, u).min(cap_size))
             .collect();
         let manifest_sizes = images
             .weighted_quantiles(rng.random())
@@ -1033,6 +1039,7 @@ impl ProfileGenerator {
             next_upload: 0,
             next_id: u64::from(keys[0]) << 32,
             stats: SynthStats::default(),
+            cap_size,
             params: p,
         };
         // A few users own several repositories each.
@@ -1215,7 +1222,8 @@ impl ProfileGenerator {
             self.next_layer = self.next_layer.wrapping_add(1);
             let session = self.name(Ns::Upload, self.next_upload);
             self.next_upload = self.next_upload.wrapping_add(1);
-            let size = size_at(self.params.layer_sizes, self.rng.random::<f64>());
+            let size =
+                size_at(self.params.layer_sizes, self.rng.random::<f64>()).min(self.cap_size);
             self.emit(
                 at,
                 client,

@@ -20,6 +20,7 @@ use crate::exit::ExitStatus;
 use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
 use crate::oci::{ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository};
+use crate::progress::{Progress, ProgressLine};
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
 use crate::shutdown::Shutdown;
 
@@ -100,6 +101,7 @@ async fn pull_image(
     permits: &Semaphore,
     shutdown: &Shutdown,
     errors: &ErrorLog,
+    progress: &Progress,
 ) {
     if shutdown.is_cancelled() {
         return;
@@ -139,6 +141,10 @@ async fn pull_image(
     };
     if outcome == Outcome::Error(ErrorKind::Cancelled) {
         return;
+    }
+    progress.add_done(1);
+    if !outcome.is_ok() {
+        progress.add_error();
     }
     client
         .recorder()
@@ -198,18 +204,29 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
                     let permits = Arc::new(Semaphore::new(cfg.concurrency));
                     let parsed: Vec<Reference> =
                         references.iter().filter_map(|r| r.parse().ok()).collect();
+                    let progress = Progress::new(parsed.len() as u64);
+                    let line = ProgressLine::show(
+                        "pull",
+                        "images",
+                        Arc::clone(&progress),
+                        crate::progress::wanted(args.output.quiet, args.output.json),
+                    );
                     stream::iter(parsed.iter())
                         .map(|reference| {
-                            let (client, cfg, permits, shutdown, errors) =
-                                (&client, &cfg, &permits, &shutdown, &errors);
+                            let (client, cfg, permits, shutdown, errors, progress) =
+                                (&client, &cfg, &permits, &shutdown, &errors, &progress);
                             async move {
-                                pull_image(client, &cfg.repo, reference, permits, shutdown, errors)
-                                    .await
+                                pull_image(
+                                    client, &cfg.repo, reference, permits, shutdown, errors,
+                                    progress,
+                                )
+                                .await
                             }
                         })
                         .buffer_unordered(cfg.concurrency)
                         .collect::<Vec<()>>()
                         .await;
+                    line.finish();
                 }
             }
         }

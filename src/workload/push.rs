@@ -28,6 +28,7 @@ use crate::oci::{
     BlobSource, ClientError, ClientOptions, Digest, MountOutcome, OpCtx, Reference, RegistryClient,
     Repository, Tag, UploadMode,
 };
+use crate::progress::{Progress, ProgressLine};
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::shutdown::Shutdown;
 
@@ -161,6 +162,7 @@ async fn push_blob(
 }
 
 /// Pushes image `index`; records the `image_push` session.
+#[allow(clippy::too_many_arguments)]
 async fn push_image(
     client: &RegistryClient,
     cfg: &PushConfig,
@@ -168,6 +170,7 @@ async fn push_image(
     permits: &Semaphore,
     shutdown: &Shutdown,
     errors: &ErrorLog,
+    progress: &Progress,
 ) {
     if shutdown.is_cancelled() {
         return;
@@ -209,14 +212,13 @@ async fn push_image(
         })
     });
     let results = futures_util::future::join_all(uploads).await;
-    let mut sent = start;
+    let sent = start;
     let mut outcome = Outcome::Ok;
     if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
         outcome = Outcome::Error(e.kind());
     } else if shutdown.is_cancelled() {
         return;
     } else {
-        sent = start;
         let reference = Reference::Tag(plan.tag.clone());
         let put = client
             .manifest_put(
@@ -237,6 +239,10 @@ async fn push_image(
         Outcome::Error(crate::metrics::ErrorKind::Cancelled)
     ) {
         return;
+    }
+    progress.add_done(1);
+    if !outcome.is_ok() {
+        progress.add_error();
     }
     let timing = Timing {
         intended: None,
@@ -281,15 +287,23 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let client = connection.client;
     if preflight.is_ok() {
         let permits = Arc::new(Semaphore::new(cfg.concurrency));
+        let progress = Progress::new(cfg.images);
+        let line = ProgressLine::show(
+            "push",
+            "images",
+            Arc::clone(&progress),
+            crate::progress::wanted(args.output.quiet, args.output.json),
+        );
         stream::iter(0..cfg.images)
             .map(|i| {
-                let (client, cfg, permits, shutdown, errors) =
-                    (&client, &cfg, &permits, &shutdown, &errors);
-                async move { push_image(client, cfg, i, permits, shutdown, errors).await }
+                let (client, cfg, permits, shutdown, errors, progress) =
+                    (&client, &cfg, &permits, &shutdown, &errors, &progress);
+                async move { push_image(client, cfg, i, permits, shutdown, errors, progress).await }
             })
             .buffer_unordered(cfg.concurrency)
             .collect::<Vec<()>>()
             .await;
+        line.finish();
     }
     let duration = start.elapsed();
     drop(client);
