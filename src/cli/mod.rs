@@ -166,6 +166,20 @@ pub struct RegistryArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub body_idle_timeout: Duration,
 
+    /// Retry failed requests of these classes: 429, 5xx, timeout, connection (comma-separated).
+    /// Off by default: a benchmark reports failures rather than hiding them; every retry is
+    /// counted (events.retry). PATCHes and the PUT that closes an upload are never retried.
+    #[arg(long, value_name = "LIST", value_parser = crate::oci::retry::parse_retry_on)]
+    pub retry: Option<std::collections::BTreeSet<crate::oci::retry::RetryOn>>,
+
+    /// Retries per request at most (with --retry).
+    #[arg(long, value_name = "N", default_value = "3", requires = "retry")]
+    pub max_retries: u32,
+
+    /// First wait between retries; doubles each time, with jitter. A 429's Retry-After wins.
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_duration, requires = "retry")]
+    pub backoff: Duration,
+
     #[command(flatten)]
     pub auth: AuthArgs,
 }
@@ -377,6 +391,11 @@ pub struct ReplayArgs {
     /// This host's shard I of N (0-based). Shards cover the trace exactly once.
     #[arg(long, value_name = "I/N", default_value = "0/1")]
     pub shard: ShardSpec,
+
+    /// Take the shard index from environment variable VAR, out of N shards — e.g.
+    /// `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job.
+    #[arg(long, value_name = "VAR/N", conflicts_with = "shard")]
+    pub shard_from_env: Option<String>,
 
     /// How records are assigned to shards.
     #[arg(long, value_enum, default_value_t = ShardBy::Client)]

@@ -98,10 +98,12 @@ pub enum Event {
     UploadResume,
     /// A HEAD was answered 404 (the normal answer of an existence check).
     HeadMiss,
+    /// A request was sent again after a failure (`--retry`).
+    Retry,
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 9] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -110,6 +112,7 @@ impl Event {
         Event::StorageRetry,
         Event::UploadResume,
         Event::HeadMiss,
+        Event::Retry,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -123,6 +126,7 @@ impl Event {
             Event::StorageRetry => "storage_retry",
             Event::UploadResume => "upload_resume",
             Event::HeadMiss => "head_miss",
+            Event::Retry => "retry",
         }
     }
 

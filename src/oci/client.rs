@@ -28,11 +28,12 @@ use super::headers::{
 };
 use super::manifest::ACCEPT as MANIFEST_ACCEPT;
 use super::reference::{Reference, Repository};
+use super::retry::RetryPolicy;
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport};
 use crate::auth::challenge::challenges_of;
 use crate::auth::{AccessScope, Anonymous, Authenticator};
 use crate::content::ContentSpec;
-use crate::metrics::{Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
+use crate::metrics::{ErrorKind, Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
 
 /// Manifests larger than this are refused (distribution's own limit is 4 MiB).
 pub const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
@@ -40,7 +41,7 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const MAX_UPLOAD_RESUMES: u32 = 3;
 
 /// Behaviour switches of the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Hash every downloaded blob and manifest and compare with its digest.
     pub verify: bool,
@@ -49,6 +50,8 @@ pub struct ClientOptions {
     /// Ask for `pull,push` even for reads: a push HEADs before it uploads, and one token
     /// per repository beats two.
     pub push_scopes: bool,
+    /// Retries (off unless asked for).
+    pub retry: RetryPolicy,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +60,7 @@ impl Default for ClientOptions {
             verify: true,
             max_redirects: 5,
             push_scopes: false,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -309,13 +313,13 @@ impl RegistryClient {
                 base: self.inner.base.clone(),
                 recorder,
                 auth: Arc::clone(&self.inner.auth),
-                options: self.inner.options,
+                options: self.inner.options.clone(),
             }),
         }
     }
 
-    pub fn options(&self) -> ClientOptions {
-        self.inner.options
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
     }
 
     pub fn recorder(&self) -> &Recorder {
@@ -378,6 +382,8 @@ impl RegistryClient {
         follow_redirects: bool,
     ) -> Result<Exchange, ClientError> {
         let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
+        let retryable = self.inner.options.retry.enabled() && repeatable(&request);
+        let mut retries = 0u32;
         let mut url = request.url.clone();
         let mut requests = 0u32;
         let mut auth_retried = false;
@@ -401,6 +407,35 @@ impl RegistryClient {
             let result = self.inner.transport.send(attempt).await;
             let headers_at = Instant::now();
             requests += 1;
+            if retryable && retries < self.inner.options.retry.max_retries {
+                let (kind, retry_after) = match &result {
+                    Err(e) => (Some(e.kind), None),
+                    Ok(r)
+                        if r.status.is_server_error()
+                            || r.status == StatusCode::TOO_MANY_REQUESTS =>
+                    {
+                        (
+                            Some(ErrorKind::Http(r.status.as_u16())),
+                            r.header("retry-after").and_then(parse_retry_after),
+                        )
+                    }
+                    Ok(_) => (None, None),
+                };
+                if kind.is_some_and(|k| self.inner.options.retry.covers(k)) {
+                    retries += 1;
+                    self.inner.recorder.event(Event::Retry).await;
+                    if let Ok(response) = result {
+                        let _ = response.drain().await;
+                    }
+                    // Jitter from the clock's sub-second digits: enough to spread retries.
+                    let jitter = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.5, |d| f64::from(d.subsec_nanos() % 1_000_000) / 1e6);
+                    let wait = self.inner.options.retry.wait(retries, retry_after, jitter);
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
             let response = result?;
             let status = response.status;
 
@@ -464,6 +499,18 @@ impl RegistryClient {
                 requests,
             });
         }
+    }
+}
+
+/// Whether a request can be sent again after a failure without changing its meaning: not a
+/// PATCH, and not the PUT that closes an upload (the registry's state is unknown after a
+/// failure; uploads recover through their own offset logic).
+fn repeatable(request: &HttpRequest) -> bool {
+    match request.method {
+        Method::GET | Method::HEAD | Method::DELETE => true,
+        Method::POST => request.body.is_empty(),
+        Method::PUT => request.url.path().contains("/manifests/"),
+        _ => false,
     }
 }
 
@@ -1388,6 +1435,71 @@ mod tests {
             stats.latency.is_empty(),
             "errors never enter success latency"
         );
+    }
+
+    /// A throttling storm on demand (a real registry will not): retries are opt-in, honour
+    /// Retry-After, are counted, and never repeat a PATCH.
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_opt_in_counted_and_only_for_repeatable_requests() {
+        use crate::oci::retry::{parse_retry_on, RetryPolicy};
+        let calls = Arc::new(AtomicU32::new(0));
+        let c2 = Arc::clone(&calls);
+        let t = ScriptedTransport::new(move |r| {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            match r.method.as_str() {
+                "GET" if n < 2 => ScriptedResponse::status(429).header("retry-after", "2"),
+                "GET" => ScriptedResponse::status(200).body("abc"),
+                "POST" => {
+                    ScriptedResponse::status(202).header("location", "/v2/a/b/blobs/uploads/u")
+                }
+                _ => ScriptedResponse::status(503),
+            }
+        });
+        let (recorder, handle) = spawn_aggregator();
+        let options = ClientOptions {
+            retry: RetryPolicy {
+                on: parse_retry_on("429,5xx").unwrap(),
+                max_retries: 3,
+                ..RetryPolicy::default()
+            },
+            ..ClientOptions::default()
+        };
+        let c = RegistryClient::new(
+            Arc::new(t.clone()),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            options,
+        );
+        let started = Instant::now();
+        let n = c
+            .blob_get(&repo(), &Digest::sha256_of(b"abc"), None, OpCtx::default())
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+        assert!(
+            started.elapsed() >= std::time::Duration::from_secs(4),
+            "Retry-After honoured twice"
+        );
+        let spec = ContentSpec::new(1, b"p", 10);
+        let err = c
+            .upload_blob(
+                &repo(),
+                &spec.digest(),
+                &BlobSource::Content(spec),
+                UploadMode::Chunked { chunk_size: 10 },
+                None,
+                OpCtx::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(503));
+        let patches = t.requests().iter().filter(|r| r.method == "PATCH").count();
+        assert_eq!(patches, 1, "a PATCH is never sent twice");
+        drop(c);
+        let agg = handle.finish().await;
+        assert_eq!(agg.events[Event::Retry.index()], 2);
+        let get = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!((get.ok, get.http_requests), (1, 3));
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ pub mod headers;
 pub mod manifest;
 pub mod reference;
 pub mod reqwest_transport;
+pub mod retry;
 pub mod scripted;
 pub mod transport;
 

@@ -73,6 +73,18 @@ pub struct ReplayConfig {
     pub strict: bool,
 }
 
+/// `--shard-from-env VAR/N`: the index from the environment.
+pub fn shard_from_env(spec: &str) -> anyhow::Result<ShardSpec> {
+    let (var, count) = spec
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("--shard-from-env takes VAR/N, not '{spec}'"))?;
+    let index = std::env::var(var)
+        .map_err(|_| anyhow::anyhow!("--shard-from-env: environment variable {var} is not set"))?;
+    format!("{}/{}", index.trim(), count.trim())
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--shard-from-env {spec}: {e}"))
+}
+
 fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
     if let Some(map) = &args.repo_map {
         let name = map
@@ -130,7 +142,10 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             skip_invalid: a.skip_invalid,
             replay_failed: a.replay_failed,
             plan: PlanOptions {
-                shard: a.shard,
+                shard: match &a.shard_from_env {
+                    Some(spec) => shard_from_env(spec)?,
+                    None => a.shard,
+                },
                 shard_by: a.shard_by,
                 speed: a.speed,
                 upload,

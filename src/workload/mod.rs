@@ -19,6 +19,7 @@ use crate::exit::ExitStatus;
 use crate::metrics::Aggregator;
 use crate::metrics::Recorder;
 use crate::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
+use crate::oci::retry::RetryPolicy;
 use crate::oci::transport::Transport;
 use crate::oci::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::report::render_text;
@@ -34,6 +35,7 @@ pub struct RegistryConfig {
     /// How to find credentials; resolved when connecting (see [`Connection`]).
     #[serde(skip)]
     pub credentials: CredentialOptions,
+    pub retry: RetryPolicy,
 }
 
 /// A client ready for a run, and what was resolved on the way.
@@ -81,6 +83,16 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 extra_roots_pem,
                 ..TransportConfig::default()
             },
+            retry: RetryPolicy {
+                on: args.retry.clone().unwrap_or_default(),
+                max_retries: if args.retry.is_some() {
+                    args.max_retries
+                } else {
+                    0
+                },
+                backoff: args.backoff,
+                ..RetryPolicy::default()
+            },
             credentials: CredentialOptions {
                 anonymous: a.anonymous,
                 username: a.username.clone(),
@@ -98,9 +110,10 @@ impl RegistryConfig {
     pub async fn connect(
         &self,
         recorder: Recorder,
-        options: ClientOptions,
+        mut options: ClientOptions,
         concurrency: usize,
     ) -> anyhow::Result<Connection> {
+        options.retry = self.retry.clone();
         let (creds, info) = credentials::resolve(&self.credentials, &self.base)
             .await
             .with_context(|| format!("credentials for {}", self.display()))?;
