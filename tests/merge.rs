@@ -392,7 +392,11 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
             if name.starts_with("manifest_") && field == "bytes_received" {
                 continue;
             }
-            assert_eq!(m["operations"][name][field], op[field], "{name}.{field}");
+            assert_eq!(
+                m["operations"][name][field], op[field],
+                "{name}.{field}; merged errors {}, one instance's {}",
+                m["errors"], w["errors"]
+            );
         }
     }
     assert_eq!(m["trace"]["records"], w["trace"]["records"]);

@@ -200,6 +200,12 @@ async fn shards_cover_the_trace_exactly_once() {
             ops += u(&s["trace"]["replayed"]);
             folded += u(&s["trace"]["folded"]);
             errors += u(&s["totals"]["errors"]);
+            assert_eq!(
+                u(&s["totals"]["errors"]),
+                0,
+                "shard-by {by} {shard}: {}",
+                s["errors"]
+            );
         }
         assert_eq!(records, stats.records, "shard-by {by}");
         assert_eq!(folded, stats.upload_members, "shard-by {by}");

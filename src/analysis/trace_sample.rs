@@ -5,7 +5,7 @@
 //! ([`sample`]).
 //!
 //! Invariants: the output holds the selected records' original text byte for byte (every
-//! field, via [`RawCursor`]), in the merged timestamp order of the input, as one JSON array
+//! field, via `RawCursor`), in the merged timestamp order of the input, as one JSON array
 //! (gzip when the output name ends in `.gz`), written as it is read. Every valid record is
 //! eligible — requests that failed in the original and log duplicates included, since a
 //! sample should look like its source; invalid records are dropped and counted. Selection

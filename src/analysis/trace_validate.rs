@@ -10,7 +10,7 @@
 //! further) does not hide the problems of the next. By default checking stops at the first
 //! problem. With `all`, the reader skips invalid records and goes on; it does not say why a
 //! skipped record is invalid, so afterwards the text of each one is read again
-//! ([`RawObjects`]) and run alone through a fresh reader, via a one-record temporary file,
+//! (`RawObjects`) and run alone through a fresh reader, via a one-record temporary file,
 //! to get exactly the message the default mode would give. Memory: the problems found.
 
 use std::io::Write as _;

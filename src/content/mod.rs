@@ -20,7 +20,7 @@ use rand::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sha2::{Digest as _, Sha256};
 
-use crate::oci::digest::{Digest, Hasher};
+use crate::oci::digest::Digest;
 
 /// Bytes per generator block; also the chunk size of streamed bodies.
 pub const BLOCK: u64 = 64 * 1024;
@@ -115,7 +115,12 @@ impl ContentSpec {
 
     /// SHA-256 of the whole content, generated and hashed in one pass.
     pub fn digest(&self) -> Digest {
-        let mut hasher = Hasher::new();
+        Digest::from_sha256(self.sha256())
+    }
+
+    /// The raw SHA-256 of the whole content (32 bytes; what catalogs keep).
+    pub fn sha256(&self) -> [u8; 32] {
+        let mut hasher = Sha256::new();
         let mut buf = vec![0u8; BLOCK as usize];
         let mut pos = 0u64;
         while pos < self.size {
@@ -124,7 +129,7 @@ impl ContentSpec {
             hasher.update(&buf[..take]);
             pos += take as u64;
         }
-        hasher.finish()
+        hasher.finalize().into()
     }
 }
 
@@ -193,6 +198,7 @@ impl Iterator for ContentReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oci::digest::Hasher;
     use proptest::prelude::*;
 
     fn all_bytes(spec: &ContentSpec) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! The single owner of every measurement of a run.
 //!
-//! Workers send [`Msg`]s through a bounded channel; one aggregator, on its own blocking
+//! Workers send `Msg`s through a bounded channel; one aggregator, on its own blocking
 //! thread (so file writes never stall the async runtime), records them. Time is cut into
 //! intervals aligned to the run's anchor (the shared start): interval *k* covers
 //! `[anchor + k·I, anchor + (k+1)·I)`, and a sample belongs to the interval in which it
@@ -15,7 +15,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{ErrorKind, Event, Level, Op, Outcome, Sample, SizeClass, StatsTable, Timing};
+use super::{
+    ErrorKind, Event, Level, Op, Outcome, Sample, SizeClass, SparseHistogram, StatsTable, Timing,
+};
 
 /// What flows to the aggregator.
 #[derive(Debug, Clone, Copy)]
@@ -155,8 +157,11 @@ pub struct Aggregator {
     /// The first sink failure, if writing the result directory failed mid-run.
     pub sink_error: Option<String>,
     sessions: HashMap<u64, OpenSession>,
-    open: VecDeque<(u64, StatsTable, IntervalCounters)>,
-    spare: Vec<StatsTable>,
+    /// Open intervals, sparse: they see few distinct values.
+    open: VecDeque<(u64, StatsTable<SparseHistogram>, IntervalCounters)>,
+    spare: Vec<StatsTable<SparseHistogram>>,
+    /// A closing interval made dense for its sink; reused.
+    closing: StatsTable,
     flushed_upto: u64,
     offered_total: u64,
     completed_total: u64,
@@ -192,7 +197,7 @@ impl Aggregator {
     }
 
     /// The open interval for `index` (late samples go to the oldest open one).
-    fn slot(&mut self, index: u64) -> &mut (u64, StatsTable, IntervalCounters) {
+    fn slot(&mut self, index: u64) -> &mut (u64, StatsTable<SparseHistogram>, IntervalCounters) {
         let index = index.max(self.flushed_upto);
         let pos = match self.open.iter().position(|(i, _, _)| *i >= index) {
             Some(p) if self.open[p].0 == index => p,
@@ -266,33 +271,28 @@ impl Aggregator {
             }
             let index = *index;
             // Intervals before this one that saw nothing.
+            self.closing.reset();
             while self.flushed_upto < index {
-                let empty = StatsTable::default();
-                self.write(
-                    self.flushed_upto,
-                    &empty,
-                    IntervalCounters::default(),
-                    sink,
-                    c,
-                );
+                self.write(self.flushed_upto, IntervalCounters::default(), sink, c);
                 self.flushed_upto += 1;
             }
             let Some((index, mut table, mut counters)) = self.open.pop_front() else {
                 break;
             };
             counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
-            self.write(index, &table, counters, sink, c);
-            self.table.add(&table);
+            table.add_to(&mut self.closing);
+            table.add_to(&mut self.table);
+            self.write(index, counters, sink, c);
             table.reset();
             self.spare.push(table);
             self.flushed_upto = index + 1;
         }
     }
 
+    /// Hands interval `index` (its table is `self.closing`) to the sink.
     fn write(
         &mut self,
         index: u64,
-        table: &StatsTable,
         counters: IntervalCounters,
         sink: &mut Option<Box<dyn IntervalSink>>,
         c: AggregatorConfig,
@@ -303,7 +303,7 @@ impl Aggregator {
                 index,
                 start: c.interval * u32::try_from(index).unwrap_or(u32::MAX),
                 length: c.interval,
-                table,
+                table: &self.closing,
                 counters,
             };
             if let Err(e) = sink.interval(&interval) {
@@ -450,4 +450,146 @@ pub fn spawn_aggregator_with(
         Recorder { tx: tx.clone() },
         AggregatorHandle { tx, done, ticker },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::metrics::Stats;
+
+    type Written = Arc<Mutex<Vec<(u64, StatsTable, IntervalCounters)>>>;
+
+    struct Capture(Written);
+
+    impl IntervalSink for Capture {
+        fn interval(&mut self, interval: &Interval<'_>) -> std::io::Result<()> {
+            let copy = interval.table.clone();
+            self.0
+                .lock()
+                .unwrap()
+                .push((interval.index, copy, interval.counters));
+            Ok(())
+        }
+
+        fn finish(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn sample(op: Op, end: Instant, service_us: u64, ok: bool) -> Sample {
+        let sent = end - Duration::from_micros(service_us);
+        Sample {
+            op,
+            outcome: if ok {
+                Outcome::Ok
+            } else {
+                Outcome::Error(ErrorKind::Timeout)
+            },
+            size_class: SizeClass::of(service_us * 100),
+            timing: Timing {
+                intended: None,
+                sent,
+                first_byte: Some(sent + Duration::from_micros(service_us / 2)),
+                end,
+            },
+            bytes_sent: 0,
+            bytes_received: service_us,
+            http_requests: 1,
+        }
+    }
+
+    fn assert_same(a: &Stats, b: &Stats, what: &str) {
+        assert_eq!(
+            (a.count, a.ok, a.errors),
+            (b.count, b.ok, b.errors),
+            "{what}"
+        );
+        assert_eq!(a.bytes_received, b.bytes_received, "{what}");
+        assert_eq!(a.latency.len(), b.latency.len(), "{what}");
+        for q in [0.0, 0.5, 0.99, 1.0] {
+            assert_eq!(
+                a.latency.value_at_quantile(q),
+                b.latency.value_at_quantile(q),
+                "{what} q{q}"
+            );
+        }
+        let len = |s: &Stats| s.ttfb.as_ref().map_or(0, |h| h.len());
+        assert_eq!(len(a), len(b), "{what} ttfb");
+        let errs = |s: &Stats| s.error_latency.as_ref().map_or(0, |h| h.len());
+        assert_eq!(errs(a), errs(b), "{what} errors");
+    }
+
+    #[test]
+    fn intervals_hold_their_samples_and_add_up_to_the_totals_exactly() {
+        let anchor = Instant::now();
+        let second = Duration::from_secs(1);
+        let written: Written = Arc::default();
+        let mut sink: Option<Box<dyn IntervalSink>> = Some(Box::new(Capture(written.clone())));
+        let mut agg = Aggregator::new(AggregatorConfig {
+            interval: second,
+            anchor,
+        });
+        // What each interval should hold, recorded densely on the side.
+        let mut expected: BTreeMap<u64, StatsTable> = BTreeMap::new();
+        let mut rng = 7u64;
+        let ops = [Op::BlobGet, Op::ManifestGet, Op::BlobUpload];
+        for k in 0..6u32 {
+            for i in 0..500u64 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let service = 50 + (rng >> 33) % 2_000_000;
+                let end = anchor + k * second + Duration::from_micros((rng >> 20) % 999_999);
+                let s = sample(ops[(i % 3) as usize], end, service, i % 17 != 0);
+                assert!(agg.handle(Msg::Sample(s), &mut sink));
+                expected.entry(u64::from(k)).or_default().record(&s);
+            }
+            // The tick of the end of interval k: k-1 stays open for stragglers, whose
+            // samples still land in their own interval.
+            if k >= 1 {
+                let straggler = sample(Op::Ping, anchor + (k - 1) * second, 10, true);
+                assert!(agg.handle(Msg::Sample(straggler), &mut sink));
+                expected
+                    .entry(u64::from(k - 1))
+                    .or_default()
+                    .record(&straggler);
+            }
+            assert!(agg.handle(Msg::Tick(anchor + (k + 1) * second), &mut sink));
+        }
+        // Nothing in intervals 6 and 7; one sample in 8.
+        let last = sample(Op::BlobGet, anchor + 8 * second + second / 2, 1_000, true);
+        assert!(agg.handle(Msg::Sample(last), &mut sink));
+        expected.entry(8).or_default().record(&last);
+        assert!(!agg.handle(Msg::Stop, &mut sink));
+
+        let written = written.lock().unwrap();
+        let indices: Vec<u64> = written.iter().map(|(i, _, _)| *i).collect();
+        assert_eq!(indices, (0..=8).collect::<Vec<_>>(), "no holes, in order");
+        assert_eq!(agg.intervals, 9);
+        let mut sum = StatsTable::default();
+        for (index, table, _) in written.iter() {
+            sum.add(table);
+            let empty = StatsTable::default();
+            let want = expected.get(index).unwrap_or(&empty);
+            assert_eq!(
+                table.cells().count(),
+                want.cells().count(),
+                "interval {index}"
+            );
+            for (key, stats) in want.cells() {
+                let got = table.cells().find(|(k, _)| *k == key).unwrap().1;
+                assert_same(got, stats, &format!("interval {index} {key:?}"));
+            }
+        }
+        assert_eq!(sum.cells().count(), agg.table.cells().count());
+        for (key, stats) in agg.table.cells() {
+            let got = sum.cells().find(|(k, _)| *k == key).unwrap().1;
+            assert_same(got, stats, &format!("total {key:?}"));
+        }
+        // The run's totals are dense histograms with the standard settings (mergeable).
+        let (_, any) = agg.table.cells().next().unwrap();
+        assert!(crate::metrics::hist::has_standard_settings(&any.latency));
+    }
 }

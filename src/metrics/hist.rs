@@ -58,6 +58,97 @@ pub fn add_exact(into: &mut Histogram<u64>, other: &Histogram<u64>) {
     }
 }
 
+/// What [`crate::metrics::Stats`] needs of a histogram: the dense HdrHistogram for totals,
+/// [`SparseHistogram`] for the short-lived tables of open intervals.
+pub trait Recording: std::fmt::Debug + Clone {
+    fn empty() -> Self;
+    /// Records a value in microseconds, clamped into the standard range.
+    fn record_us(&mut self, value: u64);
+    /// Forgets every value, keeping memory for reuse.
+    fn clear(&mut self);
+    fn is_empty(&self) -> bool;
+}
+
+impl Recording for Histogram<u64> {
+    fn empty() -> Self {
+        new_histogram()
+    }
+
+    fn record_us(&mut self, value: u64) {
+        self.saturating_record(value);
+    }
+
+    fn clear(&mut self) {
+        self.reset();
+    }
+
+    fn is_empty(&self) -> bool {
+        Histogram::is_empty(self)
+    }
+}
+
+/// A histogram with the standard settings that stores only the buckets it saw.
+///
+/// A dense histogram with the standard settings holds about 23,500 counters (188 KB) however
+/// few values it saw. An interval sees a few hundred distinct buckets per operation, so the
+/// open intervals keep their values here and add them into dense histograms when they close.
+/// Adding is exact: a value is kept as the lowest value of its bucket, which lands in the
+/// same bucket of any histogram with the standard settings.
+#[derive(Debug, Clone, Default)]
+pub struct SparseHistogram {
+    counts: std::collections::HashMap<u64, u64>,
+    len: u64,
+}
+
+/// Distinct buckets a cleared sparse histogram keeps room for; more is given back.
+const SPARSE_KEPT_CAPACITY: usize = 4096;
+
+/// The bucket layout of the standard settings, to map values to their buckets.
+fn layout() -> &'static Histogram<u64> {
+    static LAYOUT: std::sync::OnceLock<Histogram<u64>> = std::sync::OnceLock::new();
+    LAYOUT.get_or_init(new_histogram)
+}
+
+impl SparseHistogram {
+    /// Adds every value into `into` (a histogram with the standard settings).
+    pub fn add_to(&self, into: &mut Histogram<u64>) {
+        for (&value, &count) in &self.counts {
+            into.saturating_record_n(value, count);
+        }
+    }
+
+    /// Distinct buckets held.
+    pub fn buckets(&self) -> usize {
+        self.counts.len()
+    }
+}
+
+impl Recording for SparseHistogram {
+    fn empty() -> Self {
+        SparseHistogram::default()
+    }
+
+    fn record_us(&mut self, value: u64) {
+        let layout = layout();
+        let value = value.min(layout.high());
+        *self
+            .counts
+            .entry(layout.lowest_equivalent(value))
+            .or_default() += 1;
+        self.len += 1;
+    }
+
+    fn clear(&mut self) {
+        self.counts.clear();
+        self.counts.shrink_to(SPARSE_KEPT_CAPACITY);
+        self.len = 0;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Latency percentiles in milliseconds, the shape used throughout results.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Percentiles {
@@ -101,6 +192,45 @@ mod tests {
         assert!(h.record(3_600_000_000 * 3).is_err());
         h.saturating_record(u64::MAX);
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn sparse_histograms_add_exactly() {
+        let mut sparse = SparseHistogram::empty();
+        let mut dense = new_histogram();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..20_000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Mostly milliseconds, a few huge values and zeroes at the edges.
+            let v = match i % 100 {
+                0 => 0,
+                1 => u64::MAX,
+                _ => rng % 5_000_000,
+            };
+            sparse.record_us(v);
+            dense.saturating_record(v);
+        }
+        let mut added = new_histogram();
+        sparse.add_to(&mut added);
+        assert_eq!(added.len(), dense.len());
+        for q in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(
+                added.value_at_quantile(q),
+                dense.value_at_quantile(q),
+                "q {q}"
+            );
+        }
+        assert_eq!(added.max(), dense.max());
+        assert_eq!(added.min(), dense.min());
+        assert_eq!(added.mean(), dense.mean());
+        assert!(sparse.buckets() < 8_000, "{} buckets", sparse.buckets());
+        sparse.clear();
+        assert!(sparse.is_empty());
+        let mut none = new_histogram();
+        sparse.add_to(&mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

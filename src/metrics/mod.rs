@@ -8,8 +8,9 @@
 //! intended start to the send. Without an intended start (stress mode, push, pull) latency
 //! is the service time. The end is always after the whole body was read (and verified).
 //!
-//! Memory: per (operation, size class) one [`Stats`] whose histograms are allocated on first
-//! use; nothing grows with the number of requests.
+//! Memory: per (operation, size class) one [`Stats`] for the run whose dense histograms are
+//! allocated on first use, and sparse ones for the open intervals that hold only the buckets
+//! they saw; nothing grows with the number of requests.
 
 pub mod aggregator;
 pub mod hist;
@@ -25,7 +26,7 @@ pub use aggregator::{
     spawn_aggregator, spawn_aggregator_with, Aggregator, AggregatorConfig, AggregatorHandle,
     Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
 };
-pub use hist::{new_histogram, HistogramSettings, HISTOGRAM_SETTINGS};
+pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
 
 /// Success or the kind of failure.
@@ -104,9 +105,10 @@ pub struct Sample {
     pub http_requests: u32,
 }
 
-/// Counters and histograms for one (operation, size class) over some period.
+/// Counters and histograms for one (operation, size class) over some period. Totals use
+/// dense HdrHistograms; open intervals use [`SparseHistogram`]s (`Stats<SparseHistogram>`).
 #[derive(Debug, Clone)]
-pub struct Stats {
+pub struct Stats<H = Histogram<u64>> {
     pub count: u64,
     pub ok: u64,
     pub errors: u64,
@@ -115,15 +117,15 @@ pub struct Stats {
     pub bytes_received: u64,
     pub http_requests: u64,
     /// Successes: intended (or sent) → end, µs.
-    pub latency: Histogram<u64>,
+    pub latency: H,
     /// Successes with an intended start: sent → end, µs.
-    pub service: Option<Histogram<u64>>,
+    pub service: Option<H>,
     /// Every operation with an intended start: intended → sent, µs.
-    pub schedule_lag: Option<Histogram<u64>>,
+    pub schedule_lag: Option<H>,
     /// Successes: sent → response headers, µs.
-    pub ttfb: Option<Histogram<u64>>,
+    pub ttfb: Option<H>,
     /// Failures: intended (or sent) → failure known, µs. Timeouts are censored here.
-    pub error_latency: Option<Histogram<u64>>,
+    pub error_latency: Option<H>,
     /// Starts later than 1 ms, 10 ms and 100 ms after their intended instant.
     pub late_starts: [u64; 3],
 }
@@ -132,9 +134,8 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn record_into(slot: &mut Option<Histogram<u64>>, value: u64) {
-    slot.get_or_insert_with(new_histogram)
-        .saturating_record(value);
+fn record_into<H: Recording>(slot: &mut Option<H>, value: u64) {
+    slot.get_or_insert_with(H::empty).record_us(value);
 }
 
 fn add_into(slot: &mut Option<Histogram<u64>>, other: &Option<Histogram<u64>>) {
@@ -146,7 +147,7 @@ fn add_into(slot: &mut Option<Histogram<u64>>, other: &Option<Histogram<u64>>) {
     }
 }
 
-impl Default for Stats {
+impl<H: Recording> Default for Stats<H> {
     fn default() -> Self {
         Stats {
             count: 0,
@@ -156,7 +157,7 @@ impl Default for Stats {
             bytes_sent: 0,
             bytes_received: 0,
             http_requests: 0,
-            latency: new_histogram(),
+            latency: H::empty(),
             service: None,
             schedule_lag: None,
             ttfb: None,
@@ -166,7 +167,7 @@ impl Default for Stats {
     }
 }
 
-impl Stats {
+impl<H: Recording> Stats<H> {
     pub fn record(&mut self, s: &Sample) {
         self.count += 1;
         self.bytes_sent += s.bytes_sent;
@@ -185,7 +186,7 @@ impl Stats {
         match s.outcome {
             Outcome::Ok => {
                 self.ok += 1;
-                self.latency.saturating_record(latency);
+                self.latency.record_us(latency);
                 if s.timing.intended.is_some() {
                     record_into(&mut self.service, micros(s.timing.service()));
                 }
@@ -210,7 +211,7 @@ impl Stats {
         self.bytes_sent = 0;
         self.bytes_received = 0;
         self.http_requests = 0;
-        self.latency.reset();
+        self.latency.clear();
         for h in [
             &mut self.service,
             &mut self.schedule_lag,
@@ -220,7 +221,7 @@ impl Stats {
         .into_iter()
         .flatten()
         {
-            h.reset();
+            h.clear();
         }
         self.late_starts = [0; 3];
     }
@@ -228,9 +229,28 @@ impl Stats {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+}
 
-    /// Adds `other` exactly (histogram counts add; nothing is averaged).
-    pub fn add(&mut self, other: &Stats) {
+fn add_sparse_into(slot: &mut Option<Histogram<u64>>, other: &Option<SparseHistogram>) {
+    if let Some(o) = other {
+        o.add_to(slot.get_or_insert_with(new_histogram));
+    }
+}
+
+impl Stats<SparseHistogram> {
+    /// Adds everything into the dense `into`, exactly.
+    pub fn add_to(&self, into: &mut Stats) {
+        into.add_counters(self);
+        self.latency.add_to(&mut into.latency);
+        add_sparse_into(&mut into.service, &self.service);
+        add_sparse_into(&mut into.schedule_lag, &self.schedule_lag);
+        add_sparse_into(&mut into.ttfb, &self.ttfb);
+        add_sparse_into(&mut into.error_latency, &self.error_latency);
+    }
+}
+
+impl Stats {
+    fn add_counters<H>(&mut self, other: &Stats<H>) {
         self.count += other.count;
         self.ok += other.ok;
         self.errors += other.errors;
@@ -240,35 +260,42 @@ impl Stats {
         self.bytes_sent += other.bytes_sent;
         self.bytes_received += other.bytes_received;
         self.http_requests += other.http_requests;
+        for i in 0..3 {
+            self.late_starts[i] += other.late_starts[i];
+        }
+    }
+
+    /// Adds `other` exactly (histogram counts add; nothing is averaged).
+    pub fn add(&mut self, other: &Stats) {
+        self.add_counters(other);
         hist::add_exact(&mut self.latency, &other.latency);
         add_into(&mut self.service, &other.service);
         add_into(&mut self.schedule_lag, &other.schedule_lag);
         add_into(&mut self.ttfb, &other.ttfb);
         add_into(&mut self.error_latency, &other.error_latency);
-        for i in 0..3 {
-            self.late_starts[i] += other.late_starts[i];
-        }
     }
 }
 
 /// Stats for every (operation, size class) that occurred.
-#[derive(Debug, Clone, Default)]
-pub struct StatsTable {
-    cells: BTreeMap<(Op, SizeClass), Stats>,
+#[derive(Debug, Clone)]
+pub struct StatsTable<H = Histogram<u64>> {
+    cells: BTreeMap<(Op, SizeClass), Stats<H>>,
 }
 
-impl StatsTable {
+impl<H> Default for StatsTable<H> {
+    fn default() -> Self {
+        StatsTable {
+            cells: BTreeMap::new(),
+        }
+    }
+}
+
+impl<H: Recording> StatsTable<H> {
     pub fn record(&mut self, s: &Sample) {
         self.cells
             .entry((s.op, s.size_class))
             .or_default()
             .record(s);
-    }
-
-    pub fn add(&mut self, other: &StatsTable) {
-        for (key, stats) in other.cells() {
-            self.cells.entry(*key).or_default().add(stats);
-        }
     }
 
     /// Zeroes every cell, keeping memory for the next interval.
@@ -279,16 +306,33 @@ impl StatsTable {
     }
 
     /// Cells that saw at least one sample.
-    pub fn cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats)> {
+    pub fn cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats<H>)> {
         self.cells.iter().filter(|(_, s)| !s.is_empty())
-    }
-
-    pub fn insert(&mut self, op: Op, class: SizeClass, stats: Stats) {
-        self.cells.insert((op, class), stats);
     }
 
     pub fn is_empty(&self) -> bool {
         self.cells().next().is_none()
+    }
+}
+
+impl StatsTable<SparseHistogram> {
+    /// Adds every cell into the dense `into`, exactly.
+    pub fn add_to(&self, into: &mut StatsTable) {
+        for (key, stats) in self.cells() {
+            stats.add_to(into.cells.entry(*key).or_default());
+        }
+    }
+}
+
+impl StatsTable {
+    pub fn add(&mut self, other: &StatsTable) {
+        for (key, stats) in other.cells() {
+            self.cells.entry(*key).or_default().add(stats);
+        }
+    }
+
+    pub fn insert(&mut self, op: Op, class: SizeClass, stats: Stats) {
+        self.cells.insert((op, class), stats);
     }
 
     /// All size classes of one operation added together.
@@ -348,7 +392,7 @@ mod tests {
 
     #[test]
     fn errors_never_enter_success_latency() {
-        let mut stats = Stats::default();
+        let mut stats: Stats = Stats::default();
         stats.record(&sample(Op::BlobGet, Outcome::Ok, None, 10));
         stats.record(&sample(
             Op::BlobGet,
@@ -366,7 +410,7 @@ mod tests {
 
     #[test]
     fn delay_mode_splits_latency_service_and_lag() {
-        let mut stats = Stats::default();
+        let mut stats: Stats = Stats::default();
         stats.record(&sample(Op::BlobGet, Outcome::Ok, Some(50), 10));
         let lat = stats.latency.max();
         let svc = stats.service.as_ref().unwrap().max();

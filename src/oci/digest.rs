@@ -5,12 +5,13 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
 /// A validated `algorithm:encoded` digest.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest(String);
+pub struct Digest(Arc<str>);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("'{value}' is not a valid digest: {reason}")]
@@ -27,7 +28,7 @@ impl Digest {
 
     /// Wraps finished SHA-256 output.
     pub fn from_sha256(bytes: [u8; 32]) -> Self {
-        Digest(format!("sha256:{}", hex::encode(bytes)))
+        Digest(Arc::from(format!("sha256:{}", hex::encode(bytes))))
     }
 
     pub fn as_str(&self) -> &str {
@@ -79,7 +80,7 @@ impl FromStr for Digest {
         {
             return Err(err("sha256 needs 64 lowercase hex characters"));
         }
-        Ok(Digest(s.to_owned()))
+        Ok(Digest(Arc::from(s)))
     }
 }
 
@@ -97,7 +98,7 @@ impl fmt::Debug for Digest {
 
 impl serde::Serialize for Digest {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 

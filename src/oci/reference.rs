@@ -4,13 +4,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use super::digest::Digest;
 
 /// A valid repository name such as `library/ubuntu`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
-pub struct Repository(String);
+pub struct Repository(Arc<str>);
 
 fn valid_component(c: &str) -> bool {
     let b = c.as_bytes();
@@ -61,7 +62,7 @@ impl FromStr for Repository {
             ));
         }
         if s.split('/').all(valid_component) {
-            Ok(Repository(s.to_owned()))
+            Ok(Repository(Arc::from(s)))
         } else {
             Err(format!(
                 "'{s}' is not a valid repository name (lowercase letters, digits and separators . _ __ -, components joined by /)"
@@ -94,7 +95,7 @@ impl fmt::Display for Repository {
 /// A valid tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
-pub struct Tag(String);
+pub struct Tag(Arc<str>);
 
 impl FromStr for Tag {
     type Err = String;
@@ -108,7 +109,7 @@ impl FromStr for Tag {
                 .iter()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
         if ok {
-            Ok(Tag(s.to_owned()))
+            Ok(Tag(Arc::from(s)))
         } else {
             Err(format!(
                 "'{s}' is not a valid tag (up to 128 of letters, digits, _ . -, not starting with . or -)"

@@ -101,10 +101,11 @@ pub struct Catalog {
     pub filler_repos: BTreeSet<Sym>,
     /// Every manifest PUT of the trace, by position: prewarm pushes their config blobs.
     pub pushes: BTreeMap<Position, PushFacts>,
-    /// Digests of blob content by trace digest, and of uploads by head position.
-    pub blob_digests: HashMap<Sym, Digest>,
-    pub upload_digests: HashMap<Position, Digest>,
-    pub filler_digests: HashMap<Sym, Digest>,
+    /// SHA-256 of blob content by trace digest, and of uploads by head position (32 raw
+    /// bytes each: a catalog of a long trace holds hundreds of thousands).
+    pub blob_digests: HashMap<Sym, [u8; 32]>,
+    pub upload_digests: HashMap<Position, [u8; 32]>,
+    pub filler_digests: HashMap<Sym, [u8; 32]>,
     content: ContentOptions,
 }
 
@@ -304,14 +305,14 @@ impl Catalog {
             loads[lightest] += job.1.size();
             buckets[lightest].push(job);
         }
-        let results: Vec<Vec<(Key, Digest)>> = std::thread::scope(|scope| {
+        let results: Vec<Vec<(Key, [u8; 32])>> = std::thread::scope(|scope| {
             let handles: Vec<_> = buckets
                 .into_iter()
                 .map(|bucket| {
                     scope.spawn(move || {
                         bucket
                             .into_iter()
-                            .map(|(k, spec)| (k, spec.digest()))
+                            .map(|(k, spec)| (k, spec.sha256()))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -335,24 +336,30 @@ impl Catalog {
 
     /// The digest of a trace blob's content (computing it if it was not precomputed).
     pub fn blob_digest(&self, digest: Sym) -> Digest {
-        self.blob_digests
-            .get(&digest)
-            .cloned()
-            .unwrap_or_else(|| self.blob_content(digest).digest())
+        Digest::from_sha256(
+            self.blob_digests
+                .get(&digest)
+                .copied()
+                .unwrap_or_else(|| self.blob_content(digest).sha256()),
+        )
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
-        self.upload_digests
-            .get(&head)
-            .cloned()
-            .unwrap_or_else(|| self.upload_content(head).digest())
+        Digest::from_sha256(
+            self.upload_digests
+                .get(&head)
+                .copied()
+                .unwrap_or_else(|| self.upload_content(head).sha256()),
+        )
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
-        self.filler_digests
-            .get(&repo)
-            .cloned()
-            .unwrap_or_else(|| self.filler_content(repo).digest())
+        Digest::from_sha256(
+            self.filler_digests
+                .get(&repo)
+                .copied()
+                .unwrap_or_else(|| self.filler_content(repo).sha256()),
+        )
     }
 
     /// Total bytes of content prewarm pushes (blobs only), for progress and reports.

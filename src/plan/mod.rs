@@ -855,7 +855,7 @@ mod tests {
         let synth = SynthOptions::default();
         let digests = |seed| {
             let (cat, items, _) = plan_of(&synth, seed, options(ShardSpec::ALL, ShardBy::Client));
-            let mut d: Vec<String> = cat.blob_digests.values().map(|d| d.to_string()).collect();
+            let mut d: Vec<String> = cat.blob_digests.values().map(hex::encode).collect();
             d.sort();
             (d, items)
         };

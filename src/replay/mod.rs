@@ -169,6 +169,9 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
     }
 }
 
+/// Planned operations buffered between the planner and the executor.
+const PLAN_QUEUE: usize = 1024;
+
 /// Pass 1 on a blocking thread: the catalog, with every digest computed.
 async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<Catalog> {
     let read = cfg.read.clone();
@@ -178,6 +181,8 @@ async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<
         let mut reader = TraceReader::open(&input, read, Interner::default())?;
         let mut catalog = Catalog::build(&mut reader, gap, content)?;
         catalog.names = reader.into_names();
+        // The second pass shares these names instead of copying them.
+        catalog.names.freeze();
         catalog.compute_digests(available_cores());
         Ok(catalog)
     })
@@ -458,8 +463,10 @@ async fn run_phase(
         errors,
     } = context;
 
-    // Pass 2 on a blocking thread, feeding a bounded channel.
-    let (tx, rx) = mpsc::channel::<PlanItem>(4096);
+    // Pass 2 on a blocking thread, feeding a bounded channel: enough to cover the planner's
+    // hiccups (it plans far faster than any registry serves), small enough that the planned
+    // manifests waiting in it stay a few megabytes.
+    let (tx, rx) = mpsc::channel::<PlanItem>(PLAN_QUEUE);
     let progress = Progress::new(catalog.items);
     let line = ProgressLine::show(
         cfg.mode.name(),

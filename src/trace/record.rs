@@ -9,45 +9,72 @@
 //! with or without a leading slash), `http.request.remoteaddr` (client), `http.request.duration`
 //! (seconds), `http.response.status`, `http.response.written` (bytes, the object size), `id`.
 
-use std::collections::HashMap;
 use std::fmt;
 
 /// An interned string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym(pub u32);
 
-/// Interns strings; lookups and inserts are by value.
+/// Interns strings; lookups and inserts are by value. Each distinct string is stored once
+/// (an `IndexSet`: its position is the symbol).
+///
+/// [`Interner::freeze`] moves the names into a shared, read-only base, so the replay's second
+/// pass over the trace — which meets the same names — shares the catalog's names instead of
+/// copying them; names new to the base go into a small private overlay.
 #[derive(Debug, Default, Clone)]
 pub struct Interner {
-    map: HashMap<Box<str>, Sym>,
-    names: Vec<Box<str>>,
+    base: std::sync::Arc<indexmap::IndexSet<Box<str>>>,
+    own: indexmap::IndexSet<Box<str>>,
 }
 
 impl Interner {
     pub fn intern(&mut self, s: &str) -> Sym {
-        if let Some(sym) = self.map.get(s) {
-            return *sym;
+        if let Some(sym) = self.get(s) {
+            return sym;
         }
-        let sym = Sym(self.names.len() as u32);
-        self.names.push(s.into());
-        self.map.insert(s.into(), sym);
-        sym
+        let (i, _) = self.own.insert_full(s.into());
+        Sym((self.base.len() + i) as u32)
     }
 
     pub fn get(&self, s: &str) -> Option<Sym> {
-        self.map.get(s).copied()
+        self.base
+            .get_index_of(s)
+            .or_else(|| self.own.get_index_of(s).map(|i| self.base.len() + i))
+            .map(|i| Sym(i as u32))
     }
 
     pub fn resolve(&self, sym: Sym) -> &str {
-        self.names.get(sym.0 as usize).map_or("", |s| s)
+        let i = sym.0 as usize;
+        let name = match i.checked_sub(self.base.len()) {
+            None => self.base.get_index(i),
+            Some(j) => self.own.get_index(j),
+        };
+        name.map_or("", |s| s)
+    }
+
+    /// Makes every name so far part of the shared base: clones made afterwards share them.
+    /// Symbols keep their values.
+    pub fn freeze(&mut self) {
+        if self.own.is_empty() {
+            return;
+        }
+        let own = std::mem::take(&mut self.own);
+        match std::sync::Arc::get_mut(&mut self.base) {
+            Some(base) => base.extend(own),
+            None => {
+                let mut all = (*self.base).clone();
+                all.extend(own);
+                self.base = std::sync::Arc::new(all);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.base.len() + self.own.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.len() == 0
     }
 }
 
@@ -296,6 +323,30 @@ mod tests {
         let mut names = Interner::default();
         let t = parse_uri(uri, &mut names);
         (t, names)
+    }
+
+    #[test]
+    fn frozen_names_are_shared_and_keep_their_symbols() {
+        let mut names = Interner::default();
+        let a = names.intern("a");
+        let b = names.intern("b");
+        names.freeze();
+        let mut copy = names.clone();
+        assert!(std::sync::Arc::ptr_eq(&names.base, &copy.base));
+        assert_eq!((copy.intern("b"), copy.intern("a")), (b, a));
+        let c = copy.intern("c");
+        assert_eq!(c, Sym(2));
+        assert_eq!(copy.resolve(c), "c");
+        assert_eq!(copy.resolve(a), "a");
+        assert_eq!(
+            names.get("c"),
+            None,
+            "the original does not see the copy's names"
+        );
+        assert_eq!(copy.len(), 3);
+        copy.freeze();
+        assert_eq!((copy.get("a"), copy.get("c")), (Some(a), Some(c)));
+        assert_eq!(copy.resolve(Sym(99)), "");
     }
 
     #[test]
