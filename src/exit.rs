@@ -48,6 +48,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Trace(args) => crate::analysis::trace_cmd::run(args).await,
         Command::Simulate(args) => crate::analysis::simulate::run(args).await,
         Command::Cost(args) => crate::analysis::cost::run(args).await,
+        Command::Run(args) => crate::experiment::run(args, shutdown).await,
     };
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,

@@ -16,6 +16,7 @@ pub mod compare;
 pub mod content;
 pub mod exec;
 pub mod exit;
+pub mod experiment;
 pub mod merge;
 pub mod metrics;
 pub mod oci;

@@ -57,6 +57,9 @@ pub enum Command {
     Simulate(crate::analysis::simulate::SimulateArgs),
     /// Storage and egress cost of a measured run or a trace, from a pricing table.
     Cost(crate::analysis::cost::CostArgs),
+    /// Run the experiments of a TOML file against its registries, in rounds (--every,
+    /// --repeat), resumable (--resume), with a combined comparison (CSV and HTML).
+    Run(crate::experiment::RunArgs),
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
