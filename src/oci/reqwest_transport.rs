@@ -252,7 +252,7 @@ pub fn classify(err: &reqwest::Error) -> TransportError {
                 _ => {}
             }
         }
-        if e.downcast_ref::<rustls::Error>().is_some() {
+        if is_rustls(e) {
             kind = ErrorKind::Tls;
         }
         if let Some(h) = e.downcast_ref::<hyper::Error>() {
@@ -267,6 +267,24 @@ pub fn classify(err: &reqwest::Error) -> TransportError {
         source = e.source();
     }
     TransportError::new(kind, message)
+}
+
+/// Whether `e` is a rustls error, possibly inside `io::Error`s: a refused certificate comes
+/// as io(Other, io(InvalidData, rustls)), and `io::Error::source()` skips the wrapped error
+/// itself, so walking the source chain alone calls it `connect`.
+fn is_rustls(mut e: &(dyn std::error::Error + 'static)) -> bool {
+    loop {
+        if e.is::<rustls::Error>() {
+            return true;
+        }
+        match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => e = inner,
+            None => return false,
+        }
+    }
 }
 
 /// Like [`classify`], for errors while reading a response body: a connection that closes
@@ -316,4 +334,19 @@ fn describe(err: &reqwest::Error) -> String {
         source = e.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_inside_nested_io_errors_is_tls() {
+        // How hyper-util hands over a failed handshake (tests/tls.rs sees it for real).
+        let rustls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls);
+        let outer = std::io::Error::other(inner);
+        assert!(is_rustls(&outer));
+        assert!(!is_rustls(&std::io::Error::other("refused")));
+    }
 }

@@ -158,6 +158,84 @@ pub enum HlogError {
     },
 }
 
+/// The HdrHistogram V2 encoding: cookies (base cookie with the word size, 8, in bits 4..8, as
+/// hdrhistogram writes and accepts them), and the header before the counts.
+const V2_COOKIE: u32 = 0x1c84_9303 | 0x10;
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9304 | 0x10;
+const V2_HEADER_LEN: usize = 40;
+/// The most an encoded histogram may inflate to. A standard histogram has about 23,000
+/// counters of at most 9 LEB128 bytes each: 4 MiB is ample.
+const MAX_INFLATED: usize = 4 << 20;
+
+fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_be_bytes)
+}
+
+fn be_u64(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map(u64::from_be_bytes)
+}
+
+/// Checks an encoded histogram before hdrhistogram's deserializer sees it, and returns it
+/// uncompressed. The deserializer trusts the lengths and bounds in the encoding and
+/// allocates what they say: a 100-byte line claiming a 3.7 GB payload aborted the process
+/// (found by `fuzz/` target `hlog`). Only the standard settings are accepted, so a
+/// histogram costs what creb-rs's own do.
+fn checked_encoding(raw: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    use std::io::Read as _;
+    let short = || "shorter than its header".to_owned();
+    let decoded = match be_u32(raw, 0).ok_or_else(short)? {
+        V2_COMPRESSED_COOKIE => {
+            let len = be_u32(raw, 4).ok_or_else(short)? as usize;
+            let body = raw.get(8..).unwrap_or_default();
+            let body = &body[..len.min(body.len())];
+            let mut out = Vec::new();
+            flate2::read::ZlibDecoder::new(body)
+                .take(MAX_INFLATED as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("cannot be inflated: {e}"))?;
+            if out.len() > MAX_INFLATED {
+                return Err(format!("inflates to more than {MAX_INFLATED} bytes"));
+            }
+            std::borrow::Cow::Owned(out)
+        }
+        V2_COOKIE => std::borrow::Cow::Borrowed(raw),
+        other => return Err(format!("unknown encoding (cookie {other:#010x})")),
+    };
+    if be_u32(&decoded, 0) != Some(V2_COOKIE) || decoded.len() < V2_HEADER_LEN {
+        return Err("not a V2 histogram encoding".into());
+    }
+    let payload = be_u32(&decoded, 4).ok_or_else(short)? as usize;
+    if payload > decoded.len() - V2_HEADER_LEN {
+        return Err(format!(
+            "announces {payload} bytes of counts, has {}",
+            decoded.len() - V2_HEADER_LEN
+        ));
+    }
+    let s = crate::metrics::hist::HISTOGRAM_SETTINGS;
+    let (digits, low, high) = (
+        be_u32(&decoded, 12).ok_or_else(short)?,
+        be_u64(&decoded, 16).ok_or_else(short)?,
+        be_u64(&decoded, 24).ok_or_else(short)?,
+    );
+    if (digits, low, high)
+        != (
+            u32::from(s.significant_digits),
+            s.lowest_discernible,
+            s.highest_trackable,
+        )
+    {
+        return Err(format!(
+            "written with other histogram settings ({low}..{high}, {digits} digits; creb-rs uses {}..{} {}, {} digits)",
+            s.lowest_discernible, s.highest_trackable, s.unit, s.significant_digits
+        ));
+    }
+    Ok(decoded)
+}
+
 /// Parses a whole log; `interval` converts timestamps to indices.
 pub fn read(bytes: &[u8], interval: Duration) -> Result<HlogContents, HlogError> {
     let mut contents = HlogContents::default();
@@ -182,8 +260,9 @@ pub fn read(bytes: &[u8], interval: Duration) -> Result<HlogContents, HlogError>
                 let raw = base64::engine::general_purpose::STANDARD
                     .decode(ih.encoded_histogram())
                     .map_err(|e| fail(e.to_string()))?;
+                let encoded = checked_encoding(&raw).map_err(fail)?;
                 let h: Histogram<u64> = deserializer
-                    .deserialize(&mut &raw[..])
+                    .deserialize(&mut &encoded[..])
                     .map_err(|e| fail(format!("{e:?}")))?;
                 let index = (start.as_secs_f64() / interval.as_secs_f64().max(1e-9)).round() as u64;
                 let slot = contents.intervals.entry(index).or_default();
@@ -267,6 +346,68 @@ mod tests {
         set_cell_histogram(&mut s, "lag", &h);
         set_cell_histogram(&mut s, "lag", &h);
         assert_eq!(s.schedule_lag.unwrap().len(), 2);
+    }
+
+    /// A log of one interval line holding `encoded`.
+    fn line_of(encoded: &[u8]) -> Vec<u8> {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(encoded);
+        format!("Tag=blob_get.lt_1mib.latency,0.000,1.000,1.000,{b64}\n").into_bytes()
+    }
+
+    fn deflated(v2: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(v2).unwrap();
+        let body = z.finish().unwrap();
+        let mut out = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn standard_v2() -> Vec<u8> {
+        use hdrhistogram::serialization::Serializer as _;
+        let mut h = new_histogram();
+        h.record(1234).unwrap();
+        let mut v2 = Vec::new();
+        hdrhistogram::serialization::V2Serializer::new()
+            .serialize(&h, &mut v2)
+            .unwrap();
+        v2
+    }
+
+    /// fuzz/ target `hlog`, out-of-memory: a payload length of ~3.7 GB in the header made the
+    /// deserializer allocate it before reading a byte.
+    #[test]
+    fn fuzz_hlog_oom_huge_payload_length_is_an_error() {
+        let one = Duration::from_secs(1);
+        assert!(read(&line_of(&deflated(&standard_v2())), one).is_ok());
+        assert!(read(&line_of(&standard_v2()), one).is_ok());
+        let mut v2 = standard_v2();
+        v2[4..8].copy_from_slice(&0xdfff_ff0eu32.to_be_bytes());
+        for encoded in [deflated(&v2), v2] {
+            let e = read(&line_of(&encoded), one).unwrap_err().to_string();
+            assert!(e.contains("announces 3758096142 bytes"), "{e}");
+        }
+        // A deflate bomb stops at the cap.
+        let bomb = deflated(&vec![0u8; MAX_INFLATED + 100]);
+        let e = read(&line_of(&bomb), one).unwrap_err().to_string();
+        assert!(e.contains("inflates to more than"), "{e}");
+    }
+
+    /// Bounds other than creb-rs's would size the counts array (up to u64::MAX, 5 digits).
+    #[test]
+    fn fuzz_hlog_foreign_settings_are_refused() {
+        use hdrhistogram::serialization::Serializer as _;
+        let mut h = Histogram::<u64>::new_with_bounds(1, u64::MAX / 2, 5).unwrap();
+        h.record(7).unwrap();
+        let mut v2 = Vec::new();
+        hdrhistogram::serialization::V2Serializer::new()
+            .serialize(&h, &mut v2)
+            .unwrap();
+        let e = read(&line_of(&v2), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other histogram settings"), "{e}");
     }
 
     #[test]

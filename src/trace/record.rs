@@ -285,18 +285,25 @@ fn valid_repo(repo: &str) -> bool {
 /// milliseconds.
 pub fn parse_timestamp(s: &str) -> Option<i64> {
     let s = s.trim();
-    // An explicit numeric offset first: humantime's weak parser would ignore it.
-    let t = parse_with_offset(s).or_else(|| humantime::parse_rfc3339_weak(s).ok())?;
+    // An explicit numeric offset first: humantime's weak parser would ignore it, so a
+    // timestamp with an offset that is not valid is not a timestamp.
+    let t = if has_offset(s) {
+        parse_with_offset(s)?
+    } else {
+        humantime::parse_rfc3339_weak(s).ok()?
+    };
     let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
     i64::try_from(d.as_millis()).ok()
 }
 
+/// Whether the time part (after the `T`) carries a numeric offset sign.
+fn has_offset(s: &str) -> bool {
+    let time_part = s.find('T').map_or("", |t| &s[t..]);
+    time_part.contains('+') || time_part.contains('-')
+}
+
 /// RFC 3339 with a numeric offset (`+02:00`), which humantime does not take.
 fn parse_with_offset(s: &str) -> Option<std::time::SystemTime> {
-    let time_part = s.find('T').map_or("", |t| &s[t..]);
-    if !(time_part.contains('+') || time_part.contains('-')) {
-        return None;
-    }
     let (base, sign, offset) = if let Some(i) = s.rfind('+').filter(|i| *i > 10) {
         (&s[..i], 1i64, &s[i + 1..])
     } else if let Some(i) = s.rfind('-').filter(|i| *i > 10) {
@@ -304,8 +311,15 @@ fn parse_with_offset(s: &str) -> Option<std::time::SystemTime> {
     } else {
         return None;
     };
+    // RFC 3339: `hh:mm`, two digits each, at most 23:59.
     let (h, m) = offset.split_once(':')?;
-    let secs = sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60);
+    let two_digits = |f: &str, max: i64| {
+        (f.len() == 2 && f.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| f.parse::<i64>().ok())
+            .flatten()
+            .filter(|v| *v <= max)
+    };
+    let secs = sign * (two_digits(h, 23)? * 3600 + two_digits(m, 59)? * 60);
     let utc = humantime::parse_rfc3339_weak(base).ok()?;
     if secs >= 0 {
         utc.checked_sub(std::time::Duration::from_secs(secs as u64))
@@ -323,6 +337,28 @@ mod tests {
         let mut names = Interner::default();
         let t = parse_uri(uri, &mut names);
         (t, names)
+    }
+
+    /// fuzz/ target `trace_record`: an offset of many digits overflowed the seconds
+    /// arithmetic (a panic in debug builds, a wrong time in release).
+    #[test]
+    fn fuzz_trace_record_offset_out_of_range_is_not_a_timestamp() {
+        assert_eq!(parse_timestamp("T:66-0+88777777777761777 0:"), None);
+        assert_eq!(
+            parse_timestamp("2017-06-20T00:01:37Z+887777777777617770:00"),
+            None
+        );
+        assert_eq!(parse_timestamp("2017-06-20T02:01:37.000+24:00"), None);
+        assert_eq!(parse_timestamp("2017-06-20T02:01:37.000+02:60"), None);
+        assert_eq!(parse_timestamp("2017-06-20T02:01:37.000+2:00"), None);
+        assert_eq!(
+            parse_timestamp("2017-06-20T02:01:37.000+02:00"),
+            parse_timestamp("2017-06-20T00:01:37.000Z")
+        );
+        assert_eq!(
+            parse_timestamp("2017-06-19T23:31:37.000-00:30"),
+            parse_timestamp("2017-06-20T00:01:37.000Z")
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub mod faults;
 pub mod token_issuer;
 
 /// How a test registry authenticates.
@@ -41,6 +42,15 @@ pub struct RegistryOptions {
     pub auth: RegistryAuth,
     /// Redirect blob GETs to this base URL (distribution's `redirect` storage middleware).
     pub redirect_base: Option<String>,
+    /// Serve HTTPS with this PEM certificate and key (`http.tls`); the URL is `https://`.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A PEM certificate and its private key.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// A running `docker-registry`.
@@ -49,6 +59,28 @@ pub struct Registry {
     pub port: u16,
     pub url: String,
     dir: TempDir,
+}
+
+fn spawn_registry(dir: &Path) -> Child {
+    let config = dir.join("config.yml");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("registry.log"))
+        .expect("log file");
+    Command::new(registry_binary())
+        .arg("serve")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} ({e}); install Debian's docker-registry or set CREB_REGISTRY_BIN",
+                registry_binary()
+            )
+        })
 }
 
 fn registry_binary() -> String {
@@ -93,6 +125,21 @@ fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
             root_cert_bundle.display()
         )),
     }
+    if let Some(tls) = &options.tls {
+        // Inside the `http:` section, right after its `secret`.
+        let http_end = yaml
+            .find("  secret: creb-rs-test-http-secret\n")
+            .expect("http section")
+            + "  secret: creb-rs-test-http-secret\n".len();
+        yaml.insert_str(
+            http_end,
+            &format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                tls.cert.display(),
+                tls.key.display()
+            ),
+        );
+    }
     yaml
 }
 
@@ -108,28 +155,19 @@ impl Registry {
             let port = free_port();
             let config = dir.path().join("config.yml");
             std::fs::write(&config, config_yaml(dir.path(), port, &options)).expect("write config");
-            let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
-            let child = Command::new(registry_binary())
-                .arg("serve")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("log"))
-                .stderr(log)
-                .spawn();
-            let mut child = match child {
-                Ok(c) => c,
-                Err(e) => panic!(
-                    "cannot start {} ({e}); install Debian's docker-registry or set CREB_REGISTRY_BIN",
-                    registry_binary()
-                ),
-            };
+            let mut child = spawn_registry(dir.path());
             let deadline = Instant::now() + Duration::from_secs(15);
             loop {
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    let scheme = if options.tls.is_some() {
+                        "https"
+                    } else {
+                        "http"
+                    };
                     return Registry {
                         child,
                         port,
-                        url: format!("http://127.0.0.1:{port}"),
+                        url: format!("{scheme}://127.0.0.1:{port}"),
                         dir,
                     };
                 }
@@ -169,6 +207,42 @@ impl Registry {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// SIGKILLs the registry process (a crash: no graceful shutdown).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the registry again on the same port, configuration and storage, and waits
+    /// until it listens.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            self.child = spawn_registry(self.dir.path());
+            loop {
+                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    return;
+                }
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break; // e.g. the port is not free yet: try again
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "registry did not restart: {}",
+                    self.log()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "registry did not restart: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

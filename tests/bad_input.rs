@@ -1,0 +1,202 @@
+//! Malformed input through the real binary: every parser of a file or expression answers
+//! with exit 2 and one error naming the file (and the record, line and column, or byte)
+//! instead of a panic. Random bytes in each input are a smoke test here; the cargo-fuzz
+//! targets in fuzz/ do the real search (docs/fuzzing.md).
+
+mod common;
+
+use std::path::Path;
+
+use common::run_bin;
+
+fn assert_usage_error(args: &[&str], expect: &[&str]) -> String {
+    let r = run_bin(args, None, &[]);
+    assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+    let error = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("creb-rs: error"))
+        .unwrap_or_else(|| panic!("{args:?}: no error line: {}", r.stderr))
+        .to_owned();
+    for part in expect {
+        assert!(error.contains(part), "{args:?}: '{part}' not in: {error}");
+    }
+    error
+}
+
+/// A copy of a real result directory (from a quick push against a registry).
+fn result_dir(root: &Path) -> std::path::PathBuf {
+    let registry = common::Registry::start();
+    let dir = root.join("result");
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "bad/input",
+            "--layers",
+            "1",
+            "--layer-size",
+            "1KiB",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    dir
+}
+
+#[test]
+fn malformed_files_and_expressions_name_file_and_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = "http://127.0.0.1:9";
+
+    // A trace record: file, record number and byte.
+    let trace = tmp.path().join("broken.json");
+    std::fs::write(&trace, "[{\"timestamp\": 12, x").unwrap();
+    let t = trace.to_str().unwrap();
+    assert_usage_error(
+        &["replay", t, "--registry", dead, "--quiet"],
+        &["broken.json", "record 1", "byte"],
+    );
+    let r = run_bin(&["trace", "validate", t], None, &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stdout.contains("record 1") || r.stderr.contains("record 1"));
+
+    // --fail-if expressions: the expression and what is wrong with it.
+    for (expr, why) in [
+        ("p99(blob_get) >", "no value"),
+        ("p99(blob_gett) > 1s", "blob_gett"),
+    ] {
+        assert_usage_error(
+            &[
+                "push",
+                "--registry",
+                dead,
+                "--repo",
+                "a/b",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1KiB",
+                "--fail-if",
+                expr,
+            ],
+            &[expr, why],
+        );
+    }
+
+    // Result directories given to merge and report: the file, and line and column for JSON.
+    let good = result_dir(tmp.path());
+    let out = tmp.path().join("merged");
+    let o = out.to_str().unwrap();
+    for (file, content, expect) in [
+        (
+            "summary.json",
+            "{\"schema_version\": 1,\n \"tool\": ",
+            &["summary.json", "line 2 column"][..],
+        ),
+        ("meta.json", "[1, 2", &["meta.json", "line 1 column"]),
+        (
+            "counters.json",
+            "{\"cells\": 7}",
+            &["counters.json", "line 1 column"],
+        ),
+        (
+            "histograms.hlog",
+            "Tag=x,1.0,2.0,3.0,HISTnotbase64\n",
+            &["histograms.hlog"],
+        ),
+        (
+            "timeline.csv",
+            "interval,start_s\n1,2,3\n",
+            &["timeline.csv", "row 2"],
+        ),
+    ] {
+        let bad = tmp.path().join(format!("bad-{file}"));
+        copy_dir(&good, &bad);
+        std::fs::write(bad.join(file), content).unwrap();
+        let b = bad.to_str().unwrap();
+        assert_usage_error(
+            &["merge", b, good.to_str().unwrap(), "--output-dir", o],
+            expect,
+        );
+        if file != "timeline.csv" {
+            assert_usage_error(&["report", b], expect);
+        }
+    }
+
+    // Experiment files: file:line:column.
+    let toml = tmp.path().join("exp.toml");
+    std::fs::write(&toml, "[[registry]]\nname = \"a\"\nurl = 5\n").unwrap();
+    assert_usage_error(&["run", toml.to_str().unwrap()], &["exp.toml:3:7"]);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// xorshift64*: deterministic bytes without a dependency.
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn random_bytes_in_every_input_never_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = "http://127.0.0.1:9";
+    for seed in 0..6u64 {
+        let bytes = random_bytes(seed, 64 + 97 * seed as usize);
+        // Half the inputs start like the real thing, so parsers get past the first byte.
+        let mut prefixed = b"[{\"timestamp\":\"2017-06-20T00:00:00.000Z\",".to_vec();
+        prefixed.extend_from_slice(&bytes);
+        for (name, content) in [("raw", &bytes), ("prefixed", &prefixed)] {
+            let file = tmp.path().join(format!("{name}-{seed}"));
+            std::fs::write(&file, content).unwrap();
+            let f = file.to_str().unwrap();
+            let dir = tmp.path().join(format!("dir-{name}-{seed}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for part in [
+                "summary.json",
+                "meta.json",
+                "counters.json",
+                "histograms.hlog",
+                "timeline.csv",
+            ] {
+                std::fs::write(dir.join(part), content).unwrap();
+            }
+            let d = dir.to_str().unwrap();
+            let out = tmp.path().join("out");
+            for args in [
+                vec!["trace", "validate", f],
+                vec!["trace", "stats", f],
+                vec!["replay", f, "--registry", dead, "--quiet"],
+                vec!["merge", d, d, "--output-dir", out.to_str().unwrap()],
+                vec!["report", d],
+                vec!["run", f],
+            ] {
+                let r = run_bin(&args, None, &[]);
+                assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+                assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+            }
+        }
+    }
+}
