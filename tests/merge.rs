@@ -385,8 +385,16 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
 
     let m = summary_json(&merged);
     let w = summary_json(&whole);
+    // Errors can only be docker-registry's tag race, which depends on timing: where either
+    // run met it, the split between ok and errors of manifest reads may differ.
+    registry.assert_no_errors_but_tag_races(&w, "one instance");
+    registry.assert_no_errors_but_tag_races(&m, "merged shards");
+    let raced = m["totals"]["errors"] != 0 || w["totals"]["errors"] != 0;
     for (name, op) in w["operations"].as_object().unwrap() {
         for field in ["count", "ok", "errors", "bytes_sent", "bytes_received"] {
+            if raced && name.starts_with("manifest_") && field != "count" {
+                continue;
+            }
             // A manifest the trace both PUTs and GETs is whichever version was there when
             // the GET came: across hosts that order is not the one instance's order.
             if name.starts_with("manifest_") && field == "bytes_received" {

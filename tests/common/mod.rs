@@ -209,6 +209,56 @@ impl Registry {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }
 
+    /// The 500s of docker-registry's tag race in its log so far; panics on any other 500.
+    ///
+    /// docker-registry 2.8's filesystem driver rewrites a tag's link file in place: a
+    /// manifest GET or HEAD by tag that reads it while a PUT of the same tag writes it finds
+    /// it empty and answers 500 "invalid checksum digest format". A replay that pushes and
+    /// pulls one tag at the same time meets it now and then: a real error of this registry,
+    /// which creb-rs rightly counts, not a fault of the run.
+    pub fn tag_race_500s(&self) -> u64 {
+        let log = self.log();
+        let mut races = 0;
+        for line in log
+            .lines()
+            .filter(|l| l.contains("http.response.status=500"))
+        {
+            let is_race = line.contains("invalid checksum digest format")
+                && line.contains("/manifests/")
+                && (line.contains("http.request.method=GET")
+                    || line.contains("http.request.method=HEAD"));
+            assert!(is_race, "docker-registry answered 500:\n{line}");
+            races += 1;
+        }
+        races
+    }
+
+    /// Asserts that a replay's summary has no error, except 500s of the tag race
+    /// ([`Registry::tag_race_500s`]) on manifest reads that the registry's log accounts for.
+    pub fn assert_no_errors_but_tag_races(&self, summary: &serde_json::Value, what: &str) {
+        let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let errors = n(&summary["totals"]["errors"]);
+        if errors == 0 {
+            return;
+        }
+        let explain = || {
+            format!(
+                "{what}: {} {}\nregistry log:\n{}",
+                summary["errors"],
+                summary["operations"],
+                self.log()
+            )
+        };
+        let races = self.tag_race_500s();
+        let manifest_500s: u64 = ["manifest_get", "manifest_head"]
+            .iter()
+            .map(|op| n(&summary["operations"][op]["errors_by_kind"]["http_500"]))
+            .sum();
+        assert_eq!(errors, manifest_500s, "{}", explain());
+        assert!(manifest_500s <= races, "{}", explain());
+        eprintln!("{what}: {manifest_500s} tag-race 500s of docker-registry (tolerated)");
+    }
+
     /// SIGKILLs the registry process (a crash: no graceful shutdown).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
