@@ -25,6 +25,7 @@ pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod results;
+pub mod route;
 pub mod shutdown;
 pub mod trace;
 pub mod units;

@@ -145,9 +145,18 @@ pub const DEFAULT_SEED: u64 = 1;
 #[derive(Debug, Clone, Args)]
 pub struct RegistryArgs {
     /// Registry URL: `http://host:port` speaks plain HTTP, `https://` (the default when no
-    /// scheme is given) speaks TLS.
-    #[arg(long, value_name = "URL", value_parser = parse_url, env = "CREB_REGISTRY")]
-    pub registry: Url,
+    /// scheme is given) speaks TLS. `replay` takes several endpoints of one distributed
+    /// registry (repeat the flag or separate them with commas), all with the same
+    /// credentials and TLS settings; `--route` picks one per operation.
+    #[arg(
+        long,
+        value_name = "URL",
+        value_parser = parse_url,
+        env = "CREB_REGISTRY",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub registry: Vec<Url>,
 
     /// Skip TLS certificate verification (for registries with self-signed certificates).
     #[arg(long)]
@@ -356,6 +365,17 @@ pub struct PullArgs {
     #[arg(long)]
     pub no_verify: bool,
 
+    /// Distributed pull: also fetch blobs from this registry (repeatable or
+    /// comma-separated), which must hold the same images. Manifests come from the first
+    /// `--registry`; each blob from the endpoint `--route` picks, all in parallel.
+    #[arg(long = "from", value_name = "URL", value_parser = parse_url, value_delimiter = ',')]
+    pub from: Vec<Url>,
+
+    /// Distributed pull: which endpoint serves each blob: `round-robin` (by layer
+    /// position), `random`, `digest` (consistent hashing of the blob digest).
+    #[arg(long, value_name = "RULE", default_value = "round-robin")]
+    pub route: crate::route::RouteKind,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -471,7 +491,46 @@ pub struct ReplayArgs {
     pub strict: bool,
 
     #[command(flatten)]
+    pub route: RouteArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Several endpoints: which one carries each operation, and what happens when one fails.
+/// Without effect with a single `--registry`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RouteArgs {
+    /// How operations are spread over the endpoints: `round-robin`, `random` (from the
+    /// seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
+    /// of the blob digest or manifest repo:reference; prewarm places objects the same way).
+    #[arg(long, value_name = "RULE", default_value = "round-robin")]
+    pub route: crate::route::RouteKind,
+
+    /// `--route digest`: a read goes to one of the first R distinct ring successors of its
+    /// object (prewarm writes to all R), a write to the first.
+    #[arg(long, value_name = "R", default_value = "1", value_parser = parse_concurrency)]
+    pub replicas: NonZeroUsize,
+
+    /// Virtual nodes per endpoint on the consistent-hash ring.
+    #[arg(long, value_name = "N", default_value = "4096", value_parser = parse_concurrency)]
+    pub vnodes: NonZeroUsize,
+
+    /// Mark an endpoint down after this many consecutive connection failures.
+    #[arg(long, value_name = "N", default_value = "5", value_parser = clap::value_parser!(u32).range(1..))]
+    pub endpoint_down_after: u32,
+
+    /// Probe a down endpoint with `GET /v2/` this often; it is up again when it answers.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    pub probe_interval: Duration,
+
+    /// While an endpoint is down, send its share to the next ring successor (the default).
+    #[arg(long, overrides_with = "no_failover")]
+    pub failover: bool,
+
+    /// While an endpoint is down, count its share as failed (`endpoint_down`) instead.
+    #[arg(long, overrides_with = "failover")]
+    pub no_failover: bool,
 }
 
 #[cfg(test)]
@@ -506,7 +565,7 @@ mod tests {
         let Command::Push(p) = cli.command else {
             panic!("not push")
         };
-        assert_eq!(p.registry.registry.as_str(), "http://127.0.0.1:5000/");
+        assert_eq!(p.registry.registry[0].as_str(), "http://127.0.0.1:5000/");
         assert_eq!(p.layer_size.bytes(), 1 << 20);
         assert_eq!(p.chunk_size.unwrap().bytes(), 256 << 10);
         assert_eq!(p.concurrency.get(), 8);

@@ -14,6 +14,12 @@
 //! reaps as it goes, so nothing grows with the number of operations. A manifest PUT waits for
 //! the uploads of its push. On shutdown the dispatcher stops, in-flight operations get a
 //! grace period, and whatever was planned but not run is counted as `interrupted`.
+//!
+//! With several endpoints ([`Targets`]) the dispatcher picks each operation's endpoint by
+//! the [`Router`] and the endpoints' [`Health`]: the first candidate that is up, or — with
+//! failover off — a failure of kind `endpoint_down` recorded on the endpoint it was meant
+//! for, without a request. Each endpoint's client records through its own recorder, so the
+//! per-endpoint numbers add up to the totals.
 
 pub mod canary;
 mod deps;
@@ -27,10 +33,14 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::deps::Deps;
-use crate::metrics::{ErrorKind, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing};
+use crate::metrics::{
+    ErrorKind, Event, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
+};
 use crate::oci::{BlobSource, ClientError, OpCtx, Reference, RegistryClient};
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
 use crate::progress::Progress;
+use crate::route::health::{probe_until_up, Choice, Health};
+use crate::route::{Object, Request, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 use crate::workload::ErrorLog;
 
@@ -96,6 +106,7 @@ struct TaskDone {
 
 struct InFlight {
     op: Op,
+    endpoint: usize,
     intended: Option<Instant>,
     started: Instant,
     records: u64,
@@ -113,6 +124,88 @@ pub fn op_of(action: &Action) -> Op {
         Action::BlobDelete { .. } => Op::BlobDelete,
         Action::BlobUpload { .. } => Op::BlobUpload,
         Action::TagList { .. } => Op::TagList,
+    }
+}
+
+/// The endpoints a run may use and how it picks one per operation.
+#[derive(Clone)]
+#[allow(missing_debug_implementations)] // clients hold transports that are not `Debug`
+pub struct Targets {
+    /// One client (and connection pool) per endpoint, each recording through its own
+    /// endpoint recorder when there are several.
+    pub clients: Vec<RegistryClient>,
+    pub router: Arc<Router>,
+    pub health: Arc<Health>,
+    /// How often a down endpoint is probed.
+    pub probe_interval: Duration,
+    /// Clients that do not record, for the probes.
+    pub probes: Vec<RegistryClient>,
+}
+
+impl Targets {
+    /// A single endpoint: every operation goes to it; failures are just failures.
+    pub fn single(client: RegistryClient) -> Targets {
+        let probe = client.with_recorder(Recorder::discard());
+        Targets {
+            // Never consulted with one endpoint; one point keeps it cheap.
+            router: Arc::new(Router::new(
+                &["0"],
+                RouteOptions {
+                    vnodes: 1,
+                    ..RouteOptions::default()
+                },
+            )),
+            clients: vec![client],
+            health: Arc::new(Health::disabled(1)),
+            probe_interval: Duration::from_secs(1),
+            probes: vec![probe],
+        }
+    }
+
+    /// Where an operation goes.
+    fn choose(&self, op: &PlannedOp) -> Choice {
+        if self.clients.len() == 1 {
+            return Choice::Use {
+                endpoint: 0,
+                failed_over: false,
+            };
+        }
+        let reference;
+        let (object, write) = match &op.action {
+            Action::Ping => (Object::None, false),
+            Action::ManifestGet { repo, reference: r }
+            | Action::ManifestHead { repo, reference: r } => {
+                reference = r.to_string();
+                (
+                    Object::Manifest {
+                        repo: repo.as_str(),
+                        reference: &reference,
+                    },
+                    false,
+                )
+            }
+            Action::ManifestPut { repo, tag, .. } => (
+                Object::Manifest {
+                    repo: repo.as_str(),
+                    reference: tag.as_str(),
+                },
+                true,
+            ),
+            Action::BlobGet { digest, .. } | Action::BlobHead { digest, .. } => {
+                (Object::Blob(digest.as_str()), false)
+            }
+            Action::BlobDelete { digest, .. } | Action::BlobUpload { digest, .. } => {
+                (Object::Blob(digest.as_str()), true)
+            }
+            Action::TagList { repo } => (Object::Repository(repo.as_str()), false),
+        };
+        let candidates = self.router.candidates(&Request {
+            seq: op.seq,
+            client: op.client,
+            object,
+            write,
+        });
+        self.health.choose(&candidates)
     }
 }
 
@@ -196,7 +289,11 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
 /// What every operation task shares with the dispatcher.
 #[derive(Clone)]
 struct TaskEnv {
-    client: RegistryClient,
+    targets: Targets,
+    /// Records what belongs to no endpoint (image sessions).
+    recorder: Recorder,
+    /// Ends the health probes with the run.
+    probes_stop: tokio_util::sync::CancellationToken,
     deps: Arc<Deps>,
     shutdown: Shutdown,
     errors: ErrorLog,
@@ -205,19 +302,21 @@ struct TaskEnv {
 
 async fn run_task(
     op: PlannedOp,
+    choice: Choice,
     intended: Option<Instant>,
     env: TaskEnv,
     permit: OwnedSemaphorePermit,
 ) -> TaskDone {
     let _permit = permit;
     let TaskEnv {
-        client,
+        targets,
+        recorder,
+        probes_stop,
         deps,
         shutdown,
         errors,
         progress,
     } = env;
-    let recorder = client.recorder().clone();
     let mut push_start: Option<Instant> = None;
     let mut deps_ok = true;
     if let Action::ManifestPut { deps: wanted, .. } = &op.action {
@@ -232,14 +331,63 @@ async fn run_task(
         }
     }
     let start = intended.unwrap_or_else(Instant::now);
-    let (bytes, error) = match perform(&client, &op.action, OpCtx { intended }).await {
-        Ok(bytes) => (bytes, None),
-        Err(e) => {
-            errors.note(format!("{}: {e}", describe(&op.action)));
+    let (bytes, error) = match choice {
+        Choice::Use {
+            endpoint,
+            failed_over,
+        } => {
+            let client = &targets.clients[endpoint];
+            if failed_over {
+                recorder.event(Event::Failover).await;
+            }
+            let result = perform(client, &op.action, OpCtx { intended }).await;
+            let error = result.as_ref().err().map(ClientError::kind);
+            if targets.health.observe(endpoint, error) {
+                recorder.event(Event::EndpointDown).await;
+                tokio::spawn(probe_until_up(
+                    Arc::clone(&targets.health),
+                    endpoint,
+                    targets.probes[endpoint].clone(),
+                    recorder.clone(),
+                    targets.probe_interval,
+                    probes_stop.clone(),
+                ));
+            }
+            match result {
+                Ok(bytes) => (bytes, None),
+                Err(e) => {
+                    errors.note(format!("{}: {e}", describe(&op.action)));
+                    if let Some(p) = &progress {
+                        p.add_error();
+                    }
+                    (0, Some(e.kind()))
+                }
+            }
+        }
+        Choice::Down { endpoint } => {
+            // Not sent: counted as a failure of the endpoint it was meant for.
+            let now = Instant::now();
+            targets.clients[endpoint]
+                .recorder()
+                .record(Sample {
+                    op: op_of(&op.action),
+                    outcome: Outcome::Error(ErrorKind::EndpointDown),
+                    size_class: SizeClass::Under1MiB,
+                    timing: Timing {
+                        intended,
+                        sent: now,
+                        first_byte: None,
+                        end: now,
+                    },
+                    bytes_sent: 0,
+                    bytes_received: 0,
+                    http_requests: 0,
+                })
+                .await;
             if let Some(p) = &progress {
                 p.add_error();
             }
-            (0, Some(e.kind()))
+            (0, Some(ErrorKind::EndpointDown))
         }
     };
     let end = Instant::now();
@@ -296,9 +444,10 @@ async fn run_task(
     }
 }
 
-/// Runs the plan. `anchor` is the instant offset zero stands for (delay mode).
+/// Runs the plan against one endpoint. `anchor` is the instant offset zero stands for
+/// (delay mode).
 pub async fn execute(
-    mut plan: mpsc::Receiver<PlanItem>,
+    plan: mpsc::Receiver<PlanItem>,
     client: RegistryClient,
     options: ExecOptions,
     anchor: Instant,
@@ -306,11 +455,41 @@ pub async fn execute(
     errors: ErrorLog,
     progress: Option<Arc<Progress>>,
 ) -> ExecReport {
-    let recorder: Recorder = client.recorder().clone();
+    let recorder = client.recorder().clone();
+    execute_on(
+        plan,
+        Targets::single(client),
+        recorder,
+        options,
+        anchor,
+        shutdown,
+        errors,
+        progress,
+    )
+    .await
+}
+
+/// Runs the plan over `targets`; `recorder` takes what belongs to no endpoint.
+#[allow(clippy::too_many_arguments)]
+pub async fn execute_on(
+    mut plan: mpsc::Receiver<PlanItem>,
+    targets: Targets,
+    recorder: Recorder,
+    options: ExecOptions,
+    anchor: Instant,
+    shutdown: Shutdown,
+    errors: ErrorLog,
+    progress: Option<Arc<Progress>>,
+) -> ExecReport {
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let deps = Arc::new(Deps::default());
+    let probes_stop = tokio_util::sync::CancellationToken::new();
+    // Probes end with the run, however it ends.
+    let _probes = probes_stop.clone().drop_guard();
     let env = TaskEnv {
-        client: client.clone(),
+        targets: targets.clone(),
+        recorder: recorder.clone(),
+        probes_stop: probes_stop.clone(),
         deps: Arc::clone(&deps),
         shutdown: shutdown.clone(),
         errors: errors.clone(),
@@ -418,13 +597,18 @@ pub async fn execute(
         if matches!(op.action, Action::BlobUpload { .. }) {
             deps.register(op.seq);
         }
+        let choice = targets.choose(&op);
+        let endpoint = match choice {
+            Choice::Use { endpoint, .. } | Choice::Down { endpoint } => endpoint,
+        };
         let meta = InFlight {
             op: op_of(&op.action),
+            endpoint,
             intended,
             started,
             records: op.records(),
         };
-        let handle = tasks.spawn(run_task(op, intended, env.clone(), permit));
+        let handle = tasks.spawn(run_task(op, choice, intended, env.clone(), permit));
         in_flight.insert(handle.id(), meta);
         report.max_in_flight = report.max_in_flight.max(in_flight.len());
     }
@@ -453,7 +637,8 @@ pub async fn execute(
                     while let Some(res) = tasks.join_next_with_id().await {
                         if let Some(lost) = reap(res, &mut in_flight, &mut report) {
                             report.interrupted += lost.records;
-                            recorder
+                            targets.clients[lost.endpoint]
+                                .recorder()
                                 .record(Sample {
                                     op: lost.op,
                                     outcome: Outcome::Error(ErrorKind::Cancelled),
@@ -535,6 +720,7 @@ mod tests {
                     },
                     folded: 0,
                     session: None,
+                    client: 0,
                 };
                 let _ = tx.send(PlanItem::Op(op)).await;
             }
@@ -617,6 +803,118 @@ mod tests {
         assert!(ms(s.schedule_lag.as_ref().unwrap().value_at_quantile(0.99)) < 2.0);
     }
 
+    /// Two endpoints, the second refusing every connection; 60 HEADs alternate between
+    /// them (round-robin), one at a time so the failure streak is exact. A real registry
+    /// cannot be made to refuse exactly these connections on demand.
+    async fn two_endpoints(failover: bool) -> (Aggregator, ExecReport, usize) {
+        use crate::oci::transport::TransportError;
+        use crate::route::RouteKind;
+
+        let (recorder, aggregator) = spawn_aggregator();
+        let up =
+            ScriptedTransport::new(|_| ScriptedResponse::status(200).header("content-length", "0"));
+        let refusing = Arc::new(ScriptedTransport::new(|_| {
+            ScriptedResponse::error(TransportError::new(ErrorKind::Connect, "refused"))
+        }));
+        let transports: [Arc<dyn crate::oci::transport::Transport>; 2] =
+            [Arc::new(up), Arc::clone(&refusing) as _];
+        let clients: Vec<RegistryClient> = transports
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                RegistryClient::new(
+                    t,
+                    format!("http://node{i}.test/").parse().unwrap(),
+                    recorder.for_endpoint(i),
+                    ClientOptions::default(),
+                )
+            })
+            .collect();
+        let names = ["http://node0.test", "http://node1.test"];
+        let targets = Targets {
+            probes: clients
+                .iter()
+                .map(|c| c.with_recorder(Recorder::discard()))
+                .collect(),
+            clients,
+            router: Arc::new(Router::new(
+                &names,
+                RouteOptions {
+                    kind: RouteKind::RoundRobin,
+                    ..RouteOptions::default()
+                },
+            )),
+            health: Arc::new(Health::new(2, 3, failover)),
+            probe_interval: Duration::from_secs(3600),
+        };
+        let (tx, rx) = mpsc::channel(100);
+        let repo: crate::oci::Repository = "a/b".parse().unwrap();
+        for seq in 0..60u64 {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::BlobHead {
+                    repo: repo.clone(),
+                    digest: crate::oci::Digest::sha256_of(&seq.to_be_bytes()),
+                },
+                folded: 0,
+                session: None,
+                client: 0,
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency: 1,
+            max_lateness: None,
+            grace: Duration::from_secs(1),
+        };
+        let report = execute_on(
+            rx,
+            targets,
+            recorder,
+            options,
+            Instant::now(),
+            Shutdown::new(),
+            ErrorLog::default(),
+            None,
+        )
+        .await;
+        (aggregator.finish().await, report, refusing.requests().len())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_endpoint_goes_down_and_its_share_fails_over() {
+        let (agg, report, refused) = two_endpoints(true).await;
+        assert_eq!(refused, 3);
+        assert_eq!(report.replayed, 60);
+        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        // Ops 1, 3, 5 were refused; the third marked node 1 down; the other 27 of its ops
+        // went to node 0.
+        assert_eq!((node1.count, node1.errors), (3, 3));
+        assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
+        assert_eq!((node0.count, node0.ok), (57, 57));
+        assert_eq!(agg.events[Event::EndpointDown.index()], 1);
+        assert_eq!(agg.events[Event::Failover.index()], 27);
+        let total = agg.table.op_total(Op::BlobHead).unwrap();
+        assert_eq!(total.count, node0.count + node1.count);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_failover_a_down_endpoints_share_fails_unsent() {
+        let (agg, _, refused) = two_endpoints(false).await;
+        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        assert_eq!((node0.count, node0.ok), (30, 30));
+        assert_eq!((node1.count, node1.errors), (30, 30));
+        assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
+        assert_eq!(node1.errors_by_kind[&ErrorKind::EndpointDown], 27);
+        assert_eq!(refused, 3, "nothing sent to a down endpoint");
+        assert_eq!(agg.events[Event::Failover.index()], 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn shutdown_counts_what_did_not_run() {
         let transport = ScriptedTransport::new(|_| {
@@ -637,6 +935,7 @@ mod tests {
                 action: Action::Ping,
                 folded: 2,
                 session: None,
+                client: 0,
             };
             tx.send(PlanItem::Op(op)).await.unwrap();
         }

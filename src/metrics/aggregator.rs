@@ -23,6 +23,11 @@ use super::{
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Msg {
     Sample(Sample),
+    /// A sample of an operation sent to endpoint `.0` (runs over several endpoints).
+    EndpointSample(u16, Sample),
+    /// Endpoint `.0` exists (sent when its recorder is made, before any of its samples), so
+    /// every interval has a row for it.
+    Endpoint(u16),
     Event(Event),
     Session(SessionMsg),
     /// An operation was due (delay mode: its intended instant) or dispatched (stress).
@@ -66,6 +71,8 @@ struct OpenSession {
 #[derive(Debug, Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
+    /// Runs over several endpoints: the endpoint whose client records here.
+    endpoint: Option<u16>,
 }
 
 impl Recorder {
@@ -73,7 +80,30 @@ impl Recorder {
     pub async fn record(&self, sample: Sample) {
         // The aggregator outlives every worker; a send error can only happen after it
         // finished, when nothing is reported any more.
-        let _ = self.tx.send(Msg::Sample(sample)).await;
+        let msg = match self.endpoint {
+            Some(e) => Msg::EndpointSample(e, sample),
+            None => Msg::Sample(sample),
+        };
+        let _ = self.tx.send(msg).await;
+    }
+
+    /// The same aggregator, with every sample also counted for endpoint `index`
+    /// ([`Aggregator::endpoints`]).
+    pub fn for_endpoint(&self, index: usize) -> Recorder {
+        let endpoint = u16::try_from(index).unwrap_or(u16::MAX);
+        // Made before the run starts, when the channel is empty: a full channel (never at
+        // that point) only costs the endpoint its rows in intervals before its first sample.
+        let _ = self.tx.try_send(Msg::Endpoint(endpoint));
+        Recorder {
+            tx: self.tx.clone(),
+            endpoint: Some(endpoint),
+        }
+    }
+
+    /// A recorder whose measurements go nowhere (health probes, which are not workload).
+    pub fn discard() -> Recorder {
+        let (tx, _) = mpsc::channel(1);
+        Recorder { tx, endpoint: None }
     }
 
     /// Counts an event.
@@ -103,6 +133,16 @@ pub struct IntervalCounters {
     pub in_flight: u64,
 }
 
+/// One endpoint's workload operations completed in an interval (runs over several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointCounters {
+    pub completed: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
 /// One finished interval, as handed to the sink.
 #[derive(Debug)]
 pub struct Interval<'a> {
@@ -112,6 +152,8 @@ pub struct Interval<'a> {
     pub length: Duration,
     pub table: &'a StatsTable,
     pub counters: IntervalCounters,
+    /// Per endpoint (index as in the endpoint list); empty with a single endpoint.
+    pub endpoints: &'a [EndpointCounters],
 }
 
 /// Where finished intervals go (the result directory's interval log and timeline).
@@ -156,6 +198,11 @@ pub struct Aggregator {
     pub intervals: u64,
     /// The first sink failure, if writing the result directory failed mid-run.
     pub sink_error: Option<String>,
+    /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
+    /// list). Every sample recorded through an endpoint's recorder is in exactly one.
+    pub endpoints: Vec<StatsTable>,
+    /// Per-endpoint counters of the open intervals, by interval index.
+    endpoint_open: HashMap<u64, Vec<EndpointCounters>>,
     sessions: HashMap<u64, OpenSession>,
     /// Open intervals, sparse: they see few distinct values.
     open: VecDeque<(u64, StatsTable<SparseHistogram>, IntervalCounters)>,
@@ -227,6 +274,37 @@ impl Aggregator {
 
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
         match msg {
+            Msg::Endpoint(e) => {
+                let e = usize::from(e);
+                if self.endpoints.len() <= e {
+                    self.endpoints.resize_with(e + 1, StatsTable::default);
+                }
+            }
+            Msg::EndpointSample(e, s) => {
+                let e = usize::from(e);
+                if self.endpoints.len() <= e {
+                    self.endpoints.resize_with(e + 1, StatsTable::default);
+                }
+                self.endpoints[e].record(&s);
+                if s.op.level() == Level::Operation {
+                    // The interval `record` puts the sample in.
+                    let index = self.index_of(s.timing.end).max(self.flushed_upto);
+                    let counters = self.endpoint_open.entry(index).or_default();
+                    if counters.len() <= e {
+                        counters.resize(e + 1, EndpointCounters::default());
+                    }
+                    let c = &mut counters[e];
+                    c.completed += 1;
+                    if s.outcome.is_ok() {
+                        c.ok += 1;
+                    } else {
+                        c.errors += 1;
+                    }
+                    c.bytes_sent += s.bytes_sent;
+                    c.bytes_received += s.bytes_received;
+                }
+                return self.handle(Msg::Sample(s), sink);
+            }
             Msg::Sample(s) => {
                 if let Some(sink) = sink.as_mut().filter(|k| k.records_requests()) {
                     let offset = s.timing.end.saturating_duration_since(self.config().anchor);
@@ -272,8 +350,15 @@ impl Aggregator {
             let index = *index;
             // Intervals before this one that saw nothing.
             self.closing.reset();
+            let idle = vec![EndpointCounters::default(); self.endpoints.len()];
             while self.flushed_upto < index {
-                self.write(self.flushed_upto, IntervalCounters::default(), sink, c);
+                self.write(
+                    self.flushed_upto,
+                    IntervalCounters::default(),
+                    &idle,
+                    sink,
+                    c,
+                );
                 self.flushed_upto += 1;
             }
             let Some((index, mut table, mut counters)) = self.open.pop_front() else {
@@ -282,7 +367,11 @@ impl Aggregator {
             counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
             table.add_to(&mut self.closing);
             table.add_to(&mut self.table);
-            self.write(index, counters, sink, c);
+            let mut endpoints = self.endpoint_open.remove(&index).unwrap_or_default();
+            if endpoints.len() < self.endpoints.len() {
+                endpoints.resize(self.endpoints.len(), EndpointCounters::default());
+            }
+            self.write(index, counters, &endpoints, sink, c);
             table.reset();
             self.spare.push(table);
             self.flushed_upto = index + 1;
@@ -294,6 +383,7 @@ impl Aggregator {
         &mut self,
         index: u64,
         counters: IntervalCounters,
+        endpoints: &[EndpointCounters],
         sink: &mut Option<Box<dyn IntervalSink>>,
         c: AggregatorConfig,
     ) {
@@ -305,6 +395,7 @@ impl Aggregator {
                 length: c.interval,
                 table: &self.closing,
                 counters,
+                endpoints,
             };
             if let Err(e) = sink.interval(&interval) {
                 self.sink_error.get_or_insert(e.to_string());
@@ -447,7 +538,10 @@ pub fn spawn_aggregator_with(
         }
     });
     (
-        Recorder { tx: tx.clone() },
+        Recorder {
+            tx: tx.clone(),
+            endpoint: None,
+        },
         AggregatorHandle { tx, done, ticker },
     )
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 pub use aggregator::{
     spawn_aggregator, spawn_aggregator_with, Aggregator, AggregatorConfig, AggregatorHandle,
-    Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
+    EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
 };
 pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};

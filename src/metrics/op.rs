@@ -100,10 +100,16 @@ pub enum Event {
     HeadMiss,
     /// A request was sent again after a failure (`--retry`).
     Retry,
+    /// An endpoint was marked down (several endpoints: `--endpoint-down-after`).
+    EndpointDown,
+    /// A down endpoint answered its probe and was marked up.
+    EndpointUp,
+    /// An operation went to another endpoint because its own was down (`--failover`).
+    Failover,
 }
 
 impl Event {
-    pub const ALL: [Event; 9] = [
+    pub const ALL: [Event; 12] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -113,6 +119,9 @@ impl Event {
         Event::UploadResume,
         Event::HeadMiss,
         Event::Retry,
+        Event::EndpointDown,
+        Event::EndpointUp,
+        Event::Failover,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -127,6 +136,9 @@ impl Event {
             Event::UploadResume => "upload_resume",
             Event::HeadMiss => "head_miss",
             Event::Retry => "retry",
+            Event::EndpointDown => "endpoint_down",
+            Event::EndpointUp => "endpoint_up",
+            Event::Failover => "failover",
         }
     }
 
@@ -217,6 +229,8 @@ pub enum ErrorKind {
     Auth,
     /// Stopped by shutdown (Ctrl-C) before it completed.
     Cancelled,
+    /// Not sent: its endpoint was down and failover is off (`--no-failover`).
+    EndpointDown,
     /// Anything else the transport reported.
     Other,
 }
@@ -245,6 +259,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::Auth => "auth",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::EndpointDown => "endpoint_down",
             ErrorKind::Other => "other",
         }
     }
@@ -267,6 +282,7 @@ impl ErrorKind {
             ErrorKind::Protocol,
             ErrorKind::Auth,
             ErrorKind::Cancelled,
+            ErrorKind::EndpointDown,
             ErrorKind::Other,
         ]
         .into_iter()

@@ -161,6 +161,9 @@ pub struct PlannedOp {
     /// Trace records carried out inside this operation besides its own.
     pub folded: u32,
     pub session: Option<SessionTag>,
+    /// Stable hash of the trace client (`http.request.remoteaddr`), 0 if absent: the key of
+    /// `--route client`.
+    pub client: u64,
 }
 
 impl PlannedOp {
@@ -499,6 +502,9 @@ where
             action,
             folded,
             session,
+            client: record
+                .client
+                .map_or(0, |c| fnv1a(self.catalog.names.resolve(c).as_bytes())),
         };
         self.seq += 1;
         self.counts.ops += 1;

@@ -25,24 +25,36 @@ use tokio::time::Instant;
 
 use crate::cli::{Phase, ReplayArgs, UploadChoice};
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
-use crate::exec::{execute, ExecOptions, ExecReport, Mode};
+use crate::exec::{execute_on, ExecOptions, ExecReport, Mode, Targets};
 use crate::exit::ExitStatus;
 use crate::metrics::hist::Percentiles;
-use crate::metrics::spawn_aggregator;
-use crate::oci::{ClientOptions, Repository};
+use crate::metrics::{spawn_aggregator, Recorder};
+use crate::oci::{ClientOptions, RegistryClient, Repository};
 use crate::plan::catalog::{Catalog, ContentOptions};
 use crate::plan::{Naming, PlanItem, PlanOptions, Planner, RepoMap, ShardSpec, UploadPolicy};
 use crate::progress::{self, Progress, ProgressLine};
-use crate::results::summary::Checks;
+use crate::results::summary::{Checks, EndpointSummary};
 use crate::results::thresholds::{check, Threshold};
 use crate::results::{Meta, MetaInput, RunOutput};
 use crate::results::{RunInfo, Shard, Summary, TraceCounts, Warning};
+use crate::route::health::{Health, Transition};
+use crate::route::{RouteOptions, Router};
 use crate::shutdown::Shutdown;
 use crate::trace::{Interner, ReadOptions, TraceInput, TraceReader};
 use crate::workload::{
-    config_json, preflight, prepare_output, publish, run_output, thresholds, ErrorLog, Finished,
-    RegistryConfig,
+    config_json, preflight, prepare_output, publish, run_output, thresholds, Connection, ErrorLog,
+    Finished, RegistryConfig,
 };
+
+/// Several endpoints: routing and failure handling (absent with one endpoint, so a
+/// single-registry run's configuration is what it always was).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RoutingConfig {
+    pub route: RouteOptions,
+    pub endpoint_down_after: u32,
+    pub probe_interval_s: f64,
+    pub failover: bool,
+}
 
 /// Validated settings of a replay.
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +83,8 @@ pub struct ReplayConfig {
     pub start_at_time: Option<SystemTime>,
     pub verify: bool,
     pub strict: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingConfig>,
 }
 
 /// `--shard-from-env VAR/N`: the index from the environment.
@@ -127,8 +141,21 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             ..ReadOptions::default()
         };
         let gap_ms = i64::try_from(a.session_gap.as_millis()).unwrap_or(i64::MAX);
+        let registry = RegistryConfig::try_from(&a.registry)?;
+        let routing = (registry.endpoints.len() > 1).then(|| RoutingConfig {
+            route: RouteOptions {
+                kind: a.route.route,
+                replicas: a.route.replicas.get(),
+                vnodes: a.route.vnodes.get(),
+                seed: a.seed,
+            },
+            endpoint_down_after: a.route.endpoint_down_after,
+            probe_interval_s: a.route.probe_interval.as_secs_f64(),
+            failover: !a.route.no_failover,
+        });
         Ok(ReplayConfig {
-            registry: RegistryConfig::try_from(&a.registry)?,
+            registry,
+            routing,
             traces: a.traces.clone(),
             mode: a.mode,
             speed: a.speed,
@@ -272,20 +299,36 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         ..ClientOptions::default()
     };
     let (first_recorder, first_aggregator) = spawn_aggregator();
-    let connection = cfg
-        .registry
-        .connect(
-            first_recorder,
-            options,
-            cfg.concurrency.max(cfg.prewarm_concurrency),
-        )
-        .await?;
-    let checked = preflight(&connection, &cfg.registry.display()).await;
+    let names = cfg.registry.endpoint_names();
+    let router = Router::new(&names, cfg.routing.map(|r| r.route).unwrap_or_default());
+    let pool = cfg.concurrency.max(cfg.prewarm_concurrency);
+    let mut connections = Vec::with_capacity(names.len());
+    if cfg.routing.is_some() {
+        // One client, connection pool and credential cache per endpoint.
+        for i in 0..names.len() {
+            let endpoint = cfg.registry.for_endpoint(i);
+            connections.push(
+                endpoint
+                    .connect(first_recorder.clone(), options.clone(), pool)
+                    .await?,
+            );
+        }
+    } else {
+        connections.push(cfg.registry.connect(first_recorder, options, pool).await?);
+    }
+    let mut checked = Ok(());
+    for (connection, name) in connections.iter().zip(&names) {
+        checked = preflight(connection, name).await;
+        if checked.is_err() {
+            break;
+        }
+    }
     drop(first_aggregator.finish().await);
     if let Err(message) = checked {
         eprintln!("creb-rs: error: {message}");
         return Ok(ExitStatus::Usage);
     }
+    let connection = &connections[0];
     let errors = ErrorLog::default();
     let mut exit = ExitStatus::Success;
 
@@ -298,9 +341,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         let started_at = SystemTime::now();
         let start = Instant::now();
         let (recorder, aggregator) = out.start(start, started_at)?;
-        let client = connection.client_for(recorder);
+        let clients = clients_for(&connections, &recorder);
         let mut naming = Naming::new(cfg.plan.repos.clone());
-        let progress = Progress::new(prewarm::job_count(&catalog));
+        let progress = Progress::new(prewarm::job_count(&catalog) * router.copies() as u64);
         let line = ProgressLine::show(
             "prewarm",
             "objects",
@@ -309,7 +352,8 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         );
         let report = prewarm::prewarm(
             &catalog,
-            &client,
+            &clients,
+            &router,
             &mut naming,
             cfg.plan.manifest_format,
             cfg.prewarm_concurrency,
@@ -320,7 +364,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         .await;
         line.finish();
         let duration = start.elapsed();
-        drop(client);
+        drop(clients);
         let aggregator = aggregator.finish().await;
         let mut warnings = Vec::new();
         if report.failed > 0 {
@@ -333,13 +377,13 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
                 ),
             );
         }
-        let summary = Summary::build(
+        let mut summary = Summary::build(
             RunInfo {
                 command: "replay".into(),
                 mode: "prewarm".into(),
                 model: "closed".into(),
                 concurrency: cfg.prewarm_concurrency as u64,
-                registry: cfg.registry.display(),
+                registry: names.join(","),
                 seed: cfg.seed,
                 shard: shard_of(ShardSpec::ALL),
                 started_at,
@@ -352,6 +396,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             },
             &aggregator,
         );
+        summary.endpoints = endpoint_summaries(&cfg, &names, &aggregator, duration, None);
         let meta = Meta::new(
             &summary,
             MetaInput {
@@ -406,7 +451,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             output: &output,
             dataset: &dataset,
             thresholds: &thresholds,
-            connection: &connection,
+            connections: &connections,
+            names: &names,
+            router: &router,
             shutdown: &shutdown,
             errors: &errors,
         };
@@ -442,7 +489,9 @@ struct RunContext<'a> {
     output: &'a RunOutput,
     dataset: &'a serde_json::Value,
     thresholds: &'a [Threshold],
-    connection: &'a crate::workload::Connection,
+    connections: &'a [Connection],
+    names: &'a [String],
+    router: &'a Router,
     shutdown: &'a Shutdown,
     errors: &'a ErrorLog,
 }
@@ -458,10 +507,13 @@ async fn run_phase(
         output,
         dataset,
         thresholds,
-        connection,
+        connections,
+        names,
+        router,
         shutdown,
         errors,
     } = context;
+    let connection = &connections[0];
 
     // Pass 2 on a blocking thread, feeding a bounded channel: enough to cover the planner's
     // hiccups (it plans far faster than any registry serves), small enough that the planned
@@ -532,7 +584,25 @@ async fn run_phase(
     };
     // Intervals are aligned to the anchor, the same instant on every host.
     let (recorder, aggregator) = output.start(anchor, anchor_wall)?;
-    let client = connection.client_for(recorder);
+    let clients = clients_for(connections, &recorder);
+    let targets = match cfg.routing {
+        None => Targets::single(clients[0].clone()),
+        Some(routing) => {
+            let mut health =
+                Health::new(clients.len(), routing.endpoint_down_after, routing.failover);
+            health.set_anchor(anchor, anchor_wall);
+            Targets {
+                probes: connections
+                    .iter()
+                    .map(|c| c.client.with_recorder(Recorder::discard()))
+                    .collect(),
+                clients: clients.clone(),
+                router: Arc::new(router.clone()),
+                health: Arc::new(health),
+                probe_interval: Duration::from_secs_f64(routing.probe_interval_s),
+            }
+        }
+    };
     tokio::select! {
         _ = tokio::time::sleep_until(anchor) => {}
         _ = shutdown.token().cancelled() => {}
@@ -548,9 +618,11 @@ async fn run_phase(
     let cpu_before = process_cpu_time();
     let canary_stop = tokio_util::sync::CancellationToken::new();
     let canary = spawn_canary(canary_stop.clone());
-    let exec = execute(
+    let health = Arc::clone(&targets.health);
+    let exec = execute_on(
         rx,
-        client.clone(),
+        targets,
+        recorder.clone(),
         ExecOptions {
             mode: cfg.mode,
             concurrency: cfg.concurrency,
@@ -571,7 +643,8 @@ async fn run_phase(
         _ => None,
     };
     let planner_end = planner.await.context("the planner stopped unexpectedly")?;
-    drop(client);
+    drop(clients);
+    drop(recorder);
     let aggregator = aggregator.finish().await;
 
     let (counts, planner_error) = match planner_end {
@@ -601,13 +674,13 @@ async fn run_phase(
             "stopped by a signal; the numbers cover what ran".into(),
         );
     }
-    let summary = Summary::build(
+    let mut summary = Summary::build(
         RunInfo {
             command: "replay".into(),
             mode: cfg.mode.name().into(),
             model: cfg.mode.model().into(),
             concurrency: cfg.concurrency as u64,
-            registry: cfg.registry.display(),
+            registry: names.join(","),
             seed: cfg.seed,
             shard: shard_of(cfg.plan.shard),
             started_at,
@@ -619,6 +692,13 @@ async fn run_phase(
             config: config_json(cfg, &connection.credentials),
         },
         &aggregator,
+    );
+    summary.endpoints = endpoint_summaries(
+        cfg,
+        names,
+        &aggregator,
+        exec.duration,
+        Some(health.transitions()),
     );
     let meta = Meta::new(
         &summary,
@@ -657,6 +737,45 @@ async fn run_phase(
     } else {
         ExitStatus::Success
     })
+}
+
+/// One client per connection, recording into `recorder` (tagged per endpoint when there
+/// are several).
+fn clients_for(connections: &[Connection], recorder: &Recorder) -> Vec<RegistryClient> {
+    if connections.len() == 1 {
+        return vec![connections[0].client_for(recorder.clone())];
+    }
+    connections
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.client_for(recorder.for_endpoint(i)))
+        .collect()
+}
+
+/// The `endpoints` block of a run over several endpoints.
+fn endpoint_summaries(
+    cfg: &ReplayConfig,
+    names: &[String],
+    aggregator: &crate::metrics::Aggregator,
+    duration: Duration,
+    transitions: Option<Vec<Vec<Transition>>>,
+) -> Option<BTreeMap<String, EndpointSummary>> {
+    cfg.routing?;
+    let mut transitions = transitions.unwrap_or_default();
+    transitions.resize_with(names.len(), Vec::new);
+    Some(
+        names
+            .iter()
+            .zip(transitions)
+            .enumerate()
+            .map(|(i, (name, t))| {
+                (
+                    name.clone(),
+                    EndpointSummary::build(i, aggregator.endpoints.get(i), duration, t),
+                )
+            })
+            .collect(),
+    )
 }
 
 /// The trace block: the planner's accounting settled with what the executor ran.

@@ -5,6 +5,12 @@
 //! repository already has (HEAD 200) and a tag already pointing at the same manifest are
 //! skipped, so prewarming twice, or from several hosts, is harmless. Measured and reported
 //! apart from the run.
+//!
+//! Over several endpoints every object goes where the run will read it
+//! ([`Router::placement`]): with `--route digest` to its `--replicas` ring successors (a
+//! blob by digest, a manifest by `repo:tag`), with the other rules to every endpoint. A
+//! registry accepts a manifest only when it holds the manifest's blobs, so a manifest's
+//! config and layers are also put on the manifest's own endpoints.
 
 use std::collections::BTreeSet;
 
@@ -18,6 +24,7 @@ use crate::plan::{
     manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming,
 };
 use crate::progress::Progress;
+use crate::route::{Object, Router};
 use crate::shutdown::Shutdown;
 use crate::trace::Sym;
 use crate::workload::ErrorLog;
@@ -68,11 +75,44 @@ pub fn job_count(catalog: &Catalog) -> u64 {
         as u64
 }
 
-/// Pushes what the run reads. Stops starting new work on shutdown.
+/// The layers of a manifest the run reads, with their bytes (the filler when it has none).
+fn layer_sources(
+    catalog: &Catalog,
+    repo: Sym,
+    reference: Sym,
+) -> Vec<(crate::oci::Digest, BlobSource)> {
+    let layers: Vec<_> = catalog
+        .manifests
+        .get(&(repo, reference))
+        .map(|m| {
+            m.layers
+                .iter()
+                .map(|d| {
+                    (
+                        catalog.blob_digest(*d),
+                        BlobSource::Content(catalog.blob_content(*d)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if layers.is_empty() {
+        vec![(
+            catalog.filler_digest(repo),
+            BlobSource::Content(catalog.filler_content(repo)),
+        )]
+    } else {
+        layers
+    }
+}
+
+/// Pushes what the run reads, each object to the endpoints `router` places it on (one
+/// client per endpoint). Stops starting new work on shutdown.
 #[allow(clippy::too_many_arguments)]
 pub async fn prewarm(
     catalog: &Catalog,
-    client: &RegistryClient,
+    clients: &[RegistryClient],
+    router: &Router,
     naming: &mut Naming,
     format: ManifestFormat,
     concurrency: usize,
@@ -130,12 +170,18 @@ pub async fn prewarm(
             BlobSource::Bytes(built.config_bytes),
         ));
     }
-    let mut blobs = stream::iter(blob_jobs)
-        .map(|(repo, digest, source)| async move {
+    let mut placed = Vec::with_capacity(blob_jobs.len() * router.copies());
+    for (repo, digest, source) in blob_jobs {
+        for endpoint in router.placement(Object::Blob(digest.as_str())) {
+            placed.push((repo.clone(), digest.clone(), source.clone(), endpoint));
+        }
+    }
+    let mut blobs = stream::iter(placed)
+        .map(|(repo, digest, source, endpoint)| async move {
             if shutdown.is_cancelled() {
                 return Done::Skipped;
             }
-            match ensure_blob(client, &repo, &digest, source).await {
+            match ensure_blob(&clients[endpoint], &repo, &digest, source).await {
                 Ok(true) => Done::Pushed,
                 Ok(false) => Done::Present,
                 Err(e) => {
@@ -155,13 +201,20 @@ pub async fn prewarm(
     let mut jobs = Vec::with_capacity(keys.len());
     for (repo, reference) in keys {
         let tag = naming.tag(catalog, repo, reference);
-        jobs.push((repo, reference, naming.repo(catalog, repo), tag));
+        let name = naming.repo(catalog, repo);
+        for endpoint in router.placement(Object::Manifest {
+            repo: name.as_str(),
+            reference: tag.as_str(),
+        }) {
+            jobs.push((repo, reference, name.clone(), tag.clone(), endpoint));
+        }
     }
     let mut manifests = stream::iter(jobs)
-        .map(|(repo_sym, ref_sym, repo, tag)| async move {
+        .map(|(repo_sym, ref_sym, repo, tag, endpoint)| async move {
             if shutdown.is_cancelled() {
                 return Done::Skipped;
             }
+            let client = &clients[endpoint];
             let layers = read_manifest_layers(catalog, repo_sym, ref_sym);
             let identity = read_manifest_identity(catalog, repo_sym, ref_sym);
             let size = catalog
@@ -176,6 +229,17 @@ pub async fn prewarm(
                 if let Some(info) = client.manifest_head(&repo, &reference, ctx).await? {
                     if info.digest.as_ref() == Some(&digest) {
                         return Ok(Done::Present);
+                    }
+                }
+                if clients.len() > 1 {
+                    // The layers placed elsewhere by their digest: the registry wants them here.
+                    for (layer, source) in layer_sources(catalog, repo_sym, ref_sym) {
+                        if !router
+                            .placement(Object::Blob(layer.as_str()))
+                            .contains(&endpoint)
+                        {
+                            ensure_blob(client, &repo, &layer, source).await?;
+                        }
                     }
                 }
                 ensure_blob(

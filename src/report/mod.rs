@@ -130,6 +130,45 @@ pub fn render_text(summary: &Summary) -> String {
             );
         }
     }
+    if let Some(endpoints) = &summary.endpoints {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<32} {:>8} {:>7} {:>7} {:>9} {:>14} {:>9} {:>9}  state",
+            "endpoint", "count", "share", "errors", "req/s", "busiest op", "p50", "p99"
+        );
+        let all = summary.totals.requests.max(1) as f64;
+        let mut by_index: Vec<_> = endpoints.iter().collect();
+        by_index.sort_by_key(|(_, e)| e.index);
+        for (url, e) in by_index {
+            // Latency of the operation the node carried most (percentiles never mix ops).
+            let main = e
+                .operations
+                .iter()
+                .filter(|(_, o)| o.latency_ms.is_some())
+                .max_by_key(|(_, o)| o.count);
+            let op = main.map_or("-", |(name, _)| name.as_str());
+            let (p50, p99) = main
+                .and_then(|(_, o)| o.latency_ms.as_ref())
+                .map_or(("-".into(), "-".into()), |p| (ms(p.p50), ms(p.p99)));
+            let state = match e.transitions.as_slice() {
+                [] => "up".to_owned(),
+                list => list
+                    .iter()
+                    .map(|t| format!("{}@{:.1}s", t.state, t.offset_s))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            };
+            let _ = writeln!(
+                out,
+                "{url:<32} {:>8} {:>6.1}% {:>7} {:>9.1} {op:>14} {p50:>9} {p99:>9}  {state}",
+                e.totals.requests,
+                e.totals.requests as f64 * 100.0 / all,
+                e.totals.errors,
+                e.totals.requests as f64 / summary.duration_s.max(1e-9),
+            );
+        }
+    }
     if !summary.errors.is_empty() {
         let _ = writeln!(out);
         let parts: Vec<String> = summary

@@ -189,6 +189,78 @@ pub struct Summary {
     pub histograms: HistogramInfo,
     /// The resolved configuration of the run (no secrets).
     pub config: serde_json::Value,
+    /// Runs over several endpoints: each endpoint's numbers, keyed by its URL. Every
+    /// operation is counted on exactly the endpoint that carried it (or, failing as
+    /// `endpoint_down`, the one it was meant for), so the counts add up to the totals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<BTreeMap<String, EndpointSummary>>,
+}
+
+/// One endpoint of a run over several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointSummary {
+    /// Position in the `--registry` list.
+    pub index: usize,
+    /// Workload operations carried by this endpoint, as in `totals`.
+    pub totals: Totals,
+    /// Same shape as the run's `operations`.
+    pub operations: BTreeMap<String, OpSummary>,
+    /// Failed workload operations by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Down/up changes, in order.
+    pub transitions: Vec<crate::route::health::Transition>,
+}
+
+impl EndpointSummary {
+    /// The numbers of endpoint `index` from its table (see `Aggregator::endpoints`).
+    pub fn build(
+        index: usize,
+        table: Option<&crate::metrics::StatsTable>,
+        duration: Duration,
+        transitions: Vec<crate::route::health::Transition>,
+    ) -> EndpointSummary {
+        let mut totals = Totals::default();
+        let mut operations = BTreeMap::new();
+        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+        if let Some(table) = table {
+            for op in table.ops() {
+                let Some(stats) = table.op_total(op) else {
+                    continue;
+                };
+                let classes = table
+                    .classes_of(op)
+                    .map(|(c, s)| (c.name().to_owned(), s))
+                    .collect();
+                match op.level() {
+                    Level::Operation => {
+                        totals.requests += stats.count;
+                        totals.ok += stats.ok;
+                        totals.errors += stats.errors;
+                        totals.bytes_sent += stats.bytes_sent;
+                        totals.bytes_received += stats.bytes_received;
+                        totals.http_requests += stats.http_requests;
+                        for (kind, n) in &stats.errors_by_kind {
+                            *errors.entry(kind.key()).or_default() += n;
+                        }
+                    }
+                    Level::Request => {
+                        if op == Op::TokenFetch {
+                            totals.http_requests += stats.http_requests;
+                        }
+                    }
+                    Level::Session => continue,
+                }
+                operations.insert(op.name().to_owned(), op_summary(&stats, classes, duration));
+            }
+        }
+        EndpointSummary {
+            index,
+            totals,
+            operations,
+            errors,
+            transitions,
+        }
+    }
 }
 
 /// Facts about a run that the measurements do not carry.
@@ -332,6 +404,7 @@ impl Summary {
             checks: info.checks,
             histograms: HistogramInfo::current(),
             config: info.config,
+            endpoints: None,
         }
     }
 

@@ -453,6 +453,7 @@ mod tests {
             checks: None,
             histograms: HistogramInfo::current(),
             config: serde_json::json!({}),
+            endpoints: None,
         }
     }
 

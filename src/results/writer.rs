@@ -1,7 +1,8 @@
 //! Writing a result directory while the run goes: the aggregator hands every finished
 //! interval to [`ResultWriter`], which appends it to `histograms.hlog` and `timeline.csv`
 //! and flushes both, so a crash loses at most the intervals still open. With
-//! `--record-requests`, every finished exchange is streamed to `requests.csv`.
+//! `--record-requests`, every finished exchange is streamed to `requests.csv`. A run over
+//! several endpoints also gets `endpoints.csv`: one row per interval and endpoint.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -27,6 +28,18 @@ pub const TIMELINE_FAMILIES: [Op; 11] = [
     Op::TokenFetch,
     Op::ImagePull,
     Op::ImagePush,
+];
+
+/// The columns of `endpoints.csv` (runs over several endpoints), in order.
+pub const ENDPOINTS_HEADER: [&str; 8] = [
+    "interval",
+    "start_s",
+    "endpoint",
+    "completed",
+    "ok",
+    "errors",
+    "bytes_sent",
+    "bytes_received",
 ];
 
 /// The fixed columns of `timeline.csv`, in order.
@@ -127,6 +140,8 @@ pub struct ResultWriter {
     serializer: V2DeflateSerializer,
     timeline: csv::Writer<BufWriter<File>>,
     requests: Option<csv::Writer<BufWriter<File>>>,
+    /// Created with the first interval that has endpoints.
+    endpoints: Option<csv::Writer<BufWriter<File>>>,
 }
 
 impl std::fmt::Debug for ResultWriter {
@@ -177,6 +192,7 @@ impl ResultWriter {
             serializer: V2DeflateSerializer::new(),
             timeline,
             requests,
+            endpoints: None,
         })
     }
 
@@ -203,6 +219,31 @@ impl IntervalSink for ResultWriter {
         self.hlog.flush()?;
         self.timeline.write_record(timeline_row(interval))?;
         self.timeline.flush()?;
+        if !interval.endpoints.is_empty() {
+            if self.endpoints.is_none() {
+                let mut w = csv::Writer::from_writer(
+                    create(&self.dir, "endpoints.csv").map_err(std::io::Error::other)?,
+                );
+                w.write_record(ENDPOINTS_HEADER)?;
+                self.endpoints = Some(w);
+            }
+            if let Some(w) = self.endpoints.as_mut() {
+                let start = format!("{:.3}", interval.start.as_secs_f64());
+                for (i, e) in interval.endpoints.iter().enumerate() {
+                    w.write_record([
+                        interval.index.to_string(),
+                        start.clone(),
+                        i.to_string(),
+                        e.completed.to_string(),
+                        e.ok.to_string(),
+                        e.errors.to_string(),
+                        e.bytes_sent.to_string(),
+                        e.bytes_received.to_string(),
+                    ])?;
+                }
+                w.flush()?;
+            }
+        }
         if let Some(r) = self.requests.as_mut() {
             r.flush()?;
         }
@@ -213,6 +254,9 @@ impl IntervalSink for ResultWriter {
         self.hlog.flush()?;
         self.hlog.get_ref().sync_all()?;
         self.timeline.flush()?;
+        if let Some(w) = self.endpoints.as_mut() {
+            w.flush()?;
+        }
         if let Some(r) = self.requests.as_mut() {
             r.flush()?;
         }

@@ -30,7 +30,11 @@ use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
 /// Validated registry settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct RegistryConfig {
+    /// The (first) endpoint.
     pub base: Url,
+    /// Every endpoint, in the order given (written to the results only when several).
+    #[serde(skip_serializing_if = "one_or_none")]
+    pub endpoints: Vec<Url>,
     pub transport: TransportConfig,
     /// How to find credentials; resolved when connecting (see [`Connection`]).
     #[serde(skip)]
@@ -55,6 +59,10 @@ impl Connection {
     }
 }
 
+fn one_or_none(endpoints: &[Url]) -> bool {
+    endpoints.len() <= 1
+}
+
 impl TryFrom<&RegistryArgs> for RegistryConfig {
     type Error = anyhow::Error;
 
@@ -73,8 +81,21 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
         } else {
             a.username.as_ref().map(|_| PasswordSource::Environment)
         };
+        let base = args
+            .registry
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("--registry is required"))?;
+        let mut endpoints: Vec<Url> = Vec::with_capacity(args.registry.len());
+        for url in &args.registry {
+            if endpoints.contains(url) {
+                anyhow::bail!("--registry {url} is given twice");
+            }
+            endpoints.push(url.clone());
+        }
         Ok(RegistryConfig {
-            base: args.registry.clone(),
+            base,
+            endpoints,
             transport: TransportConfig {
                 connect_timeout: args.connect_timeout,
                 request_timeout: args.request_timeout,
@@ -142,6 +163,41 @@ impl RegistryConfig {
     /// The registry as shown in results: scheme, host and port.
     pub fn display(&self) -> String {
         self.base.as_str().trim_end_matches('/').to_owned()
+    }
+
+    /// Every endpoint as shown in results (at least the base).
+    pub fn endpoint_names(&self) -> Vec<String> {
+        if self.endpoints.is_empty() {
+            return vec![self.display()];
+        }
+        self.endpoints
+            .iter()
+            .map(|u| u.as_str().trim_end_matches('/').to_owned())
+            .collect()
+    }
+
+    /// The settings of endpoint `index` alone.
+    pub fn for_endpoint(&self, index: usize) -> RegistryConfig {
+        let base = self
+            .endpoints
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| self.base.clone());
+        RegistryConfig {
+            base: base.clone(),
+            endpoints: vec![base],
+            ..self.clone()
+        }
+    }
+
+    /// Refuses several endpoints (commands that drive one registry).
+    pub fn single(self, command: &str) -> anyhow::Result<RegistryConfig> {
+        if self.endpoints.len() > 1 {
+            anyhow::bail!(
+                "{command} takes one --registry; several endpoints are for replay (--route)"
+            );
+        }
+        Ok(self)
     }
 }
 

@@ -2,6 +2,11 @@
 //! verified against its digest (unless `--no-verify`), with at most `--concurrency` blob
 //! downloads in flight across all images. An `image_pull` session sample runs from the
 //! manifest request to the last blob's last byte.
+//!
+//! Distributed pull (`--from`): manifests come from the first `--registry`, each blob from
+//! the endpoint the `--route` rule names (by layer position, seed-free random, or digest on
+//! the ring), so one image's layers download from several registries at once; the session
+//! runs until the last of them. `summary.json` then has per-endpoint numbers.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -21,7 +26,9 @@ use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
 use crate::oci::{ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository};
 use crate::progress::{Progress, ProgressLine};
+use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
+use crate::route::{Object, Request, RouteKind, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 
 /// Which images to pull.
@@ -42,6 +49,9 @@ pub struct PullConfig {
     pub targets: PullTargets,
     pub concurrency: usize,
     pub verify: bool,
+    /// Several endpoints: how blobs are spread over them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteKind>,
 }
 
 impl TryFrom<&PullArgs> for PullConfig {
@@ -64,8 +74,17 @@ impl TryFrom<&PullArgs> for PullConfig {
             }
             PullTargets::References(refs)
         };
+        let mut registry = RegistryConfig::try_from(&a.registry)?;
+        for url in &a.from {
+            if registry.endpoints.contains(url) {
+                anyhow::bail!("--from {url} is already an endpoint");
+            }
+            registry.endpoints.push(url.clone());
+        }
+        let route = (registry.endpoints.len() > 1).then_some(a.route);
         Ok(PullConfig {
-            registry: RegistryConfig::try_from(&a.registry)?,
+            registry,
+            route,
             repo: a.repo.clone(),
             targets,
             concurrency: a.concurrency.get(),
@@ -94,8 +113,30 @@ async fn fetch_image_manifest(
     Ok(parsed)
 }
 
+/// The clients of a pull (one per endpoint) and how blobs are spread over them.
+struct Sources {
+    clients: Vec<RegistryClient>,
+    router: Router,
+}
+
+impl Sources {
+    /// The client for layer `position` of an image.
+    fn blob(&self, position: usize, digest: &crate::oci::Digest) -> &RegistryClient {
+        if self.clients.len() == 1 {
+            return &self.clients[0];
+        }
+        let i = self.router.candidates(&Request {
+            seq: position as u64,
+            client: 0,
+            object: Object::Blob(digest.as_str()),
+            write: false,
+        })[0];
+        &self.clients[i]
+    }
+}
+
 async fn pull_image(
-    client: &RegistryClient,
+    sources: &Sources,
     repo: &Repository,
     reference: &Reference,
     permits: &Semaphore,
@@ -108,6 +149,7 @@ async fn pull_image(
     }
     let start = Instant::now();
     let mut received = 0u64;
+    let client = &sources.clients[0];
     let outcome = match fetch_image_manifest(client, repo, reference).await {
         Err(e) => {
             errors.note(format!("{repo}:{reference}: manifest: {e}"));
@@ -115,7 +157,8 @@ async fn pull_image(
         }
         Ok(manifest) => {
             let blobs = manifest.blobs();
-            let downloads = blobs.iter().map(|d| async move {
+            let downloads = blobs.iter().enumerate().map(|(i, d)| async move {
+                let client = sources.blob(i, &d.digest);
                 let Ok(_permit) = permits.acquire().await else {
                     return Err(ClientError::Cancelled);
                 };
@@ -178,15 +221,46 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         verify: cfg.verify,
         ..ClientOptions::default()
     };
-    let connection = cfg
-        .registry
-        .connect(recorder, options, cfg.concurrency)
-        .await?;
+    let names = cfg.registry.endpoint_names();
+    let mut connections = Vec::with_capacity(names.len());
+    if cfg.route.is_some() {
+        for i in 0..names.len() {
+            let connection = cfg
+                .registry
+                .for_endpoint(i)
+                .connect(recorder.for_endpoint(i), options.clone(), cfg.concurrency)
+                .await?;
+            connections.push(connection);
+        }
+    } else {
+        connections.push(
+            cfg.registry
+                .connect(recorder, options, cfg.concurrency)
+                .await?,
+        );
+    }
+    let router = Router::new(
+        &names,
+        RouteOptions {
+            kind: cfg.route.unwrap_or_default(),
+            ..RouteOptions::default()
+        },
+    );
     let errors = ErrorLog::default();
 
     let mut fatal: Option<String> = None;
-    let checked = preflight(&connection, &cfg.registry.display()).await;
-    let client = connection.client;
+    let mut checked = Ok(());
+    for (connection, name) in connections.iter().zip(&names) {
+        checked = preflight(connection, name).await;
+        if checked.is_err() {
+            break;
+        }
+    }
+    let sources = Sources {
+        clients: connections.iter().map(|c| c.client.clone()).collect(),
+        router,
+    };
+    let client = &sources.clients[0];
     match checked {
         Err(message) => fatal = Some(message),
         Ok(()) => {
@@ -213,11 +287,11 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
                     );
                     stream::iter(parsed.iter())
                         .map(|reference| {
-                            let (client, cfg, permits, shutdown, errors, progress) =
-                                (&client, &cfg, &permits, &shutdown, &errors, &progress);
+                            let (sources, cfg, permits, shutdown, errors, progress) =
+                                (&sources, &cfg, &permits, &shutdown, &errors, &progress);
                             async move {
                                 pull_image(
-                                    client, &cfg.repo, reference, permits, shutdown, errors,
+                                    sources, &cfg.repo, reference, permits, shutdown, errors,
                                     progress,
                                 )
                                 .await
@@ -232,15 +306,16 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         }
     }
     let duration = start.elapsed();
-    drop(client);
+    drop(sources);
+    let connection = &connections[0];
     let aggregator = aggregator.finish().await;
-    let summary = Summary::build(
+    let mut summary = Summary::build(
         RunInfo {
             command: "pull".into(),
             mode: "pull".into(),
             model: "closed".into(),
             concurrency: cfg.concurrency as u64,
-            registry: cfg.registry.display(),
+            registry: names.join(","),
             seed: 0,
             shard: Shard { index: 0, count: 1 },
             started_at,
@@ -253,6 +328,25 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
+    if cfg.route.is_some() {
+        summary.endpoints = Some(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    (
+                        name.clone(),
+                        EndpointSummary::build(
+                            i,
+                            aggregator.endpoints.get(i),
+                            duration,
+                            Vec::new(),
+                        ),
+                    )
+                })
+                .collect(),
+        );
+    }
     let meta = Meta::new(
         &summary,
         MetaInput {

@@ -67,7 +67,7 @@ impl TryFrom<&PushArgs> for PushConfig {
             anyhow::bail!("--mount-from names the repository being pushed to");
         }
         Ok(PushConfig {
-            registry: RegistryConfig::try_from(&a.registry)?,
+            registry: RegistryConfig::try_from(&a.registry)?.single("push")?,
             repo: a.repo.clone(),
             tag: a.tag.clone(),
             images: a.images,

@@ -1,0 +1,569 @@
+//! One replay over three real registries: `--route digest` places every blob on the node
+//! the consistent-hash ring names and reads find what prewarm wrote; per-endpoint numbers
+//! add up to the totals and split a uniform trace evenly; a node killed mid-run is marked
+//! down, its share fails over to the next ring successor while the others are unaffected,
+//! and it is marked up when it is back.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{creb, summary_json, Registry};
+use creb::route::{Object, RouteKind, RouteOptions, Router, DEFAULT_VNODES};
+use creb::ExitStatus;
+
+const REPO: &str = "bench/uniform";
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn record(i: u64, time_ms: i64, uri: &str, written: u64) -> serde_json::Value {
+    let secs = time_ms / 1000;
+    let ms = time_ms % 1000;
+    serde_json::json!({
+        "host": "h1",
+        "http.request.duration": 0.001,
+        "http.request.method": "GET",
+        "http.request.remoteaddr": format!("client{}", i % 50),
+        "http.request.uri": uri,
+        "http.request.useragent": "docker/17.06.0-ce",
+        "http.response.status": 200,
+        "http.response.written": written,
+        "id": format!("r{i}"),
+        "timestamp": format!("2017-06-20T10:{:02}:{:02}.{:03}Z", secs / 60, secs % 60, ms),
+    })
+}
+
+/// A trace of blob GETs: `blobs` distinct blobs of 256 bytes, each read `reads` times,
+/// one record every `gap_ms`.
+fn write_blob_trace(path: &Path, blobs: u64, reads: u64, gap_ms: i64) {
+    let mut records = Vec::new();
+    let mut i = 0u64;
+    for _ in 0..reads {
+        for b in 0..blobs {
+            let time = i as i64 * gap_ms;
+            records.push(record(i, time, &format!("v2/{REPO}/blobs/b{b}"), 256));
+            i += 1;
+        }
+    }
+    std::fs::write(path, serde_json::to_vec(&records).unwrap()).unwrap();
+}
+
+/// Every blob digest stored on a registry, from its storage directory.
+fn stored_blobs(registry: &Registry) -> BTreeSet<String> {
+    let root = registry
+        .storage_root()
+        .join("docker/registry/v2/blobs/sha256");
+    let mut out = BTreeSet::new();
+    let Ok(prefixes) = std::fs::read_dir(&root) else {
+        return out;
+    };
+    for prefix in prefixes.flatten() {
+        for blob in std::fs::read_dir(prefix.path()).unwrap().flatten() {
+            if blob.path().join("data").exists() {
+                out.insert(format!("sha256:{}", blob.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+/// `HEAD /v2/<repo>/blobs/<digest>` asked directly of one node: its status code.
+fn head_status(registry: &Registry, digest: &str) -> u16 {
+    let mut stream = TcpStream::connect(("127.0.0.1", registry.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "HEAD /v2/{REPO}/blobs/{digest} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+        registry.port
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The per-endpoint numbers add up exactly to the run's, operation by operation.
+fn assert_endpoints_add_up(s: &serde_json::Value, endpoints: usize) {
+    let per = s["endpoints"].as_object().expect("an endpoints block");
+    assert_eq!(per.len(), endpoints);
+    for field in ["requests", "ok", "errors", "bytes_sent", "bytes_received"] {
+        let sum: u64 = per.values().map(|e| u(&e["totals"][field])).sum();
+        assert_eq!(sum, u(&s["totals"][field]), "totals.{field}: {per:?}");
+    }
+    for (op, numbers) in s["operations"].as_object().unwrap() {
+        for field in ["count", "ok", "errors", "bytes"] {
+            let sum: u64 = per.values().map(|e| u(&e["operations"][op][field])).sum();
+            assert_eq!(sum, u(&numbers[field]), "operations.{op}.{field}");
+        }
+    }
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for e in per.values() {
+        for (kind, n) in e["errors"].as_object().unwrap() {
+            *errors.entry(kind.clone()).or_default() += u(n);
+        }
+    }
+    let run: BTreeMap<String, u64> = s["errors"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), u(v)))
+        .collect();
+    assert_eq!(errors, run, "errors by kind");
+}
+
+/// `endpoints.csv`: a row per interval and endpoint, adding up to each endpoint's totals.
+/// Returns each endpoint's rows as (start_s, completed, errors).
+fn endpoint_timeline(dir: &Path, s: &serde_json::Value) -> Vec<Vec<(f64, u64, u64)>> {
+    let per = s["endpoints"].as_object().unwrap();
+    let mut rows = vec![Vec::new(); per.len()];
+    let mut reader = csv::Reader::from_path(dir.join("endpoints.csv")).unwrap();
+    for r in reader.records() {
+        let r = r.unwrap();
+        let endpoint: usize = r[2].parse().unwrap();
+        rows[endpoint].push((
+            r[1].parse().unwrap(),
+            r[3].parse().unwrap(),
+            r[5].parse().unwrap(),
+        ));
+    }
+    let intervals = rows[0].len();
+    assert!(intervals > 0);
+    for e in per.values() {
+        let i = u(&e["index"]) as usize;
+        assert_eq!(
+            rows[i].len(),
+            intervals,
+            "every endpoint has every interval"
+        );
+        let completed: u64 = rows[i].iter().map(|r| r.1).sum();
+        let errors: u64 = rows[i].iter().map(|r| r.2).sum();
+        assert_eq!(completed, u(&e["totals"]["requests"]), "endpoint {i}");
+        assert_eq!(errors, u(&e["totals"]["errors"]), "endpoint {i}");
+    }
+    rows
+}
+
+fn assert_valid(s: &serde_json::Value) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schema/summary.schema.json"
+    ))
+    .unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(s)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+fn endpoint_list(nodes: &[Registry]) -> String {
+    nodes
+        .iter()
+        .map(|r| r.url.clone())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+// How many objects the balance check needs. With V virtual nodes per endpoint a node's
+// share of the ring deviates from 1/3 by about sqrt(2/3 / (3V)) relative (V = 4096: 0.7%,
+// at most about 1.3% with the ring's own variance); K uniformly hashed objects add
+// sqrt(2/K) (K = 4500: 2.1%). Two nodes' counts then differ by sigma ≈ sqrt(2) · 2.5% ≈ 3.5%;
+// the 15% bound is over 4 sigma for each of the three pairs (p ≈ 5e-5 per run).
+const BLOBS: u64 = 4500;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_routing_places_every_blob_on_its_ring_node_and_splits_the_load_evenly() {
+    let nodes = [Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("uniform.json");
+    write_blob_trace(&trace, BLOBS, 1, 1);
+    let out = dir.path().join("out");
+    let endpoints = endpoint_list(&nodes);
+    let status = creb(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &endpoints,
+        "--route",
+        "digest",
+        "--seed",
+        "5",
+        "--concurrency",
+        "12",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+
+    // Every read of a prewarmed object succeeded.
+    let s = summary_json(&out);
+    assert_valid(&s);
+    eprintln!(
+        "prewarm {:.1}s, run {:.1}s",
+        summary_json(&out.join("prewarm"))["duration_s"],
+        s["duration_s"]
+    );
+    assert_eq!(u(&s["operations"]["blob_get"]["count"]), BLOBS);
+    assert_eq!(u(&s["totals"]["errors"]), 0, "{}", s["errors"]);
+    assert_endpoints_add_up(&s, 3);
+    endpoint_timeline(&out, &s);
+    let prewarm = summary_json(&out.join("prewarm"));
+    assert_valid(&prewarm);
+    assert_eq!(u(&prewarm["totals"]["errors"]), 0);
+    assert_endpoints_add_up(&prewarm, 3);
+
+    // Each blob is on exactly the node the ring names, and nowhere else.
+    let urls: Vec<&str> = nodes.iter().map(|r| r.url.as_str()).collect();
+    let router = Router::new(
+        &urls,
+        RouteOptions {
+            kind: RouteKind::Digest,
+            replicas: 1,
+            vnodes: DEFAULT_VNODES,
+            seed: 5,
+        },
+    );
+    let stored: Vec<BTreeSet<String>> = nodes.iter().map(stored_blobs).collect();
+    let all: BTreeSet<&String> = stored.iter().flatten().collect();
+    assert_eq!(all.len() as u64, BLOBS, "one stored blob per trace blob");
+    let mut expected = [0u64; 3];
+    for digest in &all {
+        let owner = router.placement(Object::Blob(digest));
+        assert_eq!(owner.len(), 1);
+        let holders: Vec<usize> = (0..3).filter(|&i| stored[i].contains(*digest)).collect();
+        assert_eq!(holders, owner, "{digest}");
+        expected[owner[0]] += 1;
+    }
+    // Asked directly over HTTP: present on its node, absent from the others.
+    for digest in all.iter().take(60) {
+        let owner = router.placement(Object::Blob(digest))[0];
+        for (i, node) in nodes.iter().enumerate() {
+            let want = if i == owner { 200 } else { 404 };
+            assert_eq!(head_status(node, digest), want, "node {i}, {digest}");
+        }
+    }
+
+    // Each node served exactly the reads of its own blobs, and the split is even.
+    let per = s["endpoints"].as_object().unwrap();
+    let counts: Vec<u64> = nodes
+        .iter()
+        .map(|n| u(&per[&n.url]["operations"]["blob_get"]["count"]))
+        .collect();
+    assert_eq!(counts, expected, "reads follow the ring");
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    assert!(
+        max as f64 <= min as f64 * 1.15,
+        "per-endpoint counts differ by more than 15%: {counts:?}"
+    );
+}
+
+/// A trace of image pulls: `images` tags, each a manifest GET and its layers' GETs.
+fn write_pull_trace(path: &Path, images: u64) -> u64 {
+    let mut records = Vec::new();
+    let mut i = 0u64;
+    for image in 0..images {
+        let repo = format!("team{}/app", image % 4);
+        records.push(record(
+            i,
+            i as i64 * 5,
+            &format!("v2/{repo}/manifests/v{image}"),
+            1500,
+        ));
+        i += 1;
+        for layer in 0..2 {
+            records.push(record(
+                i,
+                i as i64 * 5,
+                &format!("v2/{repo}/blobs/l{image}-{layer}"),
+                2048,
+            ));
+            i += 1;
+        }
+    }
+    std::fs::write(path, serde_json::to_vec(&records).unwrap()).unwrap();
+    i
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_and_their_layers_are_readable_wherever_the_ring_puts_them() {
+    let nodes = [Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pulls.json");
+    let records = write_pull_trace(&trace, 60);
+    let out = dir.path().join("out");
+    let mut args = vec!["replay", trace.to_str().unwrap()];
+    // The repeated form of --registry.
+    for n in &nodes {
+        args.extend(["--registry", n.url.as_str()]);
+    }
+    args.extend([
+        "--route",
+        "digest",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(creb(&args).await, ExitStatus::Success);
+    let s = summary_json(&out);
+    assert_valid(&s);
+    assert_eq!(u(&s["totals"]["requests"]), records);
+    assert_eq!(u(&s["operations"]["manifest_get"]["ok"]), 60);
+    assert_eq!(u(&s["totals"]["errors"]), 0, "{}", s["errors"]);
+    assert_endpoints_add_up(&s, 3);
+    let busy = s["endpoints"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|e| u(&e["operations"]["manifest_get"]["count"]) > 0)
+        .count();
+    assert_eq!(busy, 3, "manifests are spread over the nodes");
+}
+
+#[test]
+fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back() {
+    let mut nodes = vec![Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("reads.json");
+    // 300 blobs read 4 times, one read every 5 ms: 6 s of schedule.
+    write_blob_trace(&trace, 300, 4, 5);
+    let endpoints = endpoint_list(&nodes);
+    let routing = [
+        "--registry",
+        endpoints.as_str(),
+        "--route",
+        "digest",
+        "--replicas",
+        "2",
+        "--endpoint-down-after",
+        "3",
+        "--probe-interval",
+        "200ms",
+    ];
+    let mut args = vec!["replay", trace.to_str().unwrap(), "--phase", "prewarm"];
+    args.extend(routing);
+    args.push("--quiet");
+    let prewarm = common::run_bin(&args, None, &[]);
+    assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
+
+    let out: PathBuf = dir.path().join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(["replay", trace.to_str().unwrap()])
+        .args(routing)
+        .args([
+            "--phase",
+            "run",
+            "--mode",
+            "delay",
+            "--concurrency",
+            "16",
+            "--connect-timeout",
+            "1s",
+            "--request-timeout",
+            "2s",
+            "--interval",
+            "500ms",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ])
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("CREB_REGISTRY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    nodes[1].kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    nodes[1].restart();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let code = output.status.code();
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}: {stderr}");
+
+    let s = summary_json(&out);
+    assert_valid(&s);
+    assert_eq!(u(&s["totals"]["requests"]), 1200);
+    assert_endpoints_add_up(&s, 3);
+    let per = s["endpoints"].as_object().unwrap();
+    let killed = &per[&nodes[1].url];
+
+    // Down after the kill, up again after the restart.
+    let transitions = killed["transitions"].as_array().unwrap();
+    let states: Vec<&str> = transitions
+        .iter()
+        .map(|t| t["state"].as_str().unwrap())
+        .collect();
+    assert!(states.len() >= 2, "{transitions:?}");
+    assert_eq!(&states[..2], ["down", "up"], "{transitions:?}");
+    let down_at = transitions[0]["offset_s"].as_f64().unwrap();
+    let up_at = transitions[1]["offset_s"].as_f64().unwrap();
+    // The kill came 2 s after the start of the process (the run's anchor is later), the
+    // restart 1.5 s after the kill: up only after the restart.
+    assert!(down_at > 0.0 && down_at < 2.5, "down at {down_at}s");
+    assert!(up_at - down_at > 1.0 && up_at < 8.0, "up at {up_at}s");
+    assert_eq!(transitions[0]["after"], 3);
+    assert!(u(&s["events"]["endpoint_down"]) >= 1);
+    assert!(u(&s["events"]["endpoint_up"]) >= 1);
+    assert!(
+        u(&s["events"]["failover"]) > 0,
+        "the down node's share went elsewhere: {}",
+        s["events"]
+    );
+
+    // Only the killed node's requests failed, and only as an outage fails them.
+    let errors = killed["errors"].as_object().unwrap();
+    assert!(u(&errors["connect"]) >= 3, "{errors:?}");
+    for kind in errors.keys() {
+        assert!(
+            ["connect", "reset", "short_body", "body", "timeout"].contains(&kind.as_str()),
+            "unexpected error kind {kind}: {errors:?}"
+        );
+    }
+    assert_eq!(killed["index"], 1);
+
+    // Second by second: the killed node's errors fall in the outage.
+    let rows = endpoint_timeline(&out, &s);
+    for (start, _, errors) in &rows[1] {
+        if *errors > 0 {
+            // Intervals are 500 ms: the one holding the down mark starts at most 0.5 s before.
+            assert!(
+                *start + 1.0 >= down_at && *start <= up_at + 1.0,
+                "errors at {start}s, outside the outage: {:?}",
+                rows[1]
+            );
+        }
+    }
+
+    // The text report has one line per node, with the transitions.
+    let report = common::run_bin(&["report", out.to_str().unwrap()], None, &[]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    for node in &nodes {
+        assert!(report.stdout.contains(&node.url), "{}", report.stdout);
+    }
+    assert!(report.stdout.contains("down@"), "{}", report.stdout);
+    for (i, node) in nodes.iter().enumerate() {
+        if i != 1 {
+            let e = &per[&node.url];
+            assert_eq!(u(&e["totals"]["errors"]), 0, "node {i}: {}", e["errors"]);
+            assert!(u(&e["totals"]["ok"]) > 0);
+            assert_eq!(
+                e["transitions"],
+                serde_json::json!([]),
+                "node {i} stayed up"
+            );
+        }
+    }
+}
+
+#[test]
+fn commands_that_drive_one_registry_refuse_several_and_duplicates_are_refused() {
+    let push = common::run_bin(
+        &[
+            "push",
+            "--registry",
+            "http://127.0.0.1:9,http://127.0.0.1:10",
+            "--repo",
+            "a/b",
+            "--layers",
+            "1",
+            "--layer-size",
+            "1KiB",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(push.code, 2, "{}", push.stderr);
+    assert!(
+        push.stderr.contains("push takes one --registry"),
+        "{}",
+        push.stderr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.json");
+    write_blob_trace(&trace, 2, 1, 1);
+    let replay = common::run_bin(
+        &[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            "http://127.0.0.1:9",
+            "--registry",
+            "http://127.0.0.1:9/",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(replay.code, 2, "{}", replay.stderr);
+    assert!(replay.stderr.contains("given twice"), "{}", replay.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_pull_fetches_one_images_layers_from_several_registries() {
+    let nodes = [Registry::start(), Registry::start()];
+    for node in &nodes {
+        // The same seed pushes the same bytes: both registries hold the same image.
+        let status = creb(&[
+            "push",
+            "--registry",
+            &node.url,
+            "--repo",
+            "app/layered",
+            "--layers",
+            "6",
+            "--layer-size",
+            "32KiB",
+            "--seed",
+            "3",
+            "--quiet",
+        ])
+        .await;
+        assert_eq!(status, ExitStatus::Success);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pull");
+    let status = creb(&[
+        "pull",
+        "--registry",
+        &nodes[0].url,
+        "--from",
+        &nodes[1].url,
+        "--repo",
+        "app/layered",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let s = summary_json(&out);
+    assert_valid(&s);
+    assert_endpoints_add_up(&s, 2);
+    assert_eq!(u(&s["totals"]["errors"]), 0);
+    assert_eq!(u(&s["sessions"]["image_pull"]["ok"]), 1);
+    let per = s["endpoints"].as_object().unwrap();
+    let (first, second) = (&per[&nodes[0].url], &per[&nodes[1].url]);
+    // Manifests from the first registry; the blobs (6 layers and the config) alternate.
+    assert_eq!(u(&first["operations"]["manifest_get"]["count"]), 1);
+    assert_eq!(u(&second["operations"]["manifest_get"]["count"]), 0);
+    assert_eq!(u(&first["operations"]["blob_get"]["ok"]), 4);
+    assert_eq!(u(&second["operations"]["blob_get"]["ok"]), 3);
+}
