@@ -5,7 +5,8 @@
 //! whole, then a [`Fault`] is applied to it when the request matches the proxy's filter
 //! (by default: blob GETs). Faults act on the wire as broken servers do: late answers,
 //! bodies that stop arriving, connections reset with a TCP RST, bodies shorter than their
-//! `Content-Length`, flipped bytes.
+//! `Content-Length`, flipped bytes. No real registry does these on demand, so this proxy
+//! stands in for a broken server; everything behind it is a real docker-registry.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
