@@ -413,8 +413,10 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dirs[0].join("meta.json")).unwrap()).unwrap();
     let skew = meta["start_skew_ms"].as_f64().unwrap();
+    // The start is 2 s ahead; without --start-at a host would start up to 2 s early. The
+    // bound leaves room for a loaded 2-core machine scheduling three processes.
     assert!(
-        skew.abs() < 100.0,
+        skew.abs() < 500.0,
         "each host started at the shared instant: {skew} ms"
     );
 

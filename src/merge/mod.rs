@@ -189,12 +189,7 @@ fn merge_hlogs(sets: &[ResultSet]) -> HlogContents {
         for (index, histograms) in &s.hlog.intervals {
             let slot = merged.intervals.entry(*index).or_default();
             for (tag, h) in histograms {
-                match slot.get_mut(tag) {
-                    Some(existing) => add_exact(existing, h),
-                    None => {
-                        slot.insert(tag.clone(), h.clone());
-                    }
-                }
+                slot.entry(tag.clone()).or_default().add(h);
             }
         }
     }
@@ -231,10 +226,7 @@ fn family_latency(
             continue;
         };
         if (o == op || op == "*") && m == metric {
-            match &mut h {
-                Some(x) => add_exact(x, v),
-                None => h = Some(v.clone()),
-            }
+            v.add_to(h.get_or_insert_with(crate::metrics::hist::new_histogram));
         }
     }
     h.filter(|h| !h.is_empty())

@@ -94,7 +94,7 @@ impl Recording for Histogram<u64> {
 /// open intervals keep their values here and add them into dense histograms when they close.
 /// Adding is exact: a value is kept as the lowest value of its bucket, which lands in the
 /// same bucket of any histogram with the standard settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SparseHistogram {
     counts: std::collections::HashMap<u64, u64>,
     len: u64,
@@ -120,6 +120,44 @@ impl SparseHistogram {
     /// Distinct buckets held.
     pub fn buckets(&self) -> usize {
         self.counts.len()
+    }
+
+    /// Values recorded.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds every value of `other`, exactly.
+    pub fn add(&mut self, other: &SparseHistogram) {
+        for (&value, &count) in &other.counts {
+            *self.counts.entry(value).or_default() += count;
+        }
+        self.len += other.len;
+    }
+
+    /// Adds every value of a dense histogram with the standard settings, exactly (each
+    /// bucket is kept by its lowest value, which any standard histogram puts back in it).
+    pub fn add_dense(&mut self, other: &Histogram<u64>) {
+        let layout = layout();
+        for v in other.iter_recorded() {
+            let value = v.value_iterated_to().min(layout.high());
+            *self
+                .counts
+                .entry(layout.lowest_equivalent(value))
+                .or_default() += v.count_at_value();
+            self.len += v.count_at_value();
+        }
+    }
+
+    /// The same values in a dense histogram with the standard settings.
+    pub fn to_dense(&self) -> Histogram<u64> {
+        let mut h = new_histogram();
+        self.add_to(&mut h);
+        h
     }
 }
 
@@ -192,6 +230,27 @@ mod tests {
         assert!(h.record(3_600_000_000 * 3).is_err());
         h.saturating_record(u64::MAX);
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn dense_to_sparse_and_back_is_exact() {
+        let mut dense = new_histogram();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..5_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            dense.saturating_record(x % 50_000_000);
+        }
+        let mut sparse = SparseHistogram::default();
+        sparse.add_dense(&dense);
+        assert_eq!(sparse.len(), dense.len());
+        assert_eq!(sparse.to_dense(), dense);
+        let mut twice = sparse.clone();
+        twice.add(&sparse);
+        let mut doubled = dense.clone();
+        add_exact(&mut doubled, &dense);
+        assert_eq!(twice.to_dense(), doubled);
     }
 
     #[test]

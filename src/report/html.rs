@@ -19,7 +19,7 @@ use super::chart::{
     self, bar_chart, escape, line_chart, BarChart, LineChart, Panel, Series, XScale, YScale,
 };
 use super::ms;
-use crate::metrics::hist::{add_exact, Percentiles};
+use crate::metrics::hist::Percentiles;
 use crate::metrics::{new_histogram, Aggregator, Level, Op};
 use crate::results::hlog;
 use crate::results::store::aggregator_of;
@@ -419,7 +419,7 @@ fn lag_chart(set: &ResultSet) -> Option<Figure> {
         for (tag, h) in hs {
             if let Some((op, _, "lag")) = hlog::parse_tag(tag) {
                 if op.level() == Level::Operation && !h.is_empty() {
-                    add_exact(merged.entry(index).or_insert_with(new_histogram), h);
+                    h.add_to(merged.entry(index).or_insert_with(new_histogram));
                 }
             }
         }

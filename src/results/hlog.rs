@@ -18,7 +18,7 @@ use hdrhistogram::serialization::interval_log::{
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
-use crate::metrics::hist::add_exact;
+use crate::metrics::hist::{new_histogram, SparseHistogram};
 use crate::metrics::{Op, SizeClass, Stats, StatsTable};
 
 /// The histogram metrics of a cell, as tag suffixes.
@@ -35,11 +35,11 @@ pub fn cell_histograms(stats: &Stats) -> [(&'static str, Option<&Histogram<u64>>
     ]
 }
 
-/// Puts a histogram into a cell's slot for `metric`.
-pub fn set_cell_histogram(stats: &mut Stats, metric: &str, h: &Histogram<u64>) {
+/// Adds a histogram into a cell's slot for `metric`.
+pub fn set_cell_histogram(stats: &mut Stats, metric: &str, h: &SparseHistogram) {
     let slot = match metric {
         "latency" => {
-            add_exact(&mut stats.latency, h);
+            h.add_to(&mut stats.latency);
             return;
         }
         "service" => &mut stats.service,
@@ -48,10 +48,7 @@ pub fn set_cell_histogram(stats: &mut Stats, metric: &str, h: &Histogram<u64>) {
         "error" => &mut stats.error_latency,
         _ => return,
     };
-    match slot {
-        Some(existing) => add_exact(existing, h),
-        None => *slot = Some(h.clone()),
-    }
+    h.add_to(slot.get_or_insert_with(new_histogram));
 }
 
 pub fn tag_of(op: Op, class: SizeClass, metric: &str) -> String {
@@ -112,8 +109,10 @@ pub fn write_interval(
     Ok(())
 }
 
-/// One interval's histograms read back: tag → histogram.
-pub type IntervalHistograms = BTreeMap<String, Histogram<u64>>;
+/// One interval's histograms read back: tag → histogram. Kept sparse: a dense histogram
+/// with the standard settings is 188 KB however few values it holds, so a log of an hour
+/// of 30 series would need 20 GB dense and needs a few hundred MB sparse.
+pub type IntervalHistograms = BTreeMap<String, SparseHistogram>;
 
 /// Appends histograms already keyed by tag (a merge).
 pub fn write_tagged(
@@ -131,7 +130,7 @@ pub fn write_tagged(
             continue;
         }
         writer
-            .write_histogram(h, start, length, Tag::new(tag))
+            .write_histogram(&h.to_dense(), start, length, Tag::new(tag))
             .map_err(|e| io::Error::other(format!("{e:?}")))?;
     }
     Ok(())
@@ -266,12 +265,7 @@ pub fn read(bytes: &[u8], interval: Duration) -> Result<HlogContents, HlogError>
                     .map_err(|e| fail(format!("{e:?}")))?;
                 let index = (start.as_secs_f64() / interval.as_secs_f64().max(1e-9)).round() as u64;
                 let slot = contents.intervals.entry(index).or_default();
-                match slot.get_mut(&tag) {
-                    Some(existing) => add_exact(existing, &h),
-                    None => {
-                        slot.insert(tag, h);
-                    }
-                }
+                slot.entry(tag).or_default().add_dense(&h);
             }
         }
     }
@@ -326,9 +320,9 @@ mod tests {
         let back = read(&out, sec).unwrap();
         assert_eq!(back.start_time, Some(Duration::from_secs(1_700_000_000)));
         assert_eq!(back.intervals.len(), 2);
-        let h = &back.intervals[&0]["blob_get.lt_1mib.latency"];
+        let h = back.intervals[&0]["blob_get.lt_1mib.latency"].to_dense();
         let original = &t0.op_total(Op::BlobGet).unwrap().latency;
-        assert_eq!(h, original);
+        assert_eq!(&h, original);
         assert!(back.intervals[&3].contains_key("manifest_get.lt_1mib.latency"));
     }
 
@@ -343,8 +337,10 @@ mod tests {
         let mut s = Stats::default();
         let mut h = new_histogram();
         h.record(5).unwrap();
-        set_cell_histogram(&mut s, "lag", &h);
-        set_cell_histogram(&mut s, "lag", &h);
+        let mut sparse = SparseHistogram::default();
+        sparse.add_dense(&h);
+        set_cell_histogram(&mut s, "lag", &sparse);
+        set_cell_histogram(&mut s, "lag", &sparse);
         assert_eq!(s.schedule_lag.unwrap().len(), 2);
     }
 
