@@ -35,13 +35,26 @@ pub async fn run(cli: Cli) -> ExitStatus {
     run_with(cli, Shutdown::new()).await
 }
 
+/// Runs a command as a task on the runtime's workers. A future driven by `block_on` lives
+/// outside the scheduler, on the caller's thread: each wake-up from a worker (each finished
+/// request of a replay) would cross threads through a futex.
+async fn on_worker<F>(command: F) -> anyhow::Result<ExitStatus>
+where
+    F: std::future::Future<Output = anyhow::Result<ExitStatus>> + Send + 'static,
+{
+    match tokio::spawn(command).await {
+        Ok(result) => result,
+        Err(e) => Err(anyhow::anyhow!("the run stopped unexpectedly: {e}")),
+    }
+}
+
 /// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
     let result = match cli.command {
         Command::Push(args) => workload::push::run(args, shutdown).await,
         Command::Pull(args) => workload::pull::run(args, shutdown).await,
-        Command::Replay(args) => crate::replay::run(args, shutdown).await,
+        Command::Replay(args) => on_worker(crate::replay::run(args, shutdown)).await,
         Command::Merge(args) => crate::merge::run(args).await,
         Command::Report(args) => crate::report::run(args).await,
         Command::Compare(args) => crate::compare::run(args).await,

@@ -516,9 +516,35 @@ pub fn spawn_aggregator_with(
         .spawn(move || {
             let mut aggregator = Aggregator::new(config);
             let mut sink = sink;
-            while let Some(msg) = rx.blocking_recv() {
-                if !aggregator.handle(msg, &mut sink) {
-                    break;
+            // Under load, drain what arrived and sleep 1 ms: parked on the channel, the
+            // thread would be woken (a futex round trip) for every sample. Idle, it parks
+            // until the next message. Timing is taken where samples are made, so this
+            // changes only when they are counted, never what is counted.
+            'run: loop {
+                let mut drained = 0u32;
+                loop {
+                    match rx.try_recv() {
+                        Ok(msg) => {
+                            drained += 1;
+                            if !aggregator.handle(msg, &mut sink) {
+                                break 'run;
+                            }
+                        }
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => break 'run,
+                    }
+                }
+                if drained > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+                match rx.blocking_recv() {
+                    Some(msg) => {
+                        if !aggregator.handle(msg, &mut sink) {
+                            break;
+                        }
+                    }
+                    None => break,
                 }
             }
             let _ = done_tx.send(aggregator);

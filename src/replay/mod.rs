@@ -199,6 +199,24 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
 /// Planned operations buffered between the planner and the executor.
 const PLAN_QUEUE: usize = 1024;
 
+/// Sends a planned item from the planner thread, sleeping 1 ms while the queue is full
+/// instead of parking on it. A parked sender is woken for every slot the executor frees,
+/// one futex round trip per operation on a queue that is almost always full (the planner is
+/// far faster than any registry); polling refills it in bursts without waking anyone.
+/// Returns the item back when the executor has stopped taking any.
+fn send_polling(tx: &mpsc::Sender<PlanItem>, mut item: PlanItem) -> Option<PlanItem> {
+    loop {
+        match tx.try_send(item) {
+            Ok(()) => return None,
+            Err(mpsc::error::TrySendError::Full(back)) => {
+                item = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(mpsc::error::TrySendError::Closed(back)) => return Some(back),
+        }
+    }
+}
+
 /// Pass 1 on a blocking thread: the catalog, with every digest computed.
 async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<Catalog> {
     let read = cfg.read.clone();
@@ -540,13 +558,13 @@ async fn run_phase(
             // planner adds the records it skips and those of other shards.
             let mut counted = 0u64;
             while let Some(item) = planner.next() {
-                let sent = tx.blocking_send(item?);
+                let sent = send_polling(&tx, item?);
                 let counts = planner.counts();
                 let settled =
                     planner.items_read() - counts.records + counts.skipped.values().sum::<u64>();
                 progress.add_done(settled - counted);
                 counted = settled;
-                if let Err(mpsc::error::SendError(item)) = sent {
+                if let Some(item) = sent {
                     if let PlanItem::Op(op) = item {
                         unsent += op.records();
                     }
