@@ -219,40 +219,14 @@ impl EndpointSummary {
         duration: Duration,
         transitions: Vec<crate::route::health::Transition>,
     ) -> EndpointSummary {
-        let mut totals = Totals::default();
-        let mut operations = BTreeMap::new();
-        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-        if let Some(table) = table {
-            for op in table.ops() {
-                let Some(stats) = table.op_total(op) else {
-                    continue;
-                };
-                let classes = table
-                    .classes_of(op)
-                    .map(|(c, s)| (c.name().to_owned(), s))
-                    .collect();
-                match op.level() {
-                    Level::Operation => {
-                        totals.requests += stats.count;
-                        totals.ok += stats.ok;
-                        totals.errors += stats.errors;
-                        totals.bytes_sent += stats.bytes_sent;
-                        totals.bytes_received += stats.bytes_received;
-                        totals.http_requests += stats.http_requests;
-                        for (kind, n) in &stats.errors_by_kind {
-                            *errors.entry(kind.key()).or_default() += n;
-                        }
-                    }
-                    Level::Request => {
-                        if op == Op::TokenFetch {
-                            totals.http_requests += stats.http_requests;
-                        }
-                    }
-                    Level::Session => continue,
-                }
-                operations.insert(op.name().to_owned(), op_summary(&stats, classes, duration));
-            }
-        }
+        let TableSummary {
+            totals,
+            operations,
+            errors,
+            ..
+        } = table
+            .map(|t| summarize_table(t, duration))
+            .unwrap_or_default();
         EndpointSummary {
             index,
             totals,
@@ -261,6 +235,55 @@ impl EndpointSummary {
             transitions,
         }
     }
+}
+
+/// What a table adds up to: workload totals, per-operation and per-session summaries, and
+/// failed workload operations by kind. Shared by the run's summary and each endpoint's.
+#[derive(Default)]
+struct TableSummary {
+    totals: Totals,
+    operations: BTreeMap<String, OpSummary>,
+    sessions: BTreeMap<String, OpSummary>,
+    errors: BTreeMap<String, u64>,
+}
+
+fn summarize_table(table: &crate::metrics::StatsTable, duration: Duration) -> TableSummary {
+    let mut out = TableSummary::default();
+    for op in table.ops() {
+        let Some(stats) = table.op_total(op) else {
+            continue;
+        };
+        let classes = table
+            .classes_of(op)
+            .map(|(c, s)| (c.name().to_owned(), s))
+            .collect();
+        let summary = op_summary(&stats, classes, duration);
+        let totals = &mut out.totals;
+        match op.level() {
+            Level::Operation => {
+                totals.requests += stats.count;
+                totals.ok += stats.ok;
+                totals.errors += stats.errors;
+                totals.bytes_sent += stats.bytes_sent;
+                totals.bytes_received += stats.bytes_received;
+                totals.http_requests += stats.http_requests;
+                for (kind, n) in &stats.errors_by_kind {
+                    *out.errors.entry(kind.key()).or_default() += n;
+                }
+                out.operations.insert(op.name().to_owned(), summary);
+            }
+            Level::Request => {
+                if op == Op::TokenFetch {
+                    totals.http_requests += stats.http_requests;
+                }
+                out.operations.insert(op.name().to_owned(), summary);
+            }
+            Level::Session => {
+                out.sessions.insert(op.name().to_owned(), summary);
+            }
+        }
+    }
+    out
 }
 
 /// Facts about a run that the measurements do not carry.
@@ -338,44 +361,12 @@ fn op_summary(stats: &Stats, classes: Vec<(String, &Stats)>, duration: Duration)
 impl Summary {
     /// Builds the summary of a finished (or interrupted) run.
     pub fn build(info: RunInfo, aggregator: &Aggregator) -> Summary {
-        let table = &aggregator.table;
-        let mut operations = BTreeMap::new();
-        let mut sessions = BTreeMap::new();
-        let mut totals = Totals::default();
-        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-        for op in table.ops() {
-            let Some(stats) = table.op_total(op) else {
-                continue;
-            };
-            let classes = table
-                .classes_of(op)
-                .map(|(c, s)| (c.name().to_owned(), s))
-                .collect();
-            let summary = op_summary(&stats, classes, info.duration);
-            match op.level() {
-                Level::Operation => {
-                    totals.requests += stats.count;
-                    totals.ok += stats.ok;
-                    totals.errors += stats.errors;
-                    totals.bytes_sent += stats.bytes_sent;
-                    totals.bytes_received += stats.bytes_received;
-                    totals.http_requests += stats.http_requests;
-                    for (kind, n) in &stats.errors_by_kind {
-                        *errors.entry(kind.key()).or_default() += n;
-                    }
-                    operations.insert(op.name().to_owned(), summary);
-                }
-                Level::Request => {
-                    if op == Op::TokenFetch {
-                        totals.http_requests += stats.http_requests;
-                    }
-                    operations.insert(op.name().to_owned(), summary);
-                }
-                Level::Session => {
-                    sessions.insert(op.name().to_owned(), summary);
-                }
-            }
-        }
+        let TableSummary {
+            totals,
+            operations,
+            sessions,
+            errors,
+        } = summarize_table(&aggregator.table, info.duration);
         let throughput = Throughput {
             requests_per_s: per_second(totals.requests, info.duration),
             bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, info.duration),
