@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::token_issuer::{write_htpasswd, IssuerConfig, TokenIssuer, DISTRIBUTION_LEEWAY};
-use common::{run_bin, summary_json, Registry, RegistryAuth, RegistryOptions};
+use common::token_issuer::{IssuerConfig, TokenIssuer, DISTRIBUTION_LEEWAY};
+use common::{run_bin, summary_json, Registry, RegistryOptions};
 
 const USER: &str = "alice";
 const PASS: &str = "correct-horse-battery-staple-7f3a";
@@ -37,12 +37,7 @@ fn token_registry(config: IssuerConfig) -> (TokenIssuer, Registry) {
 }
 
 fn basic_registry(dir: &Path) -> Registry {
-    Registry::start_with(RegistryOptions {
-        auth: RegistryAuth::Htpasswd {
-            path: write_htpasswd(dir, &[(USER, PASS)]),
-        },
-        ..RegistryOptions::default()
-    })
+    Registry::with_basic_auth(dir, USER, PASS)
 }
 
 fn host_of(registry: &Registry) -> String {

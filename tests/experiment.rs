@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::token_issuer::write_htpasswd;
-use common::{creb, free_port, run_bin, summary_json, Registry, RegistryAuth, RegistryOptions};
+use common::{creb, free_port, run_bin, summary_json, Registry};
 use creb::trace::synth::{generate, write_file, SynthOptions};
 use creb::ExitStatus;
 
@@ -108,12 +107,7 @@ fn two_registries_and_two_experiments_give_four_results_and_a_comparison() {
     let dir = tempfile::tempdir().unwrap();
     let trace = small_trace(dir.path(), 30, 50.0);
     let plain = Registry::start();
-    let auth = Registry::start_with(RegistryOptions {
-        auth: RegistryAuth::Htpasswd {
-            path: write_htpasswd(dir.path(), &[(USER, PASS)]),
-        },
-        ..Default::default()
-    });
+    let auth = Registry::with_basic_auth(dir.path(), USER, PASS);
     let file = write(
         dir.path(),
         "bench.toml",

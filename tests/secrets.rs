@@ -8,20 +8,14 @@ mod common;
 use std::path::Path;
 
 use base64::Engine as _;
-use common::token_issuer::write_htpasswd;
-use common::{run_bin, Registry, RegistryAuth, RegistryOptions};
+use common::{run_bin, Registry};
 
 const USER: &str = "mallory";
 /// The password; also what the credential helpers print as `Secret`.
 const SECRET: &str = "s3cret-marker-91c4e2d7aa";
 
 fn basic_registry(dir: &Path) -> Registry {
-    Registry::start_with(RegistryOptions {
-        auth: RegistryAuth::Htpasswd {
-            path: write_htpasswd(dir, &[(USER, SECRET)]),
-        },
-        ..RegistryOptions::default()
-    })
+    Registry::with_basic_auth(dir, USER, SECRET)
 }
 
 /// Every file below `dir`, as text.

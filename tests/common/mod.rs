@@ -148,6 +148,16 @@ impl Registry {
         Self::start_with(RegistryOptions::default())
     }
 
+    /// A registry with basic auth: one user, its htpasswd file written in `dir`.
+    pub fn with_basic_auth(dir: &Path, user: &str, password: &str) -> Registry {
+        Self::start_with(RegistryOptions {
+            auth: RegistryAuth::Htpasswd {
+                path: token_issuer::write_htpasswd(dir, &[(user, password)]),
+            },
+            ..RegistryOptions::default()
+        })
+    }
+
     pub fn start_with(options: RegistryOptions) -> Registry {
         let mut last_error = String::new();
         for _ in 0..5 {
