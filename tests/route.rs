@@ -460,6 +460,33 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
         assert!(report.stdout.contains(&node.url), "{}", report.stdout);
     }
     assert!(report.stdout.contains("down@"), "{}", report.stdout);
+    // And so has the HTML report, with a throughput and a failure chart per node.
+    let report = common::run_bin(
+        &["report", out.to_str().unwrap(), "--format", "html"],
+        None,
+        &[],
+    );
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let section = html
+        .split("<section id=\"endpoints\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .expect("an endpoints section");
+    for node in &nodes {
+        assert!(section.contains(&node.url), "{section}");
+    }
+    assert!(section.contains("down at "), "{section}");
+    for chart in ["endpoint-throughput", "endpoint-errors"] {
+        let svg = html
+            .split(&format!("data-chart=\"{chart}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</svg>").next())
+            .unwrap_or_else(|| panic!("no {chart} chart"));
+        for (i, node) in nodes.iter().enumerate() {
+            assert!(svg.contains(&format!("{i}: {}", node.url)), "{chart}: {i}");
+        }
+    }
     for (i, node) in nodes.iter().enumerate() {
         if i != 1 {
             let e = &per[&node.url];
@@ -566,4 +593,138 @@ async fn a_distributed_pull_fetches_one_images_layers_from_several_registries() 
     assert_eq!(u(&second["operations"]["manifest_get"]["count"]), 0);
     assert_eq!(u(&first["operations"]["blob_get"]["ok"]), 4);
     assert_eq!(u(&second["operations"]["blob_get"]["ok"]), 3);
+}
+
+/// Removes every `requests_per_s` and `bytes_per_s`, returning them in document order.
+fn take_rates(v: &mut serde_json::Value) -> Vec<f64> {
+    let mut out = Vec::new();
+    match v {
+        serde_json::Value::Object(map) => {
+            for key in ["requests_per_s", "bytes_per_s"] {
+                if let Some(r) = map.remove(key) {
+                    out.push(r.as_f64().unwrap_or(f64::NAN));
+                }
+            }
+            for child in map.values_mut() {
+                out.extend(take_rates(child));
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|c| out.extend(take_rates(c))),
+        _ => {}
+    }
+    out
+}
+
+/// Shards of a replay over three nodes: `merge` keeps the per-endpoint numbers, exactly.
+/// Merging one shard alone (`--partial`) reproduces its `endpoints` block to the last
+/// percentile; merging both adds each node's counts and `endpoints.csv` rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_shards_keep_exact_per_endpoint_numbers() {
+    let nodes = [Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("uniform.json");
+    write_blob_trace(&trace, 300, 2, 1);
+    let endpoints = endpoint_list(&nodes);
+    let mut shards = Vec::new();
+    for i in 0..2 {
+        let out = dir.path().join(format!("shard{i}"));
+        let shard = format!("{i}/2");
+        let status = creb(&[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            &endpoints,
+            "--route",
+            "digest",
+            "--seed",
+            "9",
+            "--shard",
+            &shard,
+            "--concurrency",
+            "8",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ])
+        .await;
+        assert_eq!(status, ExitStatus::Success);
+        assert!(out.join("endpoints.hlog").exists());
+        shards.push(out);
+    }
+    let shard_summaries: Vec<serde_json::Value> = shards.iter().map(|d| summary_json(d)).collect();
+
+    // One shard merged alone: the same endpoints block, percentiles included (rates are
+    // recomputed from the stored duration_s, rounded to the microsecond: compared apart).
+    let alone = dir.path().join("alone");
+    let status = creb(&[
+        "merge",
+        shards[0].to_str().unwrap(),
+        "--partial",
+        "--output-dir",
+        alone.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let (mut a, mut b) = (
+        summary_json(&alone)["endpoints"].clone(),
+        shard_summaries[0]["endpoints"].clone(),
+    );
+    let (ra, rb) = (take_rates(&mut a), take_rates(&mut b));
+    assert_eq!(a, b);
+    assert_eq!(ra.len(), rb.len());
+    for (x, y) in ra.iter().zip(&rb) {
+        assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "rate {x} vs {y}");
+    }
+
+    // Both shards: each node's counts add, and they add up to the merged totals.
+    let merged = dir.path().join("merged");
+    let status = creb(&[
+        "merge",
+        shards[0].to_str().unwrap(),
+        shards[1].to_str().unwrap(),
+        "--output-dir",
+        merged.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let m = summary_json(&merged);
+    assert_valid(&m);
+    assert_eq!(u(&m["operations"]["blob_get"]["count"]), 600);
+    assert_eq!(u(&m["totals"]["errors"]), 0, "{}", m["errors"]);
+    assert_endpoints_add_up(&m, 3);
+    for node in &nodes {
+        let count = |s: &serde_json::Value| u(&s["endpoints"][&node.url]["totals"]["requests"]);
+        assert_eq!(
+            count(&m),
+            shard_summaries.iter().map(count).sum::<u64>(),
+            "{}",
+            node.url
+        );
+        let p99 = |s: &serde_json::Value| {
+            s["endpoints"][&node.url]["operations"]["blob_get"]["latency_ms"]["p99"]
+                .as_f64()
+                .unwrap()
+        };
+        let (a, b) = (p99(&shard_summaries[0]), p99(&shard_summaries[1]));
+        assert!(
+            (a.min(b)..=a.max(b)).contains(&p99(&m)),
+            "merged p99 {} outside the shards' {a} and {b}",
+            p99(&m)
+        );
+    }
+    endpoint_timeline(&merged, &m);
+    assert!(merged.join("endpoints.hlog").exists());
+
+    // The merged result reports like a single run: one line per node.
+    let status = creb(&["report", merged.to_str().unwrap(), "--format", "html"]).await;
+    assert_eq!(status, ExitStatus::Success);
+    let html = std::fs::read_to_string(merged.join("report.html")).unwrap();
+    assert!(html.contains("<section id=\"endpoints\">"));
+    assert!(html.contains("data-chart=\"endpoint-throughput\""));
+    assert!(
+        !html.contains("data-chart=\"endpoint-errors\""),
+        "no failure chart without failures"
+    );
 }

@@ -1,16 +1,19 @@
 //! `creb-rs merge` over a result directory built from the input: the parts between NUL
-//! bytes become summary.json, meta.json, counters.json, histograms.hlog and timeline.csv.
+//! bytes become summary.json, meta.json, counters.json, histograms.hlog, timeline.csv,
+//! endpoints.hlog and endpoints.csv (the last two only when the input has those parts).
 //! The directory is merged with itself (so compatible-set checks and the merging code run).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-const FILES: [&str; 5] = [
+const FILES: [&str; 7] = [
     "summary.json",
     "meta.json",
     "counters.json",
     "histograms.hlog",
     "timeline.csv",
+    "endpoints.hlog",
+    "endpoints.csv",
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -18,9 +21,13 @@ fuzz_target!(|data: &[u8]| {
     let input = dir.path().join("in");
     std::fs::create_dir(&input).unwrap();
     let mut parts = data.split(|&b| b == 0);
-    for name in FILES {
-        let part = parts.next().unwrap_or_default();
-        std::fs::write(input.join(name), part).unwrap();
+    for (i, name) in FILES.into_iter().enumerate() {
+        match parts.next() {
+            Some(part) => std::fs::write(input.join(name), part).unwrap(),
+            // The run-over-several-endpoints files are optional.
+            None if i >= 5 => {}
+            None => std::fs::write(input.join(name), b"").unwrap(),
+        }
     }
     let out = dir.path().join("out");
     let partial = data.first().is_some_and(|b| b & 1 == 1);

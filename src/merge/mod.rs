@@ -23,9 +23,12 @@ use crate::metrics::hist::add_exact;
 use crate::metrics::{new_histogram, Level};
 use crate::report::render_text;
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
-use crate::results::store::{self, aggregator_of, load, Counters, HostInfo, Meta, ResultSet};
-use crate::results::summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
-use crate::results::writer::{timeline_header, TIMELINE_FAMILIES};
+use crate::results::store::{
+    self, aggregator_of, endpoint_tables, load, write_endpoint_histograms, Counters, HostInfo,
+    Meta, ResultSet, ENDPOINTS_CSV,
+};
+use crate::results::summary::{EndpointSummary, RunInfo, Shard, Summary, TraceCounts, Warning};
+use crate::results::writer::{timeline_header, ENDPOINTS_HEADER, TIMELINE_FAMILIES};
 use crate::results::{prepare_output_dir, write_atomic};
 
 #[derive(Debug, Clone, Args)]
@@ -194,6 +197,99 @@ fn merge_hlogs(sets: &[ResultSet]) -> HlogContents {
         }
     }
     merged
+}
+
+/// Per-endpoint numbers of results over several endpoints, merged exactly: the endpoints'
+/// counters add (in `counters`, already merged), their whole-run histograms add, and the
+/// summaries are recomputed; every host's down/up transitions are kept, named by host.
+struct MergedEndpoints {
+    histograms: IntervalHistograms,
+    summaries: BTreeMap<String, EndpointSummary>,
+}
+
+fn merge_endpoints(
+    sets: &[ResultSet],
+    counters: &Counters,
+    duration: Duration,
+) -> anyhow::Result<Option<MergedEndpoints>> {
+    let name = |s: &ResultSet| s.dir.display().to_string();
+    if sets.iter().all(|s| s.summary.endpoints.is_none()) {
+        return Ok(None);
+    }
+    let mut index_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut histograms = IntervalHistograms::new();
+    let mut transitions: BTreeMap<String, Vec<crate::route::health::Transition>> = BTreeMap::new();
+    for s in sets {
+        let (Some(endpoints), Some(h)) = (&s.summary.endpoints, &s.endpoint_histograms) else {
+            bail!(
+                "{} has no per-endpoint numbers ({} or its summary's endpoints block is missing): it cannot be merged with runs over several endpoints",
+                name(s),
+                store::ENDPOINTS_HLOG
+            );
+        };
+        for (url, e) in endpoints {
+            if let Some(i) = index_of.insert(url, e.index) {
+                if i != e.index {
+                    bail!(
+                        "{} lists endpoint {url} at position {} but another result has it at {i}: they are not parts of one run",
+                        name(s),
+                        e.index
+                    );
+                }
+            }
+            let host = s.meta.host.clone();
+            transitions
+                .entry(url.clone())
+                .or_default()
+                .extend(e.transitions.iter().map(|t| {
+                    let mut t = t.clone();
+                    t.host.get_or_insert_with(|| host.clone());
+                    t
+                }));
+        }
+        for (tag, v) in h {
+            histograms.entry(tag.clone()).or_default().add(v);
+        }
+    }
+    let mut summaries = BTreeMap::new();
+    for (url, index, table) in endpoint_tables(counters, &histograms)? {
+        let mut t = transitions.remove(&url).unwrap_or_default();
+        t.sort_by(|a, b| a.offset_s.total_cmp(&b.offset_s));
+        summaries.insert(
+            url.clone(),
+            EndpointSummary::build(index, Some(&table), duration, t),
+        );
+    }
+    Ok(Some(MergedEndpoints {
+        histograms,
+        summaries,
+    }))
+}
+
+/// Sums `endpoints.csv` by (interval, endpoint).
+fn merge_endpoint_rows(sets: &[ResultSet]) -> Vec<Vec<String>> {
+    let mut rows: BTreeMap<(u64, u64), (String, [u64; 5])> = BTreeMap::new();
+    for s in sets {
+        for row in &s.endpoint_rows {
+            let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok());
+            let (Some(interval), Some(endpoint)) = (num(0), num(2)) else {
+                continue;
+            };
+            let entry = rows
+                .entry((interval, endpoint))
+                .or_insert_with(|| (row.get(1).cloned().unwrap_or_default(), [0; 5]));
+            for (k, slot) in entry.1.iter_mut().enumerate() {
+                *slot += num(3 + k).unwrap_or(0);
+            }
+        }
+    }
+    rows.into_iter()
+        .map(|((interval, endpoint), (start, sums))| {
+            let mut row = vec![interval.to_string(), start, endpoint.to_string()];
+            row.extend(sums.iter().map(u64::to_string));
+            row
+        })
+        .collect()
 }
 
 fn merge_trace(sets: &[ResultSet]) -> Option<TraceCounts> {
@@ -432,7 +528,8 @@ pub fn merge(
         .filter_map(|s| humantime::parse_rfc3339_weak(&s.summary.started_at).ok())
         .min()
         .unwrap_or_else(std::time::SystemTime::now);
-    let summary = Summary::build(
+    let endpoints = merge_endpoints(&sets, &counters, Duration::from_secs_f64(duration))?;
+    let mut summary = Summary::build(
         RunInfo {
             command: first.summary.command.clone(),
             mode: first.summary.mode.clone(),
@@ -451,6 +548,7 @@ pub fn merge(
         },
         &aggregator,
     );
+    summary.endpoints = endpoints.as_ref().map(|e| e.summaries.clone());
     let mut meta: Meta = first.meta.clone();
     meta.host = store::hostname();
     meta.shard = Shard { index: 0, count };
@@ -460,6 +558,24 @@ pub fn merge(
     prepare_output_dir(out)?;
     write_hlog(out, &hlog, interval)?;
     write_timeline(out, &merge_timelines(&sets, &hlog, interval))?;
+    if let Some(e) = &endpoints {
+        let tables = endpoint_tables(&counters, &e.histograms)?;
+        let refs: Vec<(usize, &crate::metrics::StatsTable)> =
+            tables.iter().map(|(_, i, t)| (*i, t)).collect();
+        let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
+        write_endpoint_histograms(out, start, Duration::from_secs_f64(duration), &refs)?;
+        let rows = merge_endpoint_rows(&sets);
+        if !rows.is_empty() {
+            let path = out.join(ENDPOINTS_CSV);
+            let mut w = csv::Writer::from_path(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            w.write_record(ENDPOINTS_HEADER)?;
+            for row in rows {
+                w.write_record(row)?;
+            }
+            w.flush()?;
+        }
+    }
     let mut json = serde_json::to_vec_pretty(&counters)?;
     json.push(b'\n');
     write_atomic(out, "counters.json", &json)?;

@@ -479,6 +479,101 @@ fn lag_chart(set: &ResultSet) -> Option<Figure> {
     })
 }
 
+/// Endpoint index → URL (runs over several endpoints), in index order.
+fn endpoint_names(set: &ResultSet) -> Vec<(usize, &str)> {
+    let mut names: Vec<(usize, &str)> = set
+        .summary
+        .endpoints
+        .iter()
+        .flatten()
+        .map(|(url, e)| (e.index, url.as_str()))
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// Per endpoint: (interval midpoint, value per second) of `endpoints.csv` column `column`.
+fn endpoint_series(set: &ResultSet, column: usize) -> BTreeMap<usize, Vec<(f64, f64)>> {
+    let len = set.meta.interval_s.max(1e-3);
+    let mut out: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+    for row in &set.endpoint_rows {
+        let num = |i: usize| row.get(i).and_then(|v| v.trim().parse::<f64>().ok());
+        let (Some(start), Some(endpoint), Some(v)) = (num(1), num(2), num(column)) else {
+            continue;
+        };
+        out.entry(endpoint as usize)
+            .or_default()
+            .push((start + len / 2.0, v / len));
+    }
+    out
+}
+
+/// Runs over several endpoints: completed (and, when any failed, failed) operations per
+/// second on each node, so load balance and a sick node show.
+fn endpoint_charts(set: &ResultSet) -> Vec<Figure> {
+    let names = endpoint_names(set);
+    if names.is_empty() || set.endpoint_rows.is_empty() {
+        return Vec::new();
+    }
+    let chart = |id: &'static str, column: usize, title: &str, y_label: &str, caption: &str| {
+        let mut by_endpoint = endpoint_series(set, column);
+        let series: Vec<Series> = names
+            .iter()
+            .map(|&(i, url)| Series {
+                name: format!("{i}: {url}"),
+                points: by_endpoint.remove(&i).unwrap_or_default(),
+                color: i,
+                dashed: false,
+            })
+            .collect();
+        Figure {
+            id,
+            title: title.into(),
+            caption: caption.into(),
+            svg: line_chart(&LineChart {
+                id: id.into(),
+                title: title.into(),
+                x_label: "time since start (s)".into(),
+                y_label: y_label.into(),
+                x: XScale::Linear,
+                y: YScale::Linear,
+                series,
+                subtitle: format!(
+                    "per endpoint, per interval of {} s; workload operations",
+                    set.meta.interval_s
+                ),
+                x_extent: time_extent(set),
+            }),
+        }
+    };
+    let mut figs = vec![chart(
+        "endpoint-throughput",
+        3,
+        "Throughput per endpoint",
+        "operations per second",
+        "Operations completed per second on each endpoint (successes and failures). Even \
+         lines mean the routing spreads the load; a line falling to zero is a node that \
+         stopped answering, and the lines of the nodes that take over its share rise.",
+    )];
+    let any_errors = set
+        .summary
+        .endpoints
+        .iter()
+        .flatten()
+        .any(|(_, e)| e.totals.errors > 0);
+    if any_errors {
+        figs.push(chart(
+            "endpoint-errors",
+            5,
+            "Failures per endpoint",
+            "failed operations per second",
+            "Failed operations per second on each endpoint: a sick node stands out here \
+             before it is marked down (see the transitions in the endpoints table).",
+        ));
+    }
+    figs
+}
+
 /// Size classes as people read them.
 pub fn class_label(class: &str) -> &str {
     match class {
@@ -588,6 +683,7 @@ pub fn figures(set: &ResultSet) -> anyhow::Result<Vec<Figure>> {
     if let Some(f) = lag_chart(set) {
         figs.push(f);
     }
+    figs.extend(endpoint_charts(set));
     figs.push(size_class_chart(set));
     Ok(figs)
 }
@@ -1006,6 +1102,74 @@ fn operations_section(out: &mut String, set: &ResultSet) {
     out.push_str("</section>");
 }
 
+/// Runs over several endpoints: one line per node.
+fn endpoints_section(out: &mut String, set: &ResultSet) {
+    let Some(endpoints) = &set.summary.endpoints else {
+        return;
+    };
+    let s = &set.summary;
+    out.push_str("<section id=\"endpoints\"><h2>Endpoints</h2><p class=\"muted\">Every workload operation is counted on exactly the endpoint that carried it (or, failing as endpoint_down, the one it was meant for): the lines add up to the totals. Latency is that of the operation the node carried most; percentiles never mix operations.</p>");
+    out.push_str("<div class=\"scroll\"><table class=\"ops\"><thead><tr><th>#</th><th>endpoint</th><th>count</th><th>share</th><th>ok</th><th>errors</th><th>req/s</th><th>MiB/s</th><th>busiest op</th><th>p50</th><th>p99</th><th style=\"text-align:left\">down/up</th></tr></thead><tbody>");
+    let all = s.totals.requests.max(1) as f64;
+    let secs = s.duration_s.max(1e-9);
+    let mut by_index: Vec<_> = endpoints.iter().collect();
+    by_index.sort_by_key(|(_, e)| e.index);
+    for (url, e) in by_index {
+        let main = e
+            .operations
+            .iter()
+            .filter(|(_, o)| o.latency_ms.is_some())
+            .max_by_key(|(_, o)| o.count);
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"name\">{}</td>",
+            e.index,
+            escape(url)
+        );
+        td(out, e.totals.requests);
+        td(
+            out,
+            format!("{:.1}%", e.totals.requests as f64 * 100.0 / all),
+        );
+        td(out, e.totals.ok);
+        if e.totals.errors > 0 {
+            let _ = write!(out, "<td class=\"bad\">{}</td>", e.totals.errors);
+        } else {
+            td(out, 0);
+        }
+        td(out, format!("{:.1}", e.totals.requests as f64 / secs));
+        td(
+            out,
+            mib((e.totals.bytes_received + e.totals.bytes_sent) as f64 / secs),
+        );
+        td(out, escape(main.map_or("–", |(n, _)| n.as_str())));
+        let l = main.and_then(|(_, o)| o.latency_ms.as_ref());
+        td(out, opt_ms(l, |p| p.p50));
+        td(out, opt_ms(l, |p| p.p99));
+        let transitions: Vec<String> = e
+            .transitions
+            .iter()
+            .map(|t| {
+                let host = t
+                    .host
+                    .as_deref()
+                    .map_or(String::new(), |h| format!(" ({h})"));
+                format!("{} at {:.1} s{host}", t.state, t.offset_s)
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "<td style=\"text-align:left\">{}</td></tr>",
+            escape(&if transitions.is_empty() {
+                "–".to_owned()
+            } else {
+                transitions.join(", ")
+            })
+        );
+    }
+    out.push_str("</tbody></table></div></section>");
+}
+
 fn errors_section(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
     out.push_str("<section id=\"errors\"><h2>Errors and events</h2>");
@@ -1147,6 +1311,7 @@ pub fn render(set: &ResultSet) -> anyhow::Result<String> {
     warnings_section(&mut out, set);
     run_section(&mut out, set);
     operations_section(&mut out, set);
+    endpoints_section(&mut out, set);
     errors_section(&mut out, set);
     charts_section(&mut out, &figs);
     size_class_section(&mut out, set, &figs);

@@ -4,6 +4,9 @@
 //!   kind, bytes, late starts) and the events. With `histograms.hlog` it holds everything
 //!   `summary.json` is computed from, so `merge` and `report` rebuild summaries exactly
 //!   (counters add; histograms add; percentiles are recomputed, never averaged).
+//! - `endpoints.hlog` (runs over several endpoints): each endpoint's whole-run histograms,
+//!   tagged `INDEX/OP.CLASS.METRIC`; with the `endpoints` cells of `counters.json` it holds
+//!   everything the summary's `endpoints` block is computed from, so it merges exactly too.
 //! - `meta.json`: who ran what — version, resolved configuration and its hash, the dataset
 //!   fingerprint, seed, shard, host, the anchor (shared start) and the actual start.
 
@@ -16,8 +19,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::hlog::{self, HlogContents};
-use super::summary::{HistogramInfo, Shard, Summary, Tool};
+use super::hlog::{self, HlogContents, IntervalHistograms};
+use super::summary::{EndpointSummary, HistogramInfo, Shard, Summary, Tool};
 use crate::metrics::{Aggregator, ErrorKind, Event, Op, SizeClass, Stats, StatsTable};
 
 pub const COUNTERS_VERSION: u32 = 1;
@@ -45,68 +48,112 @@ pub struct Counters {
     pub intervals: u64,
     pub cells: Vec<CellCounters>,
     pub events: BTreeMap<String, u64>,
+    /// Runs over several endpoints: each endpoint's cells (every operation counted on
+    /// exactly one endpoint).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointCells>,
+}
+
+/// One endpoint's counters, in `counters.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointCells {
+    pub url: String,
+    /// Position in the endpoint list.
+    pub index: usize,
+    pub cells: Vec<CellCounters>,
+}
+
+fn cells_of(table: &StatsTable) -> Vec<CellCounters> {
+    table
+        .cells()
+        .map(|((op, class), s)| CellCounters {
+            op: op.name().into(),
+            class: class.name().into(),
+            count: s.count,
+            ok: s.ok,
+            errors: s.errors,
+            errors_by_kind: s
+                .errors_by_kind
+                .iter()
+                .map(|(k, v)| (k.key(), *v))
+                .collect(),
+            bytes_sent: s.bytes_sent,
+            bytes_received: s.bytes_received,
+            http_requests: s.http_requests,
+            late_starts: s.late_starts,
+        })
+        .collect()
+}
+
+fn add_cells(into: &mut Vec<CellCounters>, from: &[CellCounters]) {
+    for cell in from {
+        match into
+            .iter_mut()
+            .find(|c| c.op == cell.op && c.class == cell.class)
+        {
+            Some(c) => {
+                c.count += cell.count;
+                c.ok += cell.ok;
+                c.errors += cell.errors;
+                for (k, v) in &cell.errors_by_kind {
+                    *c.errors_by_kind.entry(k.clone()).or_default() += v;
+                }
+                c.bytes_sent += cell.bytes_sent;
+                c.bytes_received += cell.bytes_received;
+                c.http_requests += cell.http_requests;
+                for i in 0..3 {
+                    c.late_starts[i] += cell.late_starts[i];
+                }
+            }
+            None => into.push(cell.clone()),
+        }
+    }
 }
 
 impl Counters {
-    pub fn of(aggregator: &Aggregator, interval: Duration) -> Counters {
-        let cells = aggregator
-            .table
-            .cells()
-            .map(|((op, class), s)| CellCounters {
-                op: op.name().into(),
-                class: class.name().into(),
-                count: s.count,
-                ok: s.ok,
-                errors: s.errors,
-                errors_by_kind: s
-                    .errors_by_kind
-                    .iter()
-                    .map(|(k, v)| (k.key(), *v))
-                    .collect(),
-                bytes_sent: s.bytes_sent,
-                bytes_received: s.bytes_received,
-                http_requests: s.http_requests,
-                late_starts: s.late_starts,
+    /// The counters of a run; `endpoints` names the tables of `aggregator.endpoints`
+    /// (URL and index, from the summary's `endpoints` block).
+    pub fn of(
+        aggregator: &Aggregator,
+        interval: Duration,
+        endpoints: Option<&BTreeMap<String, EndpointSummary>>,
+    ) -> Counters {
+        let endpoints = endpoints
+            .into_iter()
+            .flatten()
+            .map(|(url, e)| EndpointCells {
+                url: url.clone(),
+                index: e.index,
+                cells: aggregator
+                    .endpoints
+                    .get(e.index)
+                    .map(cells_of)
+                    .unwrap_or_default(),
             })
             .collect();
         Counters {
             schema_version: COUNTERS_VERSION,
             interval_s: interval.as_secs_f64(),
             intervals: aggregator.intervals,
-            cells,
+            cells: cells_of(&aggregator.table),
             events: aggregator.event_counts(),
+            endpoints,
         }
     }
 
-    /// Adds another run's counters (a merge).
+    /// Adds another run's counters (a merge). Endpoints match by URL.
     pub fn add(&mut self, other: &Counters) {
-        for cell in &other.cells {
-            match self
-                .cells
-                .iter_mut()
-                .find(|c| c.op == cell.op && c.class == cell.class)
-            {
-                Some(c) => {
-                    c.count += cell.count;
-                    c.ok += cell.ok;
-                    c.errors += cell.errors;
-                    for (k, v) in &cell.errors_by_kind {
-                        *c.errors_by_kind.entry(k.clone()).or_default() += v;
-                    }
-                    c.bytes_sent += cell.bytes_sent;
-                    c.bytes_received += cell.bytes_received;
-                    c.http_requests += cell.http_requests;
-                    for i in 0..3 {
-                        c.late_starts[i] += cell.late_starts[i];
-                    }
-                }
-                None => self.cells.push(cell.clone()),
-            }
-        }
+        add_cells(&mut self.cells, &other.cells);
         for (k, v) in &other.events {
             *self.events.entry(k.clone()).or_default() += v;
         }
         self.intervals = self.intervals.max(other.intervals);
+        for e in &other.endpoints {
+            match self.endpoints.iter_mut().find(|m| m.url == e.url) {
+                Some(m) => add_cells(&mut m.cells, &e.cells),
+                None => self.endpoints.push(e.clone()),
+            }
+        }
     }
 }
 
@@ -204,6 +251,32 @@ pub struct ResultSet {
     pub hlog: HlogContents,
     /// `timeline.csv` rows (header excluded), as written.
     pub timeline: Vec<Vec<String>>,
+    /// `endpoints.hlog` (runs over several endpoints): tag `INDEX/OP.CLASS.METRIC` →
+    /// whole-run histogram.
+    pub endpoint_histograms: Option<IntervalHistograms>,
+    /// `endpoints.csv` rows (header excluded), as written; empty without the file.
+    pub endpoint_rows: Vec<Vec<String>>,
+}
+
+/// The whole-run histograms of every endpoint (runs over several endpoints).
+pub const ENDPOINTS_HLOG: &str = "endpoints.hlog";
+/// One row per interval and endpoint (runs over several endpoints).
+pub const ENDPOINTS_CSV: &str = "endpoints.csv";
+
+/// The `endpoints.hlog` tag of an endpoint's histogram.
+pub fn endpoint_tag(index: usize, op: Op, class: SizeClass, metric: &str) -> String {
+    format!("{index}/{}", hlog::tag_of(op, class, metric))
+}
+
+fn read_csv_rows(path: &Path) -> anyhow::Result<Vec<Vec<String>>> {
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut rows = Vec::new();
+    for (i, row) in reader.records().enumerate() {
+        let row = row.with_context(|| format!("{}: row {}", path.display(), i + 2))?;
+        rows.push(row.iter().map(str::to_owned).collect());
+    }
+    Ok(rows)
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
@@ -225,14 +298,28 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         fs::read(&hlog_path).with_context(|| format!("cannot read {}", hlog_path.display()))?;
     let hlog = hlog::read(&bytes, interval)
         .with_context(|| format!("{} is not valid", hlog_path.display()))?;
-    let timeline_path = dir.join("timeline.csv");
-    let mut reader = csv::Reader::from_path(&timeline_path)
-        .with_context(|| format!("cannot read {}", timeline_path.display()))?;
-    let mut timeline = Vec::new();
-    for (i, row) in reader.records().enumerate() {
-        let row = row.with_context(|| format!("{}: row {}", timeline_path.display(), i + 2))?;
-        timeline.push(row.iter().map(str::to_owned).collect());
-    }
+    let timeline = read_csv_rows(&dir.join("timeline.csv"))?;
+    let endpoints_path = dir.join(ENDPOINTS_HLOG);
+    let endpoint_histograms = if endpoints_path.exists() {
+        let bytes = fs::read(&endpoints_path)
+            .with_context(|| format!("cannot read {}", endpoints_path.display()))?;
+        // One entry per series at offset 0: any interval length puts them in one slot.
+        let contents = hlog::read(&bytes, Duration::from_secs(u32::MAX.into()))
+            .with_context(|| format!("{} is not valid", endpoints_path.display()))?;
+        let mut all = IntervalHistograms::new();
+        for (tag, h) in contents.intervals.into_values().flatten() {
+            all.entry(tag).or_default().add(&h);
+        }
+        Some(all)
+    } else {
+        None
+    };
+    let csv_path = dir.join(ENDPOINTS_CSV);
+    let endpoint_rows = if csv_path.exists() {
+        read_csv_rows(&csv_path)?
+    } else {
+        Vec::new()
+    };
     Ok(ResultSet {
         dir: dir.to_path_buf(),
         summary,
@@ -240,13 +327,15 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         counters,
         hlog,
         timeline,
+        endpoint_histograms,
+        endpoint_rows,
     })
 }
 
-/// Rebuilds the aggregator state (totals and events) from counters and interval histograms.
-pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result<Aggregator> {
+/// A table from its counters (histograms still empty).
+fn table_of(cells: &[CellCounters]) -> anyhow::Result<StatsTable> {
     let mut table = StatsTable::default();
-    for c in &counters.cells {
+    for c in cells {
         let op = Op::from_name(&c.op).with_context(|| format!("unknown operation '{}'", c.op))?;
         let class = SizeClass::ALL
             .into_iter()
@@ -266,6 +355,12 @@ pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result
         cell.http_requests = c.http_requests;
         cell.late_starts = c.late_starts;
     }
+    Ok(table)
+}
+
+/// Rebuilds the aggregator state (totals and events) from counters and interval histograms.
+pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result<Aggregator> {
+    let mut table = table_of(&counters.cells)?;
     for histograms in hlog.intervals.values() {
         for (tag, h) in histograms {
             let (op, class, metric) =
@@ -282,6 +377,65 @@ pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result
     Ok(Aggregator::from_parts(table, events, counters.intervals))
 }
 
+/// Rebuilds each endpoint's whole-run table from the `endpoints` cells of the counters
+/// and `endpoints.hlog`: (URL, index, table), by index.
+pub fn endpoint_tables(
+    counters: &Counters,
+    histograms: &IntervalHistograms,
+) -> anyhow::Result<Vec<(String, usize, StatsTable)>> {
+    let mut tables: Vec<(String, usize, StatsTable)> = counters
+        .endpoints
+        .iter()
+        .map(|e| Ok((e.url.clone(), e.index, table_of(&e.cells)?)))
+        .collect::<anyhow::Result<_>>()?;
+    for (tag, h) in histograms {
+        let parsed = tag
+            .split_once('/')
+            .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, hlog::parse_tag(rest)?)));
+        let Some((index, (op, class, metric))) = parsed else {
+            anyhow::bail!("unknown endpoint histogram tag '{tag}'");
+        };
+        let Some((_, _, table)) = tables.iter_mut().find(|(_, i, _)| *i == index) else {
+            anyhow::bail!("histogram '{tag}' names endpoint {index}, which has no counters");
+        };
+        hlog::set_cell_histogram(table.cell_mut(op, class), metric, h);
+    }
+    tables.sort_by_key(|(_, i, _)| *i);
+    Ok(tables)
+}
+
+/// Writes `endpoints.hlog`: each endpoint's whole-run histograms, one entry per series
+/// spanning the run (offset 0, length `duration`).
+pub fn write_endpoint_histograms(
+    dir: &Path,
+    anchor: std::time::SystemTime,
+    duration: Duration,
+    tables: &[(usize, &StatsTable)],
+) -> anyhow::Result<()> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    let mut out = Vec::new();
+    hlog::write_header(&mut out, anchor)?;
+    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    let mut writer = IntervalLogWriterBuilder::new()
+        .begin_log_with(&mut out, &mut serializer)
+        .map_err(std::io::Error::other)?;
+    for (index, table) in tables {
+        for ((op, class), stats) in table.cells() {
+            for (metric, h) in hlog::cell_histograms(stats) {
+                let Some(h) = h.filter(|h| !h.is_empty()) else {
+                    continue;
+                };
+                let tag = endpoint_tag(*index, *op, *class, metric);
+                writer
+                    .write_histogram(h, Duration::ZERO, duration, Tag::new(&tag))
+                    .map_err(|e| anyhow::anyhow!("cannot encode {tag}: {e:?}"))?;
+            }
+        }
+    }
+    super::write_atomic(dir, ENDPOINTS_HLOG, &out)?;
+    Ok(())
+}
+
 /// Writes the end-of-run files: `counters.json`, `meta.json`, then `summary.json` last (its
 /// presence marks a complete result).
 pub fn write_final(
@@ -291,7 +445,20 @@ pub fn write_final(
     meta: &Meta,
 ) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(meta.interval_s.max(1e-3));
-    let counters = Counters::of(aggregator, interval);
+    let counters = Counters::of(aggregator, interval, summary.endpoints.as_ref());
+    if let Some(endpoints) = summary.endpoints.as_ref().filter(|e| !e.is_empty()) {
+        let anchor = humantime::parse_rfc3339_weak(&meta.anchor).unwrap_or(std::time::UNIX_EPOCH);
+        let tables: Vec<(usize, &StatsTable)> = endpoints
+            .values()
+            .filter_map(|e| Some((e.index, aggregator.endpoints.get(e.index)?)))
+            .collect();
+        write_endpoint_histograms(
+            dir,
+            anchor,
+            Duration::from_secs_f64(summary.duration_s.max(0.0)),
+            &tables,
+        )?;
+    }
     let mut json = serde_json::to_vec_pretty(&counters)?;
     json.push(b'\n');
     super::write_atomic(dir, "counters.json", &json)?;

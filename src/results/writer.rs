@@ -222,7 +222,8 @@ impl IntervalSink for ResultWriter {
         if !interval.endpoints.is_empty() {
             if self.endpoints.is_none() {
                 let mut w = csv::Writer::from_writer(
-                    create(&self.dir, "endpoints.csv").map_err(std::io::Error::other)?,
+                    create(&self.dir, super::store::ENDPOINTS_CSV)
+                        .map_err(std::io::Error::other)?,
                 );
                 w.write_record(ENDPOINTS_HEADER)?;
                 self.endpoints = Some(w);

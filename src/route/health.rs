@@ -34,6 +34,9 @@ pub struct Transition {
     pub offset_s: f64,
     /// Down: the consecutive connection failures that marked it; up: probes sent.
     pub after: u32,
+    /// Merged results: the host that saw it (every host judges an endpoint on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +167,7 @@ impl Health {
             at: humantime::format_rfc3339_millis(self.anchor_wall + offset).to_string(),
             offset_s: (offset.as_secs_f64() * 1e3).round() / 1e3,
             after,
+            host: None,
         };
         if let Ok(mut all) = self.transitions.lock() {
             if let Some(list) = all.get_mut(endpoint) {
