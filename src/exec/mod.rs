@@ -243,12 +243,13 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             media_type,
             ..
         } => {
+            let manifest = manifest.bytes();
             let len = manifest.len() as u64;
             client
                 .manifest_put(
                     repo,
                     &Reference::Tag(tag.clone()),
-                    manifest.clone(),
+                    manifest,
                     media_type,
                     ctx,
                 )
@@ -301,7 +302,7 @@ struct TaskEnv {
 }
 
 async fn run_task(
-    op: PlannedOp,
+    mut op: PlannedOp,
     choice: Choice,
     intended: Option<Instant>,
     env: TaskEnv,
@@ -329,6 +330,10 @@ async fn run_task(
                 _ = shutdown.token().cancelled() => {}
             }
         }
+    }
+    if let Action::ManifestPut { manifest, .. } = &mut op.action {
+        // Built now, not when planned: queued and waiting PUTs stay small.
+        manifest.materialize();
     }
     let start = intended.unwrap_or_else(Instant::now);
     let (bytes, error) = match choice {
@@ -401,6 +406,7 @@ async fn run_task(
     } = &op.action
     {
         if !wanted.is_empty() {
+            let manifest = manifest.bytes();
             // The image push: from its first upload's start to the manifest's answer.
             let outcome = match (error, deps_ok) {
                 (Some(kind), _) => Outcome::Error(kind),

@@ -113,7 +113,7 @@ pub enum Action {
     ManifestPut {
         repo: Repository,
         tag: Tag,
-        manifest: Bytes,
+        manifest: ManifestBody,
         media_type: &'static str,
         deps: Vec<u64>,
     },
@@ -298,6 +298,54 @@ pub fn manifest_over(
     (config_bytes, config, manifest)
 }
 
+/// What a replayed manifest PUT sends, as a recipe: the layers it references, a short
+/// identity that makes its config unique, and the size to pad to. Planned and queued PUTs
+/// (and PUTs waiting for their uploads) hold this — a few hundred bytes — and the manifest
+/// itself, kilobytes padded to the trace's recorded size, is built when it is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestRecipe {
+    pub format: ManifestFormat,
+    pub identity: String,
+    pub layers: Vec<(Digest, u64)>,
+    pub pad_to: u64,
+}
+
+impl ManifestRecipe {
+    pub fn build(&self) -> BuiltManifest {
+        let (config_bytes, config, manifest) =
+            manifest_over(self.format, &self.identity, &self.layers, self.pad_to);
+        BuiltManifest {
+            config_bytes,
+            config,
+            manifest,
+        }
+    }
+}
+
+/// The body of a manifest PUT: a recipe until it is about to be sent, then the bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManifestBody {
+    Recipe(Box<ManifestRecipe>),
+    Bytes(Bytes),
+}
+
+impl ManifestBody {
+    /// The manifest's bytes (built from the recipe each time until [`Self::materialize`]).
+    pub fn bytes(&self) -> Bytes {
+        match self {
+            ManifestBody::Recipe(r) => r.build().manifest,
+            ManifestBody::Bytes(b) => b.clone(),
+        }
+    }
+
+    /// Builds the manifest once, keeping the bytes.
+    pub fn materialize(&mut self) {
+        if let ManifestBody::Recipe(r) = self {
+            *self = ManifestBody::Bytes(r.build().manifest);
+        }
+    }
+}
+
 /// A generated manifest and its config blob.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuiltManifest {
@@ -314,6 +362,15 @@ pub fn push_manifest(
     facts: &catalog::PushFacts,
     format: ManifestFormat,
 ) -> BuiltManifest {
+    push_recipe(catalog, facts, format).build()
+}
+
+/// The recipe of [`push_manifest`]: what the planner queues.
+pub fn push_recipe(
+    catalog: &Catalog,
+    facts: &catalog::PushFacts,
+    format: ManifestFormat,
+) -> ManifestRecipe {
     let mut layers: Vec<(Digest, u64)> = facts
         .layers
         .iter()
@@ -339,11 +396,11 @@ pub fn push_manifest(
         facts.time_ms,
         facts.number
     );
-    let (config_bytes, config, manifest) = manifest_over(format, &identity, &layers, facts.size);
-    BuiltManifest {
-        config_bytes,
-        config,
-        manifest,
+    ManifestRecipe {
+        format,
+        identity,
+        layers,
+        pad_to: facts.size,
     }
 }
 
@@ -613,8 +670,8 @@ where
                         }
                     }
                 }
-                let built = match catalog.pushes.get(&pos) {
-                    Some(facts) => push_manifest(catalog, facts, format),
+                let recipe = match catalog.pushes.get(&pos) {
+                    Some(facts) => push_recipe(catalog, facts, format),
                     None => {
                         self.skip("unsupported");
                         return None;
@@ -625,7 +682,7 @@ where
                 let action = Action::ManifestPut {
                     repo,
                     tag,
-                    manifest: built.manifest,
+                    manifest: ManifestBody::Recipe(Box::new(recipe)),
                     media_type: format.manifest_type(),
                     deps,
                 };
