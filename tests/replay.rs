@@ -149,10 +149,31 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     assert_reconciled(&run);
     let expected = span_ms as f64 / 4.0 / 1000.0;
     let took = run["duration_s"].as_f64().unwrap();
+    // On time, or late and saying why: a host too busy to keep the schedule (other load on
+    // the machine) must show in the run's own warnings, never pass silently.
+    let excuses: Vec<&str> = run["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["kind"].as_str())
+        .filter(|k| {
+            [
+                "generator_stalls",
+                "schedule_slipped",
+                "generator_bottleneck",
+            ]
+            .contains(k)
+        })
+        .collect();
     assert!(
-        (took - expected).abs() <= expected * 0.05 + 0.1,
-        "delay mode took {took:.3}s, the schedule is {expected:.3}s"
+        (took - expected).abs() <= expected * 0.05 + 0.1
+            || (took > expected && !excuses.is_empty()),
+        "delay mode took {took:.3}s, the schedule is {expected:.3}s, warnings {}",
+        run["warnings"]
     );
+    if !excuses.is_empty() {
+        eprintln!("delay run took {took:.3}s for {expected:.3}s of schedule; the run says why: {excuses:?}");
+    }
     let get = &run["operations"]["manifest_get"];
     assert!(get["service_ms"].is_object() && get["schedule_lag_ms"].is_object());
     assert!(get["late_starts"].is_object());

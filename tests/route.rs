@@ -129,6 +129,7 @@ fn assert_endpoints_add_up(s: &serde_json::Value, endpoints: usize) {
 fn endpoint_timeline(dir: &Path, s: &serde_json::Value) -> Vec<Vec<(f64, u64, u64)>> {
     let per = s["endpoints"].as_object().unwrap();
     let mut rows = vec![Vec::new(); per.len()];
+    let mut by_interval: BTreeMap<(String, usize), (String, String, String)> = BTreeMap::new();
     let mut reader = csv::Reader::from_path(dir.join("endpoints.csv")).unwrap();
     for r in reader.records() {
         let r = r.unwrap();
@@ -138,7 +139,39 @@ fn endpoint_timeline(dir: &Path, s: &serde_json::Value) -> Vec<Vec<(f64, u64, u6
             r[3].parse().unwrap(),
             r[5].parse().unwrap(),
         ));
+        by_interval.insert(
+            (r[0].to_owned(), endpoint),
+            (r[3].to_owned(), r[4].to_owned(), r[5].to_owned()),
+        );
     }
+    // timeline.csv ends with the same numbers, one column group per endpoint.
+    let mut timeline = csv::Reader::from_path(dir.join("timeline.csv")).unwrap();
+    let header = timeline.headers().unwrap().clone();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("timeline.csv has no column {name}: {header:?}"))
+    };
+    let mut checked = 0;
+    for r in timeline.records() {
+        let r = r.unwrap();
+        for i in 0..per.len() {
+            let want = by_interval.get(&(r[0].to_owned(), i)).cloned().unwrap_or((
+                "0".into(),
+                "0".into(),
+                "0".into(),
+            ));
+            let got = (
+                r[col(&format!("endpoint{i}_completed"))].to_owned(),
+                r[col(&format!("endpoint{i}_ok"))].to_owned(),
+                r[col(&format!("endpoint{i}_errors"))].to_owned(),
+            );
+            assert_eq!(got, want, "interval {}, endpoint {i}", &r[0]);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
     let intervals = rows[0].len();
     assert!(intervals > 0);
     for e in per.values() {

@@ -20,6 +20,7 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::exit::ExitStatus;
 use crate::metrics::hist::add_exact;
+use crate::metrics::EndpointCounters;
 use crate::metrics::{new_histogram, Level};
 use crate::report::render_text;
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
@@ -28,7 +29,9 @@ use crate::results::store::{
     Meta, ResultSet, ENDPOINTS_CSV,
 };
 use crate::results::summary::{EndpointSummary, RunInfo, Shard, Summary, TraceCounts, Warning};
-use crate::results::writer::{timeline_header, ENDPOINTS_HEADER, TIMELINE_FAMILIES};
+use crate::results::writer::{
+    endpoint_columns, endpoint_values, timeline_header, ENDPOINTS_HEADER, TIMELINE_FAMILIES,
+};
 use crate::results::{prepare_output_dir, write_atomic};
 
 #[derive(Debug, Clone, Args)]
@@ -431,12 +434,42 @@ fn write_hlog(dir: &Path, hlog: &HlogContents, interval: Duration) -> anyhow::Re
     Ok(())
 }
 
-fn write_timeline(dir: &Path, rows: &[Vec<String>]) -> anyhow::Result<()> {
+/// Writes `timeline.csv`; a run over `endpoints` endpoints gets their columns from the
+/// merged `endpoints.csv` rows.
+fn write_timeline(
+    dir: &Path,
+    rows: &[Vec<String>],
+    endpoints: usize,
+    endpoint_rows: &[Vec<String>],
+) -> anyhow::Result<()> {
     let path = dir.join("timeline.csv");
     let mut w = csv::Writer::from_path(&path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    w.write_record(timeline_header())?;
+    let mut header = timeline_header();
+    header.extend(endpoint_columns(endpoints));
+    w.write_record(header)?;
+    let mut per_interval: BTreeMap<u64, Vec<EndpointCounters>> = BTreeMap::new();
+    for r in endpoint_rows {
+        let num = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let (interval, endpoint) = (num(0), num(2) as usize);
+        let slot = per_interval.entry(interval).or_default();
+        if slot.len() <= endpoint {
+            slot.resize(endpoint + 1, EndpointCounters::default());
+        }
+        slot[endpoint] = EndpointCounters {
+            completed: num(3),
+            ok: num(4),
+            errors: num(5),
+            bytes_sent: num(6),
+            bytes_received: num(7),
+        };
+    }
+    let none = Vec::new();
     for row in rows {
+        let interval = row.first().and_then(|v| v.parse::<u64>().ok());
+        let counters = interval.and_then(|i| per_interval.get(&i)).unwrap_or(&none);
+        let mut row = row.clone();
+        row.extend(endpoint_values(endpoints, counters));
         w.write_record(row)?;
     }
     w.flush()?;
@@ -557,14 +590,25 @@ pub fn merge(
 
     prepare_output_dir(out)?;
     write_hlog(out, &hlog, interval)?;
-    write_timeline(out, &merge_timelines(&sets, &hlog, interval))?;
+    let endpoint_rows = merge_endpoint_rows(&sets);
+    let endpoint_count = endpoints.as_ref().map_or(0, |e| e.summaries.len());
+    write_timeline(
+        out,
+        &merge_timelines(&sets, &hlog, interval),
+        if endpoint_count > 1 {
+            endpoint_count
+        } else {
+            0
+        },
+        &endpoint_rows,
+    )?;
     if let Some(e) = &endpoints {
         let tables = endpoint_tables(&counters, &e.histograms)?;
         let refs: Vec<(usize, &crate::metrics::StatsTable)> =
             tables.iter().map(|(_, i, t)| (*i, t)).collect();
         let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
         write_endpoint_histograms(out, start, Duration::from_secs_f64(duration), &refs)?;
-        let rows = merge_endpoint_rows(&sets);
+        let rows = endpoint_rows;
         if !rows.is_empty() {
             let path = out.join(ENDPOINTS_CSV);
             let mut w = csv::Writer::from_path(&path)

@@ -358,7 +358,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         };
         let started_at = SystemTime::now();
         let start = Instant::now();
-        let (recorder, aggregator) = out.start(start, started_at)?;
+        let (recorder, aggregator) = out.start_over(start, started_at, connections.len())?;
         let clients = clients_for(&connections, &recorder);
         let mut naming = Naming::new(cfg.plan.repos.clone());
         let progress = Progress::new(prewarm::job_count(&catalog) * router.copies() as u64);
@@ -601,7 +601,7 @@ async fn run_phase(
         None => (now, now_wall),
     };
     // Intervals are aligned to the anchor, the same instant on every host.
-    let (recorder, aggregator) = output.start(anchor, anchor_wall)?;
+    let (recorder, aggregator) = output.start_over(anchor, anchor_wall, connections.len())?;
     let clients = clients_for(connections, &recorder);
     let targets = match cfg.routing {
         None => Targets::single(clients[0].clone()),

@@ -50,10 +50,29 @@ impl RunOutput {
         anchor: Instant,
         anchor_wall: SystemTime,
     ) -> anyhow::Result<(Recorder, AggregatorHandle)> {
+        self.start_over(anchor, anchor_wall, 1)
+    }
+
+    /// [`Self::start`] for a run over `endpoints` endpoints (their columns end
+    /// `timeline.csv` when there are several).
+    pub fn start_over(
+        &self,
+        anchor: Instant,
+        anchor_wall: SystemTime,
+        endpoints: usize,
+    ) -> anyhow::Result<(Recorder, AggregatorHandle)> {
         let sink = match &self.dir {
             Some(dir) => {
                 prepare_output_dir(dir)?;
-                Some(writer::ResultWriter::create(dir, anchor_wall, self.record_requests)?.boxed())
+                Some(
+                    writer::ResultWriter::create(
+                        dir,
+                        anchor_wall,
+                        self.record_requests,
+                        endpoints,
+                    )?
+                    .boxed(),
+                )
             }
             None => None,
         };

@@ -42,7 +42,29 @@ pub const ENDPOINTS_HEADER: [&str; 8] = [
     "bytes_received",
 ];
 
-/// The fixed columns of `timeline.csv`, in order.
+/// The per-endpoint columns `timeline.csv` ends with in a run over several endpoints:
+/// `endpoint<i>_completed`, `endpoint<i>_ok`, `endpoint<i>_errors` for each endpoint index.
+pub fn endpoint_columns(endpoints: usize) -> Vec<String> {
+    (0..endpoints)
+        .flat_map(|i| ["completed", "ok", "errors"].map(|what| format!("endpoint{i}_{what}")))
+        .collect()
+}
+
+/// The values of [`endpoint_columns`] for one interval.
+pub fn endpoint_values(
+    endpoints: usize,
+    counters: &[crate::metrics::EndpointCounters],
+) -> Vec<String> {
+    (0..endpoints)
+        .flat_map(|i| {
+            let c = counters.get(i).copied().unwrap_or_default();
+            [c.completed, c.ok, c.errors].map(|v| v.to_string())
+        })
+        .collect()
+}
+
+/// The fixed columns of `timeline.csv`, in order (a run over several endpoints adds
+/// [`endpoint_columns`] after them).
 pub fn timeline_header() -> Vec<String> {
     let mut h: Vec<String> = [
         "interval",
@@ -140,6 +162,8 @@ pub struct ResultWriter {
     serializer: V2DeflateSerializer,
     timeline: csv::Writer<BufWriter<File>>,
     requests: Option<csv::Writer<BufWriter<File>>>,
+    /// Endpoints of a run over several (their columns end `timeline.csv`); 0 otherwise.
+    endpoint_count: usize,
     /// Created with the first interval that has endpoints.
     endpoints: Option<csv::Writer<BufWriter<File>>>,
 }
@@ -159,13 +183,22 @@ fn create(dir: &Path, name: &str) -> anyhow::Result<BufWriter<File>> {
 }
 
 impl ResultWriter {
-    /// Creates the per-interval files of a result directory (which must exist).
-    pub fn create(dir: &Path, anchor: SystemTime, record_requests: bool) -> anyhow::Result<Self> {
+    /// Creates the per-interval files of a result directory (which must exist); a run over
+    /// several endpoints names how many.
+    pub fn create(
+        dir: &Path,
+        anchor: SystemTime,
+        record_requests: bool,
+        endpoints: usize,
+    ) -> anyhow::Result<Self> {
+        let endpoint_count = if endpoints > 1 { endpoints } else { 0 };
         let mut hlog = create(dir, "histograms.hlog")?;
         hlog::write_header(&mut hlog, anchor).context("cannot write histograms.hlog")?;
         hlog.flush()?;
         let mut timeline = csv::Writer::from_writer(create(dir, "timeline.csv")?);
-        timeline.write_record(timeline_header())?;
+        let mut header = timeline_header();
+        header.extend(endpoint_columns(endpoint_count));
+        timeline.write_record(header)?;
         timeline.flush()?;
         let requests = if record_requests {
             let mut w = csv::Writer::from_writer(create(dir, "requests.csv")?);
@@ -192,6 +225,7 @@ impl ResultWriter {
             serializer: V2DeflateSerializer::new(),
             timeline,
             requests,
+            endpoint_count,
             endpoints: None,
         })
     }
@@ -217,7 +251,9 @@ impl IntervalSink for ResultWriter {
             interval.table,
         )?;
         self.hlog.flush()?;
-        self.timeline.write_record(timeline_row(interval))?;
+        let mut row = timeline_row(interval);
+        row.extend(endpoint_values(self.endpoint_count, interval.endpoints));
+        self.timeline.write_record(row)?;
         self.timeline.flush()?;
         if !interval.endpoints.is_empty() {
             if self.endpoints.is_none() {

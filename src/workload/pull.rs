@@ -216,7 +216,12 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let output = run_output(&args.output);
     let started_at = SystemTime::now();
     let start = Instant::now();
-    let (recorder, aggregator) = output.start(start, started_at)?;
+    let endpoints = if cfg.route.is_some() {
+        cfg.registry.endpoint_names().len()
+    } else {
+        1
+    };
+    let (recorder, aggregator) = output.start_over(start, started_at, endpoints)?;
     let options = ClientOptions {
         verify: cfg.verify,
         ..ClientOptions::default()
