@@ -269,30 +269,58 @@ fn merge_endpoints(
     }))
 }
 
-/// Sums `endpoints.csv` by (interval, endpoint).
-fn merge_endpoint_rows(sets: &[ResultSet]) -> Vec<Vec<String>> {
-    let mut rows: BTreeMap<(u64, u64), (String, [u64; 5])> = BTreeMap::new();
+/// `endpoints.csv` summed by interval: (start_s as written, counters by endpoint index).
+type EndpointIntervals = BTreeMap<u64, (String, Vec<EndpointCounters>)>;
+
+/// Sums `endpoints.csv` (columns as in [`ENDPOINTS_HEADER`]) by interval and endpoint.
+fn merge_endpoint_rows(sets: &[ResultSet]) -> EndpointIntervals {
+    let mut merged = EndpointIntervals::new();
     for s in sets {
         for row in &s.endpoint_rows {
             let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok());
             let (Some(interval), Some(endpoint)) = (num(0), num(2)) else {
                 continue;
             };
-            let entry = rows
-                .entry((interval, endpoint))
-                .or_insert_with(|| (row.get(1).cloned().unwrap_or_default(), [0; 5]));
-            for (k, slot) in entry.1.iter_mut().enumerate() {
-                *slot += num(3 + k).unwrap_or(0);
+            let (_, slots) = merged
+                .entry(interval)
+                .or_insert_with(|| (row.get(1).cloned().unwrap_or_default(), Vec::new()));
+            let endpoint = endpoint as usize;
+            if slots.len() <= endpoint {
+                slots.resize(endpoint + 1, EndpointCounters::default());
             }
+            let c = &mut slots[endpoint];
+            let n = |i: usize| num(i).unwrap_or(0);
+            c.completed += n(3);
+            c.ok += n(4);
+            c.errors += n(5);
+            c.bytes_sent += n(6);
+            c.bytes_received += n(7);
         }
     }
-    rows.into_iter()
-        .map(|((interval, endpoint), (start, sums))| {
-            let mut row = vec![interval.to_string(), start, endpoint.to_string()];
-            row.extend(sums.iter().map(u64::to_string));
-            row
-        })
-        .collect()
+    merged
+}
+
+fn write_endpoint_rows(dir: &Path, merged: &EndpointIntervals) -> anyhow::Result<()> {
+    let path = dir.join(ENDPOINTS_CSV);
+    let mut w = csv::Writer::from_path(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    w.write_record(ENDPOINTS_HEADER)?;
+    for (interval, (start, slots)) in merged {
+        for (endpoint, c) in slots.iter().enumerate() {
+            w.write_record([
+                interval.to_string(),
+                start.clone(),
+                endpoint.to_string(),
+                c.completed.to_string(),
+                c.ok.to_string(),
+                c.errors.to_string(),
+                c.bytes_sent.to_string(),
+                c.bytes_received.to_string(),
+            ])?;
+        }
+    }
+    w.flush()?;
+    Ok(())
 }
 
 fn merge_trace(sets: &[ResultSet]) -> Option<TraceCounts> {
@@ -434,13 +462,13 @@ fn write_hlog(dir: &Path, hlog: &HlogContents, interval: Duration) -> anyhow::Re
     Ok(())
 }
 
-/// Writes `timeline.csv`; a run over `endpoints` endpoints gets their columns from the
-/// merged `endpoints.csv` rows.
+/// Writes `timeline.csv`; a run over several endpoints gets their columns from the
+/// merged `endpoints.csv` numbers.
 fn write_timeline(
     dir: &Path,
     rows: &[Vec<String>],
     endpoints: usize,
-    endpoint_rows: &[Vec<String>],
+    per_interval: &EndpointIntervals,
 ) -> anyhow::Result<()> {
     let path = dir.join("timeline.csv");
     let mut w = csv::Writer::from_path(&path)
@@ -448,26 +476,12 @@ fn write_timeline(
     let mut header = timeline_header();
     header.extend(endpoint_columns(endpoints));
     w.write_record(header)?;
-    let mut per_interval: BTreeMap<u64, Vec<EndpointCounters>> = BTreeMap::new();
-    for r in endpoint_rows {
-        let num = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        let (interval, endpoint) = (num(0), num(2) as usize);
-        let slot = per_interval.entry(interval).or_default();
-        if slot.len() <= endpoint {
-            slot.resize(endpoint + 1, EndpointCounters::default());
-        }
-        slot[endpoint] = EndpointCounters {
-            completed: num(3),
-            ok: num(4),
-            errors: num(5),
-            bytes_sent: num(6),
-            bytes_received: num(7),
-        };
-    }
-    let none = Vec::new();
     for row in rows {
-        let interval = row.first().and_then(|v| v.parse::<u64>().ok());
-        let counters = interval.and_then(|i| per_interval.get(&i)).unwrap_or(&none);
+        let counters = row
+            .first()
+            .and_then(|v| v.parse::<u64>().ok())
+            .and_then(|i| per_interval.get(&i))
+            .map_or(&[][..], |(_, slots)| slots.as_slice());
         let mut row = row.clone();
         row.extend(endpoint_values(endpoints, counters));
         w.write_record(row)?;
@@ -591,15 +605,10 @@ pub fn merge(
     prepare_output_dir(out)?;
     write_hlog(out, &hlog, interval)?;
     let endpoint_rows = merge_endpoint_rows(&sets);
-    let endpoint_count = endpoints.as_ref().map_or(0, |e| e.summaries.len());
     write_timeline(
         out,
         &merge_timelines(&sets, &hlog, interval),
-        if endpoint_count > 1 {
-            endpoint_count
-        } else {
-            0
-        },
+        endpoints.as_ref().map_or(0, |e| e.summaries.len()),
         &endpoint_rows,
     )?;
     if let Some(e) = &endpoints {
@@ -608,16 +617,8 @@ pub fn merge(
             tables.iter().map(|(_, i, t)| (*i, t)).collect();
         let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
         write_endpoint_histograms(out, start, Duration::from_secs_f64(duration), &refs)?;
-        let rows = endpoint_rows;
-        if !rows.is_empty() {
-            let path = out.join(ENDPOINTS_CSV);
-            let mut w = csv::Writer::from_path(&path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            w.write_record(ENDPOINTS_HEADER)?;
-            for row in rows {
-                w.write_record(row)?;
-            }
-            w.flush()?;
+        if !endpoint_rows.is_empty() {
+            write_endpoint_rows(out, &endpoint_rows)?;
         }
     }
     let mut json = serde_json::to_vec_pretty(&counters)?;

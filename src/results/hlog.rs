@@ -92,6 +92,19 @@ pub fn write_interval(
     length: Duration,
     table: &StatsTable,
 ) -> io::Result<()> {
+    write_table(out, serializer, start, length, table, tag_of)
+}
+
+/// Appends every non-empty histogram of `table`, spanning `start..start + length`, tagged
+/// by `tag` (interval logs use [`tag_of`]; `endpoints.hlog` prefixes the endpoint).
+pub fn write_table(
+    out: &mut impl Write,
+    serializer: &mut V2DeflateSerializer,
+    start: Duration,
+    length: Duration,
+    table: &StatsTable,
+    tag: impl Fn(Op, SizeClass, &str) -> String,
+) -> io::Result<()> {
     let mut writer = IntervalLogWriterBuilder::new()
         .begin_log_with(out, serializer)
         .map_err(io::Error::other)?;
@@ -100,7 +113,7 @@ pub fn write_interval(
             let Some(h) = h.filter(|h| !h.is_empty()) else {
                 continue;
             };
-            let tag = tag_of(*op, *class, metric);
+            let tag = tag(*op, *class, metric);
             writer
                 .write_histogram(h, start, length, Tag::new(&tag))
                 .map_err(|e| io::Error::other(format!("{e:?}")))?;

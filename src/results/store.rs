@@ -412,25 +412,18 @@ pub fn write_endpoint_histograms(
     duration: Duration,
     tables: &[(usize, &StatsTable)],
 ) -> anyhow::Result<()> {
-    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
     let mut out = Vec::new();
     hlog::write_header(&mut out, anchor)?;
     let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
-    let mut writer = IntervalLogWriterBuilder::new()
-        .begin_log_with(&mut out, &mut serializer)
-        .map_err(std::io::Error::other)?;
     for (index, table) in tables {
-        for ((op, class), stats) in table.cells() {
-            for (metric, h) in hlog::cell_histograms(stats) {
-                let Some(h) = h.filter(|h| !h.is_empty()) else {
-                    continue;
-                };
-                let tag = endpoint_tag(*index, *op, *class, metric);
-                writer
-                    .write_histogram(h, Duration::ZERO, duration, Tag::new(&tag))
-                    .map_err(|e| anyhow::anyhow!("cannot encode {tag}: {e:?}"))?;
-            }
-        }
+        hlog::write_table(
+            &mut out,
+            &mut serializer,
+            Duration::ZERO,
+            duration,
+            table,
+            |op, class, metric| endpoint_tag(*index, op, class, metric),
+        )?;
     }
     super::write_atomic(dir, ENDPOINTS_HLOG, &out)?;
     Ok(())

@@ -43,9 +43,10 @@ pub const ENDPOINTS_HEADER: [&str; 8] = [
 ];
 
 /// The per-endpoint columns `timeline.csv` ends with in a run over several endpoints:
-/// `endpoint<i>_completed`, `endpoint<i>_ok`, `endpoint<i>_errors` for each endpoint index.
+/// `endpoint<i>_completed`, `endpoint<i>_ok`, `endpoint<i>_errors` for each endpoint index;
+/// none for a run over one.
 pub fn endpoint_columns(endpoints: usize) -> Vec<String> {
-    (0..endpoints)
+    (0..several(endpoints))
         .flat_map(|i| ["completed", "ok", "errors"].map(|what| format!("endpoint{i}_{what}")))
         .collect()
 }
@@ -55,12 +56,21 @@ pub fn endpoint_values(
     endpoints: usize,
     counters: &[crate::metrics::EndpointCounters],
 ) -> Vec<String> {
-    (0..endpoints)
+    (0..several(endpoints))
         .flat_map(|i| {
             let c = counters.get(i).copied().unwrap_or_default();
             [c.completed, c.ok, c.errors].map(|v| v.to_string())
         })
         .collect()
+}
+
+/// Endpoints with their own columns: all of several, none of one.
+fn several(endpoints: usize) -> usize {
+    if endpoints > 1 {
+        endpoints
+    } else {
+        0
+    }
 }
 
 /// The fixed columns of `timeline.csv`, in order (a run over several endpoints adds
@@ -162,7 +172,7 @@ pub struct ResultWriter {
     serializer: V2DeflateSerializer,
     timeline: csv::Writer<BufWriter<File>>,
     requests: Option<csv::Writer<BufWriter<File>>>,
-    /// Endpoints of a run over several (their columns end `timeline.csv`); 0 otherwise.
+    /// Endpoints of the run (over several, their columns end `timeline.csv`).
     endpoint_count: usize,
     /// Created with the first interval that has endpoints.
     endpoints: Option<csv::Writer<BufWriter<File>>>,
@@ -191,13 +201,12 @@ impl ResultWriter {
         record_requests: bool,
         endpoints: usize,
     ) -> anyhow::Result<Self> {
-        let endpoint_count = if endpoints > 1 { endpoints } else { 0 };
         let mut hlog = create(dir, "histograms.hlog")?;
         hlog::write_header(&mut hlog, anchor).context("cannot write histograms.hlog")?;
         hlog.flush()?;
         let mut timeline = csv::Writer::from_writer(create(dir, "timeline.csv")?);
         let mut header = timeline_header();
-        header.extend(endpoint_columns(endpoint_count));
+        header.extend(endpoint_columns(endpoints));
         timeline.write_record(header)?;
         timeline.flush()?;
         let requests = if record_requests {
@@ -225,7 +234,7 @@ impl ResultWriter {
             serializer: V2DeflateSerializer::new(),
             timeline,
             requests,
-            endpoint_count,
+            endpoint_count: endpoints,
             endpoints: None,
         })
     }
