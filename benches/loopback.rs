@@ -1,5 +1,6 @@
 //! End to end on loopback: what the OCI client costs per manifest GET, with everything a run
-//! does around it — `ReqwestTransport` (real sockets, pooled keep-alive connections),
+//! does around it — the transport (real sockets, pooled keep-alive connections; both
+//! `--http-client` choices, hyper and reqwest),
 //! `RegistryAuth` (anonymous), `RegistryClient::manifest_get` with its `Meter`, digest
 //! verification, and every sample sent to a running aggregator.
 //!
@@ -10,7 +11,7 @@
 //! little as possible, on its own one-thread runtime. Registry behaviour is tested against
 //! a real `docker-registry` in `tests/`.
 //!
-//! `manifest_get/in_flight_50` keeps 50 GETs in flight (as `creb-rs pull` drives them,
+//! `manifest_get_<client>/in_flight_50` keeps 50 GETs in flight (as `creb-rs pull` drives them,
 //! `buffer_unordered` over one client); `in_flight_1` is one at a time, so its time per
 //! request is the unloaded round trip. Each iteration is a batch of 2,000 requests: the
 //! throughput is requests/s, the time per request is the batch time / 2,000 (at 50 in flight
@@ -30,8 +31,7 @@ use creb::auth::credentials::Credentials;
 use creb::auth::registry_auth::RegistryAuth;
 use creb::metrics::{spawn_aggregator, Op, Recorder};
 use creb::oci::manifest::{build_manifest, Descriptor, ManifestFormat, OCI_CONFIG, OCI_LAYER};
-use creb::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
-use creb::oci::transport::Transport;
+use creb::oci::net::{build_transport, HttpClient, TransportConfig};
 use creb::oci::{ClientOptions, Digest, OpCtx, Reference, RegistryClient, Repository};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -128,14 +128,13 @@ fn start_server() -> (tokio::runtime::Runtime, SocketAddr) {
 }
 
 /// The client as `RegistryConfig::connect` builds it (src/workload/mod.rs), anonymous.
-fn client(addr: SocketAddr, recorder: Recorder) -> RegistryClient {
-    let transport: Arc<dyn Transport> = Arc::new(
-        ReqwestTransport::new(TransportConfig {
-            pool_max_idle_per_host: 64,
-            ..TransportConfig::default()
-        })
-        .expect("transport"),
-    );
+fn client(addr: SocketAddr, recorder: Recorder, http: HttpClient) -> RegistryClient {
+    let transport = build_transport(TransportConfig {
+        client: http,
+        pool_max_idle_per_host: 64,
+        ..TransportConfig::default()
+    })
+    .expect("transport");
     let auth = Arc::new(RegistryAuth::new(
         Credentials::Anonymous,
         Arc::clone(&transport),
@@ -177,9 +176,15 @@ fn loopback(c: &mut Criterion) {
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(2));
     group.measurement_time(Duration::from_secs(6));
-    for in_flight in [50, 1] {
+    for (http, in_flight) in [
+        (HttpClient::Hyper, 50),
+        (HttpClient::Reqwest, 50),
+        (HttpClient::Hyper, 1),
+        (HttpClient::Reqwest, 1),
+    ] {
+        let name = format!("manifest_get_{}", format!("{http:?}").to_lowercase());
         let (recorder, aggregator) = rt.block_on(async { spawn_aggregator() });
-        let client = client(addr, recorder);
+        let client = client(addr, recorder, http);
         rt.block_on(async {
             // As every run starts: the preflight GET /v2/, then one checked manifest.
             client.ping(OpCtx::default()).await.expect("ping");
@@ -194,7 +199,7 @@ fn loopback(c: &mut Criterion) {
             );
         });
         group.bench_function(
-            BenchmarkId::new("manifest_get", format!("in_flight_{in_flight}")),
+            BenchmarkId::new(&name, format!("in_flight_{in_flight}")),
             |b| b.iter(|| rt.block_on(batch(&client, &repo, &reference, in_flight))),
         );
         drop(client);
@@ -203,7 +208,7 @@ fn loopback(c: &mut Criterion) {
         assert_eq!(gets.errors, 0);
         let ms = |q: f64| gets.latency.value_at_quantile(q) as f64 / 1000.0;
         println!(
-            "loopback/manifest_get/in_flight_{in_flight}: client latency over {} requests: \
+            "loopback/{name}/in_flight_{in_flight}: client latency over {} requests: \
              p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms",
             gets.count,
             ms(0.5),

@@ -9,6 +9,8 @@
 //! `main.rs` only parses arguments, builds the runtime and maps [`run`]'s outcome to an
 //! exit code; tests drive [`run`] in-process.
 
+#![forbid(unsafe_code)]
+
 pub mod analysis;
 pub mod auth;
 pub mod cli;

@@ -1,5 +1,7 @@
 //! The `creb-rs` binary: parse flags, set up diagnostics and the runtime, run, exit.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -342,7 +342,8 @@ async fn expired_tokens_are_renewed_within_one_run() {
     use creb::auth::secret::Secret;
     use creb::content::ContentSpec;
     use creb::metrics::{spawn_aggregator, Event, Op};
-    use creb::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
+    use creb::oci::net::TransportConfig;
+    use creb::oci::reqwest_transport::ReqwestTransport;
     use creb::oci::transport::Transport;
     use creb::oci::{BlobSource, ClientOptions, OpCtx, RegistryClient, UploadMode};
 

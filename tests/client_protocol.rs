@@ -1,6 +1,10 @@
 //! The OCI client against a real registry, below the CLI: redirects to a storage server
 //! (distribution's `redirect` middleware), credentials kept on their origin, typed registry
-//! errors, tag listing, deletes.
+//! errors, tag listing, deletes. The redirect and error checks run over both HTTP clients
+//! (`--http-client hyper|reqwest`).
+
+/// Both real transports.
+const CLIENTS: [HttpClient; 2] = [HttpClient::Hyper, HttpClient::Reqwest];
 
 mod common;
 
@@ -10,7 +14,7 @@ use common::{FileServer, Registry, RegistryOptions};
 use creb::auth::{AccessScope, AuthError, Authenticator};
 use creb::content::ContentSpec;
 use creb::metrics::{spawn_aggregator, Op};
-use creb::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
+use creb::oci::net::{build_transport, HttpClient, TransportConfig};
 use creb::oci::transport::HttpRequest;
 use creb::oci::{
     BlobSource, ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository,
@@ -47,10 +51,14 @@ impl Authenticator for FixedBearer {
     }
 }
 
-fn client_for(url: &str, recorder: creb::metrics::Recorder) -> RegistryClient {
-    let transport = ReqwestTransport::new(TransportConfig::default()).unwrap();
+fn client_for(url: &str, recorder: creb::metrics::Recorder, http: HttpClient) -> RegistryClient {
+    let transport = build_transport(TransportConfig {
+        client: http,
+        ..TransportConfig::default()
+    })
+    .unwrap();
     RegistryClient::with_auth(
-        Arc::new(transport),
+        transport,
         url.parse().unwrap(),
         recorder,
         ClientOptions::default(),
@@ -60,6 +68,12 @@ fn client_for(url: &str, recorder: creb::metrics::Recorder) -> RegistryClient {
 
 #[tokio::test]
 async fn blob_get_follows_a_real_redirect_without_sending_authorization_to_storage() {
+    for http in CLIENTS {
+        redirect_keeps_authorization_home(http).await;
+    }
+}
+
+async fn redirect_keeps_authorization_home(http: HttpClient) {
     // The storage server serves the registry's own storage directory; start the registry
     // first to know that directory, then point its redirect middleware at the server.
     let files = FileServer::start(std::env::temp_dir());
@@ -70,7 +84,7 @@ async fn blob_get_follows_a_real_redirect_without_sending_authorization_to_stora
     files.set_root(registry.storage_root());
 
     let (recorder, aggregator) = spawn_aggregator();
-    let client = client_for(&registry.url, recorder);
+    let client = client_for(&registry.url, recorder, http);
     let repo: Repository = "redir/app".parse().unwrap();
     let spec = ContentSpec::new(5, b"redirected", 200_000);
     let digest = spec.digest();
@@ -106,7 +120,7 @@ async fn blob_get_follows_a_real_redirect_without_sending_authorization_to_stora
     for r in &seen {
         assert!(
             !r.headers.contains_key("authorization"),
-            "Authorization leaked to storage: {r:?}"
+            "{http:?}: Authorization leaked to storage: {r:?}"
         );
         assert!(!format!("{:?}", r.headers).contains("s3cr3t"));
     }
@@ -126,9 +140,15 @@ async fn blob_get_follows_a_real_redirect_without_sending_authorization_to_stora
 
 #[tokio::test]
 async fn registry_errors_are_typed_with_their_codes() {
+    for http in CLIENTS {
+        registry_errors_over(http).await;
+    }
+}
+
+async fn registry_errors_over(http: HttpClient) {
     let registry = Registry::start();
     let (recorder, aggregator) = spawn_aggregator();
-    let client = client_for(&registry.url, recorder);
+    let client = client_for(&registry.url, recorder, http);
     let repo: Repository = "err/app".parse().unwrap();
 
     let err = client
@@ -212,7 +232,7 @@ async fn tags_are_listed_and_deletes_work() {
     .await;
     assert_eq!(status, creb::ExitStatus::Success);
     let (recorder, aggregator) = spawn_aggregator();
-    let client = client_for(&registry.url, recorder);
+    let client = client_for(&registry.url, recorder, HttpClient::Hyper);
     let repo: Repository = "pages/app".parse().unwrap();
     let mut tags = client
         .tag_list(&repo, Some(3), OpCtx::default())

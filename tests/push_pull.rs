@@ -12,6 +12,8 @@ const OCI_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, applicatio
 
 /// Fetches with plain reqwest (not creb-rs's client) for independent verification.
 async fn fetch(url: &str, accept: Option<&str>) -> (u16, Vec<u8>) {
+    // reqwest is built without a default crypto provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut req = client.get(url);
     if let Some(a) = accept {

@@ -1,6 +1,7 @@
 //! TLS verification is on by default: a real docker-registry serving a self-signed
 //! certificate is refused at preflight (exit 2, a `tls` error naming the registry), and is
-//! accepted with `--ca-cert` (the certificate as a trusted root) or `--insecure`.
+//! accepted with `--ca-cert` (the certificate as a trusted root) or `--insecure`; with either
+//! HTTP client (`--http-client hyper|reqwest`).
 
 mod common;
 
@@ -33,7 +34,7 @@ fn a_self_signed_registry_is_refused_unless_trusted_or_insecure() {
     let (registry, cert) = tls_registry(dir.path());
     let out = dir.path().join("out");
     let o = out.to_str().unwrap();
-    let push = |extra: &[&str]| {
+    let push = |client: &str, extra: &[&str]| {
         let mut args = vec![
             "push",
             "--registry",
@@ -48,10 +49,11 @@ fn a_self_signed_registry_is_refused_unless_trusted_or_insecure() {
             o,
             "--quiet",
         ];
+        args.extend_from_slice(&["--http-client", client]);
         args.extend_from_slice(extra);
         run_bin(&args, None, &[])
     };
-    let pull = |extra: &[&str]| {
+    let pull = |client: &str, extra: &[&str]| {
         let mut args = vec![
             "pull",
             "--registry",
@@ -62,47 +64,51 @@ fn a_self_signed_registry_is_refused_unless_trusted_or_insecure() {
             o,
             "--quiet",
         ];
+        args.extend_from_slice(&["--http-client", client]);
         args.extend_from_slice(extra);
         run_bin(&args, None, &[])
     };
 
-    // Default: verification on, the certificate is unknown.
-    for r in [push(&[]), pull(&[])] {
-        assert_eq!(r.code, 2, "{}", r.stderr);
-        let line = r
-            .stderr
-            .lines()
-            .find(|l| l.contains("error"))
-            .unwrap_or_default();
-        assert!(line.contains(&registry.url), "{}", r.stderr);
-        assert!(line.to_lowercase().contains("tls"), "{}", r.stderr);
-        assert!(
-            line.to_lowercase().contains("certificate"),
-            "says why: {}",
-            r.stderr
+    for client in ["hyper", "reqwest"] {
+        // Default: verification on, the certificate is unknown.
+        for r in [push(client, &[]), pull(client, &[])] {
+            assert_eq!(r.code, 2, "{}", r.stderr);
+            let line = r
+                .stderr
+                .lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or_default();
+            assert!(line.contains(&registry.url), "{}", r.stderr);
+            assert!(line.to_lowercase().contains("tls"), "{}", r.stderr);
+            assert!(
+                line.to_lowercase().contains("certificate"),
+                "says why: {}",
+                r.stderr
+            );
+        }
+        // Nothing was pushed over the refused connection.
+        assert_eq!(summary_json(&out)["totals"]["requests"].as_u64(), Some(1));
+
+        // --insecure: verification off.
+        let r = push(client, &["--insecure"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(
+            summary_json(&out)["config"]["registry"]["transport"]["insecure"],
+            true
         );
+
+        // --ca-cert: verification on, against the registry's own certificate.
+        let r = pull(client, &["--ca-cert", cert.to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let s = summary_json(&out);
+        assert_eq!(s["operations"]["blob_get"]["ok"].as_u64(), Some(3));
+        assert_eq!(s["config"]["registry"]["transport"]["insecure"], false);
+        assert_eq!(s["config"]["registry"]["transport"]["client"], client);
+
+        // A CA file that is not a certificate is a usage error before anything is sent.
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let r = pull(client, &["--ca-cert", junk.to_str().unwrap()]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
     }
-    // Nothing was pushed over the refused connection.
-    assert_eq!(summary_json(&out)["totals"]["requests"].as_u64(), Some(1));
-
-    // --insecure: verification off.
-    let r = push(&["--insecure"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(
-        summary_json(&out)["config"]["registry"]["transport"]["insecure"],
-        true
-    );
-
-    // --ca-cert: verification on, against the registry's own certificate.
-    let r = pull(&["--ca-cert", cert.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let s = summary_json(&out);
-    assert_eq!(s["operations"]["blob_get"]["ok"].as_u64(), Some(3));
-    assert_eq!(s["config"]["registry"]["transport"]["insecure"], false);
-
-    // A CA file that is not a certificate is a usage error before anything is sent.
-    let junk = dir.path().join("junk.pem");
-    std::fs::write(&junk, "not a certificate").unwrap();
-    let r = pull(&["--ca-cert", junk.to_str().unwrap()]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
 }

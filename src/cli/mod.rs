@@ -162,6 +162,12 @@ pub struct RegistryArgs {
     #[arg(long)]
     pub insecure: bool,
 
+    /// HTTP client library: `hyper` (bounded per-connection buffers, less CPU per request)
+    /// or `reqwest`. Both follow the same rules (no automatic redirects, no proxy, the same
+    /// timeouts and error classes), so results compare across them.
+    #[arg(long, value_enum, value_name = "CLIENT", default_value_t = crate::oci::net::HttpClient::Hyper)]
+    pub http_client: crate::oci::net::HttpClient,
+
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Vec<PathBuf>,

@@ -7,8 +7,10 @@
 //! and can be produced again for a retry. Redirects are never followed here; the client
 //! does it, to time each hop and to keep credentials on their origin.
 //!
-//! Implementations: [`super::reqwest_transport::ReqwestTransport`] for real traffic and
-//! [`super::scripted::ScriptedTransport`] for deterministic tests without sockets.
+//! Implementations: [`super::hyper_transport::HyperTransport`] and
+//! [`super::reqwest_transport::ReqwestTransport`] for real traffic (`--http-client`, see
+//! [`super::net`]) and [`super::scripted::ScriptedTransport`] for deterministic tests without
+//! sockets.
 
 use std::fmt;
 use std::ops::Range;
@@ -85,6 +87,12 @@ impl TransportError {
             kind,
             message: message.into(),
         }
+    }
+
+    /// The same error, counted as `kind`.
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 

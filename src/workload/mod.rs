@@ -18,7 +18,7 @@ use crate::cli::{OutputArgs, RegistryArgs};
 use crate::exit::ExitStatus;
 use crate::metrics::Aggregator;
 use crate::metrics::Recorder;
-use crate::oci::reqwest_transport::{ReqwestTransport, TransportConfig};
+use crate::oci::net::{build_transport, TransportConfig};
 use crate::oci::retry::RetryPolicy;
 use crate::oci::transport::Transport;
 use crate::oci::{ClientError, ClientOptions, OpCtx, RegistryClient};
@@ -100,6 +100,7 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 connect_timeout: args.connect_timeout,
                 request_timeout: args.request_timeout,
                 body_idle_timeout: args.body_idle_timeout,
+                client: args.http_client,
                 insecure: args.insecure,
                 extra_roots_pem,
                 ..TransportConfig::default()
@@ -140,7 +141,7 @@ impl RegistryConfig {
             .with_context(|| format!("credentials for {}", self.display()))?;
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
-        let transport: Arc<dyn Transport> = Arc::new(ReqwestTransport::new(transport)?);
+        let transport: Arc<dyn Transport> = build_transport(transport)?;
         let auth = Arc::new(RegistryAuth::new(
             creds,
             Arc::clone(&transport),
