@@ -168,6 +168,12 @@ pub struct RegistryArgs {
     #[arg(long, value_enum, value_name = "CLIENT", default_value_t = crate::oci::net::HttpClient::Hyper)]
     pub http_client: crate::oci::net::HttpClient,
 
+    /// Largest read buffer of one HTTP/1 connection (hyper client; at least 8KiB). Bodies
+    /// are read through it; a larger buffer costs fewer reads per GiB, a smaller one less
+    /// memory per pooled connection.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB")]
+    pub http1_read_buffer: ByteSize,
+
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Vec<PathBuf>,

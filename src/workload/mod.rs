@@ -101,6 +101,9 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 request_timeout: args.request_timeout,
                 body_idle_timeout: args.body_idle_timeout,
                 client: args.http_client,
+                read_buffer_max: usize::try_from(args.http1_read_buffer.bytes())
+                    .unwrap_or(usize::MAX)
+                    .max(crate::oci::net::MIN_READ_BUFFER),
                 insecure: args.insecure,
                 extra_roots_pem,
                 ..TransportConfig::default()
