@@ -582,6 +582,38 @@ mod tests {
         assert_eq!(p.chunk_size.unwrap().bytes(), 256 << 10);
         assert_eq!(p.concurrency.get(), 8);
         assert_eq!(p.seed, DEFAULT_SEED);
+        assert_eq!(p.registry.http_client, crate::oci::net::HttpClient::Hyper);
+        assert_eq!(p.registry.http1_read_buffer.bytes(), 64 << 10);
+    }
+
+    #[test]
+    fn transport_settings_reach_the_transport_config() {
+        let cli = Cli::try_parse_from([
+            "creb-rs",
+            "pull",
+            "--registry",
+            "http://127.0.0.1:5000",
+            "--repo",
+            "x/y",
+            "--http-client",
+            "reqwest",
+            "--http1-read-buffer",
+            "1KiB",
+        ])
+        .unwrap();
+        let Command::Pull(p) = cli.command else {
+            panic!("not pull")
+        };
+        let config = crate::workload::RegistryConfig::try_from(&p.registry).unwrap();
+        assert_eq!(
+            config.transport.client,
+            crate::oci::net::HttpClient::Reqwest
+        );
+        // Below hyper's minimum: raised to it rather than refused.
+        assert_eq!(
+            config.transport.read_buffer_max,
+            crate::oci::net::MIN_READ_BUFFER
+        );
     }
 
     #[test]

@@ -90,6 +90,11 @@ impl SessionLinker {
         }
     }
 
+    /// Entries kept between records: client sessions within the gap, digests not taken.
+    pub fn held_entries(&self) -> usize {
+        self.state.len() + self.upload_digest.len()
+    }
+
     /// The digest a HEAD 404 named for the upload at `head`, if any. Taken once: the
     /// caller records it with the upload.
     pub fn take_upload_digest(&mut self, head: Position) -> Option<Sym> {

@@ -213,8 +213,13 @@ fn position_key(pos: Position) -> u64 {
 #[derive(Debug)]
 pub struct Naming {
     map: RepoMap,
+    /// Recently named repositories; cleared when full, so it stays small however many
+    /// repositories the trace has.
     repos: HashMap<Sym, Repository>,
 }
+
+/// Repositories [`Naming`] remembers at most.
+const NAMING_CACHE: usize = 4096;
 
 impl Naming {
     pub fn new(map: RepoMap) -> Self {
@@ -243,6 +248,9 @@ impl Naming {
                 }
             }
         };
+        if self.repos.len() >= NAMING_CACHE {
+            self.repos.clear();
+        }
         self.repos.insert(sym, repo.clone());
         repo
     }
@@ -487,6 +495,17 @@ where
 
     pub fn counts(&self) -> &PlanCounts {
         &self.counts
+    }
+
+    /// Entries the planner keeps between records (open pulls and uploads, sessions within
+    /// the gap): bounded by what is open at one point of the trace, not by how much of it
+    /// has passed. The naming cache is left out; it is bounded by a constant.
+    pub fn held_entries(&self) -> usize {
+        self.upload_seq.len()
+            + self.pulls.len()
+            + self.closing.len()
+            + self.pending_members.len()
+            + self.linker.held_entries()
     }
 
     /// Items of the trace read so far (every shard's), for progress.
@@ -777,6 +796,11 @@ where
                 Item::Record(record) => {
                     self.sweep_pulls(record.time_ms);
                     let role = self.linker.role(&record);
+                    if matches!(role, Role::UploadHead) {
+                        // The catalog took this digest in pass 1; here the linker would
+                        // keep it for good.
+                        let _ = self.linker.take_upload_digest((record.file, record.number));
+                    }
                     if !self.options.shard.owns(self.shard_key(&record, &role)) {
                         continue;
                     }
@@ -811,12 +835,8 @@ mod tests {
         }
     }
 
-    /// Catalog and every plan item of a generated trace, read back from a file.
-    fn plan_of(
-        synth: &SynthOptions,
-        seed: u64,
-        plan: PlanOptions,
-    ) -> (Catalog, Vec<PlanItem>, PlanCounts) {
+    /// A generated trace written to a file (in the returned directory) and its catalog.
+    fn catalog_of(synth: &SynthOptions, seed: u64) -> (tempfile::TempDir, TraceInput, Catalog) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         write_file(&path, &generate(synth).0).unwrap();
@@ -830,6 +850,16 @@ mod tests {
         let mut cat = Catalog::build(&mut reader, 60_000, content).unwrap();
         cat.names = reader.into_names();
         cat.compute_digests(2);
+        (dir, input, cat)
+    }
+
+    /// Catalog and every plan item of a generated trace, read back from a file.
+    fn plan_of(
+        synth: &SynthOptions,
+        seed: u64,
+        plan: PlanOptions,
+    ) -> (Catalog, Vec<PlanItem>, PlanCounts) {
+        let (_dir, input, cat) = catalog_of(synth, seed);
         let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
         let mut planner = Planner::new(&cat, reader, plan);
         let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
@@ -845,6 +875,43 @@ mod tests {
                 PlanItem::CloseSession(_) => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn what_the_planner_keeps_stays_bounded_through_a_long_trace() {
+        // A stationary push-heavy trace (uploads after HEAD 404s, chunked uploads, pulls)
+        // of 2,000 sessions, ~120 of them within one session gap at any time: the state
+        // kept between records must level off, not grow with the records read. (It grew
+        // with every upload while pass 2 left the HEAD-404 digests in the linker.)
+        let synth = SynthOptions {
+            sessions: 2000,
+            clients: 200,
+            repos: 400,
+            pull_share: 0.4,
+            failed_share: 0.0,
+            ..SynthOptions::default()
+        };
+        let (_dir, input, cat) = catalog_of(&synth, 7);
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut planner = Planner::new(&cat, reader, options(ShardSpec::ALL, ShardBy::Client));
+        let mut held = Vec::new();
+        let mut uploads = 0;
+        while let Some(item) = planner.next() {
+            if let PlanItem::Op(op) = item.unwrap() {
+                uploads += u64::from(matches!(op.action, Action::BlobUpload { .. }));
+            }
+            if planner.items_read() % 500 == 0 {
+                held.push(planner.held_entries());
+            }
+        }
+        assert!(uploads > 1000, "a push-heavy trace: {uploads} uploads");
+        let quarter = held.len() / 4;
+        let early = *held[quarter..2 * quarter].iter().max().unwrap();
+        let late = *held[3 * quarter..].iter().max().unwrap();
+        assert!(
+            late <= early + early / 2,
+            "held entries grew from {early} to {late}: {held:?}"
+        );
     }
 
     #[test]
