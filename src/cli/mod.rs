@@ -171,7 +171,7 @@ pub struct RegistryArgs {
     /// Largest read buffer of one HTTP/1 connection (hyper client; at least 8KiB). Bodies
     /// are read through it; a larger buffer costs fewer reads per GiB, a smaller one less
     /// memory per pooled connection.
-    #[arg(long, value_name = "SIZE", default_value = "64KiB")]
+    #[arg(long, value_name = "SIZE", default_value = "16KiB")]
     pub http1_read_buffer: ByteSize,
 
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
@@ -583,7 +583,7 @@ mod tests {
         assert_eq!(p.concurrency.get(), 8);
         assert_eq!(p.seed, DEFAULT_SEED);
         assert_eq!(p.registry.http_client, crate::oci::net::HttpClient::Hyper);
-        assert_eq!(p.registry.http1_read_buffer.bytes(), 64 << 10);
+        assert_eq!(p.registry.http1_read_buffer.bytes(), 16 << 10);
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Default for TransportConfig {
             insecure: false,
             extra_roots_pem: Vec::new(),
             pool_max_idle_per_host: 64,
-            read_buffer_max: 64 * 1024,
+            read_buffer_max: 16 * 1024,
             user_agent: concat!("creb-rs/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }
