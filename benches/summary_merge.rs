@@ -5,7 +5,8 @@
 //! histograms (error latency for the 2% that fail): ~135 encoded histograms per interval.
 //!
 //! - `hlog/write_300x30`: a 5-minute `histograms.hlog` as the aggregator's sink writes it
-//!   (`hlog::write_header`, then `hlog::write_interval` per interval from one dense table)
+//!   (`hlog::write_header`, then `hlog::write_interval` per interval from its sparse table,
+//!   each series made dense in one scratch histogram in turn)
 //!   into memory; the 300 intervals cycle through 5 distinct tables;
 //! - `hlog/read_20x30`: `hlog::read` of 20 such intervals (what `merge`, `report` and
 //!   `compare` load), with its checks of every encoded histogram;
@@ -25,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use creb::metrics::{
-    Aggregator, ErrorKind, Event, Op, Outcome, Sample, SizeClass, StatsTable, Timing,
+    Aggregator, ErrorKind, Event, Op, Outcome, Sample, SizeClass, SparseHistogram, StatsTable,
+    Timing,
 };
 use creb::results::hlog;
 use creb::results::store::write_final;
@@ -122,13 +124,13 @@ fn run_samples(seed: u64, anchor: Instant, intervals: u64) -> Vec<Sample> {
     out
 }
 
-/// The dense tables of `intervals` intervals of one run.
-fn interval_tables(anchor: Instant, intervals: u64) -> Vec<StatsTable> {
+/// The tables of `intervals` intervals of one run, sparse as the aggregator keeps them.
+fn interval_tables(anchor: Instant, intervals: u64) -> Vec<StatsTable<SparseHistogram>> {
     let per_interval = (PER_CELL * 30) as usize;
     run_samples(0, anchor, intervals)
         .chunks(per_interval)
         .map(|chunk| {
-            let mut t = StatsTable::default();
+            let mut t = StatsTable::<SparseHistogram>::default();
             for s in chunk {
                 t.record(s);
             }
@@ -138,12 +140,14 @@ fn interval_tables(anchor: Instant, intervals: u64) -> Vec<StatsTable> {
 }
 
 /// A log of `intervals` intervals, cycling through `tables`.
-fn write_log(tables: &[StatsTable], intervals: u64, wall: SystemTime) -> Vec<u8> {
+fn write_log(tables: &[StatsTable<SparseHistogram>], intervals: u64, wall: SystemTime) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 << 20);
     hlog::write_header(&mut out, wall).expect("header");
     let mut serializer = V2DeflateSerializer::new();
+    let mut scratch = None;
     for (k, t) in (0..intervals).zip(tables.iter().cycle()) {
-        hlog::write_interval(&mut out, &mut serializer, INTERVAL * k as u32, INTERVAL, t)
+        let start = INTERVAL * k as u32;
+        hlog::write_interval(&mut out, &mut serializer, start, INTERVAL, t, &mut scratch)
             .expect("interval");
     }
     out
@@ -265,7 +269,7 @@ fn summary_merge(c: &mut Criterion) {
     // The totals of a 5-minute run: every distinct table 300 / 5 times.
     let mut once = StatsTable::default();
     for t in &tables {
-        once.add(t);
+        t.add_to(&mut once);
     }
     let mut totals = StatsTable::default();
     for _ in 0..INTERVALS / DISTINCT {

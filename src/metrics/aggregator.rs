@@ -143,6 +143,11 @@ pub struct EndpointCounters {
     pub bytes_received: u64,
 }
 
+/// Offset of interval `index`'s start from the anchor.
+fn start_of(c: AggregatorConfig, index: u64) -> Duration {
+    c.interval * u32::try_from(index).unwrap_or(u32::MAX)
+}
+
 /// One finished interval, as handed to the sink.
 #[derive(Debug)]
 pub struct Interval<'a> {
@@ -150,7 +155,9 @@ pub struct Interval<'a> {
     /// Offset of the interval's start from the anchor.
     pub start: Duration,
     pub length: Duration,
-    pub table: &'a StatsTable,
+    /// The interval's values, sparse (an interval sees few distinct values); sinks make
+    /// one series at a time dense where they need to.
+    pub table: &'a StatsTable<SparseHistogram>,
     pub counters: IntervalCounters,
     /// Per endpoint (index as in the endpoint list); empty with a single endpoint.
     pub endpoints: &'a [EndpointCounters],
@@ -207,8 +214,8 @@ pub struct Aggregator {
     /// Open intervals, sparse: they see few distinct values.
     open: VecDeque<(u64, StatsTable<SparseHistogram>, IntervalCounters)>,
     spare: Vec<StatsTable<SparseHistogram>>,
-    /// A closing interval made dense for its sink; reused.
-    closing: StatsTable,
+    /// The table of intervals that saw nothing.
+    idle: StatsTable<SparseHistogram>,
     flushed_upto: u64,
     offered_total: u64,
     completed_total: u64,
@@ -349,56 +356,54 @@ impl Aggregator {
             }
             let index = *index;
             // Intervals before this one that saw nothing.
-            self.closing.reset();
             let idle = vec![EndpointCounters::default(); self.endpoints.len()];
             while self.flushed_upto < index {
-                self.write(
-                    self.flushed_upto,
-                    IntervalCounters::default(),
-                    &idle,
-                    sink,
-                    c,
-                );
+                let interval = Interval {
+                    index: self.flushed_upto,
+                    start: start_of(c, self.flushed_upto),
+                    length: c.interval,
+                    table: &self.idle,
+                    counters: IntervalCounters::default(),
+                    endpoints: &idle,
+                };
+                Self::write(&interval, &mut self.intervals, &mut self.sink_error, sink);
                 self.flushed_upto += 1;
             }
             let Some((index, mut table, mut counters)) = self.open.pop_front() else {
                 break;
             };
             counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
-            table.add_to(&mut self.closing);
             table.add_to(&mut self.table);
             let mut endpoints = self.endpoint_open.remove(&index).unwrap_or_default();
             if endpoints.len() < self.endpoints.len() {
                 endpoints.resize(self.endpoints.len(), EndpointCounters::default());
             }
-            self.write(index, counters, &endpoints, sink, c);
+            let interval = Interval {
+                index,
+                start: start_of(c, index),
+                length: c.interval,
+                table: &table,
+                counters,
+                endpoints: &endpoints,
+            };
+            Self::write(&interval, &mut self.intervals, &mut self.sink_error, sink);
             table.reset();
             self.spare.push(table);
             self.flushed_upto = index + 1;
         }
     }
 
-    /// Hands interval `index` (its table is `self.closing`) to the sink.
+    /// Hands a finished interval to the sink; counts it whether or not there is one.
     fn write(
-        &mut self,
-        index: u64,
-        counters: IntervalCounters,
-        endpoints: &[EndpointCounters],
+        interval: &Interval<'_>,
+        intervals: &mut u64,
+        sink_error: &mut Option<String>,
         sink: &mut Option<Box<dyn IntervalSink>>,
-        c: AggregatorConfig,
     ) {
-        self.intervals += 1;
+        *intervals += 1;
         if let Some(sink) = sink.as_mut() {
-            let interval = Interval {
-                index,
-                start: c.interval * u32::try_from(index).unwrap_or(u32::MAX),
-                length: c.interval,
-                table: &self.closing,
-                counters,
-                endpoints,
-            };
-            if let Err(e) = sink.interval(&interval) {
-                self.sink_error.get_or_insert(e.to_string());
+            if let Err(e) = sink.interval(interval) {
+                sink_error.get_or_insert(e.to_string());
             }
         }
     }
@@ -585,7 +590,8 @@ mod tests {
 
     impl IntervalSink for Capture {
         fn interval(&mut self, interval: &Interval<'_>) -> std::io::Result<()> {
-            let copy = interval.table.clone();
+            let mut copy = StatsTable::default();
+            interval.table.add_to(&mut copy);
             self.0
                 .lock()
                 .unwrap()

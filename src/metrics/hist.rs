@@ -67,6 +67,9 @@ pub trait Recording: std::fmt::Debug + Clone {
     /// Forgets every value, keeping memory for reuse.
     fn clear(&mut self);
     fn is_empty(&self) -> bool;
+    /// The values as a dense histogram: itself, or materialized into `scratch` (made on
+    /// first use and reused, so one dense histogram serves any number of sparse ones).
+    fn dense<'a>(&'a self, scratch: &'a mut Option<Histogram<u64>>) -> &'a Histogram<u64>;
 }
 
 impl Recording for Histogram<u64> {
@@ -84,6 +87,10 @@ impl Recording for Histogram<u64> {
 
     fn is_empty(&self) -> bool {
         Histogram::is_empty(self)
+    }
+
+    fn dense<'a>(&'a self, _scratch: &'a mut Option<Histogram<u64>>) -> &'a Histogram<u64> {
+        self
     }
 }
 
@@ -164,6 +171,13 @@ impl SparseHistogram {
 impl Recording for SparseHistogram {
     fn empty() -> Self {
         SparseHistogram::default()
+    }
+
+    fn dense<'a>(&'a self, scratch: &'a mut Option<Histogram<u64>>) -> &'a Histogram<u64> {
+        let h = scratch.get_or_insert_with(new_histogram);
+        h.reset();
+        self.add_to(h);
+        h
     }
 
     fn record_us(&mut self, value: u64) {

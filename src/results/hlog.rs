@@ -18,14 +18,14 @@ use hdrhistogram::serialization::interval_log::{
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
-use crate::metrics::hist::{new_histogram, SparseHistogram};
+use crate::metrics::hist::{new_histogram, Recording, SparseHistogram};
 use crate::metrics::{Op, SizeClass, Stats, StatsTable};
 
 /// The histogram metrics of a cell, as tag suffixes.
 pub const METRICS: [&str; 5] = ["latency", "service", "lag", "ttfb", "error"];
 
 /// The histograms of a cell by metric name.
-pub fn cell_histograms(stats: &Stats) -> [(&'static str, Option<&Histogram<u64>>); 5] {
+pub fn cell_histograms<H>(stats: &Stats<H>) -> [(&'static str, Option<&H>); 5] {
     [
         ("latency", Some(&stats.latency)),
         ("service", stats.service.as_ref()),
@@ -84,25 +84,28 @@ pub fn write_header(out: &mut impl Write, anchor: SystemTime) -> io::Result<()> 
         .map(|_| ())
 }
 
-/// Appends the histograms of one interval.
+/// Appends the histograms of one interval, kept sparse by the aggregator; each is made
+/// dense in `scratch` in turn for the encoder.
 pub fn write_interval(
     out: &mut impl Write,
     serializer: &mut V2DeflateSerializer,
     start: Duration,
     length: Duration,
-    table: &StatsTable,
+    table: &StatsTable<SparseHistogram>,
+    scratch: &mut Option<Histogram<u64>>,
 ) -> io::Result<()> {
-    write_table(out, serializer, start, length, table, tag_of)
+    write_table(out, serializer, start, length, table, scratch, tag_of)
 }
 
 /// Appends every non-empty histogram of `table`, spanning `start..start + length`, tagged
 /// by `tag` (interval logs use [`tag_of`]; `endpoints.hlog` prefixes the endpoint).
-pub fn write_table(
+pub fn write_table<H: Recording>(
     out: &mut impl Write,
     serializer: &mut V2DeflateSerializer,
     start: Duration,
     length: Duration,
-    table: &StatsTable,
+    table: &StatsTable<H>,
+    scratch: &mut Option<Histogram<u64>>,
     tag: impl Fn(Op, SizeClass, &str) -> String,
 ) -> io::Result<()> {
     let mut writer = IntervalLogWriterBuilder::new()
@@ -115,7 +118,7 @@ pub fn write_table(
             };
             let tag = tag(*op, *class, metric);
             writer
-                .write_histogram(h, start, length, Tag::new(&tag))
+                .write_histogram(h.dense(scratch), start, length, Tag::new(&tag))
                 .map_err(|e| io::Error::other(format!("{e:?}")))?;
         }
     }
@@ -311,8 +314,8 @@ mod tests {
 
     #[test]
     fn round_trip_is_exact() {
-        let mut t0 = StatsTable::default();
-        let mut t1 = StatsTable::default();
+        let mut t0 = StatsTable::<SparseHistogram>::default();
+        let mut t1 = StatsTable::<SparseHistogram>::default();
         for ms in [1, 5, 10, 250] {
             t0.record(&sample(Op::BlobGet, ms));
             t1.record(&sample(Op::ManifestGet, ms * 2));
@@ -325,8 +328,9 @@ mod tests {
         .unwrap();
         let mut ser = V2DeflateSerializer::new();
         let sec = Duration::from_secs(1);
-        write_interval(&mut out, &mut ser, Duration::ZERO, sec, &t0).unwrap();
-        write_interval(&mut out, &mut ser, sec * 3, sec, &t1).unwrap();
+        let mut scratch = None;
+        write_interval(&mut out, &mut ser, Duration::ZERO, sec, &t0, &mut scratch).unwrap();
+        write_interval(&mut out, &mut ser, sec * 3, sec, &t1, &mut scratch).unwrap();
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(text.contains("#[StartTime: 1700000000.000"), "{text}");
         assert!(text.contains("Tag=blob_get.lt_1mib.latency,"), "{text}");
@@ -334,7 +338,9 @@ mod tests {
         assert_eq!(back.start_time, Some(Duration::from_secs(1_700_000_000)));
         assert_eq!(back.intervals.len(), 2);
         let h = back.intervals[&0]["blob_get.lt_1mib.latency"].to_dense();
-        let original = &t0.op_total(Op::BlobGet).unwrap().latency;
+        let mut dense = StatsTable::default();
+        t0.add_to(&mut dense);
+        let original = &dense.op_total(Op::BlobGet).unwrap().latency;
         assert_eq!(&h, original);
         assert!(back.intervals[&3].contains_key("manifest_get.lt_1mib.latency"));
     }

@@ -421,7 +421,8 @@ pub fn write_endpoint_histograms(
             &mut serializer,
             Duration::ZERO,
             duration,
-            table,
+            *table,
+            &mut None,
             |op, class, metric| endpoint_tag(*index, op, class, metric),
         )?;
     }

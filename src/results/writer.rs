@@ -11,8 +11,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::Histogram;
 
 use super::hlog;
+use crate::metrics::hist::{new_histogram, Recording};
 use crate::metrics::{Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable};
 
 /// Operations with their own columns in `timeline.csv` (count, p50, p99).
@@ -106,8 +108,9 @@ fn ms(us: u64) -> String {
     format!("{:.3}", us as f64 / 1000.0)
 }
 
-/// One row of `timeline.csv` for an interval's table and counters.
-pub fn timeline_row(interval: &Interval<'_>) -> Vec<String> {
+/// One row of `timeline.csv` for an interval's table and counters; percentiles are read
+/// from `scratch`, a dense histogram each series is added into in turn.
+pub fn timeline_row(interval: &Interval<'_>, scratch: &mut Option<Histogram<u64>>) -> Vec<String> {
     let t = interval.table;
     let mut ok = 0;
     let mut errors = 0;
@@ -122,7 +125,7 @@ pub fn timeline_row(interval: &Interval<'_>) -> Vec<String> {
             received += s.bytes_received;
         }
         if let Some(lag) = s.schedule_lag.as_ref().filter(|h| !h.is_empty()) {
-            let p = lag.value_at_quantile(0.99);
+            let p = lag.dense(scratch).value_at_quantile(0.99);
             lag_p99 = Some(lag_p99.map_or(p, |x| x.max(p)));
         }
     }
@@ -144,22 +147,21 @@ pub fn timeline_row(interval: &Interval<'_>) -> Vec<String> {
         lag_p99.map(ms).unwrap_or_default(),
     ];
     for op in TIMELINE_FAMILIES {
-        match t.op_total(op) {
-            Some(s) if !s.latency.is_empty() => {
-                row.push(s.count.to_string());
-                row.push(ms(s.latency.value_at_quantile(0.5)));
-                row.push(ms(s.latency.value_at_quantile(0.99)));
-            }
-            Some(s) => {
-                row.push(s.count.to_string());
-                row.push(String::new());
-                row.push(String::new());
-            }
-            None => {
-                row.push("0".into());
-                row.push(String::new());
-                row.push(String::new());
-            }
+        // Every size class of the family, added together.
+        let latency = scratch.get_or_insert_with(new_histogram);
+        latency.reset();
+        let mut count = 0;
+        for (_, s) in t.cells().filter(|((o, _), _)| *o == op) {
+            count += s.count;
+            s.latency.add_to(latency);
+        }
+        row.push(count.to_string());
+        if latency.is_empty() {
+            row.push(String::new());
+            row.push(String::new());
+        } else {
+            row.push(ms(latency.value_at_quantile(0.5)));
+            row.push(ms(latency.value_at_quantile(0.99)));
         }
     }
     row
@@ -176,6 +178,8 @@ pub struct ResultWriter {
     endpoint_count: usize,
     /// Created with the first interval that has endpoints.
     endpoints: Option<csv::Writer<BufWriter<File>>>,
+    /// The one dense histogram the interval's sparse series are made dense in, in turn.
+    scratch: Option<Histogram<u64>>,
 }
 
 impl std::fmt::Debug for ResultWriter {
@@ -236,6 +240,7 @@ impl ResultWriter {
             requests,
             endpoint_count: endpoints,
             endpoints: None,
+            scratch: None,
         })
     }
 
@@ -258,9 +263,10 @@ impl IntervalSink for ResultWriter {
             interval.start,
             interval.length,
             interval.table,
+            &mut self.scratch,
         )?;
         self.hlog.flush()?;
-        let mut row = timeline_row(interval);
+        let mut row = timeline_row(interval, &mut self.scratch);
         row.extend(endpoint_values(self.endpoint_count, interval.endpoints));
         self.timeline.write_record(row)?;
         self.timeline.flush()?;
