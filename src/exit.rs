@@ -48,6 +48,40 @@ where
     }
 }
 
+/// The whole process for parsed flags: diagnostics to stderr (`-v`, `RUST_LOG`), the async
+/// runtime, Ctrl-C wired to a two-stage shutdown, the command; the exit code. The binary's
+/// `main` (and the heap-counting example) are this and nothing else.
+pub fn main_with(cli: Cli) -> u8 {
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("creb-rs: error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    let status = runtime.block_on(async {
+        let shutdown = Shutdown::new();
+        shutdown.listen_for_signals();
+        run_with(cli, shutdown).await
+    });
+    status.code()
+}
+
 /// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
