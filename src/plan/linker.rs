@@ -75,8 +75,10 @@ const MAX_SESSION_LAYERS: usize = 256;
 pub struct SessionLinker {
     gap_ms: i64,
     state: HashMap<(Sym, Sym), ClientRepo>,
-    /// Upload heads → digest named by a preceding HEAD 404.
-    upload_digest: HashMap<Position, Sym>,
+    /// The latest upload head and the digest a preceding HEAD 404 named for it. One slot:
+    /// the caller takes it right after that head's [`SessionLinker::role`], or never (a
+    /// second pass, which has the digest from its catalog); either way nothing piles up.
+    upload_digest: Option<(Position, Sym)>,
     seen: u64,
 }
 
@@ -85,20 +87,26 @@ impl SessionLinker {
         SessionLinker {
             gap_ms: gap_ms.max(1),
             state: HashMap::new(),
-            upload_digest: HashMap::new(),
+            upload_digest: None,
             seen: 0,
         }
     }
 
-    /// Entries kept between records: client sessions within the gap, digests not taken.
+    /// Entries kept between records: client sessions within the gap.
     pub fn held_entries(&self) -> usize {
-        self.state.len() + self.upload_digest.len()
+        self.state.len()
     }
 
-    /// The digest a HEAD 404 named for the upload at `head`, if any. Taken once: the
-    /// caller records it with the upload.
+    /// The digest a HEAD 404 named for the upload at `head` (the latest head), if any.
+    /// Taken once: the caller records it with the upload.
     pub fn take_upload_digest(&mut self, head: Position) -> Option<Sym> {
-        self.upload_digest.remove(&head)
+        match self.upload_digest {
+            Some((at, digest)) if at == head => {
+                self.upload_digest = None;
+                Some(digest)
+            }
+            _ => None,
+        }
     }
 
     fn evict(&mut self, now_ms: i64) {
@@ -136,7 +144,7 @@ impl SessionLinker {
                     last_ms: now,
                 });
                 if let Some(d) = s.missing.pop_front() {
-                    self.upload_digest.insert(pos, d);
+                    self.upload_digest = Some((pos, d));
                 }
                 push_layer(s, PushedLayer::Upload(pos));
                 Role::UploadHead
@@ -168,7 +176,7 @@ impl SessionLinker {
                             });
                         }
                         if let Some(d) = s.missing.pop_front() {
-                            self.upload_digest.insert(pos, d);
+                            self.upload_digest = Some((pos, d));
                         }
                         push_layer(s, PushedLayer::Upload(pos));
                         Role::UploadHead

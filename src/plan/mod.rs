@@ -796,11 +796,6 @@ where
                 Item::Record(record) => {
                     self.sweep_pulls(record.time_ms);
                     let role = self.linker.role(&record);
-                    if matches!(role, Role::UploadHead) {
-                        // The catalog took this digest in pass 1; here the linker would
-                        // keep it for good.
-                        let _ = self.linker.take_upload_digest((record.file, record.number));
-                    }
                     if !self.options.shard.owns(self.shard_key(&record, &role)) {
                         continue;
                     }
@@ -882,7 +877,8 @@ mod tests {
         // A stationary push-heavy trace (uploads after HEAD 404s, chunked uploads, pulls)
         // of 2,000 sessions, ~120 of them within one session gap at any time: the state
         // kept between records must level off, not grow with the records read. (It grew
-        // with every upload while pass 2 left the HEAD-404 digests in the linker.)
+        // with every upload while the linker kept every HEAD-404 digest until taken, and
+        // pass 2 never took them.)
         let synth = SynthOptions {
             sessions: 2000,
             clients: 200,
