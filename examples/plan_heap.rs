@@ -1,6 +1,8 @@
 //! The planner alone, with a counting allocator: live heap after the catalog and every
 //! 100k planned operations of a trace, no network. Separates what planning keeps from what
-//! a run keeps (`heap_trace`); used for the memory figures in `docs/benchmarks.md`:
+//! a run keeps (`heap_trace`); used for the memory figures in `docs/benchmarks.md`. It also
+//! prints a fingerprint of the whole plan (SHA-256 of every planned item), so a change
+//! meant to keep the plan can be checked to keep it:
 //!
 //! ```sh
 //! cargo build --release --example plan_heap
@@ -11,6 +13,8 @@
 #![allow(unsafe_code)]
 
 use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
 use std::process::ExitCode;
 
 use creb::exec::canary::available_cores;
@@ -64,8 +68,11 @@ fn run(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut planner = Planner::new(&catalog, reader, options);
     let mut ops = 0u64;
+    let mut fingerprint = Sha256::new();
     while let Some(item) = planner.next() {
-        if let PlanItem::Op(_) = item? {
+        let item = item?;
+        fingerprint.update(format!("{item:?}\n").as_bytes());
+        if let PlanItem::Op(_) = item {
             ops += 1;
             if ops % 100_000 == 0 {
                 println!(
@@ -76,6 +83,9 @@ fn run(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    println!("{ops} operations planned");
+    println!(
+        "{ops} operations planned; plan fingerprint {}",
+        hex::encode(fingerprint.finalize())
+    );
     Ok(())
 }

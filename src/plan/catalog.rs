@@ -10,11 +10,13 @@
 //!
 //! The catalog is built from the whole trace, not a shard, so every host derives the same
 //! objects, contents and digests. Its size grows with distinct objects and uploads, never
-//! with the number of records.
+//! with the number of records. Built, it keeps its facts in sorted vectors
+//! ([`SortedMap`]): exactly the entries, read by binary search for the rest of the run.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use super::linker::{Position, PushedLayer, Role, SessionLinker};
+use super::sorted_map::SortedMap;
 use crate::content::ContentSpec;
 use crate::oci::Digest;
 use crate::trace::{Interner, Item, Method, Record, Sym, Target, TraceError};
@@ -34,6 +36,17 @@ pub struct UploadFacts {
     pub repo: Option<Sym>,
     pub client: Option<Sym>,
     pub time_ms: i64,
+    /// SHA-256 of the content it sends, once computed ([`Catalog::compute_digests`]).
+    pub sha256: Option<[u8; 32]>,
+}
+
+/// A blob the run reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlobFacts {
+    /// Largest `written` of its successful GETs (0 if only HEADs: size unknown).
+    pub size: u64,
+    /// SHA-256 of its generated content, once computed ([`Catalog::compute_digests`]).
+    pub sha256: Option<[u8; 32]>,
 }
 
 /// A manifest the run reads.
@@ -91,22 +104,34 @@ pub struct Catalog {
     pub end_ms: i64,
     /// Items the trace holds (valid or not), after limits.
     pub items: u64,
-    pub blob_sizes: HashMap<Sym, u64>,
-    /// (repository, trace digest) of every blob read: prewarm pushes these.
-    pub blob_reads: BTreeSet<(Sym, Sym)>,
+    /// Every blob read, by trace digest: its size and content digest.
+    pub blobs: SortedMap<Sym, BlobFacts>,
+    /// (repository, trace digest) of every blob read, sorted: prewarm pushes these.
+    pub blob_reads: Box<[(Sym, Sym)]>,
     /// (repository, reference) of every manifest read.
-    pub manifests: BTreeMap<(Sym, Sym), ManifestFacts>,
-    pub uploads: HashMap<Position, UploadFacts>,
-    /// Repositories whose pushes need a filler layer (a manifest PUT with no layer seen).
+    pub manifests: SortedMap<(Sym, Sym), ManifestFacts>,
+    /// Every upload, by the position of its head record.
+    pub uploads: SortedMap<Position, UploadFacts>,
+    /// Repositories that get a filler layer: a manifest PUT with no layer seen, or a
+    /// manifest read that references no pulled blob.
     pub filler_repos: BTreeSet<Sym>,
     /// Every manifest PUT of the trace, by position: prewarm pushes their config blobs.
-    pub pushes: BTreeMap<Position, PushFacts>,
-    /// SHA-256 of blob content by trace digest, and of uploads by head position (32 raw
-    /// bytes each: a catalog of a long trace holds hundreds of thousands).
-    pub blob_digests: HashMap<Sym, [u8; 32]>,
-    pub upload_digests: HashMap<Position, [u8; 32]>,
+    pub pushes: SortedMap<Position, PushFacts>,
+    /// SHA-256 of each repository's filler layer.
     pub filler_digests: HashMap<Sym, [u8; 32]>,
     content: ContentOptions,
+}
+
+/// The catalog while pass 1 reads the trace: maps that take inserts, sealed into the
+/// catalog's sorted vectors at the end.
+#[derive(Default)]
+struct Draft {
+    blob_sizes: HashMap<Sym, u64>,
+    blob_reads: BTreeSet<(Sym, Sym)>,
+    manifests: HashMap<(Sym, Sym), ManifestFacts>,
+    uploads: HashMap<Position, UploadFacts>,
+    filler_repos: BTreeSet<Sym>,
+    pushes: Vec<(Position, PushFacts)>,
 }
 
 impl Catalog {
@@ -119,6 +144,7 @@ impl Catalog {
             content,
             ..Catalog::default()
         };
+        let mut draft = Draft::default();
         let mut linker = SessionLinker::new(gap_ms);
         for item in items {
             let item = item?;
@@ -127,12 +153,44 @@ impl Catalog {
                 catalog.origin_ms.get_or_insert(record.time_ms);
                 catalog.end_ms = catalog.end_ms.max(record.time_ms);
                 let role = linker.role(&record);
-                catalog.learn(&record, &role, &mut linker);
+                draft.learn(&record, &role, &mut linker);
             }
         }
+        let Draft {
+            blob_sizes,
+            blob_reads,
+            manifests,
+            uploads,
+            mut filler_repos,
+            pushes,
+        } = draft;
+        catalog.blobs = blob_reads
+            .iter()
+            .map(|(_, digest)| {
+                let size = blob_sizes.get(digest).copied().unwrap_or(0);
+                (*digest, BlobFacts { size, sha256: None })
+            })
+            .collect();
+        drop(blob_sizes);
+        catalog.blob_reads = blob_reads.into_iter().collect();
+        catalog.manifests = manifests
+            .into_iter()
+            .map(|(key, mut facts)| {
+                if facts.layers.is_empty() {
+                    filler_repos.insert(key.0);
+                }
+                facts.layers.shrink_to_fit();
+                (key, facts)
+            })
+            .collect();
+        catalog.uploads = uploads.into_iter().collect();
+        catalog.filler_repos = filler_repos;
+        catalog.pushes = pushes.into_iter().collect();
         Ok(catalog)
     }
+}
 
+impl Draft {
     fn learn(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker) {
         let pos = (r.file, r.number);
         let ok = r.status > 0 && r.status < 400;
@@ -149,6 +207,7 @@ impl Catalog {
                         repo: r.target.repo(),
                         client: r.client,
                         time_ms: r.time_ms,
+                        sha256: None,
                     },
                 );
             }
@@ -170,7 +229,7 @@ impl Catalog {
                     if layers.is_empty() {
                         self.filler_repos.insert(repo);
                     }
-                    self.pushes.insert(
+                    self.pushes.push((
                         pos,
                         PushFacts {
                             repo,
@@ -181,7 +240,7 @@ impl Catalog {
                             size: r.size,
                             layers: layers.clone(),
                         },
-                    );
+                    ));
                 }
             }
             _ => {}
@@ -209,20 +268,26 @@ impl Catalog {
             _ => {}
         }
     }
+}
 
+impl Catalog {
     pub fn content_options(&self) -> ContentOptions {
         self.content
+    }
+
+    /// A trace blob's recorded size, or the size given to blobs of unknown size.
+    fn known_blob_size(&self, digest: Sym) -> u64 {
+        self.blobs
+            .get(&digest)
+            .map(|b| b.size)
+            .filter(|s| *s > 0)
+            .unwrap_or(self.content.unknown_blob_size)
     }
 
     /// The content of a blob of the trace.
     pub fn blob_content(&self, digest: Sym) -> ContentSpec {
         let name = self.names.resolve(digest);
-        let size = self
-            .blob_sizes
-            .get(&digest)
-            .copied()
-            .filter(|s| *s > 0)
-            .unwrap_or(self.content.unknown_blob_size);
+        let size = self.known_blob_size(digest);
         ContentSpec::new(
             self.content.seed,
             format!("trace/blob/{name}").as_bytes(),
@@ -239,9 +304,7 @@ impl Catalog {
         } else {
             facts
                 .digest
-                .and_then(|d| self.blob_sizes.get(&d).copied())
-                .filter(|s| *s > 0)
-                .unwrap_or(self.content.unknown_blob_size)
+                .map_or(self.content.unknown_blob_size, |d| self.known_blob_size(d))
         };
         let client = facts.client.map_or("", |c| self.names.resolve(c));
         let repo = facts.repo.map_or("", |r| self.names.resolve(r));
@@ -259,16 +322,6 @@ impl Catalog {
         )
     }
 
-    /// Every repository whose manifests reference no pulled blob, or whose pushes have no
-    /// layer: they get a filler layer.
-    pub fn needs_filler(&self, repo: Sym) -> bool {
-        self.filler_repos.contains(&repo)
-            || self
-                .manifests
-                .iter()
-                .any(|((r, _), m)| *r == repo && m.layers.is_empty())
-    }
-
     /// Computes the digest of every piece of generated content, on `threads` threads.
     pub fn compute_digests(&mut self, threads: usize) {
         enum Key {
@@ -277,23 +330,14 @@ impl Catalog {
             Filler(Sym),
         }
         let mut jobs: Vec<(Key, ContentSpec)> = Vec::new();
-        let blobs: BTreeSet<Sym> = self.blob_reads.iter().map(|(_, d)| *d).collect();
-        for d in blobs {
-            jobs.push((Key::Blob(d), self.blob_content(d)));
+        for d in self.blobs.keys() {
+            jobs.push((Key::Blob(*d), self.blob_content(*d)));
         }
-        let mut heads: Vec<Position> = self.uploads.keys().copied().collect();
-        heads.sort_unstable();
-        for head in heads {
-            jobs.push((Key::Upload(head), self.upload_content(head)));
+        for head in self.uploads.keys() {
+            jobs.push((Key::Upload(*head), self.upload_content(*head)));
         }
-        let mut filler_repos: BTreeSet<Sym> = self.filler_repos.clone();
-        for ((repo, _), m) in &self.manifests {
-            if m.layers.is_empty() {
-                filler_repos.insert(*repo);
-            }
-        }
-        for repo in filler_repos {
-            jobs.push((Key::Filler(repo), self.filler_content(repo)));
+        for repo in &self.filler_repos {
+            jobs.push((Key::Filler(*repo), self.filler_content(*repo)));
         }
         // Largest first, so the threads finish together.
         jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
@@ -322,10 +366,14 @@ impl Catalog {
         for (key, digest) in results.into_iter().flatten() {
             match key {
                 Key::Blob(d) => {
-                    self.blob_digests.insert(d, digest);
+                    if let Some(blob) = self.blobs.get_mut(&d) {
+                        blob.sha256 = Some(digest);
+                    }
                 }
                 Key::Upload(p) => {
-                    self.upload_digests.insert(p, digest);
+                    if let Some(upload) = self.uploads.get_mut(&p) {
+                        upload.sha256 = Some(digest);
+                    }
                 }
                 Key::Filler(r) => {
                     self.filler_digests.insert(r, digest);
@@ -337,18 +385,18 @@ impl Catalog {
     /// The digest of a trace blob's content (computing it if it was not precomputed).
     pub fn blob_digest(&self, digest: Sym) -> Digest {
         Digest::from_sha256(
-            self.blob_digests
+            self.blobs
                 .get(&digest)
-                .copied()
+                .and_then(|b| b.sha256)
                 .unwrap_or_else(|| self.blob_content(digest).sha256()),
         )
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
         Digest::from_sha256(
-            self.upload_digests
+            self.uploads
                 .get(&head)
-                .copied()
+                .and_then(|u| u.sha256)
                 .unwrap_or_else(|| self.upload_content(head).sha256()),
         )
     }

@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod linker;
+pub mod sorted_map;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -981,7 +982,12 @@ mod tests {
         let synth = SynthOptions::default();
         let digests = |seed| {
             let (cat, items, _) = plan_of(&synth, seed, options(ShardSpec::ALL, ShardBy::Client));
-            let mut d: Vec<String> = cat.blob_digests.values().map(hex::encode).collect();
+            let mut d: Vec<String> = cat
+                .blobs
+                .values()
+                .filter_map(|b| b.sha256)
+                .map(hex::encode)
+                .collect();
             d.sort();
             (d, items)
         };

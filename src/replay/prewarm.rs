@@ -12,8 +12,6 @@
 //! registry accepts a manifest only when it holds the manifest's blobs, so a manifest's
 //! config and layers are also put on the manifest's own endpoints.
 
-use std::collections::BTreeSet;
-
 use futures_util::{stream, StreamExt};
 
 use crate::metrics::Event;
@@ -65,14 +63,10 @@ async fn ensure_blob(
 
 /// Objects prewarm handles: blobs read, filler layers, configs and manifests.
 pub fn job_count(catalog: &Catalog) -> u64 {
-    let mut fillers: BTreeSet<Sym> = catalog.filler_repos.clone();
-    for ((repo, _), m) in &catalog.manifests {
-        if m.layers.is_empty() {
-            fillers.insert(*repo);
-        }
-    }
-    (catalog.blob_reads.len() + fillers.len() + catalog.pushes.len() + catalog.manifests.len())
-        as u64
+    (catalog.blob_reads.len()
+        + catalog.filler_repos.len()
+        + catalog.pushes.len()
+        + catalog.manifests.len()) as u64
 }
 
 /// The layers of a manifest the run reads, with their bytes (the filler when it has none).
@@ -140,12 +134,7 @@ pub async fn prewarm(
     }
 
     // Blobs: reads, then filler layers.
-    let mut filler_repos: BTreeSet<Sym> = catalog.filler_repos.clone();
-    for ((repo, _), m) in &catalog.manifests {
-        if m.layers.is_empty() {
-            filler_repos.insert(*repo);
-        }
-    }
+    let filler_repos = &catalog.filler_repos;
     let mut blob_jobs = Vec::with_capacity(catalog.blob_reads.len() + filler_repos.len());
     for (repo, d) in &catalog.blob_reads {
         blob_jobs.push((
@@ -154,7 +143,7 @@ pub async fn prewarm(
             BlobSource::Content(catalog.blob_content(*d)),
         ));
     }
-    for repo in &filler_repos {
+    for repo in filler_repos {
         blob_jobs.push((
             naming.repo(catalog, *repo),
             catalog.filler_digest(*repo),

@@ -10,71 +10,149 @@
 //! (seconds), `http.response.status`, `http.response.written` (bytes, the object size), `id`.
 
 use std::fmt;
+use std::hash::BuildHasher;
 
 /// An interned string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym(pub u32);
 
-/// Interns strings; lookups and inserts are by value. Each distinct string is stored once
-/// (an `IndexSet`: its position is the symbol).
+/// Interns strings; lookups and inserts are by value. Each distinct string is stored once,
+/// back to back in one buffer (a [`NameTable`]): a symbol costs its bytes plus about ten
+/// bytes of index, not an allocation of its own. A long trace has hundreds of thousands of
+/// distinct names; they are most of what a replay holds (`docs/replay.md#memory`).
 ///
 /// [`Interner::freeze`] moves the names into a shared, read-only base, so the replay's second
 /// pass over the trace — which meets the same names — shares the catalog's names instead of
 /// copying them; names new to the base go into a small private overlay.
 #[derive(Debug, Default, Clone)]
 pub struct Interner {
-    base: std::sync::Arc<indexmap::IndexSet<Box<str>>>,
-    own: indexmap::IndexSet<Box<str>>,
+    base: std::sync::Arc<NameTable>,
+    own: NameTable,
+    /// Hashes names for both tables, so one hash serves both lookups.
+    hasher: std::hash::RandomState,
 }
 
 impl Interner {
     pub fn intern(&mut self, s: &str) -> Sym {
-        if let Some(sym) = self.get(s) {
-            return sym;
+        let hash = self.hasher.hash_one(s);
+        if let Some(i) = self.base.find(hash, s) {
+            return Sym(i);
         }
-        let (i, _) = self.own.insert_full(s.into());
-        Sym((self.base.len() + i) as u32)
+        let i = match self.own.find(hash, s) {
+            Some(i) => i,
+            None => self.own.push(hash, s, &self.hasher),
+        };
+        Sym(self.base.len() + i)
     }
 
     pub fn get(&self, s: &str) -> Option<Sym> {
+        let hash = self.hasher.hash_one(s);
         self.base
-            .get_index_of(s)
-            .or_else(|| self.own.get_index_of(s).map(|i| self.base.len() + i))
-            .map(|i| Sym(i as u32))
+            .find(hash, s)
+            .or_else(|| self.own.find(hash, s).map(|i| self.base.len() + i))
+            .map(Sym)
     }
 
     pub fn resolve(&self, sym: Sym) -> &str {
-        let i = sym.0 as usize;
-        let name = match i.checked_sub(self.base.len()) {
-            None => self.base.get_index(i),
-            Some(j) => self.own.get_index(j),
-        };
-        name.map_or("", |s| s)
+        match sym.0.checked_sub(self.base.len()) {
+            None => self.base.name(sym.0),
+            Some(j) => self.own.name(j),
+        }
     }
 
     /// Makes every name so far part of the shared base: clones made afterwards share them.
     /// Symbols keep their values.
     pub fn freeze(&mut self) {
-        if self.own.is_empty() {
+        if self.own.len() == 0 {
             return;
         }
         let own = std::mem::take(&mut self.own);
-        match std::sync::Arc::get_mut(&mut self.base) {
-            Some(base) => base.extend(own),
-            None => {
-                let mut all = (*self.base).clone();
-                all.extend(own);
-                self.base = std::sync::Arc::new(all);
-            }
+        let base = std::sync::Arc::make_mut(&mut self.base);
+        for i in 0..own.len() {
+            let name = own.name(i);
+            base.push(self.hasher.hash_one(name), name, &self.hasher);
         }
+        base.shrink_to_fit(&self.hasher);
     }
 
     pub fn len(&self) -> usize {
-        self.base.len() + self.own.len()
+        (self.base.len() + self.own.len()) as usize
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes the names and their index hold (the shared base and the overlay).
+    pub fn heap_bytes(&self) -> usize {
+        self.base.heap_bytes() + self.own.heap_bytes()
+    }
+}
+
+/// Distinct names in insertion order: their bytes back to back in one `String`, where each
+/// ends, and a hash index of name numbers looked up by content.
+#[derive(Clone, Default)]
+struct NameTable {
+    bytes: String,
+    ends: Vec<u32>,
+    index: hashbrown::HashTable<u32>,
+}
+
+impl fmt::Debug for NameTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NameTable")
+            .field("names", &self.ends.len())
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// The `i`th name of a table's parts; `""` past the end.
+fn name_at<'a>(bytes: &'a str, ends: &[u32], i: u32) -> &'a str {
+    let i = i as usize;
+    let Some(&end) = ends.get(i) else {
+        return "";
+    };
+    let start = i.checked_sub(1).map_or(0, |p| ends[p] as usize);
+    &bytes[start..end as usize]
+}
+
+impl NameTable {
+    fn len(&self) -> u32 {
+        self.ends.len() as u32
+    }
+
+    fn name(&self, i: u32) -> &str {
+        name_at(&self.bytes, &self.ends, i)
+    }
+
+    fn find(&self, hash: u64, s: &str) -> Option<u32> {
+        self.index.find(hash, |&i| self.name(i) == s).copied()
+    }
+
+    /// Appends a name not yet in the table; returns its number.
+    fn push(&mut self, hash: u64, s: &str, hasher: &std::hash::RandomState) -> u32 {
+        let i = self.len();
+        self.bytes.push_str(s);
+        // Offsets are 32-bit: a trace's distinct names would need 4 GiB of text to overflow.
+        let end = u32::try_from(self.bytes.len()).expect("trace names exceed 4 GiB");
+        self.ends.push(end);
+        let (bytes, ends) = (&self.bytes, &self.ends);
+        self.index
+            .insert_unique(hash, i, |&j| hasher.hash_one(name_at(bytes, ends, j)));
+        i
+    }
+
+    fn shrink_to_fit(&mut self, hasher: &std::hash::RandomState) {
+        self.bytes.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        let (bytes, ends) = (&self.bytes, &self.ends);
+        self.index
+            .shrink_to_fit(|&j| hasher.hash_one(name_at(bytes, ends, j)));
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.bytes.capacity() + self.ends.capacity() * 4 + self.index.allocation_size()
     }
 }
 
