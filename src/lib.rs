@@ -19,6 +19,7 @@ pub mod content;
 pub mod exec;
 pub mod exit;
 pub mod experiment;
+pub mod fast_hash;
 pub mod merge;
 pub mod metrics;
 pub mod oci;

@@ -11,7 +11,8 @@
 //! again), and at most [`KEEP_COMPLETED`] completed entries stay. A manifest PUT is planned
 //! right after the uploads of its push, so its uploads are among the last few thousand.
 
-use std::collections::{HashMap, VecDeque};
+use crate::fast_hash::FastHashMap;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
@@ -23,7 +24,7 @@ pub const KEEP_COMPLETED: usize = 4096;
 #[derive(Debug, Default)]
 struct State {
     /// Upload → `None` while in flight, then (succeeded, start).
-    entries: HashMap<u64, Option<(bool, Instant)>>,
+    entries: FastHashMap<u64, Option<(bool, Instant)>>,
     /// Completed uploads, oldest first (the eviction order).
     completed: VecDeque<u64>,
 }

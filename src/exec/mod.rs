@@ -24,7 +24,6 @@
 pub mod canary;
 mod deps;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::deps::Deps;
+use crate::fast_hash::FastHashMap;
 use crate::metrics::{
     ErrorKind, Event, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
 };
@@ -502,7 +502,7 @@ pub async fn execute_on(
         progress: progress.clone(),
     };
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
-    let mut in_flight: HashMap<tokio::task::Id, InFlight> = HashMap::new();
+    let mut in_flight: FastHashMap<tokio::task::Id, InFlight> = FastHashMap::default();
     let mut report = ExecReport::default();
     let cancelled = shutdown.token().clone();
     if anchor > Instant::now() {
@@ -513,7 +513,7 @@ pub async fn execute_on(
     }
 
     let reap = |res: Result<(tokio::task::Id, TaskDone), tokio::task::JoinError>,
-                in_flight: &mut HashMap<tokio::task::Id, InFlight>,
+                in_flight: &mut FastHashMap<tokio::task::Id, InFlight>,
                 report: &mut ExecReport|
      -> Option<InFlight> {
         match res {
@@ -614,7 +614,15 @@ pub async fn execute_on(
             started,
             records: op.records(),
         };
-        let handle = tasks.spawn(run_task(op, choice, intended, env.clone(), permit));
+        // Boxed: the task's future is a few kilobytes (the whole client call inline), and
+        // the runtime would otherwise copy it into the task and again on completion.
+        let handle = tasks.spawn(Box::pin(run_task(
+            op,
+            choice,
+            intended,
+            env.clone(),
+            permit,
+        )));
         in_flight.insert(handle.id(), meta);
         report.max_in_flight = report.max_in_flight.max(in_flight.len());
     }

@@ -9,7 +9,8 @@
 //! directory's interval log and timeline — and added into the run's totals. The totals are
 //! therefore exactly the sum of the intervals, and a crash loses at most the open intervals.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use crate::fast_hash::FastHashMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -209,8 +210,8 @@ pub struct Aggregator {
     /// list). Every sample recorded through an endpoint's recorder is in exactly one.
     pub endpoints: Vec<StatsTable>,
     /// Per-endpoint counters of the open intervals, by interval index.
-    endpoint_open: HashMap<u64, Vec<EndpointCounters>>,
-    sessions: HashMap<u64, OpenSession>,
+    endpoint_open: FastHashMap<u64, Vec<EndpointCounters>>,
+    sessions: FastHashMap<u64, OpenSession>,
     /// Open intervals, sparse: they see few distinct values.
     open: VecDeque<(u64, StatsTable<SparseHistogram>, IntervalCounters)>,
     spare: Vec<StatsTable<SparseHistogram>>,

@@ -103,7 +103,7 @@ impl Recording for Histogram<u64> {
 /// same bucket of any histogram with the standard settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SparseHistogram {
-    counts: std::collections::HashMap<u64, u64>,
+    counts: crate::fast_hash::FastHashMap<u64, u64>,
     len: u64,
 }
 

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::linker::{Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
 use crate::content::ContentSpec;
+use crate::fast_hash::FastHashMap;
 use crate::oci::Digest;
 use crate::trace::{Interner, Item, Method, Record, Sym, Target, TraceError};
 
@@ -126,10 +127,10 @@ pub struct Catalog {
 /// catalog's sorted vectors at the end.
 #[derive(Default)]
 struct Draft {
-    blob_sizes: HashMap<Sym, u64>,
+    blob_sizes: FastHashMap<Sym, u64>,
     blob_reads: BTreeSet<(Sym, Sym)>,
-    manifests: HashMap<(Sym, Sym), ManifestFacts>,
-    uploads: HashMap<Position, UploadFacts>,
+    manifests: FastHashMap<(Sym, Sym), ManifestFacts>,
+    uploads: FastHashMap<Position, UploadFacts>,
     filler_repos: BTreeSet<Sym>,
     pushes: Vec<(Position, PushFacts)>,
 }

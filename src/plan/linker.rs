@@ -15,8 +15,9 @@
 //! catalog pass and the planning pass, on every host, agree on every role. Its state is
 //! bounded by the clients active within one session gap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::fast_hash::FastHashMap;
 use crate::trace::{Method, Record, Sym, Target};
 
 /// Where a record stands: (file, record number). Unique within a trace input.
@@ -74,7 +75,7 @@ const MAX_SESSION_LAYERS: usize = 256;
 #[derive(Debug)]
 pub struct SessionLinker {
     gap_ms: i64,
-    state: HashMap<(Sym, Sym), ClientRepo>,
+    state: FastHashMap<(Sym, Sym), ClientRepo>,
     /// The latest upload head and the digest a preceding HEAD 404 named for it. One slot:
     /// the caller takes it right after that head's [`SessionLinker::role`], or never (a
     /// second pass, which has the digest from its catalog); either way nothing piles up.
@@ -86,7 +87,7 @@ impl SessionLinker {
     pub fn new(gap_ms: i64) -> Self {
         SessionLinker {
             gap_ms: gap_ms.max(1),
-            state: HashMap::new(),
+            state: FastHashMap::default(),
             upload_digest: None,
             seen: 0,
         }

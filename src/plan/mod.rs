@@ -11,7 +11,7 @@ pub mod catalog;
 pub mod linker;
 pub mod sorted_map;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use bytes::Bytes;
 use self::catalog::Catalog;
 use self::linker::{Position, PushedLayer, Role, SessionLinker};
 use crate::content::ContentSpec;
+use crate::fast_hash::FastHashMap;
 use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
 use crate::oci::{Digest, Reference, Repository, Tag, UploadMode};
 use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
@@ -216,7 +217,7 @@ pub struct Naming {
     map: RepoMap,
     /// Recently named repositories; cleared when full, so it stays small however many
     /// repositories the trace has.
-    repos: HashMap<Sym, Repository>,
+    repos: FastHashMap<Sym, Repository>,
 }
 
 /// Repositories [`Naming`] remembers at most.
@@ -226,7 +227,7 @@ impl Naming {
     pub fn new(map: RepoMap) -> Self {
         Naming {
             map,
-            repos: HashMap::new(),
+            repos: FastHashMap::default(),
         }
     }
 
@@ -460,12 +461,12 @@ pub struct Planner<'c, I> {
     seq: u64,
     counts: PlanCounts,
     /// Upload heads of open pushes → their op sequence numbers and trace times.
-    upload_seq: HashMap<Position, (u64, i64)>,
+    upload_seq: FastHashMap<Position, (u64, i64)>,
     /// Open image pulls by head position.
-    pulls: HashMap<Position, OpenPull>,
+    pulls: FastHashMap<Position, OpenPull>,
     closing: VecDeque<u64>,
     /// Members still to come of uploads already planned (their records are in the op).
-    pending_members: HashMap<Position, u32>,
+    pending_members: FastHashMap<Position, u32>,
     last_sweep_ms: i64,
     items_read: u64,
     done: bool,
@@ -484,10 +485,10 @@ where
             options,
             seq: 0,
             counts: PlanCounts::default(),
-            upload_seq: HashMap::new(),
-            pulls: HashMap::new(),
+            upload_seq: FastHashMap::default(),
+            pulls: FastHashMap::default(),
             closing: VecDeque::new(),
-            pending_members: HashMap::new(),
+            pending_members: FastHashMap::default(),
             last_sweep_ms: i64::MIN,
             items_read: 0,
             done: false,

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::hash::BuildHasher;
 
+use crate::fast_hash::FastState;
+
 /// An interned string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym(pub u32);
@@ -29,7 +31,7 @@ pub struct Interner {
     base: std::sync::Arc<NameTable>,
     own: NameTable,
     /// Hashes names for both tables, so one hash serves both lookups.
-    hasher: std::hash::RandomState,
+    hasher: FastState,
 }
 
 impl Interner {
@@ -131,7 +133,7 @@ impl NameTable {
     }
 
     /// Appends a name not yet in the table; returns its number.
-    fn push(&mut self, hash: u64, s: &str, hasher: &std::hash::RandomState) -> u32 {
+    fn push(&mut self, hash: u64, s: &str, hasher: &FastState) -> u32 {
         let i = self.len();
         self.bytes.push_str(s);
         // Offsets are 32-bit: a trace's distinct names would need 4 GiB of text to overflow.
@@ -143,7 +145,7 @@ impl NameTable {
         i
     }
 
-    fn shrink_to_fit(&mut self, hasher: &std::hash::RandomState) {
+    fn shrink_to_fit(&mut self, hasher: &FastState) {
         self.bytes.shrink_to_fit();
         self.ends.shrink_to_fit();
         let (bytes, ends) = (&self.bytes, &self.ends);
@@ -292,6 +294,15 @@ impl Record {
 
 /// Splits a URI into its target, interning names. Accepts a leading `/`, a query string
 /// (ignored), and repository names of any number of components.
+/// Where the last `marker` (which starts with `/`) begins in `s`, as `str::rfind` finds it,
+/// checking only where a `/` is: a general substring search costs more to set up than a
+/// trace URI takes to scan, and this runs for every record of both passes.
+fn rfind_marker(s: &str, marker: &str) -> Option<usize> {
+    debug_assert!(marker.starts_with('/'));
+    let bytes = s.as_bytes();
+    memchr::memrchr_iter(b'/', bytes).find(|&i| bytes[i..].starts_with(marker.as_bytes()))
+}
+
 pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
     let path = uri.split(['?', '#']).next().unwrap_or_default();
     let path = path.trim_start_matches('/');
@@ -314,7 +325,7 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         };
     }
     // The last `/blobs/` or `/manifests/` separates the repository from what follows.
-    if let Some(i) = rest.rfind("/blobs/uploads") {
+    if let Some(i) = rfind_marker(rest, "/blobs/uploads") {
         let repo = &rest[..i];
         let tail = rest[i + "/blobs/uploads".len()..].trim_start_matches('/');
         if !valid_repo(repo) {
@@ -334,7 +345,7 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         };
     }
     for (marker, is_manifest) in [("/manifests/", true), ("/blobs/", false)] {
-        if let Some(i) = rest.rfind(marker) {
+        if let Some(i) = rfind_marker(rest, marker) {
             let repo = &rest[..i];
             let name = &rest[i + marker.len()..];
             if !valid_repo(repo) || name.is_empty() || name.contains('/') {
@@ -437,6 +448,15 @@ mod tests {
             parse_timestamp("2017-06-19T23:31:37.000-00:30"),
             parse_timestamp("2017-06-20T00:01:37.000Z")
         );
+    }
+
+    proptest! {
+        #[test]
+        fn rfind_marker_finds_what_rfind_finds(s in "[a-z/]{0,12}(/blobs/uploads|/manifests/|/blobs/)?[a-z/]{0,12}(/blobs/)?[a-z/]{0,6}") {
+            for marker in ["/blobs/uploads", "/manifests/", "/blobs/"] {
+                prop_assert_eq!(rfind_marker(&s, marker), s.rfind(marker), "{} in {}", marker, s);
+            }
+        }
     }
 
     #[test]
