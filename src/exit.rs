@@ -64,10 +64,11 @@ pub fn main_with(cli: Cli) -> u8 {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = cli.threads {
+        builder.worker_threads(usize::from(threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("creb-rs: error: cannot start the async runtime: {e}");

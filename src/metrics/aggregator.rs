@@ -541,7 +541,7 @@ pub fn spawn_aggregator_with(
                     }
                 }
                 if drained > 0 {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                     continue;
                 }
                 match rx.blocking_recv() {

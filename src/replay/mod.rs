@@ -199,20 +199,40 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
 /// Planned operations buffered between the planner and the executor.
 const PLAN_QUEUE: usize = 1024;
 
-/// Sends a planned item from the planner thread, sleeping 1 ms while the queue is full
-/// instead of parking on it. A parked sender is woken for every slot the executor frees,
-/// one futex round trip per operation on a queue that is almost always full (the planner is
-/// far faster than any registry); polling refills it in bursts without waking anyone.
-/// Returns the item back when the executor has stopped taking any.
-fn send_polling(tx: &mpsc::Sender<PlanItem>, mut item: PlanItem) -> Option<PlanItem> {
-    loop {
-        match tx.try_send(item) {
-            Ok(()) => return None,
-            Err(mpsc::error::TrySendError::Full(back)) => {
-                item = back;
-                std::thread::sleep(Duration::from_millis(1));
+/// Sends planned items from the planner thread in batches of half the queue: when the queue
+/// is full it parks until half of it is free, then fills that half without waiting. A
+/// sender parked on each freed slot would be woken once per operation (a futex round trip
+/// each) on a queue that is almost always full, the planner being far faster than any
+/// registry; polling it with short sleeps would wake the planner a thousand times a second
+/// whatever the rate. The executor never waits: half the queue is still queued when the
+/// planner wakes.
+struct BatchSender<'a> {
+    tx: &'a mpsc::Sender<PlanItem>,
+    runtime: tokio::runtime::Handle,
+    permits: Option<mpsc::PermitIterator<'a, PlanItem>>,
+}
+
+impl<'a> BatchSender<'a> {
+    fn new(tx: &'a mpsc::Sender<PlanItem>, runtime: tokio::runtime::Handle) -> Self {
+        BatchSender {
+            tx,
+            runtime,
+            permits: None,
+        }
+    }
+
+    /// Sends one item; returns it back when the executor has stopped taking any.
+    fn send(&mut self, item: PlanItem) -> Option<PlanItem> {
+        loop {
+            if let Some(permit) = self.permits.as_mut().and_then(Iterator::next) {
+                permit.send(item);
+                return None;
             }
-            Err(mpsc::error::TrySendError::Closed(back)) => return Some(back),
+            let batch = (self.tx.max_capacity() / 2).max(1);
+            match self.runtime.block_on(self.tx.reserve_many(batch)) {
+                Ok(permits) => self.permits = Some(permits),
+                Err(_) => return Some(item),
+            }
         }
     }
 }
@@ -550,15 +570,17 @@ async fn run_phase(
         let progress = Arc::clone(&progress);
         let read = cfg.read.clone();
         let options = cfg.plan.clone();
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> anyhow::Result<PlannerEnd> {
             let reader = TraceReader::open(&input, read, catalog.names.clone())?;
             let mut planner = Planner::new(&catalog, reader, options);
+            let mut sender = BatchSender::new(&tx, runtime);
             let mut unsent = 0;
             // Progress: the executor adds the records of the operations it completes; the
             // planner adds the records it skips and those of other shards.
             let mut counted = 0u64;
             while let Some(item) = planner.next() {
-                let sent = send_polling(&tx, item?);
+                let sent = sender.send(item?);
                 let counts = planner.counts();
                 let settled =
                     planner.items_read() - counts.records + counts.skipped.values().sum::<u64>();
@@ -670,7 +692,8 @@ async fn run_phase(
         Err(e) => (None, Some(e)),
     };
     let trace = counts.as_ref().map(|end| trace_counts(end, &exec));
-    let cores = available_cores();
+    // The cores the generator may use: the runtime's workers, at most every core.
+    let cores = available_cores().min(tokio::runtime::Handle::current().metrics().num_workers());
     let checks = Checks {
         start_at: cfg.start_at.clone(),
         start_skew_ms,
