@@ -122,6 +122,9 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     assert!(u(&run["sessions"]["image_push"]["ok"]) > 0);
     assert!(u(&run["sessions"]["image_pull"]["ok"]) > 0);
     assert!(run["checks"]["canary_wake_ms"].is_object());
+    // The cores the generator may use are the runtime's workers (this test's runtime has 2).
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(u(&run["checks"]["cores"]), available.min(2) as u64);
 
     // Delay mode at 4x: the schedule takes a quarter of the trace's span.
     let delay = dir.path().join("delay");
@@ -225,6 +228,46 @@ async fn shards_cover_the_trace_exactly_once() {
         assert_eq!(folded, stats.upload_members, "shard-by {by}");
         assert!(ops > 0);
     }
+}
+
+/// `--threads N` sizes the binary's runtime, and the CPU check counts what it was given.
+#[test]
+fn threads_sets_the_runtime_workers_and_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _, _) = write_trace(dir.path(), &small_trace());
+    let registry = Registry::start();
+    let out = dir.path().join("one-thread");
+    let mut args = vec!["--threads", "1", "replay"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    args.extend([
+        "--registry",
+        &registry.url,
+        "--mode",
+        "stress",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let run = common::run_bin(&args, None, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let s = summary_json(&out);
+    assert_eq!(s["checks"]["cores"], 1);
+    registry.assert_no_errors_but_tag_races(&s, "--threads 1");
+
+    let refused = common::run_bin(
+        &[
+            "--threads",
+            "0",
+            "replay",
+            "x.json",
+            "--registry",
+            &registry.url,
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--threads"), "{}", refused.stderr);
 }
 
 #[tokio::test]

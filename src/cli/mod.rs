@@ -36,8 +36,8 @@ pub struct Cli {
     pub verbose: u8,
 
     /// Worker threads of the async runtime that sends the requests (default: one per core
-    /// the process may use). On a machine shared with the registry, fewer threads wake each
-    /// other less: `--threads 1` spends about a quarter less CPU per request there.
+    /// the process may use). On a machine shared with the registry under test, `--threads 1`
+    /// leaves it more CPU and wakes less per request.
     #[arg(long, global = true, env = "CREB_THREADS", value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,

@@ -19,7 +19,7 @@ use crate::fast_hash::FastState;
 pub struct Sym(pub u32);
 
 /// Interns strings; lookups and inserts are by value. Each distinct string is stored once,
-/// back to back in one buffer (a [`NameTable`]): a symbol costs its bytes plus about ten
+/// back to back in one buffer (a `NameTable`): a symbol costs its bytes plus about ten
 /// bytes of index, not an allocation of its own. A long trace has hundreds of thousands of
 /// distinct names; they are most of what a replay holds (`docs/replay.md#memory`).
 ///
