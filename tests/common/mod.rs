@@ -88,11 +88,27 @@ fn registry_binary() -> String {
 }
 
 /// A port that was free a moment ago.
+///
+/// Never the same port twice in one test process, and below the kernel's ephemeral range
+/// (32768–60999 by default): a port the system picks for `:0` can be one a test has just
+/// released, and any client socket may take it as its source port. Either would let a
+/// registry that a test kills and restarts on its port come back as someone else's, or not
+/// at all.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
+    const FIRST: u16 = 20_000;
+    const COUNT: u16 = 12_000;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    // Processes start at different places, so two test binaries run at once rarely meet.
+    let offset = (std::process::id() % u32::from(COUNT)) as u16;
+    for i in 0..COUNT {
+        let port = FIRST + (offset + i) % COUNT;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {FIRST}..{}", FIRST + COUNT);
 }
 
 fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
