@@ -55,7 +55,12 @@ fn run(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     catalog.names = reader.into_names();
     catalog.names.freeze();
     catalog.compute_digests(available_cores());
-    println!("catalog: live heap {:.2} MB", live_mb());
+    println!(
+        "catalog: live heap {:.2} MB, of which {} distinct names {:.2} MB",
+        live_mb(),
+        catalog.names.len(),
+        catalog.names.heap_bytes() as f64 / 1e6
+    );
     let reader = TraceReader::open(&input, ReadOptions::default(), catalog.names.clone())?;
     let options = PlanOptions {
         shard: ShardSpec::ALL,
