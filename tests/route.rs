@@ -706,8 +706,13 @@ async fn merged_shards_keep_exact_per_endpoint_numbers() {
     let (ra, rb) = (take_rates(&mut a), take_rates(&mut b));
     assert_eq!(a, b);
     assert_eq!(ra.len(), rb.len());
+    // Rates are written with 3 decimals: each side may be up to 0.0005 off its exact value,
+    // so two roundings of nearly the same rate can differ by one step (51.656 vs 51.655).
     for (x, y) in ra.iter().zip(&rb) {
-        assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "rate {x} vs {y}");
+        assert!(
+            (x - y).abs() <= 1e-3 + 1e-9 + 1e-5 * y.abs(),
+            "rate {x} vs {y}"
+        );
     }
 
     // Both shards: each node's counts add, and they add up to the merged totals.
