@@ -385,12 +385,15 @@ impl Catalog {
 
     /// The digest of a trace blob's content (computing it if it was not precomputed).
     pub fn blob_digest(&self, digest: Sym) -> Digest {
-        Digest::from_sha256(
-            self.blobs
-                .get(&digest)
-                .and_then(|b| b.sha256)
-                .unwrap_or_else(|| self.blob_content(digest).sha256()),
-        )
+        Digest::from_sha256(self.blob_sha256(digest))
+    }
+
+    /// [`Catalog::blob_digest`] as raw SHA-256 bytes.
+    pub fn blob_sha256(&self, digest: Sym) -> [u8; 32] {
+        self.blobs
+            .get(&digest)
+            .and_then(|b| b.sha256)
+            .unwrap_or_else(|| self.blob_content(digest).sha256())
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
@@ -403,12 +406,15 @@ impl Catalog {
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
-        Digest::from_sha256(
-            self.filler_digests
-                .get(&repo)
-                .copied()
-                .unwrap_or_else(|| self.filler_content(repo).sha256()),
-        )
+        Digest::from_sha256(self.filler_sha256(repo))
+    }
+
+    /// [`Catalog::filler_digest`] as raw SHA-256 bytes.
+    pub fn filler_sha256(&self, repo: Sym) -> [u8; 32] {
+        self.filler_digests
+            .get(&repo)
+            .copied()
+            .unwrap_or_else(|| self.filler_content(repo).sha256())
     }
 
     /// Total bytes of content prewarm pushes (blobs only), for progress and reports.

@@ -381,7 +381,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         let (recorder, aggregator) = out.start_over(start, started_at, connections.len())?;
         let clients = clients_for(&connections, &recorder);
         let mut naming = Naming::new(cfg.plan.repos.clone());
-        let progress = Progress::new(prewarm::job_count(&catalog) * router.copies() as u64);
+        let jobs =
+            prewarm::PrewarmJobs::plan(&catalog, &router, &mut naming, cfg.plan.manifest_format);
+        let progress = Progress::new(jobs.len());
         let line = ProgressLine::show(
             "prewarm",
             "objects",
@@ -390,9 +392,8 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         );
         let report = prewarm::prewarm(
             &catalog,
+            jobs,
             &clients,
-            &router,
-            &mut naming,
             cfg.plan.manifest_format,
             cfg.prewarm_concurrency,
             &shutdown,
