@@ -65,8 +65,9 @@ pub fn main_with(cli: Cli) -> u8 {
         .with_writer(std::io::stderr)
         .init();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = cli.threads {
-        builder.worker_threads(usize::from(threads));
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if let Some(threads) = cli.worker_threads(cores) {
+        builder.worker_threads(threads);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

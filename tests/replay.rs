@@ -232,7 +232,7 @@ async fn shards_cover_the_trace_exactly_once() {
 
 /// `--threads N` sizes the binary's runtime, and the CPU check counts what it was given.
 #[test]
-fn threads_sets_the_runtime_workers_and_zero_is_refused() {
+fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_zero_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, _, _) = write_trace(dir.path(), &small_trace());
     let registry = Registry::start();
@@ -253,6 +253,24 @@ fn threads_sets_the_runtime_workers_and_zero_is_refused() {
     let s = summary_json(&out);
     assert_eq!(s["checks"]["cores"], 1);
     registry.assert_no_errors_but_tag_races(&s, "--threads 1");
+
+    // Without the flag, a registry on loopback shares the machine: half the cores.
+    let out = dir.path().join("default");
+    let mut args = vec!["replay"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    args.extend([
+        "--registry",
+        &registry.url,
+        "--phase",
+        "run",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let run = common::run_bin(&args, None, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(summary_json(&out)["checks"]["cores"], (cores / 2).max(1));
 
     let refused = common::run_bin(
         &[

@@ -35,12 +35,39 @@ pub struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
-    /// Worker threads of the async runtime that sends the requests (default: one per core
-    /// the process may use). On a machine shared with the registry under test, `--threads 1`
-    /// leaves it more CPU and wakes less per request.
+    /// Worker threads of the async runtime that sends the requests. Default: one per core
+    /// the process may use; half of them (at least one) when every registry endpoint is on
+    /// loopback, since the registry under test then shares the machine.
     #[arg(long, global = true, env = "CREB_THREADS", value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+}
+
+impl Cli {
+    /// The runtime's worker threads: `--threads`, else half the `cores` (at least one) when
+    /// every endpoint the command names is on loopback, else `None` (tokio's default, one
+    /// per core).
+    pub fn worker_threads(&self, cores: usize) -> Option<usize> {
+        if let Some(threads) = self.threads {
+            return Some(usize::from(threads));
+        }
+        let endpoints = self.command.endpoints();
+        (!endpoints.is_empty() && endpoints.iter().all(|u| is_loopback(u)))
+            .then_some((cores / 2).max(1))
+    }
+}
+
+/// Whether `url` names this machine: `localhost` (and its subdomains), 127.0.0.0/8, `::1`.
+pub fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => {
+            let d = d.trim_end_matches('.');
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
+        None => false,
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,6 +94,19 @@ pub enum Command {
     /// Run the experiments of a TOML file against its registries, in rounds (--every,
     /// --repeat), resumable (--resume), with a combined comparison (CSV and HTML).
     Run(crate::experiment::RunArgs),
+}
+
+impl Command {
+    /// The registry endpoints the command line names (none for commands that send nothing,
+    /// and for `run`, whose registries are in its file).
+    pub fn endpoints(&self) -> Vec<&Url> {
+        match self {
+            Command::Push(a) => a.registry.registry.iter().collect(),
+            Command::Pull(a) => a.registry.registry.iter().chain(&a.from).collect(),
+            Command::Replay(a) => a.registry.registry.iter().collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -591,6 +631,84 @@ mod tests {
         assert_eq!(p.seed, DEFAULT_SEED);
         assert_eq!(p.registry.http_client, crate::oci::net::HttpClient::Hyper);
         assert_eq!(p.registry.http1_read_buffer.bytes(), 16 << 10);
+    }
+
+    #[test]
+    fn worker_threads_leave_half_the_cores_to_a_registry_on_loopback() {
+        let workers = |args: &[&str], cores| {
+            let mut argv = vec!["creb-rs"];
+            argv.extend(args);
+            Cli::try_parse_from(argv).unwrap().worker_threads(cores)
+        };
+        let pull = |registry: &'static str| ["pull", "--registry", registry, "--repo", "x/y"];
+        let cases: &[(&[&str], usize, Option<usize>)] = &[
+            (&pull("http://127.0.0.1:5000"), 2, Some(1)),
+            (&pull("http://127.8.0.3:5000"), 8, Some(4)),
+            (&pull("http://[::1]:5000"), 3, Some(1)),
+            (&pull("http://localhost:5000"), 1, Some(1)),
+            (&pull("http://Registry.LOCALHOST.:5000"), 4, Some(2)),
+            // A remote registry: tokio's default, one worker per core.
+            (&pull("http://10.0.0.1:5000"), 8, None),
+            (&pull("https://registry.example"), 8, None),
+            (&pull("http://localhost.example:5000"), 8, None),
+            // Every endpoint counts, `--from` too.
+            (
+                &[
+                    "replay",
+                    "t.json",
+                    "--registry",
+                    "http://127.0.0.1:1,http://10.0.0.2:1",
+                ],
+                8,
+                None,
+            ),
+            (
+                &[
+                    "pull",
+                    "--registry",
+                    "http://127.0.0.1:1",
+                    "--repo",
+                    "x/y",
+                    "--from",
+                    "http://10.0.0.2:1",
+                ],
+                8,
+                None,
+            ),
+            (
+                &[
+                    "replay",
+                    "t.json",
+                    "--registry",
+                    "http://127.0.0.1:1,http://127.0.0.2:1",
+                ],
+                8,
+                Some(4),
+            ),
+            // Commands that send nothing, and an explicit --threads, which always wins.
+            (&["merge", "a", "b", "--output-dir", "c"], 8, None),
+            (
+                &[
+                    "--threads",
+                    "3",
+                    "pull",
+                    "--registry",
+                    "http://127.0.0.1:1",
+                    "--repo",
+                    "x/y",
+                ],
+                8,
+                Some(3),
+            ),
+            (
+                &["--threads", "2", "merge", "a", "b", "--output-dir", "c"],
+                8,
+                Some(2),
+            ),
+        ];
+        for (args, cores, want) in cases {
+            assert_eq!(workers(args, *cores), *want, "{args:?} on {cores} cores");
+        }
     }
 
     #[test]
