@@ -287,8 +287,8 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
     result
 }
 
-/// What every operation task shares with the dispatcher.
-#[derive(Clone)]
+/// What every operation task shares with the dispatcher, behind one `Arc`: a task takes
+/// one reference count, not a copy of the endpoint lists.
 struct TaskEnv {
     targets: Targets,
     /// Records what belongs to no endpoint (image sessions).
@@ -305,7 +305,7 @@ async fn run_task(
     mut op: PlannedOp,
     choice: Choice,
     intended: Option<Instant>,
-    env: TaskEnv,
+    env: Arc<TaskEnv>,
     permit: OwnedSemaphorePermit,
 ) -> TaskDone {
     let _permit = permit;
@@ -317,7 +317,7 @@ async fn run_task(
         shutdown,
         errors,
         progress,
-    } = env;
+    } = &*env;
     let mut push_start: Option<Instant> = None;
     let mut deps_ok = true;
     if let Action::ManifestPut { deps: wanted, .. } = &op.action {
@@ -492,7 +492,7 @@ pub async fn execute_on(
     let probes_stop = tokio_util::sync::CancellationToken::new();
     // Probes end with the run, however it ends.
     let _probes = probes_stop.clone().drop_guard();
-    let env = TaskEnv {
+    let env = Arc::new(TaskEnv {
         targets: targets.clone(),
         recorder: recorder.clone(),
         probes_stop: probes_stop.clone(),
@@ -500,7 +500,7 @@ pub async fn execute_on(
         shutdown: shutdown.clone(),
         errors: errors.clone(),
         progress: progress.clone(),
-    };
+    });
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
     let mut in_flight: FastHashMap<tokio::task::Id, InFlight> = FastHashMap::default();
     let mut report = ExecReport::default();
@@ -620,7 +620,7 @@ pub async fn execute_on(
             op,
             choice,
             intended,
-            env.clone(),
+            Arc::clone(&env),
             permit,
         )));
         in_flight.insert(handle.id(), meta);
