@@ -869,7 +869,7 @@ fn validity_warnings(
                 warnings,
                 "generator_stalls",
                 format!(
-                    "the runtime woke up to {:.1} ms late (p99) for a 1 ms sleep: scheduling on this machine is unreliable",
+                    "the runtime woke up to {:.1} ms late (p99) for a 10 ms sleep: scheduling on this machine is unreliable",
                     wake.p99
                 ),
             );

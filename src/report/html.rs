@@ -1033,7 +1033,7 @@ fn run_section(out: &mut String, set: &ResultSet) {
         if let Some(p) = &c.canary_wake_ms {
             fact(
                 out,
-                "canary wake-up (1 ms sleep)",
+                "canary wake-up (10 ms sleep)",
                 &format!("p50 {} · p99 {} · max {}", ms(p.p50), ms(p.p99), ms(p.max)),
             );
         }

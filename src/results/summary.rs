@@ -114,7 +114,7 @@ pub struct Checks {
     pub start_at: Option<String>,
     /// Actual start minus the shared start, ms (clock skew and start-up delay).
     pub start_skew_ms: Option<f64>,
-    /// How late a 1 ms sleep woke up during the run (the canary), ms.
+    /// How late a 10 ms sleep woke up during the run (the canary), ms.
     pub canary_wake_ms: Option<Percentiles>,
     /// Process CPU (user + system) during the run, s.
     pub cpu_seconds: Option<f64>,
