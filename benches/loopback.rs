@@ -193,10 +193,7 @@ fn loopback(c: &mut Criterion) {
                 .await
                 .expect("manifest");
             assert_eq!(got.bytes, manifest().bytes);
-            assert_eq!(
-                got.media_type.as_deref(),
-                Some(ManifestFormat::Oci.manifest_type())
-            );
+            assert_eq!(got.media_type(), Some(ManifestFormat::Oci.manifest_type()));
         });
         group.bench_function(
             BenchmarkId::new(&name, format!("in_flight_{in_flight}")),

@@ -251,13 +251,13 @@ async fn tags_are_listed_and_deletes_work() {
         .await
         .unwrap();
     client
-        .manifest_delete(&repo, &fetched.digest, OpCtx::default())
+        .manifest_delete(&repo, &fetched.digest(), OpCtx::default())
         .await
         .unwrap();
     let gone = client
         .manifest_head(
             &repo,
-            &Reference::Digest(fetched.digest.clone()),
+            &Reference::Digest(fetched.digest()),
             OpCtx::default(),
         )
         .await

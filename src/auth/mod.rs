@@ -21,7 +21,7 @@ pub mod token;
 use std::fmt;
 
 use futures_util::future::BoxFuture;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use crate::oci::reference::Repository;
 use crate::oci::transport::HttpRequest;
@@ -85,8 +85,25 @@ pub enum AuthError {
     Challenge(String),
 }
 
+/// What an authenticator can tell without waiting ([`Authenticator::ready`]).
+#[derive(Debug, Clone)]
+pub enum Ready {
+    /// The request goes out without credentials.
+    Nothing,
+    /// The request goes out with this `Authorization`.
+    Header(HeaderValue),
+    /// Only [`Authenticator::authorize`] can tell (a token may have to be fetched).
+    Later,
+}
+
 /// Adds credentials to requests and learns from challenges.
 pub trait Authenticator: Send + Sync + fmt::Debug {
+    /// The credentials for `scope` when they are known at once: the client then skips
+    /// [`Authenticator::authorize`] and the future it allocates, on every request.
+    fn ready(&self, _scope: &AccessScope) -> Ready {
+        Ready::Later
+    }
+
     /// Attaches credentials for `scope` to a request for the registry's origin.
     fn authorize<'a>(
         &'a self,
@@ -108,6 +125,10 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
 pub struct Anonymous;
 
 impl Authenticator for Anonymous {
+    fn ready(&self, _scope: &AccessScope) -> Ready {
+        Ready::Nothing
+    }
+
     fn authorize<'a>(
         &'a self,
         _request: &'a mut HttpRequest,

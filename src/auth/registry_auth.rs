@@ -22,7 +22,7 @@ use super::challenge::challenges_of;
 use super::credentials::Credentials;
 use super::scope::ScopeSet;
 use super::token::{basic_authorization, TokenFetcher};
-use super::{AccessScope, AuthError, Authenticator};
+use super::{AccessScope, AuthError, Authenticator, Ready};
 use crate::metrics::Recorder;
 use crate::oci::transport::{HttpRequest, Transport};
 
@@ -164,6 +164,17 @@ impl RegistryAuth {
 }
 
 impl Authenticator for RegistryAuth {
+    fn ready(&self, _scope: &AccessScope) -> Ready {
+        let Ok(scheme) = self.scheme.read() else {
+            return Ready::Later;
+        };
+        match (&*scheme, &self.basic) {
+            (Scheme::Unknown, _) | (Scheme::Basic, None) => Ready::Nothing,
+            (Scheme::Basic, Some(h)) => Ready::Header(h.clone()),
+            (Scheme::Bearer { .. }, _) => Ready::Later,
+        }
+    }
+
     fn authorize<'a>(
         &'a self,
         request: &'a mut HttpRequest,
@@ -293,12 +304,24 @@ mod tests {
         AccessScope::push(&"x/y".parse().unwrap())
     }
 
+    /// What `authorize` attaches; where `ready` answers at once (the client's fast path),
+    /// it must answer the same.
     async fn header_after_authorize(auth: &RegistryAuth, scope: &AccessScope) -> Option<String> {
+        let ready = match auth.ready(scope) {
+            Ready::Nothing => Some(None),
+            Ready::Header(h) => Some(Some(h.to_str().unwrap().to_owned())),
+            Ready::Later => None,
+        };
         let mut req = HttpRequest::new(http::Method::GET, "http://reg.test/v2/".parse().unwrap());
         auth.authorize(&mut req, scope).await.unwrap();
-        req.headers
+        let attached = req
+            .headers
             .get(AUTHORIZATION)
-            .map(|v| v.to_str().unwrap().to_owned())
+            .map(|v| v.to_str().unwrap().to_owned());
+        if let Some(ready) = ready {
+            assert_eq!(ready, attached, "ready and authorize disagree");
+        }
+        attached
     }
 
     #[tokio::test]

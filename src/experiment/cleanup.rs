@@ -213,17 +213,15 @@ pub async fn clean(
             let reference = Reference::Tag(tag.clone());
             match client.manifest_get(repo, &reference, ctx).await {
                 Ok(m) => {
-                    manifests.insert(m.digest.clone());
-                    match ParsedManifest::parse(&m.bytes, m.media_type.as_deref()) {
+                    manifests.insert(m.digest());
+                    match ParsedManifest::parse(&m.bytes, m.media_type()) {
                         Ok(ParsedManifest::Index {
                             manifests: children,
                         }) => {
                             for child in children {
                                 let r = Reference::Digest(child.digest.clone());
                                 if let Ok(c) = client.manifest_get(repo, &r, ctx).await {
-                                    if let Ok(p) =
-                                        ParsedManifest::parse(&c.bytes, c.media_type.as_deref())
-                                    {
+                                    if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
                                         blobs.extend(p.blobs().into_iter().map(|d| d.digest));
                                     }
                                 }

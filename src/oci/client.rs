@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION};
-use http::{HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::time::Instant;
 use url::Url;
 
-use super::digest::{Digest, Hasher};
+use super::digest::{Digest, Hasher, Sha256Sum};
 use super::error::{parse_error_body, ClientError, RegistryErrorEntry};
 use super::headers::{
     content_range, parse_link_next, parse_retry_after, parse_upload_range, resolve_location,
@@ -31,7 +31,7 @@ use super::reference::{Reference, Repository};
 use super::retry::RetryPolicy;
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport};
 use crate::auth::challenge::challenges_of;
-use crate::auth::{AccessScope, Anonymous, Authenticator};
+use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
 use crate::content::ContentSpec;
 use crate::metrics::{ErrorKind, Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
 
@@ -143,8 +143,20 @@ pub enum MountOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedManifest {
     pub bytes: Bytes,
-    pub media_type: Option<String>,
-    pub digest: Digest,
+    content_type: Option<HeaderValue>,
+    sha256: Sha256Sum,
+}
+
+impl FetchedManifest {
+    /// The response's `Content-Type`.
+    pub fn media_type(&self) -> Option<&str> {
+        self.content_type.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    /// The digest of the bytes received.
+    pub fn digest(&self) -> Digest {
+        self.sha256.digest()
+    }
 }
 
 /// Facts from a HEAD.
@@ -335,23 +347,33 @@ impl RegistryClient {
         }
     }
 
-    fn url(&self, path: &str) -> Url {
-        // The base always has path "/", so joining an absolute path cannot fail.
-        let mut url = self.inner.base.clone();
-        url.set_path(path);
-        url
+    /// The registry's URL for the path made of `parts` (a request's URL is made for every
+    /// operation): the path is built in one string and resolved against the base, which
+    /// copies the base's scheme and host instead of parsing them again.
+    fn url(&self, parts: &[&str]) -> Url {
+        let mut path = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            path.push_str(part);
+        }
+        // An absolute path always resolves against an http(s) base; set_path is the same
+        // URL by another road, should a name ever fail to.
+        self.inner.base.join(&path).unwrap_or_else(|_| {
+            let mut url = self.inner.base.clone();
+            url.set_path(&path);
+            url
+        })
     }
 
     fn blob_url(&self, repo: &Repository, digest: &Digest) -> Url {
-        self.url(&format!("/v2/{repo}/blobs/{digest}"))
+        self.url(&["/v2/", repo.as_str(), "/blobs/", digest.as_str()])
     }
 
     fn manifest_url(&self, repo: &Repository, reference: &Reference) -> Url {
-        self.url(&format!("/v2/{repo}/manifests/{reference}"))
+        self.url(&["/v2/", repo.as_str(), "/manifests/", reference.as_str()])
     }
 
     fn uploads_url(&self, repo: &Repository) -> Url {
-        self.url(&format!("/v2/{repo}/blobs/uploads/"))
+        self.url(&["/v2/", repo.as_str(), "/blobs/uploads/"])
     }
 
     async fn record(&self, meter: &Meter, outcome: Outcome) {
@@ -384,23 +406,38 @@ impl RegistryClient {
         let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
         let retryable = self.inner.options.retry.enabled() && repeatable(&request);
         let mut retries = 0u32;
-        let mut url = request.url.clone();
+        // `None`: the request's own URL (not copied unless a redirect replaces it).
+        let mut redirected: Option<Url> = None;
         let mut requests = 0u32;
         let mut auth_retried = false;
         let mut storage_retried = false;
         let mut redirects = 0u8;
         let mut first_sent: Option<Instant> = None;
         loop {
-            let on_origin = same_origin(&url, &self.inner.base);
+            let url = redirected.as_ref().unwrap_or(&request.url);
+            let on_origin = same_origin(url, &self.inner.base);
+            // Room for what is added below and by the transport (credentials, length, user
+            // agent, host), so no header insert reallocates.
+            let mut headers = HeaderMap::with_capacity(request.headers.len() + 4);
+            for (name, value) in &request.headers {
+                if name != AUTHORIZATION {
+                    headers.append(name, value.clone());
+                }
+            }
             let mut attempt = HttpRequest {
                 method: request.method.clone(),
                 url: url.clone(),
-                headers: request.headers.clone(),
+                headers,
                 body: request.body.clone(),
             };
-            attempt.headers.remove(AUTHORIZATION);
             if on_origin {
-                self.inner.auth.authorize(&mut attempt, scope).await?;
+                match self.inner.auth.ready(scope) {
+                    Ready::Nothing => {}
+                    Ready::Header(h) => {
+                        attempt.headers.insert(AUTHORIZATION, h);
+                    }
+                    Ready::Later => self.inner.auth.authorize(&mut attempt, scope).await?,
+                }
             }
             let sent = Instant::now();
             let sent_for_op = *first_sent.get_or_insert(sent);
@@ -455,7 +492,7 @@ impl RegistryClient {
                 storage_retried = true;
                 self.inner.recorder.event(Event::StorageRetry).await;
                 let _ = response.drain().await;
-                url = request.url.clone();
+                redirected = None;
                 redirects = 0;
                 continue;
             }
@@ -467,7 +504,7 @@ impl RegistryClient {
                     .ok_or_else(|| {
                         ClientError::Protocol(format!("{status} redirect without Location"))
                     })?;
-                let target = resolve_location(&url, &location).map_err(ClientError::Protocol)?;
+                let target = resolve_location(url, &location).map_err(ClientError::Protocol)?;
                 let drained = response.drain().await.unwrap_or(0);
                 let hop = Sample {
                     op: Op::Redirect,
@@ -488,7 +525,7 @@ impl RegistryClient {
                     self.inner.recorder.event(Event::RedirectCrossOrigin).await;
                 }
                 redirects += 1;
-                url = target;
+                redirected = Some(target);
                 continue;
             }
 
@@ -564,7 +601,7 @@ async fn status_error(ex: Exchange) -> ClientError {
 /// Status and headers of an upload step whose body was drained.
 struct Step {
     status: StatusCode,
-    headers: http::HeaderMap,
+    headers: HeaderMap,
 }
 
 impl Step {
@@ -579,7 +616,7 @@ impl Step {
     }
 }
 
-fn check_returned_digest(headers: &http::HeaderMap, expected: &Digest) -> Result<(), ClientError> {
+fn check_returned_digest(headers: &HeaderMap, expected: &Digest) -> Result<(), ClientError> {
     if let Some(returned) = headers
         .get("docker-content-digest")
         .and_then(|v| v.to_str().ok())
@@ -599,7 +636,7 @@ impl RegistryClient {
     pub async fn ping(&self, ctx: OpCtx) -> Result<(), ClientError> {
         let mut m = Meter::new(Op::Ping, ctx);
         let r = async {
-            let request = HttpRequest::new(Method::GET, self.url("/v2/"));
+            let request = HttpRequest::new(Method::GET, self.url(&["/v2/"]));
             let ex = self
                 .exchange(request, &AccessScope::registry(), false)
                 .await?;
@@ -632,11 +669,11 @@ impl RegistryClient {
         }
         m.bytes_received += n;
         if let Some(h) = hasher {
-            let actual = h.finish();
-            if &actual != digest {
+            let actual = h.finish_sum();
+            if !actual.matches(digest.as_str()) {
                 return Err(ClientError::DigestMismatch {
                     expected: digest.to_string(),
-                    actual: actual.to_string(),
+                    actual: actual.digest().to_string(),
                 });
             }
         }
@@ -744,32 +781,34 @@ impl RegistryClient {
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
             }
-            let media_type = ex.response.header(CONTENT_TYPE.as_str()).map(str::to_owned);
-            let returned: Option<Digest> = ex
-                .response
-                .header("docker-content-digest")
-                .and_then(|d| d.trim().parse().ok());
+            // Kept as received: a header value shares the response's buffer.
+            let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
+            let returned = ex.response.headers.get("docker-content-digest").cloned();
             let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
             m.bytes_received = bytes.len() as u64;
-            let digest = Digest::sha256_of(&bytes);
+            let sha256 = Sha256Sum::of(&bytes);
             if self.inner.options.verify {
                 let expected = match reference {
-                    Reference::Digest(d) => Some(d),
-                    Reference::Tag(_) => returned.as_ref(),
+                    Reference::Digest(d) => Some(d.as_str()),
+                    Reference::Tag(_) => returned.as_ref().and_then(|v| v.to_str().ok()),
                 };
-                if let Some(expected) = expected.filter(|d| d.verifiable()) {
-                    if *expected != digest {
+                if let Some(expected) = expected.map(str::trim) {
+                    // Compared as text first; parsed only to tell a mismatch from a digest
+                    // that cannot be checked (another algorithm, or not a digest at all).
+                    if !sha256.matches(expected)
+                        && expected.parse::<Digest>().is_ok_and(|d| d.verifiable())
+                    {
                         return Err(ClientError::DigestMismatch {
-                            expected: expected.to_string(),
-                            actual: digest.to_string(),
+                            expected: expected.to_owned(),
+                            actual: sha256.digest().to_string(),
                         });
                     }
                 }
             }
             Ok(FetchedManifest {
                 bytes,
-                media_type,
-                digest,
+                content_type,
+                sha256,
             })
         }
         .await;
@@ -844,7 +883,7 @@ impl RegistryClient {
             tags: Option<Vec<String>>,
         }
         const MAX_PAGES: usize = 100_000;
-        let mut url = self.url(&format!("/v2/{repo}/tags/list"));
+        let mut url = self.url(&["/v2/", repo.as_str(), "/tags/list"]);
         if let Some(n) = page_size {
             url.query_pairs_mut().append_pair("n", &n.to_string());
         }
@@ -1516,6 +1555,97 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::SizeMismatch);
+    }
+
+    /// A registry that lies about a manifest's digest is a real registry's bug, not a case
+    /// it produces on demand.
+    #[tokio::test]
+    async fn a_manifest_is_checked_against_the_digest_it_was_asked_or_answered_with() {
+        let body = r#"{"schemaVersion":2}"#;
+        let own = Digest::sha256_of(body.as_bytes());
+        let other = Digest::sha256_of(b"something else");
+        let tag: Reference = Reference::Tag("t".parse().unwrap());
+        let cases: [(Reference, Option<String>, bool); 7] = [
+            (tag.clone(), Some(own.to_string()), true),
+            (tag.clone(), Some(format!(" {own} ")), true),
+            (tag.clone(), Some(other.to_string()), false),
+            // Not checkable: another algorithm, or not a digest at all.
+            (tag.clone(), Some("sha512:abcd".into()), true),
+            (tag.clone(), Some("garbage".into()), true),
+            (
+                Reference::Digest(own.clone()),
+                Some(other.to_string()),
+                true,
+            ),
+            (Reference::Digest(other.clone()), None, false),
+        ];
+        for (reference, header, ok) in cases {
+            let answer = header.clone();
+            let t = ScriptedTransport::new(move |_| {
+                let r = ScriptedResponse::status(200)
+                    .header("content-type", "application/vnd.oci.image.manifest.v1+json");
+                match &answer {
+                    Some(h) => r.header("docker-content-digest", h),
+                    None => r,
+                }
+                .body(body)
+            });
+            let (c, _h) = client(t);
+            let result = c.manifest_get(&repo(), &reference, OpCtx::default()).await;
+            match result {
+                Ok(m) => {
+                    assert!(ok, "{reference} {header:?} was accepted");
+                    assert_eq!(m.digest(), own);
+                    assert_eq!(
+                        m.media_type(),
+                        Some("application/vnd.oci.image.manifest.v1+json")
+                    );
+                }
+                Err(e) => {
+                    assert!(!ok, "{reference} {header:?}: {e}");
+                    assert_eq!(e.kind(), ErrorKind::DigestMismatch);
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn urls_are_the_base_with_the_api_path() {
+        for base in [
+            "http://registry.test/",
+            "https://[::1]:5443/",
+            "http://127.0.0.1:5000/",
+        ] {
+            let (recorder, _h) = spawn_aggregator();
+            let t = ScriptedTransport::new(|_| ScriptedResponse::status(200));
+            let c = RegistryClient::new(
+                Arc::new(t),
+                base.parse().unwrap(),
+                recorder,
+                ClientOptions::default(),
+            );
+            let digest = Digest::sha256_of(b"x");
+            let reference = Reference::Tag("v1.0".parse().unwrap());
+            let expect = |path: &str| {
+                let mut u: Url = base.parse().unwrap();
+                u.set_path(path);
+                u
+            };
+            let repo: Repository = "library/a-b_c.d".parse().unwrap();
+            assert_eq!(
+                c.blob_url(&repo, &digest),
+                expect(&format!("/v2/library/a-b_c.d/blobs/{digest}"))
+            );
+            assert_eq!(
+                c.manifest_url(&repo, &reference),
+                expect("/v2/library/a-b_c.d/manifests/v1.0")
+            );
+            assert_eq!(
+                c.uploads_url(&repo),
+                expect("/v2/library/a-b_c.d/blobs/uploads/")
+            );
+            assert_eq!(c.url(&["/v2/"]), expect("/v2/"));
+        }
     }
 
     #[tokio::test]

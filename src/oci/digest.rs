@@ -28,14 +28,7 @@ impl Digest {
 
     /// Wraps finished SHA-256 output.
     pub fn from_sha256(bytes: [u8; 32]) -> Self {
-        // Written into one stack buffer: this runs for every verified response.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut text = [0u8; 71];
-        text[..7].copy_from_slice(b"sha256:");
-        for (i, b) in bytes.iter().enumerate() {
-            text[7 + 2 * i] = HEX[usize::from(b >> 4)];
-            text[8 + 2 * i] = HEX[usize::from(b & 0x0f)];
-        }
+        let text = Sha256Sum(bytes).text();
         let text = std::str::from_utf8(&text).expect("hex digits are ASCII");
         Digest(Arc::from(text))
     }
@@ -118,6 +111,46 @@ impl<'de> serde::Deserialize<'de> for Digest {
     }
 }
 
+/// Finished SHA-256 output: what a verified read computes, compared against the digest it
+/// expects without building a [`Digest`] (which allocates) unless it is kept.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Sha256Sum(pub [u8; 32]);
+
+impl Sha256Sum {
+    pub fn of(data: &[u8]) -> Self {
+        Sha256Sum(Sha256::digest(data).into())
+    }
+
+    /// `sha256:<64 lowercase hex>`, in a stack buffer.
+    fn text(&self) -> [u8; 71] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 71];
+        text[..7].copy_from_slice(b"sha256:");
+        for (i, b) in self.0.iter().enumerate() {
+            text[7 + 2 * i] = HEX[usize::from(b >> 4)];
+            text[8 + 2 * i] = HEX[usize::from(b & 0x0f)];
+        }
+        text
+    }
+
+    /// Whether `digest` (a digest's text, e.g. a `Docker-Content-Digest` header) names this
+    /// content.
+    pub fn matches(&self, digest: &str) -> bool {
+        digest.as_bytes() == self.text()
+    }
+
+    pub fn digest(&self) -> Digest {
+        Digest::from_sha256(self.0)
+    }
+}
+
+impl fmt::Debug for Sha256Sum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.text();
+        write!(f, "Sha256Sum({})", String::from_utf8_lossy(&text))
+    }
+}
+
 /// Incremental SHA-256 that yields a [`Digest`].
 #[derive(Debug, Clone, Default)]
 pub struct Hasher(Sha256);
@@ -132,7 +165,11 @@ impl Hasher {
     }
 
     pub fn finish(self) -> Digest {
-        Digest::from_sha256(self.0.finalize().into())
+        self.finish_sum().digest()
+    }
+
+    pub fn finish_sum(self) -> Sha256Sum {
+        Sha256Sum(self.0.finalize().into())
     }
 }
 
@@ -159,6 +196,19 @@ mod tests {
             proptest::prop_assert_eq!(d.as_str(), format!("sha256:{}", hex::encode(bytes)));
             proptest::prop_assert_eq!(d.as_str().parse::<Digest>(), Ok(d.clone()));
         }
+    }
+
+    #[test]
+    fn a_sum_matches_only_its_own_digest_text() {
+        let sum = Sha256Sum::of(b"abc");
+        let digest = Digest::sha256_of(b"abc");
+        assert_eq!(sum.digest(), digest);
+        assert!(sum.matches(digest.as_str()));
+        assert!(!sum.matches(Digest::sha256_of(b"abd").as_str()));
+        assert!(!sum.matches(&digest.as_str().to_uppercase()));
+        assert!(!sum.matches(&digest.as_str()[..70]));
+        assert!(!sum.matches(&format!("{digest} ")));
+        assert!(!sum.matches(&digest.as_str().replace("sha256", "sha512")));
     }
 
     #[test]

@@ -219,8 +219,6 @@ impl Transport for HyperTransport {
                 mut headers,
                 body,
             } = request;
-            let streamed = matches!(body, RequestBody::Content { .. });
-            let progress = Progress::start(streamed);
             let length = body.len();
             if !matches!(body, RequestBody::Empty)
                 || matches!(method.as_str(), "PUT" | "POST" | "PATCH")
@@ -230,24 +228,41 @@ impl Transport for HyperTransport {
             if !headers.contains_key(USER_AGENT) {
                 headers.insert(USER_AGENT, self.user_agent.clone());
             }
-            let body = ReqBody(match body {
-                RequestBody::Empty => BodyKind::Empty,
-                RequestBody::Bytes(b) => BodyKind::Bytes(Some(b)),
-                RequestBody::Content { spec, range } => BodyKind::Content {
-                    chunks: ProgressReader::new(spec.reader(range), Arc::clone(&progress)),
-                    remaining: length,
-                },
-            });
-            let uri: http::Uri = url.as_str().parse().map_err(|e| {
-                TransportError::new(ErrorKind::Other, format!("URL not usable for HTTP: {e}"))
-            })?;
-            let mut req = http::Request::new(body);
+            // Only a streamed body shares its progress with the connection's task; any other
+            // counts as sent at once and is tracked here, without an allocation.
+            let (body, shared) = match body {
+                RequestBody::Empty => (BodyKind::Empty, None),
+                RequestBody::Bytes(b) => (BodyKind::Bytes(Some(b)), None),
+                RequestBody::Content { spec, range } => {
+                    let progress = Arc::new(Progress::start(true));
+                    let chunks = ProgressReader::new(spec.reader(range), Arc::clone(&progress));
+                    let body = BodyKind::Content {
+                        chunks,
+                        remaining: length,
+                    };
+                    (body, Some(progress))
+                }
+            };
+            let local;
+            let progress: &Progress = match &shared {
+                Some(p) => p,
+                None => {
+                    local = Progress::start(false);
+                    &local
+                }
+            };
+            // The URL's own string becomes the URI's buffer: no copy.
+            let uri =
+                http::Uri::from_maybe_shared(Bytes::from(String::from(url))).map_err(|e| {
+                    TransportError::new(ErrorKind::Other, format!("URL not usable for HTTP: {e}"))
+                })?;
+            let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method;
             *req.uri_mut() = uri;
             *req.headers_mut() = headers;
             let config = &self.config;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
-            let response = within_deadlines(send, &progress, config).await?;
+            let response = within_deadlines(send, progress, config).await?;
             let (parts, incoming) = response.into_parts();
             Ok(
                 HttpResponse::new(parts.status, parts.headers, Box::pin(DataStream(incoming)))

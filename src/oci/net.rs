@@ -137,12 +137,12 @@ pub(crate) struct Progress {
 impl Progress {
     /// Progress of a request sent now; `streamed` bodies report their chunks, any other
     /// body counts as sent at once.
-    pub(crate) fn start(streamed: bool) -> Arc<Self> {
-        Arc::new(Progress {
+    pub(crate) fn start(streamed: bool) -> Self {
+        Progress {
             base: Instant::now(),
             last_ns: AtomicU64::new(1),
             done_ns: AtomicU64::new(if streamed { 0 } else { 1 }),
-        })
+        }
     }
 
     fn stamp(&self) -> u64 {

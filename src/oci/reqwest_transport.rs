@@ -82,7 +82,10 @@ impl Transport for ReqwestTransport {
         mut request: HttpRequest,
     ) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
-            let progress = Progress::start(matches!(request.body, RequestBody::Content { .. }));
+            let progress = Arc::new(Progress::start(matches!(
+                request.body,
+                RequestBody::Content { .. }
+            )));
             let length = request.body.len();
             let has_body = !matches!(request.body, RequestBody::Empty);
             let body = body_of(&mut request, &progress);

@@ -102,12 +102,12 @@ async fn fetch_image_manifest(
     let fetched = client
         .manifest_get(repo, reference, OpCtx::default())
         .await?;
-    let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type.as_deref())
+    let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
         .map_err(ClientError::Protocol)?;
     if let Some(entry) = parsed.pick_platform() {
         let inner = Reference::Digest(entry.digest.clone());
         let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
-        return ParsedManifest::parse(&fetched.bytes, fetched.media_type.as_deref())
+        return ParsedManifest::parse(&fetched.bytes, fetched.media_type())
             .map_err(ClientError::Protocol);
     }
     Ok(parsed)
