@@ -35,7 +35,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym};
 
@@ -646,21 +646,30 @@ impl<'de> Deserialize<'de> for Key {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a field name")
             }
-            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                self.visit_bytes(v.as_bytes())
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
                 Ok(match v {
-                    F_TIMESTAMP => Key::Timestamp,
-                    F_METHOD => Key::Method,
-                    F_URI => Key::Uri,
-                    F_CLIENT => Key::Client,
-                    F_DURATION => Key::Duration,
-                    F_STATUS => Key::Status,
-                    F_WRITTEN => Key::Written,
-                    F_ID => Key::Id,
+                    b if b == F_TIMESTAMP.as_bytes() => Key::Timestamp,
+                    b if b == F_METHOD.as_bytes() => Key::Method,
+                    b if b == F_URI.as_bytes() => Key::Uri,
+                    b if b == F_CLIENT.as_bytes() => Key::Client,
+                    b if b == F_DURATION.as_bytes() => Key::Duration,
+                    b if b == F_STATUS.as_bytes() => Key::Status,
+                    b if b == F_WRITTEN.as_bytes() => Key::Written,
+                    b if b == F_ID.as_bytes() => Key::Id,
+                    // Checked here, as serde_json would have: the known names are ASCII.
+                    b if std::str::from_utf8(b).is_err() => {
+                        return Err(E::custom("a field name that is not UTF-8"));
+                    }
                     _ => Key::Other,
                 })
             }
         }
-        d.deserialize_identifier(KeyVisitor)
+        // As bytes: serde_json then skips its UTF-8 check of every field name, which costs
+        // more than matching the name (this runs for every field of both passes).
+        d.deserialize_bytes(KeyVisitor)
     }
 }
 
@@ -1750,6 +1759,29 @@ mod tests {
             panic!("{items:?}")
         };
         assert_eq!(r.names().resolve(c), "c9");
+    }
+
+    #[test]
+    fn field_names_are_matched_unescaped_and_must_be_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        // `\u006d` is `m`: the escaped name is the method's.
+        let escaped = r#"{"timestamp": "2017-06-20T00:00:00.001Z", "http.request.\u006dethod": "HEAD", "http.request.uri": "v2/a/b/blobs/c", "x\u00e9": 1}"#;
+        let file = write(dir.path(), "e.json", array(&[escaped.into()]));
+        let items = read_all(&[&file], ReadOptions::default());
+        assert_eq!(records(&items)[0].method, Method::Head);
+
+        let mut bad = array(&[get(0, "a"), get(1, "b")]).into_bytes();
+        // An unknown field name with a byte that is not UTF-8, in the second record.
+        let at = bad.windows(4).rposition(|w| w == b"\"id\"").unwrap();
+        bad.splice(at + 1..at + 3, [b'i', 0xff]);
+        let file = write(dir.path(), "u.json", bad);
+        let results: Vec<_> = reader(&[&file], ReadOptions::default()).collect();
+        let Some(Err(e @ TraceError::Syntax { record: 2, .. })) = results.last() else {
+            panic!("{results:?}")
+        };
+        let text = e.to_string();
+        assert!(text.contains("u.json: record 2"), "{text}");
+        assert!(text.contains("not UTF-8"), "{text}");
     }
 
     #[test]

@@ -292,8 +292,6 @@ impl Record {
     }
 }
 
-/// Splits a URI into its target, interning names. Accepts a leading `/`, a query string
-/// (ignored), and repository names of any number of components.
 /// Where the last `marker` (which starts with `/`) begins in `s`, as `str::rfind` finds it,
 /// checking only where a `/` is: a general substring search costs more to set up than a
 /// trace URI takes to scan, and this runs for every record of both passes.
@@ -303,9 +301,30 @@ fn rfind_marker(s: &str, marker: &str) -> Option<usize> {
     memchr::memrchr_iter(b'/', bytes).find(|&i| bytes[i..].starts_with(marker.as_bytes()))
 }
 
+/// `s` without leading `/`s.
+fn trim_start_slashes(s: &str) -> &str {
+    let n = s.bytes().take_while(|&b| b == b'/').count();
+    &s[n..]
+}
+
+/// `s` without trailing `/`s.
+fn trim_end_slashes(s: &str) -> &str {
+    let n = s.bytes().rev().take_while(|&b| b == b'/').count();
+    &s[..s.len() - n]
+}
+
+fn has_slash(s: &str) -> bool {
+    memchr::memchr(b'/', s.as_bytes()).is_some()
+}
+
+/// Splits a URI into its target, interning names. Accepts a leading `/`, a query string
+/// (ignored), and repository names of any number of components. Every search here is on
+/// bytes (the separators are ASCII): it runs for every record of both passes, and the
+/// `char`- and substring-pattern searches of `str` cost more to set up than a URI takes to
+/// scan.
 pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
-    let path = uri.split(['?', '#']).next().unwrap_or_default();
-    let path = path.trim_start_matches('/');
+    let end = memchr::memchr2(b'?', b'#', uri.as_bytes()).unwrap_or(uri.len());
+    let path = trim_start_slashes(&uri[..end]);
     let Some(rest) = path.strip_prefix("v2/") else {
         return if path == "v2" {
             Target::Ping
@@ -327,15 +346,15 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
     // The last `/blobs/` or `/manifests/` separates the repository from what follows.
     if let Some(i) = rfind_marker(rest, "/blobs/uploads") {
         let repo = &rest[..i];
-        let tail = rest[i + "/blobs/uploads".len()..].trim_start_matches('/');
+        let tail = trim_start_slashes(&rest[i + "/blobs/uploads".len()..]);
         if !valid_repo(repo) {
             return Target::Other;
         }
         let repo = names.intern(repo);
-        let session = tail.trim_end_matches('/');
+        let session = trim_end_slashes(tail);
         return if session.is_empty() {
             Target::UploadStart { repo }
-        } else if session.contains('/') {
+        } else if has_slash(session) {
             Target::Other
         } else {
             Target::Upload {
@@ -348,7 +367,7 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         if let Some(i) = rfind_marker(rest, marker) {
             let repo = &rest[..i];
             let name = &rest[i + marker.len()..];
-            if !valid_repo(repo) || name.is_empty() || name.contains('/') {
+            if !valid_repo(repo) || name.is_empty() || has_slash(name) {
                 return Target::Other;
             }
             let repo = names.intern(repo);
@@ -367,7 +386,13 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
 }
 
 fn valid_repo(repo: &str) -> bool {
-    !repo.is_empty() && !repo.starts_with('/') && !repo.ends_with('/') && !repo.contains("//")
+    let b = repo.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(&first), Some(&last)) => {
+            first != b'/' && last != b'/' && !b.windows(2).any(|w| w == b"//")
+        }
+        _ => false,
+    }
 }
 
 /// Parses `2017-06-20T00:01:37.113Z` (RFC 3339, any fraction, `Z` or an offset) into Unix
@@ -382,13 +407,17 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
         humantime::parse_rfc3339_weak(s).ok()?
     };
     let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    i64::try_from(d.as_millis()).ok()
+    // `as_millis` would divide in 128 bits.
+    i64::try_from(d.as_secs())
+        .ok()?
+        .checked_mul(1000)?
+        .checked_add(i64::from(d.subsec_millis()))
 }
 
 /// Whether the time part (after the `T`) carries a numeric offset sign.
 fn has_offset(s: &str) -> bool {
-    let time_part = s.find('T').map_or("", |t| &s[t..]);
-    time_part.contains('+') || time_part.contains('-')
+    let b = s.as_bytes();
+    memchr::memchr(b'T', b).is_some_and(|t| memchr::memchr2(b'+', b'-', &b[t..]).is_some())
 }
 
 /// RFC 3339 with a numeric offset (`+02:00`), which humantime does not take.
@@ -530,6 +559,19 @@ mod tests {
         // A repository called "blobs" is still a repository.
         let (t, n) = target("v2/x/blobs/manifests/latest");
         assert_eq!(n.resolve(t.repo().unwrap()), "x/blobs");
+        // Empty path components make no repository name.
+        for uri in [
+            "v2/a//manifests/x",
+            "v2//a/manifests/x",
+            "v2/a//b/blobs/sha256:1",
+            "v2/a//blobs/uploads/",
+            "v2//tags/list",
+            "v2/a/manifests/x/",
+        ] {
+            assert_eq!(target(uri).0, Target::Other, "{uri}");
+        }
+        let (t, _) = target("//v2/a/blobs/uploads//u1//?digest=x#y");
+        assert!(matches!(t, Target::Upload { .. }), "{t:?}");
     }
 
     #[test]
@@ -569,6 +611,98 @@ mod tests {
         assert!(r(Method::Get, 404).failed_in_trace());
         assert!(r(Method::Put, 500).failed_in_trace());
         assert!(!r(Method::Get, 200).failed_in_trace());
+    }
+
+    /// `parse_uri` as it was written with `str` patterns, before the byte-level version: the
+    /// oracle of `byte_level_parsing_answers_as_the_str_version_did`.
+    fn parse_uri_by_str(uri: &str, names: &mut Interner) -> Target {
+        let path = uri.split(['?', '#']).next().unwrap_or_default();
+        let path = path.trim_start_matches('/');
+        let Some(rest) = path.strip_prefix("v2/") else {
+            return if path == "v2" {
+                Target::Ping
+            } else {
+                Target::Other
+            };
+        };
+        let valid = |r: &str| {
+            !r.is_empty() && !r.starts_with('/') && !r.ends_with('/') && !r.contains("//")
+        };
+        if rest.is_empty() {
+            return Target::Ping;
+        }
+        if let Some(repo) = rest.strip_suffix("/tags/list") {
+            return if valid(repo) {
+                Target::TagList {
+                    repo: names.intern(repo),
+                }
+            } else {
+                Target::Other
+            };
+        }
+        if let Some(i) = rest.rfind("/blobs/uploads") {
+            let (repo, tail) = (&rest[..i], rest[i + 14..].trim_start_matches('/'));
+            if !valid(repo) {
+                return Target::Other;
+            }
+            let repo = names.intern(repo);
+            let session = tail.trim_end_matches('/');
+            return match session {
+                "" => Target::UploadStart { repo },
+                s if s.contains('/') => Target::Other,
+                s => Target::Upload {
+                    repo,
+                    session: names.intern(s),
+                },
+            };
+        }
+        for (marker, is_manifest) in [("/manifests/", true), ("/blobs/", false)] {
+            if let Some(i) = rest.rfind(marker) {
+                let (repo, name) = (&rest[..i], &rest[i + marker.len()..]);
+                if !valid(repo) || name.is_empty() || name.contains('/') {
+                    return Target::Other;
+                }
+                let (repo, name) = (names.intern(repo), names.intern(name));
+                return match is_manifest {
+                    true => Target::Manifest {
+                        repo,
+                        reference: name,
+                    },
+                    false => Target::Blob { repo, digest: name },
+                };
+            }
+        }
+        Target::Other
+    }
+
+    /// The offset test and the millisecond conversion as they were before the byte-level
+    /// version.
+    fn parse_timestamp_by_str(s: &str) -> Option<i64> {
+        let s = s.trim();
+        let time_part = s.find('T').map_or("", |t| &s[t..]);
+        let t = if time_part.contains('+') || time_part.contains('-') {
+            parse_with_offset(s)?
+        } else {
+            humantime::parse_rfc3339_weak(s).ok()?
+        };
+        i64::try_from(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        #[test]
+        fn byte_level_parsing_answers_as_the_str_version_did(
+            uri in "/{0,2}(v2|v1|x)?(/[a-z/]{0,6}(/|//)?(blobs|manifests|uploads|tags)?(/uploads|/list)?/?[a-zé:0-9]{0,8}){0,3}/{0,2}([?#][a-z/?#]{0,6})?",
+            ts in " ?(19[0-9]{2}|20[0-3][0-9])-(0[1-9]|1[0-2]|13)-(0[1-9]|1[0-9]|2[0-9]|3[01])[T ]([01][0-9]|2[0-4]):[0-5][0-9]:[0-6][0-9](\\.[0-9]{1,4}|\\.[0-9+-]{0,3})?(Z|[+-]([01][0-9]|2[0-4]):[0-6][0-9]|[+-][0-9]{1,2}:?[0-9]{0,2}Z?)? ?",
+        ) {
+            let (mut a, mut b) = (Interner::default(), Interner::default());
+            let (new, old) = (parse_uri(&uri, &mut a), parse_uri_by_str(&uri, &mut b));
+            prop_assert_eq!(new, old, "{}", uri);
+            for sym in [new.repo(), match new { Target::Manifest { reference: n, .. } | Target::Blob { digest: n, .. } | Target::Upload { session: n, .. } => Some(n), _ => None }].into_iter().flatten() {
+                prop_assert_eq!(a.resolve(sym), b.resolve(sym));
+            }
+            prop_assert_eq!(parse_timestamp(&ts), parse_timestamp_by_str(&ts), "{}", ts);
+        }
     }
 
     proptest! {
