@@ -698,7 +698,13 @@ mod tests {
             let (mut a, mut b) = (Interner::default(), Interner::default());
             let (new, old) = (parse_uri(&uri, &mut a), parse_uri_by_str(&uri, &mut b));
             prop_assert_eq!(new, old, "{}", uri);
-            for sym in [new.repo(), match new { Target::Manifest { reference: n, .. } | Target::Blob { digest: n, .. } | Target::Upload { session: n, .. } => Some(n), _ => None }].into_iter().flatten() {
+            let name = match new {
+                Target::Manifest { reference: n, .. }
+                | Target::Blob { digest: n, .. }
+                | Target::Upload { session: n, .. } => Some(n),
+                _ => None,
+            };
+            for sym in [new.repo(), name].into_iter().flatten() {
                 prop_assert_eq!(a.resolve(sym), b.resolve(sym));
             }
             prop_assert_eq!(parse_timestamp(&ts), parse_timestamp_by_str(&ts), "{}", ts);
