@@ -31,15 +31,14 @@ pub struct CanaryReport {
 pub fn spawn_canary(stop: CancellationToken) -> tokio::task::JoinHandle<CanaryReport> {
     tokio::spawn(async move {
         let mut hist = new_histogram();
-        let tick = TICK;
         loop {
             let before = Instant::now();
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(tick) => {}
+                _ = tokio::time::sleep(TICK) => {}
             }
             let late = Instant::now()
-                .saturating_duration_since(before + tick)
+                .saturating_duration_since(before + TICK)
                 .as_micros();
             hist.saturating_record(u64::try_from(late).unwrap_or(u64::MAX));
         }

@@ -21,6 +21,7 @@
 use futures_util::{stream, StreamExt};
 
 use crate::metrics::Event;
+use crate::oci::digest::Sha256Sum;
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{BlobSource, ClientError, OpCtx, Reference, RegistryClient, UploadMode};
 use crate::oci::{Digest, Repository, Tag};
@@ -146,7 +147,7 @@ impl PrewarmJobs {
             place(
                 &mut blobs,
                 &name,
-                sha256_of(&config),
+                Sha256Sum::of(&config).0,
                 Origin::PushConfig(position),
             );
         }
@@ -171,7 +172,7 @@ impl PrewarmJobs {
             };
             let (config, _, _) = read_manifest_bytes(catalog, format, repo_sym, reference_sym);
             needs.push((
-                sha256_of(&config),
+                Sha256Sum::of(&config).0,
                 Origin::ReadConfig(repo_sym, reference_sym),
             ));
             for &endpoint in &endpoints {
@@ -209,11 +210,6 @@ impl PrewarmJobs {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-fn sha256_of(bytes: &[u8]) -> [u8; 32] {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(bytes).into()
 }
 
 /// The config, its descriptor and the manifest of a manifest the run reads.
