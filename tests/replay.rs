@@ -288,6 +288,38 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     assert!(refused.stderr.contains("--threads"), "{}", refused.stderr);
 }
 
+/// The run plans from the items the first pass spooled to a temporary file; where none can
+/// be written (here `TMPDIR` does not exist and there is no output directory) it says so and
+/// reads the trace again, to the same accounting.
+#[test]
+fn without_a_spool_the_run_reads_the_trace_again_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _, _) = write_trace(dir.path(), &small_trace());
+    let registry = Registry::start();
+    let tmp = dir.path().to_str().unwrap().to_owned();
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    let run = |phase: &str, tmpdir: &str| {
+        let mut args = vec!["replay"];
+        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+        args.extend(["--registry", &registry.url, "--phase", phase, "--json"]);
+        let run = common::run_bin(&args, None, &[("TMPDIR", tmpdir)]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let summary: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        (summary, run.stderr)
+    };
+    let (spooled, stderr) = run("all", &tmp);
+    assert!(!stderr.contains("reads the trace again"), "{stderr}");
+    let (read_again, stderr) = run("run", missing);
+    assert!(stderr.contains("reads the trace again"), "{stderr}");
+    for s in [&spooled, &read_again] {
+        assert_reconciled(s);
+        registry.assert_no_errors_but_tag_races(s, "spool");
+    }
+    assert_eq!(spooled["trace"], read_again["trace"]);
+    assert!(u(&spooled["trace"]["replayed"]) > 0);
+}
+
 #[tokio::test]
 async fn a_malformed_record_names_its_file_and_number() {
     let dir = tempfile::tempdir().unwrap();

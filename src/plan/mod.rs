@@ -2,7 +2,8 @@
 //! offsets. No clock, no socket: every host computes the same plan and the same digests.
 //!
 //! Pass 1 ([`catalog`]) learns objects, sizes, layers and uploads over the whole trace;
-//! pass 2 ([`Planner`]) streams the trace again and turns this shard's records into
+//! pass 2 ([`Planner`]) streams the trace's items again (the replay spools pass 1's items
+//! for it, see [`crate::trace::spool`]) and turns this shard's records into
 //! [`PlannedOp`]s, accounting for every record exactly once:
 //! `records = replayed + folded + Σ skipped` (replayed and late/interrupted are settled
 //! by the executor, which reports what it actually ran).
@@ -450,7 +451,7 @@ struct OpenPull {
     last_ms: i64,
 }
 
-/// Pass 2: the trace, streamed again, as this shard's operations.
+/// Pass 2: the trace's items, streamed again, as this shard's operations.
 #[derive(Debug)]
 pub struct Planner<'c, I> {
     catalog: &'c Catalog,
@@ -872,6 +873,50 @@ mod tests {
                 PlanItem::CloseSession(_) => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn planning_from_the_spool_is_planning_from_the_trace() {
+        // The replay's pass 2 plans from the items pass 1 spooled; it must be the plan
+        // that reading the trace again gives, skipped records (duplicates, failed
+        // originals) and all.
+        let synth = SynthOptions {
+            sessions: 300,
+            duplicate_share: 0.05,
+            failed_share: 0.05,
+            ..SynthOptions::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        write_file(&path, &generate(&synth).0).unwrap();
+        let input = TraceInput::resolve(&[path]).unwrap();
+        let mut reader =
+            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+        let mut spool = crate::trace::SpoolWriter::new();
+        let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
+        let mut cat = Catalog::build(items, 60_000, catalog::ContentOptions::default()).unwrap();
+        cat.names = reader.into_names();
+        cat.names.freeze();
+        cat.compute_digests(2);
+        let spool = spool.finish().unwrap();
+        assert_eq!(spool.len(), cat.items);
+
+        let plan = options(ShardSpec::ALL, ShardBy::Client);
+        let mut from_spool = Planner::new(&cat, spool.into_items(), plan.clone());
+        let spooled: Vec<PlanItem> = from_spool.by_ref().map(Result::unwrap).collect();
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut from_trace = Planner::new(&cat, reader, plan);
+        let read: Vec<PlanItem> = from_trace.by_ref().map(Result::unwrap).collect();
+
+        assert!(ops(&read).len() > 300, "{} operations", ops(&read).len());
+        let counts = from_trace.counts();
+        assert!(counts.skipped.get("duplicate").is_some_and(|&n| n > 0));
+        assert!(counts
+            .skipped
+            .get("failed_in_trace")
+            .is_some_and(|&n| n > 0));
+        assert_eq!(from_spool.counts(), counts);
+        assert!(spooled == read, "the spooled plan differs");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! 2. **Prewarm** (`--phase prewarm|all`): everything the run reads is pushed, measured apart.
 //! 3. **Run** (`--phase run|all`): a planner thread streams the trace again into operations
 //!    (pass 2) through a bounded channel; the executor carries them out in stress (closed) or
-//!    delay (open) mode, while a canary and the CPU clock watch the generator itself.
+//!    delay (open) mode, while a canary and the CPU clock watch the generator itself. Pass 2
+//!    reads the items pass 1 spooled to a temporary file ([`crate::trace::spool`]) instead of
+//!    parsing the trace again, unless that file could not be written.
 //!
 //! The result accounts for every record of this shard:
 //! `trace.records = replayed + folded + Σ skipped` (skipped: invalid, duplicate,
@@ -40,7 +42,7 @@ use crate::results::{RunInfo, Shard, Summary, TraceCounts, Warning};
 use crate::route::health::{Health, Transition};
 use crate::route::{RouteOptions, Router};
 use crate::shutdown::Shutdown;
-use crate::trace::{Interner, ReadOptions, TraceInput, TraceReader};
+use crate::trace::{Interner, ReadOptions, Spool, SpoolWriter, TraceInput, TraceReader};
 use crate::workload::{
     config_json, preflight, prepare_output, publish, run_output, thresholds, Connection, ErrorLog,
     Finished, RegistryConfig,
@@ -237,19 +239,48 @@ impl<'a> BatchSender<'a> {
     }
 }
 
-/// Pass 1 on a blocking thread: the catalog, with every digest computed.
-async fn build_catalog(input: TraceInput, cfg: &ReplayConfig) -> anyhow::Result<Catalog> {
+/// Pass 1 on a blocking thread: the catalog, with every digest computed, and (when a run
+/// follows) the items read, spooled for pass 2 in `spool_dir` (the output directory) or the
+/// temporary directory.
+async fn build_catalog(
+    input: TraceInput,
+    cfg: &ReplayConfig,
+    spool_dir: Option<PathBuf>,
+) -> anyhow::Result<(Catalog, Option<Spool>)> {
     let read = cfg.read.clone();
     let gap = cfg.plan.session_gap_ms;
     let content = cfg.content;
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Catalog> {
+    let spool = cfg.phase != Phase::Prewarm;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>)> {
         let mut reader = TraceReader::open(&input, read, Interner::default())?;
-        let mut catalog = Catalog::build(&mut reader, gap, content)?;
+        let mut writer = spool
+            .then(|| SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES));
+        let items = (&mut reader).inspect(|item| {
+            if let (Some(w), Ok(item)) = (writer.as_mut(), item) {
+                w.push(item);
+            }
+        });
+        let mut catalog = Catalog::build(items, gap, content)?;
         catalog.names = reader.into_names();
         // The second pass shares these names instead of copying them.
         catalog.names.freeze();
         catalog.compute_digests(available_cores());
-        Ok(catalog)
+        let spool = writer.and_then(|w| match w.finish() {
+            Ok(spool) if spool.len() == catalog.items => Some(spool),
+            Ok(spool) => {
+                tracing::warn!(
+                    "spooled {} of {} trace items; the run reads the trace again",
+                    spool.len(),
+                    catalog.items
+                );
+                None
+            }
+            Err(why) => {
+                tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again");
+                None
+            }
+        });
+        Ok((catalog, spool))
     })
     .await
     .context("the trace reader stopped unexpectedly")?
@@ -318,7 +349,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let quiet = args.output.quiet || args.output.json;
 
     let prepared = Instant::now();
-    let catalog = Arc::new(build_catalog(input.clone(), &cfg).await?);
+    let (catalog, spool) =
+        build_catalog(input.clone(), &cfg, args.output.output_dir.clone()).await?;
+    let catalog = Arc::new(catalog);
     if !quiet {
         eprintln!(
             "creb-rs: trace: {} records, {:.1}s of trace time, {} blobs ({}) and {} manifests to prewarm; prepared in {:.1}s",
@@ -496,7 +529,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             shutdown: &shutdown,
             errors: &errors,
         };
-        exit = run_phase(context, catalog, input).await?.max_with(exit);
+        exit = run_phase(context, catalog, input, spool)
+            .await?
+            .max_with(exit);
     }
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
@@ -539,6 +574,7 @@ async fn run_phase(
     context: RunContext<'_>,
     catalog: Arc<Catalog>,
     input: TraceInput,
+    spool: Option<Spool>,
 ) -> anyhow::Result<ExitStatus> {
     let RunContext {
         cfg,
@@ -573,8 +609,12 @@ async fn run_phase(
         let options = cfg.plan.clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> anyhow::Result<PlannerEnd> {
-            let reader = TraceReader::open(&input, read, catalog.names.clone())?;
-            let mut planner = Planner::new(&catalog, reader, options);
+            // Pass 1's items when they were spooled; else the trace, read again.
+            let items: Box<dyn Iterator<Item = _>> = match spool {
+                Some(spool) => Box::new(spool.into_items()),
+                None => Box::new(TraceReader::open(&input, read, catalog.names.clone())?),
+            };
+            let mut planner = Planner::new(&catalog, items, options);
             let mut sender = BatchSender::new(&tx, runtime);
             let mut unsent = 0;
             // Progress: the executor adds the records of the operations it completes; the

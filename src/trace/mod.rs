@@ -4,11 +4,14 @@
 //!
 //! - [`record`]: the typed record, URI parsing, interning.
 //! - [`reader`]: files → records in timestamp order, with skip reasons and limits.
+//! - [`spool`]: the records of the replay's first pass, kept for its second.
 //! - [`synth`]: synthetic traces shaped like docker clients, for tests and workloads.
 
 pub mod reader;
 pub mod record;
+pub mod spool;
 pub mod synth;
 
 pub use reader::{Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
 pub use record::{Interner, Kind, Method, Record, Sym, Target};
+pub use spool::{Spool, SpoolWriter};

@@ -668,7 +668,7 @@ impl<'de> Deserialize<'de> for Key {
             }
         }
         // As bytes: serde_json then skips its UTF-8 check of every field name, which costs
-        // more than matching the name (this runs for every field of both passes).
+        // more than matching the name (this runs for every field of every record).
         d.deserialize_bytes(KeyVisitor)
     }
 }

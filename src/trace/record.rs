@@ -294,7 +294,7 @@ impl Record {
 
 /// Where the last `marker` (which starts with `/`) begins in `s`, as `str::rfind` finds it,
 /// checking only where a `/` is: a general substring search costs more to set up than a
-/// trace URI takes to scan, and this runs for every record of both passes.
+/// trace URI takes to scan, and this runs for every record read.
 fn rfind_marker(s: &str, marker: &str) -> Option<usize> {
     debug_assert!(marker.starts_with('/'));
     let bytes = s.as_bytes();
@@ -319,7 +319,7 @@ fn has_slash(s: &str) -> bool {
 
 /// Splits a URI into its target, interning names. Accepts a leading `/`, a query string
 /// (ignored), and repository names of any number of components. Every search here is on
-/// bytes (the separators are ASCII): it runs for every record of both passes, and the
+/// bytes (the separators are ASCII): it runs for every record read, and the
 /// `char`- and substring-pattern searches of `str` cost more to set up than a URI takes to
 /// scan.
 pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
