@@ -7,8 +7,10 @@
 //!
 //! `catalog_100k/*` and `planner_100k/*` feed the passes records already parsed, so they
 //! measure the planning itself (parsing is `benches/trace_parse.rs`); `*_from_file` run each
-//! pass the way `replay` does (`src/replay/mod.rs`: a `TraceReader` over the file straight
-//! into the pass), parsing included. Digests are computed once in setup, as replay does before pass 2.
+//! pass over a `TraceReader` of the file, parsing included; `catalog_100k_spooling/dal` is
+//! pass 1 as `replay` runs it (`src/replay/mod.rs`: reading the file and writing the items to
+//! the spool) and `planner_100k_from_spool/dal` pass 2 as `replay` runs it (reading them
+//! back). Digests are computed once in setup, as replay does before pass 2.
 //! Goal: the planner thread never limits a replay — pass 2 from the file (parsing included)
 //! at ≥ 200k records/s on one core, far above the rates replays reach (a local
 //! `docker-registry` serves ~1.2k manifest GETs/s, see docs/benchmarks.md).
@@ -20,9 +22,9 @@ use creb::oci::manifest::ManifestFormat;
 use creb::plan::catalog::{Catalog, ContentOptions};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use creb::trace::synth::{write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength};
-use creb::trace::{Interner, Item, ReadOptions, TraceInput, TraceReader};
+use creb::trace::{Interner, Item, ReadOptions, SpoolWriter, TraceInput, TraceReader};
 use criterion::{
-    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+    criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 
 const RECORDS: u64 = 100_000;
@@ -172,6 +174,29 @@ fn planning(c: &mut Criterion) {
                 plan_options(),
             ))
         })
+    });
+    group.bench_function("catalog_100k_spooling/dal", |b| {
+        b.iter(|| {
+            let mut reader = reader(&dal.path, Interner::default());
+            let mut spool = SpoolWriter::new();
+            let items = (&mut reader).inspect(|item| spool.push(item.as_ref().expect("valid")));
+            let catalog = Catalog::build(items, SESSION_GAP_MS, ContentOptions::default())
+                .expect("catalog");
+            (catalog, spool.finish().expect("spool"))
+        })
+    });
+    group.bench_function("planner_100k_from_spool/dal", |b| {
+        b.iter_batched(
+            || {
+                let mut spool = SpoolWriter::new();
+                for item in &dal.items {
+                    spool.push(item);
+                }
+                spool.finish().expect("spool")
+            },
+            |spool| drain(Planner::new(&dal.catalog, spool.into_items(), plan_options())),
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
 }
