@@ -180,8 +180,8 @@ fn planning(c: &mut Criterion) {
             let mut reader = reader(&dal.path, Interner::default());
             let mut spool = SpoolWriter::new();
             let items = (&mut reader).inspect(|item| spool.push(item.as_ref().expect("valid")));
-            let catalog = Catalog::build(items, SESSION_GAP_MS, ContentOptions::default())
-                .expect("catalog");
+            let catalog =
+                Catalog::build(items, SESSION_GAP_MS, ContentOptions::default()).expect("catalog");
             (catalog, spool.finish().expect("spool"))
         })
     });
@@ -194,7 +194,13 @@ fn planning(c: &mut Criterion) {
                 }
                 spool.finish().expect("spool")
             },
-            |spool| drain(Planner::new(&dal.catalog, spool.into_items(), plan_options())),
+            |spool| {
+                drain(Planner::new(
+                    &dal.catalog,
+                    spool.into_items(),
+                    plan_options(),
+                ))
+            },
             BatchSize::PerIteration,
         )
     });
