@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use super::reader::{Item, SkipReason, TraceError};
 use super::record::{Method, Record, Sym, Target};
 
-/// The most a spool holds: about 35 million records. A longer trace is read twice.
+/// The most a spool holds: about 34 million records. A longer trace is read twice.
 pub const MAX_SPOOL_BYTES: u64 = 1 << 30;
 
 /// Writes pass 1's items to an unnamed temporary file.
