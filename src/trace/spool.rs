@@ -1,9 +1,9 @@
 //! The replay's first pass keeps the items it read, so the second pass does not parse the
 //! trace again.
 //!
-//! A replay reads its trace twice with flat memory: pass 1 builds the catalog (what exists,
-//! its sizes and digests), pass 2 plans the operations. Parsing JSON (and decompressing) is
-//! most of what a pass costs; a [`SpoolWriter`] beside pass 1 writes each [`Item`] in a
+//! A replay goes over its trace twice with flat memory: pass 1 builds the catalog (what
+//! exists, its sizes and digests), pass 2 plans the operations. Parsing JSON (and
+//! decompressing) is most of what a pass costs; a [`SpoolWriter`] beside pass 1 writes each [`Item`] in a
 //! compact binary form (about 30 bytes a record) to an unnamed temporary file, and pass 2
 //! reads them back from the [`Spool`] — the same items in the same order, for a few hundred
 //! instructions each instead of thousands. The file has no name (it disappears with the
