@@ -90,6 +90,18 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
     catalog.names = reader.into_names();
     catalog.names.freeze();
     catalog.compute_digests(available_cores());
+    // The spool replay writes in pass 1: its size per record (docs/benchmarks.md).
+    let mut spool = SpoolWriter::new();
+    for item in &items {
+        spool.push(item);
+    }
+    let spool = spool.finish().expect("spool");
+    eprintln!(
+        "{}: spool of {} records, {:.1} bytes a record",
+        profile.as_str(),
+        spool.len(),
+        spool.bytes() as f64 / spool.len() as f64
+    );
     // Every record is accounted for once (one shard).
     let mut planner = Planner::new(&catalog, items.iter().copied().map(Ok), plan_options());
     let ops = planner

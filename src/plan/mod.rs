@@ -819,7 +819,7 @@ mod tests {
     use super::*;
     use crate::trace::record::{parse_uri, Interner};
     use crate::trace::synth::{generate, write_file, SynthOptions};
-    use crate::trace::{ReadOptions, TraceInput, TraceReader};
+    use crate::trace::{ReadOptions, Spool, SpoolWriter, TraceInput, TraceReader};
 
     fn options(shard: ShardSpec, shard_by: ShardBy) -> PlanOptions {
         PlanOptions {
@@ -833,8 +833,12 @@ mod tests {
         }
     }
 
-    /// A generated trace written to a file (in the returned directory) and its catalog.
-    fn catalog_of(synth: &SynthOptions, seed: u64) -> (tempfile::TempDir, TraceInput, Catalog) {
+    /// A generated trace written to a file (in the returned directory), its catalog, and
+    /// the items pass 1 spooled, as `replay` builds them.
+    fn catalog_of(
+        synth: &SynthOptions,
+        seed: u64,
+    ) -> (tempfile::TempDir, TraceInput, Catalog, Spool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         write_file(&path, &generate(synth).0).unwrap();
@@ -845,10 +849,15 @@ mod tests {
             seed,
             ..catalog::ContentOptions::default()
         };
-        let mut cat = Catalog::build(&mut reader, 60_000, content).unwrap();
+        let mut spool = SpoolWriter::new();
+        let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
+        let mut cat = Catalog::build(items, 60_000, content).unwrap();
         cat.names = reader.into_names();
+        cat.names.freeze();
         cat.compute_digests(2);
-        (dir, input, cat)
+        let spool = spool.finish().unwrap();
+        assert_eq!(spool.len(), cat.items);
+        (dir, input, cat, spool)
     }
 
     /// Catalog and every plan item of a generated trace, read back from a file.
@@ -857,7 +866,7 @@ mod tests {
         seed: u64,
         plan: PlanOptions,
     ) -> (Catalog, Vec<PlanItem>, PlanCounts) {
-        let (_dir, input, cat) = catalog_of(synth, seed);
+        let (_dir, input, cat, _) = catalog_of(synth, seed);
         let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
         let mut planner = Planner::new(&cat, reader, plan);
         let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
@@ -886,20 +895,7 @@ mod tests {
             failed_share: 0.05,
             ..SynthOptions::default()
         };
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.json");
-        write_file(&path, &generate(&synth).0).unwrap();
-        let input = TraceInput::resolve(&[path]).unwrap();
-        let mut reader =
-            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
-        let mut spool = crate::trace::SpoolWriter::new();
-        let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
-        let mut cat = Catalog::build(items, 60_000, catalog::ContentOptions::default()).unwrap();
-        cat.names = reader.into_names();
-        cat.names.freeze();
-        cat.compute_digests(2);
-        let spool = spool.finish().unwrap();
-        assert_eq!(spool.len(), cat.items);
+        let (_dir, input, cat, spool) = catalog_of(&synth, 0);
 
         let plan = options(ShardSpec::ALL, ShardBy::Client);
         let mut from_spool = Planner::new(&cat, spool.into_items(), plan.clone());
@@ -934,7 +930,7 @@ mod tests {
             failed_share: 0.0,
             ..SynthOptions::default()
         };
-        let (_dir, input, cat) = catalog_of(&synth, 7);
+        let (_dir, input, cat, _) = catalog_of(&synth, 7);
         let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
         let mut planner = Planner::new(&cat, reader, options(ShardSpec::ALL, ShardBy::Client));
         let mut held = Vec::new();

@@ -266,14 +266,10 @@ async fn build_catalog(
         catalog.names.freeze();
         catalog.compute_digests(available_cores());
         let spool = writer.and_then(|w| match w.finish() {
-            Ok(spool) if spool.len() == catalog.items => Some(spool),
             Ok(spool) => {
-                tracing::warn!(
-                    "spooled {} of {} trace items; the run reads the trace again",
-                    spool.len(),
-                    catalog.items
-                );
-                None
+                // Both count the items the reader gave before it ended or failed.
+                debug_assert_eq!(spool.len(), catalog.items);
+                Some(spool)
             }
             Err(why) => {
                 tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again");

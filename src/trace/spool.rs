@@ -98,6 +98,7 @@ impl SpoolWriter {
         Ok(Spool {
             file,
             items: self.items,
+            bytes: self.bytes,
         })
     }
 }
@@ -113,6 +114,7 @@ impl Default for SpoolWriter {
 pub struct Spool {
     file: File,
     items: u64,
+    bytes: u64,
 }
 
 impl Spool {
@@ -123,6 +125,11 @@ impl Spool {
 
     pub fn is_empty(&self) -> bool {
         self.items == 0
+    }
+
+    /// Size of the file.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The items, in the order they were written.
@@ -499,6 +506,7 @@ mod tests {
             }
             let spool = writer.finish().unwrap();
             prop_assert_eq!(spool.len(), items.len() as u64);
+            prop_assert_eq!(spool.bytes(), spool.file.metadata().unwrap().len());
             let back: Vec<Item> = spool.into_items().map(Result::unwrap).collect();
             prop_assert_eq!(back, items);
         }
