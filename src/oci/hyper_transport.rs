@@ -1,5 +1,8 @@
-//! The hyper transport (`--http-client hyper`, the default): hyper-util's pooled client with
-//! rustls (ring) through hyper-rustls, driven without reqwest's layers.
+//! The hyper transport (`--http-client hyper`, the default): for `http://` registries a
+//! pool of hyper HTTP/1.1 connections that each request drives in its own task
+//! (`src/oci/plain_pool.rs`); for `https://` hyper-util's pooled client with rustls (ring)
+//! through hyper-rustls, which negotiates HTTP/2 where the registry offers it. Neither goes
+//! through reqwest's layers.
 //!
 //! Why it exists beside [`super::reqwest_transport`]: reqwest does not expose hyper's limit
 //! on a connection's read buffer, which grows with the bodies it carries and stays with the
@@ -32,14 +35,19 @@ use super::net::{
     body_kind, classify_chain, describe_chain, extra_roots, within_deadlines, Progress,
     ProgressReader, TransportBuildError, TransportConfig, MIN_READ_BUFFER,
 };
+use super::plain_pool::{PlainPool, PoolSettings};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
 use crate::metrics::ErrorKind;
 
 type Connector = HttpsConnector<HttpConnector>;
 
+/// How long an idle pooled connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// hyper-backed [`Transport`].
 #[derive(Debug, Clone)]
 pub struct HyperTransport {
+    plain: Arc<PlainPool>,
     client: Client<Connector, ReqBody>,
     config: Arc<TransportConfig>,
     user_agent: HeaderValue,
@@ -62,12 +70,19 @@ impl HyperTransport {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(IDLE_TIMEOUT)
             .http1_max_buf_size(config.read_buffer_max.max(MIN_READ_BUFFER))
             .build(https);
         let user_agent = HeaderValue::from_str(&config.user_agent)
             .map_err(|e| TransportBuildError::Client(format!("user agent: {e}")))?;
+        let plain = Arc::new(PlainPool::new(PoolSettings {
+            connect_timeout: config.connect_timeout,
+            max_idle: config.pool_max_idle_per_host,
+            idle_timeout: IDLE_TIMEOUT,
+            read_buffer_max: config.read_buffer_max.max(MIN_READ_BUFFER),
+        }));
         Ok(HyperTransport {
+            plain,
             client,
             config: Arc::new(config),
             user_agent,
@@ -161,6 +176,13 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 #[derive(Debug)]
 pub struct ReqBody(BodyKind);
 
+#[cfg(test)]
+impl ReqBody {
+    pub(crate) fn empty() -> Self {
+        ReqBody(BodyKind::Empty)
+    }
+}
+
 #[derive(Debug)]
 enum BodyKind {
     Empty,
@@ -251,16 +273,25 @@ impl Transport for HyperTransport {
                     &local
                 }
             };
-            // The URL's own string becomes the URI's buffer: no copy.
-            let uri =
-                http::Uri::from_maybe_shared(Bytes::from(String::from(url))).map_err(|e| {
-                    TransportError::new(ErrorKind::Other, format!("URL not usable for HTTP: {e}"))
-                })?;
+            let plain = url.scheme() == "http";
             let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method;
-            *req.uri_mut() = uri;
             *req.headers_mut() = headers;
             let config = &self.config;
+            if plain {
+                // HTTP/1.1 on a connection of our own: the request line carries the path
+                // and query only; the pool adds `Host`.
+                *req.uri_mut() = uri_of(&url[url::Position::BeforePath..])?;
+                let send = self.plain.send(&url, req);
+                let response = within_deadlines(send, progress, config).await?;
+                let (parts, body) = response.into_parts();
+                return Ok(
+                    HttpResponse::new(parts.status, parts.headers, Box::pin(body))
+                        .with_idle_timeout(config.body_idle_timeout),
+                );
+            }
+            // The URL's own string becomes the URI's buffer: no copy.
+            *req.uri_mut() = uri_of(String::from(url))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
             let response = within_deadlines(send, progress, config).await?;
             let (parts, incoming) = response.into_parts();
@@ -270,6 +301,12 @@ impl Transport for HyperTransport {
             )
         })
     }
+}
+
+/// `text` as a request URI.
+fn uri_of(text: impl Into<String>) -> Result<http::Uri, TransportError> {
+    http::Uri::from_maybe_shared(Bytes::from(text.into()))
+        .map_err(|e| TransportError::new(ErrorKind::Other, format!("URL not usable for HTTP: {e}")))
 }
 
 /// The data frames of a response body (trailers are skipped).

@@ -9,6 +9,7 @@ pub mod headers;
 pub mod hyper_transport;
 pub mod manifest;
 pub mod net;
+mod plain_pool;
 pub mod reference;
 pub mod reqwest_transport;
 pub mod retry;

@@ -1,9 +1,9 @@
 //! What the real transports share: their settings, the deadlines around one exchange, TLS
 //! roots and the mapping of low-level errors to an [`ErrorKind`].
 //!
-//! Two transports implement [`Transport`] over real sockets: [`HyperTransport`] (hyper's
-//! connection pool driven directly, with a bounded per-connection read buffer; the default)
-//! and [`ReqwestTransport`] (reqwest over the same hyper). `--http-client` picks one; both
+//! Two transports implement [`Transport`] over real sockets: [`HyperTransport`] (hyper
+//! driven directly, with a bounded per-connection read buffer; the default) and
+//! [`ReqwestTransport`] (reqwest over the same hyper). `--http-client` picks one; both
 //! follow the same rules so results do not depend on the choice: automatic redirects off
 //! (the client follows them to time each hop and to keep `Authorization` on its origin), no
 //! system proxy (a benchmark measures the path it was pointed at), TLS verification on
@@ -43,7 +43,8 @@ use crate::metrics::ErrorKind;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum HttpClient {
-    /// hyper's client directly: bounded read buffers, less work per request.
+    /// hyper directly: `http://` on connections each request drives in its own task,
+    /// `https://` through hyper-util's client; bounded read buffers, less work per request.
     #[default]
     Hyper,
     /// reqwest (on the same hyper): the widely used client, for comparison.
