@@ -7,6 +7,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use creb::Cli;
 
+/// The static musl build allocates with jemalloc (musl's allocator is slow under threads);
+/// other builds keep the system's.
+#[cfg(all(target_env = "musl", target_pointer_width = "64"))]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     ExitCode::from(creb::exit::main_with(Cli::parse()))
 }

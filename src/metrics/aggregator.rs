@@ -500,8 +500,22 @@ impl AggregatorHandle {
     }
 }
 
-/// How long the aggregator thread sleeps after draining samples under load.
-const DRAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+/// The longest the aggregator thread sleeps after draining messages under load.
+const DRAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The shortest.
+const DRAIN_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How many messages the aggregator lets wait while it sleeps: a quarter of the channel.
+const DRAIN_TARGET: usize = CHANNEL_CAPACITY / 4;
+
+/// The pause after draining `drained` messages that arrived during a pause of `last`: the
+/// time [`DRAIN_TARGET`] messages take to arrive at that rate, within
+/// [`DRAIN_PAUSE_MIN`]..=[`DRAIN_PAUSE`].
+fn drain_pause(drained: usize, last: std::time::Duration) -> std::time::Duration {
+    let per_message = last / u32::try_from(drained.max(1)).unwrap_or(u32::MAX);
+    (per_message * DRAIN_TARGET as u32).clamp(DRAIN_PAUSE_MIN, DRAIN_PAUSE)
+}
 
 /// Capacity of the sample channel: far more than any run keeps in flight.
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -525,14 +539,17 @@ pub fn spawn_aggregator_with(
         .spawn(move || {
             let mut aggregator = Aggregator::new(config);
             let mut sink = sink;
-            // Under load, drain what arrived and sleep 5 ms: parked on the channel, the
-            // thread would be woken (a futex round trip) for every sample; at 5 ms it wakes
-            // 200 times a second whatever the rate (a few hundred samples wait at 50k/s, far
-            // below the channel's capacity). Idle, it parks until the next message. Timing
-            // is taken where samples are made, so this changes only when they are counted,
-            // never what is counted.
+            // Under load, drain what arrived and sleep: parked on the channel, the thread
+            // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,
+            // less when a quarter of the channel would fill sooner at the rate of the last
+            // pause (below 200k messages a second it wakes 50 times a second; an operation
+            // sends a few). Idle, it parks until the next message. Timing is taken where
+            // samples are made, so this changes only when they are counted, never what is
+            // counted; intervals are flushed a tick after they end, so a late count still
+            // lands in its own interval.
+            let mut pause = DRAIN_PAUSE;
             'run: loop {
-                let mut drained = 0u32;
+                let mut drained = 0usize;
                 loop {
                     match rx.try_recv() {
                         Ok(msg) => {
@@ -546,9 +563,11 @@ pub fn spawn_aggregator_with(
                     }
                 }
                 if drained > 0 {
-                    std::thread::sleep(DRAIN_PAUSE);
+                    pause = drain_pause(drained, pause);
+                    std::thread::sleep(pause);
                     continue;
                 }
+                pause = DRAIN_PAUSE;
                 match rx.blocking_recv() {
                     Some(msg) => {
                         if !aggregator.handle(msg, &mut sink) {
@@ -651,6 +670,22 @@ mod tests {
         assert_eq!(len(a), len(b), "{what} ttfb");
         let errs = |s: &Stats| s.error_latency.as_ref().map_or(0, |h| h.len());
         assert_eq!(errs(a), errs(b), "{what} errors");
+    }
+
+    #[test]
+    fn the_drain_pause_lets_a_quarter_of_the_channel_fill() {
+        let ms = std::time::Duration::from_millis;
+        // 250k messages a second: 4,096 arrive in 16.4 ms.
+        let p = drain_pause(5_000, ms(20));
+        assert!(p > ms(16) && p < ms(17), "{p:?}");
+        // 1M a second, from a full channel: 5 ms, then 4.1 ms (4,096 at 1M a second).
+        let p = drain_pause(16_384, ms(20));
+        assert!(p > ms(4) && p <= ms(5), "{p:?}");
+        let p = drain_pause(4_000, ms(4));
+        assert!(p > ms(4) && p < ms(5), "{p:?}");
+        // Slow: the longest pause; very fast: the shortest.
+        assert_eq!(drain_pause(10, ms(20)), DRAIN_PAUSE);
+        assert_eq!(drain_pause(16_384, ms(1)), DRAIN_PAUSE_MIN);
     }
 
     #[test]

@@ -131,11 +131,11 @@ impl PlainPool {
         mut req: Request<ReqBody>,
     ) -> Result<Response<PooledBody>, TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
-        let (origin, host) = self.origin(authority)?;
+        let (origin, host, mut idle) = self.checkout(authority)?;
         req.headers_mut().insert(HOST, host);
         let mut fresh = 0;
         loop {
-            let (mut conn, reused) = match self.take(origin) {
+            let (mut conn, reused) = match idle.take() {
                 Some(conn) => (conn, true),
                 None => {
                     fresh += 1;
@@ -160,6 +160,7 @@ impl PlainPool {
                         "connection closed before the request; sending it on another"
                     );
                     req = *unsent;
+                    idle = self.take(origin);
                 }
                 Err(Failed::Unsent(_, e) | Failed::Sent(e)) => {
                     return Err(exchange_error(&e, conn.failure.as_ref()))
@@ -168,11 +169,21 @@ impl PlainPool {
         }
     }
 
-    /// The index and `Host` header of `authority`'s origin, registered on first use.
-    fn origin(&self, authority: &str) -> Result<(usize, HeaderValue), TransportError> {
+    /// The index and `Host` header of `authority`'s origin (registered on first use) and
+    /// its idle connection to use, if one is open: one lock for all three.
+    fn checkout(
+        &self,
+        authority: &str,
+    ) -> Result<(usize, HeaderValue, Option<Conn>), TransportError> {
+        let mut stale = Vec::new();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
-            return Ok((i, origins[i].host.clone()));
+            let host = origins[i].host.clone();
+            let conn = self.pop_idle(&mut origins[i], &mut stale);
+            drop(origins);
+            // Closing a connection is a system call: not while other requests wait for the lock.
+            drop(stale);
+            return Ok((i, host, conn));
         }
         let host = HeaderValue::from_str(authority).map_err(|e| {
             TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
@@ -182,22 +193,32 @@ impl PlainPool {
             host: host.clone(),
             idle: VecDeque::new(),
         });
-        Ok((origins.len() - 1, host))
+        Ok((origins.len() - 1, host, None))
     }
 
-    /// The most recently used idle connection of `origin` that is still open and not too
-    /// old; older or closed ones met on the way are dropped.
+    /// `origin`'s idle connection to use, as [`PlainPool::checkout`] finds it.
     fn take(&self, origin: usize) -> Option<Conn> {
+        let mut stale = Vec::new();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        let Origin {
-            authority, idle, ..
-        } = &mut origins[origin];
-        while let Some((conn, since)) = idle.pop_back() {
+        let conn = self.pop_idle(&mut origins[origin], &mut stale);
+        drop(origins);
+        drop(stale);
+        conn
+    }
+
+    /// The most recently used idle connection that is still open and not too old; older or
+    /// closed ones met on the way go to `stale`, for the caller to close outside the lock.
+    fn pop_idle(&self, origin: &mut Origin, stale: &mut Vec<Conn>) -> Option<Conn> {
+        while let Some((conn, since)) = origin.idle.pop_back() {
             if since.elapsed() < self.settings.idle_timeout && conn.is_open() {
-                tracing::trace!(origin = &**authority, "reusing an idle connection");
+                tracing::trace!(origin = &*origin.authority, "reusing an idle connection");
                 return Some(conn);
             }
-            tracing::trace!(origin = &**authority, "closing a stale idle connection");
+            tracing::trace!(
+                origin = &*origin.authority,
+                "closing a stale idle connection"
+            );
+            stale.push(conn);
         }
         None
     }
@@ -213,15 +234,19 @@ impl PlainPool {
         let Origin {
             authority, idle, ..
         } = &mut origins[origin];
+        let mut evicted = None;
         if idle.len() >= self.settings.max_idle {
             tracing::trace!(
                 origin = &**authority,
                 "idle connections at their cap: closing the oldest"
             );
-            idle.pop_front();
+            evicted = idle.pop_front();
         }
         tracing::trace!(origin = &**authority, "connection idle in the pool");
         idle.push_back((conn, Instant::now()));
+        drop(origins);
+        // Closed outside the lock.
+        drop(evicted);
     }
 
     async fn connect(&self, url: &Url) -> Result<Conn, TransportError> {
