@@ -23,6 +23,7 @@
 
 pub mod canary;
 mod deps;
+mod pacer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,8 @@ use crate::route::health::{probe_until_up, Choice, Health};
 use crate::route::{Object, Request, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 use crate::workload::ErrorLog;
+
+use pacer::Pacer;
 
 /// The two workload models (never mixed in one result).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -79,6 +82,10 @@ pub struct ExecOptions {
     pub max_lateness: Option<Duration>,
     /// After a shutdown request, how long in-flight operations may take to finish.
     pub grace: Duration,
+    /// Delay mode: wait for due times on a timerfd (microseconds) instead of tokio's timer
+    /// (whole milliseconds, rounded up). Off under a paused test clock, which only tokio's
+    /// timer follows.
+    pub precise_timer: bool,
 }
 
 /// What the executor did, for the accounting and validity checks.
@@ -504,6 +511,7 @@ pub async fn execute_on(
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
     let mut in_flight: FastHashMap<tokio::task::Id, InFlight> = FastHashMap::default();
     let mut report = ExecReport::default();
+    let mut pacer = Pacer::new(options.mode == Mode::Delay && options.precise_timer);
     let cancelled = shutdown.token().clone();
     if anchor > Instant::now() {
         tokio::select! {
@@ -560,7 +568,7 @@ pub async fn execute_on(
                     report.interrupted += op.records();
                     break 'dispatch;
                 }
-                _ = tokio::time::sleep_until(due) => {}
+                _ = pacer.sleep_until(due) => {}
             }
         }
         let permit = match Arc::clone(&permits).try_acquire_owned() {
@@ -744,6 +752,7 @@ mod tests {
             concurrency,
             max_lateness: None,
             grace: Duration::from_secs(1),
+            precise_timer: false,
         };
         let report = execute(
             rx,
@@ -883,6 +892,7 @@ mod tests {
             concurrency: 1,
             max_lateness: None,
             grace: Duration::from_secs(1),
+            precise_timer: false,
         };
         let report = execute_on(
             rx,
@@ -965,6 +975,7 @@ mod tests {
             concurrency: 4,
             max_lateness: None,
             grace: Duration::from_secs(5),
+            precise_timer: false,
         };
         let report = execute(
             rx,

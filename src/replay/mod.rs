@@ -705,6 +705,7 @@ async fn run_phase(
             concurrency: cfg.concurrency,
             max_lateness: cfg.max_lateness_ms.map(Duration::from_millis),
             grace: Duration::from_secs_f64(cfg.grace_s),
+            precise_timer: true,
         },
         anchor,
         shutdown.clone(),

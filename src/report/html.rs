@@ -459,8 +459,8 @@ fn lag_chart(set: &ResultSet) -> Option<Figure> {
         title: title.into(),
         caption: "How late operations were sent after their intended start (including time \
                   waiting for an in-flight slot), all operations of each interval added \
-                  exactly. About 1 ms is timer granularity; a rising p99 means the generator \
-                  or the in-flight cap could not keep the schedule."
+                  exactly. A fraction of a millisecond is the timer's own slack; a rising p99 \
+                  means the generator or the in-flight cap could not keep the schedule."
             .into(),
         svg: line_chart(&LineChart {
             id: "schedule-lag".into(),
