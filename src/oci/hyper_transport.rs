@@ -66,12 +66,13 @@ impl HyperTransport {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
+        let read_buffer_max = config.read_buffer_max.max(MIN_READ_BUFFER);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
             .pool_idle_timeout(IDLE_TIMEOUT)
-            .http1_max_buf_size(config.read_buffer_max.max(MIN_READ_BUFFER))
+            .http1_max_buf_size(read_buffer_max)
             .build(https);
         let user_agent = HeaderValue::from_str(&config.user_agent)
             .map_err(|e| TransportBuildError::Client(format!("user agent: {e}")))?;
@@ -79,7 +80,7 @@ impl HyperTransport {
             connect_timeout: config.connect_timeout,
             max_idle: config.pool_max_idle_per_host,
             idle_timeout: IDLE_TIMEOUT,
-            read_buffer_max: config.read_buffer_max.max(MIN_READ_BUFFER),
+            read_buffer_max,
         }));
         Ok(HyperTransport {
             plain,
