@@ -37,7 +37,7 @@ pub async fn run(cli: Cli) -> ExitStatus {
 
 /// Runs a command as a task on the runtime's workers. A future driven by `block_on` lives
 /// outside the scheduler, on the caller's thread: each wake-up from a worker (each finished
-/// request of a replay) would cross threads through a futex.
+/// request of a replay, a push or a pull) would cross threads through a futex.
 async fn on_worker<F>(command: F) -> anyhow::Result<ExitStatus>
 where
     F: std::future::Future<Output = anyhow::Result<ExitStatus>> + Send + 'static,
@@ -88,8 +88,8 @@ pub fn main_with(cli: Cli) -> u8 {
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
     let result = match cli.command {
-        Command::Push(args) => workload::push::run(args, shutdown).await,
-        Command::Pull(args) => workload::pull::run(args, shutdown).await,
+        Command::Push(args) => on_worker(workload::push::run(args, shutdown)).await,
+        Command::Pull(args) => on_worker(workload::pull::run(args, shutdown)).await,
         Command::Replay(args) => on_worker(crate::replay::run(args, shutdown)).await,
         Command::Merge(args) => crate::merge::run(args).await,
         Command::Report(args) => crate::report::run(args).await,
@@ -97,7 +97,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Trace(args) => crate::analysis::trace_cmd::run(args).await,
         Command::Simulate(args) => crate::analysis::simulate::run(args).await,
         Command::Cost(args) => crate::analysis::cost::run(args).await,
-        Command::Run(args) => crate::experiment::run(args, shutdown).await,
+        Command::Run(args) => on_worker(crate::experiment::run(args, shutdown)).await,
     };
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,

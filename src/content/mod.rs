@@ -121,7 +121,7 @@ impl ContentSpec {
     /// The raw SHA-256 of the whole content (32 bytes; what catalogs keep).
     pub fn sha256(&self) -> [u8; 32] {
         let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; BLOCK as usize];
+        let mut buf = vec![0u8; self.size.min(BLOCK) as usize];
         let mut pos = 0u64;
         while pos < self.size {
             let take = (self.size - pos).min(BLOCK) as usize;
@@ -278,15 +278,18 @@ mod tests {
 
     #[test]
     fn digest_matches_reader() {
-        let spec = ContentSpec::new(7, b"x", 3 * BLOCK + 17);
-        let mut h = Hasher::new();
-        let mut n = 0;
-        for chunk in spec.reader(0..spec.size()) {
-            n += chunk.len() as u64;
-            h.update(&chunk);
+        // Below, at and around one block: the digest's buffer is sized to the content.
+        for size in [1, 1024, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17] {
+            let spec = ContentSpec::new(7, b"x", size);
+            let mut h = Hasher::new();
+            let mut n = 0;
+            for chunk in spec.reader(0..spec.size()) {
+                n += chunk.len() as u64;
+                h.update(&chunk);
+            }
+            assert_eq!(n, spec.size());
+            assert_eq!(h.finish(), spec.digest(), "size {size}");
         }
-        assert_eq!(n, spec.size());
-        assert_eq!(h.finish(), spec.digest());
     }
 
     #[test]

@@ -290,13 +290,13 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
                         Arc::clone(&progress),
                         crate::progress::wanted(args.output.quiet, args.output.json),
                     );
-                    stream::iter(parsed.iter())
+                    stream::iter(parsed)
                         .map(|reference| {
                             let (sources, cfg, permits, shutdown, errors, progress) =
                                 (&sources, &cfg, &permits, &shutdown, &errors, &progress);
                             async move {
                                 pull_image(
-                                    sources, &cfg.repo, reference, permits, shutdown, errors,
+                                    sources, &cfg.repo, &reference, permits, shutdown, errors,
                                     progress,
                                 )
                                 .await
