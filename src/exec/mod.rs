@@ -23,7 +23,7 @@
 
 pub mod canary;
 mod deps;
-mod pacer;
+pub(crate) mod pacer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,9 +82,9 @@ pub struct ExecOptions {
     pub max_lateness: Option<Duration>,
     /// After a shutdown request, how long in-flight operations may take to finish.
     pub grace: Duration,
-    /// Delay mode: wait for due times on a timerfd (microseconds) instead of tokio's timer
-    /// (whole milliseconds, rounded up). Off under a paused test clock, which only tokio's
-    /// timer follows.
+    /// Wait for the anchor and, in delay mode, for due times on a timerfd (microseconds)
+    /// instead of tokio's timer (whole milliseconds, rounded up). Off under a paused test
+    /// clock, which only tokio's timer follows.
     pub precise_timer: bool,
 }
 
@@ -511,11 +511,11 @@ pub async fn execute_on(
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
     let mut in_flight: FastHashMap<tokio::task::Id, InFlight> = FastHashMap::default();
     let mut report = ExecReport::default();
-    let mut pacer = Pacer::new(options.mode == Mode::Delay && options.precise_timer);
+    let mut pacer = Pacer::new(options.precise_timer);
     let cancelled = shutdown.token().clone();
     if anchor > Instant::now() {
         tokio::select! {
-            _ = tokio::time::sleep_until(anchor) => {}
+            _ = pacer.sleep_until(anchor) => {}
             _ = cancelled.cancelled() => {}
         }
     }

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::cli::{Phase, ReplayArgs, UploadChoice};
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
+use crate::exec::pacer::Pacer;
 use crate::exec::{execute_on, ExecOptions, ExecReport, Mode, Targets};
 use crate::exit::ExitStatus;
 use crate::metrics::hist::Percentiles;
@@ -680,8 +681,10 @@ async fn run_phase(
             }
         }
     };
+    // On a timerfd: tokio's timer would start up to a millisecond after --start-at.
+    let mut pacer = Pacer::new(true);
     tokio::select! {
-        _ = tokio::time::sleep_until(anchor) => {}
+        _ = pacer.sleep_until(anchor) => {}
         _ = shutdown.token().cancelled() => {}
     }
     let started_at = SystemTime::now();
