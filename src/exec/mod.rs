@@ -511,14 +511,9 @@ pub async fn execute_on(
     let mut tasks: JoinSet<TaskDone> = JoinSet::new();
     let mut in_flight: FastHashMap<tokio::task::Id, InFlight> = FastHashMap::default();
     let mut report = ExecReport::default();
-    let mut pacer = Pacer::new(options.precise_timer);
     let cancelled = shutdown.token().clone();
-    if anchor > Instant::now() {
-        tokio::select! {
-            _ = pacer.sleep_until(anchor) => {}
-            _ = cancelled.cancelled() => {}
-        }
-    }
+    pacer::wait_for_anchor(anchor, options.precise_timer, &cancelled).await;
+    let mut pacer = Pacer::new(options.mode == Mode::Delay && options.precise_timer);
 
     let reap = |res: Result<(tokio::task::Id, TaskDone), tokio::task::JoinError>,
                 in_flight: &mut FastHashMap<tokio::task::Id, InFlight>,

@@ -1,4 +1,5 @@
-//! Waiting for an operation's due time in delay mode, to the microsecond.
+//! Waiting for an operation's due time in delay mode, and for the start of a schedule (the
+//! anchor, `--start-at`) in either mode, to the microsecond.
 //!
 //! tokio's timer counts whole milliseconds: it rounds a deadline up to its next millisecond
 //! and parks the runtime for whole milliseconds, so a wait ends anywhere up to a millisecond
@@ -8,8 +9,23 @@
 //! fires, and nothing else changes (no thread of its own, no spinning).
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use timer::Timer;
+
+/// Waits for `anchor`, the instant a schedule starts, or for `cancel`: on a timerfd if
+/// `precise` (a host starts within a fraction of a millisecond of a shared `--start-at`),
+/// else on tokio's timer. A timerfd is made only when there is something to wait for.
+pub(crate) async fn wait_for_anchor(anchor: Instant, precise: bool, cancel: &CancellationToken) {
+    if anchor <= Instant::now() {
+        return;
+    }
+    let mut pacer = Pacer::new(precise);
+    tokio::select! {
+        _ = pacer.sleep_until(anchor) => {}
+        _ = cancel.cancelled() => {}
+    }
+}
 
 /// Waits until due times, as precisely as the platform allows.
 #[derive(Debug)]
@@ -178,6 +194,20 @@ mod tests {
         let second = Instant::now() + Duration::from_millis(3);
         pacer.sleep_until(second).await;
         assert!(Instant::now() >= second, "woke on the stale expiry");
+    }
+
+    #[tokio::test]
+    async fn the_anchor_wait_ends_at_the_anchor_or_on_cancel() {
+        let anchor = Instant::now() + Duration::from_millis(2);
+        wait_for_anchor(anchor, true, &CancellationToken::new()).await;
+        assert!(Instant::now() >= anchor);
+        // Cancelled: an anchor 5 s away does not hold the caller (and a broken cancel fails
+        // here in 5 s rather than hanging the suite).
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let far = Instant::now() + Duration::from_secs(5);
+        wait_for_anchor(far, true, &cancel).await;
+        assert!(Instant::now() < far);
     }
 
     #[tokio::test(start_paused = true)]

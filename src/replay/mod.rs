@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::cli::{Phase, ReplayArgs, UploadChoice};
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
-use crate::exec::pacer::Pacer;
+use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{execute_on, ExecOptions, ExecReport, Mode, Targets};
 use crate::exit::ExitStatus;
 use crate::metrics::hist::Percentiles;
@@ -201,6 +201,10 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
 
 /// Planned operations buffered between the planner and the executor.
 const PLAN_QUEUE: usize = 1024;
+
+/// Replays wait for the anchor and for due times on a timerfd (microseconds), not on tokio's
+/// millisecond timer.
+const PRECISE_TIMER: bool = true;
 
 /// Sends planned items from the planner thread in batches of half the queue: when the queue
 /// is full it parks until half of it is free, then fills that half without waiting. A
@@ -681,12 +685,7 @@ async fn run_phase(
             }
         }
     };
-    // On a timerfd: tokio's timer would start up to a millisecond after --start-at.
-    let mut pacer = Pacer::new(true);
-    tokio::select! {
-        _ = pacer.sleep_until(anchor) => {}
-        _ = shutdown.token().cancelled() => {}
-    }
+    wait_for_anchor(anchor, PRECISE_TIMER, shutdown.token()).await;
     let started_at = SystemTime::now();
     let start_skew_ms = cfg
         .start_at_time
@@ -708,7 +707,7 @@ async fn run_phase(
             concurrency: cfg.concurrency,
             max_lateness: cfg.max_lateness_ms.map(Duration::from_millis),
             grace: Duration::from_secs_f64(cfg.grace_s),
-            precise_timer: true,
+            precise_timer: PRECISE_TIMER,
         },
         anchor,
         shutdown.clone(),

@@ -136,9 +136,13 @@ pub fn plan_image(cfg: &PushConfig, index: u64) -> anyhow::Result<ImagePlan> {
 }
 
 /// Planning an image generates and hashes all its layers. Up to this many bytes (about
-/// 35 µs of work) that is done on the runtime; a hand-off to the blocking pool costs two
-/// thread wake-ups, more than hashing a small image.
+/// 35 µs of hashing) and [`PLAN_INLINE_LAYERS`] layers that is done on the runtime; a
+/// hand-off to the blocking pool costs two thread wake-ups, more than planning a small image.
 const PLAN_INLINE_BYTES: u64 = 64 << 10;
+
+/// Most layers planned on the runtime: each costs a few µs besides its bytes (its identity,
+/// descriptor and place in the config and manifest).
+const PLAN_INLINE_LAYERS: u64 = 16;
 
 /// Pushes one blob: HEAD, then mount (if configured) or upload.
 async fn push_blob(
@@ -180,7 +184,9 @@ async fn push_image(
     if shutdown.is_cancelled() {
         return;
     }
-    let planned = if cfg.layers.saturating_mul(cfg.layer_size) <= PLAN_INLINE_BYTES {
+    let small = cfg.layers <= PLAN_INLINE_LAYERS
+        && cfg.layers.saturating_mul(cfg.layer_size) <= PLAN_INLINE_BYTES;
+    let planned = if small {
         Ok(plan_image(cfg, index))
     } else {
         let cfg = cfg.clone();
