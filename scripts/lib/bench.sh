@@ -1,0 +1,68 @@
+# Shared by scripts/bench-compare and scripts/bench-families; sourced, not run. The caller
+# sets `set -euo pipefail`, works from the repository's root, checks its tools, then calls
+# bench_init. Loopback only.
+
+# Builds (or takes CREB_BIN) the binary under test into $bin, makes the scratch directory
+# $work, and stops every server in $servers and removes $work on exit.
+bench_init() {
+  # The binary users get: the static musl build (CREB_BIN=path measures another one).
+  if [ -z "${CREB_BIN:-}" ]; then
+    cargo build --release --locked --quiet --target x86_64-unknown-linux-musl
+  fi
+  bin=${CREB_BIN:-$(pwd)/target/x86_64-unknown-linux-musl/release/creb-rs}
+  work=$(mktemp -d)
+  servers=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  # A server that already exited must not stop the others being stopped.
+  for p in ${servers[@]+"${servers[@]}"}; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Waits up to 10 s for a server to listen on `port`; exits with a message if it does not.
+wait_port() { # port name
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done
+  echo "$(basename "$0"): $2 is not listening on port $1 after 10 s" >&2
+  exit 1
+}
+
+# CPU seconds (user + system) a process has used so far.
+cpu_of() { # pid
+  awk '{print ($14+$15)/100}' "/proc/$1/stat"
+}
+
+# Starts a fresh docker-registry (filesystem storage under $work/data, no access log) and
+# sets $registry_pid and $reg, its URL.
+start_registry() {
+  local port
+  port=$(free_port)
+  cat >"$work/registry.yml" <<YAML
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/data
+http:
+  addr: 127.0.0.1:$port
+YAML
+  docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+  registry_pid=$!
+  servers+=("$registry_pid")
+  wait_port "$port" docker-registry
+  reg="http://127.0.0.1:$port"
+}
+
+# The machine and the binary, the first line of every benchmark's output.
+machine_line() {
+  echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r); $("$bin" --version)"
+}
