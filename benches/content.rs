@@ -2,7 +2,7 @@
 //! Goal: ≥ 1.5 GB/s per core on a CPU with SHA extensions (see docs/benchmarks.md).
 
 use creb::content::ContentSpec;
-use creb::oci::digest::Hasher;
+use creb::digest::Hasher;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn content(c: &mut Criterion) {

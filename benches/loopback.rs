@@ -29,10 +29,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use creb::auth::credentials::Credentials;
 use creb::auth::registry_auth::RegistryAuth;
+use creb::client::{ClientOptions, OpCtx, RegistryClient};
+use creb::digest::Digest;
 use creb::metrics::{spawn_aggregator, Op, Recorder};
+use creb::net::{build_transport, HttpClient, TransportConfig};
 use creb::oci::manifest::{build_manifest, Descriptor, ManifestFormat, OCI_CONFIG, OCI_LAYER};
-use creb::oci::net::{build_transport, HttpClient, TransportConfig};
-use creb::oci::{ClientOptions, Digest, OpCtx, Reference, RegistryClient, Repository};
+use creb::oci::{Reference, Repository};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };

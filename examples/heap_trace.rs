@@ -71,5 +71,5 @@ fn main() -> ExitCode {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     std::thread::spawn(move || sample_forever(path, Duration::from_secs(every)));
-    ExitCode::from(creb::exit::main_with(cli))
+    ExitCode::from(creb::commands::main_with(cli))
 }

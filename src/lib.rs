@@ -1,38 +1,41 @@
 //! creb-rs: a container registry benchmark.
 //!
-//! Stages of a run, one module each: `cli` (raw flags) → `config` (validated settings) →
-//! `workload` (what to do: synthetic push/pull) → `oci` (how to talk to a registry, with
-//! `auth`) → `metrics` (one aggregator owning every histogram) → `results` (the result
-//! directory and `summary.json`) → `report` (what people read). `content` generates the
-//! deterministic blob bytes everything pushes.
+//! Layers (see `ARCHITECTURE.md`); a module imports only from its own layer or the ones
+//! above it in this list, never from a later one, and the modules of a layer never import
+//! each other in a circle. `tests/architecture.rs` reads this table and checks the code
+//! against it.
 //!
-//! `main.rs` only parses arguments, builds the runtime and maps [`run`]'s outcome to an
-//! exit code; tests drive [`run`] in-process.
+//! | layer | modules |
+//! |---|---|
+//! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress` |
+//! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `plan`, `route`, `results` |
+//! | engines | `exec`, `analysis`, `merge`, `report` |
+//! | commands | `commands` |
+//!
+//! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
+//! [`commands::run`] in-process.
 
 #![forbid(unsafe_code)]
 
 pub mod analysis;
 pub mod auth;
-pub mod cli;
-pub mod compare;
+pub mod client;
+pub mod commands;
 pub mod content;
+pub mod digest;
 pub mod exec;
-pub mod exit;
-pub mod experiment;
 pub mod fast_hash;
 pub mod merge;
 pub mod metrics;
+pub mod net;
 pub mod oci;
 pub mod plan;
 pub mod progress;
-pub mod replay;
 pub mod report;
 pub mod results;
 pub mod route;
 pub mod shutdown;
 pub mod trace;
 pub mod units;
-pub mod workload;
 
-pub use cli::Cli;
-pub use exit::{run, ExitStatus};
+pub use commands::{run, Cli, ExitStatus};

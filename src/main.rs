@@ -1,4 +1,4 @@
-//! The `creb-rs` binary: parse flags, hand them to [`creb::exit::main_with`], exit.
+//! The `creb-rs` binary: parse flags, hand them to [`creb::commands::main_with`], exit.
 
 #![forbid(unsafe_code)]
 
@@ -14,5 +14,5 @@ use creb::Cli;
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    ExitCode::from(creb::exit::main_with(Cli::parse()))
+    ExitCode::from(creb::commands::main_with(Cli::parse()))
 }

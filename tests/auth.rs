@@ -340,12 +340,12 @@ async fn expired_tokens_are_renewed_within_one_run() {
     use creb::auth::credentials::Credentials;
     use creb::auth::registry_auth::RegistryAuth as Auth;
     use creb::auth::secret::Secret;
+    use creb::client::{BlobSource, ClientOptions, OpCtx, RegistryClient, UploadMode};
     use creb::content::ContentSpec;
     use creb::metrics::{spawn_aggregator, Event, Op};
-    use creb::oci::net::TransportConfig;
-    use creb::oci::reqwest_transport::ReqwestTransport;
-    use creb::oci::transport::Transport;
-    use creb::oci::{BlobSource, ClientOptions, OpCtx, RegistryClient, UploadMode};
+    use creb::net::reqwest_transport::ReqwestTransport;
+    use creb::net::transport::Transport;
+    use creb::net::TransportConfig;
 
     // Tokens the registry refuses 2 s after issue (distribution's 60 s leeway backdated away).
     let (issuer, registry) = token_registry(IssuerConfig {

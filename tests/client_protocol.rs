@@ -12,14 +12,12 @@ use std::sync::Arc;
 
 use common::{FileServer, Registry, RegistryOptions};
 use creb::auth::{AccessScope, AuthError, Authenticator};
+use creb::client::{BlobSource, ClientError, ClientOptions, OpCtx, RegistryClient, UploadMode};
 use creb::content::ContentSpec;
 use creb::metrics::{spawn_aggregator, Op};
-use creb::oci::net::{build_transport, HttpClient, TransportConfig};
-use creb::oci::transport::HttpRequest;
-use creb::oci::{
-    BlobSource, ClientError, ClientOptions, OpCtx, Reference, RegistryClient, Repository,
-    UploadMode,
-};
+use creb::net::transport::HttpRequest;
+use creb::net::{build_transport, HttpClient, TransportConfig};
+use creb::oci::{Reference, Repository};
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 

@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use creb::analysis::cost::{self, CostArgs};
-use creb::analysis::simulate::{self, SimulateArgs, SimulateCommand};
+use creb::analysis::cost::text as cost_text;
+use creb::analysis::simulate::{simulate_cache_files, simulate_prefetch_files};
+use creb::commands::cost::{self, CostArgs};
+use creb::commands::simulate::{self, SimulateArgs, SimulateCommand};
 use creb::trace::synth::{
     format_ms, write_file, write_file_iter, Profile, ProfileGenerator, ProfileOptions, RawRecord,
     SynthLength,
@@ -94,8 +96,7 @@ fn cache_hit_ratio_grows_with_size_and_the_ssd_tier_lifts_it() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dal_like_trace(dir.path(), 120_000, 7);
     let sweep = [1.0, 2.0, 5.0, 10.0, 20.0];
-    let out =
-        simulate::simulate_cache_files(&[trace], None, &sweep, 10.0, 100 << 20, false).unwrap();
+    let out = simulate_cache_files(&[trace], None, &sweep, 10.0, 100 << 20, false).unwrap();
     assert!(out.layer_requests > 1000, "{}", out.layer_requests);
     assert!(out.working_set_bytes > 0);
     assert_eq!(out.points.len(), sweep.len());
@@ -317,7 +318,7 @@ fn prefetch_sweep_applies_the_papers_retentions() {
         ),
     ]);
     write_file(&path, &records).unwrap();
-    let out = simulate::simulate_prefetch_files(
+    let out = simulate_prefetch_files(
         &[path],
         &simulate::prefetch_configs(&match sim(&["prefetch", "x", "--sweep"]).command {
             SimulateCommand::Prefetch(a) => a,
@@ -571,7 +572,7 @@ fn cost_text_and_json_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let run = write_summary(dir.path(), 3600.0, 2 * GIB, GIB);
     let e = cost::compute(&cost_args(&[run.to_str().unwrap(), "--provider", "ecr"])).unwrap();
-    let text = cost::text(&e);
+    let text = cost_text(&e);
     for needle in [
         "storage",
         "egress",

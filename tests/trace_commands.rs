@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use creb::analysis::trace_cmd::{
-    compute_stats, run, run_blocking, sample_trace, validate_trace, SampleError, SampleMethod,
-    StatsOptions, TraceCommand, TraceStats,
+use creb::analysis::trace::{
+    compute_stats, sample_trace, validate_trace, SampleError, SampleMethod, StatsOptions,
+    TraceStats,
 };
+use creb::commands::trace::{run, run_blocking, TraceCommand};
 use creb::trace::synth::{write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use creb::trace::{Item, ReadOptions, TraceError, TraceInput, TraceReader};
 use creb::ExitStatus;
@@ -142,7 +143,7 @@ fn stats_counts_the_hand_written_fixture_exactly() {
     assert_eq!(o.put_patch_ratio, Some(2.0));
     assert_eq!(o.head_share, Some(1.0 / 15.0));
 
-    let top = |r: &creb::analysis::trace_cmd::stats::Ranking| {
+    let top = |r: &creb::analysis::trace::stats::Ranking| {
         r.top
             .iter()
             .map(|e| (e.name.clone(), e.count))
@@ -205,7 +206,7 @@ fn stats_counts_the_hand_written_fixture_exactly() {
     let back: TraceStats = serde_json::from_value(json).unwrap();
     assert_eq!(back, s);
 
-    let text = creb::analysis::trace_cmd::render_text(&s);
+    let text = creb::analysis::trace::render_text(&s);
     for want in [
         "Trace: 15 records in 1 file",
         "1 invalid, 1 duplicate; 2 failed",
@@ -233,7 +234,7 @@ async fn stats_runs_from_the_command_line() {
             "2m",
         ],
     ] {
-        let status = run(creb::analysis::trace_cmd::TraceArgs {
+        let status = run(creb::commands::trace::TraceArgs {
             command: command(&args),
         })
         .await

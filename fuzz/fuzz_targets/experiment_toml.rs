@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use creb::experiment::cells::round_cells;
-use creb::experiment::config::ExperimentFile;
+use creb::commands::run::cells::round_cells;
+use creb::commands::run::config::ExperimentFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -23,8 +23,8 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderValue};
 
+use crate::net::transport::HttpRequest;
 use crate::oci::reference::Repository;
-use crate::oci::transport::HttpRequest;
 
 /// The access an operation needs, as the token spec's scopes express it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

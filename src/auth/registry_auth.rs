@@ -24,7 +24,7 @@ use super::scope::ScopeSet;
 use super::token::{basic_authorization, TokenFetcher};
 use super::{AccessScope, AuthError, Authenticator, Ready};
 use crate::metrics::Recorder;
-use crate::oci::transport::{HttpRequest, Transport};
+use crate::net::transport::{HttpRequest, Transport};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Scheme {
@@ -270,7 +270,7 @@ mod tests {
     use super::*;
     use crate::auth::secret::Secret;
     use crate::metrics::spawn_aggregator;
-    use crate::oci::scripted::{ScriptedResponse, ScriptedTransport};
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
     fn challenge(extra: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -26,8 +26,8 @@ use super::scope::ScopeSet;
 use super::secret::Secret;
 use super::AuthError;
 use crate::metrics::{Op, Outcome, Recorder, Sample, SizeClass, Timing};
+use crate::net::transport::{HttpRequest, RequestBody, Transport};
 use crate::oci::error::parse_error_body;
-use crate::oci::transport::{HttpRequest, RequestBody, Transport};
 
 /// `client_id` sent in OAuth2 requests.
 pub const CLIENT_ID: &str = "creb-rs";

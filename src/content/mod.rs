@@ -20,7 +20,11 @@ use rand::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sha2::{Digest as _, Sha256};
 
-use crate::oci::digest::Digest;
+use crate::digest::Digest;
+
+/// The seed of generated content when none is given; printed with every result so runs
+/// can be repeated.
+pub const DEFAULT_SEED: u64 = 1;
 
 /// Bytes per generator block; also the chunk size of streamed bodies.
 pub const BLOCK: u64 = 64 * 1024;
@@ -198,7 +202,7 @@ impl Iterator for ContentReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oci::digest::Hasher;
+    use crate::digest::Hasher;
     use proptest::prelude::*;
 
     fn all_bytes(spec: &ContentSpec) -> Vec<u8> {

@@ -33,17 +33,18 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::deps::Deps;
+use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
 use crate::fast_hash::FastHashMap;
+use crate::metrics::ErrorLog;
 use crate::metrics::{
     ErrorKind, Event, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
 };
-use crate::oci::{BlobSource, ClientError, OpCtx, Reference, RegistryClient};
+use crate::oci::Reference;
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
 use crate::progress::Progress;
 use crate::route::health::{probe_until_up, Choice, Health};
 use crate::route::{Object, Request, RouteOptions, Router};
 use crate::shutdown::Shutdown;
-use crate::workload::ErrorLog;
 
 use pacer::Pacer;
 
@@ -696,9 +697,9 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
+    use crate::client::ClientOptions;
     use crate::metrics::{spawn_aggregator, Aggregator};
-    use crate::oci::scripted::{ScriptedResponse, ScriptedTransport};
-    use crate::oci::ClientOptions;
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
     const STALL: Duration = Duration::from_millis(500);
 
@@ -725,7 +726,7 @@ mod tests {
         );
         let (tx, rx) = mpsc::channel(16);
         let repo: crate::oci::Repository = "a/b".parse().unwrap();
-        let digest = crate::oci::Digest::sha256_of(b"x");
+        let digest = crate::digest::Digest::sha256_of(b"x");
         tokio::spawn(async move {
             for seq in 0..100u64 {
                 let op = PlannedOp {
@@ -825,7 +826,7 @@ mod tests {
     /// them (round-robin), one at a time so the failure streak is exact. A real registry
     /// cannot be made to refuse exactly these connections on demand.
     async fn two_endpoints(failover: bool) -> (Aggregator, ExecReport, usize) {
-        use crate::oci::transport::TransportError;
+        use crate::net::transport::TransportError;
         use crate::route::RouteKind;
 
         let (recorder, aggregator) = spawn_aggregator();
@@ -834,7 +835,7 @@ mod tests {
         let refusing = Arc::new(ScriptedTransport::new(|_| {
             ScriptedResponse::error(TransportError::new(ErrorKind::Connect, "refused"))
         }));
-        let transports: [Arc<dyn crate::oci::transport::Transport>; 2] =
+        let transports: [Arc<dyn crate::net::transport::Transport>; 2] =
             [Arc::new(up), Arc::clone(&refusing) as _];
         let clients: Vec<RegistryClient> = transports
             .into_iter()
@@ -873,7 +874,7 @@ mod tests {
                 offset: Duration::ZERO,
                 action: Action::BlobHead {
                     repo: repo.clone(),
-                    digest: crate::oci::Digest::sha256_of(&seq.to_be_bytes()),
+                    digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
                 },
                 folded: 0,
                 session: None,

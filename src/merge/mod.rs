@@ -1,4 +1,4 @@
-//! `creb-rs merge DIR... --output-dir OUT`: the results of many hosts as one.
+//! Merging result directories: the results of many hosts as one (`creb-rs merge`).
 //!
 //! Exact by construction: counters add, histograms add (interval by interval, tag by tag),
 //! and every percentile is recomputed from the merged histograms — nothing is averaged.
@@ -15,14 +15,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Args;
 use hdrhistogram::serialization::V2DeflateSerializer;
 
-use crate::exit::ExitStatus;
 use crate::metrics::hist::add_exact;
 use crate::metrics::EndpointCounters;
 use crate::metrics::{new_histogram, Level};
-use crate::report::render_text;
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
 use crate::results::store::{
     self, aggregator_of, endpoint_tables, load, write_endpoint_histograms, Counters, HostInfo,
@@ -33,30 +30,6 @@ use crate::results::writer::{
     endpoint_columns, endpoint_values, timeline_header, ENDPOINTS_HEADER, TIMELINE_FAMILIES,
 };
 use crate::results::{prepare_output_dir, write_atomic};
-
-#[derive(Debug, Clone, Args)]
-pub struct MergeArgs {
-    /// Result directories to merge (one per host or shard; merged results work too).
-    #[arg(value_name = "RESULT_DIR", required = true, num_args = 1..)]
-    pub dirs: Vec<PathBuf>,
-
-    /// Where to write the merged result directory.
-    #[arg(long, value_name = "DIR")]
-    pub output_dir: PathBuf,
-
-    /// Accept results that do not cover every shard (still refusing overlaps), for merging
-    /// in stages.
-    #[arg(long)]
-    pub partial: bool,
-
-    /// Print the merged summary JSON instead of the tables.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Print nothing.
-    #[arg(long, short, conflicts_with = "json")]
-    pub quiet: bool,
-}
 
 /// The shards a result covers: its own, or its hosts' for a merged result.
 fn shards_of(set: &ResultSet) -> Vec<Shard> {
@@ -490,46 +463,7 @@ fn write_timeline(
     Ok(())
 }
 
-/// The per-host table: an unhealthy host stands out.
-pub fn host_table(hosts: &[HostInfo]) -> String {
-    use std::fmt::Write as _;
-    let mut p99s: Vec<f64> = hosts.iter().filter_map(|h| h.p99_ms).collect();
-    p99s.sort_by(f64::total_cmp);
-    let median_p99 = p99s.get(p99s.len() / 2).copied();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  dir",
-        "host", "shard", "requests", "errors", "p99", "start skew"
-    );
-    for h in hosts {
-        let p99 = h.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms"));
-        let skew = h.start_skew_ms.map_or("-".into(), |v| format!("{v:+.1}ms"));
-        let slow = match (h.p99_ms, median_p99) {
-            (Some(v), Some(m)) if m > 0.0 && v > 2.0 * m => "  ← p99 over 2× the median",
-            _ => "",
-        };
-        let failing = if h.requests > 0 && h.errors * 100 > h.requests {
-            "  ← errors over 1%"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            out,
-            "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  {}{slow}{failing}",
-            h.host,
-            format!("{}/{}", h.shard.index, h.shard.count),
-            h.requests,
-            h.errors,
-            p99,
-            skew,
-            h.dir
-        );
-    }
-    out
-}
-
-/// Merges result directories; the pure part of the command.
+/// Merges result directories into `out`.
 pub fn merge(
     dirs: &[PathBuf],
     out: &Path,
@@ -636,22 +570,4 @@ pub fn merge(
         );
     }
     Ok((summary, hosts))
-}
-
-/// Runs `creb-rs merge`.
-pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
-    let (summary, hosts) = {
-        let args = args.clone();
-        tokio::task::spawn_blocking(move || merge(&args.dirs, &args.output_dir, args.partial))
-            .await
-            .context("the merge stopped unexpectedly")??
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else if !args.quiet {
-        print!("{}", host_table(&hosts));
-        println!();
-        print!("{}", render_text(&summary));
-    }
-    Ok(ExitStatus::Success)
 }

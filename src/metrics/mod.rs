@@ -13,6 +13,7 @@
 //! they saw; nothing grows with the number of requests.
 
 pub mod aggregator;
+mod error_log;
 pub mod hist;
 pub mod op;
 
@@ -26,6 +27,7 @@ pub use aggregator::{
     spawn_aggregator, spawn_aggregator_with, Aggregator, AggregatorConfig, AggregatorHandle,
     EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
 };
+pub use error_log::ErrorLog;
 pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
 

@@ -18,8 +18,8 @@ use std::collections::{BTreeSet, HashMap};
 use super::linker::{Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
 use crate::content::ContentSpec;
+use crate::digest::Digest;
 use crate::fast_hash::FastHashMap;
-use crate::oci::Digest;
 use crate::trace::{Interner, Item, Method, Record, Sym, Target, TraceError};
 
 /// What the trace says about one upload.
@@ -85,7 +85,7 @@ pub struct ContentOptions {
 impl Default for ContentOptions {
     fn default() -> Self {
         ContentOptions {
-            seed: crate::cli::DEFAULT_SEED,
+            seed: crate::content::DEFAULT_SEED,
             unknown_blob_size: 4096,
             filler_size: 512,
         }

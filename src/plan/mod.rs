@@ -19,10 +19,12 @@ use bytes::Bytes;
 
 use self::catalog::Catalog;
 use self::linker::{Position, PushedLayer, Role, SessionLinker};
+use crate::client::UploadMode;
 use crate::content::ContentSpec;
+use crate::digest::Digest;
 use crate::fast_hash::FastHashMap;
 use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
-use crate::oci::{Digest, Reference, Repository, Tag, UploadMode};
+use crate::oci::{Reference, Repository, Tag};
 use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
 
 /// This host's part of the trace.

@@ -1,20 +1,18 @@
-//! What people read: the summary table printed on stdout after a run, and `creb-rs report`,
-//! which re-renders any result directory as text, JSON, CSV or a self-contained HTML page.
-//! Diagnostics never go here; they go to stderr.
-
-use std::fmt::Write as _;
-use std::path::PathBuf;
-
-use clap::{Args, ValueEnum};
-
-use crate::exit::ExitStatus;
-use crate::results::store::load;
-
-use crate::metrics::hist::Percentiles;
-use crate::results::summary::{OpSummary, Summary};
+//! What people read, rendered from results: the summary table printed on stdout after a
+//! run, the per-host table of a merged run, the operations as CSV, the self-contained HTML
+//! page ([`html`], with its [`chart`]s), and the side-by-side comparison of two runs
+//! ([`compare`]). Rendering only: the commands decide where it goes, and diagnostics go
+//! to stderr.
 
 pub mod chart;
+pub mod compare;
 pub mod html;
+
+use std::fmt::Write as _;
+
+use crate::metrics::hist::Percentiles;
+use crate::results::store::HostInfo;
+use crate::results::summary::{OpSummary, Summary};
 use crate::units::ByteSize;
 
 fn ms(v: f64) -> String {
@@ -192,31 +190,42 @@ pub fn render_text(summary: &Summary) -> String {
     out
 }
 
-/// Output formats of `creb-rs report`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-    Csv,
-    Html,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ReportArgs {
-    /// A result directory (of a run or a merge).
-    #[arg(value_name = "RESULT_DIR")]
-    pub dir: PathBuf,
-
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-
-    /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
-    #[arg(long, short, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Also write every chart of the HTML report to DIR, as SVG and as PNG (for papers).
-    #[arg(long, value_name = "DIR")]
-    pub charts: Option<PathBuf>,
+/// The per-host table: an unhealthy host stands out.
+pub fn host_table(hosts: &[HostInfo]) -> String {
+    let mut p99s: Vec<f64> = hosts.iter().filter_map(|h| h.p99_ms).collect();
+    p99s.sort_by(f64::total_cmp);
+    let median_p99 = p99s.get(p99s.len() / 2).copied();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  dir",
+        "host", "shard", "requests", "errors", "p99", "start skew"
+    );
+    for h in hosts {
+        let p99 = h.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms"));
+        let skew = h.start_skew_ms.map_or("-".into(), |v| format!("{v:+.1}ms"));
+        let slow = match (h.p99_ms, median_p99) {
+            (Some(v), Some(m)) if m > 0.0 && v > 2.0 * m => "  ← p99 over 2× the median",
+            _ => "",
+        };
+        let failing = if h.requests > 0 && h.errors * 100 > h.requests {
+            "  ← errors over 1%"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:>7} {:>9} {:>7} {:>10} {:>11}  {}{slow}{failing}",
+            h.host,
+            format!("{}/{}", h.shard.index, h.shard.count),
+            h.requests,
+            h.errors,
+            p99,
+            skew,
+            h.dir
+        );
+    }
+    out
 }
 
 /// The operations table as CSV: one row per operation and session.
@@ -261,49 +270,6 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
         ])?;
     }
     Ok(String::from_utf8(w.into_inner()?)?)
-}
-
-/// Runs `creb-rs report`.
-pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
-    let set = load(&args.dir)?;
-    if let Some(dir) = &args.charts {
-        let files = html::write_charts(&set, dir)?;
-        eprintln!(
-            "creb-rs: wrote {} chart files to {}",
-            files.len(),
-            dir.display()
-        );
-    }
-    let text = match args.format {
-        Format::Text => {
-            let mut t = String::new();
-            if !set.meta.hosts.is_empty() {
-                t.push_str(&crate::merge::host_table(&set.meta.hosts));
-                t.push('\n');
-            }
-            t.push_str(&render_text(&set.summary));
-            t
-        }
-        Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",
-        Format::Csv => render_csv(&set.summary)?,
-        Format::Html => {
-            let page = html::render(&set)?;
-            let path = args
-                .output
-                .clone()
-                .unwrap_or_else(|| args.dir.join("report.html"));
-            std::fs::write(&path, page)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            eprintln!("creb-rs: wrote {}", path.display());
-            return Ok(ExitStatus::Success);
-        }
-    };
-    match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => print!("{text}"),
-    }
-    Ok(ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::{OpCtx, RegistryClient};
 use crate::metrics::{ErrorKind, Event};
-use crate::oci::{OpCtx, RegistryClient};
 
 /// One change of an endpoint's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,11 @@
+//! Trace characterization, sampling and validation: the work behind `creb-rs trace stats`,
+//! `trace sample` and `trace validate` (synthetic traces are `crate::trace::synth`).
+
+pub mod raw;
+pub mod sample;
+pub mod stats;
+pub mod validate;
+
+pub use sample::{sample as sample_trace, SampleError, SampleMethod, SampleReport};
+pub use stats::{compute_stats, render_text, StatsOptions, TraceStats};
+pub use validate::{validate as validate_trace, Validation};

@@ -1,0 +1,763 @@
+//! The registry client: every OCI Distribution operation creb-rs performs, each timed and
+//! recorded as it happens. This file holds the client itself (options, the per-operation
+//! meter, and [`RegistryClient::exchange`]: credentials, retries and redirects); the
+//! operations are grouped by what they do: reads in `pull`, upload sessions, mounts and
+//! manifest PUTs in `upload`, tag listing and deletes in `manage`.
+//!
+//! Where a blob GET is timed: [`RegistryClient::blob_get`] takes `sent` when the first
+//! request goes to the transport (after credentials are attached), `first_byte` when the
+//! final hop's headers arrive, and `end` after the last body byte was read and hashed.
+//! Redirect hops are recorded as their own `redirect` samples and are part of the
+//! operation's time. A 401 answered by a successful retry restarts `sent` (the token fetch
+//! is recorded as `token_fetch`, never inside registry latency).
+//!
+//! Every public operation records exactly one sample for itself (plus one per sub-request
+//! of an upload session) whether it succeeds or fails, then returns the typed result for
+//! the caller's control flow.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, LOCATION};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use tokio::time::Instant;
+use url::Url;
+
+pub mod error;
+mod manage;
+mod pull;
+pub mod retry;
+mod upload;
+
+pub use error::{ClientError, OpError};
+pub use upload::{MountOutcome, UploadMode, UploadReport};
+
+use crate::auth::challenge::challenges_of;
+use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
+use crate::content::ContentSpec;
+use crate::digest::{Digest, Sha256Sum};
+use crate::metrics::{ErrorKind, Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
+use crate::net::transport::{HttpRequest, HttpResponse, RequestBody, Transport};
+use crate::oci::error::{parse_error_body, RegistryErrorEntry};
+use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
+use crate::oci::reference::{Reference, Repository};
+use retry::RetryPolicy;
+
+/// Manifests larger than this are refused (distribution's own limit is 4 MiB).
+pub const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Behaviour switches of the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Hash every downloaded blob and manifest and compare with its digest.
+    pub verify: bool,
+    /// Redirect hops followed per request.
+    pub max_redirects: u8,
+    /// Ask for `pull,push` even for reads: a push HEADs before it uploads, and one token
+    /// per repository beats two.
+    pub push_scopes: bool,
+    /// Retries (off unless asked for).
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            verify: true,
+            max_redirects: 5,
+            push_scopes: false,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Per-operation context from the caller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpCtx {
+    /// When the plan wanted this operation to start (delay mode); `None` in closed loops.
+    pub intended: Option<Instant>,
+}
+
+/// Where a blob's bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobSource {
+    /// Generated content, produced while it is sent.
+    Content(ContentSpec),
+    /// Small bytes held in memory (configs, manifests).
+    Bytes(Bytes),
+}
+
+impl BlobSource {
+    pub fn size(&self) -> u64 {
+        match self {
+            BlobSource::Content(spec) => spec.size(),
+            BlobSource::Bytes(b) => b.len() as u64,
+        }
+    }
+
+    fn body(&self, start: u64, len: u64) -> RequestBody {
+        if len == 0 {
+            return RequestBody::Empty;
+        }
+        match self {
+            BlobSource::Content(spec) => RequestBody::Content {
+                spec: *spec,
+                range: start..start + len,
+            },
+            BlobSource::Bytes(b) => {
+                RequestBody::Bytes(b.slice(start as usize..(start + len) as usize))
+            }
+        }
+    }
+}
+
+/// A fetched manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedManifest {
+    pub bytes: Bytes,
+    content_type: Option<HeaderValue>,
+    sha256: Sha256Sum,
+}
+
+impl FetchedManifest {
+    /// The response's `Content-Type`.
+    pub fn media_type(&self) -> Option<&str> {
+        self.content_type.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    /// The digest of the bytes received.
+    pub fn digest(&self) -> Digest {
+        self.sha256.digest()
+    }
+}
+
+/// Facts from a HEAD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadInfo {
+    pub size: Option<u64>,
+    pub digest: Option<Digest>,
+    pub media_type: Option<String>,
+}
+
+/// A response after credentials and redirects.
+struct Exchange {
+    response: HttpResponse,
+    /// When the last request that was not an auth failure was sent.
+    sent: Instant,
+    headers_at: Instant,
+    requests: u32,
+}
+
+/// Measures one operation and records it once.
+struct Meter {
+    op: Op,
+    timing: Timing,
+    bytes_sent: u64,
+    bytes_received: u64,
+    requests: u32,
+    size_hint: u64,
+    sent_set: bool,
+}
+
+impl Meter {
+    fn new(op: Op, ctx: OpCtx) -> Self {
+        Meter {
+            op,
+            timing: Timing::start(ctx.intended),
+            bytes_sent: 0,
+            bytes_received: 0,
+            requests: 0,
+            size_hint: 0,
+            sent_set: false,
+        }
+    }
+
+    fn exchanged(&mut self, ex: &Exchange) {
+        if !self.sent_set {
+            self.timing.sent = ex.sent;
+            self.sent_set = true;
+        }
+        self.timing.first_byte = Some(ex.headers_at);
+        self.requests += ex.requests;
+    }
+
+    fn sample(&self, outcome: Outcome) -> Sample {
+        let mut timing = self.timing;
+        timing.end = Instant::now();
+        if !self.sent_set {
+            // Failed before anything was sent (credentials): time from the start.
+            timing.first_byte = None;
+        }
+        let size = self.size_hint.max(self.bytes_sent).max(self.bytes_received);
+        Sample {
+            op: self.op,
+            outcome,
+            size_class: SizeClass::of(size),
+            timing,
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+            http_requests: self.requests,
+        }
+    }
+}
+
+struct Inner {
+    transport: Arc<dyn Transport>,
+    base: Url,
+    recorder: Recorder,
+    auth: Arc<dyn Authenticator>,
+    options: ClientOptions,
+}
+
+/// A client for one registry. Cheap to clone.
+#[derive(Clone)]
+pub struct RegistryClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field("base", &self.inner.base.as_str())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn same_origin(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+fn is_redirect(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
+}
+
+impl RegistryClient {
+    pub fn new(
+        transport: Arc<dyn Transport>,
+        base: Url,
+        recorder: Recorder,
+        options: ClientOptions,
+    ) -> Self {
+        Self::with_auth(transport, base, recorder, options, Arc::new(Anonymous))
+    }
+
+    pub fn with_auth(
+        transport: Arc<dyn Transport>,
+        base: Url,
+        recorder: Recorder,
+        options: ClientOptions,
+        auth: Arc<dyn Authenticator>,
+    ) -> Self {
+        RegistryClient {
+            inner: Arc::new(Inner {
+                transport,
+                base,
+                recorder,
+                auth,
+                options,
+            }),
+        }
+    }
+
+    pub fn base(&self) -> &Url {
+        &self.inner.base
+    }
+
+    /// The same registry, transport and credentials, recording into `recorder`.
+    pub fn with_recorder(&self, recorder: Recorder) -> RegistryClient {
+        RegistryClient {
+            inner: Arc::new(Inner {
+                transport: Arc::clone(&self.inner.transport),
+                base: self.inner.base.clone(),
+                recorder,
+                auth: Arc::clone(&self.inner.auth),
+                options: self.inner.options.clone(),
+            }),
+        }
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    pub fn recorder(&self) -> &Recorder {
+        &self.inner.recorder
+    }
+
+    /// The scope of a read: `pull`, or `pull,push` for a pushing client.
+    fn read_scope(&self, repo: &Repository) -> AccessScope {
+        if self.inner.options.push_scopes {
+            AccessScope::push(repo)
+        } else {
+            AccessScope::pull(repo)
+        }
+    }
+
+    /// The registry's URL for the path made of `parts` (a request's URL is made for every
+    /// operation): the path is built in one string and resolved against the base, which
+    /// copies the base's scheme and host instead of parsing them again.
+    fn url(&self, parts: &[&str]) -> Url {
+        let mut path = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            path.push_str(part);
+        }
+        // An absolute path always resolves against an http(s) base; set_path is the same
+        // URL by another road, should a name ever fail to.
+        self.inner.base.join(&path).unwrap_or_else(|_| {
+            let mut url = self.inner.base.clone();
+            url.set_path(&path);
+            url
+        })
+    }
+
+    fn blob_url(&self, repo: &Repository, digest: &Digest) -> Url {
+        self.url(&["/v2/", repo.as_str(), "/blobs/", digest.as_str()])
+    }
+
+    fn manifest_url(&self, repo: &Repository, reference: &Reference) -> Url {
+        self.url(&["/v2/", repo.as_str(), "/manifests/", reference.as_str()])
+    }
+
+    fn uploads_url(&self, repo: &Repository) -> Url {
+        self.url(&["/v2/", repo.as_str(), "/blobs/uploads/"])
+    }
+
+    async fn record(&self, meter: &Meter, outcome: Outcome) {
+        self.inner.recorder.record(meter.sample(outcome)).await;
+    }
+
+    async fn finish<T>(
+        &self,
+        meter: &Meter,
+        result: Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Error(e.kind()),
+        };
+        self.record(meter, outcome).await;
+        result
+    }
+
+    /// Sends a request with credentials, one retry after a 401, and (for GET/HEAD)
+    /// redirects followed by hand. Each attempt is rebuilt from `request` and the current
+    /// URL, so credentials only ever come from the authenticator and only for the
+    /// registry's own origin.
+    async fn exchange(
+        &self,
+        request: HttpRequest,
+        scope: &AccessScope,
+        follow_redirects: bool,
+    ) -> Result<Exchange, ClientError> {
+        let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
+        let retryable = self.inner.options.retry.enabled() && repeatable(&request);
+        let mut retries = 0u32;
+        // `None`: the request's own URL (not copied unless a redirect replaces it).
+        let mut redirected: Option<Url> = None;
+        let mut requests = 0u32;
+        let mut auth_retried = false;
+        let mut storage_retried = false;
+        let mut redirects = 0u8;
+        let mut first_sent: Option<Instant> = None;
+        loop {
+            let url = redirected.as_ref().unwrap_or(&request.url);
+            let on_origin = same_origin(url, &self.inner.base);
+            // Room for what is added below and by the transport (credentials, length, user
+            // agent, host), so no header insert reallocates.
+            let mut headers = HeaderMap::with_capacity(request.headers.len() + 4);
+            for (name, value) in &request.headers {
+                if name != AUTHORIZATION {
+                    headers.append(name, value.clone());
+                }
+            }
+            let mut attempt = HttpRequest {
+                method: request.method.clone(),
+                url: url.clone(),
+                headers,
+                body: request.body.clone(),
+            };
+            if on_origin {
+                match self.inner.auth.ready(scope) {
+                    Ready::Nothing => {}
+                    Ready::Header(h) => {
+                        attempt.headers.insert(AUTHORIZATION, h);
+                    }
+                    Ready::Later => self.inner.auth.authorize(&mut attempt, scope).await?,
+                }
+            }
+            let sent = Instant::now();
+            let sent_for_op = *first_sent.get_or_insert(sent);
+            let result = self.inner.transport.send(attempt).await;
+            let headers_at = Instant::now();
+            requests += 1;
+            if retryable && retries < self.inner.options.retry.max_retries {
+                let (kind, retry_after) = match &result {
+                    Err(e) => (Some(e.kind), None),
+                    Ok(r)
+                        if r.status.is_server_error()
+                            || r.status == StatusCode::TOO_MANY_REQUESTS =>
+                    {
+                        (
+                            Some(ErrorKind::Http(r.status.as_u16())),
+                            r.header("retry-after").and_then(parse_retry_after),
+                        )
+                    }
+                    Ok(_) => (None, None),
+                };
+                if kind.is_some_and(|k| self.inner.options.retry.covers(k)) {
+                    retries += 1;
+                    self.inner.recorder.event(Event::Retry).await;
+                    if let Ok(response) = result {
+                        let _ = response.drain().await;
+                    }
+                    // Jitter from the clock's sub-second digits: enough to spread retries.
+                    let jitter = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.5, |d| f64::from(d.subsec_nanos() % 1_000_000) / 1e6);
+                    let wait = self.inner.options.retry.wait(retries, retry_after, jitter);
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
+            let response = result?;
+            let status = response.status;
+
+            if status == StatusCode::UNAUTHORIZED && on_origin && !auth_retried {
+                auth_retried = true;
+                if self.inner.auth.challenged(&response.headers, scope).await? {
+                    self.inner.recorder.event(Event::AuthRetry).await;
+                    let _ = response.drain().await;
+                    // The refused round trip and the token fetch are not registry latency.
+                    first_sent = None;
+                    continue;
+                }
+            }
+
+            if redirects > 0 && !on_origin && status == StatusCode::FORBIDDEN && !storage_retried {
+                // Likely an expired presigned URL: ask the registry again, once.
+                storage_retried = true;
+                self.inner.recorder.event(Event::StorageRetry).await;
+                let _ = response.drain().await;
+                redirected = None;
+                redirects = 0;
+                continue;
+            }
+
+            if follow && is_redirect(status) && redirects < self.inner.options.max_redirects {
+                let location = response
+                    .header(LOCATION.as_str())
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        ClientError::Protocol(format!("{status} redirect without Location"))
+                    })?;
+                let target = resolve_location(url, &location).map_err(ClientError::Protocol)?;
+                let drained = response.drain().await.unwrap_or(0);
+                let hop = Sample {
+                    op: Op::Redirect,
+                    outcome: Outcome::Ok,
+                    size_class: SizeClass::Under1MiB,
+                    timing: Timing {
+                        intended: None,
+                        sent,
+                        first_byte: Some(headers_at),
+                        end: Instant::now(),
+                    },
+                    bytes_sent: 0,
+                    bytes_received: drained,
+                    http_requests: 1,
+                };
+                self.inner.recorder.record(hop).await;
+                if !same_origin(&target, &self.inner.base) {
+                    self.inner.recorder.event(Event::RedirectCrossOrigin).await;
+                }
+                redirects += 1;
+                redirected = Some(target);
+                continue;
+            }
+
+            return Ok(Exchange {
+                response,
+                sent: sent_for_op,
+                headers_at,
+                requests,
+            });
+        }
+    }
+}
+
+/// Whether a request can be sent again after a failure without changing its meaning: not a
+/// PATCH, and not the PUT that closes an upload (the registry's state is unknown after a
+/// failure; uploads recover through their own offset logic).
+fn repeatable(request: &HttpRequest) -> bool {
+    match request.method {
+        Method::GET | Method::HEAD | Method::DELETE => true,
+        Method::POST => request.body.is_empty(),
+        Method::PUT => request.url.path().contains("/manifests/"),
+        _ => false,
+    }
+}
+
+fn content_length(response: &HttpResponse) -> Option<u64> {
+    response
+        .header("content-length")
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn octet_stream() -> HeaderValue {
+    HeaderValue::from_static("application/octet-stream")
+}
+
+/// Turns a non-success response into a typed error, reading (a bounded amount of) its body.
+async fn status_error(ex: Exchange) -> ClientError {
+    let status = ex.response.status.as_u16();
+    let retry_after = ex
+        .response
+        .header("retry-after")
+        .and_then(parse_retry_after);
+    // A refused token says why in its challenge (`error="insufficient_scope"`): keep it.
+    let mut errors: Vec<RegistryErrorEntry> = if matches!(status, 401 | 403) {
+        challenges_of(&ex.response.headers)
+            .into_iter()
+            .filter_map(|c| {
+                let code = c.param("error")?.to_owned();
+                let message = c
+                    .param("error_description")
+                    .or_else(|| c.param("scope"))
+                    .unwrap_or_default()
+                    .to_owned();
+                Some(RegistryErrorEntry { code, message })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let body = ex
+        .response
+        .bytes_limited(ERROR_BODY_LIMIT)
+        .await
+        .unwrap_or_default();
+    errors.extend(parse_error_body(&body));
+    ClientError::Status {
+        status,
+        errors,
+        retry_after,
+    }
+}
+
+/// Status and headers of an upload step whose body was drained.
+struct Step {
+    status: StatusCode,
+    headers: HeaderMap,
+}
+
+impl Step {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn location(&self, request_url: &Url) -> Result<Option<Url>, ClientError> {
+        self.header(LOCATION.as_str())
+            .map(|l| resolve_location(request_url, l).map_err(ClientError::Protocol))
+            .transpose()
+    }
+}
+
+fn check_returned_digest(headers: &HeaderMap, expected: &Digest) -> Result<(), ClientError> {
+    if let Some(returned) = headers
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+    {
+        if returned.trim() != expected.as_str() {
+            return Err(ClientError::DigestMismatch {
+                expected: expected.to_string(),
+                actual: truncate(returned),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! The scripted client the operation tests share.
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metrics::{spawn_aggregator, AggregatorHandle};
+    use crate::net::scripted::ScriptedTransport;
+
+    /// A client of `http://registry.test/` over `transport`, recording into a fresh
+    /// aggregator.
+    pub(crate) fn client(transport: ScriptedTransport) -> (RegistryClient, AggregatorHandle) {
+        let (recorder, handle) = spawn_aggregator();
+        let c = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        (c, handle)
+    }
+
+    pub(crate) fn repo() -> Repository {
+        "a/b".parse().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Protocol cases a real registry cannot be made to produce on demand (a 429, a
+    //! throttling storm), on the scripted transport. Everything a real registry does is
+    //! tested against one in `tests/`.
+
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::test_support::{client, repo};
+    use super::*;
+    use crate::metrics::spawn_aggregator;
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
+
+    #[tokio::test]
+    async fn throttling_is_its_own_error_class_with_retry_after() {
+        let t = ScriptedTransport::new(|_| {
+            ScriptedResponse::status(429)
+                .header("retry-after", "7")
+                .body(r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}"#)
+        });
+        let (c, handle) = client(t);
+        let d = Digest::sha256_of(b"z");
+        let err = c
+            .blob_get(&repo(), &d, None, OpCtx::default())
+            .await
+            .unwrap_err();
+        match &err {
+            ClientError::Status {
+                status,
+                retry_after,
+                ..
+            } => {
+                assert_eq!((*status, *retry_after), (429, Some(7)));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(err.codes(), ["TOOMANYREQUESTS"]);
+        drop(c);
+        let agg = handle.finish().await;
+        let stats = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!(stats.errors_by_kind[&ErrorKind::Http(429)], 1);
+        assert!(
+            stats.latency.is_empty(),
+            "errors never enter success latency"
+        );
+    }
+
+    /// A throttling storm on demand (a real registry will not): retries are opt-in, honour
+    /// Retry-After, are counted, and never repeat a PATCH.
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_opt_in_counted_and_only_for_repeatable_requests() {
+        use super::retry::parse_retry_on;
+        let calls = Arc::new(AtomicU32::new(0));
+        let c2 = Arc::clone(&calls);
+        let t = ScriptedTransport::new(move |r| {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            match r.method.as_str() {
+                "GET" if n < 2 => ScriptedResponse::status(429).header("retry-after", "2"),
+                "GET" => ScriptedResponse::status(200).body("abc"),
+                "POST" => {
+                    ScriptedResponse::status(202).header("location", "/v2/a/b/blobs/uploads/u")
+                }
+                _ => ScriptedResponse::status(503),
+            }
+        });
+        let (recorder, handle) = spawn_aggregator();
+        let options = ClientOptions {
+            retry: RetryPolicy {
+                on: parse_retry_on("429,5xx").unwrap(),
+                max_retries: 3,
+                ..RetryPolicy::default()
+            },
+            ..ClientOptions::default()
+        };
+        let c = RegistryClient::new(
+            Arc::new(t.clone()),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            options,
+        );
+        let started = Instant::now();
+        let n = c
+            .blob_get(&repo(), &Digest::sha256_of(b"abc"), None, OpCtx::default())
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+        assert!(
+            started.elapsed() >= std::time::Duration::from_secs(4),
+            "Retry-After honoured twice"
+        );
+        let spec = ContentSpec::new(1, b"p", 10);
+        let err = c
+            .upload_blob(
+                &repo(),
+                &spec.digest(),
+                &BlobSource::Content(spec),
+                UploadMode::Chunked { chunk_size: 10 },
+                None,
+                OpCtx::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(503));
+        let patches = t.requests().iter().filter(|r| r.method == "PATCH").count();
+        assert_eq!(patches, 1, "a PATCH is never sent twice");
+        drop(c);
+        let agg = handle.finish().await;
+        assert_eq!(agg.events[Event::Retry.index()], 2);
+        let get = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!((get.ok, get.http_requests), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn urls_are_the_base_with_the_api_path() {
+        for base in [
+            "http://registry.test/",
+            "https://[::1]:5443/",
+            "http://127.0.0.1:5000/",
+        ] {
+            let (recorder, _h) = spawn_aggregator();
+            let t = ScriptedTransport::new(|_| ScriptedResponse::status(200));
+            let c = RegistryClient::new(
+                Arc::new(t),
+                base.parse().unwrap(),
+                recorder,
+                ClientOptions::default(),
+            );
+            let digest = Digest::sha256_of(b"x");
+            let reference = Reference::Tag("v1.0".parse().unwrap());
+            let expect = |path: &str| {
+                let mut u: Url = base.parse().unwrap();
+                u.set_path(path);
+                u
+            };
+            let repo: Repository = "library/a-b_c.d".parse().unwrap();
+            assert_eq!(
+                c.blob_url(&repo, &digest),
+                expect(&format!("/v2/library/a-b_c.d/blobs/{digest}"))
+            );
+            assert_eq!(
+                c.manifest_url(&repo, &reference),
+                expect("/v2/library/a-b_c.d/manifests/v1.0")
+            );
+            assert_eq!(
+                c.uploads_url(&repo),
+                expect("/v2/library/a-b_c.d/blobs/uploads/")
+            );
+            assert_eq!(c.url(&["/v2/"]), expect("/v2/"));
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Reads: the version check, blob and manifest GETs and HEADs. A GET reads its body to the
+//! end and (unless verification is off) checks it against the digest before it counts.
+
+use http::header::{ACCEPT, CONTENT_TYPE};
+use http::{HeaderValue, Method, StatusCode};
+
+use super::{content_length, status_error, ClientError, Exchange, FetchedManifest, HeadInfo};
+use super::{Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
+use crate::auth::AccessScope;
+use crate::digest::{Digest, Hasher, Sha256Sum};
+use crate::metrics::{Event, Op};
+use crate::net::transport::{HttpRequest, HttpResponse};
+use crate::oci::manifest::ACCEPT as MANIFEST_ACCEPT;
+use crate::oci::reference::{Reference, Repository};
+
+impl RegistryClient {
+    /// `GET /v2/`: the API version check every client starts with.
+    pub async fn ping(&self, ctx: OpCtx) -> Result<(), ClientError> {
+        let mut m = Meter::new(Op::Ping, ctx);
+        let r = async {
+            let request = HttpRequest::new(Method::GET, self.url(&["/v2/"]));
+            let ex = self
+                .exchange(request, &AccessScope::registry(), false)
+                .await?;
+            m.exchanged(&ex);
+            if ex.response.status != StatusCode::OK {
+                return Err(status_error(ex).await);
+            }
+            m.bytes_received = ex.response.drain().await?;
+            Ok(())
+        }
+        .await;
+        self.finish(&m, r).await
+    }
+
+    /// Reads a body to its end, hashing it when verification is on.
+    async fn read_verified(
+        &self,
+        mut response: HttpResponse,
+        digest: &Digest,
+        m: &mut Meter,
+    ) -> Result<u64, ClientError> {
+        let verify = self.inner.options.verify && digest.verifiable();
+        let mut hasher = verify.then(Hasher::new);
+        let mut n = 0u64;
+        while let Some(chunk) = response.chunk().await? {
+            n += chunk.len() as u64;
+            if let Some(h) = hasher.as_mut() {
+                h.update(&chunk);
+            }
+        }
+        m.bytes_received += n;
+        if let Some(h) = hasher {
+            let actual = h.finish_sum();
+            if !actual.matches(digest.as_str()) {
+                return Err(ClientError::DigestMismatch {
+                    expected: digest.to_string(),
+                    actual: actual.digest().to_string(),
+                });
+            }
+        }
+        Ok(n)
+    }
+
+    /// `GET /v2/<repo>/blobs/<digest>`: follows redirects, reads the whole body and (unless
+    /// verification is off) checks it against the digest. Returns the bytes read.
+    pub async fn blob_get(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        expected_size: Option<u64>,
+        ctx: OpCtx,
+    ) -> Result<u64, ClientError> {
+        let mut m = Meter::new(Op::BlobGet, ctx);
+        m.size_hint = expected_size.unwrap_or(0);
+        let r = async {
+            let request = HttpRequest::new(Method::GET, self.blob_url(repo, digest));
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+            m.exchanged(&ex);
+            if ex.response.status != StatusCode::OK {
+                return Err(status_error(ex).await);
+            }
+            let n = self.read_verified(ex.response, digest, &mut m).await?;
+            match expected_size {
+                Some(expected) if expected != n => Err(ClientError::SizeMismatch {
+                    expected,
+                    actual: n,
+                }),
+                _ => Ok(n),
+            }
+        }
+        .await;
+        self.finish(&m, r).await
+    }
+
+    /// `HEAD /v2/<repo>/blobs/<digest>`: `Some` if it exists, `None` on 404 (the normal
+    /// answer of an existence check, recorded as a success).
+    pub async fn blob_head(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        ctx: OpCtx,
+    ) -> Result<Option<HeadInfo>, ClientError> {
+        let mut m = Meter::new(Op::BlobHead, ctx);
+        let r = async {
+            let request = HttpRequest::new(Method::HEAD, self.blob_url(repo, digest));
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+            m.exchanged(&ex);
+            self.head_result(ex).await
+        }
+        .await;
+        self.finish(&m, r).await
+    }
+
+    async fn head_result(&self, ex: Exchange) -> Result<Option<HeadInfo>, ClientError> {
+        match ex.response.status {
+            StatusCode::OK => {
+                let info = HeadInfo {
+                    size: content_length(&ex.response),
+                    digest: ex
+                        .response
+                        .header("docker-content-digest")
+                        .and_then(|d| d.trim().parse().ok()),
+                    media_type: ex.response.header(CONTENT_TYPE.as_str()).map(str::to_owned),
+                };
+                let _ = ex.response.drain().await;
+                Ok(Some(info))
+            }
+            StatusCode::NOT_FOUND => {
+                self.inner.recorder.event(Event::HeadMiss).await;
+                let _ = ex.response.drain().await;
+                Ok(None)
+            }
+            _ => Err(status_error(ex).await),
+        }
+    }
+
+    fn manifest_request(
+        &self,
+        method: Method,
+        repo: &Repository,
+        reference: &Reference,
+    ) -> HttpRequest {
+        let mut request = HttpRequest::new(method, self.manifest_url(repo, reference));
+        request
+            .headers
+            .insert(ACCEPT, HeaderValue::from_static(MANIFEST_ACCEPT));
+        request
+    }
+
+    /// `GET /v2/<repo>/manifests/<reference>` with every manifest type in `Accept`.
+    pub async fn manifest_get(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        ctx: OpCtx,
+    ) -> Result<FetchedManifest, ClientError> {
+        let mut m = Meter::new(Op::ManifestGet, ctx);
+        let r = async {
+            let request = self.manifest_request(Method::GET, repo, reference);
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+            m.exchanged(&ex);
+            if ex.response.status != StatusCode::OK {
+                return Err(status_error(ex).await);
+            }
+            // Kept as received: a header value shares the response's buffer.
+            let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
+            let returned = ex.response.headers.get("docker-content-digest").cloned();
+            let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
+            m.bytes_received = bytes.len() as u64;
+            let sha256 = Sha256Sum::of(&bytes);
+            if self.inner.options.verify {
+                let expected = match reference {
+                    Reference::Digest(d) => Some(d.as_str()),
+                    Reference::Tag(_) => returned.as_ref().and_then(|v| v.to_str().ok()),
+                };
+                if let Some(expected) = expected.map(str::trim) {
+                    // Compared as text first; parsed only to tell a mismatch from a digest
+                    // that cannot be checked (another algorithm, or not a digest at all).
+                    if !sha256.matches(expected)
+                        && expected.parse::<Digest>().is_ok_and(|d| d.verifiable())
+                    {
+                        return Err(ClientError::DigestMismatch {
+                            expected: expected.to_owned(),
+                            actual: sha256.digest().to_string(),
+                        });
+                    }
+                }
+            }
+            Ok(FetchedManifest {
+                bytes,
+                content_type,
+                sha256,
+            })
+        }
+        .await;
+        self.finish(&m, r).await
+    }
+
+    /// `HEAD /v2/<repo>/manifests/<reference>`: `None` on 404.
+    pub async fn manifest_head(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        ctx: OpCtx,
+    ) -> Result<Option<HeadInfo>, ClientError> {
+        let mut m = Meter::new(Op::ManifestHead, ctx);
+        let r = async {
+            let request = self.manifest_request(Method::HEAD, repo, reference);
+            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+            m.exchanged(&ex);
+            self.head_result(ex).await
+        }
+        .await;
+        self.finish(&m, r).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Bodies a real registry does not send on demand (short, or lying about their digest),
+    //! on the scripted transport.
+
+    use super::super::test_support::{client, repo};
+    use super::*;
+    use crate::metrics::ErrorKind;
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
+
+    #[tokio::test]
+    async fn a_short_body_is_a_size_mismatch() {
+        let t = ScriptedTransport::new(|_| ScriptedResponse::status(200).body("abc"));
+        let (c, _h) = client(t);
+        let err = c
+            .blob_get(
+                &repo(),
+                &Digest::sha256_of(b"abc"),
+                Some(4),
+                OpCtx::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::SizeMismatch);
+    }
+
+    /// A registry that lies about a manifest's digest is a real registry's bug, not a case
+    /// it produces on demand.
+    #[tokio::test]
+    async fn a_manifest_is_checked_against_the_digest_it_was_asked_or_answered_with() {
+        let body = r#"{"schemaVersion":2}"#;
+        let own = Digest::sha256_of(body.as_bytes());
+        let other = Digest::sha256_of(b"something else");
+        let tag: Reference = Reference::Tag("t".parse().unwrap());
+        let cases: [(Reference, Option<String>, bool); 7] = [
+            (tag.clone(), Some(own.to_string()), true),
+            (tag.clone(), Some(format!(" {own} ")), true),
+            (tag.clone(), Some(other.to_string()), false),
+            // Not checkable: another algorithm, or not a digest at all.
+            (tag.clone(), Some("sha512:abcd".into()), true),
+            (tag.clone(), Some("garbage".into()), true),
+            (
+                Reference::Digest(own.clone()),
+                Some(other.to_string()),
+                true,
+            ),
+            (Reference::Digest(other.clone()), None, false),
+        ];
+        for (reference, header, ok) in cases {
+            let answer = header.clone();
+            let t = ScriptedTransport::new(move |_| {
+                let r = ScriptedResponse::status(200)
+                    .header("content-type", "application/vnd.oci.image.manifest.v1+json");
+                match &answer {
+                    Some(h) => r.header("docker-content-digest", h),
+                    None => r,
+                }
+                .body(body)
+            });
+            let (c, _h) = client(t);
+            let result = c.manifest_get(&repo(), &reference, OpCtx::default()).await;
+            match result {
+                Ok(m) => {
+                    assert!(ok, "{reference} {header:?} was accepted");
+                    assert_eq!(m.digest(), own);
+                    assert_eq!(
+                        m.media_type(),
+                        Some("application/vnd.oci.image.manifest.v1+json")
+                    );
+                }
+                Err(e) => {
+                    assert!(!ok, "{reference} {header:?}: {e}");
+                    assert_eq!(e.kind(), ErrorKind::DigestMismatch);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The flag groups several commands share (registry and TLS, credentials, output and
+//! thresholds, routing over endpoints), their value parsers, and the command line's names
+//! for choices the layers below define (`--http-client`, `--manifest-format`, `--route`).
+//! Doc comments here are the `--help` text.
+//!
+//! The flag names are a contract (`docs/cli.md`): scripts in CI and across hosts use them.
+//! Values are parsed into types at this layer (sizes, durations, names); cross-field rules
+//! that clap cannot express are checked when the flags become a validated configuration
+//! (`TryFrom` in each command's module).
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use url::Url;
+
+use crate::net::HttpClient;
+use crate::oci::manifest::ManifestFormat;
+use crate::route::RouteKind;
+use crate::units::{parse_count, parse_duration, ByteSize};
+
+pub(crate) fn parse_url(s: &str) -> Result<Url, String> {
+    let with_scheme = if s.contains("://") {
+        s.to_owned()
+    } else {
+        format!("https://{s}")
+    };
+    let url = Url::parse(&with_scheme).map_err(|e| format!("'{s}' is not a URL: {e}"))?;
+    crate::oci::registry_base(&url)
+}
+
+pub(crate) fn parse_count_u64(s: &str) -> Result<u64, String> {
+    parse_count(s)
+}
+
+pub(crate) fn parse_concurrency(s: &str) -> Result<NonZeroUsize, String> {
+    let n = parse_count(s)?;
+    usize::try_from(n)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(|| format!("'{s}' must be a whole number of at least 1"))
+}
+
+pub(crate) fn parse_seed(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    match t.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| format!("'{s}': {e}")),
+        None => t.parse().map_err(|e| format!("'{s}': {e}")),
+    }
+}
+
+pub(crate) fn parse_speed(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be a positive number"))
+    }
+}
+
+/// A wall-clock instant: RFC 3339 (`2026-11-21T10:00:00Z`) or Unix seconds (`1795600000.5`).
+pub(crate) fn parse_start_at(s: &str) -> Result<std::time::SystemTime, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(std::time::UNIX_EPOCH + Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_rfc3339_weak(t)
+        .map_err(|e| format!("'{s}' is not RFC 3339 or Unix seconds ({e})"))
+}
+
+/// Where the registry is and how to reach it.
+#[derive(Debug, Clone, Args)]
+pub struct RegistryArgs {
+    /// Registry URL: `http://host:port` speaks plain HTTP, `https://` (the default when no
+    /// scheme is given) speaks TLS. `replay` takes several endpoints of one distributed
+    /// registry (repeat the flag or separate them with commas), all with the same
+    /// credentials and TLS settings; `--route` picks one per operation.
+    #[arg(
+        long,
+        value_name = "URL",
+        value_parser = parse_url,
+        env = "CREB_REGISTRY",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub registry: Vec<Url>,
+
+    /// Skip TLS certificate verification (for registries with self-signed certificates).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// HTTP client library: `hyper` (bounded per-connection buffers, less CPU per request)
+    /// or `reqwest`. Both follow the same rules (no automatic redirects, no proxy, the same
+    /// timeouts and error classes), so results compare across them.
+    #[arg(long, value_enum, value_name = "CLIENT", default_value_t = HttpClientArg::Hyper)]
+    pub http_client: HttpClientArg,
+
+    /// Largest read buffer of one HTTP/1 connection (hyper client; at least 8KiB). Bodies
+    /// are read through it; a larger buffer costs fewer reads per GiB, a smaller one less
+    /// memory per pooled connection.
+    #[arg(long, value_name = "SIZE", default_value = "16KiB")]
+    pub http1_read_buffer: ByteSize,
+
+    /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+
+    /// Give up on connecting after this long.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// Give up waiting for response headers this long after the request was sent.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Give up on a body (upload or download) that makes no progress for this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub body_idle_timeout: Duration,
+
+    /// Retry failed requests of these classes: 429, 5xx, timeout, connection (comma-separated).
+    /// Off by default: a benchmark reports failures rather than hiding them; every retry is
+    /// counted (events.retry). PATCHes and the PUT that closes an upload are never retried.
+    #[arg(long, value_name = "LIST", value_parser = crate::client::retry::parse_retry_on)]
+    pub retry: Option<std::collections::BTreeSet<crate::client::retry::RetryOn>>,
+
+    /// Retries per request at most (with --retry).
+    #[arg(long, value_name = "N", default_value = "3", requires = "retry")]
+    pub max_retries: u32,
+
+    /// First wait between retries; doubles each time, with jitter. A 429's Retry-After wins.
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_duration, requires = "retry")]
+    pub backoff: Duration,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Credentials. Without any of these, the docker config is consulted, then anonymous.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Authentication")]
+pub struct AuthArgs {
+    /// User name (Basic auth, or Basic at the token server). The password comes from
+    /// --password-stdin, --password-cmd, or the CREB_PASSWORD environment variable; it is
+    /// never taken as an argument, where `ps` would show it.
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "CREB_USERNAME",
+        hide_env_values = true
+    )]
+    pub username: Option<String>,
+
+    /// Read the password (or token) from standard input.
+    #[arg(long, requires = "username", conflicts_with = "password_cmd")]
+    pub password_stdin: bool,
+
+    /// Run CMD with `sh -c` once and use what it prints as the password, e.g.
+    /// `aws ecr get-login-password`.
+    #[arg(long, value_name = "CMD", requires = "username")]
+    pub password_cmd: Option<String>,
+
+    /// Docker config directory holding config.json (default: $DOCKER_CONFIG or ~/.docker).
+    #[arg(long, value_name = "DIR")]
+    pub docker_config: Option<PathBuf>,
+
+    /// Use no credentials, even if the docker config has some.
+    #[arg(long, conflicts_with_all = ["username", "password_stdin", "password_cmd", "docker_config"])]
+    pub anonymous: bool,
+
+    /// Limit for --password-cmd and docker credential helpers.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub credential_timeout: Duration,
+}
+
+/// Where results go.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Write the result directory (summary.json, ...) here. Created if missing; checked for
+    /// writability before the run starts.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// Print the summary JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print nothing on stdout (results still go to --output-dir).
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+
+    /// Exit 1 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s',
+    /// 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms'.
+    #[arg(long, value_name = "EXPR")]
+    pub fail_if: Vec<String>,
+
+    /// Length of the intervals of histograms.hlog and timeline.csv.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+
+    /// Also write requests.csv: one row per request, streamed (large for long runs).
+    #[arg(long, requires = "output_dir")]
+    pub record_requests: bool,
+}
+
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("'{s}' is shorter than the 10 ms minimum"));
+    }
+    Ok(d)
+}
+
+/// Several endpoints: which one carries each operation, and what happens when one fails.
+/// Without effect with a single `--registry`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RouteArgs {
+    /// How operations are spread over the endpoints: `round-robin`, `random` (from the
+    /// seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
+    /// of the blob digest or manifest repo:reference; prewarm places objects the same way).
+    #[arg(long, value_name = "RULE", default_value = "round-robin")]
+    pub route: RouteKindArg,
+
+    /// `--route digest`: a read goes to one of the first R distinct ring successors of its
+    /// object (prewarm writes to all R), a write to the first.
+    #[arg(long, value_name = "R", default_value = "1", value_parser = parse_concurrency)]
+    pub replicas: NonZeroUsize,
+
+    /// Virtual nodes per endpoint on the consistent-hash ring.
+    #[arg(long, value_name = "N", default_value = "4096", value_parser = parse_concurrency)]
+    pub vnodes: NonZeroUsize,
+
+    /// Mark an endpoint down after this many consecutive connection failures.
+    #[arg(long, value_name = "N", default_value = "5", value_parser = clap::value_parser!(u32).range(1..))]
+    pub endpoint_down_after: u32,
+
+    /// Probe a down endpoint with `GET /v2/` this often; it is up again when it answers.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    pub probe_interval: Duration,
+
+    /// While an endpoint is down, send its share to the next ring successor (the default).
+    #[arg(long, overrides_with = "no_failover")]
+    pub failover: bool,
+
+    /// While an endpoint is down, count its share as failed (`endpoint_down`) instead.
+    #[arg(long, overrides_with = "failover")]
+    pub no_failover: bool,
+}
+
+/// `--http-client`: the names of [`HttpClient`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HttpClientArg {
+    /// hyper directly: `http://` on connections each request drives in its own task,
+    /// `https://` through hyper-util's client; bounded read buffers, less work per request.
+    Hyper,
+    /// reqwest (on the same hyper): the widely used client, for comparison.
+    Reqwest,
+}
+
+impl From<HttpClientArg> for HttpClient {
+    fn from(a: HttpClientArg) -> Self {
+        match a {
+            HttpClientArg::Hyper => HttpClient::Hyper,
+            HttpClientArg::Reqwest => HttpClient::Reqwest,
+        }
+    }
+}
+
+/// `--manifest-format`: the names of [`ManifestFormat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ManifestFormatArg {
+    /// OCI image manifest (accepted by every current registry).
+    Oci,
+    /// Docker image manifest v2 schema 2.
+    Docker,
+}
+
+impl From<ManifestFormatArg> for ManifestFormat {
+    fn from(a: ManifestFormatArg) -> Self {
+        match a {
+            ManifestFormatArg::Oci => ManifestFormat::Oci,
+            ManifestFormatArg::Docker => ManifestFormat::Docker,
+        }
+    }
+}
+
+/// `--route`: the names of [`RouteKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RouteKindArg {
+    /// Operation k goes to endpoint k mod N.
+    RoundRobin,
+    /// A pseudo-random endpoint per operation, drawn from the seed.
+    Random,
+    /// By trace client: a client sticks to one node (consistent hashing).
+    Client,
+    /// By object: consistent hashing of the blob digest or manifest `repo:reference`.
+    Digest,
+}
+
+impl From<RouteKindArg> for RouteKind {
+    fn from(a: RouteKindArg) -> Self {
+        match a {
+            RouteKindArg::RoundRobin => RouteKind::RoundRobin,
+            RouteKindArg::Random => RouteKind::Random,
+            RouteKindArg::Client => RouteKind::Client,
+            RouteKindArg::Digest => RouteKind::Digest,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `creb-rs merge DIR... --output-dir OUT`: the results of many hosts as one, merged by
+//! [`crate::merge::merge`] on the blocking pool; prints the per-host table and the merged
+//! summary.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::ExitStatus;
+use crate::merge::merge;
+use crate::report::{host_table, render_text};
+
+#[derive(Debug, Clone, Args)]
+pub struct MergeArgs {
+    /// Result directories to merge (one per host or shard; merged results work too).
+    #[arg(value_name = "RESULT_DIR", required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
+
+    /// Where to write the merged result directory.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
+
+    /// Accept results that do not cover every shard (still refusing overlaps), for merging
+    /// in stages.
+    #[arg(long)]
+    pub partial: bool,
+
+    /// Print the merged summary JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print nothing.
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+}
+
+/// Runs `creb-rs merge`.
+pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
+    let (summary, hosts) = {
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || merge(&args.dirs, &args.output_dir, args.partial))
+            .await
+            .context("the merge stopped unexpectedly")??
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else if !args.quiet {
+        print!("{}", host_table(&hosts));
+        println!();
+        print!("{}", render_text(&summary));
+    }
+    Ok(ExitStatus::Success)
+}

@@ -1,0 +1,279 @@
+//! The command layer: one module per subcommand, each owning its flags (clap derive; the
+//! doc comments are the `--help` text), their validation into the typed settings of the
+//! layers below, and its `run` function; the flag groups several commands share
+//! ([`args`]); the registry set-up and result publishing every load command shares
+//! ([`session`]); and this file, the dispatcher: parse, run on the runtime, exit status.
+//!
+//! Exit statuses (documented in README and `docs/cli.md`, [`ExitStatus`]): 0 completed;
+//! 1 completed but a check failed (an operation failed in push/pull, a `--fail-if`
+//! threshold held); 2 usage, configuration or I/O error; 130 interrupted by SIGINT, 143 by
+//! SIGTERM (results still written).
+//!
+//! Nothing below this layer imports clap, a command, or this module.
+
+pub mod args;
+pub mod compare;
+pub mod cost;
+pub mod merge;
+pub mod pull;
+pub mod push;
+pub mod replay;
+pub mod report;
+pub mod run;
+pub mod session;
+pub mod simulate;
+mod status;
+pub mod trace;
+
+use clap::{Parser, Subcommand};
+use url::Url;
+
+use crate::shutdown::Shutdown;
+pub use status::ExitStatus;
+
+/// Container registry benchmark: trace replay and synthetic push/pull against any OCI
+/// Distribution registry, with latency you can trust.
+#[derive(Debug, Parser)]
+#[command(
+    name = "creb-rs",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` also works.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Worker threads of the async runtime that sends the requests. Default: one per core
+    /// the process may use; half of them (at least one) when every registry endpoint is on
+    /// loopback, since the registry under test then shares the machine.
+    #[arg(long, global = true, env = "CREB_THREADS", value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+impl Cli {
+    /// The runtime's worker threads: `--threads`, else half the `cores` (at least one) when
+    /// every endpoint the command names is on loopback, else `None` (tokio's default, one
+    /// per core).
+    pub fn worker_threads(&self, cores: usize) -> Option<usize> {
+        if let Some(threads) = self.threads {
+            return Some(usize::from(threads));
+        }
+        let endpoints = self.command.endpoints();
+        (!endpoints.is_empty() && endpoints.iter().all(|u| crate::net::is_loopback(u)))
+            .then_some((cores / 2).max(1))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Push generated images (unique, deterministic layers) and time every request.
+    Push(push::PushArgs),
+    /// Pull images: manifest, then every blob read to the end and verified.
+    Pull(pull::PullArgs),
+    /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
+    /// delay (open, trace timing) mode.
+    Replay(replay::ReplayArgs),
+    /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
+    Merge(merge::MergeArgs),
+    /// Re-render a result directory as text, JSON, CSV or a self-contained HTML report.
+    Report(report::ReportArgs),
+    /// Compare two result directories side by side.
+    Compare(compare::CompareArgs),
+    /// Trace analysis: stats, sampling, synthetic traces, validation.
+    Trace(trace::TraceArgs),
+    /// Offline simulations over traces: a two-level layer cache, prefetching after pushes.
+    Simulate(simulate::SimulateArgs),
+    /// Storage and egress cost of a measured run or a trace, from a pricing table.
+    Cost(cost::CostArgs),
+    /// Run the experiments of a TOML file against its registries, in rounds (--every,
+    /// --repeat), resumable (--resume), with a combined comparison (CSV and HTML).
+    Run(run::RunArgs),
+}
+
+impl Command {
+    /// The registry endpoints the command line names (none for commands that send nothing,
+    /// and for `run`, whose registries are in its file).
+    pub fn endpoints(&self) -> Vec<&Url> {
+        match self {
+            Command::Push(a) => a.registry.registry.iter().collect(),
+            Command::Pull(a) => a.registry.registry.iter().chain(&a.from).collect(),
+            Command::Replay(a) => a.registry.registry.iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs a parsed command line. Errors are printed on stderr here, with their causes.
+pub async fn run(cli: Cli) -> ExitStatus {
+    run_with(cli, Shutdown::new()).await
+}
+
+/// Runs a command as a task on the runtime's workers. A future driven by `block_on` lives
+/// outside the scheduler, on the caller's thread: each wake-up from a worker (each finished
+/// request of a replay, a push or a pull) would cross threads through a futex.
+async fn on_worker<F>(command: F) -> anyhow::Result<ExitStatus>
+where
+    F: std::future::Future<Output = anyhow::Result<ExitStatus>> + Send + 'static,
+{
+    match tokio::spawn(command).await {
+        Ok(result) => result,
+        Err(e) => Err(anyhow::anyhow!("the run stopped unexpectedly: {e}")),
+    }
+}
+
+/// The whole process for parsed flags: diagnostics to stderr (`-v`, `RUST_LOG`), the async
+/// runtime, Ctrl-C wired to a two-stage shutdown, the command; the exit code. The binary's
+/// `main` (and the heap-counting example) are this and nothing else.
+pub fn main_with(cli: Cli) -> u8 {
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if let Some(threads) = cli.worker_threads(cores) {
+        builder.worker_threads(threads);
+    }
+    let runtime = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("creb-rs: error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    let status = runtime.block_on(async {
+        let shutdown = Shutdown::new();
+        shutdown.listen_for_signals();
+        run_with(cli, shutdown).await
+    });
+    status.code()
+}
+
+/// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
+pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
+    let stopped = shutdown.clone();
+    let result = match cli.command {
+        Command::Push(args) => on_worker(push::run(args, shutdown)).await,
+        Command::Pull(args) => on_worker(pull::run(args, shutdown)).await,
+        Command::Replay(args) => on_worker(replay::run(args, shutdown)).await,
+        Command::Merge(args) => merge::run(args).await,
+        Command::Report(args) => report::run(args).await,
+        Command::Compare(args) => compare::run(args).await,
+        Command::Trace(args) => trace::run(args).await,
+        Command::Simulate(args) => simulate::run(args).await,
+        Command::Cost(args) => cost::run(args).await,
+        Command::Run(args) => on_worker(run::run(args, shutdown)).await,
+    };
+    match result {
+        Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("creb-rs: error: {e:#}");
+            ExitStatus::Usage
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn worker_threads_leave_half_the_cores_to_a_registry_on_loopback() {
+        let workers = |args: &[&str], cores| {
+            let mut argv = vec!["creb-rs"];
+            argv.extend(args);
+            Cli::try_parse_from(argv).unwrap().worker_threads(cores)
+        };
+        let pull = |registry: &'static str| ["pull", "--registry", registry, "--repo", "x/y"];
+        let cases: &[(&[&str], usize, Option<usize>)] = &[
+            (&pull("http://127.0.0.1:5000"), 2, Some(1)),
+            (&pull("http://127.8.0.3:5000"), 8, Some(4)),
+            (&pull("http://[::1]:5000"), 3, Some(1)),
+            (&pull("http://localhost:5000"), 1, Some(1)),
+            (&pull("http://Registry.LOCALHOST.:5000"), 4, Some(2)),
+            // A remote registry: tokio's default, one worker per core.
+            (&pull("http://10.0.0.1:5000"), 8, None),
+            (&pull("https://registry.example"), 8, None),
+            (&pull("http://localhost.example:5000"), 8, None),
+            // Every endpoint counts, `--from` too.
+            (
+                &[
+                    "replay",
+                    "t.json",
+                    "--registry",
+                    "http://127.0.0.1:1,http://10.0.0.2:1",
+                ],
+                8,
+                None,
+            ),
+            (
+                &[
+                    "pull",
+                    "--registry",
+                    "http://127.0.0.1:1",
+                    "--repo",
+                    "x/y",
+                    "--from",
+                    "http://10.0.0.2:1",
+                ],
+                8,
+                None,
+            ),
+            (
+                &[
+                    "replay",
+                    "t.json",
+                    "--registry",
+                    "http://127.0.0.1:1,http://127.0.0.2:1",
+                ],
+                8,
+                Some(4),
+            ),
+            // Commands that send nothing, and an explicit --threads, which always wins.
+            (&["merge", "a", "b", "--output-dir", "c"], 8, None),
+            (
+                &[
+                    "--threads",
+                    "3",
+                    "pull",
+                    "--registry",
+                    "http://127.0.0.1:1",
+                    "--repo",
+                    "x/y",
+                ],
+                8,
+                Some(3),
+            ),
+            (
+                &["--threads", "2", "merge", "a", "b", "--output-dir", "c"],
+                8,
+                Some(2),
+            ),
+        ];
+        for (args, cores, want) in cases {
+            assert_eq!(workers(args, *cores), *want, "{args:?} on {cores} cores");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `creb-rs report RESULT_DIR`: any result directory re-rendered as text, JSON, CSV or a
+//! self-contained HTML page, and its charts as SVG and PNG files.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::ExitStatus;
+use crate::report::{host_table, render_csv, render_text};
+use crate::results::store::load;
+
+/// Output formats of `creb-rs report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Csv,
+    Html,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// A result directory (of a run or a merge).
+    #[arg(value_name = "RESULT_DIR")]
+    pub dir: PathBuf,
+
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also write every chart of the HTML report to DIR, as SVG and as PNG (for papers).
+    #[arg(long, value_name = "DIR")]
+    pub charts: Option<PathBuf>,
+}
+
+/// Runs `creb-rs report`.
+pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
+    let set = load(&args.dir)?;
+    if let Some(dir) = &args.charts {
+        let files = crate::report::html::write_charts(&set, dir)?;
+        eprintln!(
+            "creb-rs: wrote {} chart files to {}",
+            files.len(),
+            dir.display()
+        );
+    }
+    let text = match args.format {
+        Format::Text => {
+            let mut t = String::new();
+            if !set.meta.hosts.is_empty() {
+                t.push_str(&host_table(&set.meta.hosts));
+                t.push('\n');
+            }
+            t.push_str(&render_text(&set.summary));
+            t
+        }
+        Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",
+        Format::Csv => render_csv(&set.summary)?,
+        Format::Html => {
+            let page = crate::report::html::render(&set)?;
+            let path = args
+                .output
+                .clone()
+                .unwrap_or_else(|| args.dir.join("report.html"));
+            std::fs::write(&path, page)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            eprintln!("creb-rs: wrote {}", path.display());
+            return Ok(ExitStatus::Success);
+        }
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitStatus::Success)
+}

@@ -1,0 +1,923 @@
+//! `creb-rs run EXPERIMENT.toml`: every experiment of a file against every registry, in
+//! rounds, resumable, with a combined comparison.
+//!
+//! Stages: the file is read and every cell's command line is checked ([`config`],
+//! [`cells`]) before anything is sent; then each round runs its cells one after another —
+//! experiments in file order, each against its registries in file order, each repetition —
+//! in-process, through the same `push`/`pull`/`replay` code as the commands, with the run's
+//! [`Shutdown`]. A registry that cannot be used (connection refused, credentials refused)
+//! is checked once per round, its cells recorded as `error` with the reason, and the run
+//! goes on. After every cell the checkpoint ([`checkpoint`]) and the comparison
+//! ([`comparison`]) are rewritten; after every round `--cleanup` deletes what it pushed
+//! ([`cleanup`]).
+//!
+//! Layout of `OUT` (default `results/<file stem>` next to the file):
+//! `OUT/<experiment>/<registry>/` per cell, with `round-NNNN/` in monitoring mode
+//! (`--every`/`--repeat`) and `rep-K/` for experiments with `repeat` > 1;
+//! `OUT/.creb-run.json` (checkpoint), `OUT/comparison.csv`, `OUT/comparison.html`.
+//!
+//! Rounds: one by default; `--repeat N` runs N back to back; `--every D` starts round *k*
+//! at `first start + k·D` (a round that overruns delays the next, missed slots are skipped,
+//! never run in a burst) until `--until` (from the first start) or `--repeat` rounds.
+//! Ctrl-C stops the running cell cleanly (its result marked interrupted), writes the
+//! checkpoint and exits 130; `--resume` redoes that cell and goes on.
+//!
+//! Exit status: 0 every cell ok; 1 a cell failed (a check, an operation, or no result);
+//! 2 the file or the flags are wrong; 130 interrupted.
+
+pub mod cells;
+pub mod checkpoint;
+pub mod cleanup;
+pub mod comparison;
+pub mod config;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use clap::Args;
+
+use self::cells::{Cell, Layout};
+use self::checkpoint::{CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord};
+use self::config::{ExperimentFile, Kind};
+use crate::client::ClientOptions;
+use crate::commands::session::{preflight, RegistryConfig};
+use crate::commands::Command;
+use crate::commands::ExitStatus;
+use crate::results::prepare_output_dir;
+use crate::shutdown::Shutdown;
+use crate::units::parse_duration;
+
+fn parse_rounds(s: &str) -> Result<u64, String> {
+    match crate::units::parse_count(s)? {
+        0 => Err(format!("'{s}' must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+/// `creb-rs run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The experiment file (TOML): `[[registry]]` and `[[experiment]]` tables
+    /// (docs/experiments.md).
+    #[arg(value_name = "EXPERIMENT.toml")]
+    pub experiment: PathBuf,
+
+    /// Where the results go: one result directory per cell, the checkpoint,
+    /// comparison.csv and comparison.html. Default: `results/<file stem>` next to the file.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// Continue the run in the output directory: complete cells are kept, unfinished and
+    /// failed-to-start ones are redone. Starts afresh when there is nothing to resume.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Monitoring mode: start a round every D (e.g. 6h), each round's results kept apart.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub every: Option<Duration>,
+
+    /// With --every: start no round later than D after the first (e.g. 60d).
+    #[arg(long, value_name = "D", value_parser = parse_duration, requires = "every")]
+    pub until: Option<Duration>,
+
+    /// Run N rounds (back to back, or --every D apart).
+    #[arg(long, value_name = "N", value_parser = parse_rounds)]
+    pub repeat: Option<u64>,
+
+    /// After each round, delete what it pushed (manifests, then blobs) where the registry
+    /// allows it, so repeated experiments do not grow storage.
+    #[arg(long)]
+    pub cleanup: bool,
+
+    /// Check the file and print the cells and their command lines; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print the run's cells as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Checks every cell's command line (and trace paths, and `--fail-if` expressions) before
+/// anything runs, so a typo fails in a second rather than hours into a run.
+fn validate(file: &ExperimentFile) -> anyhow::Result<()> {
+    let origin = file.path.display();
+    for (e, exp) in file.experiments.iter().enumerate() {
+        for t in exp.spec.traces.iter().flat_map(|t| t.0.iter()) {
+            if !t.exists() {
+                anyhow::bail!(
+                    "{origin}:{}: experiment '{}': trace {} does not exist",
+                    exp.line,
+                    exp.spec.name,
+                    t.display()
+                );
+            }
+        }
+        for &r in &exp.registries {
+            let cell = Cell {
+                experiment: e,
+                registry: r,
+                round: 0,
+                rep: 0,
+            };
+            let fail = |m: String| {
+                anyhow::anyhow!(
+                    "{origin}:{}: experiment '{}' on registry '{}': {m}",
+                    exp.line,
+                    exp.spec.name,
+                    file.registries[r].name
+                )
+            };
+            let argv = cells::cell_argv(file, &cell, Path::new("out")).map_err(fail)?;
+            let output = match cells::parse(&argv).map_err(fail)? {
+                Command::Push(a) => a.output,
+                Command::Pull(a) => a.output,
+                Command::Replay(a) => a.output,
+                _ => return Err(fail("not a push, pull or replay".into())),
+            };
+            crate::commands::session::thresholds(&output).map_err(|e| fail(format!("{e:#}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// A shell-quoted command line, for `--dry-run`.
+fn shell_line(argv: &[String]) -> String {
+    let quote = |a: &String| {
+        if !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+        {
+            a.clone()
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once("creb-rs".to_owned())
+        .chain(argv.iter().map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The schedule the flags ask for.
+fn requested_schedule(args: &RunArgs) -> ScheduleRecord {
+    let monitoring = args.every.is_some() || args.repeat.is_some();
+    ScheduleRecord {
+        rounds_layout: monitoring,
+        every_s: args.every.map(|d| d.as_secs_f64()),
+        until_s: args.until.map(|d| d.as_secs_f64()),
+        rounds: if monitoring { args.repeat } else { Some(1) },
+    }
+}
+
+/// On `--resume`, the recorded schedule wins; flags that contradict it are an error.
+fn resumed_schedule(args: &RunArgs, recorded: ScheduleRecord) -> anyhow::Result<ScheduleRecord> {
+    let asked = args.every.is_some() || args.until.is_some() || args.repeat.is_some();
+    if asked && requested_schedule(args) != recorded {
+        anyhow::bail!(
+            "this run was started with {}; resume it with the same --every/--until/--repeat, or none",
+            describe_schedule(&recorded)
+        );
+    }
+    Ok(recorded)
+}
+
+fn describe_schedule(s: &ScheduleRecord) -> String {
+    let mut parts = Vec::new();
+    if let Some(e) = s.every_s {
+        parts.push(format!(
+            "--every {}",
+            humantime::format_duration(Duration::from_secs_f64(e))
+        ));
+    }
+    if let Some(u) = s.until_s {
+        parts.push(format!(
+            "--until {}",
+            humantime::format_duration(Duration::from_secs_f64(u))
+        ));
+    }
+    if s.rounds_layout {
+        if let Some(n) = s.rounds {
+            parts.push(format!("--repeat {n}"));
+        }
+    }
+    if parts.is_empty() {
+        "one round".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// How a cell ended, as recorded.
+struct CellEnd {
+    status: CellStatus,
+    exit: ExitStatus,
+    message: Option<String>,
+}
+
+/// The state of a run in progress.
+struct Runner<'a> {
+    file: &'a ExperimentFile,
+    out: PathBuf,
+    layout: Layout,
+    cp: Checkpoint,
+    shutdown: Shutdown,
+    cleanup: bool,
+    /// Cells run by this invocation that ended failed or without a result.
+    failures: usize,
+    /// Cells run by this invocation.
+    ran: Vec<(String, String, u64, u32)>,
+    /// Replay and push cleanup targets, by (experiment, registry).
+    targets: HashMap<(usize, usize), Vec<cleanup::Target>>,
+}
+
+enum RoundEnd {
+    Finished,
+    Interrupted,
+}
+
+impl Runner<'_> {
+    fn save(&self) -> anyhow::Result<()> {
+        self.cp.write(&self.out)?;
+        if let Err(e) = comparison::write(self.file, &self.cp, &self.out) {
+            eprintln!("creb-rs: warning: cannot write the comparison: {e:#}");
+        }
+        Ok(())
+    }
+
+    /// Resolves credentials and pings the registry: `Err` says why it cannot be used.
+    async fn check_registry(&self, index: usize) -> Result<(), String> {
+        let reg = &self.file.registries[index];
+        if let Some(var) = &reg.password_env {
+            if std::env::var(var).map_or(true, |v| v.is_empty()) {
+                return Err(format!(
+                    "password_env: environment variable {var} is not set"
+                ));
+            }
+        }
+        let args = cells::registry_args(reg)?;
+        let config = RegistryConfig::try_from(&args).map_err(|e| format!("{e:#}"))?;
+        let (recorder, aggregator) = crate::metrics::spawn_aggregator();
+        let checked = match config.connect(recorder, ClientOptions::default(), 1).await {
+            Ok(connection) => {
+                let display = config.display();
+                tokio::select! {
+                    r = preflight(&connection, &display) => r,
+                    _ = self.shutdown.token().cancelled() => Err("interrupted".into()),
+                }
+            }
+            Err(e) => Err(format!("{e:#}")),
+        };
+        drop(aggregator.finish().await);
+        checked
+    }
+
+    /// Runs one cell in-process.
+    async fn run_cell(&self, cell: &Cell, dir: &Path) -> CellEnd {
+        let error = |message: String| CellEnd {
+            status: CellStatus::Error,
+            exit: ExitStatus::Usage,
+            message: Some(message),
+        };
+        let argv = match cells::cell_argv(self.file, cell, dir) {
+            Ok(a) => a,
+            Err(m) => return error(m),
+        };
+        let command = match cells::parse(&argv) {
+            Ok(c) => c,
+            Err(m) => return error(m),
+        };
+        let shutdown = self.shutdown.clone();
+        let result = match command {
+            Command::Push(a) => crate::commands::push::run(a, shutdown).await,
+            Command::Pull(a) => crate::commands::pull::run(a, shutdown).await,
+            Command::Replay(a) => crate::commands::replay::run(a, shutdown).await,
+            _ => return error("not a push, pull or replay".into()),
+        };
+        match result {
+            Ok(ExitStatus::Success) => CellEnd {
+                status: CellStatus::Ok,
+                exit: ExitStatus::Success,
+                message: None,
+            },
+            Ok(ExitStatus::Failed) => CellEnd {
+                status: CellStatus::Failed,
+                exit: ExitStatus::Failed,
+                message: Some("an operation or a --fail-if check failed".into()),
+            },
+            Ok(s @ (ExitStatus::Interrupted | ExitStatus::Terminated)) => CellEnd {
+                status: CellStatus::Interrupted,
+                exit: s,
+                message: Some("interrupted; redone by --resume".into()),
+            },
+            Ok(ExitStatus::Usage) => {
+                error("the registry could not be used (see the error above)".into())
+            }
+            Err(e) => error(format!("{e:#}")),
+        }
+    }
+
+    /// Runs (or finishes) round `round` (0-based).
+    async fn run_round(&mut self, round: u64, planned: SystemTime) -> anyhow::Result<RoundEnd> {
+        let label = round + 1;
+        match self.cp.round_mut(label) {
+            Some(r) => r.finished_at = None,
+            None => self.cp.rounds.push(RoundRecord {
+                round: label,
+                planned_at: rfc3339(planned),
+                started_at: now_rfc3339(),
+                finished_at: None,
+                complete: false,
+                cleanup: None,
+            }),
+        }
+        self.save()?;
+        let all = cells::round_cells(self.file, round);
+        let total = all.len();
+        let mut checked: HashMap<usize, Result<(), String>> = HashMap::new();
+        for (i, cell) in all.iter().enumerate() {
+            let exp = &self.file.experiments[cell.experiment];
+            let reg = &self.file.registries[cell.registry];
+            let rel = self.layout.cell_dir(self.file, cell);
+            let previous = self.cp.cell(&exp.spec.name, &reg.name, label, cell.rep + 1);
+            if previous.is_some_and(|p| checkpoint::is_complete(p, &self.out)) {
+                continue;
+            }
+            if self.shutdown.is_cancelled() {
+                return Ok(RoundEnd::Interrupted);
+            }
+            let attempts = previous.map_or(0, |p| p.attempts) + 1;
+            let what = format!(
+                "[{}/{total}] {} on {}{}{}",
+                i + 1,
+                exp.spec.name,
+                reg.name,
+                if self.layout.rounds {
+                    format!(", round {label}")
+                } else {
+                    String::new()
+                },
+                if exp.spec.repetitions() > 1 {
+                    format!(", rep {}", cell.rep + 1)
+                } else {
+                    String::new()
+                },
+            );
+            let mut record = CellRecord {
+                experiment: exp.spec.name.clone(),
+                registry: reg.name.clone(),
+                round: label,
+                rep: cell.rep + 1,
+                dir: rel.clone(),
+                status: CellStatus::Running,
+                exit_code: None,
+                started_at: now_rfc3339(),
+                finished_at: None,
+                message: None,
+                attempts,
+            };
+            let check = match checked.get(&cell.registry) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = self.check_registry(cell.registry).await;
+                    checked.insert(cell.registry, c.clone());
+                    c
+                }
+            };
+            if self.shutdown.is_cancelled() {
+                return Ok(RoundEnd::Interrupted);
+            }
+            self.ran
+                .push((exp.spec.name.clone(), reg.name.clone(), label, cell.rep + 1));
+            if let Err(message) = check {
+                eprintln!(
+                    "creb-rs: {what}: skipped: registry '{}': {message}",
+                    reg.name
+                );
+                record.status = CellStatus::Error;
+                record.exit_code = Some(ExitStatus::Usage.code());
+                record.finished_at = Some(now_rfc3339());
+                record.message = Some(format!("registry '{}': {message}", reg.name));
+                self.failures += 1;
+                self.cp.put_cell(record);
+                self.save()?;
+                continue;
+            }
+            let dir = self.out.join(&rel);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("cannot clear {} to redo the cell", dir.display()))?;
+            }
+            self.cp.put_cell(record.clone());
+            self.save()?;
+            eprintln!("creb-rs: {what}: running → {}", dir.display());
+            let end = self.run_cell(cell, &dir).await;
+            record.status = end.status;
+            record.exit_code = Some(end.exit.code());
+            record.finished_at = Some(now_rfc3339());
+            record.message = end.message;
+            let line = match crate::results::read_summary(&dir) {
+                Ok(s) => format!(
+                    "{} operations, {} errors, {:.1} op/s",
+                    s.totals.requests, s.totals.errors, s.throughput.requests_per_s
+                ),
+                Err(_) => record.message.clone().unwrap_or_default(),
+            };
+            eprintln!("creb-rs: {what}: {} ({line})", end.status.name());
+            if matches!(end.status, CellStatus::Failed | CellStatus::Error) {
+                self.failures += 1;
+            }
+            self.cp.put_cell(record);
+            self.save()?;
+            if end.status == CellStatus::Interrupted {
+                return Ok(RoundEnd::Interrupted);
+            }
+        }
+        if self.cleanup {
+            let done = self
+                .cp
+                .round_mut(label)
+                .is_some_and(|r| r.cleanup.is_some());
+            if !done {
+                let records = self.clean_round(label).await;
+                if self.shutdown.is_cancelled() {
+                    return Ok(RoundEnd::Interrupted);
+                }
+                if let Some(r) = self.cp.round_mut(label) {
+                    r.cleanup = Some(records);
+                }
+            }
+        }
+        let complete = all.iter().all(|cell| {
+            let exp = &self.file.experiments[cell.experiment];
+            let reg = &self.file.registries[cell.registry];
+            self.cp
+                .cell(&exp.spec.name, &reg.name, label, cell.rep + 1)
+                .is_some_and(|c| checkpoint::is_complete(c, &self.out))
+        });
+        if let Some(r) = self.cp.round_mut(label) {
+            r.finished_at = Some(now_rfc3339());
+            r.complete = complete;
+        }
+        self.save()?;
+        Ok(RoundEnd::Finished)
+    }
+
+    /// `--cleanup` for every registry of the round.
+    async fn clean_round(&mut self, label: u64) -> Vec<checkpoint::CleanupRecord> {
+        let mut records = Vec::new();
+        for (r, reg) in self.file.registries.iter().enumerate() {
+            // Only where this round pushed something: a registry none of whose cells got a
+            // result (unreachable, credentials refused) is left alone.
+            let pushed = self.cp.cells.iter().any(|c| {
+                c.round == label
+                    && c.registry == reg.name
+                    && matches!(
+                        c.status,
+                        CellStatus::Ok | CellStatus::Failed | CellStatus::Interrupted
+                    )
+            });
+            if !pushed {
+                continue;
+            }
+            let mut targets = Vec::new();
+            for (e, exp) in self.file.experiments.iter().enumerate() {
+                if !exp.registries.contains(&r) || exp.spec.kind == Kind::Pull {
+                    continue;
+                }
+                if !self.targets.contains_key(&(e, r)) {
+                    match cleanup::targets(self.file, e, r).await {
+                        Ok(t) => {
+                            self.targets.insert((e, r), t);
+                        }
+                        Err(err) => {
+                            eprintln!("creb-rs: cleanup: experiment '{}': {err:#}", exp.spec.name);
+                            continue;
+                        }
+                    }
+                }
+                targets.extend(self.targets[&(e, r)].iter().cloned());
+            }
+            if targets.is_empty() {
+                continue;
+            }
+            let record = match self.cleanup_client(r).await {
+                Ok((client, aggregator)) => {
+                    let record = cleanup::clean(&client, &reg.name, &targets, &self.shutdown).await;
+                    drop(client);
+                    // The samples of deletions are not a measurement; they are dropped.
+                    drop(aggregator.finish().await);
+                    record
+                }
+                Err(message) => checkpoint::CleanupRecord {
+                    registry: reg.name.clone(),
+                    errors: 1,
+                    messages: vec![message],
+                    ..Default::default()
+                },
+            };
+            eprintln!(
+                "creb-rs: cleanup {}: {} manifests and {} blobs deleted, {} refused, {} not found, {} errors{}",
+                reg.name,
+                record.manifests_deleted,
+                record.blobs_deleted,
+                record.refused,
+                record.not_found,
+                record.errors,
+                if record.messages.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", record.messages.join("; "))
+                }
+            );
+            records.push(record);
+        }
+        records
+    }
+
+    async fn cleanup_client(
+        &self,
+        index: usize,
+    ) -> Result<
+        (
+            crate::client::RegistryClient,
+            crate::metrics::AggregatorHandle,
+        ),
+        String,
+    > {
+        let reg = &self.file.registries[index];
+        let args = cells::registry_args(reg)?;
+        let config = RegistryConfig::try_from(&args).map_err(|e| format!("{e:#}"))?;
+        let (recorder, aggregator) = crate::metrics::spawn_aggregator();
+        let options = ClientOptions {
+            push_scopes: true,
+            verify: false,
+            ..ClientOptions::default()
+        };
+        match config.connect(recorder, options, 4).await {
+            Ok(connection) => Ok((connection.client, aggregator)),
+            Err(e) => {
+                drop(aggregator.finish().await);
+                Err(format!("{e:#}"))
+            }
+        }
+    }
+}
+
+/// Sleeps until `t` on the wall clock (in steps, so a changed clock is noticed); `false`
+/// if the run was interrupted.
+async fn sleep_until(t: SystemTime, shutdown: &Shutdown) -> bool {
+    loop {
+        let Ok(left) = t.duration_since(SystemTime::now()) else {
+            return true;
+        };
+        let step = left.min(Duration::from_secs(30));
+        tokio::select! {
+            _ = tokio::time::sleep(step) => {}
+            _ = shutdown.token().cancelled() => return false,
+        }
+    }
+}
+
+/// The slot to run next under `--every`: `next`, or — when slots were missed — the
+/// latest slot that is due (missed rounds are skipped, not run in a burst).
+pub fn due_slot(anchor: SystemTime, every: Duration, next: u64, now: SystemTime) -> u64 {
+    let elapsed = now.duration_since(anchor).unwrap_or_default();
+    let due = (elapsed.as_secs_f64() / every.as_secs_f64().max(1e-9)).floor() as u64;
+    next.max(due)
+}
+
+fn print_table(
+    file: &ExperimentFile,
+    cp: &Checkpoint,
+    out: &Path,
+    ran: &[(String, String, u64, u32)],
+) {
+    let rows = comparison::rows(file, cp, out);
+    println!(
+        "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  result",
+        "experiment", "registry", "round", "rep", "status", "requests", "errors", "op/s"
+    );
+    for row in rows.iter().filter(|r| {
+        ran.iter().any(|(e, g, round, rep)| {
+            &r.record.experiment == e
+                && &r.record.registry == g
+                && r.record.round == *round
+                && r.record.rep == *rep
+        })
+    }) {
+        let c = &row.record;
+        let (req, err, rps) = match &row.summary {
+            Some(s) => (
+                s.totals.requests.to_string(),
+                s.totals.errors.to_string(),
+                format!("{:.1}", s.throughput.requests_per_s),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let result = match (&row.summary, &c.message) {
+            (None, Some(m)) => m.clone(),
+            _ => out.join(&c.dir).display().to_string(),
+        };
+        println!(
+            "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  {}",
+            c.experiment,
+            c.registry,
+            c.round,
+            c.rep,
+            c.status.name(),
+            req,
+            err,
+            rps,
+            result
+        );
+    }
+    println!(
+        "\ncomparison: {}  {}",
+        out.join("comparison.csv").display(),
+        out.join("comparison.html").display()
+    );
+}
+
+/// Runs `creb-rs run`.
+pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+    let file = ExperimentFile::load(&args.experiment)?;
+    validate(&file)?;
+    let out = match &args.output_dir {
+        Some(d) => d.clone(),
+        None => {
+            let stem = args
+                .experiment
+                .file_stem()
+                .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+            file.base_dir.join("results").join(stem)
+        }
+    };
+
+    if args.dry_run {
+        let schedule = requested_schedule(&args);
+        let layout = Layout {
+            rounds: schedule.rounds_layout,
+        };
+        println!(
+            "{} experiments, {} registries: {} cells per round ({}); results in {}",
+            file.experiments.len(),
+            file.registries.len(),
+            cells::round_cells(&file, 0).len(),
+            describe_schedule(&schedule),
+            out.display()
+        );
+        for cell in cells::round_cells(&file, 0) {
+            let dir = out.join(layout.cell_dir(&file, &cell));
+            let argv = cells::cell_argv(&file, &cell, &dir).map_err(anyhow::Error::msg)?;
+            println!(
+                "{} on {}{}:\n  {}",
+                file.experiments[cell.experiment].spec.name,
+                file.registries[cell.registry].name,
+                if file.experiments[cell.experiment].spec.repetitions() > 1 {
+                    format!(" (rep {})", cell.rep + 1)
+                } else {
+                    String::new()
+                },
+                shell_line(&argv)
+            );
+        }
+        return Ok(ExitStatus::Success);
+    }
+
+    prepare_output_dir(&out)?;
+    let existing = Checkpoint::read(&out)?;
+    let cp = match existing {
+        Some(cp) if args.resume => {
+            if cp.experiment_hash != file.hash {
+                eprintln!(
+                    "creb-rs: warning: {} changed since this run started; complete cells are kept as they are",
+                    args.experiment.display()
+                );
+            }
+            let schedule = resumed_schedule(&args, cp.schedule)?;
+            Checkpoint { schedule, ..cp }
+        }
+        Some(_) => anyhow::bail!(
+            "{} holds an earlier run ({}); continue it with --resume, or choose another --output-dir",
+            out.display(),
+            checkpoint::FILE_NAME
+        ),
+        None => {
+            if args.resume {
+                eprintln!(
+                    "creb-rs: nothing to resume in {}; starting the run",
+                    out.display()
+                );
+            }
+            Checkpoint {
+                version: checkpoint::VERSION,
+                tool_version: env!("CARGO_PKG_VERSION").into(),
+                experiment_file: args.experiment.display().to_string(),
+                experiment_hash: file.hash.clone(),
+                started_at: now_rfc3339(),
+                schedule: requested_schedule(&args),
+                rounds: Vec::new(),
+                cells: Vec::new(),
+            }
+        }
+    };
+    let schedule = cp.schedule;
+    let anchor = humantime::parse_rfc3339_weak(&cp.started_at)
+        .with_context(|| format!("checkpoint start '{}' is not RFC 3339", cp.started_at))?;
+    let mut runner = Runner {
+        file: &file,
+        out: out.clone(),
+        layout: Layout {
+            rounds: schedule.rounds_layout,
+        },
+        cp,
+        shutdown: shutdown.clone(),
+        cleanup: args.cleanup,
+        failures: 0,
+        ran: Vec::new(),
+        targets: HashMap::new(),
+    };
+    runner.save()?;
+
+    // The round to start with: the last recorded one if it is not complete, else the next.
+    let mut next = match runner.cp.rounds.iter().max_by_key(|r| r.round) {
+        Some(last) if !last.complete => last.round - 1,
+        Some(last) => last.round,
+        None => 0,
+    };
+    let mut resuming = runner
+        .cp
+        .rounds
+        .iter()
+        .any(|r| r.round == next + 1 && !r.complete);
+    let every = schedule.every_s.map(Duration::from_secs_f64);
+    let until = schedule.until_s.map(Duration::from_secs_f64);
+    let mut interrupted = false;
+    loop {
+        let finished = runner.cp.finished_rounds();
+        if !resuming {
+            if let Some(n) = schedule.rounds {
+                if finished >= n {
+                    break;
+                }
+            }
+        }
+        let mut planned = SystemTime::now();
+        if let Some(every) = every {
+            let mut skipped = None;
+            if !resuming {
+                let slot = due_slot(anchor, every, next, SystemTime::now());
+                if slot > next {
+                    skipped = Some(next);
+                }
+                next = slot;
+            }
+            let offset = every.checked_mul(u32::try_from(next).unwrap_or(u32::MAX));
+            planned = offset
+                .and_then(|o| anchor.checked_add(o))
+                .unwrap_or(planned);
+            if let Some(until) = until {
+                if offset.is_none_or(|o| o > until) && !resuming {
+                    break;
+                }
+            }
+            if let Some(first) = skipped {
+                eprintln!(
+                    "creb-rs: the start of rounds {}–{} passed while the previous round ran (or the run was stopped); continuing with round {}",
+                    first + 1,
+                    next,
+                    next + 1
+                );
+            }
+            if planned > SystemTime::now() {
+                eprintln!(
+                    "creb-rs: round {} starts at {}",
+                    next + 1,
+                    humantime::format_rfc3339_seconds(planned)
+                );
+                if !sleep_until(planned, &shutdown).await {
+                    interrupted = true;
+                    break;
+                }
+            }
+        }
+        match runner.run_round(next, planned).await? {
+            RoundEnd::Interrupted => {
+                interrupted = true;
+                break;
+            }
+            RoundEnd::Finished => {}
+        }
+        resuming = false;
+        next += 1;
+        if every.is_none() && schedule.rounds.is_none() {
+            break;
+        }
+    }
+    runner.save()?;
+
+    let status = if interrupted || shutdown.is_cancelled() {
+        ExitStatus::Interrupted
+    } else if runner.failures > 0 {
+        ExitStatus::Failed
+    } else {
+        ExitStatus::Success
+    };
+    if args.json {
+        let json = serde_json::json!({
+            "output_dir": out,
+            "exit_code": status.code(),
+            "checkpoint": runner.cp,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        if runner.ran.is_empty() && !interrupted {
+            println!("nothing left to run in {}", out.display());
+        } else {
+            print_table(&file, &runner.cp, &out, &runner.ran);
+        }
+        if interrupted {
+            eprintln!(
+                "creb-rs: interrupted; continue with: creb-rs run {} --output-dir {} --resume",
+                args.experiment.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_slots_are_skipped_not_bunched() {
+        let anchor = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hour = Duration::from_secs(3600);
+        // On time: the next slot.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 2), 3);
+        // Overran a little: the next slot, at once.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 3 + hour / 2), 3);
+        // Down for a day: the latest due slot.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 27 + hour / 2), 27);
+        // A clock before the anchor.
+        assert_eq!(due_slot(anchor, hour, 0, anchor - hour), 0);
+    }
+
+    #[test]
+    fn resume_keeps_the_recorded_schedule() {
+        let args = |every: Option<u64>, repeat: Option<u64>| RunArgs {
+            experiment: "x.toml".into(),
+            output_dir: None,
+            resume: true,
+            every: every.map(Duration::from_secs),
+            until: None,
+            repeat,
+            cleanup: false,
+            dry_run: false,
+            json: false,
+        };
+        let recorded = requested_schedule(&args(Some(3600), Some(4)));
+        assert!(recorded.rounds_layout);
+        assert_eq!(
+            resumed_schedule(&args(None, None), recorded).unwrap(),
+            recorded
+        );
+        assert_eq!(
+            resumed_schedule(&args(Some(3600), Some(4)), recorded).unwrap(),
+            recorded
+        );
+        let e = resumed_schedule(&args(Some(60), None), recorded).unwrap_err();
+        assert!(e.to_string().contains("--every 1h"), "{e}");
+        let single = requested_schedule(&args(None, None));
+        assert_eq!(single.rounds, Some(1));
+        assert!(!single.rounds_layout);
+    }
+
+    #[test]
+    fn dry_run_lines_are_shell_quoted() {
+        let line = shell_line(&[
+            "push".into(),
+            "--password-cmd".into(),
+            "printf %s \"$PW\"".into(),
+            "--fail-if".into(),
+            "p99(blob_get) > 2s".into(),
+        ]);
+        assert_eq!(
+            line,
+            "creb-rs push --password-cmd 'printf %s \"$PW\"' --fail-if 'p99(blob_get) > 2s'"
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! `creb-rs trace ...`: offline commands on IBM-format traces — characterize (`stats`), cut
+//! down (`sample`), generate calibrated synthetic ones (`synth`) and check (`validate`).
+//!
+//! Owns the flags of those commands (clap derive; the doc comments are the help), their
+//! validation into typed settings, and [`run`], which does the (blocking, file-bound) work on
+//! tokio's blocking pool. The work itself lives in [`crate::analysis::trace`] so other code
+//! can call it without the CLI, and in [`crate::trace::synth::ProfileGenerator`] for `synth`.
+//!
+//! Outputs: reports on stdout (`stats` tables or JSON, `validate`'s one-line OK), what was
+//! done and problems on stderr. Exit statuses: 0 done (`validate`: the trace is valid);
+//! 2 usage, configuration or I/O error, and `validate` finding a problem.
+//! `docs/traces.md` documents the commands with real output.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+
+use super::args::parse_seed;
+use super::ExitStatus;
+use crate::analysis::trace::{
+    compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
+};
+use crate::trace::synth::{
+    format_ms, write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength,
+};
+use crate::trace::TraceInput;
+use crate::units::{grouped, parse_count, parse_duration};
+
+/// Offline commands on IBM registry traces (FAST'18 format).
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    pub command: TraceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Characterize a trace like FAST'18: request mix, pull/push ratio, sizes, rates,
+    /// popularity, manifest→layer sessions, concurrency, inter-arrival times.
+    Stats(StatsArgs),
+    /// Cut a smaller trace out of a larger one (same format, records copied verbatim).
+    Sample(SampleArgs),
+    /// Generate a synthetic trace calibrated to one IBM data center's characterization.
+    Synth(SynthArgs),
+    /// Check every record; name the file, record number and field of each problem.
+    Validate(ValidateArgs),
+}
+
+/// `trace stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Trace files or directories (JSON array or JSON lines; plain, gzip or zstd).
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+
+    /// Print JSON (stable field names) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Entries in each popularity list.
+    #[arg(long, value_name = "N", default_value = "10", value_parser = parse_top)]
+    pub top: usize,
+
+    /// A manifest GET counts as followed by a layer GET from the same client and
+    /// repository within this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub session_window: Duration,
+}
+
+/// How `trace sample` chooses records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SampleMethodArg {
+    /// The first --requests records.
+    FirstN,
+    /// The records within --duration of the first.
+    FirstDuration,
+    /// The records from --from (inclusive) to --to (exclusive).
+    Window,
+    /// Every record of a --fraction of the clients, chosen by hashing with --seed.
+    Clients,
+    /// Every record of a --fraction of the repositories, chosen by hashing with --seed.
+    Repos,
+    /// CReB W1: a UTC day whose requests, ingress and egress are each within 10% of the
+    /// daily mean; with --target-requests, that many records from its middle.
+    TypicalDay,
+    /// CReB W2: the first --window whose per-minute request rate has p5 and p95 within 50%
+    /// of its median.
+    StableWindow,
+}
+
+/// `trace sample`.
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Trace files or directories.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+
+    /// Where to write the sample (a JSON array; gzip if the name ends in `.gz`).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// How to choose records.
+    #[arg(long, value_enum)]
+    pub method: SampleMethodArg,
+
+    /// first-n: how many records.
+    #[arg(long, value_name = "N", value_parser = parse_count,
+          required_if_eq("method", "first-n"))]
+    pub requests: Option<u64>,
+
+    /// first-duration: how long after the first record.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
+          required_if_eq("method", "first-duration"))]
+    pub duration: Option<Duration>,
+
+    /// window: the first instant kept, RFC 3339 (`2017-06-20T10:00:00Z`).
+    #[arg(long, value_name = "TIME", value_parser = parse_time,
+          required_if_eq("method", "window"))]
+    pub from: Option<i64>,
+
+    /// window: the first instant no longer kept, RFC 3339.
+    #[arg(long, value_name = "TIME", value_parser = parse_time,
+          required_if_eq("method", "window"))]
+    pub to: Option<i64>,
+
+    /// clients, repos: the share kept, in (0, 1].
+    #[arg(long, value_name = "F", value_parser = parse_fraction,
+          required_if_eq_any([("method", "clients"), ("method", "repos")]))]
+    pub fraction: Option<f64>,
+
+    /// clients, repos: the hash seed (decimal or 0x hex).
+    #[arg(long, value_name = "SEED", value_parser = parse_seed)]
+    pub seed: Option<u64>,
+
+    /// typical-day: keep only this many records from the middle of the day.
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub target_requests: Option<u64>,
+
+    /// stable-window: the window length, rounded up to whole minutes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
+          required_if_eq("method", "stable-window"))]
+    pub window: Option<Duration>,
+}
+
+impl TryFrom<&SampleArgs> for SampleMethod {
+    type Error = anyhow::Error;
+
+    /// The method with its parameters; a flag that the method does not use is an error
+    /// rather than silently ignored.
+    fn try_from(a: &SampleArgs) -> anyhow::Result<SampleMethod> {
+        use SampleMethodArg as M;
+        let used: &[(&str, bool, &[M])] = &[
+            ("--requests", a.requests.is_some(), &[M::FirstN]),
+            ("--duration", a.duration.is_some(), &[M::FirstDuration]),
+            ("--from", a.from.is_some(), &[M::Window]),
+            ("--to", a.to.is_some(), &[M::Window]),
+            ("--fraction", a.fraction.is_some(), &[M::Clients, M::Repos]),
+            ("--seed", a.seed.is_some(), &[M::Clients, M::Repos]),
+            (
+                "--target-requests",
+                a.target_requests.is_some(),
+                &[M::TypicalDay],
+            ),
+            ("--window", a.window.is_some(), &[M::StableWindow]),
+        ];
+        for (flag, given, methods) in used {
+            if *given && !methods.contains(&a.method) {
+                let names: Vec<String> = methods
+                    .iter()
+                    .filter_map(|m| m.to_possible_value().map(|v| v.get_name().to_owned()))
+                    .collect();
+                anyhow::bail!("{flag} applies to --method {} only", names.join(" or "));
+            }
+        }
+        let missing = |flag: &str| anyhow::anyhow!("--method needs {flag}");
+        let seed = a.seed.unwrap_or(crate::content::DEFAULT_SEED);
+        Ok(match a.method {
+            M::FirstN => SampleMethod::FirstN {
+                requests: a.requests.ok_or_else(|| missing("--requests"))?,
+            },
+            M::FirstDuration => SampleMethod::FirstDuration {
+                duration: a.duration.ok_or_else(|| missing("--duration"))?,
+            },
+            M::Window => SampleMethod::Window {
+                from_ms: a.from.ok_or_else(|| missing("--from"))?,
+                to_ms: a.to.ok_or_else(|| missing("--to"))?,
+            },
+            M::Clients => SampleMethod::Clients {
+                fraction: a.fraction.ok_or_else(|| missing("--fraction"))?,
+                seed,
+            },
+            M::Repos => SampleMethod::Repos {
+                fraction: a.fraction.ok_or_else(|| missing("--fraction"))?,
+                seed,
+            },
+            M::TypicalDay => SampleMethod::TypicalDay {
+                target_requests: a.target_requests,
+            },
+            M::StableWindow => SampleMethod::StableWindow {
+                window: a.window.ok_or_else(|| missing("--window"))?,
+            },
+        })
+    }
+}
+
+/// `trace synth`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("length").required(true).args(["requests", "duration"])))]
+pub struct SynthArgs {
+    /// Where to write the trace (a JSON array; gzip if the name ends in `.gz`).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Generate exactly this many records (`1M` works).
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub requests: Option<u64>,
+
+    /// Generate every record within this long of the start (the rate follows the time of
+    /// day, so spans of hours show the diurnal swing).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Which registry's characterization to follow.
+    #[arg(long, value_enum, default_value_t = Profile::Dal)]
+    pub profile: Profile,
+
+    /// Random seed (decimal or 0x hex): the same seed gives the same trace.
+    #[arg(long, value_name = "SEED", default_value = "1", value_parser = parse_seed)]
+    pub seed: u64,
+
+    /// Trace start, RFC 3339.
+    #[arg(long, value_name = "TIME", default_value = "2017-06-20T00:00:00Z", value_parser = parse_time)]
+    pub start: i64,
+
+    /// Cap every blob at SIZE (larger draws become SIZE), so that replaying the trace
+    /// fits a small test registry.
+    #[arg(long, value_name = "SIZE")]
+    pub max_object_size: Option<crate::units::ByteSize>,
+}
+
+/// `trace validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Trace files or directories.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+
+    /// Report every invalid record instead of stopping at the first problem.
+    #[arg(long)]
+    pub all: bool,
+}
+
+fn parse_top(s: &str) -> Result<usize, String> {
+    parse_count(s).and_then(|n| usize::try_from(n).map_err(|_| format!("'{s}' is too large")))
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be in (0, 1]"))
+    }
+}
+
+/// RFC 3339 → Unix ms.
+fn parse_time(s: &str) -> Result<i64, String> {
+    crate::trace::record::parse_timestamp(s)
+        .ok_or_else(|| format!("'{s}' is not an RFC 3339 time (2017-06-20T10:00:00Z)"))
+}
+
+/// Runs a `trace` command; the file work happens on the blocking pool.
+pub async fn run(args: TraceArgs) -> anyhow::Result<ExitStatus> {
+    tokio::task::spawn_blocking(move || run_blocking(args.command))
+        .await
+        .context("the trace command stopped unexpectedly")?
+}
+
+fn resolve(paths: &[PathBuf]) -> anyhow::Result<TraceInput> {
+    Ok(TraceInput::resolve(paths)?)
+}
+
+/// The same command, on the calling thread.
+pub fn run_blocking(command: TraceCommand) -> anyhow::Result<ExitStatus> {
+    match command {
+        TraceCommand::Stats(a) => run_stats(&a),
+        TraceCommand::Sample(a) => run_sample(&a),
+        TraceCommand::Synth(a) => run_synth(&a),
+        TraceCommand::Validate(a) => run_validate(&a),
+    }
+}
+
+fn run_stats(a: &StatsArgs) -> anyhow::Result<ExitStatus> {
+    let input = resolve(&a.traces)?;
+    let opts = StatsOptions {
+        top: a.top,
+        session_window: a.session_window,
+        ..StatsOptions::default()
+    };
+    let started = Instant::now();
+    let stats = compute_stats(&input, &opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        print!("{}", render_text(&stats));
+    }
+    eprintln!(
+        "trace stats: {} records in {:.2}s",
+        grouped(stats.records),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitStatus::Success)
+}
+
+/// Refuses to write over one of the inputs (it would be truncated before it is read).
+fn check_not_an_input(out: &Path, input: &TraceInput) -> anyhow::Result<()> {
+    let Ok(out) = out.canonicalize() else {
+        return Ok(());
+    };
+    if input
+        .files
+        .iter()
+        .any(|f| f.canonicalize().is_ok_and(|f| f == out))
+    {
+        anyhow::bail!("{}: the output is one of the inputs", out.display());
+    }
+    Ok(())
+}
+
+fn run_sample(a: &SampleArgs) -> anyhow::Result<ExitStatus> {
+    let method = SampleMethod::try_from(a)?;
+    let input = resolve(&a.traces)?;
+    check_not_an_input(&a.out, &input)?;
+    let report = sample_trace(&input, &method, &a.out)?;
+    let range = match (report.first_ms, report.last_ms) {
+        (Some(f), Some(l)) => format!(" ({} .. {})", format_ms(f), format_ms(l)),
+        _ => String::new(),
+    };
+    eprintln!(
+        "trace sample ({}): {}\n  wrote {} records{range} to {}{}",
+        method.name(),
+        report.selection,
+        grouped(report.written),
+        a.out.display(),
+        if report.invalid > 0 {
+            format!("; skipped {} invalid records", report.invalid)
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitStatus::Success)
+}
+
+fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
+    let length = match (a.requests, a.duration) {
+        (Some(n), None) => SynthLength::Requests(n),
+        (None, Some(d)) => SynthLength::Duration(d),
+        _ => anyhow::bail!("give either --requests or --duration"),
+    };
+    let opts = ProfileOptions {
+        start_ms: a.start,
+        max_object_size: a.max_object_size.map(|s| s.bytes()),
+        ..ProfileOptions::new(a.profile, length, a.seed)
+    };
+    let started = Instant::now();
+    let mut generator = ProfileGenerator::new(&opts);
+    let mut first = None;
+    let mut last = None;
+    let records = std::iter::from_fn(|| {
+        let r = generator.next()?;
+        first.get_or_insert(r.time_ms);
+        last = Some(r.time_ms);
+        Some(r)
+    });
+    let written = write_file_iter(&a.out, records)
+        .with_context(|| format!("{}: cannot write", a.out.display()))?;
+    let s = generator.stats();
+    eprintln!(
+        "trace synth ({} profile, seed {}): wrote {} records{} to {} in {:.2}s \
+         ({} pulls, {} pushes, {} duplicates, {} failed in the original)",
+        a.profile,
+        a.seed,
+        grouped(written),
+        match (first, last) {
+            (Some(f), Some(l)) => format!(" ({} .. {})", format_ms(f), format_ms(l)),
+            _ => String::new(),
+        },
+        a.out.display(),
+        started.elapsed().as_secs_f64(),
+        grouped(s.pulls),
+        grouped(s.pushes),
+        grouped(s.duplicates),
+        grouped(s.failed),
+    );
+    Ok(ExitStatus::Success)
+}
+
+fn run_validate(a: &ValidateArgs) -> anyhow::Result<ExitStatus> {
+    let input = resolve(&a.traces)?;
+    let v = validate_trace(&input, a.all);
+    if !v.is_ok() {
+        for problem in &v.problems {
+            eprintln!("{problem}");
+        }
+        eprintln!(
+            "trace validate: {} problem{} in {} file{}, {} valid records{}",
+            v.problems.len(),
+            if v.problems.len() == 1 { "" } else { "s" },
+            v.files,
+            if v.files == 1 { "" } else { "s" },
+            grouped(v.records),
+            if a.all {
+                ""
+            } else {
+                " before the first problem (--all reports every one)"
+            }
+        );
+        return Ok(ExitStatus::Usage);
+    }
+    println!(
+        "OK: {} records in {} file{}{} ({} duplicates, {} failed in the original, {} out of order)",
+        grouped(v.records),
+        v.files,
+        if v.files == 1 { "" } else { "s" },
+        match (v.first_ms, v.last_ms) {
+            (Some(f), Some(l)) => format!(", {} to {}", format_ms(f), format_ms(l)),
+            _ => String::new(),
+        },
+        grouped(v.duplicates),
+        grouped(v.failed_in_trace),
+        grouped(v.out_of_order),
+    );
+    Ok(ExitStatus::Success)
+}

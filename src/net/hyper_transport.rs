@@ -1,0 +1,350 @@
+//! The hyper transport (`--http-client hyper`, the default): for `http://` registries a
+//! pool of hyper HTTP/1.1 connections that each request drives in its own task
+//! (`src/oci/plain_pool.rs`); for `https://` hyper-util's pooled client with rustls (ring)
+//! through hyper-rustls, which negotiates HTTP/2 where the registry offers it. Neither goes
+//! through reqwest's layers.
+//!
+//! Why it exists beside [`super::reqwest_transport`]: reqwest does not expose hyper's limit
+//! on a connection's read buffer, which grows with the bodies it carries and stays with the
+//! connection while it idles in the pool (about 60 KB each, 15 MB at 256 connections); here
+//! it is `read_buffer_max`. A request also skips reqwest's per-request layers (its own
+//! header and URL handling, redirect and proxy machinery), which this tool switches off
+//! anyway. Behaviour is the same: see [`crate::net`] for the shared rules.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::header::{CONTENT_LENGTH, USER_AGENT};
+use http::HeaderValue;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+use super::plain_pool::{PlainPool, PoolSettings};
+use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
+use super::{
+    body_kind, classify_chain, describe_chain, extra_roots, within_deadlines, Progress,
+    ProgressReader, TransportBuildError, TransportConfig, MIN_READ_BUFFER,
+};
+use crate::metrics::ErrorKind;
+
+type Connector = HttpsConnector<HttpConnector>;
+
+/// How long an idle pooled connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// hyper-backed [`Transport`].
+#[derive(Debug, Clone)]
+pub struct HyperTransport {
+    plain: Arc<PlainPool>,
+    client: Client<Connector, ReqBody>,
+    config: Arc<TransportConfig>,
+    user_agent: HeaderValue,
+}
+
+impl HyperTransport {
+    pub fn new(config: TransportConfig) -> Result<Self, TransportBuildError> {
+        let tls = tls_config(&config)?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let read_buffer_max = config.read_buffer_max.max(MIN_READ_BUFFER);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .http1_max_buf_size(read_buffer_max)
+            .build(https);
+        let user_agent = HeaderValue::from_str(&config.user_agent)
+            .map_err(|e| TransportBuildError::Client(format!("user agent: {e}")))?;
+        let plain = Arc::new(PlainPool::new(PoolSettings {
+            connect_timeout: config.connect_timeout,
+            max_idle: config.pool_max_idle_per_host,
+            idle_timeout: IDLE_TIMEOUT,
+            read_buffer_max,
+        }));
+        Ok(HyperTransport {
+            plain,
+            client,
+            config: Arc::new(config),
+            user_agent,
+        })
+    }
+
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+}
+
+/// rustls settings as reqwest makes them: the platform's verifier (system roots plus
+/// `--ca-cert`), or none at all with `--insecure`.
+fn tls_config(config: &TransportConfig) -> Result<rustls::ClientConfig, TransportBuildError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TransportBuildError::Client(e.to_string()))?;
+    let roots = extra_roots(config)?;
+    let verifier: Arc<dyn ServerCertVerifier> = if config.insecure {
+        Arc::new(AcceptAnyCertificate(provider))
+    } else if roots.is_empty() {
+        Arc::new(
+            rustls_platform_verifier::Verifier::new(provider)
+                .map_err(|e| TransportBuildError::Client(e.to_string()))?,
+        )
+    } else {
+        Arc::new(
+            rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider)
+                .map_err(|e| TransportBuildError::Certificate(e.to_string()))?,
+        )
+    };
+    // ALPN (h2, then http/1.1) is set by the connector builder.
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth())
+}
+
+/// `--insecure`: any certificate is accepted; handshake signatures are still checked, so
+/// the peer must hold the key of the certificate it shows.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A request body: nothing, bytes in memory, or generated content produced as it is sent.
+#[derive(Debug)]
+pub struct ReqBody(BodyKind);
+
+#[cfg(test)]
+impl ReqBody {
+    pub(crate) fn empty() -> Self {
+        ReqBody(BodyKind::Empty)
+    }
+}
+
+#[derive(Debug)]
+enum BodyKind {
+    Empty,
+    Bytes(Option<Bytes>),
+    Content {
+        chunks: ProgressReader,
+        remaining: u64,
+    },
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let next = match &mut self.get_mut().0 {
+            BodyKind::Empty => None,
+            BodyKind::Bytes(b) => b.take(),
+            BodyKind::Content { chunks, remaining } => {
+                let chunk = chunks.next();
+                if let Some(c) = &chunk {
+                    *remaining = remaining.saturating_sub(c.len() as u64);
+                }
+                chunk
+            }
+        };
+        Poll::Ready(next.map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            BodyKind::Empty => true,
+            BodyKind::Bytes(b) => b.is_none(),
+            BodyKind::Content { remaining, .. } => *remaining == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(match &self.0 {
+            BodyKind::Empty => 0,
+            BodyKind::Bytes(b) => b.as_ref().map_or(0, |b| b.len() as u64),
+            BodyKind::Content { remaining, .. } => *remaining,
+        })
+    }
+}
+
+impl Transport for HyperTransport {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move {
+            let HttpRequest {
+                method,
+                url,
+                mut headers,
+                body,
+            } = request;
+            let length = body.len();
+            if !matches!(body, RequestBody::Empty)
+                || matches!(method.as_str(), "PUT" | "POST" | "PATCH")
+            {
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+            }
+            if !headers.contains_key(USER_AGENT) {
+                headers.insert(USER_AGENT, self.user_agent.clone());
+            }
+            // Only a streamed body shares its progress with the connection's task; any other
+            // counts as sent at once and is tracked here, without an allocation.
+            let (body, shared) = match body {
+                RequestBody::Empty => (BodyKind::Empty, None),
+                RequestBody::Bytes(b) => (BodyKind::Bytes(Some(b)), None),
+                RequestBody::Content { spec, range } => {
+                    let progress = Arc::new(Progress::start(true));
+                    let chunks = ProgressReader::new(spec.reader(range), Arc::clone(&progress));
+                    let body = BodyKind::Content {
+                        chunks,
+                        remaining: length,
+                    };
+                    (body, Some(progress))
+                }
+            };
+            let local;
+            let progress: &Progress = match &shared {
+                Some(p) => p,
+                None => {
+                    local = Progress::start(false);
+                    &local
+                }
+            };
+            let plain = url.scheme() == "http";
+            let mut req = http::Request::new(ReqBody(body));
+            *req.method_mut() = method;
+            *req.headers_mut() = headers;
+            let config = &self.config;
+            if plain {
+                // HTTP/1.1 on a connection of our own: the request line carries the path
+                // and query only; the pool adds `Host`.
+                *req.uri_mut() = uri_of(&url[url::Position::BeforePath..])?;
+                let send = self.plain.send(&url, req);
+                let response = within_deadlines(send, progress, config).await?;
+                let (parts, body) = response.into_parts();
+                return Ok(
+                    HttpResponse::new(parts.status, parts.headers, Box::pin(body))
+                        .with_idle_timeout(config.body_idle_timeout),
+                );
+            }
+            // The URL's own string becomes the URI's buffer: no copy.
+            *req.uri_mut() = uri_of(String::from(url))?;
+            let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
+            let response = within_deadlines(send, progress, config).await?;
+            let (parts, incoming) = response.into_parts();
+            Ok(
+                HttpResponse::new(parts.status, parts.headers, Box::pin(DataStream(incoming)))
+                    .with_idle_timeout(config.body_idle_timeout),
+            )
+        })
+    }
+}
+
+/// `text` as a request URI.
+fn uri_of(text: impl Into<String>) -> Result<http::Uri, TransportError> {
+    http::Uri::from_maybe_shared(Bytes::from(text.into()))
+        .map_err(|e| TransportError::new(ErrorKind::Other, format!("URL not usable for HTTP: {e}")))
+}
+
+/// The data frames of a response body (trailers are skipped).
+struct DataStream(Incoming);
+
+impl futures_util::Stream for DataStream {
+    type Item = Result<Bytes, TransportError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let body = &mut self.get_mut().0;
+        loop {
+            return match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Ready(Some(Err(e))) => {
+                    let kind = body_kind(&e, ErrorKind::Body);
+                    Poll::Ready(Some(Err(TransportError::new(
+                        kind,
+                        describe_chain(e.to_string(), &e),
+                    ))))
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+            };
+        }
+    }
+}
+
+/// Maps a hyper-util client error to an [`ErrorKind`] by walking its source chain.
+fn classify(err: &hyper_util::client::legacy::Error) -> TransportError {
+    let kind = if err.is_connect() {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Other
+    };
+    let kind = classify_chain(err, kind);
+    TransportError::new(kind, describe_chain(err.to_string(), err))
+}

@@ -1,0 +1,237 @@
+//! The seam between the OCI client and the network: one HTTP exchange at a time.
+//!
+//! [`Transport::send`] resolves when the response *headers* have arrived; the body is then
+//! pulled chunk by chunk through [`HttpResponse::chunk`], so the client times the first
+//! byte and the end of the body separately and hashes as it reads. Request bodies are
+//! descriptions ([`RequestBody`]), not bytes: generated content is produced while it is sent
+//! and can be produced again for a retry. Redirects are never followed here; the client
+//! does it, to time each hop and to keep credentials on their origin.
+//!
+//! Implementations: [`super::hyper_transport::HyperTransport`] and
+//! [`super::reqwest_transport::ReqwestTransport`] for real traffic (`--http-client`, see
+//! [`crate::net`]) and [`super::scripted::ScriptedTransport`] for deterministic tests without
+//! sockets.
+
+use std::fmt;
+use std::ops::Range;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt};
+use http::{HeaderMap, Method, StatusCode};
+use url::Url;
+
+use crate::content::ContentSpec;
+use crate::metrics::ErrorKind;
+
+/// What to send as a request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestBody {
+    Empty,
+    Bytes(Bytes),
+    /// A range of generated content, produced while it is sent.
+    Content {
+        spec: ContentSpec,
+        range: Range<u64>,
+    },
+}
+
+impl RequestBody {
+    pub fn len(&self) -> u64 {
+        match self {
+            RequestBody::Empty => 0,
+            RequestBody::Bytes(b) => b.len() as u64,
+            RequestBody::Content { range, .. } => range.end - range.start,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One HTTP request.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    pub method: Method,
+    pub url: Url,
+    pub headers: HeaderMap,
+    pub body: RequestBody,
+}
+
+impl HttpRequest {
+    pub fn new(method: Method, url: Url) -> Self {
+        HttpRequest {
+            method,
+            url,
+            headers: HeaderMap::new(),
+            body: RequestBody::Empty,
+        }
+    }
+}
+
+/// A failure below HTTP: no usable response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct TransportError {
+    pub kind: ErrorKind,
+    /// Human-readable detail. Never contains credentials or full URLs with queries.
+    pub message: String,
+}
+
+impl TransportError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        TransportError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The same error, counted as `kind`.
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+}
+
+/// The body of a response as a stream of chunks.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> + Send>>;
+
+/// A response whose headers have arrived; the body is read on demand.
+pub struct HttpResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: BodyStream,
+    idle_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for HttpResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpResponse {
+    pub fn new(status: StatusCode, headers: HeaderMap, body: BodyStream) -> Self {
+        HttpResponse {
+            status,
+            headers,
+            body,
+            idle_timeout: None,
+        }
+    }
+
+    /// Fails a body read that makes no progress for `timeout`.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// The next chunk of the body, or `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
+        let next = match self.idle_timeout {
+            Some(t) => tokio::time::timeout(t, self.body.next())
+                .await
+                .map_err(|_| {
+                    TransportError::new(
+                        ErrorKind::Timeout,
+                        format!("no body data for {}", humantime::format_duration(t)),
+                    )
+                })?,
+            None => self.body.next().await,
+        };
+        next.transpose()
+    }
+
+    /// Reads the whole body, failing once it exceeds `limit` bytes.
+    pub async fn bytes_limited(mut self, limit: usize) -> Result<Bytes, TransportError> {
+        let mut first: Option<Bytes> = None;
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = self.chunk().await? {
+            let total = first.as_ref().map_or(0, |b| b.len()) + buf.len() + chunk.len();
+            if total > limit {
+                return Err(TransportError::new(
+                    ErrorKind::Protocol,
+                    format!("response body larger than {limit} bytes"),
+                ));
+            }
+            match first.take() {
+                None if buf.is_empty() => first = Some(chunk),
+                None => buf.extend_from_slice(&chunk),
+                Some(f) => {
+                    buf.extend_from_slice(&f);
+                    buf.extend_from_slice(&chunk);
+                }
+            }
+        }
+        Ok(first.unwrap_or_else(|| Bytes::from(buf)))
+    }
+
+    /// Reads and discards the rest of the body so the connection can be reused; returns
+    /// the bytes read.
+    pub async fn drain(mut self) -> Result<u64, TransportError> {
+        let mut n = 0u64;
+        while let Some(chunk) = self.chunk().await? {
+            n += chunk.len() as u64;
+        }
+        Ok(n)
+    }
+
+    /// A header as a string, if present and valid.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Sends one HTTP request and resolves when its response headers arrive.
+pub trait Transport: Send + Sync + fmt::Debug {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
+}
+
+/// An empty body stream, for responses without content.
+pub fn empty_body() -> BodyStream {
+    Box::pin(futures_util::stream::empty())
+}
+
+/// A body stream of fixed chunks.
+pub fn body_from_chunks(chunks: Vec<Bytes>) -> BodyStream {
+    Box::pin(futures_util::stream::iter(chunks.into_iter().map(Ok)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bytes_limited_joins_and_limits() {
+        let resp = HttpResponse::new(
+            StatusCode::OK,
+            HeaderMap::new(),
+            body_from_chunks(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]),
+        );
+        assert_eq!(&resp.bytes_limited(10).await.unwrap()[..], b"abcd");
+        let resp = HttpResponse::new(
+            StatusCode::OK,
+            HeaderMap::new(),
+            body_from_chunks(vec![Bytes::from_static(b"abcdef")]),
+        );
+        assert_eq!(
+            resp.bytes_limited(3).await.unwrap_err().kind,
+            ErrorKind::Protocol
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_body_times_out() {
+        let stalled: BodyStream = Box::pin(futures_util::stream::pending());
+        let mut resp = HttpResponse::new(StatusCode::OK, HeaderMap::new(), stalled)
+            .with_idle_timeout(Duration::from_secs(5));
+        let err = resp.chunk().await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+    }
+}
