@@ -21,7 +21,8 @@ use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
 use creb::plan::catalog::{Catalog, ContentOptions};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
-use creb::trace::synth::{write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength};
+use creb::trace::synth::{Profile, ProfileGenerator, ProfileOptions, SynthLength};
+use creb::trace::write::write_file_iter;
 use creb::trace::{Interner, Item, ReadOptions, SpoolWriter, TraceInput, TraceReader};
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_file;
 
 const SHARDS: usize = 3;
 const SEED: &str = "7";

@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{creb, free_port, run_bin, summary_json, Registry};
-use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_file;
 use creb::ExitStatus;
 
 const USER: &str = "bench";

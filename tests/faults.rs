@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::faults::{Fault, FaultProxy};
 use common::{creb, free_port, summary_json, Registry};
-use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_file;
 use creb::ExitStatus;
 
 fn schema() -> jsonschema::Validator {

@@ -2,7 +2,8 @@
 //! exactly what the generator produces for its documented options, so it can be rebuilt
 //! and checked. Rebuild it with `CREB_REGENERATE_FIXTURES=1 cargo test --test fixtures`.
 
-use creb::trace::synth::{generate, write_json_array, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_json_array;
 
 /// The sample: about a minute of trace time, ~600 records, layers from 1 KiB to 2 MiB.
 fn sample_options() -> SynthOptions {

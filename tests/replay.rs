@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{creb, summary_json, Registry};
-use creb::trace::synth::{generate, write_file, SynthOptions, SynthStats};
+use creb::trace::synth::{generate, SynthOptions, SynthStats};
+use creb::trace::write::write_file;
 use creb::ExitStatus;
 
 /// Writes the trace round-robin into three files (so they overlap in time), the last gzip'd.

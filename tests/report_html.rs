@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{creb, Registry};
 use creb::results::store::load;
-use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_file;
 use creb::ExitStatus;
 
 const CHROMIUM: &str = "/usr/bin/chromium";

@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{summary_json, Registry};
-use creb::trace::synth::{generate, write_file, SynthOptions};
+use creb::trace::synth::{generate, SynthOptions};
+use creb::trace::write::write_file;
 
 /// A trace whose delay-mode schedule lasts about 20 s.
 fn long_trace(dir: &std::path::Path) -> std::path::PathBuf {

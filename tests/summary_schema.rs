@@ -88,7 +88,8 @@ async fn push_and_pull_summaries_match_the_schema() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_summaries_match_the_schema() {
-    use creb::trace::synth::{generate, write_file, SynthOptions};
+    use creb::trace::synth::{generate, SynthOptions};
+    use creb::trace::write::write_file;
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
     let (records, _) = generate(&SynthOptions {

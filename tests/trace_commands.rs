@@ -10,7 +10,8 @@ use creb::analysis::trace::{
     TraceStats,
 };
 use creb::commands::trace::{run, run_blocking, TraceCommand};
-use creb::trace::synth::{write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength};
+use creb::trace::synth::{Profile, ProfileGenerator, ProfileOptions, SynthLength};
+use creb::trace::write::write_file_iter;
 use creb::trace::{Item, ReadOptions, TraceError, TraceInput, TraceReader};
 use creb::ExitStatus;
 

@@ -1,6 +1,7 @@
 //! The streaming trace reader over arbitrary file contents (plain, gzip or zstd: the
 //! format is detected from the bytes): every input ends in records, skips or a
-//! `TraceError`, never a panic. The first byte picks the read options.
+//! `TraceError`, never a panic, in both views of the reader (typed items, or items with
+//! their text and invalid reasons). The first byte picks the read options and the view.
 #![no_main]
 
 use std::io::Write;
@@ -24,12 +25,19 @@ fuzz_target!(|data: &[u8]| {
         limit_requests: (flags & 4 != 0).then_some(u64::from(flags >> 4)),
         limit_duration: (flags & 8 != 0).then(|| Duration::from_millis(u64::from(flags) * 1000)),
         dedup_window: Duration::from_secs(300),
+        keep_text: flags & 16 != 0,
     };
-    let Ok(reader) = TraceReader::open(&input, options, Interner::default()) else {
+    let detailed = options.keep_text;
+    let Ok(mut reader) = TraceReader::open(&input, options, Interner::default()) else {
         return;
     };
-    for item in reader.take(100_000) {
-        if item.is_err() {
+    for _ in 0..100_000 {
+        let more = if detailed {
+            reader.next_detailed().is_some_and(|d| d.is_ok())
+        } else {
+            reader.next().is_some_and(|i| i.is_ok())
+        };
+        if !more {
             break;
         }
     }

@@ -22,9 +22,8 @@ use super::ExitStatus;
 use crate::analysis::trace::{
     compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
 };
-use crate::trace::synth::{
-    format_ms, write_file_iter, Profile, ProfileGenerator, ProfileOptions, SynthLength,
-};
+use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
+use crate::trace::write::write_file_iter;
 use crate::trace::TraceInput;
 use crate::units::{grouped, parse_count, parse_duration};
 
@@ -223,8 +222,8 @@ pub struct SynthArgs {
     pub duration: Option<Duration>,
 
     /// Which registry's characterization to follow.
-    #[arg(long, value_enum, default_value_t = Profile::Dal)]
-    pub profile: Profile,
+    #[arg(long, value_enum, default_value_t = ProfileArg::Dal)]
+    pub profile: ProfileArg,
 
     /// Random seed (decimal or 0x hex): the same seed gives the same trace.
     #[arg(long, value_name = "SEED", default_value = "1", value_parser = parse_seed)]
@@ -238,6 +237,33 @@ pub struct SynthArgs {
     /// fits a small test registry.
     #[arg(long, value_name = "SIZE")]
     pub max_object_size: Option<crate::units::ByteSize>,
+}
+
+/// `--profile`: the names of [`Profile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// Dallas production: the largest, mature registry (~93% pulls, least layer skew).
+    Dal,
+    /// London production: mature, half of the manifests > 10 KB (old schema).
+    Lon,
+    /// Frankfurt production: mature.
+    Fra,
+    /// Sydney production: young (~78% pulls), most skewed layer popularity.
+    Syd,
+    /// Development registry: push-heavy (~70% pulls).
+    Dev,
+}
+
+impl From<ProfileArg> for Profile {
+    fn from(a: ProfileArg) -> Self {
+        match a {
+            ProfileArg::Dal => Profile::Dal,
+            ProfileArg::Lon => Profile::Lon,
+            ProfileArg::Fra => Profile::Fra,
+            ProfileArg::Syd => Profile::Syd,
+            ProfileArg::Dev => Profile::Dev,
+        }
+    }
 }
 
 /// `trace validate`.
@@ -365,7 +391,7 @@ fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
     let opts = ProfileOptions {
         start_ms: a.start,
         max_object_size: a.max_object_size.map(|s| s.bytes()),
-        ..ProfileOptions::new(a.profile, length, a.seed)
+        ..ProfileOptions::new(a.profile.into(), length, a.seed)
     };
     let started = Instant::now();
     let mut generator = ProfileGenerator::new(&opts);
@@ -383,7 +409,7 @@ fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
     eprintln!(
         "trace synth ({} profile, seed {}): wrote {} records{} to {} in {:.2}s \
          ({} pulls, {} pushes, {} duplicates, {} failed in the original)",
-        a.profile,
+        Profile::from(a.profile),
         a.seed,
         grouped(written),
         match (first, last) {

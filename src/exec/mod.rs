@@ -49,7 +49,7 @@ use crate::shutdown::Shutdown;
 use pacer::Pacer;
 
 /// The two workload models (never mixed in one result).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// As fast as possible with `--concurrency` in flight (closed model).

@@ -37,17 +37,7 @@ use reqwest_transport::ReqwestTransport;
 use transport::{Transport, TransportError};
 
 /// Which HTTP client library carries the requests (`--http-client`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpClient {
     /// hyper directly: `http://` on connections each request drives in its own task,

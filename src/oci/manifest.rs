@@ -32,7 +32,7 @@ application/vnd.docker.distribution.manifest.list.v2+json, \
 application/vnd.docker.distribution.manifest.v1+prettyjws;q=0.5";
 
 /// Which manifest flavour to build (`--manifest-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ManifestFormat {
     /// OCI image manifest (accepted by every current registry).

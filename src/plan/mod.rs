@@ -58,7 +58,7 @@ impl std::str::FromStr for ShardSpec {
 }
 
 /// How records are assigned to shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ShardBy {
     /// By client (`http.request.remoteaddr`): a client's sessions stay on one host.
@@ -820,7 +820,8 @@ mod tests {
 
     use super::*;
     use crate::trace::record::{parse_uri, Interner};
-    use crate::trace::synth::{generate, write_file, SynthOptions};
+    use crate::trace::synth::{generate, SynthOptions};
+    use crate::trace::write::write_file;
     use crate::trace::{ReadOptions, Spool, SpoolWriter, TraceInput, TraceReader};
 
     fn options(shard: ShardSpec, shard_by: ShardBy) -> PlanOptions {

@@ -28,7 +28,7 @@ pub mod health;
 use sha2::{Digest as _, Sha256};
 
 /// How operations are spread over endpoints (`--route`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RouteKind {
     /// Operation k goes to endpoint k mod N.

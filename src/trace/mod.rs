@@ -6,12 +6,17 @@
 //! - [`reader`]: files → records in timestamp order, with skip reasons and limits.
 //! - [`spool`]: the records of the replay's first pass, kept for its second.
 //! - [`synth`]: synthetic traces shaped like docker clients, for tests and workloads.
+//! - [`write`]: traces written in the IBM layout (JSON array, optionally gzip).
 
+mod decode;
+mod parse;
 pub mod reader;
 pub mod record;
+mod split;
 pub mod spool;
 pub mod synth;
+pub mod write;
 
-pub use reader::{Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
+pub use reader::{Detailed, Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
 pub use record::{Interner, Kind, Method, Record, Sym, Target};
 pub use spool::{Spool, SpoolWriter};

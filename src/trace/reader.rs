@@ -1,6 +1,7 @@
 //! Trace files → typed records, merged by timestamp and classified, in bounded memory.
 //!
-//! Owns everything between the bytes on disk and the [`Item`]s the planner consumes:
+//! Owns everything between the bytes on disk and the [`Item`]s the planner consumes, with
+//! decompression in `decode`, framing in `split` and record parsing in `parse`:
 //! - **Input**: [`TraceInput::resolve`] turns files and directories into an ordered file
 //!   list; a record's `file` is its index in that list.
 //! - **Decoding**: compression is detected by magic bytes (gzip, possibly multi-member;
@@ -19,6 +20,10 @@
 //!   thousands of descriptors and buffers at once.
 //! - **Classification**, in this order: the limits of [`ReadOptions`], duplicates of a log
 //!   `id` within the dedup window, failed originals.
+//! - **Two views of one stream**: the iterator gives typed [`Item`]s (replay, stats,
+//!   simulations); [`TraceReader::next_detailed`] gives the same items with each object's
+//!   original text and, for an invalid record, why (`trace sample` copies records verbatim,
+//!   `trace validate --all` names every problem).
 //!
 //! Invariants: memory is bounded by the number of simultaneously open files times (read
 //! chunk + reorder buffer), the largest record, and the ids of one dedup window — never by
@@ -26,18 +31,18 @@
 //! [`TraceError`]s, never a panic. After the first error, or once a limit is reached, the
 //! iterator returns `None` for good.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read};
+use std::fs;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym};
+use super::decode::open_decoded;
+use super::parse::{build, raw_time};
+use super::record::{Interner, Record, Sym};
+use super::split::{SplitError, Splitter};
 
 /// Records each open file may hold in the merge heap: the reorder window for local disorder.
 pub const REORDER_CAPACITY: usize = 4096;
@@ -53,8 +58,6 @@ const PRESCAN_OBJECTS: usize = 16;
 /// A file is opened this long (trace time) before its first record is due, so records a
 /// little earlier than its first one still merge in order.
 const ACTIVATION_SLACK_MS: i64 = 60_000;
-/// Buffer between a compressed file and its decoder.
-const COMPRESSED_BUF: usize = 128 * 1024;
 
 /// An error reading a trace. Every variant names the file; record-level ones the 1-based
 /// record number in that file.
@@ -102,6 +105,10 @@ pub struct ReadOptions {
     /// A record whose `id` was already seen this close in trace time is a duplicate.
     /// `Duration::ZERO` turns duplicate detection off.
     pub dedup_window: Duration,
+    /// Keep each object's original text for the detailed view
+    /// ([`TraceReader::next_detailed`]): a copy of every record, for commands that write
+    /// records out verbatim.
+    pub keep_text: bool,
 }
 
 impl Default for ReadOptions {
@@ -112,6 +119,7 @@ impl Default for ReadOptions {
             limit_requests: None,
             limit_duration: None,
             dedup_window: Duration::from_secs(5 * 60),
+            keep_text: false,
         }
     }
 }
@@ -189,6 +197,16 @@ impl Item {
     }
 }
 
+/// An item of the detailed view ([`TraceReader::next_detailed`]): the item, the original
+/// text of its object (with [`ReadOptions::keep_text`]), and for an invalid record (with
+/// [`ReadOptions::skip_invalid`]) the reason the typed view would have failed with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detailed {
+    pub item: Item,
+    pub text: Option<Box<[u8]>>,
+    pub invalid: Option<String>,
+}
+
 /// Counters of a [`TraceReader`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReaderStats {
@@ -259,667 +277,27 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), TraceError> {
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------------
-// Decoding
-
-/// Opens a file and wraps it in the decoder its magic bytes call for.
-fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
-    let mut file = File::open(path)?;
-    let mut magic = [0u8; 4];
-    let mut n = 0;
-    while n < magic.len() {
-        match file.read(&mut magic[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let head = &magic[..n];
-    let stream = io::Cursor::new(head.to_vec()).chain(file);
-    Ok(if head.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::bufread::MultiGzDecoder::new(
-            BufReader::with_capacity(COMPRESSED_BUF, stream),
-        ))
-    } else if head == [0x28, 0xb5, 0x2f, 0xfd] {
-        Box::new(ZstdFrames::new(BufReader::with_capacity(
-            COMPRESSED_BUF,
-            stream,
-        )))
-    } else {
-        Box::new(stream)
-    })
-}
-
-/// A zstd stream of any number of frames (ruzstd's `StreamingDecoder` reads one), skipping
-/// skippable frames.
-struct ZstdFrames<R> {
-    source: R,
-    decoder: ruzstd::decoding::FrameDecoder,
-    in_frame: bool,
-}
-
-impl<R: BufRead> ZstdFrames<R> {
-    fn new(source: R) -> Self {
-        ZstdFrames {
-            source,
-            decoder: ruzstd::decoding::FrameDecoder::new(),
-            in_frame: false,
-        }
-    }
-}
-
-impl<R: BufRead> Read for ZstdFrames<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
-        use ruzstd::decoding::BlockDecodingStrategy;
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        loop {
-            if self.in_frame {
-                while self.decoder.can_collect() < buf.len() && !self.decoder.is_finished() {
-                    let wanted = buf.len() - self.decoder.can_collect();
-                    self.decoder
-                        .decode_blocks(&mut self.source, BlockDecodingStrategy::UptoBytes(wanted))
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                }
-                let n = self.decoder.read(buf)?;
-                if n > 0 {
-                    return Ok(n);
-                }
-                if self.decoder.is_finished() && self.decoder.can_collect() == 0 {
-                    self.in_frame = false;
-                }
-                continue;
-            }
-            if self.source.fill_buf()?.is_empty() {
-                return Ok(0);
-            }
-            match self.decoder.init(&mut self.source) {
-                Ok(()) => self.in_frame = true,
-                Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
-                    length,
-                    ..
-                })) => {
-                    let skipped = io::copy(
-                        &mut (&mut self.source).take(u64::from(length)),
-                        &mut io::sink(),
-                    )?;
-                    if skipped < u64::from(length) {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "zstd: truncated skippable frame",
-                        ));
-                    }
-                }
-                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Splitting
-
-#[derive(Debug)]
-enum SplitError {
-    Io(io::Error),
-    Syntax { offset: u64, reason: String },
-}
-
-/// Reads the top-level JSON objects of a byte stream. Between objects it accepts whitespace,
-/// commas and array brackets (arrays must balance). Each object is deserialized straight from
-/// the read buffer, so its bytes are scanned once; when the buffer ends inside an object the
-/// buffer is refilled (and grown, up to `max_record`) and the object parsed again, which
-/// happens about once per chunk.
-struct Splitter<R> {
-    src: R,
-    buf: Vec<u8>,
-    /// Next unread byte.
-    pos: usize,
-    /// End of valid bytes in `buf`.
-    end: usize,
-    /// Stream offset of `buf[0]`.
-    base: u64,
-    /// Open top-level `[`.
-    arrays: u32,
-    max_record: usize,
-    /// Bytes read since [`Splitter::take_fresh`] was last called.
-    fresh: u64,
-}
-
-impl<R: Read> Splitter<R> {
-    fn new(src: R, chunk: usize, max_record: usize) -> Self {
-        Splitter {
-            src,
-            buf: vec![0; chunk.clamp(1, max_record.max(1))],
-            pos: 0,
-            end: 0,
-            base: 0,
-            arrays: 0,
-            max_record: max_record.max(1),
-            fresh: 0,
-        }
-    }
-
-    fn take_fresh(&mut self) -> u64 {
-        std::mem::take(&mut self.fresh)
-    }
-
-    /// Drops `buf[..keep]`, grows the buffer if it is full, and reads until it is full or
-    /// the input ends. Returns false if nothing more could be read.
-    fn refill(&mut self, keep: usize) -> Result<bool, SplitError> {
-        if keep > 0 {
-            self.buf.copy_within(keep..self.end, 0);
-            self.end -= keep;
-            self.pos = self.pos.saturating_sub(keep);
-            self.base += keep as u64;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= self.max_record {
-                return Err(SplitError::Syntax {
-                    offset: self.base + self.end as u64,
-                    reason: format!("record larger than {} bytes", self.max_record),
-                });
-            }
-            let grown = self.buf.len().saturating_mul(2).min(self.max_record);
-            self.buf.resize(grown, 0);
-        }
-        let before = self.end;
-        while self.end < self.buf.len() {
-            match self.src.read(&mut self.buf[self.end..]) {
-                Ok(0) => break,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(SplitError::Io(e)),
-            }
-        }
-        self.fresh += (self.end - before) as u64;
-        Ok(self.end > before)
-    }
-
-    fn syntax(&self, at: usize, reason: impl Into<String>) -> SplitError {
-        SplitError::Syntax {
-            offset: self.base + at as u64,
-            reason: reason.into(),
-        }
-    }
-
-    /// Reads the next object and hands it to `f` with its stream offset and bytes.
-    /// `Ok(None)` at the end of input.
-    fn next_with<T>(
-        &mut self,
-        f: impl FnOnce(u64, &[u8], RawRecord<'_>) -> T,
-    ) -> Result<Option<T>, SplitError> {
-        // Between objects.
-        loop {
-            if self.pos == self.end {
-                if !self.refill(self.pos)? {
-                    if self.arrays > 0 {
-                        return Err(self.syntax(self.pos, "end of input inside an array"));
-                    }
-                    return Ok(None);
-                }
-                continue;
-            }
-            match self.buf[self.pos] {
-                b' ' | b'\t' | b'\n' | b'\r' | b',' => self.pos += 1,
-                b'[' => {
-                    self.arrays += 1;
-                    self.pos += 1;
-                }
-                b']' => {
-                    if self.arrays == 0 {
-                        return Err(self.syntax(self.pos, "`]` without an open array"));
-                    }
-                    self.arrays -= 1;
-                    self.pos += 1;
-                }
-                b'{' => break,
-                0xEF if self.base + self.pos as u64 == 0 => {
-                    // A UTF-8 byte order mark at the very start.
-                    while self.end - self.pos < 3 {
-                        if !self.refill(self.pos)? {
-                            return Err(self.syntax(self.pos, "unexpected byte 0xEF"));
-                        }
-                    }
-                    if self.buf[self.pos..self.pos + 3] != [0xEF, 0xBB, 0xBF] {
-                        return Err(self.syntax(self.pos, "unexpected byte 0xEF"));
-                    }
-                    self.pos += 3;
-                }
-                b => {
-                    return Err(self.syntax(
-                        self.pos,
-                        format!("expected `{{` of a record, found {}", describe_byte(b)),
-                    ))
-                }
-            }
-        }
-        // An object.
-        loop {
-            let start = self.pos;
-            let mut objects = serde_json::Deserializer::from_slice(&self.buf[start..self.end])
-                .into_iter::<RawRecord<'_>>();
-            match objects.next() {
-                Some(Ok(raw)) => {
-                    let len = objects.byte_offset();
-                    let value = f(self.base + start as u64, &self.buf[start..start + len], raw);
-                    self.pos = start + len;
-                    return Ok(Some(value));
-                }
-                Some(Err(e)) if !e.is_eof() => {
-                    let (at, reason) = json_error(&self.buf[start..self.end], &e);
-                    return Err(self.syntax(start + at, reason));
-                }
-                // The buffer ends inside the object.
-                _ => {
-                    if !self.refill(start)? {
-                        return Err(self.syntax(self.end, "end of input inside a record"));
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn describe_byte(b: u8) -> String {
-    if b.is_ascii_graphic() {
-        format!("`{}`", b as char)
-    } else {
-        format!("byte 0x{b:02X}")
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Deserializing one object
-
-/// Any JSON value, kept only as far as a record field needs it.
-#[derive(Debug, Default)]
-enum Val<'a> {
-    #[default]
-    Absent,
-    Null,
-    Bool(bool),
-    U(u64),
-    I(i64),
-    F(f64),
-    Str(Cow<'a, str>),
-    Compound(&'static str),
-}
-
-impl<'de> Deserialize<'de> for Val<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ValVisitor)
-    }
-}
-
-struct ValVisitor;
-
-impl<'de> Visitor<'de> for ValVisitor {
-    type Value = Val<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Val<'de>, E> {
-        Ok(Val::Bool(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Val<'de>, E> {
-        Ok(Val::U(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Val<'de>, E> {
-        Ok(u64::try_from(v).map_or(Val::I(v), Val::U))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Val<'de>, E> {
-        Ok(Val::F(v))
-    }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Val<'de>, E> {
-        Ok(Val::Str(Cow::Borrowed(v)))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Val<'de>, E> {
-        Ok(Val::Str(Cow::Owned(v.to_owned())))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Val<'de>, E> {
-        Ok(Val::Str(Cow::Owned(v)))
-    }
-    fn visit_unit<E>(self) -> Result<Val<'de>, E> {
-        Ok(Val::Null)
-    }
-    fn visit_none<E>(self) -> Result<Val<'de>, E> {
-        Ok(Val::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Val<'de>, D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val<'de>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Val::Compound("an array"))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val<'de>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Val::Compound("an object"))
-    }
-}
-
-const F_TIMESTAMP: &str = "timestamp";
-const F_METHOD: &str = "http.request.method";
-const F_URI: &str = "http.request.uri";
-const F_CLIENT: &str = "http.request.remoteaddr";
-const F_DURATION: &str = "http.request.duration";
-const F_STATUS: &str = "http.response.status";
-const F_WRITTEN: &str = "http.response.written";
-const F_ID: &str = "id";
-
-/// The fields of a record object the replay uses; values are untyped until validation so
-/// that a bad value is reported with its field name.
-#[derive(Debug, Default)]
-struct RawRecord<'a> {
-    timestamp: Val<'a>,
-    method: Val<'a>,
-    uri: Val<'a>,
-    client: Val<'a>,
-    duration: Val<'a>,
-    status: Val<'a>,
-    written: Val<'a>,
-    id: Val<'a>,
-}
-
-enum Key {
-    Timestamp,
-    Method,
-    Uri,
-    Client,
-    Duration,
-    Status,
-    Written,
-    Id,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                self.visit_bytes(v.as_bytes())
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
-                Ok(match v {
-                    b if b == F_TIMESTAMP.as_bytes() => Key::Timestamp,
-                    b if b == F_METHOD.as_bytes() => Key::Method,
-                    b if b == F_URI.as_bytes() => Key::Uri,
-                    b if b == F_CLIENT.as_bytes() => Key::Client,
-                    b if b == F_DURATION.as_bytes() => Key::Duration,
-                    b if b == F_STATUS.as_bytes() => Key::Status,
-                    b if b == F_WRITTEN.as_bytes() => Key::Written,
-                    b if b == F_ID.as_bytes() => Key::Id,
-                    // Checked here, as serde_json would have: the known names are ASCII.
-                    b if std::str::from_utf8(b).is_err() => {
-                        return Err(E::custom("a field name that is not UTF-8"));
-                    }
-                    _ => Key::Other,
-                })
-            }
-        }
-        // As bytes: serde_json then skips its UTF-8 check of every field name, which costs
-        // more than matching the name (this runs for every field of every record).
-        d.deserialize_bytes(KeyVisitor)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawRecord<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct RawVisitor;
-        impl<'de> Visitor<'de> for RawVisitor {
-            type Value = RawRecord<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a record object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRecord<'de>, A::Error> {
-                let mut raw = RawRecord::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    let slot = match key {
-                        Key::Timestamp => &mut raw.timestamp,
-                        Key::Method => &mut raw.method,
-                        Key::Uri => &mut raw.uri,
-                        Key::Client => &mut raw.client,
-                        Key::Duration => &mut raw.duration,
-                        Key::Status => &mut raw.status,
-                        Key::Written => &mut raw.written,
-                        Key::Id => &mut raw.id,
-                        Key::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *slot = map.next_value()?;
-                }
-                Ok(raw)
-            }
-        }
-        d.deserialize_map(RawVisitor)
-    }
-}
-
-/// Where (in `bytes`) and why serde_json rejected `bytes`.
-fn json_error(bytes: &[u8], e: &serde_json::Error) -> (usize, String) {
-    let message = e.to_string();
-    let suffix = format!(" at line {} column {}", e.line(), e.column());
-    let reason = message.strip_suffix(&suffix).unwrap_or(&message).to_owned();
-    (offset_of(bytes, e.line(), e.column()), reason)
-}
-
-/// Byte offset of serde_json's 1-based (line, column) in `bytes`.
-fn offset_of(bytes: &[u8], line: usize, column: usize) -> usize {
-    let line_start = if line <= 1 {
-        0
-    } else {
-        memchr::memchr_iter(b'\n', bytes)
-            .nth(line - 2)
-            .map_or(bytes.len(), |i| i + 1)
-    };
-    (line_start + column.saturating_sub(1)).min(bytes.len())
-}
-
-/// Why a well-formed object is not a record, with what could be salvaged for reporting.
-struct Invalid {
-    reason: String,
-    time_ms: Option<i64>,
-    client: Option<Sym>,
-}
-
-/// Shortens a quoted value for error messages.
-fn shown(s: &str) -> String {
-    const MAX: usize = 60;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("'{}…'", &s[..i]),
-        None => format!("'{s}'"),
-    }
-}
-
-fn describe(v: &Val<'_>) -> String {
-    match v {
-        Val::Absent => "nothing".into(),
-        Val::Null => "null".into(),
-        Val::Bool(b) => b.to_string(),
-        Val::U(n) => n.to_string(),
-        Val::I(n) => n.to_string(),
-        Val::F(x) => x.to_string(),
-        Val::Str(s) => shown(s),
-        Val::Compound(what) => (*what).into(),
-    }
-}
-
-/// A non-negative integer from a number or a numeric string; `None` if absent or null.
-fn count_field(v: &Val<'_>, field: &str) -> Result<Option<u64>, String> {
-    let bad = || {
-        format!(
-            "field `{field}`: {} is not a non-negative integer",
-            describe(v)
-        )
-    };
-    let float = |x: f64| {
-        if x >= 0.0 && x.fract() == 0.0 && x < 1.8e19 {
-            Ok(Some(x as u64))
-        } else {
-            Err(bad())
-        }
-    };
-    match v {
-        Val::Absent | Val::Null => Ok(None),
-        Val::U(n) => Ok(Some(*n)),
-        Val::F(x) => float(*x),
-        Val::Str(s) => {
-            let t = s.trim();
-            match t.parse::<u64>() {
-                Ok(n) => Ok(Some(n)),
-                Err(_) => t.parse::<f64>().map_err(|_| bad()).and_then(float),
-            }
-        }
-        Val::I(_) | Val::Bool(_) | Val::Compound(_) => Err(bad()),
-    }
-}
-
-/// A float from a number or a numeric string; `None` if absent or null.
-fn float_field(v: &Val<'_>, field: &str) -> Result<Option<f64>, String> {
-    match v {
-        Val::Absent | Val::Null => Ok(None),
-        Val::U(n) => Ok(Some(*n as f64)),
-        Val::I(n) => Ok(Some(*n as f64)),
-        Val::F(x) => Ok(Some(*x)),
-        Val::Str(s) => s
-            .trim()
-            .parse::<f64>()
-            .map(Some)
-            .map_err(|_| format!("field `{field}`: {} is not a number", describe(v))),
-        Val::Bool(_) | Val::Compound(_) => {
-            Err(format!("field `{field}`: {} is not a number", describe(v)))
-        }
-    }
-}
-
-/// A string field; `None` if absent or null.
-fn str_field<'v>(v: &'v Val<'_>, field: &str) -> Result<Option<&'v str>, String> {
-    match v {
-        Val::Absent | Val::Null => Ok(None),
-        Val::Str(s) => Ok(Some(s)),
-        _ => Err(format!("field `{field}`: {} is not a string", describe(v))),
-    }
-}
-
-fn required<'v>(v: &'v Val<'_>, field: &str) -> Result<&'v str, String> {
-    str_field(v, field)?.ok_or_else(|| format!("field `{field}` is missing"))
-}
-
-/// FNV-1a, 64 bits: a stable hash of log ids.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// The first valid timestamp of an object, if any (for peeking at a file's start).
-fn raw_time(raw: &RawRecord<'_>) -> Option<i64> {
-    str_field(&raw.timestamp, F_TIMESTAMP)
-        .ok()
-        .flatten()
-        .and_then(parse_timestamp)
-}
-
-/// Validates a raw object into a record, interning its names.
-fn build(
-    raw: &RawRecord<'_>,
-    names: &mut Interner,
-    file: u32,
-    number: u64,
-) -> Result<Record, Invalid> {
-    let mut time_ms = None;
-    let mut client = None;
-    let result = (|| {
-        client = str_field(&raw.client, F_CLIENT)?.map(|c| names.intern(c));
-        let ts = required(&raw.timestamp, F_TIMESTAMP)?;
-        let t = parse_timestamp(ts).ok_or_else(|| {
-            format!(
-                "field `{F_TIMESTAMP}`: {} is not an RFC 3339 time",
-                shown(ts)
-            )
-        })?;
-        time_ms = Some(t);
-        let m = required(&raw.method, F_METHOD)?;
-        let method = Method::parse(m).ok_or_else(|| {
-            format!(
-                "field `{F_METHOD}`: {} is not a known HTTP method",
-                shown(m)
-            )
-        })?;
-        let uri = required(&raw.uri, F_URI)?;
-        let status = match count_field(&raw.status, F_STATUS)? {
-            None => 0,
-            Some(s) => u16::try_from(s)
-                .ok()
-                .filter(|s| *s <= 999)
-                .ok_or_else(|| format!("field `{F_STATUS}`: {s} is not an HTTP status"))?,
-        };
-        let size = count_field(&raw.written, F_WRITTEN)?.unwrap_or(0);
-        let duration_us = match float_field(&raw.duration, F_DURATION)? {
-            // Saturating float-to-int conversion: negative and NaN become 0.
-            Some(secs) => (secs * 1e6).round() as u64,
-            None => 0,
-        };
-        let id = match &raw.id {
-            Val::Absent | Val::Null => None,
-            Val::Str(s) => Some(fnv1a(s.as_bytes())),
-            Val::U(n) => Some(fnv1a(n.to_string().as_bytes())),
-            Val::I(n) => Some(fnv1a(n.to_string().as_bytes())),
-            other => {
-                return Err(format!(
-                    "field `{F_ID}`: {} is not a string",
-                    describe(other)
-                ))
-            }
-        };
-        let target = parse_uri(uri, names);
-        Ok(Record {
-            file,
-            number,
-            time_ms: t,
-            method,
-            target,
-            client,
-            size,
-            status,
-            duration_us,
-            id,
-        })
-    })();
-    result.map_err(|reason| Invalid {
-        reason,
-        time_ms,
-        client,
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// Merging and classification
-
 /// A record in the merge heap, ordered so that `BinaryHeap` pops the smallest
-/// (time, file, number) first.
-struct Entry(Record);
+/// (time, file, number) first, with its text when the detailed view wants it.
+struct Entry {
+    record: Record,
+    text: Option<Box<[u8]>>,
+}
 
 impl Entry {
     fn key(&self) -> (i64, u32, u64) {
-        (self.0.time_ms, self.0.file, self.0.number)
+        (self.record.time_ms, self.record.file, self.record.number)
     }
 }
+
+/// What travels with an item besides itself: its text and, if invalid, why.
+#[derive(Default)]
+struct Extra {
+    text: Option<Box<[u8]>>,
+    invalid: Option<String>,
+}
+
+type Out = (Result<Item, TraceError>, Extra);
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
@@ -1023,7 +401,7 @@ pub struct TraceReader {
     filling: Vec<u32>,
     heap: BinaryHeap<Entry>,
     /// Items (invalid records, errors) to return before the next merged record.
-    pending: VecDeque<Result<Item, TraceError>>,
+    pending: VecDeque<Out>,
     dedup: Dedup,
     stats: ReaderStats,
     emitted: u64,
@@ -1126,10 +504,13 @@ impl TraceReader {
                 });
                 self.filling.push(f);
             }
-            Err(source) => self.pending.push_back(Err(TraceError::Io {
-                file: path.clone(),
-                source,
-            })),
+            Err(source) => self.pending.push_back((
+                Err(TraceError::Io {
+                    file: path.clone(),
+                    source,
+                }),
+                Extra::default(),
+            )),
         }
     }
 
@@ -1145,9 +526,11 @@ impl TraceReader {
         }
         let number = active.number + 1;
         let names = &mut self.names;
-        let next = active
-            .splitter
-            .next_with(|_, _, raw| build(&raw, names, f, number));
+        let keep_text = self.options.keep_text;
+        let next = active.splitter.next_with(|_, bytes, raw| {
+            let text = keep_text.then(|| Box::<[u8]>::from(bytes));
+            (build(&raw, names, f, number), text)
+        });
         self.stats.bytes_read += active.splitter.take_fresh();
         let file = || self.paths[fi].clone();
         let fatal = match next {
@@ -1162,23 +545,28 @@ impl TraceReader {
                 offset,
                 reason,
             }),
-            Ok(Some(built)) => {
+            Ok(Some((built, text))) => {
                 active.number = number;
                 self.stats.records_read += 1;
                 match built {
                     Ok(record) => {
                         self.in_heap[fi] += 1;
-                        self.heap.push(Entry(record));
+                        self.heap.push(Entry { record, text });
                         return self.in_heap[fi] >= REORDER_CAPACITY;
                     }
                     Err(invalid) if self.options.skip_invalid => {
-                        self.pending.push_back(Ok(Item::Skipped {
+                        let item = Item::Skipped {
                             reason: SkipReason::Invalid,
                             file: f,
                             number,
                             client: invalid.client,
                             time_ms: invalid.time_ms,
-                        }));
+                        };
+                        let extra = Extra {
+                            text,
+                            invalid: Some(invalid.reason),
+                        };
+                        self.pending.push_back((Ok(item), extra));
                         return false;
                     }
                     Err(invalid) => Some(TraceError::Record {
@@ -1194,7 +582,7 @@ impl TraceReader {
         self.active[fi] = None;
         if let Some(e) = fatal {
             if self.in_heap[fi] == 0 {
-                self.pending.push_back(Err(e));
+                self.pending.push_back((Err(e), Extra::default()));
             } else {
                 self.deferred.insert(f, e);
             }
@@ -1203,24 +591,21 @@ impl TraceReader {
     }
 
     /// Counts an item against `limit_requests` and returns it.
-    fn emit(&mut self, item: Result<Item, TraceError>) -> Option<Result<Item, TraceError>> {
-        match item {
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-            Ok(item) => {
+    fn emit(&mut self, out: Out) -> Option<Out> {
+        match out.0 {
+            Err(_) => self.done = true,
+            Ok(_) => {
                 self.emitted += 1;
                 if self.options.limit_requests == Some(self.emitted) {
                     self.done = true;
                 }
-                Some(Ok(item))
             }
         }
+        Some(out)
     }
 
     /// Applies the duration limit, dedup and failure classification to a merged record.
-    fn classify(&mut self, record: Record) -> Option<Result<Item, TraceError>> {
+    fn classify(&mut self, record: Record, text: Option<Box<[u8]>>) -> Option<Out> {
         let origin = *self.origin_ms.get_or_insert(record.time_ms);
         if let Some(limit) = self.options.limit_duration {
             let since = record.time_ms.saturating_sub(origin);
@@ -1253,20 +638,31 @@ impl TraceReader {
                 time_ms: Some(record.time_ms),
             },
         };
-        self.emit(Ok(item))
+        let extra = Extra {
+            text,
+            invalid: None,
+        };
+        self.emit((Ok(item), extra))
     }
-}
 
-impl Iterator for TraceReader {
-    type Item = Result<Item, TraceError>;
+    /// The next item with its details: the detailed view of the same stream the iterator
+    /// (the typed view) gives. Use one view or the other on a reader, not both.
+    pub fn next_detailed(&mut self) -> Option<Result<Detailed, TraceError>> {
+        let (item, extra) = self.next_out()?;
+        Some(item.map(|item| Detailed {
+            item,
+            text: extra.text,
+            invalid: extra.invalid,
+        }))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next_out(&mut self) -> Option<Out> {
         loop {
             if self.done {
                 return None;
             }
-            if let Some(item) = self.pending.pop_front() {
-                return self.emit(item);
+            if let Some(out) = self.pending.pop_front() {
+                return self.emit(out);
             }
             if let Some(&f) = self.filling.last() {
                 if self.read_one(f) {
@@ -1275,13 +671,13 @@ impl Iterator for TraceReader {
                 continue;
             }
             if let Some(&(at, f)) = self.waiting.last() {
-                if self.heap.peek().is_none_or(|e| at <= e.0.time_ms) {
+                if self.heap.peek().is_none_or(|e| at <= e.record.time_ms) {
                     self.waiting.pop();
                     self.activate(f);
                     continue;
                 }
             }
-            let Some(Entry(record)) = self.heap.pop() else {
+            let Some(Entry { record, text }) = self.heap.pop() else {
                 self.done = true;
                 return None;
             };
@@ -1291,11 +687,19 @@ impl Iterator for TraceReader {
                 self.filling.push(f);
             } else if self.in_heap[f as usize] == 0 {
                 if let Some(e) = self.deferred.remove(&f) {
-                    self.pending.push_back(Err(e));
+                    self.pending.push_back((Err(e), Extra::default()));
                 }
             }
-            return self.classify(record);
+            return self.classify(record, text);
         }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Item, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_out().map(|(item, _)| item)
     }
 }
 
@@ -1320,6 +724,8 @@ fn first_time(path: &Path) -> io::Result<Option<i64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::parse::{fnv1a, Fields};
+    use crate::trace::record::Method;
     use crate::trace::record::Target;
     use proptest::prelude::*;
     use std::io::Write;
@@ -1936,49 +1342,58 @@ mod tests {
         assert_eq!(r.stats().out_of_order, 1);
     }
 
-    /// Every object of `text` found by a splitter reading `chunk` bytes at a time.
-    fn split(text: &[u8], chunk: usize, max: usize) -> Result<Vec<(u64, Vec<u8>)>, SplitError> {
-        let mut s = Splitter::new(text, chunk, max);
-        let mut out = Vec::new();
-        while let Some(found) = s.next_with(|offset, bytes, _| (offset, bytes.to_vec()))? {
-            out.push(found);
-        }
-        Ok(out)
-    }
-
-    fn parse_raw(json: &str) -> RawRecord<'_> {
+    fn parse_raw(json: &str) -> Fields<'_> {
         serde_json::from_str(json).unwrap()
     }
 
+    /// The detailed view is the typed view plus each object's exact text and, for an
+    /// invalid record, the reason the typed view fails with.
     #[test]
-    fn splitter_finds_objects_across_any_chunk_boundary() {
-        let objects = [
-            r#"{"a": "br{ace}s \" and \\", "b": {"c": [1, {"d": "}"}]}}"#,
-            r#"{"e": "\\\\\"}"}"#,
-            "{}",
-        ];
-        let text = format!(" [\n{}, {}]\n[{}]\n", objects[0], objects[1], objects[2]);
-        for chunk in 1..24 {
-            let found = split(text.as_bytes(), chunk, 1 << 20).unwrap();
-            let found: Vec<(u64, String)> = found
-                .into_iter()
-                .map(|(o, b)| (o, String::from_utf8(b).unwrap()))
-                .collect();
-            assert_eq!(found.len(), 3, "chunk {chunk}");
-            for ((offset, body), want) in found.iter().zip(objects) {
-                assert_eq!(body, want, "chunk {chunk}");
-                assert_eq!(&text[*offset as usize..][..want.len()], want);
-            }
-        }
-        let Err(SplitError::Syntax { reason, .. }) = split(text.as_bytes(), 4, 32) else {
-            panic!("a 50-byte record with a 32-byte cap")
+    fn the_detailed_view_carries_text_and_reasons_of_the_same_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = r#"{"timestamp": "2017-06-20T00:00:00.001Z", "http.request.method": "GET", "http.request.uri": "v2/a/b/blobs/c", "http.response.status": "abc"}"#;
+        let objects = [get(5, "a"), bad.to_owned(), get(0, "c"), get(5, "a")];
+        let file = write(dir.path(), "t.json", array(&objects));
+        let options = ReadOptions {
+            skip_invalid: true,
+            keep_text: true,
+            ..ReadOptions::default()
         };
-        assert_eq!(reason, "record larger than 32 bytes");
-        assert!(matches!(
-            split(b"]", 4, 32),
-            Err(SplitError::Syntax { offset: 0, .. })
-        ));
-        assert!(split(b"", 4, 32).unwrap().is_empty());
+        let typed: Vec<Item> = reader(&[&file], options.clone())
+            .map(|i| i.unwrap())
+            .collect();
+        let mut r = reader(&[&file], options);
+        let mut detailed = Vec::new();
+        while let Some(d) = r.next_detailed() {
+            detailed.push(d.unwrap());
+        }
+        assert_eq!(
+            detailed.iter().map(|d| d.item).collect::<Vec<_>>(),
+            typed,
+            "the same items in the same order"
+        );
+        for d in &detailed {
+            let text = std::str::from_utf8(d.text.as_deref().unwrap()).unwrap();
+            assert_eq!(text, objects[d.item.number() as usize - 1]);
+            let invalid = matches!(
+                d.item,
+                Item::Skipped {
+                    reason: SkipReason::Invalid,
+                    ..
+                }
+            );
+            assert_eq!(d.invalid.is_some(), invalid, "{d:?}");
+        }
+        let why = detailed.iter().find_map(|d| d.invalid.clone()).unwrap();
+        let Some(Err(TraceError::Record { reason, .. })) =
+            reader(&[&file], ReadOptions::default()).find(|i| i.is_err())
+        else {
+            panic!("the typed view does not fail")
+        };
+        assert_eq!(why, reason);
+        // Without keep_text nothing is copied.
+        let mut plain = reader(&[&file], ReadOptions::default());
+        assert!(plain.next_detailed().unwrap().unwrap().text.is_none());
     }
 
     #[test]

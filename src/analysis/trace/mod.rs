@@ -1,7 +1,6 @@
 //! Trace characterization, sampling and validation: the work behind `creb-rs trace stats`,
 //! `trace sample` and `trace validate` (synthetic traces are `crate::trace::synth`).
 
-pub mod raw;
 pub mod sample;
 pub mod stats;
 pub mod validate;

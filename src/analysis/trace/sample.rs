@@ -5,7 +5,7 @@
 //! ([`sample`]).
 //!
 //! Invariants: the output holds the selected records' original text byte for byte (every
-//! field, via `RawCursor`), in the merged timestamp order of the input, as one JSON array
+//! field, from the reader's detailed view), in the merged timestamp order of the input, as one JSON array
 //! (gzip when the output name ends in `.gz`), written as it is read. Every valid record is
 //! eligible — requests that failed in the original and log duplicates included, since a
 //! sample should look like its source; invalid records are dropped and counted. Selection
@@ -20,11 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::trace::synth::format_ms;
+use crate::trace::write::ArrayWriter;
 use crate::trace::{Interner, Item, Method, ReadOptions, Sym, TraceError, TraceInput, TraceReader};
-use crate::units::ByteSize;
-
-use super::raw::{ArrayWriter, RawCursor};
-use crate::units::grouped;
+use crate::units::{grouped, ByteSize};
 
 const DAY_MS: i64 = 86_400_000;
 const MINUTE_MS: i64 = 60_000;
@@ -72,9 +70,6 @@ impl SampleMethod {
 pub enum SampleError {
     #[error(transparent)]
     Trace(#[from] TraceError),
-    /// Reading a record's original text failed.
-    #[error("re-reading record text: {0}")]
-    Raw(std::io::Error),
     #[error("{}: cannot write: {source}", path.display())]
     Output {
         path: PathBuf,
@@ -503,15 +498,18 @@ pub fn sample(
     })
 }
 
-/// The copying pass: every item's text is taken from the cursor (to keep its memory
-/// bounded), the kept ones written.
+/// The copying pass: the reader's detailed view gives every item with its text; the kept
+/// ones are written.
 fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, SampleError> {
     let output = |source| SampleError::Output {
         path: out.to_path_buf(),
         source,
     };
-    let mut reader = TraceReader::open(input, read_options(), Interner::default())?;
-    let mut raw = RawCursor::new(&input.files);
+    let options = ReadOptions {
+        keep_text: true,
+        ..read_options()
+    };
+    let mut reader = TraceReader::open(input, options, Interner::default())?;
     let mut writer = ArrayWriter::create(out).map_err(output)?;
     let mut report = SampleReport {
         read: 0,
@@ -524,12 +522,9 @@ fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, Samp
     let mut first_ms = None;
     let mut in_range = 0u64;
     let mut membership: HashMap<Sym, bool> = HashMap::new();
-    while let Some(item) = reader.next() {
-        let item = item?;
-        let text = raw
-            .take(item.file(), item.number())
-            .map_err(SampleError::Raw)?;
-        let Item::Record(r) = item else {
+    while let Some(detailed) = reader.next_detailed() {
+        let detailed = detailed?;
+        let Item::Record(r) = detailed.item else {
             report.invalid += 1;
             continue;
         };
@@ -597,6 +592,7 @@ fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, Samp
             Decision::Stop => break,
             Decision::Drop => {}
             Decision::Keep => {
+                let text = detailed.text.unwrap_or_default();
                 writer.write(&text).map_err(output)?;
                 report.written += 1;
                 report.first_ms.get_or_insert(t);

@@ -17,23 +17,34 @@
 //! link when the same blob is uploaded again, and a manifest PUT that reads the link while
 //! it is rewritten is refused (`DIGEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`). Manifests that
 //! share a layer or a repository's filler would otherwise upload it side by side.
+//!
+//! [`phase`] runs it as the prewarm phase of `replay`: measured, summarized and published
+//! apart from the run.
+
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures_util::{stream, StreamExt};
+use tokio::time::Instant;
 
+use super::validity::warn;
+use super::{clients_for, endpoint_summaries, shard_of, Context, Phase};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
-use crate::digest::Digest;
-use crate::digest::Sha256Sum;
-use crate::metrics::ErrorLog;
-use crate::metrics::Event;
+use crate::commands::args::OutputArgs;
+use crate::commands::session::{config_json, publish, Finished};
+use crate::commands::ExitStatus;
+use crate::digest::{Digest, Sha256Sum};
+use crate::metrics::{ErrorLog, Event};
 use crate::oci::manifest::ManifestFormat;
-use crate::oci::Reference;
-use crate::oci::{Repository, Tag};
+use crate::oci::{Reference, Repository, Tag};
 use crate::plan::catalog::Catalog;
 use crate::plan::linker::Position;
 use crate::plan::{
-    manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming,
+    manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming, ShardSpec,
 };
-use crate::progress::Progress;
+use crate::progress::{self, Progress, ProgressLine};
+use crate::results::thresholds::check;
+use crate::results::{Meta, MetaInput, RunInfo, Summary};
 use crate::route::{Object, Router};
 use crate::shutdown::Shutdown;
 use crate::trace::Sym;
@@ -333,6 +344,133 @@ pub async fn prewarm(
         tally(&mut report, done, true);
     }
     report
+}
+
+/// The prewarm phase: every object the run reads pushed, measured and reported apart (in
+/// `OUT/prewarm/` when the run follows). Fails (exit 1) when an object could not be
+/// prewarmed, and, with `--phase prewarm`, when a `--fail-if` threshold holds.
+pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::Result<ExitStatus> {
+    let &Context {
+        cfg,
+        args,
+        output,
+        dataset,
+        thresholds,
+        connections,
+        names,
+        router,
+        shutdown,
+        errors,
+    } = context;
+    let connection = &connections[0];
+    let mut exit = ExitStatus::Success;
+    let out = if cfg.phase == Phase::All {
+        output.in_subdir("prewarm")
+    } else {
+        output.clone()
+    };
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+    let (recorder, aggregator) = out.start_over(start, started_at, connections.len())?;
+    let clients = clients_for(connections, &recorder);
+    let mut naming = Naming::new(cfg.plan.repos.clone());
+    let jobs = PrewarmJobs::plan(catalog, router, &mut naming, cfg.plan.manifest_format);
+    let progress = Progress::new(jobs.len());
+    let line = ProgressLine::show(
+        "prewarm",
+        "objects",
+        Arc::clone(&progress),
+        progress::wanted(args.output.quiet, args.output.json),
+    );
+    let report = prewarm(
+        catalog,
+        jobs,
+        &clients,
+        cfg.plan.manifest_format,
+        cfg.prewarm_concurrency,
+        shutdown,
+        errors,
+        &progress,
+    )
+    .await;
+    line.finish();
+    let duration = start.elapsed();
+    drop(clients);
+    let aggregator = aggregator.finish().await;
+    let mut warnings = Vec::new();
+    if report.failed > 0 {
+        warn(
+            &mut warnings,
+            "prewarm_incomplete",
+            format!(
+                "{} objects could not be prewarmed; reads of them will fail in the run",
+                report.failed
+            ),
+        );
+    }
+    let mut summary = Summary::build(
+        RunInfo {
+            command: "replay".into(),
+            mode: "prewarm".into(),
+            model: "closed".into(),
+            concurrency: cfg.prewarm_concurrency as u64,
+            registry: names.join(","),
+            seed: cfg.seed,
+            shard: shard_of(ShardSpec::ALL),
+            started_at,
+            duration,
+            interrupted: shutdown.is_cancelled(),
+            trace: None,
+            warnings,
+            checks: None,
+            config: config_json(cfg, &connection.credentials),
+        },
+        &aggregator,
+    );
+    summary.endpoints = endpoint_summaries(cfg, names, &aggregator, duration, None);
+    let meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: dataset.clone(),
+            anchor: started_at,
+            start_at: None,
+            actual_start: started_at,
+            start_skew_ms: None,
+            interval: out.interval,
+        },
+    );
+    let finished = Finished {
+        summary,
+        aggregator,
+        meta,
+    };
+    // With --phase all the run's results are the ones printed as JSON.
+    let shown = OutputArgs {
+        json: args.output.json && cfg.phase == Phase::Prewarm,
+        quiet: args.output.quiet || (args.output.json && cfg.phase != Phase::Prewarm),
+        ..args.output.clone()
+    };
+    publish(&finished, &shown, out.dir.as_deref(), true)?;
+    if !shown.quiet && !shown.json {
+        println!(
+            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
+            report.blobs_pushed,
+            report.blobs_present,
+            report.manifests_pushed,
+            report.manifests_present,
+            report.failed
+        );
+    }
+    if report.failed > 0 {
+        exit = ExitStatus::Failed;
+    }
+    if cfg.phase == Phase::Prewarm
+        && check(thresholds, &finished.summary, &finished.aggregator.table)
+    {
+        exit = ExitStatus::Failed;
+    }
+    Ok(exit)
 }
 
 #[cfg(test)]

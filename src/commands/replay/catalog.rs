@@ -1,0 +1,117 @@
+//! Pass 1 of a replay: the whole trace read once on a blocking thread into the catalog of
+//! the objects it names (every digest computed on all cores), its items spooled for pass 2,
+//! and the identity of the workload for the result metadata.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::time::Instant;
+
+use super::{Phase, ReplayConfig};
+use crate::exec::canary::available_cores;
+use crate::plan::catalog::Catalog;
+use crate::trace::{Interner, Spool, SpoolWriter, TraceInput, TraceReader};
+use crate::units::ByteSize;
+
+/// Builds the catalog and says on stderr (unless `quiet`) what the trace holds and how long
+/// it took.
+pub(super) async fn prepare(
+    input: &TraceInput,
+    cfg: &ReplayConfig,
+    spool_dir: Option<PathBuf>,
+    quiet: bool,
+) -> anyhow::Result<(Arc<Catalog>, Option<Spool>)> {
+    let prepared = Instant::now();
+    let (catalog, spool) = build_catalog(input.clone(), cfg, spool_dir).await?;
+    if !quiet {
+        eprintln!(
+            "creb-rs: trace: {} records, {:.1}s of trace time, {} blobs ({}) and {} manifests to prewarm; prepared in {:.1}s",
+            catalog.items,
+            (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
+            catalog.blob_reads.len(),
+            ByteSize(catalog.prewarm_bytes()),
+            catalog.manifests.len(),
+            prepared.elapsed().as_secs_f64()
+        );
+    }
+    Ok((Arc::new(catalog), spool))
+}
+
+/// Pass 1 on a blocking thread: the catalog, with every digest computed, and (when a run
+/// follows) the items read, spooled for pass 2 in `spool_dir` (the output directory) or the
+/// temporary directory.
+async fn build_catalog(
+    input: TraceInput,
+    cfg: &ReplayConfig,
+    spool_dir: Option<PathBuf>,
+) -> anyhow::Result<(Catalog, Option<Spool>)> {
+    let read = cfg.read.clone();
+    let gap = cfg.plan.session_gap_ms;
+    let content = cfg.content;
+    let spool = cfg.phase != Phase::Prewarm;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>)> {
+        let mut reader = TraceReader::open(&input, read, Interner::default())?;
+        let mut writer = spool
+            .then(|| SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES));
+        let items = (&mut reader).inspect(|item| {
+            if let (Some(w), Ok(item)) = (writer.as_mut(), item) {
+                w.push(item);
+            }
+        });
+        let mut catalog = Catalog::build(items, gap, content)?;
+        catalog.names = reader.into_names();
+        // The second pass shares these names instead of copying them.
+        catalog.names.freeze();
+        catalog.compute_digests(available_cores());
+        let spool = writer.and_then(|w| match w.finish() {
+            Ok(spool) => {
+                // Both count the items the reader gave before it ended or failed.
+                debug_assert_eq!(spool.len(), catalog.items);
+                Some(spool)
+            }
+            Err(why) => {
+                tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again");
+                None
+            }
+        });
+        Ok((catalog, spool))
+    })
+    .await
+    .context("the trace reader stopped unexpectedly")?
+}
+
+/// What the workload requests: runs compare (and merge) only when this matches. The trace is
+/// identified by its files' names and sizes, its record count and span.
+pub(super) fn dataset_json(
+    cfg: &ReplayConfig,
+    input: &TraceInput,
+    catalog: &Catalog,
+) -> serde_json::Value {
+    let files: Vec<serde_json::Value> = input
+        .files
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "name": f.file_name().map(|n| n.to_string_lossy().into_owned()),
+                "bytes": std::fs::metadata(f).map(|m| m.len()).ok(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "command": "replay",
+        "traces": files,
+        "records": catalog.items,
+        "origin_ms": catalog.origin_ms,
+        "end_ms": catalog.end_ms,
+        "seed": cfg.seed,
+        "limit_requests": cfg.limit_requests,
+        "limit_duration_s": cfg.limit_duration_s,
+        "skip_invalid": cfg.skip_invalid,
+        "replay_failed": cfg.replay_failed,
+        "repos": cfg.plan.repos,
+        "upload": cfg.plan.upload,
+        "manifest_format": cfg.plan.manifest_format,
+        "session_gap_ms": cfg.plan.session_gap_ms,
+    })
+}

@@ -1,0 +1,108 @@
+//! The validity checks of a replay's run phase: typed warnings about what its numbers
+//! mean (the generator was the bottleneck, the schedule slipped, the in-flight cap bound,
+//! records were dropped late, the start was skewed), shown in the report and turned into
+//! exit status 1 by `--strict`.
+
+use super::ReplayConfig;
+use crate::exec::{ExecReport, Mode};
+use crate::metrics::Aggregator;
+use crate::results::summary::Checks;
+use crate::results::Warning;
+
+/// Adds a warning of `kind`.
+pub(super) fn warn(warnings: &mut Vec<Warning>, kind: &str, message: String) {
+    warnings.push(Warning {
+        kind: kind.into(),
+        message,
+    });
+}
+
+pub(super) fn validity_warnings(
+    cfg: &ReplayConfig,
+    checks: &Checks,
+    exec: &ExecReport,
+    aggregator: &Aggregator,
+    warnings: &mut Vec<Warning>,
+) {
+    if let Some(share) = checks.cpu_share {
+        if share > 0.9 {
+            warn(
+                warnings,
+                "generator_bottleneck",
+                format!(
+                    "creb-rs used {:.0}% of {} cores: the numbers may measure the generator; use more hosts (--shard) or fewer in flight",
+                    share * 100.0,
+                    checks.cores
+                ),
+            );
+        }
+    }
+    if let Some(wake) = &checks.canary_wake_ms {
+        if wake.p99 > 10.0 {
+            warn(
+                warnings,
+                "generator_stalls",
+                format!(
+                    "the runtime woke up to {:.1} ms late (p99) for a 10 ms sleep: scheduling on this machine is unreliable",
+                    wake.p99
+                ),
+            );
+        }
+    }
+    if cfg.mode == Mode::Delay {
+        let mut late = 0u64;
+        let mut ops = 0u64;
+        for op in aggregator.table.ops() {
+            // A manifest PUT waits for its push's uploads: that wait is the session's
+            // dependency, not the schedule slipping.
+            if op == crate::metrics::Op::ManifestPut {
+                continue;
+            }
+            if let Some(s) = aggregator.table.op_total(op) {
+                late += s.late_starts[1];
+                if s.schedule_lag.is_some() {
+                    ops += s.count;
+                }
+            }
+        }
+        if ops > 0 && late * 100 > ops {
+            warn(
+                warnings,
+                "schedule_slipped",
+                format!(
+                    "{late} of {ops} operations started more than 10 ms late; raise --concurrency or lower --speed to replay the trace's timing"
+                ),
+            );
+        }
+        if checks.cap_binding_share > 0.05 {
+            warn(
+                warnings,
+                "concurrency_cap_binding",
+                format!(
+                    "the in-flight cap of {} was binding {:.0}% of the time: operations waited for a slot",
+                    cfg.concurrency,
+                    checks.cap_binding_share * 100.0
+                ),
+            );
+        }
+        if exec.late > 0 {
+            warn(
+                warnings,
+                "late_dropped",
+                format!(
+                    "{} trace records were dropped for starting later than --max-lateness",
+                    exec.late
+                ),
+            );
+        }
+    }
+    if let Some(skew) = checks.start_skew_ms {
+        if skew.abs() > 50.0 {
+            warn(
+                warnings,
+                "clock_skew",
+                format!("started {skew:.1} ms away from --start-at; check the clock (chrony) of this host"),
+            );
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! Record parsing: one JSON object of a trace into a typed [`Record`], or the reason it is
+//! not one, naming the field. Strings are borrowed from the read buffer where JSON allows;
+//! names are interned.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym};
+
+/// Any JSON value, kept only as far as a record field needs it.
+#[derive(Debug, Default)]
+enum Val<'a> {
+    #[default]
+    Absent,
+    Null,
+    Bool(bool),
+    U(u64),
+    I(i64),
+    F(f64),
+    Str(Cow<'a, str>),
+    Compound(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Val<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValVisitor)
+    }
+}
+
+struct ValVisitor;
+
+impl<'de> Visitor<'de> for ValVisitor {
+    type Value = Val<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Val<'de>, E> {
+        Ok(Val::Bool(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Val<'de>, E> {
+        Ok(Val::U(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Val<'de>, E> {
+        Ok(u64::try_from(v).map_or(Val::I(v), Val::U))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Val<'de>, E> {
+        Ok(Val::F(v))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_none<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Val<'de>, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val<'de>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Val::Compound("an array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Val::Compound("an object"))
+    }
+}
+
+const F_TIMESTAMP: &str = "timestamp";
+const F_METHOD: &str = "http.request.method";
+const F_URI: &str = "http.request.uri";
+const F_CLIENT: &str = "http.request.remoteaddr";
+const F_DURATION: &str = "http.request.duration";
+const F_STATUS: &str = "http.response.status";
+const F_WRITTEN: &str = "http.response.written";
+const F_ID: &str = "id";
+
+/// The fields of a record object the replay uses; values are untyped until validation so
+/// that a bad value is reported with its field name.
+#[derive(Debug, Default)]
+pub(super) struct Fields<'a> {
+    timestamp: Val<'a>,
+    method: Val<'a>,
+    uri: Val<'a>,
+    client: Val<'a>,
+    duration: Val<'a>,
+    status: Val<'a>,
+    written: Val<'a>,
+    id: Val<'a>,
+}
+
+enum Key {
+    Timestamp,
+    Method,
+    Uri,
+    Client,
+    Duration,
+    Status,
+    Written,
+    Id,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                self.visit_bytes(v.as_bytes())
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
+                Ok(match v {
+                    b if b == F_TIMESTAMP.as_bytes() => Key::Timestamp,
+                    b if b == F_METHOD.as_bytes() => Key::Method,
+                    b if b == F_URI.as_bytes() => Key::Uri,
+                    b if b == F_CLIENT.as_bytes() => Key::Client,
+                    b if b == F_DURATION.as_bytes() => Key::Duration,
+                    b if b == F_STATUS.as_bytes() => Key::Status,
+                    b if b == F_WRITTEN.as_bytes() => Key::Written,
+                    b if b == F_ID.as_bytes() => Key::Id,
+                    // Checked here, as serde_json would have: the known names are ASCII.
+                    b if std::str::from_utf8(b).is_err() => {
+                        return Err(E::custom("a field name that is not UTF-8"));
+                    }
+                    _ => Key::Other,
+                })
+            }
+        }
+        // As bytes: serde_json then skips its UTF-8 check of every field name, which costs
+        // more than matching the name (this runs for every field of every record).
+        d.deserialize_bytes(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct RawVisitor;
+        impl<'de> Visitor<'de> for RawVisitor {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a record object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+                let mut raw = Fields::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    let slot = match key {
+                        Key::Timestamp => &mut raw.timestamp,
+                        Key::Method => &mut raw.method,
+                        Key::Uri => &mut raw.uri,
+                        Key::Client => &mut raw.client,
+                        Key::Duration => &mut raw.duration,
+                        Key::Status => &mut raw.status,
+                        Key::Written => &mut raw.written,
+                        Key::Id => &mut raw.id,
+                        Key::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = map.next_value()?;
+                }
+                Ok(raw)
+            }
+        }
+        d.deserialize_map(RawVisitor)
+    }
+}
+
+/// Where (in `bytes`) and why serde_json rejected `bytes`.
+pub(super) fn json_error(bytes: &[u8], e: &serde_json::Error) -> (usize, String) {
+    let message = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let reason = message.strip_suffix(&suffix).unwrap_or(&message).to_owned();
+    (offset_of(bytes, e.line(), e.column()), reason)
+}
+
+/// Byte offset of serde_json's 1-based (line, column) in `bytes`.
+fn offset_of(bytes: &[u8], line: usize, column: usize) -> usize {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        memchr::memchr_iter(b'\n', bytes)
+            .nth(line - 2)
+            .map_or(bytes.len(), |i| i + 1)
+    };
+    (line_start + column.saturating_sub(1)).min(bytes.len())
+}
+
+/// Why a well-formed object is not a record, with what could be salvaged for reporting.
+pub(super) struct Invalid {
+    pub(super) reason: String,
+    pub(super) time_ms: Option<i64>,
+    pub(super) client: Option<Sym>,
+}
+
+/// Shortens a quoted value for error messages.
+fn shown(s: &str) -> String {
+    const MAX: usize = 60;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("'{}…'", &s[..i]),
+        None => format!("'{s}'"),
+    }
+}
+
+fn describe(v: &Val<'_>) -> String {
+    match v {
+        Val::Absent => "nothing".into(),
+        Val::Null => "null".into(),
+        Val::Bool(b) => b.to_string(),
+        Val::U(n) => n.to_string(),
+        Val::I(n) => n.to_string(),
+        Val::F(x) => x.to_string(),
+        Val::Str(s) => shown(s),
+        Val::Compound(what) => (*what).into(),
+    }
+}
+
+/// A non-negative integer from a number or a numeric string; `None` if absent or null.
+fn count_field(v: &Val<'_>, field: &str) -> Result<Option<u64>, String> {
+    let bad = || {
+        format!(
+            "field `{field}`: {} is not a non-negative integer",
+            describe(v)
+        )
+    };
+    let float = |x: f64| {
+        if x >= 0.0 && x.fract() == 0.0 && x < 1.8e19 {
+            Ok(Some(x as u64))
+        } else {
+            Err(bad())
+        }
+    };
+    match v {
+        Val::Absent | Val::Null => Ok(None),
+        Val::U(n) => Ok(Some(*n)),
+        Val::F(x) => float(*x),
+        Val::Str(s) => {
+            let t = s.trim();
+            match t.parse::<u64>() {
+                Ok(n) => Ok(Some(n)),
+                Err(_) => t.parse::<f64>().map_err(|_| bad()).and_then(float),
+            }
+        }
+        Val::I(_) | Val::Bool(_) | Val::Compound(_) => Err(bad()),
+    }
+}
+
+/// A float from a number or a numeric string; `None` if absent or null.
+fn float_field(v: &Val<'_>, field: &str) -> Result<Option<f64>, String> {
+    match v {
+        Val::Absent | Val::Null => Ok(None),
+        Val::U(n) => Ok(Some(*n as f64)),
+        Val::I(n) => Ok(Some(*n as f64)),
+        Val::F(x) => Ok(Some(*x)),
+        Val::Str(s) => s
+            .trim()
+            .parse::<f64>()
+            .map(Some)
+            .map_err(|_| format!("field `{field}`: {} is not a number", describe(v))),
+        Val::Bool(_) | Val::Compound(_) => {
+            Err(format!("field `{field}`: {} is not a number", describe(v)))
+        }
+    }
+}
+
+/// A string field; `None` if absent or null.
+fn str_field<'v>(v: &'v Val<'_>, field: &str) -> Result<Option<&'v str>, String> {
+    match v {
+        Val::Absent | Val::Null => Ok(None),
+        Val::Str(s) => Ok(Some(s)),
+        _ => Err(format!("field `{field}`: {} is not a string", describe(v))),
+    }
+}
+
+fn required<'v>(v: &'v Val<'_>, field: &str) -> Result<&'v str, String> {
+    str_field(v, field)?.ok_or_else(|| format!("field `{field}` is missing"))
+}
+
+/// FNV-1a, 64 bits: a stable hash of log ids.
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The first valid timestamp of an object, if any (for peeking at a file's start).
+pub(super) fn raw_time(raw: &Fields<'_>) -> Option<i64> {
+    str_field(&raw.timestamp, F_TIMESTAMP)
+        .ok()
+        .flatten()
+        .and_then(parse_timestamp)
+}
+
+/// Validates a raw object into a record, interning its names.
+pub(super) fn build(
+    raw: &Fields<'_>,
+    names: &mut Interner,
+    file: u32,
+    number: u64,
+) -> Result<Record, Invalid> {
+    let mut time_ms = None;
+    let mut client = None;
+    let result = (|| {
+        client = str_field(&raw.client, F_CLIENT)?.map(|c| names.intern(c));
+        let ts = required(&raw.timestamp, F_TIMESTAMP)?;
+        let t = parse_timestamp(ts).ok_or_else(|| {
+            format!(
+                "field `{F_TIMESTAMP}`: {} is not an RFC 3339 time",
+                shown(ts)
+            )
+        })?;
+        time_ms = Some(t);
+        let m = required(&raw.method, F_METHOD)?;
+        let method = Method::parse(m).ok_or_else(|| {
+            format!(
+                "field `{F_METHOD}`: {} is not a known HTTP method",
+                shown(m)
+            )
+        })?;
+        let uri = required(&raw.uri, F_URI)?;
+        let status = match count_field(&raw.status, F_STATUS)? {
+            None => 0,
+            Some(s) => u16::try_from(s)
+                .ok()
+                .filter(|s| *s <= 999)
+                .ok_or_else(|| format!("field `{F_STATUS}`: {s} is not an HTTP status"))?,
+        };
+        let size = count_field(&raw.written, F_WRITTEN)?.unwrap_or(0);
+        let duration_us = match float_field(&raw.duration, F_DURATION)? {
+            // Saturating float-to-int conversion: negative and NaN become 0.
+            Some(secs) => (secs * 1e6).round() as u64,
+            None => 0,
+        };
+        let id = match &raw.id {
+            Val::Absent | Val::Null => None,
+            Val::Str(s) => Some(fnv1a(s.as_bytes())),
+            Val::U(n) => Some(fnv1a(n.to_string().as_bytes())),
+            Val::I(n) => Some(fnv1a(n.to_string().as_bytes())),
+            other => {
+                return Err(format!(
+                    "field `{F_ID}`: {} is not a string",
+                    describe(other)
+                ))
+            }
+        };
+        let target = parse_uri(uri, names);
+        Ok(Record {
+            file,
+            number,
+            time_ms: t,
+            method,
+            target,
+            client,
+            size,
+            status,
+            duration_us,
+            id,
+        })
+    })();
+    result.map_err(|reason| Invalid {
+        reason,
+        time_ms,
+        client,
+    })
+}
