@@ -13,7 +13,7 @@
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
-//! [`commands::run`] in-process.
+//! [`commands::run()`] in-process.
 
 #![forbid(unsafe_code)]
 

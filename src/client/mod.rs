@@ -1,6 +1,6 @@
 //! The registry client: every OCI Distribution operation creb-rs performs, each timed and
 //! recorded as it happens. This file holds the client itself (options, the per-operation
-//! meter, and [`RegistryClient::exchange`]: credentials, retries and redirects); the
+//! meter, and `RegistryClient::exchange`: credentials, retries and redirects); the
 //! operations are grouped by what they do: reads in `pull`, upload sessions, mounts and
 //! manifest PUTs in `upload`, tag listing and deletes in `manage`.
 //!

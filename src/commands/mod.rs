@@ -163,7 +163,7 @@ pub fn main_with(cli: Cli) -> u8 {
     status.code()
 }
 
-/// Like [`run`], with a caller-owned shutdown (the binary passes one wired to signals).
+/// Like [`run()`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
     let result = match cli.command {

@@ -27,6 +27,8 @@ pub mod health;
 
 use sha2::{Digest as _, Sha256};
 
+use crate::fast_hash::{splitmix64, GOLDEN_GAMMA};
+
 /// How operations are spread over endpoints (`--route`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -56,10 +58,7 @@ pub fn stable_hash(bytes: &[u8]) -> u64 {
 
 /// A cheap stable mix of two numbers (splitmix64's finalizer), for per-operation choices.
 fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    splitmix64(a ^ b.wrapping_mul(GOLDEN_GAMMA))
 }
 
 /// A consistent-hash ring: `vnodes` points per node, each at the stable hash of

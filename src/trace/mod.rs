@@ -6,7 +6,7 @@
 //! - [`reader`]: files → records in timestamp order, with skip reasons and limits.
 //! - [`spool`]: the records of the replay's first pass, kept for its second.
 //! - [`synth`]: synthetic traces shaped like docker clients, for tests and workloads.
-//! - [`write`]: traces written in the IBM layout (JSON array, optionally gzip).
+//! - [`mod@write`]: traces written in the IBM layout (JSON array, optionally gzip).
 
 mod decode;
 mod parse;

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym};
+use crate::fast_hash::fnv1a;
 
 /// Any JSON value, kept only as far as a record field needs it.
 #[derive(Debug, Default)]
@@ -289,16 +290,6 @@ fn str_field<'v>(v: &'v Val<'_>, field: &str) -> Result<Option<&'v str>, String>
 
 fn required<'v>(v: &'v Val<'_>, field: &str) -> Result<&'v str, String> {
     str_field(v, field)?.ok_or_else(|| format!("field `{field}` is missing"))
-}
-
-/// FNV-1a, 64 bits: a stable hash of log ids.
-pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// The first valid timestamp of an object, if any (for peeking at a file's start).

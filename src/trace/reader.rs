@@ -724,7 +724,8 @@ fn first_time(path: &Path) -> io::Result<Option<i64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::parse::{fnv1a, Fields};
+    use crate::fast_hash::fnv1a;
+    use crate::trace::parse::Fields;
     use crate::trace::record::Method;
     use crate::trace::record::Target;
     use proptest::prelude::*;

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::fast_hash::{fnv1a_parts, splitmix64};
 use crate::trace::synth::format_ms;
 use crate::trace::write::ArrayWriter;
 use crate::trace::{Interner, Item, Method, ReadOptions, Sym, TraceError, TraceInput, TraceReader};
@@ -333,15 +334,7 @@ fn minute_counts(input: &TraceInput) -> Result<(i64, Vec<u32>), SampleError> {
 
 /// Hash-based membership: stable across traces for a given seed and name.
 fn chosen(seed: u64, name: &str, fraction: f64) -> bool {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in seed.to_le_bytes().iter().chain(name.as_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    // splitmix64 finalizer: FNV's low bits alone are poorly mixed.
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
+    let h = splitmix64(fnv1a_parts(&[&seed.to_le_bytes(), name.as_bytes()]));
     ((h >> 11) as f64 / (1u64 << 53) as f64) < fraction
 }
 

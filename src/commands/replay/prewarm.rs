@@ -18,7 +18,7 @@
 //! it is rewritten is refused (`DIGEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`). Manifests that
 //! share a layer or a repository's filler would otherwise upload it side by side.
 //!
-//! [`phase`] runs it as the prewarm phase of `replay`: measured, summarized and published
+//! `phase` runs it as the prewarm phase of `replay`: measured, summarized and published
 //! apart from the run.
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
 
 use super::{format_ms, SynthOptions, SynthStats, USER_AGENT};
+use crate::fast_hash::{splitmix64, GOLDEN_GAMMA};
 use crate::trace::write::RawRecord;
 
 /// A workload calibrated to one registry of the FAST'18 characterization (Anwar et al.,
@@ -343,10 +344,7 @@ fn permute32(x: u32, key: u32) -> u32 {
 
 /// A bijection of `u64` (the splitmix64 finalizer).
 fn permute64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    splitmix64(x.wrapping_add(GOLDEN_GAMMA))
 }
 
 /// Name spaces of generated names.

@@ -1,0 +1,172 @@
+//! The manifests of a replay: built over generated layers for a push, and recomputed for a
+//! read from the catalog, so that prewarm and run agree byte for byte on every host.
+
+use bytes::Bytes;
+
+use super::catalog::{self, Catalog};
+use super::linker::PushedLayer;
+use crate::digest::Digest;
+use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
+use crate::trace::Sym;
+
+/// Builds a manifest (with its config) over `layers`, padded to `pad_to`.
+pub fn manifest_over(
+    format: ManifestFormat,
+    config_identity: &str,
+    layers: &[(Digest, u64)],
+    pad_to: u64,
+) -> (Bytes, Descriptor, Bytes) {
+    let descriptors: Vec<Descriptor> = layers
+        .iter()
+        .map(|(digest, size)| Descriptor {
+            media_type: format.layer_type().to_owned(),
+            digest: digest.clone(),
+            size: *size,
+            platform: None,
+        })
+        .collect();
+    let (config_bytes, config) = build_config(format, config_identity, &descriptors);
+    let manifest = build_manifest(
+        format,
+        &config,
+        &descriptors,
+        (pad_to > 0).then_some(pad_to),
+    );
+    (config_bytes, config, manifest)
+}
+
+/// What a replayed manifest PUT sends, as a recipe: the layers it references, a short
+/// identity that makes its config unique, and the size to pad to. Planned and queued PUTs
+/// (and PUTs waiting for their uploads) hold this — a few hundred bytes — and the manifest
+/// itself, kilobytes padded to the trace's recorded size, is built when it is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestRecipe {
+    pub format: ManifestFormat,
+    pub identity: String,
+    pub layers: Vec<(Digest, u64)>,
+    pub pad_to: u64,
+}
+
+impl ManifestRecipe {
+    pub fn build(&self) -> BuiltManifest {
+        let (config_bytes, config, manifest) =
+            manifest_over(self.format, &self.identity, &self.layers, self.pad_to);
+        BuiltManifest {
+            config_bytes,
+            config,
+            manifest,
+        }
+    }
+}
+
+/// The body of a manifest PUT: a recipe until it is about to be sent, then the bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManifestBody {
+    Recipe(Box<ManifestRecipe>),
+    Bytes(Bytes),
+}
+
+impl ManifestBody {
+    /// The manifest's bytes (built from the recipe each time until [`Self::materialize`]).
+    pub fn bytes(&self) -> Bytes {
+        match self {
+            ManifestBody::Recipe(r) => r.build().manifest,
+            ManifestBody::Bytes(b) => b.clone(),
+        }
+    }
+
+    /// Builds the manifest once, keeping the bytes.
+    pub fn materialize(&mut self) {
+        if let ManifestBody::Recipe(r) = self {
+            *self = ManifestBody::Bytes(r.build().manifest);
+        }
+    }
+}
+
+/// A generated manifest and its config blob.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuiltManifest {
+    pub config_bytes: Bytes,
+    pub config: Descriptor,
+    pub manifest: Bytes,
+}
+
+/// The manifest a replayed manifest PUT sends: its push's layers (uploaded in the session,
+/// or found present), or the repository's filler layer, and a config unique to the PUT.
+/// Prewarm pushes the config blob; the run uploads the layers and PUTs the manifest.
+pub fn push_manifest(
+    catalog: &Catalog,
+    facts: &catalog::PushFacts,
+    format: ManifestFormat,
+) -> BuiltManifest {
+    push_recipe(catalog, facts, format).build()
+}
+
+/// The recipe of [`push_manifest`]: what the planner queues.
+pub fn push_recipe(
+    catalog: &Catalog,
+    facts: &catalog::PushFacts,
+    format: ManifestFormat,
+) -> ManifestRecipe {
+    let mut layers: Vec<(Digest, u64)> = facts
+        .layers
+        .iter()
+        .map(|layer| match layer {
+            PushedLayer::Upload(head) => (
+                catalog.upload_digest(*head),
+                catalog.upload_content(*head).size(),
+            ),
+            PushedLayer::Existing(d) => (catalog.blob_digest(*d), catalog.blob_content(*d).size()),
+        })
+        .collect();
+    if layers.is_empty() {
+        layers.push((
+            catalog.filler_digest(facts.repo),
+            catalog.filler_content(facts.repo).size(),
+        ));
+    }
+    let client = facts.client.map_or("", |c| catalog.names.resolve(c));
+    let identity = format!(
+        "trace/push-config/{client}/{}/{}/{}/{}",
+        catalog.names.resolve(facts.repo),
+        catalog.names.resolve(facts.reference),
+        facts.time_ms,
+        facts.number
+    );
+    ManifestRecipe {
+        format,
+        identity,
+        layers,
+        pad_to: facts.size,
+    }
+}
+
+/// The layers (digest, size) of a manifest the run reads.
+pub fn read_manifest_layers(catalog: &Catalog, repo: Sym, reference: Sym) -> Vec<(Digest, u64)> {
+    let facts = catalog.manifests.get(&(repo, reference));
+    let layers: Vec<(Digest, u64)> = facts
+        .map(|m| {
+            m.layers
+                .iter()
+                .map(|d| (catalog.blob_digest(*d), catalog.blob_content(*d).size()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if layers.is_empty() {
+        vec![(
+            catalog.filler_digest(repo),
+            catalog.filler_content(repo).size(),
+        )]
+    } else {
+        layers
+    }
+}
+
+/// The config identity of a manifest the run reads.
+pub fn read_manifest_identity(catalog: &Catalog, repo: Sym, reference: Sym) -> String {
+    format!(
+        "trace/config/{}/{}",
+        catalog.names.resolve(repo),
+        catalog.names.resolve(reference)
+    )
+}

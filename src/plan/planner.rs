@@ -1,0 +1,706 @@
+//! Pass 2 of the plan: the trace's items streamed again and turned into this shard's
+//! operations, sessions linked, uploads folded, every record accounted for.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::catalog::Catalog;
+use super::linker::{Position, PushedLayer, Role, SessionLinker};
+use super::manifests::{push_recipe, ManifestBody};
+use super::{
+    Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
+};
+use crate::client::UploadMode;
+use crate::fast_hash::{fnv1a, FastHashMap};
+use crate::oci::Reference;
+use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
+
+fn position_key(pos: Position) -> u64 {
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&pos.0.to_le_bytes());
+    bytes[4..].copy_from_slice(&pos.1.to_le_bytes());
+    fnv1a(&bytes)
+}
+
+#[derive(Debug)]
+struct OpenPull {
+    id: u64,
+    last_ms: i64,
+}
+
+/// Pass 2: the trace's items, streamed again, as this shard's operations.
+#[derive(Debug)]
+pub struct Planner<'c, I> {
+    catalog: &'c Catalog,
+    items: I,
+    options: PlanOptions,
+    naming: Naming,
+    linker: SessionLinker,
+    seq: u64,
+    counts: PlanCounts,
+    /// Upload heads of open pushes → their op sequence numbers and trace times.
+    upload_seq: FastHashMap<Position, (u64, i64)>,
+    /// Open image pulls by head position.
+    pulls: FastHashMap<Position, OpenPull>,
+    closing: VecDeque<u64>,
+    /// Members still to come of uploads already planned (their records are in the op).
+    pending_members: FastHashMap<Position, u32>,
+    last_sweep_ms: i64,
+    items_read: u64,
+    done: bool,
+}
+
+impl<'c, I> Planner<'c, I>
+where
+    I: Iterator<Item = Result<Item, TraceError>>,
+{
+    pub fn new(catalog: &'c Catalog, items: I, options: PlanOptions) -> Self {
+        Planner {
+            catalog,
+            items,
+            naming: Naming::new(options.repos.clone()),
+            linker: SessionLinker::new(options.session_gap_ms),
+            options,
+            seq: 0,
+            counts: PlanCounts::default(),
+            upload_seq: FastHashMap::default(),
+            pulls: FastHashMap::default(),
+            closing: VecDeque::new(),
+            pending_members: FastHashMap::default(),
+            last_sweep_ms: i64::MIN,
+            items_read: 0,
+            done: false,
+        }
+    }
+
+    pub fn counts(&self) -> &PlanCounts {
+        &self.counts
+    }
+
+    /// Entries the planner keeps between records (open pulls and uploads, sessions within
+    /// the gap): bounded by what is open at one point of the trace, not by how much of it
+    /// has passed. The naming cache is left out; it is bounded by a constant.
+    pub fn held_entries(&self) -> usize {
+        self.upload_seq.len()
+            + self.pulls.len()
+            + self.closing.len()
+            + self.pending_members.len()
+            + self.linker.held_entries()
+    }
+
+    /// Items of the trace read so far (every shard's), for progress.
+    pub fn items_read(&self) -> u64 {
+        self.items_read
+    }
+
+    /// Settles the accounting when planning stops before the trace ends: the members of
+    /// uploads already planned are records of those operations, read or not.
+    pub fn finish_early(&mut self) {
+        let outstanding: u64 = self
+            .pending_members
+            .drain()
+            .map(|(_, n)| u64::from(n))
+            .sum();
+        self.counts.records += outstanding;
+    }
+
+    fn skip(&mut self, reason: &'static str) {
+        *self.counts.skipped.entry(reason).or_default() += 1;
+    }
+
+    fn offset(&self, time_ms: i64) -> Duration {
+        let origin = self.catalog.origin_ms.unwrap_or(time_ms);
+        let trace_us = ((time_ms - origin).max(0) as f64) * 1000.0;
+        Duration::from_micros((trace_us / self.options.speed.max(1e-9)) as u64)
+    }
+
+    fn shard_key(&self, record: &Record, role: &Role) -> u64 {
+        match self.options.shard_by {
+            ShardBy::Client => match record.client {
+                Some(c) => fnv1a(self.catalog.names.resolve(c).as_bytes()),
+                None => position_key((record.file, record.number)),
+            },
+            ShardBy::Record => {
+                let head = match role {
+                    Role::UploadMember(head) => *head,
+                    Role::PullLayer { head, .. } => *head,
+                    Role::ManifestPush(layers) => layers
+                        .iter()
+                        .find_map(|l| match l {
+                            PushedLayer::Upload(p) => Some(*p),
+                            PushedLayer::Existing(_) => None,
+                        })
+                        .unwrap_or((record.file, record.number)),
+                    _ => (record.file, record.number),
+                };
+                position_key(head)
+            }
+        }
+    }
+
+    fn skipped_key(&self, file: u32, number: u64, client: Option<Sym>) -> u64 {
+        match (self.options.shard_by, client) {
+            (ShardBy::Client, Some(c)) => fnv1a(self.catalog.names.resolve(c).as_bytes()),
+            _ => position_key((file, number)),
+        }
+    }
+
+    fn op(
+        &mut self,
+        record: &Record,
+        action: Action,
+        folded: u32,
+        session: Option<SessionTag>,
+    ) -> PlannedOp {
+        let op = PlannedOp {
+            seq: self.seq,
+            offset: self.offset(record.time_ms),
+            action,
+            folded,
+            session,
+            client: record
+                .client
+                .map_or(0, |c| fnv1a(self.catalog.names.resolve(c).as_bytes())),
+        };
+        self.seq += 1;
+        self.counts.ops += 1;
+        self.counts.folded += u64::from(folded);
+        op
+    }
+
+    /// Closes pulls idle for a session gap (checked at most once per trace second).
+    fn sweep_pulls(&mut self, now_ms: i64) {
+        if now_ms.saturating_sub(self.last_sweep_ms) < 1000 {
+            return;
+        }
+        self.last_sweep_ms = now_ms;
+        let gap = self.options.session_gap_ms;
+        let mut stale: Vec<(Position, u64)> = self
+            .pulls
+            .iter()
+            .filter(|(_, p)| now_ms - p.last_ms > gap)
+            .map(|(pos, p)| (*pos, p.id))
+            .collect();
+        stale.sort_unstable();
+        for (pos, id) in stale {
+            self.pulls.remove(&pos);
+            self.closing.push_back(id);
+        }
+        // Uploads no manifest PUT claimed within a gap never will be.
+        self.upload_seq.retain(|_, (_, t)| now_ms - *t <= gap);
+    }
+
+    /// Plans one record of this shard: an operation, or a fold, or a skip.
+    fn plan(&mut self, record: &Record, role: Role) -> Option<PlannedOp> {
+        let pos = (record.file, record.number);
+        let format = self.options.manifest_format;
+        let catalog = self.catalog;
+        match (record.method, record.target, role) {
+            (_, _, Role::UploadMember(head)) => {
+                // Carried out inside its head's upload; counted with that operation.
+                if let Some(n) = self.pending_members.get_mut(&head) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.pending_members.remove(&head);
+                    }
+                }
+                None
+            }
+            (_, Target::UploadStart { repo } | Target::Upload { repo, .. }, Role::UploadHead) => {
+                let facts = catalog.uploads.get(&pos).copied().unwrap_or_default();
+                let content = catalog.upload_content(pos);
+                let mode = match self.options.upload {
+                    UploadPolicy::Monolithic => UploadMode::Monolithic,
+                    UploadPolicy::Chunked { chunk_size } => UploadMode::Chunked { chunk_size },
+                    UploadPolicy::Trace if facts.patches > 0 => UploadMode::Chunked {
+                        chunk_size: content.size().div_ceil(u64::from(facts.patches)).max(1),
+                    },
+                    UploadPolicy::Trace => UploadMode::Monolithic,
+                };
+                let action = Action::BlobUpload {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.upload_digest(pos),
+                    content,
+                    mode,
+                };
+                let op = self.op(record, action, facts.members, None);
+                self.upload_seq.insert(pos, (op.seq, record.time_ms));
+                if facts.members > 0 {
+                    self.pending_members.insert(pos, facts.members);
+                }
+                Some(op)
+            }
+            (Method::Get, Target::Ping, _) => Some(self.op(record, Action::Ping, 0, None)),
+            (Method::Get, Target::TagList { repo }, _) => {
+                let repo = self.naming.repo(catalog, repo);
+                Some(self.op(record, Action::TagList { repo }, 0, None))
+            }
+            (Method::Get | Method::Head, Target::Manifest { repo, reference }, role) => {
+                let tag = self.naming.tag(catalog, repo, reference);
+                let repo = self.naming.repo(catalog, repo);
+                let reference = Reference::Tag(tag);
+                if record.method == Method::Head {
+                    return Some(self.op(
+                        record,
+                        Action::ManifestHead { repo, reference },
+                        0,
+                        None,
+                    ));
+                }
+                let session =
+                    matches!(role, Role::PullHead).then_some(SessionTag::PullHead(self.seq));
+                if let Some(SessionTag::PullHead(id)) = session {
+                    self.pulls.insert(
+                        pos,
+                        OpenPull {
+                            id,
+                            last_ms: record.time_ms,
+                        },
+                    );
+                }
+                Some(self.op(record, Action::ManifestGet { repo, reference }, 0, session))
+            }
+            (Method::Put, Target::Manifest { repo, reference }, Role::ManifestPush(layers)) => {
+                let mut deps = Vec::new();
+                for layer in &layers {
+                    if let PushedLayer::Upload(head) = layer {
+                        if let Some((seq, _)) = self.upload_seq.remove(head) {
+                            deps.push(seq);
+                        }
+                    }
+                }
+                let recipe = match catalog.pushes.get(&pos) {
+                    Some(facts) => push_recipe(catalog, facts, format),
+                    None => {
+                        self.skip("unsupported");
+                        return None;
+                    }
+                };
+                let tag = self.naming.tag(catalog, repo, reference);
+                let repo = self.naming.repo(catalog, repo);
+                let action = Action::ManifestPut {
+                    repo,
+                    tag,
+                    manifest: ManifestBody::Recipe(Box::new(recipe)),
+                    media_type: format.manifest_type(),
+                    deps,
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            (Method::Get, Target::Blob { repo, digest }, role) => {
+                let session = match role {
+                    Role::PullLayer { head, .. } => self.pulls.get_mut(&head).map(|p| {
+                        p.last_ms = record.time_ms;
+                        SessionTag::PullLayer(p.id)
+                    }),
+                    _ => None,
+                };
+                let size = catalog.blob_content(digest).size();
+                let action = Action::BlobGet {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                    size,
+                };
+                Some(self.op(record, action, 0, session))
+            }
+            (Method::Head, Target::Blob { repo, digest }, _) => {
+                let action = Action::BlobHead {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            (Method::Delete, Target::Blob { repo, digest }, _) => {
+                let action = Action::BlobDelete {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: catalog.blob_digest(digest),
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            _ => {
+                self.skip("unsupported");
+                None
+            }
+        }
+    }
+}
+
+impl<I> Iterator for Planner<'_, I>
+where
+    I: Iterator<Item = Result<Item, TraceError>>,
+{
+    type Item = Result<PlanItem, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(id) = self.closing.pop_front() {
+                return Some(Ok(PlanItem::CloseSession(id)));
+            }
+            if self.done {
+                return None;
+            }
+            let item = match self.items.next() {
+                Some(Ok(item)) => {
+                    self.items_read += 1;
+                    item
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.done = true;
+                    let mut open: Vec<u64> = self.pulls.drain().map(|(_, p)| p.id).collect();
+                    open.sort_unstable();
+                    self.closing.extend(open);
+                    continue;
+                }
+            };
+            match item {
+                Item::Skipped {
+                    reason,
+                    file,
+                    number,
+                    client,
+                    ..
+                } => {
+                    if self
+                        .options
+                        .shard
+                        .owns(self.skipped_key(file, number, client))
+                    {
+                        self.counts.records += 1;
+                        self.skip(reason.as_str());
+                    }
+                }
+                Item::Record(record) => {
+                    self.sweep_pulls(record.time_ms);
+                    let role = self.linker.role(&record);
+                    if !self.options.shard.owns(self.shard_key(&record, &role)) {
+                        continue;
+                    }
+                    self.counts.records += 1;
+                    if let Some(op) = self.plan(&record, role) {
+                        return Some(Ok(PlanItem::Op(op)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The plan is pure: tables over generated traces, no clock, no socket.
+
+    use super::super::catalog;
+    use super::super::{RepoMap, ShardSpec};
+    use super::*;
+    use crate::oci::manifest::ManifestFormat;
+    use crate::trace::record::{parse_uri, Interner};
+    use crate::trace::synth::{generate, SynthOptions};
+    use crate::trace::write::write_file;
+    use crate::trace::{ReadOptions, Spool, SpoolWriter, TraceInput, TraceReader};
+
+    fn options(shard: ShardSpec, shard_by: ShardBy) -> PlanOptions {
+        PlanOptions {
+            shard,
+            shard_by,
+            speed: 1.0,
+            upload: UploadPolicy::Trace,
+            repos: RepoMap::Keep { prefix: None },
+            manifest_format: ManifestFormat::Oci,
+            session_gap_ms: 60_000,
+        }
+    }
+
+    /// A generated trace written to a file (in the returned directory), its catalog, and
+    /// the items pass 1 spooled, as `replay` builds them.
+    fn catalog_of(
+        synth: &SynthOptions,
+        seed: u64,
+    ) -> (tempfile::TempDir, TraceInput, Catalog, Spool) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        write_file(&path, &generate(synth).0).unwrap();
+        let input = TraceInput::resolve(&[path]).unwrap();
+        let mut reader =
+            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+        let content = catalog::ContentOptions {
+            seed,
+            ..catalog::ContentOptions::default()
+        };
+        let mut spool = SpoolWriter::new();
+        let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
+        let mut cat = Catalog::build(items, 60_000, content).unwrap();
+        cat.names = reader.into_names();
+        cat.names.freeze();
+        cat.compute_digests(2);
+        let spool = spool.finish().unwrap();
+        assert_eq!(spool.len(), cat.items);
+        (dir, input, cat, spool)
+    }
+
+    /// Catalog and every plan item of a generated trace, read back from a file.
+    fn plan_of(
+        synth: &SynthOptions,
+        seed: u64,
+        plan: PlanOptions,
+    ) -> (Catalog, Vec<PlanItem>, PlanCounts) {
+        let (_dir, input, cat, _) = catalog_of(synth, seed);
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut planner = Planner::new(&cat, reader, plan);
+        let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
+        let counts = planner.counts().clone();
+        (cat, items, counts)
+    }
+
+    fn ops(items: &[PlanItem]) -> Vec<&PlannedOp> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                PlanItem::Op(op) => Some(op),
+                PlanItem::CloseSession(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn planning_from_the_spool_is_planning_from_the_trace() {
+        // The replay's pass 2 plans from the items pass 1 spooled; it must be the plan
+        // that reading the trace again gives, skipped records (duplicates, failed
+        // originals) and all.
+        let synth = SynthOptions {
+            sessions: 300,
+            duplicate_share: 0.05,
+            failed_share: 0.05,
+            ..SynthOptions::default()
+        };
+        let (_dir, input, cat, spool) = catalog_of(&synth, 0);
+
+        let plan = options(ShardSpec::ALL, ShardBy::Client);
+        let mut from_spool = Planner::new(&cat, spool.into_items(), plan.clone());
+        let spooled: Vec<PlanItem> = from_spool.by_ref().map(Result::unwrap).collect();
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut from_trace = Planner::new(&cat, reader, plan);
+        let read: Vec<PlanItem> = from_trace.by_ref().map(Result::unwrap).collect();
+
+        assert!(ops(&read).len() > 300, "{} operations", ops(&read).len());
+        let counts = from_trace.counts();
+        assert!(counts.skipped.get("duplicate").is_some_and(|&n| n > 0));
+        assert!(counts
+            .skipped
+            .get("failed_in_trace")
+            .is_some_and(|&n| n > 0));
+        assert_eq!(from_spool.counts(), counts);
+        assert!(spooled == read, "the spooled plan differs");
+    }
+
+    #[test]
+    fn what_the_planner_keeps_stays_bounded_through_a_long_trace() {
+        // A stationary push-heavy trace (uploads after HEAD 404s, chunked uploads, pulls)
+        // of 2,000 sessions, ~120 of them within one session gap at any time: the state
+        // kept between records must level off, not grow with the records read. (It grew
+        // with every upload while the linker kept every HEAD-404 digest until taken, and
+        // pass 2 never took them.)
+        let synth = SynthOptions {
+            sessions: 2000,
+            clients: 200,
+            repos: 400,
+            pull_share: 0.4,
+            failed_share: 0.0,
+            ..SynthOptions::default()
+        };
+        let (_dir, input, cat, _) = catalog_of(&synth, 7);
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let mut planner = Planner::new(&cat, reader, options(ShardSpec::ALL, ShardBy::Client));
+        let mut held = Vec::new();
+        let mut uploads = 0;
+        while let Some(item) = planner.next() {
+            if let PlanItem::Op(op) = item.unwrap() {
+                uploads += u64::from(matches!(op.action, Action::BlobUpload { .. }));
+            }
+            if planner.items_read() % 500 == 0 {
+                held.push(planner.held_entries());
+            }
+        }
+        assert!(uploads > 1000, "a push-heavy trace: {uploads} uploads");
+        let quarter = held.len() / 4;
+        let early = *held[quarter..2 * quarter].iter().max().unwrap();
+        let late = *held[3 * quarter..].iter().max().unwrap();
+        assert!(
+            late <= early + early / 2,
+            "held entries grew from {early} to {late}: {held:?}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_put_stays_a_put_where_the_trace_also_gets_it() {
+        // Regression for the original replayer's bug B1 (PUTs relabelled as GETs).
+        let synth = SynthOptions {
+            sessions: 150,
+            pull_share: 0.6,
+            failed_share: 0.0,
+            ..SynthOptions::default()
+        };
+        let (records, _) = generate(&synth);
+        let put_uris: Vec<&str> = records
+            .iter()
+            .filter(|r| r.method == "PUT" && r.uri.contains("/manifests/"))
+            .map(|r| r.uri.as_str())
+            .collect();
+        let both = put_uris
+            .iter()
+            .filter(|u| records.iter().any(|r| r.method == "GET" && r.uri == **u))
+            .count();
+        assert!(both > 0, "the trace must both PUT and GET a manifest");
+        let (_, items, _) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let puts = ops(&items)
+            .iter()
+            .filter(|op| matches!(op.action, Action::ManifestPut { .. }))
+            .count();
+        assert_eq!(puts, put_uris.len());
+    }
+
+    #[test]
+    fn shards_cover_every_record_exactly_once() {
+        let synth = SynthOptions {
+            sessions: 200,
+            duplicate_share: 0.05,
+            failed_share: 0.05,
+            ..SynthOptions::default()
+        };
+        let (_, whole, whole_counts) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let whole_ops = ops(&whole).len() as u64;
+        for by in [ShardBy::Client, ShardBy::Record] {
+            for n in 1..=4u32 {
+                let mut records = 0;
+                let mut op_count = 0;
+                let mut folded = 0;
+                let mut skipped = 0;
+                for i in 0..n {
+                    let (_, items, counts) =
+                        plan_of(&synth, 1, options(ShardSpec { index: i, count: n }, by));
+                    assert_eq!(
+                        counts.records,
+                        counts.ops + counts.folded + counts.skipped.values().sum::<u64>(),
+                        "shard {i}/{n} by {by:?}"
+                    );
+                    assert_eq!(ops(&items).len() as u64, counts.ops);
+                    records += counts.records;
+                    op_count += counts.ops;
+                    folded += counts.folded;
+                    skipped += counts.skipped.values().sum::<u64>();
+                }
+                assert_eq!(records, whole_counts.records, "{n} shards by {by:?}");
+                assert_eq!(op_count, whole_ops);
+                assert_eq!(folded, whole_counts.folded);
+                assert_eq!(skipped, whole_counts.skipped.values().sum::<u64>());
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_digests_other_seed_other_digests() {
+        let synth = SynthOptions::default();
+        let digests = |seed| {
+            let (cat, items, _) = plan_of(&synth, seed, options(ShardSpec::ALL, ShardBy::Client));
+            let mut d: Vec<String> = cat
+                .blobs
+                .values()
+                .filter_map(|b| b.sha256)
+                .map(hex::encode)
+                .collect();
+            d.sort();
+            (d, items)
+        };
+        let (a, items_a) = digests(7);
+        let (b, items_b) = digests(7);
+        let (c, _) = digests(8);
+        assert_eq!(a, b);
+        assert_eq!(
+            items_a, items_b,
+            "the whole plan is a pure function of its inputs"
+        );
+        assert!(!a.is_empty());
+        assert!(a.iter().all(|d| !c.contains(d)));
+    }
+
+    #[test]
+    fn offsets_follow_trace_time_scaled_by_speed() {
+        let synth = SynthOptions {
+            sessions: 30,
+            ..SynthOptions::default()
+        };
+        let mut plan = options(ShardSpec::ALL, ShardBy::Client);
+        plan.speed = 4.0;
+        let (_, fast, _) = plan_of(&synth, 1, plan);
+        let (_, slow, _) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        let (fast, slow) = (ops(&fast), ops(&slow));
+        assert_eq!(fast.first().unwrap().offset, Duration::ZERO);
+        for (f, s) in fast.iter().zip(&slow) {
+            let expect = s.offset.as_micros() / 4;
+            assert!(
+                f.offset.as_micros().abs_diff(expect) <= 1,
+                "{:?} vs {:?}",
+                f.offset,
+                s.offset
+            );
+        }
+        assert!(slow.windows(2).all(|w| w[0].offset <= w[1].offset));
+    }
+
+    #[test]
+    fn uploads_fold_their_chunks_and_choose_chunked_when_the_trace_did() {
+        let synth = SynthOptions {
+            sessions: 60,
+            pull_share: 0.0,
+            failed_share: 0.0,
+            duplicate_share: 0.0,
+            layer_size: (200_000, 300_000),
+            chunk: 64 * 1024,
+            ..SynthOptions::default()
+        };
+        let (_, stats) = generate(&synth);
+        let (_, items, counts) = plan_of(&synth, 1, options(ShardSpec::ALL, ShardBy::Client));
+        assert_eq!(counts.folded, stats.upload_members);
+        for op in ops(&items) {
+            if let Action::BlobUpload { mode, content, .. } = &op.action {
+                let UploadMode::Chunked { chunk_size } = mode else {
+                    panic!("the trace shows PATCHes: {mode:?}")
+                };
+                let patches = content.size().div_ceil(*chunk_size);
+                assert!(
+                    (4..=5).contains(&patches),
+                    "{patches} chunks for {} bytes",
+                    content.size()
+                );
+                assert!(op.folded >= 4);
+            }
+        }
+    }
+
+    #[test]
+    fn names_map_to_valid_registry_names() {
+        let mut names = Interner::default();
+        let repo = match parse_uri("v2/Weird_Name/x/manifests/t", &mut names) {
+            Target::Manifest { repo, .. } => repo,
+            other => panic!("{other:?}"),
+        };
+        let reference = names.intern("not a tag!");
+        let mut catalog = Catalog::default();
+        catalog.names = names;
+        let mut keep = Naming::new(RepoMap::Keep {
+            prefix: Some("bench".into()),
+        });
+        assert_eq!(keep.repo(&catalog, repo).as_str(), "bench/weird_name/x");
+        assert!(keep
+            .tag(&catalog, repo, reference)
+            .as_str()
+            .starts_with('t'));
+        let mut single = Naming::new(RepoMap::Single {
+            repository: "all/in/one".parse().unwrap(),
+        });
+        assert_eq!(single.repo(&catalog, repo).as_str(), "all/in/one");
+    }
+}

@@ -1,0 +1,201 @@
+//! Horizontal bar charts: one row per label, one panel per metric, each panel with its own
+//! scale.
+
+use std::fmt::Write as _;
+
+use super::{
+    color, escape, fmt_num, fmt_value, header, open_svg, px, text_width, Scale, ScaleKind, WIDTH,
+};
+
+/// One metric of a [`BarChart`]: a panel with its own scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    /// One value per row; `None` draws nothing (e.g. no successes, so no latency).
+    pub values: Vec<Option<f64>>,
+    /// Logarithmic when the positive values span at least this ratio.
+    pub log_ratio: f64,
+    pub color: usize,
+    /// Whole numbers (counts): integer ticks and labels.
+    pub integer: bool,
+}
+
+/// Horizontal bars: one row per label, one panel per metric, side by side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarChart {
+    pub id: String,
+    pub title: String,
+    pub subtitle: String,
+    pub rows: Vec<String>,
+    /// Rows with the same group share a background band (alternating).
+    pub groups: Vec<usize>,
+    pub panels: Vec<Panel>,
+}
+
+/// The SVG of a bar chart.
+pub fn bar_chart(c: &BarChart) -> String {
+    let w = WIDTH;
+    let label_w = c
+        .rows
+        .iter()
+        .map(|r| text_width(r, 12.0))
+        .fold(0.0, f64::max)
+        .clamp(60.0, 300.0)
+        + 16.0;
+    let (top, row_h, bottom) = (88.0, 22.0, 16.0);
+    let rows = c.rows.len().max(1) as f64;
+    let h = top + rows * row_h + bottom;
+    let panels = c.panels.len().max(1) as f64;
+    let gap = 24.0;
+    let panel_w = ((w - label_w - 8.0 - gap * (panels - 1.0)) / panels).max(40.0);
+
+    let mut out = String::new();
+    open_svg(&mut out, &c.id, &c.title, w, h);
+    header(&mut out, 8.0, &c.title, &c.subtitle);
+    // Group bands.
+    for (i, g) in c.groups.iter().enumerate().take(c.rows.len()) {
+        if g % 2 == 1 {
+            let _ = write!(
+                out,
+                r##"<rect x="0" y="{}" width="{w}" height="{row_h}" fill="#f3f5f8"/>"##,
+                px(top + i as f64 * row_h)
+            );
+        }
+    }
+    out.push_str(r##"<g class="rows" fill="#222222">"##);
+    for (i, r) in c.rows.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            px(label_w - 8.0),
+            px(top + i as f64 * row_h + 15.0),
+            escape(r)
+        );
+    }
+    out.push_str("</g>");
+    if c.rows.is_empty() {
+        let _ = write!(
+            out,
+            r##"<text class="no-data" x="{}" y="{}" text-anchor="middle" font-size="14" fill="#777777">no data</text>"##,
+            px(w / 2.0),
+            px(top + 15.0)
+        );
+    }
+    for (p, panel) in c.panels.iter().enumerate() {
+        let px0 = label_w + p as f64 * (panel_w + gap);
+        // Room for the value label after the longest bar.
+        let px1 = px0 + panel_w - 48.0;
+        let vals: Vec<f64> = panel.values.iter().flatten().copied().collect();
+        let scale = match Scale::auto(&vals, panel.log_ratio, px0, px1) {
+            s if panel.integer && s.kind == ScaleKind::Linear => Scale::count(vals, px0, px1),
+            s => s,
+        };
+        let value_label = |v: f64| {
+            if panel.integer {
+                fmt_num(v.round(), 0)
+            } else {
+                fmt_value(v)
+            }
+        };
+        let log = scale.kind == ScaleKind::Log;
+        let title = if log {
+            format!("{} (log scale)", panel.title)
+        } else {
+            panel.title.clone()
+        };
+        let _ = write!(
+            out,
+            r##"<text x="{}" y="{}" font-weight="bold" fill="#222222">{}</text>"##,
+            px(px0),
+            px(top - 30.0),
+            escape(&title)
+        );
+        let y_end = top + rows * row_h;
+        out.push_str(r##"<g class="axis" stroke="#e3e3e3">"##);
+        let ticks = scale.ticks();
+        for (v, _) in &ticks {
+            if let Some(x) = scale.map(*v) {
+                let _ = write!(
+                    out,
+                    r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
+                    px(x),
+                    px(x),
+                    px(top - 4.0),
+                    px(y_end)
+                );
+            }
+        }
+        out.push_str("</g>");
+        out.push_str(r##"<g class="ticks" font-size="10" fill="#555555">"##);
+        let mut last_right = f64::NEG_INFINITY;
+        for (v, label) in &ticks {
+            if let Some(x) = scale.map(*v) {
+                let half = text_width(label, 10.0) / 2.0;
+                if x - half < last_right + 3.0 {
+                    continue;
+                }
+                last_right = x + half;
+                let _ = write!(
+                    out,
+                    r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+                    px(x),
+                    px(top - 8.0),
+                    escape(label)
+                );
+            }
+        }
+        out.push_str("</g>");
+        let base = if log {
+            px0
+        } else {
+            scale.map(0.0).unwrap_or(px0)
+        };
+        let _ = write!(
+            out,
+            r#"<g class="bars" data-panel="{}">"#,
+            escape(&panel.title)
+        );
+        for (i, v) in panel.values.iter().enumerate().take(c.rows.len()) {
+            let y = top + i as f64 * row_h + 4.0;
+            let Some(v) = v.filter(|v| v.is_finite()) else {
+                // No value (e.g. no successes, so no latency): say so rather than draw 0.
+                let _ = write!(
+                    out,
+                    r##"<text x="{}" y="{}" font-size="11" fill="#777777">–</text>"##,
+                    px(base + 4.0),
+                    px(y + 11.0)
+                );
+                continue;
+            };
+            let Some(x) = scale.map(v) else { continue };
+            let (bx, bw) = if x >= base {
+                (base, x - base)
+            } else {
+                (x, base - x)
+            };
+            let _ = write!(
+                out,
+                r##"<rect class="bar" x="{}" y="{}" width="{}" height="14" fill="{}"><title>{}: {}</title></rect><text x="{}" y="{}" font-size="11" fill="#222222">{}</text>"##,
+                px(bx),
+                px(y),
+                px(bw),
+                color(panel.color),
+                escape(&c.rows[i]),
+                escape(&value_label(v)),
+                px(bx + bw + 4.0),
+                px(y + 11.0),
+                escape(&value_label(v))
+            );
+        }
+        out.push_str("</g>");
+        let _ = write!(
+            out,
+            r##"<line x1="{b}" x2="{b}" y1="{}" y2="{}" stroke="#333333"/>"##,
+            px(top - 4.0),
+            px(y_end),
+            b = px(base)
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
