@@ -1,9 +1,8 @@
 //! creb-rs: a container registry benchmark.
 //!
-//! Layers (see `ARCHITECTURE.md`); a module imports only from its own layer or the ones
-//! above it in this list, never from a later one, and the modules of a layer never import
-//! each other in a circle. `tests/architecture.rs` reads this table and checks the code
-//! against it.
+//! Layers (see `ARCHITECTURE.md`): a module uses only the modules listed before it in this
+//! table, its own layer included, so the module graph has no cycle. Flags (clap) exist only
+//! in `commands`. `tests/architecture.rs` reads this table and checks the code against it.
 //!
 //! | layer | modules |
 //! |---|---|

@@ -350,20 +350,11 @@ pub async fn prewarm(
 /// `OUT/prewarm/` when the run follows). Fails (exit 1) when an object could not be
 /// prewarmed, and, with `--phase prewarm`, when a `--fail-if` threshold holds.
 pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::Result<ExitStatus> {
-    let &Context {
-        cfg,
-        args,
-        output,
-        dataset,
-        thresholds,
-        connections,
-        names,
-        router,
-        shutdown,
-        errors,
-    } = context;
+    let cfg = context.cfg;
+    let (connections, names, shutdown) = (context.connections, context.names, context.shutdown);
     let connection = &connections[0];
     let mut exit = ExitStatus::Success;
+    let output = context.output;
     let out = if cfg.phase == Phase::All {
         output.in_subdir("prewarm")
     } else {
@@ -374,13 +365,18 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     let (recorder, aggregator) = out.start_over(start, started_at, connections.len())?;
     let clients = clients_for(connections, &recorder);
     let mut naming = Naming::new(cfg.plan.repos.clone());
-    let jobs = PrewarmJobs::plan(catalog, router, &mut naming, cfg.plan.manifest_format);
+    let jobs = PrewarmJobs::plan(
+        catalog,
+        context.router,
+        &mut naming,
+        cfg.plan.manifest_format,
+    );
     let progress = Progress::new(jobs.len());
     let line = ProgressLine::show(
         "prewarm",
         "objects",
         Arc::clone(&progress),
-        progress::wanted(args.output.quiet, args.output.json),
+        progress::wanted(context.args.output.quiet, context.args.output.json),
     );
     let report = prewarm(
         catalog,
@@ -389,7 +385,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         cfg.plan.manifest_format,
         cfg.prewarm_concurrency,
         shutdown,
-        errors,
+        context.errors,
         &progress,
     )
     .await;
@@ -432,7 +428,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         &summary,
         MetaInput {
             config: summary.config.clone(),
-            dataset: dataset.clone(),
+            dataset: context.dataset.clone(),
             anchor: started_at,
             start_at: None,
             actual_start: started_at,
@@ -447,9 +443,10 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     };
     // With --phase all the run's results are the ones printed as JSON.
     let shown = OutputArgs {
-        json: args.output.json && cfg.phase == Phase::Prewarm,
-        quiet: args.output.quiet || (args.output.json && cfg.phase != Phase::Prewarm),
-        ..args.output.clone()
+        json: context.args.output.json && cfg.phase == Phase::Prewarm,
+        quiet: context.args.output.quiet
+            || (context.args.output.json && cfg.phase != Phase::Prewarm),
+        ..context.args.output.clone()
     };
     publish(&finished, &shown, out.dir.as_deref(), true)?;
     if !shown.quiet && !shown.json {
@@ -466,7 +463,11 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         exit = ExitStatus::Failed;
     }
     if cfg.phase == Phase::Prewarm
-        && check(thresholds, &finished.summary, &finished.aggregator.table)
+        && check(
+            context.thresholds,
+            &finished.summary,
+            &finished.aggregator.table,
+        )
     {
         exit = ExitStatus::Failed;
     }

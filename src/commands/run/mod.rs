@@ -5,7 +5,7 @@
 //! [`cells`]) before anything is sent; then each round runs its cells one after another —
 //! experiments in file order, each against its registries in file order, each repetition —
 //! in-process, through the same `push`/`pull`/`replay` code as the commands, with the run's
-//! [`Shutdown`]. A registry that cannot be used (connection refused, credentials refused)
+//! `Shutdown`. A registry that cannot be used (connection refused, credentials refused)
 //! is checked once per round, its cells recorded as `error` with the reason, and the run
 //! goes on. After every cell the checkpoint ([`checkpoint`]) and the comparison
 //! ([`comparison`]) are rewritten; after every round `--cleanup` deletes what it pushed
