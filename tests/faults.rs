@@ -8,11 +8,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::faults::{Fault, FaultProxy};
-use common::{creb, free_port, summary_json, Registry};
+use common::nginx::{Nginx, NginxOptions};
+use common::{creb, summary_json, Registry};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 use creb::ExitStatus;
@@ -252,7 +253,15 @@ fn a_registry_killed_and_restarted_mid_replay_costs_only_the_requests_of_the_out
     assert!(u(&errors["connect"]) > 0, "refused connections: {errors:?}");
     for kind in errors.keys() {
         assert!(
-            ["connect", "reset", "short_body", "body", "timeout"].contains(&kind.as_str())
+            [
+                "connect",
+                "reset",
+                "connection_closed",
+                "short_body",
+                "body",
+                "timeout",
+            ]
+            .contains(&kind.as_str())
                 || kind.starts_with("http_"),
             "unexpected error kind {kind}: {errors:?}"
         );
@@ -295,93 +304,22 @@ fn a_registry_killed_and_restarted_mid_replay_costs_only_the_requests_of_the_out
 // ---------------------------------------------------------------------------------------
 // Throttling by a real rate limiter: nginx `limit_req` answering 429 with `Retry-After`.
 
-/// nginx in front of the registry, with its own prefix and configuration in a temp dir.
-struct Nginx {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx_binary() -> Option<String> {
-    ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .map(str::to_owned)
-}
-
-fn start_nginx(bin: &str, upstream_port: u16, rate: &str, burst: u32) -> Nginx {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().display().to_string();
-    let port = free_port();
-    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-    let config = format!(
-        "master_process off;\n\
-         daemon off;\n\
-         pid {p}/nginx.pid;\n\
-         error_log {p}/logs/error.log warn;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{\n\
-           access_log off;\n\
-           client_body_temp_path {p}/body;\n\
-           proxy_temp_path {p}/proxy;\n\
-           fastcgi_temp_path {p}/fastcgi;\n\
-           uwsgi_temp_path {p}/uwsgi;\n\
-           scgi_temp_path {p}/scgi;\n\
-           limit_req_zone $server_port zone=registry:1m rate={rate};\n\
-           server {{\n\
-             listen 127.0.0.1:{port};\n\
-             client_max_body_size 0;\n\
-             location / {{\n\
-               limit_req zone=registry burst={burst} nodelay;\n\
-               limit_req_status 429;\n\
-               add_header Retry-After 1 always;\n\
-               proxy_pass http://127.0.0.1:{upstream_port};\n\
-               proxy_http_version 1.1;\n\
-               proxy_set_header Host $http_host;\n\
-               proxy_set_header Connection \"\";\n\
-               proxy_buffering off;\n\
-               proxy_request_buffering off;\n\
-             }}\n\
-           }}\n\
-         }}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
-    let child = Command::new(bin)
-        .args(["-p", &p, "-c", &format!("{p}/nginx.conf")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nginx did not listen: {}",
-            std::fs::read_to_string(dir.path().join("logs/error.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Nginx {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        _dir: dir,
-    }
+/// nginx in front of the registry answering 429 past `rate` (with a `burst`).
+fn start_limiter(upstream_port: u16, rate: &str, burst: u32) -> Nginx {
+    Nginx::start(NginxOptions {
+        upstream_port: Some(upstream_port),
+        http_extra: format!("limit_req_zone $server_port zone=registry:1m rate={rate};"),
+        location_extra: format!(
+            "limit_req zone=registry burst={burst} nodelay;\n\
+             limit_req_status 429;\n\
+             add_header Retry-After 1 always;"
+        ),
+        ..NginxOptions::default()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_is_http_429_never_a_success_and_retry_429_rides_it_out() {
-    let Some(bin) = nginx_binary() else {
-        // scripts/setup installs nginx; without it this test cannot say anything.
-        panic!("nginx is not installed (scripts/setup installs it)");
-    };
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
     let status = creb(&[
@@ -400,7 +338,7 @@ async fn throttling_is_http_429_never_a_success_and_retry_429_rides_it_out() {
     ])
     .await;
     assert_eq!(status, ExitStatus::Success);
-    let nginx = start_nginx(&bin, registry.port, "4r/s", 2);
+    let nginx = start_limiter(registry.port, "4r/s", 2);
 
     // Without --retry: throttled requests are failures of their own class.
     let out = dir.path().join("plain");

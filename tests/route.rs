@@ -467,7 +467,15 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     assert!(u(&errors["connect"]) >= 3, "{errors:?}");
     for kind in errors.keys() {
         assert!(
-            ["connect", "reset", "short_body", "body", "timeout"].contains(&kind.as_str()),
+            [
+                "connect",
+                "reset",
+                "connection_closed",
+                "short_body",
+                "body",
+                "timeout",
+            ]
+            .contains(&kind.as_str()),
             "unexpected error kind {kind}: {errors:?}"
         );
     }

@@ -15,6 +15,7 @@
 //! of an upload session) whether it succeeds or fails, then returns the typed result for
 //! the caller's control flow.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -37,7 +38,8 @@ use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
 use crate::content::ContentSpec;
 use crate::digest::{Digest, Sha256Sum};
 use crate::metrics::{ErrorKind, Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
-use crate::net::transport::{HttpRequest, HttpResponse, RequestBody, Transport};
+use crate::net::links::Link;
+use crate::net::transport::{HttpRequest, HttpResponse, RequestBody, Transport, Unprocessed};
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
 use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
 use crate::oci::reference::{Reference, Repository};
@@ -46,6 +48,9 @@ use retry::RetryPolicy;
 /// Manifests larger than this are refused (distribution's own limit is 4 MiB).
 pub const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// Times one request goes out again because the server provably never processed it (an
+/// HTTP/2 GOAWAY or REFUSED_STREAM); past this the failure stands.
+const MAX_UNPROCESSED_RESENDS: u32 = 5;
 
 /// Behaviour switches of the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,6 +213,9 @@ struct Inner {
     recorder: Recorder,
     auth: Arc<dyn Authenticator>,
     options: ClientOptions,
+    /// The HTTP version of the registry's latest answer (shared by every copy of the
+    /// client; one relaxed store per response).
+    version: Arc<AtomicU8>,
 }
 
 /// A client for one registry. Cheap to clone.
@@ -259,6 +267,7 @@ impl RegistryClient {
                 recorder,
                 auth,
                 options,
+                version: Arc::new(AtomicU8::new(0)),
             }),
         }
     }
@@ -276,6 +285,7 @@ impl RegistryClient {
                 recorder,
                 auth: Arc::clone(&self.inner.auth),
                 options: self.inner.options.clone(),
+                version: Arc::clone(&self.inner.version),
             }),
         }
     }
@@ -286,6 +296,26 @@ impl RegistryClient {
 
     pub fn recorder(&self) -> &Recorder {
         &self.inner.recorder
+    }
+
+    /// How this client reaches its registry: the HTTP version of the registry's latest
+    /// answer, and what the transport knows of its connections (TLS, ALPN, how many).
+    pub fn link(&self) -> Link {
+        let mut link = self
+            .inner
+            .transport
+            .link(&self.inner.base)
+            .unwrap_or_default();
+        let answered = match self.inner.version.load(Ordering::Relaxed) {
+            1 => Some("HTTP/1.0"),
+            2 => Some("HTTP/1.1"),
+            3 => Some("HTTP/2"),
+            _ => None,
+        };
+        if let Some(v) = answered {
+            link.http = Some(v.to_owned());
+        }
+        link
     }
 
     /// The scope of a read: `pull`, or `pull,push` for a pushing client.
@@ -363,6 +393,7 @@ impl RegistryClient {
         let mut storage_retried = false;
         let mut redirects = 0u8;
         let mut first_sent: Option<Instant> = None;
+        let mut unprocessed_resends = 0u32;
         loop {
             let url = redirected.as_ref().unwrap_or(&request.url);
             let on_origin = same_origin(url, &self.inner.base);
@@ -394,6 +425,21 @@ impl RegistryClient {
             let result = self.inner.transport.send(attempt).await;
             let headers_at = Instant::now();
             requests += 1;
+            if let Err(e) = &result {
+                if let Some(how) = e.unprocessed {
+                    if unprocessed_resends < MAX_UNPROCESSED_RESENDS {
+                        // Never reached the registry: not an error, not a `--retry`.
+                        unprocessed_resends += 1;
+                        let cause = match how {
+                            Unprocessed::GoAway => Event::H2GoAway,
+                            Unprocessed::RefusedStream => Event::H2RefusedStream,
+                        };
+                        self.inner.recorder.event(cause).await;
+                        self.inner.recorder.event(Event::UnprocessedRetry).await;
+                        continue;
+                    }
+                }
+            }
             if retryable && retries < self.inner.options.retry.max_retries {
                 let (kind, retry_after) = match &result {
                     Err(e) => (Some(e.kind), None),
@@ -425,6 +471,14 @@ impl RegistryClient {
             }
             let response = result?;
             let status = response.status;
+            if on_origin {
+                let v = match response.version {
+                    http::Version::HTTP_10 => 1,
+                    http::Version::HTTP_2 => 3,
+                    _ => 2,
+                };
+                self.inner.version.store(v, Ordering::Relaxed);
+            }
 
             if status == StatusCode::UNAUTHORIZED && on_origin && !auth_retried {
                 auth_retried = true;
@@ -720,6 +774,72 @@ mod tests {
         assert_eq!(agg.events[Event::Retry.index()], 2);
         let get = agg.table.op_total(Op::BlobGet).unwrap();
         assert_eq!((get.ok, get.http_requests), (1, 3));
+    }
+
+    /// HTTP/2 connection rotation on demand (nginx does it at `keepalive_requests`, but not
+    /// at a chosen request): a request refused by a GOAWAY, or with REFUSED_STREAM, goes out
+    /// again, counted as an event, even a PATCH; a connection closed under a request the
+    /// server had taken is an error of its own kind, never sent again.
+    #[tokio::test]
+    async fn requests_a_server_never_processed_go_out_again_and_others_do_not() {
+        use crate::net::transport::{TransportError, Unprocessed};
+        let calls = Arc::new(AtomicU32::new(0));
+        let c2 = Arc::clone(&calls);
+        let t = ScriptedTransport::new(move |r| {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            let closed = |how| {
+                ScriptedResponse::error(
+                    TransportError::new(ErrorKind::ConnectionClosed, "GOAWAY").unprocessed(how),
+                )
+            };
+            match (r.method.as_str(), n) {
+                ("GET", 0) => closed(Some(Unprocessed::GoAway)),
+                ("GET", 1) => closed(Some(Unprocessed::RefusedStream)),
+                ("GET", _) => ScriptedResponse::status(200).body("abc"),
+                ("POST", _) => {
+                    ScriptedResponse::status(202).header("location", "/v2/a/b/blobs/uploads/u")
+                }
+                ("PATCH", 4) => closed(Some(Unprocessed::GoAway)),
+                ("PATCH", _) => ScriptedResponse::status(202)
+                    .header("location", "/v2/a/b/blobs/uploads/u")
+                    .header("range", "0-9"),
+                ("PUT", _) => closed(None),
+                _ => ScriptedResponse::status(500),
+            }
+        });
+        let (c, handle) = client(t.clone());
+        let n = c
+            .blob_get(&repo(), &Digest::sha256_of(b"abc"), None, OpCtx::default())
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+        let spec = ContentSpec::new(1, b"q", 10);
+        let err = c
+            .upload_blob(
+                &repo(),
+                &spec.digest(),
+                &BlobSource::Content(spec),
+                UploadMode::Chunked { chunk_size: 10 },
+                None,
+                OpCtx::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ConnectionClosed);
+        let methods: Vec<String> = t.requests().iter().map(|r| r.method.to_string()).collect();
+        assert_eq!(
+            methods,
+            ["GET", "GET", "GET", "POST", "PATCH", "PATCH", "PUT"]
+        );
+        drop(c);
+        let agg = handle.finish().await;
+        assert_eq!(agg.events[Event::H2GoAway.index()], 2);
+        assert_eq!(agg.events[Event::H2RefusedStream.index()], 1);
+        assert_eq!(agg.events[Event::UnprocessedRetry.index()], 3);
+        let get = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!((get.ok, get.errors, get.http_requests), (1, 0, 3));
+        let put = agg.table.op_total(Op::UploadPut).unwrap();
+        assert_eq!(put.errors_by_kind[&ErrorKind::ConnectionClosed], 1);
     }
 
     #[tokio::test]

@@ -83,7 +83,9 @@ impl RetryPolicy {
             ErrorKind::Http(429) => RetryOn::Throttled,
             ErrorKind::Http(s) if (500..600).contains(&s) => RetryOn::ServerError,
             ErrorKind::Timeout => RetryOn::Timeout,
-            ErrorKind::Connect | ErrorKind::Reset => RetryOn::Connection,
+            ErrorKind::Connect | ErrorKind::Reset | ErrorKind::ConnectionClosed => {
+                RetryOn::Connection
+            }
             _ => return false,
         };
         self.on.contains(&class)

@@ -23,8 +23,8 @@ use url::Url;
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg};
 use super::session::{
-    config_json, finish, preflight, prepare_output, run_output, thresholds, Finished,
-    RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
+    Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
@@ -424,6 +424,14 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             start_skew_ms: None,
             interval: output.interval,
         },
+    );
+    let mut meta = meta;
+    meta.endpoints = endpoint_links(
+        &names
+            .iter()
+            .cloned()
+            .zip(connections.iter().map(|c| &c.client))
+            .collect::<Vec<_>>(),
     );
     let run = Finished {
         summary,

@@ -21,8 +21,8 @@ use clap::Args;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs};
 use super::session::{
-    config_json, finish, preflight, prepare_output, run_output, thresholds, Finished,
-    RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
+    Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{
@@ -387,6 +387,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         line.finish();
     }
     let duration = start.elapsed();
+    let links = endpoint_links(&[(cfg.registry.display(), &client)]);
     drop(client);
     let aggregator = aggregator.finish().await;
 
@@ -441,6 +442,8 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             interval: output.interval,
         },
     );
+    let mut meta = meta;
+    meta.endpoints = links;
     let run = Finished {
         summary,
         aggregator,

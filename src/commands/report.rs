@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::ExitStatus;
-use crate::report::{host_table, render_csv, render_text};
+use crate::report::{host_table, render_csv, render_text_with};
 use crate::results::store::load;
 
 /// Output formats of `creb-rs report`.
@@ -54,7 +54,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 t.push_str(&host_table(&set.meta.hosts));
                 t.push('\n');
             }
-            t.push_str(&render_text(&set.summary));
+            t.push_str(&render_text_with(&set.summary, &set.meta.endpoints));
             t
         }
         Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",

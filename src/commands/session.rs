@@ -20,8 +20,9 @@ use crate::metrics::Aggregator;
 use crate::metrics::{ErrorLog, Recorder};
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
-use crate::report::render_text;
+use crate::report::render_text_with;
 use crate::results::store::write_final;
+use crate::results::store::EndpointLink;
 use crate::results::thresholds::{check, parse_all, Threshold};
 use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
 
@@ -222,6 +223,18 @@ pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), St
     }
 }
 
+/// How each of `clients` (one per endpoint, named as in the results) reached its registry,
+/// for `meta.json`.
+pub fn endpoint_links(clients: &[(String, &RegistryClient)]) -> Vec<EndpointLink> {
+    clients
+        .iter()
+        .map(|(url, client)| EndpointLink {
+            url: url.clone(),
+            link: client.link(),
+        })
+        .collect()
+}
+
 /// The resolved configuration for the result metadata, with where credentials came from.
 pub fn config_json<T: Serialize>(config: &T, credentials: &CredentialInfo) -> serde_json::Value {
     let mut value = serde_json::to_value(config).unwrap_or_default();
@@ -288,7 +301,7 @@ pub fn publish(
             serde_json::to_string_pretty(&run.summary).context("cannot serialise the summary")?
         );
     } else if !output.quiet && table {
-        print!("{}", render_text(&run.summary));
+        print!("{}", render_text_with(&run.summary, &run.meta.endpoints));
     }
     Ok(())
 }

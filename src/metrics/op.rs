@@ -106,10 +106,18 @@ pub enum Event {
     EndpointUp,
     /// An operation went to another endpoint because its own was down (`--failover`).
     Failover,
+    /// HTTP/2: a request's stream was above the last stream id of a GOAWAY the server sent
+    /// (it rotates connections, e.g. nginx's `keepalive_requests`): never processed.
+    H2GoAway,
+    /// HTTP/2: the server refused a request's stream (`REFUSED_STREAM`): never processed.
+    H2RefusedStream,
+    /// A request the server provably never processed (the two above) was sent again on a
+    /// fresh connection; it is not an error and not a `--retry`.
+    UnprocessedRetry,
 }
 
 impl Event {
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 15] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -122,6 +130,9 @@ impl Event {
         Event::EndpointDown,
         Event::EndpointUp,
         Event::Failover,
+        Event::H2GoAway,
+        Event::H2RefusedStream,
+        Event::UnprocessedRetry,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -139,6 +150,9 @@ impl Event {
             Event::EndpointDown => "endpoint_down",
             Event::EndpointUp => "endpoint_up",
             Event::Failover => "failover",
+            Event::H2GoAway => "h2_goaway",
+            Event::H2RefusedStream => "h2_refused_stream",
+            Event::UnprocessedRetry => "unprocessed_retry",
         }
     }
 
@@ -211,8 +225,12 @@ pub enum ErrorKind {
     /// No response (or no progress on the body) within the configured timeout. The latency
     /// of such a request is censored: it is at least the timeout.
     Timeout,
-    /// The connection was reset or closed mid-exchange.
+    /// The connection was reset (TCP RST) mid-exchange.
     Reset,
+    /// The server closed the connection before this request's answer was complete: after
+    /// an HTTP/2 GOAWAY for a request it had taken, or an HTTP/1.1 connection closed under
+    /// it. The request may have been processed, so it is never sent again silently.
+    ConnectionClosed,
     /// The body ended before its announced length.
     ShortBody,
     /// Another failure while reading or writing a body.
@@ -251,6 +269,7 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Reset => "reset",
+            ErrorKind::ConnectionClosed => "connection_closed",
             ErrorKind::ShortBody => "short_body",
             ErrorKind::Body => "body",
             ErrorKind::Http(_) => "http",
@@ -275,6 +294,7 @@ impl ErrorKind {
             ErrorKind::Tls,
             ErrorKind::Timeout,
             ErrorKind::Reset,
+            ErrorKind::ConnectionClosed,
             ErrorKind::ShortBody,
             ErrorKind::Body,
             ErrorKind::DigestMismatch,

@@ -1,6 +1,6 @@
 //! The hyper transport (`--http-client hyper`, the default): for `http://` registries a
 //! pool of hyper HTTP/1.1 connections that each request drives in its own task
-//! (`src/oci/plain_pool.rs`); for `https://` hyper-util's pooled client with rustls (ring)
+//! (`src/net/plain_pool.rs`); for `https://` hyper-util's pooled client with rustls (ring)
 //! through hyper-rustls, which negotiates HTTP/2 where the registry offers it. Neither goes
 //! through reqwest's layers.
 //!
@@ -22,24 +22,22 @@ use http::header::{CONTENT_LENGTH, USER_AGENT};
 use http::HeaderValue;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
 
+use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
 use super::plain_pool::{PlainPool, PoolSettings};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
 use super::{
-    body_kind, classify_chain, describe_chain, extra_roots, within_deadlines, Progress,
+    body_kind, classify_chain, describe_chain, unprocessed_of, within_deadlines, Progress,
     ProgressReader, TransportBuildError, TransportConfig, MIN_READ_BUFFER,
 };
 use crate::metrics::ErrorKind;
 
-type Connector = HttpsConnector<HttpConnector>;
+type Https = HttpsConnector<HttpConnector>;
 
 /// How long an idle pooled connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -51,11 +49,63 @@ pub struct HyperTransport {
     client: Client<Connector, ReqBody>,
     config: Arc<TransportConfig>,
     user_agent: HeaderValue,
+    links: Arc<Links>,
+}
+
+/// hyper-rustls's connector, noting each new connection and what it negotiated in
+/// [`Links`] (once per connection; requests on it cost nothing here).
+#[derive(Debug, Clone)]
+struct Connector {
+    inner: Https,
+    links: Arc<Links>,
+}
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = MaybeHttpsStream<TokioIo<TcpStream>>;
+    type Error = <Https as tower_service::Service<http::Uri>>::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let links = Arc::clone(&self.links);
+        let https = uri.scheme_str() == Some("https");
+        let origin = format!(
+            "{}://{}:{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.host().unwrap_or_default(),
+            uri.port_u16().unwrap_or(if https { 443 } else { 80 })
+        );
+        let connecting = self.inner.call(uri);
+        Box::pin(async move {
+            let stream = connecting.await?;
+            let negotiated = match &stream {
+                MaybeHttpsStream::Http(_) => Negotiated {
+                    http2: false,
+                    tls: None,
+                    alpn: None,
+                },
+                MaybeHttpsStream::Https(tls) => {
+                    let (_, session) = tls.inner().get_ref();
+                    let alpn = session.alpn_protocol().and_then(alpn_name);
+                    Negotiated {
+                        http2: alpn == Some("h2"),
+                        tls: session.protocol_version().map(tls_name),
+                        alpn,
+                    }
+                }
+            };
+            links.opened(&origin, negotiated);
+            Ok(stream)
+        })
+    }
 }
 
 impl HyperTransport {
     pub fn new(config: TransportConfig) -> Result<Self, TransportBuildError> {
-        let tls = tls_config(&config)?;
+        let tls = super::tls::client_config(&config)?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -66,6 +116,11 @@ impl HyperTransport {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
+        let links = Arc::new(Links::default());
+        let https = Connector {
+            inner: https,
+            links: Arc::clone(&links),
+        };
         let read_buffer_max = config.read_buffer_max.max(MIN_READ_BUFFER);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
@@ -76,100 +131,26 @@ impl HyperTransport {
             .build(https);
         let user_agent = HeaderValue::from_str(&config.user_agent)
             .map_err(|e| TransportBuildError::Client(format!("user agent: {e}")))?;
-        let plain = Arc::new(PlainPool::new(PoolSettings {
-            connect_timeout: config.connect_timeout,
-            max_idle: config.pool_max_idle_per_host,
-            idle_timeout: IDLE_TIMEOUT,
-            read_buffer_max,
-        }));
+        let plain = Arc::new(PlainPool::new(
+            PoolSettings {
+                connect_timeout: config.connect_timeout,
+                max_idle: config.pool_max_idle_per_host,
+                idle_timeout: IDLE_TIMEOUT,
+                read_buffer_max,
+            },
+            Arc::clone(&links),
+        ));
         Ok(HyperTransport {
             plain,
             client,
             config: Arc::new(config),
             user_agent,
+            links,
         })
     }
 
     pub fn config(&self) -> &TransportConfig {
         &self.config
-    }
-}
-
-/// rustls settings as reqwest makes them: the platform's verifier (system roots plus
-/// `--ca-cert`), or none at all with `--insecure`.
-fn tls_config(config: &TransportConfig) -> Result<rustls::ClientConfig, TransportBuildError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TransportBuildError::Client(e.to_string()))?;
-    let roots = extra_roots(config)?;
-    let verifier: Arc<dyn ServerCertVerifier> = if config.insecure {
-        Arc::new(AcceptAnyCertificate(provider))
-    } else if roots.is_empty() {
-        Arc::new(
-            rustls_platform_verifier::Verifier::new(provider)
-                .map_err(|e| TransportBuildError::Client(e.to_string()))?,
-        )
-    } else {
-        Arc::new(
-            rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider)
-                .map_err(|e| TransportBuildError::Certificate(e.to_string()))?,
-        )
-    };
-    // ALPN (h2, then http/1.1) is set by the connector builder.
-    Ok(builder
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth())
-}
-
-/// `--insecure`: any certificate is accepted; handshake signatures are still checked, so
-/// the peer must hold the key of the certificate it shows.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -288,6 +269,7 @@ impl Transport for HyperTransport {
                 let (parts, body) = response.into_parts();
                 return Ok(
                     HttpResponse::new(parts.status, parts.headers, Box::pin(body))
+                        .with_version(parts.version)
                         .with_idle_timeout(config.body_idle_timeout),
                 );
             }
@@ -298,9 +280,14 @@ impl Transport for HyperTransport {
             let (parts, incoming) = response.into_parts();
             Ok(
                 HttpResponse::new(parts.status, parts.headers, Box::pin(DataStream(incoming)))
+                    .with_version(parts.version)
                     .with_idle_timeout(config.body_idle_timeout),
             )
         })
+    }
+
+    fn link(&self, origin: &url::Url) -> Option<Link> {
+        self.links.get(&origin_key(origin))
     }
 }
 
@@ -346,5 +333,5 @@ fn classify(err: &hyper_util::client::legacy::Error) -> TransportError {
         ErrorKind::Other
     };
     let kind = classify_chain(err, kind);
-    TransportError::new(kind, describe_chain(err.to_string(), err))
+    TransportError::new(kind, describe_chain(err.to_string(), err)).unprocessed(unprocessed_of(err))
 }

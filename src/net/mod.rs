@@ -16,9 +16,11 @@
 //! consumed and a download whose body stops arriving.
 
 pub mod hyper_transport;
+pub mod links;
 mod plain_pool;
 pub mod reqwest_transport;
 pub mod scripted;
+pub mod tls;
 pub mod transport;
 
 use std::future::Future;
@@ -34,7 +36,7 @@ use crate::content::ContentReader;
 use crate::metrics::ErrorKind;
 use hyper_transport::HyperTransport;
 use reqwest_transport::ReqwestTransport;
-use transport::{Transport, TransportError};
+use transport::{Transport, TransportError, Unprocessed};
 
 /// Which HTTP client library carries the requests (`--http-client`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -260,9 +262,8 @@ pub(crate) fn classify_chain(
                 | Io::AddrNotAvailable
                 | Io::HostUnreachable
                 | Io::NetworkUnreachable => kind = ErrorKind::Connect,
-                Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe => {
-                    kind = ErrorKind::Reset
-                }
+                Io::ConnectionReset | Io::ConnectionAborted => kind = ErrorKind::Reset,
+                Io::BrokenPipe => kind = ErrorKind::ConnectionClosed,
                 Io::TimedOut => kind = ErrorKind::Timeout,
                 Io::UnexpectedEof => kind = ErrorKind::ShortBody,
                 _ => {}
@@ -273,6 +274,17 @@ pub(crate) fn classify_chain(
         }
         if let Some(h) = e.downcast_ref::<hyper::Error>() {
             if h.is_incomplete_message() {
+                kind = ErrorKind::ConnectionClosed;
+            }
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            let closed_under_us = h2.is_go_away()
+                || h2
+                    .get_io()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if closed_under_us {
+                kind = ErrorKind::ConnectionClosed;
+            } else if h2.is_reset() {
                 kind = ErrorKind::Reset;
             }
         }
@@ -289,7 +301,10 @@ pub(crate) fn classify_chain(
 /// short body.
 pub(crate) fn body_kind(err: &(dyn std::error::Error + 'static), kind: ErrorKind) -> ErrorKind {
     let kind = classify_chain(err, kind);
-    if !matches!(kind, ErrorKind::Reset | ErrorKind::Other | ErrorKind::Body) {
+    if !matches!(
+        kind,
+        ErrorKind::Reset | ErrorKind::ConnectionClosed | ErrorKind::Other | ErrorKind::Body
+    ) {
         return kind;
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -306,8 +321,37 @@ pub(crate) fn body_kind(err: &(dyn std::error::Error + 'static), kind: ErrorKind
     kind
 }
 
-/// The error chain below (and including) `top` as one line, each distinct message once.
+/// Whether the server provably never processed the request that failed with `err`: an
+/// HTTP/2 stream above the last stream id of the server's GOAWAY, or one it refused
+/// (RFC 9113 §8.7). Such a request can go out again on another connection.
+pub(crate) fn unprocessed_of(err: &(dyn std::error::Error + 'static)) -> Option<Unprocessed> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if h2.is_remote() && h2.is_go_away() {
+                return Some(Unprocessed::GoAway);
+            }
+            if h2.is_remote() && h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                return Some(Unprocessed::RefusedStream);
+            }
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// The error chain below (and including) `top` as one line, each distinct message once; a
+/// refused certificate or a server that does not speak TLS is said plainly first, with
+/// what to do.
 pub(crate) fn describe_chain(top: String, err: &(dyn std::error::Error + 'static)) -> String {
+    let detail = chain_text(top, err);
+    match rustls_error(err).and_then(tls::advice) {
+        Some(advice) => format!("{advice} ({detail})"),
+        None => detail,
+    }
+}
+
+fn chain_text(top: String, err: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![top];
     let mut source = err.source();
     while let Some(e) = source {
@@ -323,19 +367,31 @@ pub(crate) fn describe_chain(top: String, err: &(dyn std::error::Error + 'static
 /// Whether `e` is a rustls error, possibly inside `io::Error`s: a refused certificate comes
 /// as io(Other, io(InvalidData, rustls)), and `io::Error::source()` skips the wrapped error
 /// itself, so walking the source chain alone calls it `connect`.
-fn is_rustls(mut e: &(dyn std::error::Error + 'static)) -> bool {
+fn is_rustls(e: &(dyn std::error::Error + 'static)) -> bool {
+    rustls_inside(e).is_some()
+}
+
+fn rustls_inside<'e>(mut e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
     loop {
-        if e.is::<rustls::Error>() {
-            return true;
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r);
         }
-        match e
+        e = e
             .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            Some(inner) => e = inner,
-            None => return false,
-        }
+            .and_then(|io| io.get_ref())?;
     }
+}
+
+/// The rustls error anywhere in `err`'s chain.
+fn rustls_error<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(r) = rustls_inside(e) {
+            return Some(r);
+        }
+        source = e.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -358,7 +414,7 @@ mod tests {
         let cases = [
             (std::io::ErrorKind::ConnectionRefused, ErrorKind::Connect),
             (std::io::ErrorKind::ConnectionReset, ErrorKind::Reset),
-            (std::io::ErrorKind::BrokenPipe, ErrorKind::Reset),
+            (std::io::ErrorKind::BrokenPipe, ErrorKind::ConnectionClosed),
             (std::io::ErrorKind::TimedOut, ErrorKind::Timeout),
             (std::io::ErrorKind::UnexpectedEof, ErrorKind::ShortBody),
             (std::io::ErrorKind::PermissionDenied, ErrorKind::Other),

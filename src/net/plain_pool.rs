@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use url::{Host, Position, Url};
 
 use super::hyper_transport::ReqBody;
+use super::links::{origin_key, Links, Negotiated};
 use super::transport::TransportError;
 use super::{body_kind, classify_chain, describe_chain};
 use crate::metrics::ErrorKind;
@@ -60,6 +61,8 @@ pub(crate) struct PoolSettings {
 /// Idle plain-HTTP/1.1 connections by origin.
 pub(crate) struct PlainPool {
     settings: PoolSettings,
+    /// Connections opened, by origin.
+    links: Arc<Links>,
     /// Few origins per run (one per registry endpoint, plus a token realm or storage
     /// redirect target), so a list searched by authority.
     origins: Mutex<Vec<Origin>>,
@@ -116,9 +119,10 @@ enum Failed {
 }
 
 impl PlainPool {
-    pub(crate) fn new(settings: PoolSettings) -> Self {
+    pub(crate) fn new(settings: PoolSettings, links: Arc<Links>) -> Self {
         PlainPool {
             settings,
+            links,
             origins: Mutex::new(Vec::new()),
         }
     }
@@ -292,6 +296,14 @@ impl PlainPool {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| TransportError::new(ErrorKind::Connect, e.to_string()))?;
+        self.links.opened(
+            &origin_key(url),
+            Negotiated {
+                http2: false,
+                tls: None,
+                alpn: None,
+            },
+        );
         Ok(Conn {
             sender,
             driver: Some(driver),
@@ -593,12 +605,15 @@ mod tests {
     #[tokio::test]
     async fn connections_idle_past_the_timeout_are_not_reused() {
         let server = Server::start().await;
-        let pool = Arc::new(PlainPool::new(PoolSettings {
-            connect_timeout: Duration::from_secs(5),
-            max_idle: 8,
-            idle_timeout: Duration::from_millis(50),
-            read_buffer_max: crate::net::MIN_READ_BUFFER,
-        }));
+        let pool = Arc::new(PlainPool::new(
+            PoolSettings {
+                connect_timeout: Duration::from_secs(5),
+                max_idle: 8,
+                idle_timeout: Duration::from_millis(50),
+                read_buffer_max: crate::net::MIN_READ_BUFFER,
+            },
+            Arc::default(),
+        ));
         let url = server.url("/bytes/4");
         for wait in [0, 0, 100, 0] {
             tokio::time::sleep(Duration::from_millis(wait)).await;

@@ -10,8 +10,8 @@ use http::HeaderValue;
 
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
 use super::{
-    body_kind, classify_chain, describe_chain, within_deadlines, Progress, ProgressReader,
-    TransportBuildError, TransportConfig,
+    body_kind, classify_chain, describe_chain, unprocessed_of, within_deadlines, Progress,
+    ProgressReader, TransportBuildError, TransportConfig,
 };
 use crate::metrics::ErrorKind;
 use std::sync::Arc;
@@ -29,7 +29,9 @@ impl ReqwestTransport {
         // reqwest is built without a default crypto provider; ring is ours. Installing twice
         // (several clients in one process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder()
+        let mut tls = super::tls::client_config(&config)?;
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(config.connect_timeout)
@@ -37,19 +39,8 @@ impl ReqwestTransport {
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
             .user_agent(config.user_agent.clone())
-            .tls_danger_accept_invalid_certs(config.insecure);
-        for pem in &config.extra_roots_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| TransportBuildError::Certificate(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(TransportBuildError::Certificate(
-                    "no PEM certificate found".into(),
-                ));
-            }
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
+            // The same trust rules as the hyper transport (`--ca-cert`, `--insecure`).
+            .tls_backend_preconfigured(tls);
         let client = builder
             .build()
             .map_err(|e| TransportBuildError::Client(e.without_url().to_string()))?;
@@ -104,11 +95,13 @@ impl Transport for ReqwestTransport {
             let send = async { builder.send().await.map_err(|e| classify(&e)) };
             let mut response = within_deadlines(send, &progress, config).await?;
             let status = response.status();
+            let version = response.version();
             let headers = std::mem::take(response.headers_mut());
             let body = response
                 .bytes_stream()
                 .map(|r| r.map_err(|e| classify_body(&e)));
             Ok(HttpResponse::new(status, headers, Box::pin(body))
+                .with_version(version)
                 .with_idle_timeout(config.body_idle_timeout))
         })
     }
@@ -127,7 +120,9 @@ pub fn classify(err: &reqwest::Error) -> TransportError {
     } else {
         ErrorKind::Other
     };
-    TransportError::new(kind, message).with_kind(classify_chain(err, kind))
+    TransportError::new(kind, message)
+        .with_kind(classify_chain(err, kind))
+        .unprocessed(unprocessed_of(err))
 }
 
 /// Like [`classify`], for errors while reading a response body.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode, Version};
 use url::Url;
 
 use crate::content::ContentSpec;
@@ -79,6 +79,18 @@ pub struct TransportError {
     pub kind: ErrorKind,
     /// Human-readable detail. Never contains credentials or full URLs with queries.
     pub message: String,
+    /// Set when the server provably never processed the request, so it can go out again.
+    pub unprocessed: Option<Unprocessed>,
+}
+
+/// How a server said it never processed a request (RFC 9113 §8.7): such a request is safe
+/// to send again on another connection, whatever its method and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unprocessed {
+    /// HTTP/2: the request's stream was above the last stream id of the server's GOAWAY.
+    GoAway,
+    /// HTTP/2: the server reset the request's stream with `REFUSED_STREAM`.
+    RefusedStream,
 }
 
 impl TransportError {
@@ -86,12 +98,19 @@ impl TransportError {
         TransportError {
             kind,
             message: message.into(),
+            unprocessed: None,
         }
     }
 
     /// The same error, counted as `kind`.
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = kind;
+        self
+    }
+
+    /// The same error, marked as one the server never processed.
+    pub fn unprocessed(mut self, how: Option<Unprocessed>) -> Self {
+        self.unprocessed = how;
         self
     }
 }
@@ -103,6 +122,8 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> +
 pub struct HttpResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
+    /// The HTTP version the response came in (HTTP/1.1 unless the transport says).
+    pub version: Version,
     body: BodyStream,
     idle_timeout: Option<Duration>,
 }
@@ -121,9 +142,16 @@ impl HttpResponse {
         HttpResponse {
             status,
             headers,
+            version: Version::HTTP_11,
             body,
             idle_timeout: None,
         }
+    }
+
+    /// The response as it came in `version`.
+    pub fn with_version(mut self, version: Version) -> Self {
+        self.version = version;
+        self
     }
 
     /// Fails a body read that makes no progress for `timeout`.
@@ -191,6 +219,13 @@ impl HttpResponse {
 /// Sends one HTTP request and resolves when its response headers arrive.
 pub trait Transport: Send + Sync + fmt::Debug {
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
+
+    /// What the transport knows of its connections to `origin` (`scheme://host:port`):
+    /// how many it opened and what they negotiated. `None` when it does not track them.
+    fn link(&self, origin: &Url) -> Option<super::links::Link> {
+        let _ = origin;
+        None
+    }
 }
 
 /// An empty body stream, for responses without content.

@@ -11,7 +11,7 @@ pub mod html;
 use std::fmt::Write as _;
 
 use crate::metrics::hist::Percentiles;
-use crate::results::store::HostInfo;
+use crate::results::store::{EndpointLink, HostInfo};
 use crate::results::summary::{OpSummary, Summary};
 use crate::units::ByteSize;
 
@@ -51,6 +51,11 @@ fn row(out: &mut String, name: &str, s: &OpSummary) {
 
 /// The human summary table.
 pub fn render_text(summary: &Summary) -> String {
+    render_text_with(summary, &[])
+}
+
+/// The human summary table, with how each endpoint was reached (from `meta.json`).
+pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
     let mut out = String::new();
     // A pull generates nothing, so its seed means nothing.
     let seed = if summary.command == "pull" {
@@ -88,6 +93,9 @@ pub fn render_text(summary: &Summary) -> String {
             "trace records {}  replayed {}  folded {}  skipped {}",
             trace.records, trace.replayed, trace.folded, skipped
         );
+    }
+    for e in links {
+        let _ = writeln!(out, "endpoint {}  {}", e.url, e.link.describe());
     }
     let _ = writeln!(out);
     let _ = writeln!(

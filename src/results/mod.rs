@@ -119,6 +119,7 @@ impl Meta {
             histograms: summary.histograms.clone(),
             clock: store::CLOCK_NOTE.into(),
             hosts: Vec::new(),
+            endpoints: Vec::new(),
         }
     }
 }

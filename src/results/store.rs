@@ -22,6 +22,7 @@ use sha2::{Digest as _, Sha256};
 use super::hlog::{self, HlogContents, IntervalHistograms};
 use super::summary::{EndpointSummary, HistogramInfo, Shard, Summary, Tool};
 use crate::metrics::{Aggregator, ErrorKind, Event, Op, SizeClass, Stats, StatsTable};
+use crate::net::links::Link;
 
 pub const COUNTERS_VERSION: u32 = 1;
 
@@ -199,6 +200,17 @@ pub struct Meta {
     /// For merged results: every host that contributed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostInfo>,
+    /// How each registry endpoint was reached: protocol, TLS, connections opened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointLink>,
+}
+
+/// One registry endpoint and how it was reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointLink {
+    pub url: String,
+    #[serde(flatten)]
+    pub link: Link,
 }
 
 pub const CLOCK_NOTE: &str = "durations use the monotonic clock; wall-clock times only align starts and intervals across hosts";

@@ -210,7 +210,11 @@ pub async fn probe_until_up(
                 Ok(()) => true,
                 Err(e) => !matches!(
                     e.kind(),
-                    ErrorKind::Connect | ErrorKind::Dns | ErrorKind::Timeout | ErrorKind::Reset
+                    ErrorKind::Connect
+                        | ErrorKind::Dns
+                        | ErrorKind::Timeout
+                        | ErrorKind::Reset
+                        | ErrorKind::ConnectionClosed
                 ),
             },
         };

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 pub mod faults;
+pub mod nginx;
 pub mod token_issuer;
 
 /// How a test registry authenticates.
@@ -44,6 +45,8 @@ pub struct RegistryOptions {
     pub redirect_base: Option<String>,
     /// Serve HTTPS with this PEM certificate and key (`http.tls`); the URL is `https://`.
     pub tls: Option<TlsFiles>,
+    /// Write distribution's JSON access log (one line per request) to the registry log.
+    pub access_log: bool,
 }
 
 /// A PEM certificate and its private key.
@@ -112,9 +115,14 @@ pub fn free_port() -> u16 {
 }
 
 fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
+    let log = if options.access_log {
+        "log:\n  level: info\n  formatter: json\n  accesslog:\n    disabled: false\n"
+    } else {
+        "log:\n  level: warn\n  accesslog:\n    disabled: true\n"
+    };
     let mut yaml = format!(
         "version: 0.1\n\
-         log:\n  level: warn\n  accesslog:\n    disabled: true\n\
+         {log}\
          storage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\n  \
          maintenance:\n    uploadpurging:\n      enabled: false\n\
          http:\n  addr: 127.0.0.1:{port}\n  secret: creb-rs-test-http-secret\n",
@@ -235,6 +243,35 @@ impl Registry {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }
 
+    /// The requests the registry logged (`RegistryOptions::access_log`): method, URI,
+    /// status. distribution logs one JSON line per request, "response completed" or
+    /// "response completed with error" (e.g. a HEAD answered 404); its Apache-style
+    /// access log lines beside them are not JSON and are skipped.
+    pub fn access_log(&self) -> Vec<(String, String, u16)> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| {
+                v["msg"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("response completed"))
+            })
+            .map(|v| {
+                (
+                    v["http.request.method"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    v["http.request.uri"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    v["http.response.status"].as_u64().unwrap_or_default() as u16,
+                )
+            })
+            .collect()
+    }
+
     /// The 500s of docker-registry's tag race in its log so far; panics on any other 500.
     ///
     /// docker-registry 2.8's filesystem driver rewrites a tag's link file in place: a
@@ -245,10 +282,26 @@ impl Registry {
     pub fn tag_race_500s(&self) -> u64 {
         let log = self.log();
         let mut races = 0;
-        for line in log
-            .lines()
-            .filter(|l| l.contains("http.response.status=500"))
-        {
+        for line in log.lines() {
+            // The JSON formatter (with an access log): the error line of the request.
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                let request_line = v["msg"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("response completed"));
+                if v["http.response.status"] != 500 || request_line {
+                    continue;
+                }
+                let text = v.to_string();
+                let is_race = text.contains("invalid checksum digest format")
+                    && text.contains("/manifests/")
+                    && matches!(v["http.request.method"].as_str(), Some("GET" | "HEAD"));
+                assert!(is_race, "docker-registry answered 500:\n{line}");
+                races += 1;
+                continue;
+            }
+            if !line.contains("http.response.status=500") {
+                continue;
+            }
             let is_race = line.contains("invalid checksum digest format")
                 && line.contains("/manifests/")
                 && (line.contains("http.request.method=GET")

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::validity::{validity_warnings, warn};
 use super::{clients_for, endpoint_summaries, shard_of, Context, ReplayConfig};
 use crate::client::RegistryClient;
-use crate::commands::session::{config_json, publish, Finished};
+use crate::commands::session::{config_json, endpoint_links, publish, Finished};
 use crate::commands::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
 use crate::exec::pacer::wait_for_anchor;
@@ -232,6 +232,14 @@ pub(super) async fn run_phase(
             start_skew_ms,
             interval: output.interval,
         },
+    );
+    let mut meta = meta;
+    meta.endpoints = endpoint_links(
+        &names
+            .iter()
+            .cloned()
+            .zip(connections.iter().map(|c| &c.client))
+            .collect::<Vec<_>>(),
     );
     let finished = Finished {
         summary,

@@ -31,7 +31,7 @@ use super::validity::warn;
 use super::{clients_for, endpoint_summaries, shard_of, Context, Phase};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
 use crate::commands::args::OutputArgs;
-use crate::commands::session::{config_json, publish, Finished};
+use crate::commands::session::{config_json, endpoint_links, publish, Finished};
 use crate::commands::ExitStatus;
 use crate::digest::{Digest, Sha256Sum};
 use crate::metrics::{ErrorLog, Event};
@@ -435,6 +435,14 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
             start_skew_ms: None,
             interval: out.interval,
         },
+    );
+    let mut meta = meta;
+    meta.endpoints = endpoint_links(
+        &names
+            .iter()
+            .cloned()
+            .zip(connections.iter().map(|c| &c.client))
+            .collect::<Vec<_>>(),
     );
     let finished = Finished {
         summary,

@@ -80,6 +80,14 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
     fact(out, "command", &s.command);
     fact(out, "mode (model)", &s.model_label());
     fact(out, "registry", &s.registry);
+    for e in &m.endpoints {
+        let name = if m.endpoints.len() == 1 {
+            "protocol".to_owned()
+        } else {
+            format!("protocol of {}", e.url)
+        };
+        fact(out, &name, &e.link.describe());
+    }
     // A pull generates nothing, so its seed means nothing.
     let seed = if s.command == "pull" {
         "–".to_owned()
