@@ -369,6 +369,168 @@ async fn manifests_and_their_layers_are_readable_wherever_the_ring_puts_them() {
     assert_eq!(busy, 3, "manifests are spread over the nodes");
 }
 
+/// Issue found by a user: with `--route digest` over independent nodes, every trace push
+/// failed (`400 MANIFEST_BLOB_UNKNOWN`): the manifest went to its repo:tag node while its
+/// layers went to their digest nodes. A push's uploads now go with its manifest, and
+/// prewarm puts what the manifest references but the push does not upload (config, layers
+/// found present) there too.
+#[test]
+fn digest_routed_pushes_land_whole_on_their_manifests_node() {
+    use creb::trace::synth::{generate, SynthOptions};
+    use creb::trace::write::write_file;
+    let nodes = [Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pushes.json");
+    // Pushes (HEAD misses, POST, PATCH…, PUT, then the manifest), pulls, failed originals.
+    let (records, stats) = generate(&SynthOptions {
+        seed: 22,
+        sessions: 90,
+        mean_gap_ms: 30.0,
+        clients: 10,
+        repos: 6,
+        pull_share: 0.5,
+        layer_size: (256, 48 * 1024),
+        chunk: 16 * 1024,
+        ..SynthOptions::default()
+    });
+    assert!(stats.pushes >= 20 && stats.head_misses > 0, "{stats:?}");
+    write_file(&trace, &records).unwrap();
+    let list = endpoint_list(&nodes);
+    let run = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            &list,
+            "--route",
+            "digest",
+            "--concurrency",
+            "8",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let r = common::run_bin(&args, None, &[]);
+        assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    };
+    let stress = dir.path().join("stress");
+    run(&stress, &["--mode", "stress"]);
+    let delay = dir.path().join("delay");
+    run(
+        &delay,
+        &["--mode", "delay", "--speed", "10", "--phase", "run"],
+    );
+    for (what, s) in [
+        ("prewarm", summary_json(&stress.join("prewarm"))),
+        ("stress", summary_json(&stress)),
+        ("delay", summary_json(&delay)),
+    ] {
+        assert_valid(&s);
+        let puts = &s["operations"]["manifest_put"];
+        assert_eq!(u(&puts["errors"]), 0, "{what}: {}", s["errors"]);
+        assert_eq!(u(&s["operations"]["blob_upload"]["errors"]), 0, "{what}");
+        let manifest_500s: u64 = ["manifest_get", "manifest_head"]
+            .iter()
+            .map(|op| u(&s["operations"][op]["errors_by_kind"]["http_500"]))
+            .sum();
+        // docker-registry's tag race is its own; any other error is creb-rs's doing.
+        let races: u64 = nodes.iter().map(Registry::tag_race_500s).sum();
+        assert!(
+            u(&s["totals"]["errors"]) == manifest_500s && manifest_500s <= races,
+            "{what}: {} (tag races logged: {races})",
+            s["errors"]
+        );
+        if what != "prewarm" {
+            assert!(u(&puts["ok"]) >= 20, "{what}: {puts}");
+            let t = &s["trace"];
+            let skipped: u64 = t["skipped"].as_object().unwrap().values().map(u).sum();
+            assert_eq!(
+                u(&t["records"]),
+                u(&t["replayed"]) + u(&t["folded"]) + skipped,
+                "{what}"
+            );
+        }
+    }
+    // Every manifest the run pushed is readable, with all its blobs, from its own node.
+    let names: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+    let router = Router::new(
+        &names,
+        RouteOptions {
+            kind: RouteKind::Digest,
+            vnodes: DEFAULT_VNODES,
+            ..RouteOptions::default()
+        },
+    );
+    let mut checked = 0;
+    for (i, node) in nodes.iter().enumerate() {
+        let root = node.storage_root().join("docker/registry/v2/repositories");
+        for repo_dir in walk_dirs(&root) {
+            let tags = repo_dir.join("_manifests/tags");
+            let Ok(entries) = std::fs::read_dir(&tags) else {
+                continue;
+            };
+            let repo = repo_dir
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            for tag in entries.flatten() {
+                let tag = tag.file_name().to_string_lossy().into_owned();
+                let placed = router.placement(Object::Manifest {
+                    repo: &repo,
+                    reference: &tag,
+                });
+                assert_eq!(placed, [i], "{repo}:{tag} is on node {i}");
+                let out = dir.path().join(format!("pull-{i}-{checked}"));
+                let r = common::run_bin(
+                    &[
+                        "pull",
+                        "--registry",
+                        &node.url,
+                        "--repo",
+                        &repo,
+                        "--tag",
+                        &tag,
+                        "--output-dir",
+                        out.to_str().unwrap(),
+                        "--quiet",
+                    ],
+                    None,
+                    &[],
+                );
+                assert_eq!(r.code, 0, "{repo}:{tag} on node {i}: {}", r.stderr);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "{checked} pushed manifests read back");
+}
+
+/// Directories below `root` that are repositories (hold `_manifests`).
+fn walk_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if path.join("_manifests").is_dir() {
+            out.push(path.clone());
+        }
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('_'))
+        {
+            out.extend(walk_dirs(&path));
+        }
+    }
+    out
+}
+
 #[test]
 fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back() {
     let mut nodes = vec![Registry::start(), Registry::start(), Registry::start()];

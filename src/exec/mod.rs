@@ -202,6 +202,17 @@ impl Targets {
             Action::BlobGet { digest, .. } | Action::BlobHead { digest, .. } => {
                 (Object::Blob(digest.as_str()), false)
             }
+            // An upload goes where the manifest of its push will (see `Action::BlobUpload`).
+            Action::BlobUpload {
+                push: Some((repo, tag)),
+                ..
+            } => (
+                Object::Manifest {
+                    repo: repo.as_str(),
+                    reference: tag.as_str(),
+                },
+                true,
+            ),
             Action::BlobDelete { digest, .. } | Action::BlobUpload { digest, .. } => {
                 (Object::Blob(digest.as_str()), true)
             }
@@ -276,6 +287,7 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             digest,
             content,
             mode,
+            ..
         } => client
             .upload_blob(
                 repo,

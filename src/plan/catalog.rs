@@ -39,6 +39,9 @@ pub struct UploadFacts {
     pub time_ms: i64,
     /// SHA-256 of the content it sends, once computed ([`Catalog::compute_digests`]).
     pub sha256: Option<[u8; 32]>,
+    /// The manifest PUT whose push it belongs to, if one closed it: routing keeps an
+    /// upload with its manifest, whose node must hold every blob it references.
+    pub push: Option<Position>,
 }
 
 /// A blob the run reads.
@@ -184,6 +187,16 @@ impl Catalog {
                 (key, facts)
             })
             .collect();
+        let mut uploads = uploads;
+        for (position, push) in &pushes {
+            for layer in &push.layers {
+                if let PushedLayer::Upload(head) = layer {
+                    if let Some(u) = uploads.get_mut(head) {
+                        u.push = Some(*position);
+                    }
+                }
+            }
+        }
         catalog.uploads = uploads.into_iter().collect();
         catalog.filler_repos = filler_repos;
         catalog.pushes = pushes.into_iter().collect();
@@ -209,6 +222,7 @@ impl Draft {
                         client: r.client,
                         time_ms: r.time_ms,
                         sha256: None,
+                        push: None,
                     },
                 );
             }

@@ -147,6 +147,9 @@ pub enum Action {
         digest: Digest,
         content: ContentSpec,
         mode: UploadMode,
+        /// The manifest (repository, tag) of the push this upload belongs to: routed with
+        /// it, so that the manifest's node holds the blob when the manifest is PUT.
+        push: Option<(Repository, Tag)>,
     },
     TagList {
         repo: Repository,

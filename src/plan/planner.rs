@@ -217,11 +217,18 @@ where
                     },
                     UploadPolicy::Trace => UploadMode::Monolithic,
                 };
+                let push = facts.push.and_then(|p| catalog.pushes.get(&p)).map(|p| {
+                    (
+                        self.naming.repo(catalog, p.repo),
+                        self.naming.tag(catalog, p.repo, p.reference),
+                    )
+                });
                 let action = Action::BlobUpload {
                     repo: self.naming.repo(catalog, repo),
                     digest: catalog.upload_digest(pos),
                     content,
                     mode,
+                    push,
                 };
                 let op = self.op(record, action, facts.members, None);
                 self.upload_seq.insert(pos, (op.seq, record.time_ms));

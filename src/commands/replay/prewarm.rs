@@ -38,7 +38,7 @@ use crate::metrics::{ErrorLog, Event};
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Reference, Repository, Tag};
 use crate::plan::catalog::Catalog;
-use crate::plan::linker::Position;
+use crate::plan::linker::{Position, PushedLayer};
 use crate::plan::{
     manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming, ShardSpec,
 };
@@ -154,15 +154,39 @@ impl PrewarmJobs {
                 Origin::Filler(repo),
             );
         }
+        // A manifest the run pushes lands where routing sends its PUT, with the uploads of
+        // its push (`Action::BlobUpload::push`); everything else it references must be there
+        // already: its config, the layers it found present, or its repository's filler.
         for (&position, facts) in &catalog.pushes {
             let name = naming.repo(catalog, facts.repo);
+            let tag = naming.tag(catalog, facts.repo, facts.reference);
             let config = push_manifest(catalog, facts, format).config_bytes;
-            place(
-                &mut blobs,
-                &name,
-                Sha256Sum::of(&config).0,
-                Origin::PushConfig(position),
-            );
+            let mut needs = vec![(Sha256Sum::of(&config).0, Origin::PushConfig(position))];
+            for layer in &facts.layers {
+                if let PushedLayer::Existing(d) = layer {
+                    needs.push((catalog.blob_sha256(*d), Origin::Read(*d)));
+                }
+            }
+            if facts.layers.is_empty() {
+                needs.push((
+                    catalog.filler_sha256(facts.repo),
+                    Origin::Filler(facts.repo),
+                ));
+            }
+            let endpoints = router.placement(Object::Manifest {
+                repo: name.as_str(),
+                reference: tag.as_str(),
+            });
+            for endpoint in endpoints {
+                for &(sha256, origin) in &needs {
+                    blobs.push(BlobJob {
+                        repo: name.clone(),
+                        sha256,
+                        origin,
+                        endpoint,
+                    });
+                }
+            }
         }
 
         let mut manifests = Vec::with_capacity(catalog.manifests.len() * router.copies());
