@@ -31,6 +31,8 @@ use crate::oci::reference::Repository;
 pub struct AccessScope {
     pub repository: Option<Repository>,
     pub push: bool,
+    /// DELETE: token servers grant it as its own action (`delete`, or `*`).
+    pub delete: bool,
     /// A mount also needs `pull` on its source repository.
     pub mount_from: Option<Repository>,
 }
@@ -41,6 +43,7 @@ impl AccessScope {
         AccessScope {
             repository: None,
             push: false,
+            delete: false,
             mount_from: None,
         }
     }
@@ -49,6 +52,7 @@ impl AccessScope {
         AccessScope {
             repository: Some(repo.clone()),
             push: false,
+            delete: false,
             mount_from: None,
         }
     }
@@ -58,6 +62,17 @@ impl AccessScope {
         AccessScope {
             repository: Some(repo.clone()),
             push: true,
+            delete: false,
+            mount_from: None,
+        }
+    }
+
+    /// Deletes ask for `delete` on the repository.
+    pub fn delete(repo: &Repository) -> Self {
+        AccessScope {
+            repository: Some(repo.clone()),
+            push: false,
+            delete: true,
             mount_from: None,
         }
     }
@@ -66,6 +81,7 @@ impl AccessScope {
         AccessScope {
             repository: Some(repo.clone()),
             push: true,
+            delete: false,
             mount_from: Some(from.clone()),
         }
     }

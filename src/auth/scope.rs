@@ -74,15 +74,15 @@ impl ScopeSet {
         self.to_strings().join(" ")
     }
 
-    /// The scopes an operation needs: `pull` (plus `push` for writes) on its repository,
-    /// `pull` on a mount's source.
+    /// The scopes an operation needs: `pull` (plus `push` for writes, `delete` alone for
+    /// deletes) on its repository, `pull` on a mount's source.
     pub fn for_access(access: &AccessScope) -> ScopeSet {
         let mut set = ScopeSet::default();
         if let Some(repo) = &access.repository {
-            let actions: &[&str] = if access.push {
-                &["pull", "push"]
-            } else {
-                &["pull"]
+            let actions: &[&str] = match (access.push, access.delete) {
+                (_, true) => &["delete"],
+                (true, false) => &["pull", "push"],
+                (false, false) => &["pull"],
             };
             set.add("repository", repo.as_str(), actions.iter().copied());
         }
@@ -113,6 +113,23 @@ pub fn parse_scope(s: &str) -> Option<(String, String, Vec<String>)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Found by the compatibility suite: distribution v3 with token auth refused DELETE
+    /// with a `pull,push` token; token servers grant `delete` as an action of its own.
+    #[test]
+    fn each_kind_of_access_asks_for_its_actions() {
+        let repo: crate::oci::Repository = "x/y".parse().unwrap();
+        let from: crate::oci::Repository = "a/b".parse().unwrap();
+        let key = |access: &AccessScope| ScopeSet::for_access(access).key();
+        assert_eq!(key(&AccessScope::pull(&repo)), "repository:x/y:pull");
+        assert_eq!(key(&AccessScope::push(&repo)), "repository:x/y:pull,push");
+        assert_eq!(key(&AccessScope::delete(&repo)), "repository:x/y:delete");
+        assert_eq!(
+            key(&AccessScope::mount(&repo, &from)),
+            "repository:a/b:pull repository:x/y:pull,push"
+        );
+        assert_eq!(key(&AccessScope::registry()), "");
+    }
 
     #[test]
     fn split_at_first_and_last_colon() {

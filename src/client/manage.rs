@@ -1,4 +1,5 @@
-//! Repository management: tag listing (following `Link` pages) and deletes.
+//! Repository management and discovery: tag listing (following `Link` pages), the OCI 1.1
+//! referrers of a manifest, and deletes.
 
 use http::{Method, StatusCode};
 use url::Url;
@@ -6,14 +7,17 @@ use url::Url;
 use super::{status_error, ClientError, Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::digest::Digest;
-use crate::metrics::Op;
+use crate::metrics::{Event, Op};
 use crate::net::transport::HttpRequest;
 use crate::oci::headers::parse_link_next;
+use crate::oci::manifest::{Descriptor, OCI_INDEX};
 use crate::oci::reference::{Reference, Repository};
 
 impl RegistryClient {
     /// `GET /v2/<repo>/tags/list`, following `Link: rel="next"` pages (each page is one
-    /// `tag_list` sample). `page_size` sets `n`.
+    /// `tag_list` sample). `page_size` sets `n`. A registry that sends a full page without
+    /// a `Link` to the next (go-containerregistry's) is asked on with `last=`, and the
+    /// deviation counted (`tag_list_no_link`), so that no tag is silently missed.
     pub async fn tag_list(
         &self,
         repo: &Repository,
@@ -53,14 +57,95 @@ impl RegistryClient {
             }
             .await;
             let (page, next) = self.finish(&m, r).await?;
+            // Exactly `n`: a registry that ignores `n` sends more, and is done.
+            let full = page_size.is_some_and(|n| n > 0 && page.len() as u64 == u64::from(n));
+            let last = page.last().cloned();
+            // A registry that ignores `last` too would send the same page again.
+            let repeated = last.is_some() && tags.last() == last.as_ref();
+            if repeated {
+                return Ok(tags);
+            }
             tags.extend(page);
-            match next {
-                Some(n) => url = n,
-                None => return Ok(tags),
+            match (next, full, last) {
+                (Some(n), _, _) => url = n,
+                (None, true, Some(last)) if !repeated => {
+                    self.inner.recorder.event(Event::TagListNoLink).await;
+                    url.query_pairs_mut()
+                        .clear()
+                        .append_pair("n", &page_size.unwrap_or_default().to_string())
+                        .append_pair("last", &last);
+                }
+                _ => return Ok(tags),
             }
         }
         Err(ClientError::Protocol(format!(
             "tag list did not end after {MAX_PAGES} pages"
+        )))
+    }
+
+    /// `GET /v2/<repo>/referrers/<digest>`: the manifests that name `digest` as their
+    /// `subject` (an OCI image index of descriptors), following `Link` pages. `None` when
+    /// the registry has no referrers API (404; counted as `referrers_unsupported`, not as an
+    /// error).
+    pub async fn referrers(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        ctx: OpCtx,
+    ) -> Result<Option<Vec<Descriptor>>, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Index {
+            #[serde(default)]
+            manifests: Vec<Descriptor>,
+        }
+        const MAX_PAGES: usize = 10_000;
+        let mut url = self.url(&["/v2/", repo.as_str(), "/referrers/", digest.as_str()]);
+        let mut found = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let mut m = Meter::new(Op::Referrers, ctx);
+            let r = async {
+                let mut request = HttpRequest::new(Method::GET, url.clone());
+                request.headers.insert(
+                    http::header::ACCEPT,
+                    http::HeaderValue::from_static(OCI_INDEX),
+                );
+                let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+                m.exchanged(&ex);
+                if ex.response.status == StatusCode::NOT_FOUND {
+                    let _ = ex.response.drain().await;
+                    return Ok(None);
+                }
+                if ex.response.status != StatusCode::OK {
+                    return Err(status_error(ex).await);
+                }
+                let next = ex
+                    .response
+                    .header("link")
+                    .and_then(|l| parse_link_next(l, &url));
+                let body = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
+                m.bytes_received = body.len() as u64;
+                let index: Index = serde_json::from_slice(&body).map_err(|e| {
+                    ClientError::Protocol(format!("referrers answer is not an index: {e}"))
+                })?;
+                Ok(Some((index.manifests, next)))
+            }
+            .await;
+            match self.finish(&m, r).await? {
+                None => {
+                    self.inner.recorder.event(Event::ReferrersUnsupported).await;
+                    return Ok(None);
+                }
+                Some((page, next)) => {
+                    found.extend(page);
+                    match next {
+                        Some(n) => url = n,
+                        None => return Ok(Some(found)),
+                    }
+                }
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "referrers did not end after {MAX_PAGES} pages"
         )))
     }
 
@@ -96,8 +181,7 @@ impl RegistryClient {
         let mut m = Meter::new(op, ctx);
         let r = async {
             let request = HttpRequest::new(Method::DELETE, url);
-            let mut scope = AccessScope::push(repo);
-            scope.push = true;
+            let scope = AccessScope::delete(repo);
             let ex = self.exchange(request, &scope, false).await?;
             m.exchanged(&ex);
             if !matches!(ex.response.status.as_u16(), 200 | 202 | 204) {
@@ -150,6 +234,51 @@ mod tests {
                 .unwrap()
                 .ok,
             3
+        );
+    }
+
+    /// go-containerregistry's registry sends a full page and no `Link`; distribution 2.8
+    /// ignores `n` (tests/compat.rs meets both for real). The rest is asked for with
+    /// `last=`, counted; a page longer than `n`, or one repeated, ends the list.
+    #[tokio::test]
+    async fn full_pages_without_link_are_followed_with_last() {
+        use crate::metrics::Event;
+        let tags = ["a", "b", "c", "d", "e"];
+        let t = ScriptedTransport::new(move |r| {
+            let query: std::collections::HashMap<String, String> =
+                r.url.query_pairs().into_owned().collect();
+            let n: usize = query["n"].parse().unwrap();
+            let from = query
+                .get("last")
+                .map_or(0, |l| tags.iter().position(|t| t == l).unwrap() + 1);
+            let page: Vec<&str> = tags.iter().copied().skip(from).take(n).collect();
+            ScriptedResponse::status(200)
+                .body(serde_json::json!({"name": "a/b", "tags": page}).to_string())
+        });
+        let (c, handle) = client(t.clone());
+        let listed = c
+            .tag_list(&repo(), Some(2), OpCtx::default())
+            .await
+            .unwrap();
+        assert_eq!(listed, tags);
+        drop(c);
+        let agg = handle.finish().await;
+        assert_eq!(agg.events[Event::TagListNoLink.index()], 2);
+
+        // A registry that ignores `n` and `last`: one page, nothing twice.
+        let t = ScriptedTransport::new(move |_| {
+            ScriptedResponse::status(200).body(r#"{"name":"a/b","tags":["x","y"]}"#)
+        });
+        let (c, _h) = client(t.clone());
+        let listed = c
+            .tag_list(&repo(), Some(2), OpCtx::default())
+            .await
+            .unwrap();
+        assert_eq!(listed, ["x", "y"]);
+        assert_eq!(
+            t.requests().len(),
+            2,
+            "asked on once, saw the same page, stopped"
         );
     }
 }

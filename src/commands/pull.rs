@@ -28,6 +28,7 @@ use super::session::{
 };
 use super::ExitStatus;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
+use crate::digest::Digest;
 use crate::metrics::ErrorLog;
 use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
@@ -64,6 +65,11 @@ pub struct PullArgs {
     #[arg(long)]
     pub all_tags: bool,
 
+    /// With --all-tags: tags asked per page of the tag list (`n`).
+    #[arg(long, value_name = "N", default_value = "100", requires = "all_tags",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub tag_page_size: u32,
+
     /// Blob downloads in flight at once.
     #[arg(long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
@@ -71,6 +77,12 @@ pub struct PullArgs {
     /// Do not hash downloaded blobs (bodies are still read to the end).
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Also list each image's referrers (OCI 1.1: signatures, SBOMs, what `push --attach`
+    /// adds) and fetch their manifests. A registry without the referrers API is counted
+    /// (event `referrers_unsupported`), not failed.
+    #[arg(long)]
+    pub referrers: bool,
 
     /// Distributed pull: also fetch blobs from this registry (repeatable or
     /// comma-separated), which must hold the same images. Manifests come from the first
@@ -93,8 +105,8 @@ pub struct PullArgs {
 pub enum PullTargets {
     /// These references.
     References(Vec<String>),
-    /// Every tag the registry lists.
-    AllTags,
+    /// Every tag the registry lists, asked `page_size` at a time.
+    AllTags { page_size: u32 },
 }
 
 /// Validated settings of a pull.
@@ -105,6 +117,8 @@ pub struct PullConfig {
     pub targets: PullTargets,
     pub concurrency: usize,
     pub verify: bool,
+    /// List and fetch each image's referrers (`--referrers`).
+    pub referrers: bool,
     /// Several endpoints: how blobs are spread over them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteKind>,
@@ -118,7 +132,9 @@ impl TryFrom<&PullArgs> for PullConfig {
             anyhow::bail!("--images must be at least 1");
         }
         let targets = if a.all_tags {
-            PullTargets::AllTags
+            PullTargets::AllTags {
+                page_size: a.tag_page_size,
+            }
         } else {
             let refs: Vec<String> = if a.images == 1 {
                 vec![a.tag.clone()]
@@ -145,16 +161,18 @@ impl TryFrom<&PullArgs> for PullConfig {
             targets,
             concurrency: a.concurrency.get(),
             verify: !a.no_verify,
+            referrers: a.referrers,
         })
     }
 }
 
-/// Resolves a reference to an image manifest (through an index if needed) and its blobs.
+/// Resolves a reference to an image manifest (through an index if needed): the manifest
+/// and its digest.
 async fn fetch_image_manifest(
     client: &RegistryClient,
     repo: &Repository,
     reference: &Reference,
-) -> Result<ParsedManifest, ClientError> {
+) -> Result<(ParsedManifest, Digest), ClientError> {
     let fetched = client
         .manifest_get(repo, reference, OpCtx::default())
         .await?;
@@ -163,10 +181,36 @@ async fn fetch_image_manifest(
     if let Some(entry) = parsed.pick_platform() {
         let inner = Reference::Digest(entry.digest.clone());
         let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
-        return ParsedManifest::parse(&fetched.bytes, fetched.media_type())
-            .map_err(ClientError::Protocol);
+        let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
+            .map_err(ClientError::Protocol)?;
+        return Ok((parsed, fetched.digest()));
     }
-    Ok(parsed)
+    Ok((parsed, fetched.digest()))
+}
+
+/// Lists the referrers of the image manifest `subject` and fetches each one's manifest
+/// (verified against its digest). Failures are counted in their own operations.
+async fn pull_referrers(
+    client: &RegistryClient,
+    repo: &Repository,
+    subject: &Digest,
+    errors: &ErrorLog,
+) {
+    match client.referrers(repo, subject, OpCtx::default()).await {
+        Ok(Some(found)) => {
+            for d in found {
+                let reference = Reference::Digest(d.digest.clone());
+                if let Err(e) = client
+                    .manifest_get(repo, &reference, OpCtx::default())
+                    .await
+                {
+                    errors.note(format!("{repo}@{}: referrer: {e}", d.digest));
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => errors.note(format!("{repo}@{subject}: referrers: {e}")),
+    }
 }
 
 /// The clients of a pull (one per endpoint) and how blobs are spread over them.
@@ -177,7 +221,7 @@ struct Sources {
 
 impl Sources {
     /// The client for layer `position` of an image.
-    fn blob(&self, position: usize, digest: &crate::digest::Digest) -> &RegistryClient {
+    fn blob(&self, position: usize, digest: &Digest) -> &RegistryClient {
         if self.clients.len() == 1 {
             return &self.clients[0];
         }
@@ -191,10 +235,12 @@ impl Sources {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn pull_image(
     sources: &Sources,
     repo: &Repository,
     reference: &Reference,
+    referrers: bool,
     permits: &Semaphore,
     shutdown: &Shutdown,
     errors: &ErrorLog,
@@ -206,12 +252,14 @@ async fn pull_image(
     let start = Instant::now();
     let mut received = 0u64;
     let client = &sources.clients[0];
+    let mut subject = None;
     let outcome = match fetch_image_manifest(client, repo, reference).await {
         Err(e) => {
             errors.note(format!("{repo}:{reference}: manifest: {e}"));
             Outcome::Error(e.kind())
         }
-        Ok(manifest) => {
+        Ok((manifest, digest)) => {
+            subject = Some(digest);
             let blobs = manifest.blobs();
             let downloads = blobs.iter().enumerate().map(|(i, d)| async move {
                 let client = sources.blob(i, &d.digest);
@@ -240,6 +288,9 @@ async fn pull_image(
     };
     if outcome == Outcome::Error(ErrorKind::Cancelled) {
         return;
+    }
+    if let (true, Some(subject)) = (referrers, &subject) {
+        pull_referrers(client, repo, subject, errors).await;
     }
     progress.add_done(1);
     if !outcome.is_ok() {
@@ -327,9 +378,9 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         Ok(()) => {
             let references: Result<Vec<String>, ClientError> = match &cfg.targets {
                 PullTargets::References(r) => Ok(r.clone()),
-                PullTargets::AllTags => {
+                PullTargets::AllTags { page_size } => {
                     client
-                        .tag_list(&cfg.repo, Some(100), OpCtx::default())
+                        .tag_list(&cfg.repo, Some(*page_size), OpCtx::default())
                         .await
                 }
             };
@@ -352,7 +403,13 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
                                 (&sources, &cfg, &permits, &shutdown, &errors, &progress);
                             async move {
                                 pull_image(
-                                    sources, &cfg.repo, &reference, permits, shutdown, errors,
+                                    sources,
+                                    &cfg.repo,
+                                    &reference,
+                                    cfg.referrers,
+                                    permits,
+                                    shutdown,
+                                    errors,
                                     progress,
                                 )
                                 .await

@@ -32,7 +32,9 @@ use crate::content::{ContentSpec, DEFAULT_SEED};
 use crate::digest::Digest;
 use crate::metrics::ErrorLog;
 use crate::metrics::{Event, Op, Outcome, Sample, SizeClass, Timing};
-use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
+use crate::oci::manifest::{
+    build_artifact, build_config, build_manifest, Descriptor, ManifestFormat, OCI_MANIFEST,
+};
 use crate::oci::{Reference, Repository, Tag};
 use crate::progress::{Progress, ProgressLine};
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
@@ -77,6 +79,11 @@ pub struct PushArgs {
     #[arg(long)]
     pub single_post: bool,
 
+    /// After each image, push N artifacts that refer to it (OCI 1.1: a manifest whose
+    /// `subject` is the image, e.g. a signature or an SBOM), each of one 512-byte blob.
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_count_u64)]
+    pub attach: u64,
+
     /// Mount each blob from this repository first (cross-repository mount), uploading when
     /// the registry declines. Layers are generated as the ones pushed to that repository.
     #[arg(long, value_name = "NAME")]
@@ -113,6 +120,8 @@ pub struct PushConfig {
     pub concurrency: usize,
     pub manifest_format: ManifestFormat,
     pub seed: u64,
+    /// Artifacts pushed per image, referring to it (`--attach`).
+    pub attach: u64,
 }
 
 impl TryFrom<&PushArgs> for PushConfig {
@@ -145,6 +154,7 @@ impl TryFrom<&PushArgs> for PushConfig {
             concurrency: a.concurrency.get(),
             manifest_format: a.manifest_format.into(),
             seed: a.seed,
+            attach: a.attach,
         })
     }
 }
@@ -237,6 +247,55 @@ async fn push_blob(
         .map(|_| ())
 }
 
+/// What `--attach` pushes.
+pub const ARTIFACT_TYPE: &str = "application/vnd.creb-rs.attachment.v1";
+
+/// Pushes `cfg.attach` artifacts whose `subject` is the image just pushed: the empty
+/// config, one small blob each, and the artifact manifest by digest. Failures are counted
+/// in their own operations; the image's push is already done.
+async fn attach_artifacts(
+    client: &RegistryClient,
+    cfg: &PushConfig,
+    plan: &ImagePlan,
+    subject: &Descriptor,
+    errors: &ErrorLog,
+) {
+    let empty = Bytes::from_static(b"{}");
+    let empty_digest = Digest::sha256_of(&empty);
+    if let Err(e) = push_blob(client, cfg, &empty_digest, &BlobSource::Bytes(empty)).await {
+        errors.note(format!("{}@{empty_digest}: {e}", cfg.repo));
+        return;
+    }
+    for k in 0..cfg.attach {
+        let identity = format!("attach/{}:{}/{k}", cfg.repo, plan.tag);
+        let spec = ContentSpec::new(cfg.seed, identity.as_bytes(), 512);
+        let blob = Descriptor {
+            media_type: "application/octet-stream".to_owned(),
+            digest: spec.digest(),
+            size: spec.size(),
+            platform: None,
+        };
+        if let Err(e) = push_blob(client, cfg, &blob.digest, &BlobSource::Content(spec)).await {
+            errors.note(format!("{}@{}: {e}", cfg.repo, blob.digest));
+            continue;
+        }
+        let manifest = build_artifact(ARTIFACT_TYPE, std::slice::from_ref(&blob), subject);
+        let reference = Reference::Digest(Digest::sha256_of(&manifest));
+        let put = client
+            .manifest_put(
+                &cfg.repo,
+                &reference,
+                manifest,
+                OCI_MANIFEST,
+                OpCtx::default(),
+            )
+            .await;
+        if let Err(e) = put {
+            errors.note(format!("{}@{reference}: artifact: {e}", cfg.repo));
+        }
+    }
+}
+
 /// Pushes image `index`; records the `image_push` session.
 #[allow(clippy::too_many_arguments)]
 async fn push_image(
@@ -310,9 +369,21 @@ async fn push_image(
                 OpCtx::default(),
             )
             .await;
-        if let Err(e) = put {
-            errors.note(format!("{}:{}: manifest: {e}", cfg.repo, plan.tag));
-            outcome = Outcome::Error(e.kind());
+        match put {
+            Err(e) => {
+                errors.note(format!("{}:{}: manifest: {e}", cfg.repo, plan.tag));
+                outcome = Outcome::Error(e.kind());
+            }
+            Ok(digest) if cfg.attach > 0 => {
+                let subject = Descriptor {
+                    media_type: plan.media_type.to_owned(),
+                    digest,
+                    size: plan.manifest.len() as u64,
+                    platform: None,
+                };
+                attach_artifacts(client, cfg, &plan, &subject, errors).await;
+            }
+            Ok(_) => {}
         }
     }
     if matches!(
@@ -424,17 +495,23 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         &summary,
         MetaInput {
             config: summary.config.clone(),
-            dataset: serde_json::json!({
-                "command": "push",
-                "repo": cfg.repo,
-                "tag": cfg.tag,
-                "images": cfg.images,
-                "layers": cfg.layers,
-                "layer_size": cfg.layer_size,
-                "mount_from": cfg.mount_from,
-                "manifest_format": cfg.manifest_format,
-                "seed": cfg.seed,
-            }),
+            dataset: {
+                let mut d = serde_json::json!({
+                    "command": "push",
+                    "repo": cfg.repo,
+                    "tag": cfg.tag,
+                    "images": cfg.images,
+                    "layers": cfg.layers,
+                    "layer_size": cfg.layer_size,
+                    "mount_from": cfg.mount_from,
+                    "manifest_format": cfg.manifest_format,
+                    "seed": cfg.seed,
+                });
+                if cfg.attach > 0 {
+                    d["attach"] = cfg.attach.into();
+                }
+                d
+            },
             anchor: started_at,
             start_at: None,
             actual_start: started_at,

@@ -51,6 +51,7 @@ ops! {
     BlobMount = "blob_mount", Operation;
     BlobDelete = "blob_delete", Operation;
     TagList = "tag_list", Operation;
+    Referrers = "referrers", Operation;
     UploadPost = "upload_post", Request;
     UploadPatch = "upload_patch", Request;
     UploadPut = "upload_put", Request;
@@ -114,10 +115,16 @@ pub enum Event {
     /// A request the server provably never processed (the two above) was sent again on a
     /// fresh connection; it is not an error and not a `--retry`.
     UnprocessedRetry,
+    /// The registry has no referrers API (OCI 1.1): `GET /v2/<name>/referrers/<digest>`
+    /// answered 404. Clients fall back to the referrers tag schema.
+    ReferrersUnsupported,
+    /// A full page of the tag list came without a `Link` to the next; the next was asked
+    /// for with `last=` (a registry's deviation from the spec).
+    TagListNoLink,
 }
 
 impl Event {
-    pub const ALL: [Event; 15] = [
+    pub const ALL: [Event; 17] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -133,6 +140,8 @@ impl Event {
         Event::H2GoAway,
         Event::H2RefusedStream,
         Event::UnprocessedRetry,
+        Event::ReferrersUnsupported,
+        Event::TagListNoLink,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -153,6 +162,8 @@ impl Event {
             Event::H2GoAway => "h2_goaway",
             Event::H2RefusedStream => "h2_refused_stream",
             Event::UnprocessedRetry => "unprocessed_retry",
+            Event::ReferrersUnsupported => "referrers_unsupported",
+            Event::TagListNoLink => "tag_list_no_link",
         }
     }
 

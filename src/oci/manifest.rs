@@ -94,6 +94,42 @@ struct ManifestJson<'a> {
     annotations: BTreeMap<&'static str, String>,
 }
 
+/// The empty config of an OCI 1.1 artifact manifest (`{}`).
+pub const OCI_EMPTY: &str = "application/vnd.oci.empty.v1+json";
+
+/// An OCI 1.1 artifact: an image manifest with an `artifactType`, the empty config, the
+/// artifact's blobs as layers, and a `subject` naming the manifest it refers to (a
+/// signature, an SBOM). Registries with the referrers API list it under the subject.
+pub fn build_artifact(artifact_type: &str, blobs: &[Descriptor], subject: &Descriptor) -> Bytes {
+    #[derive(Serialize)]
+    struct Artifact<'a> {
+        #[serde(rename = "schemaVersion")]
+        schema_version: u32,
+        #[serde(rename = "mediaType")]
+        media_type: &'a str,
+        #[serde(rename = "artifactType")]
+        artifact_type: &'a str,
+        config: Descriptor,
+        layers: &'a [Descriptor],
+        subject: &'a Descriptor,
+    }
+    let empty = Descriptor {
+        media_type: OCI_EMPTY.to_owned(),
+        digest: Digest::sha256_of(b"{}"),
+        size: 2,
+        platform: None,
+    };
+    let m = Artifact {
+        schema_version: 2,
+        media_type: OCI_MANIFEST,
+        artifact_type,
+        config: empty,
+        layers: blobs,
+        subject,
+    };
+    Bytes::from(serde_json::to_vec(&m).unwrap_or_default())
+}
+
 /// Annotation key that pads a manifest to a recorded size.
 pub const PADDING_ANNOTATION: &str = "io.creb-rs.padding";
 

@@ -47,6 +47,12 @@ pub struct RegistryOptions {
     pub tls: Option<TlsFiles>,
     /// Write distribution's JSON access log (one line per request) to the registry log.
     pub access_log: bool,
+    /// Another distribution binary with the same configuration (`registry serve`), e.g.
+    /// distribution v3 from [`tool`]; default `docker-registry` (or `CREB_REGISTRY_BIN`).
+    pub binary: Option<PathBuf>,
+    /// Store blobs here instead of the registry's own temporary directory (e.g. a
+    /// directory another server serves, for redirects).
+    pub storage_root: Option<PathBuf>,
 }
 
 /// A PEM certificate and its private key.
@@ -62,16 +68,18 @@ pub struct Registry {
     pub port: u16,
     pub url: String,
     dir: TempDir,
+    binary: PathBuf,
+    storage_root: Option<PathBuf>,
 }
 
-fn spawn_registry(dir: &Path) -> Child {
+fn spawn_registry(dir: &Path, binary: &Path) -> Child {
     let config = dir.join("config.yml");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("registry.log"))
         .expect("log file");
-    Command::new(registry_binary())
+    Command::new(binary)
         .arg("serve")
         .arg(&config)
         .stdin(Stdio::null())
@@ -81,13 +89,47 @@ fn spawn_registry(dir: &Path) -> Child {
         .unwrap_or_else(|e| {
             panic!(
                 "cannot start {} ({e}); install Debian's docker-registry or set CREB_REGISTRY_BIN",
-                registry_binary()
+                binary.display()
             )
         })
 }
 
-fn registry_binary() -> String {
-    std::env::var("CREB_REGISTRY_BIN").unwrap_or_else(|_| "docker-registry".into())
+fn registry_binary() -> PathBuf {
+    std::env::var("CREB_REGISTRY_BIN")
+        .unwrap_or_else(|_| "docker-registry".into())
+        .into()
+}
+
+/// A registry binary scripts/setup installs with `go install` (`registry`, `crane`) in
+/// `$CREB_TOOLS/bin` (default `~/.cache/creb-rs/tools/bin`), if it is there.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("CREB_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/creb-rs/tools"))
+        })?;
+    let path = root.join("bin").join(name);
+    path.is_file().then_some(path)
+}
+
+/// What `binary --version` (or `crane version`) prints, trimmed to the version.
+pub fn tool_version(binary: &Path, args: &[&str]) -> String {
+    let out = Command::new(binary)
+        .args(args)
+        .output()
+        .expect("run the registry binary");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // `registry github.com/distribution/distribution/v3 v3.1.2+unknown`,
+    // `docker-registry github.com/docker/distribution 2.8.2+ds1`, `v0.22.1`.
+    text.split_whitespace()
+        .map(|w| w.split('+').next().unwrap_or(w))
+        .find(|w| {
+            let digits = w.strip_prefix('v').unwrap_or(w);
+            digits.starts_with(|c: char| c.is_ascii_digit()) && digits.contains('.')
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| text.trim().to_owned())
 }
 
 /// A port that was free a moment ago.
@@ -126,7 +168,11 @@ fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
          storage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\n  \
          maintenance:\n    uploadpurging:\n      enabled: false\n\
          http:\n  addr: 127.0.0.1:{port}\n  secret: creb-rs-test-http-secret\n",
-        root = dir.join("data").display(),
+        root = options
+            .storage_root
+            .clone()
+            .unwrap_or_else(|| dir.join("data"))
+            .display(),
     );
     if let Some(base) = &options.redirect_base {
         yaml.push_str(&format!(
@@ -189,7 +235,8 @@ impl Registry {
             let port = free_port();
             let config = dir.path().join("config.yml");
             std::fs::write(&config, config_yaml(dir.path(), port, &options)).expect("write config");
-            let mut child = spawn_registry(dir.path());
+            let binary = options.binary.clone().unwrap_or_else(registry_binary);
+            let mut child = spawn_registry(dir.path(), &binary);
             let deadline = Instant::now() + Duration::from_secs(15);
             loop {
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -203,6 +250,8 @@ impl Registry {
                         port,
                         url: format!("{scheme}://127.0.0.1:{port}"),
                         dir,
+                        binary,
+                        storage_root: options.storage_root.clone(),
                     };
                 }
                 if let Ok(Some(status)) = child.try_wait() {
@@ -226,7 +275,9 @@ impl Registry {
 
     /// The storage root (`<root>/docker/registry/v2/...`).
     pub fn storage_root(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.storage_root
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// The file that holds a blob's bytes.
@@ -350,7 +401,7 @@ impl Registry {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            self.child = spawn_registry(self.dir.path());
+            self.child = spawn_registry(self.dir.path(), &self.binary);
             loop {
                 if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                     return;
@@ -376,6 +427,59 @@ impl Registry {
 }
 
 impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// go-containerregistry's registry (`crane registry serve`) on 127.0.0.1 with its blobs on
+/// disk, killed when dropped.
+pub struct GgcrRegistry {
+    child: Child,
+    pub url: String,
+    _dir: TempDir,
+}
+
+impl GgcrRegistry {
+    pub fn start(crane: &Path) -> GgcrRegistry {
+        let dir = TempDir::new().expect("temp dir");
+        let port = free_port();
+        // The directory must exist, or every upload answers 500.
+        let disk = dir.path().join("blobs");
+        std::fs::create_dir_all(&disk).unwrap();
+        let log = std::fs::File::create(dir.path().join("crane.log")).unwrap();
+        let mut child = Command::new(crane)
+            .args([
+                "registry",
+                "serve",
+                "--address",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--disk")
+            .arg(&disk)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start crane registry serve");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("crane registry exited with {status}");
+            }
+            assert!(Instant::now() < deadline, "crane registry did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        GgcrRegistry {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for GgcrRegistry {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -1,0 +1,10 @@
+# The registries the compatibility suite runs besides Debian's docker-registry, pinned, and
+# where scripts/setup installs them (`go install` from the Go module proxy). Sourced by
+# scripts/setup; the tests read the same directory (CREB_TOOLS, default below).
+CREB_TOOLS="${CREB_TOOLS:-$HOME/.cache/creb-rs/tools}"
+# CNCF distribution v3: `registry serve config.yml`.
+DISTRIBUTION_MODULE=github.com/distribution/distribution/v3/cmd/registry
+DISTRIBUTION_VERSION=v3.1.2
+# go-containerregistry: `crane registry serve --address ADDR --disk DIR`.
+GGCR_MODULE=github.com/google/go-containerregistry/cmd/crane
+GGCR_VERSION=v0.22.1
