@@ -1,5 +1,5 @@
 # Entry points; each is a script in scripts/ so CI and people run the same thing.
-.PHONY: setup demo test release bench
+.PHONY: setup demo test release dist bench
 
 setup:
 	scripts/setup
@@ -12,6 +12,9 @@ test:
 
 release:
 	cargo build --release --locked --target x86_64-unknown-linux-musl
+
+dist:
+	scripts/dist
 
 bench:
 	cargo bench

@@ -30,6 +30,7 @@ fn sim(args: &[&str]) -> SimulateArgs {
         .unwrap_or_else(|e| panic!("{e}"));
     SimulateArgs {
         command: parsed.command,
+        quiet: false,
     }
 }
 

@@ -237,6 +237,7 @@ async fn stats_runs_from_the_command_line() {
     ] {
         let status = run(creb::commands::trace::TraceArgs {
             command: command(&args),
+            quiet: false,
         })
         .await
         .unwrap();

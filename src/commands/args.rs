@@ -190,11 +190,11 @@ pub struct OutputArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Print nothing on stdout (results still go to --output-dir).
-    #[arg(long, short, conflicts_with = "json")]
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
     pub quiet: bool,
 
-    /// Exit 1 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s',
+    /// Exit 3 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s',
     /// 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms'.
     #[arg(long, value_name = "EXPR")]
     pub fail_if: Vec<String>,

@@ -23,6 +23,9 @@ pub struct CompareArgs {
     /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 /// Runs `creb-rs compare`.
@@ -30,6 +33,9 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
     let a = load(&args.a)?;
     let b = load(&args.b)?;
     let comparison = compare(&a, &b, args.force)?;
+    if args.quiet {
+        return Ok(ExitStatus::Success);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {

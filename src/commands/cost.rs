@@ -45,6 +45,10 @@ pub struct CostArgs {
     /// Skip invalid trace records (counted) instead of failing.
     #[arg(long)]
     pub skip_invalid: bool,
+
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 fn parse_months(s: &str) -> Result<f64, String> {
@@ -69,10 +73,13 @@ pub fn compute(args: &CostArgs) -> anyhow::Result<Estimate> {
 
 /// Runs `cost`; prints the breakdown on stdout.
 pub async fn run(args: CostArgs) -> anyhow::Result<ExitStatus> {
-    let json = args.json;
+    let (json, quiet) = (args.json, args.quiet);
     let estimate = tokio::task::spawn_blocking(move || compute(&args))
         .await
         .context("the cost thread failed")??;
+    if quiet {
+        return Ok(ExitStatus::Success);
+    }
     if json {
         let mut s =
             serde_json::to_string_pretty(&estimate).context("cannot serialise the estimate")?;

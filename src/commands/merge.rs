@@ -30,8 +30,8 @@ pub struct MergeArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Print nothing.
-    #[arg(long, short, conflicts_with = "json")]
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
     pub quiet: bool,
 }
 

@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod session;
+pub mod shell;
 pub mod simulate;
 mod status;
 pub mod trace;
@@ -38,7 +39,8 @@ pub use status::ExitStatus;
     name = "creb-rs",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_long_help = EXIT_STATUSES
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -48,6 +50,16 @@ pub struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
+    /// Print nothing on success: no table on stdout, no progress or notes on stderr (errors
+    /// still go to stderr; results still go to --output-dir; the exit status tells).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// Colour on stderr: `auto` (when it is a terminal and NO_COLOR is not set), `always`,
+    /// `never`. Results and tables never carry colour.
+    #[arg(long, value_enum, value_name = "WHEN", global = true, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+
     /// Worker threads of the async runtime that sends the requests. Default: one per core
     /// the process may use; half of them (at least one) when every registry endpoint is on
     /// loopback, since the registry under test then shares the machine.
@@ -56,7 +68,61 @@ pub struct Cli {
     pub threads: Option<u16>,
 }
 
+/// The exit statuses, the same for every command (`--help`, the manual page, docs/cli.md).
+pub const EXIT_STATUSES: &str = "\
+Exit status (every command):
+  0    completed
+  1    completed, but an operation failed, or a validity check failed with --strict
+  2    usage, configuration or I/O error (nothing was measured, or the registry was unusable)
+  3    completed, but a --fail-if threshold held
+  130  interrupted by Ctrl-C (SIGINT); results written and marked interrupted
+  143  terminated (SIGTERM); results written and marked interrupted";
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorArg {
+    /// Whether stderr gets colour: `auto` asks whether it is a terminal and whether the
+    /// `NO_COLOR` convention (<https://no-color.org>) is in force.
+    pub fn enabled(self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => {
+                std::io::stderr().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+            }
+        }
+    }
+}
+
 impl Cli {
+    /// The command, with the global flags given to it (`--quiet` anywhere on the line).
+    pub fn into_command(self) -> Command {
+        let mut command = self.command;
+        let quiet = self.quiet;
+        match &mut command {
+            Command::Push(a) => a.output.quiet |= quiet,
+            Command::Pull(a) => a.output.quiet |= quiet,
+            Command::Replay(a) => a.output.quiet |= quiet,
+            Command::Merge(a) => a.quiet |= quiet,
+            Command::Report(a) => a.quiet |= quiet,
+            Command::Compare(a) => a.quiet |= quiet,
+            Command::Trace(a) => a.quiet |= quiet,
+            Command::Simulate(a) => a.quiet |= quiet,
+            Command::Cost(a) => a.quiet |= quiet,
+            Command::Run(a) => a.quiet |= quiet,
+            Command::Completions(_) | Command::Man(_) => {}
+        }
+        command
+    }
+
     /// The runtime's worker threads: `--threads`, else half the `cores` (at least one) when
     /// every endpoint the command names is on loopback, else `None` (tokio's default, one
     /// per core).
@@ -94,6 +160,10 @@ pub enum Command {
     /// Run the experiments of a TOML file against its registries, in rounds (--every,
     /// --repeat), resumable (--resume), with a combined comparison (CSV and HTML).
     Run(run::RunArgs),
+    /// Print the shell completion script for bash, zsh, fish or powershell.
+    Completions(shell::CompletionsArgs),
+    /// Print the manual page (roff), or write one per command into a directory.
+    Man(shell::ManArgs),
 }
 
 impl Command {
@@ -142,6 +212,7 @@ pub fn main_with(cli: Cli) -> u8 {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(cli.color.enabled())
         .init();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -166,7 +237,7 @@ pub fn main_with(cli: Cli) -> u8 {
 /// Like [`run()`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
-    let result = match cli.command {
+    let result = match cli.into_command() {
         Command::Push(args) => on_worker(push::run(args, shutdown)).await,
         Command::Pull(args) => on_worker(pull::run(args, shutdown)).await,
         Command::Replay(args) => on_worker(replay::run(args, shutdown)).await,
@@ -177,6 +248,8 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Cost(args) => cost::run(args).await,
         Command::Run(args) => on_worker(run::run(args, shutdown)).await,
+        Command::Completions(args) => shell::completions(&args),
+        Command::Man(args) => shell::man(&args),
     };
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,

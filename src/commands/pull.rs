@@ -495,5 +495,5 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    finish(&run, &args.output, &thresholds, fatal, &errors)
+    finish(run, &args.output, &thresholds, fatal, &errors)
 }

@@ -526,7 +526,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    finish(&run, &args.output, &thresholds, preflight.err(), &errors)
+    finish(run, &args.output, &thresholds, preflight.err(), &errors)
 }
 
 #[cfg(test)]

@@ -34,6 +34,14 @@ pub struct ReportArgs {
     /// Also write every chart of the HTML report to DIR, as SVG and as PNG (for papers).
     #[arg(long, value_name = "DIR")]
     pub charts: Option<PathBuf>,
+
+    /// The summary JSON on stdout (the same as `--format json`).
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 /// Runs `creb-rs report`.
@@ -41,13 +49,16 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let set = load(&args.dir)?;
     if let Some(dir) = &args.charts {
         let files = crate::report::html::write_charts(&set, dir)?;
-        eprintln!(
-            "creb-rs: wrote {} chart files to {}",
-            files.len(),
-            dir.display()
-        );
+        if !args.quiet {
+            eprintln!(
+                "creb-rs: wrote {} chart files to {}",
+                files.len(),
+                dir.display()
+            );
+        }
     }
-    let text = match args.format {
+    let format = if args.json { Format::Json } else { args.format };
+    let text = match format {
         Format::Text => {
             let mut t = String::new();
             if !set.meta.hosts.is_empty() {
@@ -67,13 +78,16 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 .unwrap_or_else(|| args.dir.join("report.html"));
             std::fs::write(&path, page)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            eprintln!("creb-rs: wrote {}", path.display());
+            if !args.quiet {
+                eprintln!("creb-rs: wrote {}", path.display());
+            }
             return Ok(ExitStatus::Success);
         }
     };
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None if args.quiet => {}
         None => print!("{text}"),
     }
     Ok(ExitStatus::Success)

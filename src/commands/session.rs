@@ -23,7 +23,7 @@ use crate::net::{build_transport, TransportConfig};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::store::EndpointLink;
-use crate::results::thresholds::{check, parse_all, Threshold};
+use crate::results::thresholds::{parse_all, report, verdicts, Threshold, ThresholdVerdict};
 use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
 
 /// Validated registry settings.
@@ -141,6 +141,7 @@ impl RegistryConfig {
         let (creds, info) = credentials::resolve(&self.credentials, &self.base)
             .await
             .with_context(|| format!("credentials for {}", self.display()))?;
+        tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
         let transport: Arc<dyn Transport> = build_transport(transport)?;
@@ -210,7 +211,10 @@ impl RegistryConfig {
 pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), String> {
     let anonymous = connection.credentials.source == "anonymous";
     match connection.client.ping(OpCtx::default()).await {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            tracing::info!(registry, "the registry answers GET /v2/");
+            Ok(())
+        }
         Err(ClientError::Auth(e)) => Err(format!("{registry}: {e}")),
         Err(e @ ClientError::Status { status: 401, .. }) if anonymous => Err(format!(
             "{registry} requires credentials ({e}): give --username with --password-stdin or --password-cmd, or log in with docker"
@@ -294,6 +298,7 @@ pub fn publish(
             }
             return Err(e);
         }
+        tracing::info!(dir = %dir.display(), "results written");
     }
     if output.json {
         println!(
@@ -315,13 +320,14 @@ pub fn thresholds(output: &OutputArgs) -> anyhow::Result<Vec<Threshold>> {
 /// Ends a synthetic workload: writes the results, then either the one line that says why
 /// the registry could not be used (exit 2, no table), or the run's status.
 pub fn finish(
-    run: &Finished,
+    mut run: Finished,
     output: &OutputArgs,
     thresholds: &[Threshold],
     fatal: Option<String>,
     errors: &ErrorLog,
 ) -> anyhow::Result<ExitStatus> {
-    publish(run, output, output.output_dir.as_deref(), fatal.is_none())?;
+    let slow = judge(&mut run, thresholds);
+    publish(&run, output, output.output_dir.as_deref(), fatal.is_none())?;
     if let Some(message) = fatal {
         eprintln!("creb-rs: error: {message}");
         return Ok(ExitStatus::Usage);
@@ -329,15 +335,24 @@ pub fn finish(
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
     }
-    let failed = check(thresholds, &run.summary, &run.aggregator.table);
+    let slow = report(&slow);
     Ok(if run.summary.interrupted {
         ExitStatus::Interrupted
-    } else if failed || run.summary.totals.errors > 0 {
+    } else if run.summary.totals.errors > 0 {
         // Push and pull are functional: a failed operation leaves an image incomplete.
         ExitStatus::Failed
+    } else if slow {
+        ExitStatus::ThresholdFailed
     } else {
         ExitStatus::Success
     })
+}
+
+/// Evaluates the `--fail-if` thresholds on a finished run and records every verdict in its
+/// summary (before it is written); the verdicts, for [`report`].
+pub fn judge(run: &mut Finished, thresholds: &[Threshold]) -> Vec<ThresholdVerdict> {
+    run.summary.thresholds = verdicts(thresholds, &run.summary, &run.aggregator.table);
+    run.summary.thresholds.clone()
 }
 
 #[cfg(test)]

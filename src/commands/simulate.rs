@@ -20,6 +20,9 @@ use crate::units::{parse_duration, ByteSize};
 pub struct SimulateArgs {
     #[command(subcommand)]
     pub command: SimulateCommand,
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -140,10 +143,13 @@ pub fn prefetch_configs(args: &PrefetchArgs) -> Vec<PrefetchConfig> {
 
 /// Runs `simulate`; prints the result on stdout.
 pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitStatus> {
+    let quiet = args.quiet;
     let text = tokio::task::spawn_blocking(move || render(args))
         .await
         .context("the simulation thread failed")??;
-    print!("{text}");
+    if !quiet {
+        print!("{text}");
+    }
     Ok(ExitStatus::Success)
 }
 

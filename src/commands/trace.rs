@@ -32,6 +32,9 @@ use crate::units::{grouped, parse_count, parse_duration};
 pub struct TraceArgs {
     #[command(subcommand)]
     pub command: TraceCommand,
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -141,6 +144,10 @@ pub struct SampleArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration,
           required_if_eq("method", "stable-window"))]
     pub window: Option<Duration>,
+
+    /// Print what was written as JSON on stdout instead of a line on stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl TryFrom<&SampleArgs> for SampleMethod {
@@ -237,6 +244,10 @@ pub struct SynthArgs {
     /// fits a small test registry.
     #[arg(long, value_name = "SIZE")]
     pub max_object_size: Option<crate::units::ByteSize>,
+
+    /// Print what was written as JSON on stdout instead of a line on stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `--profile`: the names of [`Profile`].
@@ -276,6 +287,10 @@ pub struct ValidateArgs {
     /// Report every invalid record instead of stopping at the first problem.
     #[arg(long)]
     pub all: bool,
+
+    /// Print the verdict as JSON on stdout (problems included) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_top(s: &str) -> Result<usize, String> {
@@ -302,7 +317,8 @@ fn parse_time(s: &str) -> Result<i64, String> {
 
 /// Runs a `trace` command; the file work happens on the blocking pool.
 pub async fn run(args: TraceArgs) -> anyhow::Result<ExitStatus> {
-    tokio::task::spawn_blocking(move || run_blocking(args.command))
+    let quiet = args.quiet;
+    tokio::task::spawn_blocking(move || run_blocking_with(args.command, quiet))
         .await
         .context("the trace command stopped unexpectedly")?
 }
@@ -313,15 +329,49 @@ fn resolve(paths: &[PathBuf]) -> anyhow::Result<TraceInput> {
 
 /// The same command, on the calling thread.
 pub fn run_blocking(command: TraceCommand) -> anyhow::Result<ExitStatus> {
+    run_blocking_with(command, false)
+}
+
+/// [`run_blocking`], printing nothing on success when `quiet`.
+pub fn run_blocking_with(command: TraceCommand, quiet: bool) -> anyhow::Result<ExitStatus> {
+    let out = Out { quiet };
     match command {
-        TraceCommand::Stats(a) => run_stats(&a),
-        TraceCommand::Sample(a) => run_sample(&a),
-        TraceCommand::Synth(a) => run_synth(&a),
-        TraceCommand::Validate(a) => run_validate(&a),
+        TraceCommand::Stats(a) => run_stats(&a, out),
+        TraceCommand::Sample(a) => run_sample(&a, out),
+        TraceCommand::Synth(a) => run_synth(&a, out),
+        TraceCommand::Validate(a) => run_validate(&a, out),
     }
 }
 
-fn run_stats(a: &StatsArgs) -> anyhow::Result<ExitStatus> {
+/// Where a trace command's report goes: nothing with `--quiet`; with `--json` one JSON
+/// document on stdout; else text on stdout and notes on stderr.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    quiet: bool,
+}
+
+impl Out {
+    fn json(self, value: &impl serde::Serialize) -> anyhow::Result<()> {
+        if !self.quiet {
+            println!("{}", serde_json::to_string_pretty(value)?);
+        }
+        Ok(())
+    }
+
+    fn text(self, text: &str) {
+        if !self.quiet {
+            print!("{text}");
+        }
+    }
+
+    fn note(self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
+}
+
+fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let input = resolve(&a.traces)?;
     let opts = StatsOptions {
         top: a.top,
@@ -331,15 +381,15 @@ fn run_stats(a: &StatsArgs) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let stats = compute_stats(&input, &opts)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        out.json(&stats)?;
     } else {
-        print!("{}", render_text(&stats));
+        out.text(&render_text(&stats));
+        out.note(&format!(
+            "trace stats: {} records in {:.2}s",
+            grouped(stats.records),
+            started.elapsed().as_secs_f64()
+        ));
     }
-    eprintln!(
-        "trace stats: {} records in {:.2}s",
-        grouped(stats.records),
-        started.elapsed().as_secs_f64()
-    );
     Ok(ExitStatus::Success)
 }
 
@@ -358,16 +408,29 @@ fn check_not_an_input(out: &Path, input: &TraceInput) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_sample(a: &SampleArgs) -> anyhow::Result<ExitStatus> {
+fn run_sample(a: &SampleArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let method = SampleMethod::try_from(a)?;
     let input = resolve(&a.traces)?;
     check_not_an_input(&a.out, &input)?;
     let report = sample_trace(&input, &method, &a.out)?;
+    if a.json {
+        out.json(&serde_json::json!({
+            "method": method.name(),
+            "selection": report.selection,
+            "out": a.out,
+            "read": report.read,
+            "written": report.written,
+            "invalid": report.invalid,
+            "first": report.first_ms.map(format_ms),
+            "last": report.last_ms.map(format_ms),
+        }))?;
+        return Ok(ExitStatus::Success);
+    }
     let range = match (report.first_ms, report.last_ms) {
         (Some(f), Some(l)) => format!(" ({} .. {})", format_ms(f), format_ms(l)),
         _ => String::new(),
     };
-    eprintln!(
+    out.note(&format!(
         "trace sample ({}): {}\n  wrote {} records{range} to {}{}",
         method.name(),
         report.selection,
@@ -378,11 +441,11 @@ fn run_sample(a: &SampleArgs) -> anyhow::Result<ExitStatus> {
         } else {
             String::new()
         }
-    );
+    ));
     Ok(ExitStatus::Success)
 }
 
-fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
+fn run_synth(a: &SynthArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let length = match (a.requests, a.duration) {
         (Some(n), None) => SynthLength::Requests(n),
         (None, Some(d)) => SynthLength::Duration(d),
@@ -406,7 +469,22 @@ fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
     let written = write_file_iter(&a.out, records)
         .with_context(|| format!("{}: cannot write", a.out.display()))?;
     let s = generator.stats();
-    eprintln!(
+    if a.json {
+        out.json(&serde_json::json!({
+            "profile": Profile::from(a.profile),
+            "seed": a.seed,
+            "out": a.out,
+            "written": written,
+            "first": first.map(format_ms),
+            "last": last.map(format_ms),
+            "pulls": s.pulls,
+            "pushes": s.pushes,
+            "duplicates": s.duplicates,
+            "failed_in_trace": s.failed,
+        }))?;
+        return Ok(ExitStatus::Success);
+    }
+    out.note(&format!(
         "trace synth ({} profile, seed {}): wrote {} records{} to {} in {:.2}s \
          ({} pulls, {} pushes, {} duplicates, {} failed in the original)",
         Profile::from(a.profile),
@@ -422,13 +500,31 @@ fn run_synth(a: &SynthArgs) -> anyhow::Result<ExitStatus> {
         grouped(s.pushes),
         grouped(s.duplicates),
         grouped(s.failed),
-    );
+    ));
     Ok(ExitStatus::Success)
 }
 
-fn run_validate(a: &ValidateArgs) -> anyhow::Result<ExitStatus> {
+fn run_validate(a: &ValidateArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let input = resolve(&a.traces)?;
     let v = validate_trace(&input, a.all);
+    if a.json {
+        out.json(&serde_json::json!({
+            "valid": v.is_ok(),
+            "files": v.files,
+            "records": v.records,
+            "duplicates": v.duplicates,
+            "failed_in_trace": v.failed_in_trace,
+            "out_of_order": v.out_of_order,
+            "first": v.first_ms.map(format_ms),
+            "last": v.last_ms.map(format_ms),
+            "problems": v.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }))?;
+        return Ok(if v.is_ok() {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Usage
+        });
+    }
     if !v.is_ok() {
         for problem in &v.problems {
             eprintln!("{problem}");
@@ -448,8 +544,8 @@ fn run_validate(a: &ValidateArgs) -> anyhow::Result<ExitStatus> {
         );
         return Ok(ExitStatus::Usage);
     }
-    println!(
-        "OK: {} records in {} file{}{} ({} duplicates, {} failed in the original, {} out of order)",
+    out.text(&format!(
+        "OK: {} records in {} file{}{} ({} duplicates, {} failed in the original, {} out of order)\n",
         grouped(v.records),
         v.files,
         if v.files == 1 { "" } else { "s" },
@@ -460,6 +556,6 @@ fn run_validate(a: &ValidateArgs) -> anyhow::Result<ExitStatus> {
         grouped(v.duplicates),
         grouped(v.failed_in_trace),
         grouped(v.out_of_order),
-    );
+    ));
     Ok(ExitStatus::Success)
 }

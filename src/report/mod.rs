@@ -195,6 +195,19 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
     for w in &summary.warnings {
         let _ = writeln!(out, "warning [{}]: {}", w.kind, w.message);
     }
+    for t in &summary.thresholds {
+        let verdict = match t.verdict.as_str() {
+            "held" => "HELD (fails the run)",
+            "clear" => "clear",
+            _ => "not checked (nothing measured)",
+        };
+        let measured = t.measured.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            out,
+            "threshold '{}': {verdict}, measured {measured}",
+            t.expression
+        );
+    }
     out
 }
 

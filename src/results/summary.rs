@@ -194,6 +194,9 @@ pub struct Summary {
     /// `endpoint_down`, the one it was meant for), so the counts add up to the totals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<BTreeMap<String, EndpointSummary>>,
+    /// Every `--fail-if` and how it came out, in the order given (absent without any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<super::thresholds::ThresholdVerdict>,
 }
 
 /// One endpoint of a run over several.
@@ -396,6 +399,7 @@ impl Summary {
             histograms: HistogramInfo::current(),
             config: info.config,
             endpoints: None,
+            thresholds: Vec::new(),
         }
     }
 

@@ -369,18 +369,65 @@ impl fmt::Display for Threshold {
     }
 }
 
-/// Evaluates every threshold; prints the ones that hold (and those without data) on
-/// stderr; returns whether any holds.
-pub fn check(thresholds: &[Threshold], summary: &Summary, table: &StatsTable) -> bool {
-    let mut failed = false;
-    for t in thresholds {
-        match t.evaluate(summary, table) {
-            Verdict::Holds(v) => {
-                failed = true;
-                eprintln!("creb-rs: --fail-if '{t}' holds: measured {}", t.show(v));
+/// The verdict of one `--fail-if`, as `summary.json` records it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThresholdVerdict {
+    /// The expression as given.
+    pub expression: String,
+    /// What was measured (ms for latencies, a share for error rates), absent when nothing
+    /// was.
+    pub value: Option<f64>,
+    /// The measured value with its unit, for people.
+    pub measured: Option<String>,
+    /// `held` (the run fails), `clear`, or `no_data` (not checked).
+    pub verdict: String,
+}
+
+impl ThresholdVerdict {
+    pub fn held(&self) -> bool {
+        self.verdict == "held"
+    }
+}
+
+/// Evaluates every threshold, in order.
+pub fn verdicts(
+    thresholds: &[Threshold],
+    summary: &Summary,
+    table: &StatsTable,
+) -> Vec<ThresholdVerdict> {
+    thresholds
+        .iter()
+        .map(|t| {
+            let (value, verdict) = match t.evaluate(summary, table) {
+                Verdict::Holds(v) => (Some(v), "held"),
+                Verdict::Clear(v) => (Some(v), "clear"),
+                Verdict::NoData => (None, "no_data"),
+            };
+            ThresholdVerdict {
+                expression: t.to_string(),
+                value,
+                measured: value.map(|v| t.show(v)),
+                verdict: verdict.into(),
             }
-            Verdict::NoData => eprintln!("creb-rs: --fail-if '{t}': nothing measured, not checked"),
-            Verdict::Clear(_) => {}
+        })
+        .collect()
+}
+
+/// Prints the verdicts that fail the run (and those without data) on stderr; returns
+/// whether any holds.
+pub fn report(verdicts: &[ThresholdVerdict]) -> bool {
+    let mut failed = false;
+    for v in verdicts {
+        match (v.verdict.as_str(), &v.measured) {
+            ("held", Some(m)) => {
+                failed = true;
+                eprintln!("creb-rs: --fail-if '{}' holds: measured {m}", v.expression);
+            }
+            ("no_data", _) => eprintln!(
+                "creb-rs: --fail-if '{}': nothing measured, not checked",
+                v.expression
+            ),
+            _ => {}
         }
     }
     failed
@@ -454,6 +501,7 @@ mod tests {
             histograms: HistogramInfo::current(),
             config: serde_json::json!({}),
             endpoints: None,
+            thresholds: Vec::new(),
         }
     }
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::validity::{validity_warnings, warn};
 use super::{clients_for, endpoint_summaries, shard_of, Context, ReplayConfig};
 use crate::client::RegistryClient;
-use crate::commands::session::{config_json, endpoint_links, publish, Finished};
+use crate::commands::session::{config_json, endpoint_links, judge, publish, Finished};
 use crate::commands::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
 use crate::exec::pacer::wait_for_anchor;
@@ -25,7 +25,7 @@ use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::{self, Progress, ProgressLine};
 use crate::results::summary::Checks;
-use crate::results::thresholds::check;
+use crate::results::thresholds::report;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
 use crate::trace::{Spool, TraceInput, TraceReader};
@@ -241,14 +241,15 @@ pub(super) async fn run_phase(
             .zip(connections.iter().map(|c| &c.client))
             .collect::<Vec<_>>(),
     );
-    let finished = Finished {
+    let mut finished = Finished {
         summary,
         aggregator,
         meta,
     };
+    let verdicts = judge(&mut finished, thresholds);
     publish(&finished, &args.output, output.dir.as_deref(), true)?;
     let summary = &finished.summary;
-    let failed = check(thresholds, summary, &finished.aggregator.table);
+    let slow = report(&verdicts);
     if let Some(e) = planner_error {
         eprintln!("creb-rs: error: {e:#}");
         return Ok(ExitStatus::Usage);
@@ -261,8 +262,10 @@ pub(super) async fn run_phase(
     }
     Ok(if summary.interrupted {
         ExitStatus::Interrupted
-    } else if failed || (cfg.strict && !summary.warnings.is_empty()) {
+    } else if cfg.strict && !summary.warnings.is_empty() {
         ExitStatus::Failed
+    } else if slow {
+        ExitStatus::ThresholdFailed
     } else {
         ExitStatus::Success
     })

@@ -31,7 +31,7 @@ use super::validity::warn;
 use super::{clients_for, endpoint_summaries, shard_of, Context, Phase};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
 use crate::commands::args::OutputArgs;
-use crate::commands::session::{config_json, endpoint_links, publish, Finished};
+use crate::commands::session::{config_json, endpoint_links, judge, publish, Finished};
 use crate::commands::ExitStatus;
 use crate::digest::{Digest, Sha256Sum};
 use crate::metrics::{ErrorLog, Event};
@@ -43,7 +43,7 @@ use crate::plan::{
     manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming, ShardSpec,
 };
 use crate::progress::{self, Progress, ProgressLine};
-use crate::results::thresholds::check;
+use crate::results::thresholds;
 use crate::results::{Meta, MetaInput, RunInfo, Summary};
 use crate::route::{Object, Router};
 use crate::shutdown::Shutdown;
@@ -468,10 +468,16 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
             .zip(connections.iter().map(|c| &c.client))
             .collect::<Vec<_>>(),
     );
-    let finished = Finished {
+    let mut finished = Finished {
         summary,
         aggregator,
         meta,
+    };
+    // Thresholds judge the phase whose results are the command's: prewarm's only alone.
+    let verdicts = if cfg.phase == Phase::Prewarm {
+        judge(&mut finished, context.thresholds)
+    } else {
+        Vec::new()
     };
     // With --phase all the run's results are the ones printed as JSON.
     let shown = OutputArgs {
@@ -491,17 +497,11 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
             report.failed
         );
     }
+    let slow = thresholds::report(&verdicts);
     if report.failed > 0 {
         exit = ExitStatus::Failed;
-    }
-    if cfg.phase == Phase::Prewarm
-        && check(
-            context.thresholds,
-            &finished.summary,
-            &finished.aggregator.table,
-        )
-    {
-        exit = ExitStatus::Failed;
+    } else if slow {
+        exit = ExitStatus::ThresholdFailed;
     }
     Ok(exit)
 }

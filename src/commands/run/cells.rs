@@ -272,7 +272,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         .try_get_matches_from(full)
         .map_err(|e| clap_message(&e))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| clap_message(&e))?;
-    Ok(cli.command)
+    Ok(cli.into_command())
 }
 
 /// The first line of a clap error, without its `error: ` prefix.

@@ -26,7 +26,7 @@ pub enum CellStatus {
     Running,
     /// Completed, exit 0.
     Ok,
-    /// Completed with a result, but an operation or a `--fail-if` check failed (exit 1).
+    /// Completed with a result, but an operation or a `--fail-if` check failed (exit 1 or 3).
     Failed,
     /// No usable result: unreachable registry, refused credentials, bad configuration.
     Error,

@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// Print the run's cells as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// `--quiet` (a global flag).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 fn now_rfc3339() -> String {
@@ -235,10 +239,14 @@ struct Runner<'a> {
     cleanup: bool,
     /// Cells run by this invocation that ended failed or without a result.
     failures: usize,
+    /// Those of them that only crossed a `--fail-if` threshold.
+    threshold_failures: usize,
     /// Cells run by this invocation.
     ran: Vec<(String, String, u64, u32)>,
     /// Replay and push cleanup targets, by (experiment, registry).
     targets: HashMap<(usize, usize), Vec<cleanup::Target>>,
+    /// `--quiet`: no progress notes.
+    quiet: bool,
 }
 
 enum RoundEnd {
@@ -247,6 +255,13 @@ enum RoundEnd {
 }
 
 impl Runner<'_> {
+    /// A progress note on stderr, unless `--quiet`.
+    fn note(&self, text: std::fmt::Arguments<'_>) {
+        if !self.quiet {
+            eprintln!("creb-rs: {text}");
+        }
+    }
+
     fn save(&self) -> anyhow::Result<()> {
         self.cp.write(&self.out)?;
         if let Err(e) = comparison::write(self.file, &self.cp, &self.out) {
@@ -313,7 +328,12 @@ impl Runner<'_> {
             Ok(ExitStatus::Failed) => CellEnd {
                 status: CellStatus::Failed,
                 exit: ExitStatus::Failed,
-                message: Some("an operation or a --fail-if check failed".into()),
+                message: Some("an operation failed".into()),
+            },
+            Ok(ExitStatus::ThresholdFailed) => CellEnd {
+                status: CellStatus::Failed,
+                exit: ExitStatus::ThresholdFailed,
+                message: Some("a --fail-if threshold held".into()),
             },
             Ok(s @ (ExitStatus::Interrupted | ExitStatus::Terminated)) => CellEnd {
                 status: CellStatus::Interrupted,
@@ -420,7 +440,7 @@ impl Runner<'_> {
             }
             self.cp.put_cell(record.clone());
             self.save()?;
-            eprintln!("creb-rs: {what}: running → {}", dir.display());
+            self.note(format_args!("{what}: running → {}", dir.display()));
             let end = self.run_cell(cell, &dir).await;
             record.status = end.status;
             record.exit_code = Some(end.exit.code());
@@ -433,9 +453,12 @@ impl Runner<'_> {
                 ),
                 Err(_) => record.message.clone().unwrap_or_default(),
             };
-            eprintln!("creb-rs: {what}: {} ({line})", end.status.name());
+            self.note(format_args!("{what}: {} ({line})", end.status.name()));
             if matches!(end.status, CellStatus::Failed | CellStatus::Error) {
                 self.failures += 1;
+                if end.exit == ExitStatus::ThresholdFailed {
+                    self.threshold_failures += 1;
+                }
             }
             self.cp.put_cell(record);
             self.save()?;
@@ -526,8 +549,8 @@ impl Runner<'_> {
                     ..Default::default()
                 },
             };
-            eprintln!(
-                "creb-rs: cleanup {}: {} manifests and {} blobs deleted, {} refused, {} not found, {} errors{}",
+            self.note(format_args!(
+                "cleanup {}: {} manifests and {} blobs deleted, {} refused, {} not found, {} errors{}",
                 reg.name,
                 record.manifests_deleted,
                 record.blobs_deleted,
@@ -539,7 +562,7 @@ impl Runner<'_> {
                 } else {
                     format!(" ({})", record.messages.join("; "))
                 }
-            );
+            ));
             records.push(record);
         }
         records
@@ -664,6 +687,9 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
         }
     };
 
+    if args.dry_run && args.quiet {
+        return Ok(ExitStatus::Success);
+    }
     if args.dry_run {
         let schedule = requested_schedule(&args);
         let layout = Layout {
@@ -745,8 +771,10 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
         shutdown: shutdown.clone(),
         cleanup: args.cleanup,
         failures: 0,
+        threshold_failures: 0,
         ran: Vec::new(),
         targets: HashMap::new(),
+        quiet: args.quiet,
     };
     runner.save()?;
 
@@ -792,7 +820,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
                     break;
                 }
             }
-            if let Some(first) = skipped {
+            if let (Some(first), false) = (skipped, args.quiet) {
                 eprintln!(
                     "creb-rs: the start of rounds {}–{} passed while the previous round ran (or the run was stopped); continuing with round {}",
                     first + 1,
@@ -801,11 +829,13 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
                 );
             }
             if planned > SystemTime::now() {
-                eprintln!(
-                    "creb-rs: round {} starts at {}",
-                    next + 1,
-                    humantime::format_rfc3339_seconds(planned)
-                );
+                if !args.quiet {
+                    eprintln!(
+                        "creb-rs: round {} starts at {}",
+                        next + 1,
+                        humantime::format_rfc3339_seconds(planned)
+                    );
+                }
                 if !sleep_until(planned, &shutdown).await {
                     interrupted = true;
                     break;
@@ -829,11 +859,16 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
 
     let status = if interrupted || shutdown.is_cancelled() {
         ExitStatus::Interrupted
+    } else if runner.failures > 0 && runner.failures == runner.threshold_failures {
+        ExitStatus::ThresholdFailed
     } else if runner.failures > 0 {
         ExitStatus::Failed
     } else {
         ExitStatus::Success
     };
+    if args.quiet {
+        return Ok(status);
+    }
     if args.json {
         let json = serde_json::json!({
             "output_dir": out,
@@ -888,6 +923,7 @@ mod tests {
             cleanup: false,
             dry_run: false,
             json: false,
+            quiet: false,
         };
         let recorded = requested_schedule(&args(Some(3600), Some(4)));
         assert!(recorded.rounds_layout);

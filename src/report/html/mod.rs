@@ -24,7 +24,7 @@ use crate::results::ResultSet;
 pub use figures::{class_label, figures, write_charts, Figure};
 use sections::{
     charts_section, endpoints_section, errors_section, header_section, metadata_section, nav,
-    operations_section, run_section, size_class_section, warnings_section,
+    operations_section, run_section, size_class_section, thresholds_section, warnings_section,
 };
 
 const CSS: &str = r#"
@@ -165,6 +165,7 @@ pub fn render(set: &ResultSet) -> anyhow::Result<String> {
     );
     out.push_str("<main>");
     warnings_section(&mut out, set);
+    thresholds_section(&mut out, set);
     run_section(&mut out, set);
     operations_section(&mut out, set);
     endpoints_section(&mut out, set);

@@ -73,6 +73,37 @@ pub(super) fn warnings_section(out: &mut String, set: &ResultSet) {
     out.push_str("</ul></section>");
 }
 
+/// The `--fail-if` verdicts, when the run had any: each expression, what was measured, and
+/// whether it held (failing the run, exit 3).
+pub(super) fn thresholds_section(out: &mut String, set: &ResultSet) {
+    let t = &set.summary.thresholds;
+    if t.is_empty() {
+        return;
+    }
+    let held = t.iter().filter(|v| v.held()).count();
+    let _ = write!(
+        out,
+        "<section class=\"{}\" id=\"thresholds\"><h2>Thresholds: {held} of {} held</h2>\
+         <table><thead><tr><th>--fail-if</th><th>measured</th><th>verdict</th></tr></thead><tbody>",
+        if held > 0 { "warnings" } else { "ok" },
+        t.len()
+    );
+    for v in t {
+        let verdict = match v.verdict.as_str() {
+            "held" => "held: fails the run",
+            "clear" => "clear",
+            _ => "not checked: nothing measured",
+        };
+        let _ = write!(
+            out,
+            "<tr><td><code>{}</code></td><td>{}</td><td>{verdict}</td></tr>",
+            escape(&v.expression),
+            escape(v.measured.as_deref().unwrap_or("-"))
+        );
+    }
+    out.push_str("</tbody></table></section>");
+}
+
 pub(super) fn run_section(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
     let m = &set.meta;

@@ -1,0 +1,400 @@
+//! The global flags mean the same on every command, checked over a table of every
+//! subcommand run as a user runs it (the binary, against a real docker-registry): `--quiet`
+//! prints nothing on success, `--color never` and `NO_COLOR` print no escape code even at
+//! `-v`, `--json` prints exactly one JSON document (a result summary validates against
+//! `schema/summary.schema.json`), and a `--fail-if` that holds exits 3 with its verdict in
+//! `summary.json`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{run_bin, summary_json, BinOutput, Registry};
+
+const ESC: char = '\u{1b}';
+
+/// What `--json` prints for a command.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Json {
+    /// A result summary: validated against `schema/summary.schema.json`.
+    Summary,
+    /// A JSON document of the command's own (analysis, verdicts, cells).
+    Document,
+    /// The command has no `--json` (its output is its product, or a file).
+    Absent,
+}
+
+/// One subcommand as the table runs it. `{out}` in an argument is replaced by a fresh
+/// directory per invocation (result directories are never reused).
+struct Row {
+    name: &'static str,
+    args: Vec<String>,
+    json: Json,
+    /// The command's product is its stdout (completion scripts, manual pages): `--quiet`
+    /// silences its notes, not that.
+    product_on_stdout: bool,
+}
+
+fn row(name: &'static str, args: &[&str], json: Json) -> Row {
+    Row {
+        name,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        json,
+        product_on_stdout: false,
+    }
+}
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schema/summary.schema.json"
+    ))
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+struct Scratch {
+    dir: tempfile::TempDir,
+    next: std::cell::Cell<u32>,
+}
+
+impl Scratch {
+    fn fresh(&self) -> PathBuf {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        self.dir.path().join(format!("out-{n}"))
+    }
+
+    fn run(&self, row: &Row, extra: &[&str], env: &[(&str, &str)]) -> BinOutput {
+        let out = self.fresh();
+        let mut args: Vec<String> = row
+            .args
+            .iter()
+            .map(|a| a.replace("{out}", out.to_str().unwrap()))
+            .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run_bin(&args, None, env);
+        assert_eq!(
+            r.code, 0,
+            "{} {extra:?}: exit {}\n{}",
+            row.name, r.code, r.stderr
+        );
+        r
+    }
+}
+
+fn push_args(registry: &Registry, repo: &str) -> Vec<String> {
+    [
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        repo,
+        "--layers",
+        "2",
+        "--layer-size",
+        "64KiB",
+        "--output-dir",
+        "{out}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn result_dir(scratch: &Scratch, args: &[String]) -> PathBuf {
+    let out = scratch.fresh();
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{out}", out.to_str().unwrap()))
+        .chain(["--quiet".to_string()])
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = run_bin(&args, None, &[]);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    out
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn global_flags_mean_the_same_on_every_command() {
+    let registry = Registry::start();
+    let scratch = Scratch {
+        dir: tempfile::tempdir().unwrap(),
+        next: std::cell::Cell::new(0),
+    };
+    let trace = fixture("sample-trace.json");
+    let push = push_args(&registry, "conventions/app");
+    let first = result_dir(&scratch, &push);
+    let second = result_dir(&scratch, &push);
+    let (a, b) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let experiment = scratch.dir.path().join("bench.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "[[registry]]\nname = \"local\"\nurl = \"{}\"\n\n[[experiment]]\nname = \"push\"\n\
+             kind = \"push\"\nlayers = 1\nlayer_size = \"8KiB\"\n",
+            registry.url
+        ),
+    )
+    .unwrap();
+    let experiment = experiment.to_str().unwrap();
+    let sample = "{out}.json";
+
+    let mut rows = vec![
+        Row {
+            name: "push",
+            args: push.clone(),
+            json: Json::Summary,
+            product_on_stdout: false,
+        },
+        row(
+            "pull",
+            &[
+                "pull",
+                "--registry",
+                &registry.url,
+                "--repo",
+                "conventions/app",
+                "--output-dir",
+                "{out}",
+            ],
+            Json::Summary,
+        ),
+        row(
+            "replay",
+            &[
+                "replay",
+                &trace,
+                "--registry",
+                &registry.url,
+                "--limit-requests",
+                "30",
+                "--output-dir",
+                "{out}",
+            ],
+            Json::Summary,
+        ),
+        row(
+            "merge",
+            &["merge", a, "--output-dir", "{out}"],
+            Json::Summary,
+        ),
+        row("report", &["report", a], Json::Summary),
+        row("compare", &["compare", a, b], Json::Document),
+        row("trace stats", &["trace", "stats", &trace], Json::Document),
+        row(
+            "trace sample",
+            &[
+                "trace",
+                "sample",
+                &trace,
+                "--method",
+                "first-n",
+                "--requests",
+                "10",
+                "--out",
+                sample,
+            ],
+            Json::Document,
+        ),
+        row(
+            "trace synth",
+            &["trace", "synth", "--requests", "50", "--out", sample],
+            Json::Document,
+        ),
+        row(
+            "trace validate",
+            &["trace", "validate", &trace],
+            Json::Document,
+        ),
+        row(
+            "simulate cache",
+            &["simulate", "cache", &trace, "--memory", "1MiB"],
+            Json::Document,
+        ),
+        row(
+            "simulate prefetch",
+            &["simulate", "prefetch", &trace],
+            Json::Document,
+        ),
+        row("cost", &["cost", a, "--provider", "ecr"], Json::Document),
+        row(
+            "run",
+            &["run", experiment, "--output-dir", "{out}"],
+            Json::Document,
+        ),
+    ];
+    for (name, args) in [
+        ("completions", vec!["completions", "bash"]),
+        ("man", vec!["man"]),
+    ] {
+        let mut r = row(name, &args, Json::Absent);
+        r.product_on_stdout = true;
+        rows.push(r);
+    }
+
+    // Every subcommand the CLI has is in the table (a new one cannot slip past it).
+    let help = run_bin(&["--help"], None, &[]);
+    let listed: Vec<&str> = help
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    for command in &listed {
+        assert!(
+            rows.iter()
+                .any(|r| r.name.split(' ').next() == Some(command)),
+            "`{command}` has no row in the table"
+        );
+    }
+    assert!(listed.len() >= 12, "{listed:?}");
+
+    let validator = schema();
+    for r in &rows {
+        // --quiet: nothing at all on success (a product on stdout excepted).
+        let q = scratch.run(r, &["--quiet"], &[]);
+        assert_eq!(q.stderr, "", "{} --quiet wrote on stderr", r.name);
+        if r.product_on_stdout {
+            assert!(!q.stdout.is_empty(), "{} --quiet lost its product", r.name);
+        } else {
+            assert_eq!(q.stdout, "", "{} --quiet wrote on stdout", r.name);
+        }
+
+        // No escape code with --color never, nor with NO_COLOR, even with diagnostics on.
+        for (extra, env) in [
+            (&["--color", "never", "-v"][..], &[][..]),
+            (&["-v"][..], &[("NO_COLOR", "1")][..]),
+            (&["--color", "auto", "-v"][..], &[("NO_COLOR", "")][..]),
+        ] {
+            let o = scratch.run(r, extra, env);
+            assert!(
+                !o.stdout.contains(ESC) && !o.stderr.contains(ESC),
+                "{} {extra:?} {env:?} printed an escape code:\n{}",
+                r.name,
+                o.stderr
+            );
+        }
+
+        // --json: one document on stdout; a summary matches the schema.
+        if r.json != Json::Absent {
+            let j = scratch.run(r, &["--json"], &[]);
+            let doc: serde_json::Value = serde_json::from_str(&j.stdout)
+                .unwrap_or_else(|e| panic!("{} --json: {e}\n{}", r.name, j.stdout));
+            if r.json == Json::Summary {
+                let errors: Vec<String> = validator
+                    .iter_errors(&doc)
+                    .map(|e| format!("{e} at {}", e.instance_path))
+                    .collect();
+                assert!(
+                    errors.is_empty(),
+                    "{} --json: {}",
+                    r.name,
+                    errors.join("\n")
+                );
+            }
+        }
+    }
+
+    // The check above can fail: --color always does colour the diagnostics.
+    let coloured = scratch.run(&rows[0], &["--color", "always", "-v"], &[]);
+    assert!(coloured.stderr.contains(ESC), "{}", coloured.stderr);
+}
+
+#[test]
+fn a_threshold_that_holds_exits_3_with_its_verdict_in_the_summary() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("push");
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "thresholds/app",
+            "--layers",
+            "1",
+            "--layer-size",
+            "16KiB",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--fail-if",
+            "rps < 1000000000",
+            "--fail-if",
+            "error_rate > 50%",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("rps < 1000000000"), "{}", r.stderr);
+    let summary = summary_json(&out);
+    let verdicts = summary["thresholds"].as_array().expect("thresholds");
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    assert_eq!(verdicts[0]["expression"], "rps < 1000000000");
+    assert_eq!(verdicts[0]["verdict"], "held");
+    assert_eq!(verdicts[1]["verdict"], "clear");
+    assert!(verdicts[0]["value"].as_f64().unwrap() > 0.0);
+    // The report shows them, text and HTML.
+    let text = run_bin(&["report", out.to_str().unwrap()], None, &[]);
+    assert!(
+        text.stdout
+            .contains("threshold 'rps < 1000000000': HELD (fails the run), measured"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("threshold 'error_rate > 50%': clear"));
+    let html = dir.path().join("report.html");
+    let r = run_bin(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            "--format",
+            "html",
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(
+        html.contains("Thresholds: 1 of 2 held"),
+        "thresholds section missing"
+    );
+
+    // A failed operation outranks a threshold: a dead registry is exit 2, never 3.
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            &dead,
+            "--repo",
+            "x/y",
+            "--quiet",
+            "--fail-if",
+            "rps < 1000000000",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
