@@ -398,3 +398,72 @@ fn a_threshold_that_holds_exits_3_with_its_verdict_in_the_summary() {
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
+
+/// The heading each flag of `creb-rs COMMAND --help` is listed under.
+fn headings(command: &str) -> std::collections::HashMap<String, String> {
+    let help = run_bin(&[command, "--help"], None, &[]);
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    let mut heading = String::new();
+    let mut map = std::collections::HashMap::new();
+    for line in help.stdout.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.trim_end_matches(':').to_string();
+        } else if let Some(flag) = line
+            .trim_start()
+            .split([' ', ','])
+            .find(|w| w.starts_with("--"))
+        {
+            if line.trim_start().starts_with('-') {
+                map.entry(flag.to_string()).or_insert(heading.clone());
+            }
+        }
+    }
+    map
+}
+
+#[test]
+fn help_groups_flags_by_what_they_do_and_h_is_short() {
+    for command in ["push", "pull", "replay"] {
+        let h = headings(command);
+        let under = |flag: &str| h.get(flag).map(String::as_str).unwrap_or("(absent)");
+        assert_eq!(under("--registry"), "Registry & TLS", "{command}");
+        assert_eq!(under("--ca-cert"), "Registry & TLS", "{command}");
+        assert_eq!(under("--username"), "Authentication", "{command}");
+        assert_eq!(under("--concurrency"), "Workload", "{command}");
+        assert_eq!(under("--output-dir"), "Output & thresholds", "{command}");
+        assert_eq!(under("--fail-if"), "Output & thresholds", "{command}");
+        assert_eq!(under("--quiet"), "Options", "{command}");
+        assert_eq!(under("--threads"), "Runtime", "{command}");
+        // Nothing after the credentials falls under their heading by accident.
+        for (flag, heading) in &h {
+            if heading == "Authentication" {
+                assert!(
+                    [
+                        "--username",
+                        "--password-stdin",
+                        "--password-cmd",
+                        "--docker-config",
+                        "--anonymous",
+                        "--credential-timeout"
+                    ]
+                    .contains(&flag.as_str()),
+                    "{command}: {flag} under Authentication"
+                );
+            }
+        }
+        let short = run_bin(&[command, "-h"], None, &[]);
+        let lines = short.stdout.lines().count();
+        assert!(lines <= 90, "{command} -h is {lines} lines");
+        assert!(short.stdout.contains("Examples:"), "{command} -h");
+    }
+    let h = headings("replay");
+    assert_eq!(h["--mode"], "Timing");
+    assert_eq!(h["--speed"], "Timing");
+    assert_eq!(h["--shard"], "Several hosts");
+    assert_eq!(h["--route"], "Several endpoints");
+    assert_eq!(h["--strict"], "Output & thresholds");
+    // Commands that send nothing do not offer --threads.
+    for command in ["merge", "report", "compare", "cost"] {
+        assert!(!headings(command).contains_key("--threads"), "{command}");
+    }
+}

@@ -238,7 +238,7 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     let (paths, _, _) = write_trace(dir.path(), &small_trace());
     let registry = Registry::start();
     let out = dir.path().join("one-thread");
-    let mut args = vec!["--threads", "1", "replay"];
+    let mut args = vec!["replay", "--threads", "1"];
     args.extend(paths.iter().map(|p| p.to_str().unwrap()));
     args.extend([
         "--registry",
@@ -275,9 +275,9 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
 
     let refused = common::run_bin(
         &[
+            "replay",
             "--threads",
             "0",
-            "replay",
             "x.json",
             "--registry",
             &registry.url,

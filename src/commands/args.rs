@@ -76,9 +76,12 @@ pub(crate) fn parse_start_at(s: &str) -> Result<std::time::SystemTime, String> {
 
 /// Where the registry is and how to reach it.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Registry & TLS")]
 pub struct RegistryArgs {
-    /// Registry URL: `http://host:port` speaks plain HTTP, `https://` (the default when no
-    /// scheme is given) speaks TLS. `replay` takes several endpoints of one distributed
+    /// Registry URL: `http://host:port` (plain HTTP) or `https://host` (TLS).
+    ///
+    /// `http://` speaks plain HTTP, `https://` (the default when no scheme is given) speaks
+    /// TLS. `replay` takes several endpoints of one distributed
     /// registry (repeat the flag or separate them with commas), all with the same
     /// credentials and TLS settings; `--route` picks one per operation.
     #[arg(
@@ -98,13 +101,18 @@ pub struct RegistryArgs {
     /// HTTP client library: `hyper` (bounded per-connection buffers, less CPU per request)
     /// or `reqwest`. Both follow the same rules (no automatic redirects, no proxy, the same
     /// timeouts and error classes), so results compare across them.
-    #[arg(long, value_enum, value_name = "CLIENT", default_value_t = HttpClientArg::Hyper)]
+    #[arg(hide_short_help = true, long, value_enum, value_name = "CLIENT", default_value_t = HttpClientArg::Hyper)]
     pub http_client: HttpClientArg,
 
     /// Largest read buffer of one HTTP/1 connection (hyper client; at least 8KiB). Bodies
     /// are read through it; a larger buffer costs fewer reads per GiB, a smaller one less
     /// memory per pooled connection.
-    #[arg(long, value_name = "SIZE", default_value = "16KiB")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "SIZE",
+        default_value = "16KiB"
+    )]
     pub http1_read_buffer: ByteSize,
 
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
@@ -116,37 +124,57 @@ pub struct RegistryArgs {
     pub connect_timeout: Duration,
 
     /// Give up waiting for response headers this long after the request was sent.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
     /// Give up on a body (upload or download) that makes no progress for this long.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub body_idle_timeout: Duration,
 
-    /// Retry failed requests of these classes: 429, 5xx, timeout, connection (comma-separated).
-    /// Off by default: a benchmark reports failures rather than hiding them; every retry is
+    /// Retry failed requests of these classes: 429, 5xx, timeout, connection.
+    ///
+    /// A comma-separated list. Off by default: a benchmark reports failures rather than hiding them; every retry is
     /// counted (events.retry). PATCHes and the PUT that closes an upload are never retried.
     #[arg(long, value_name = "LIST", value_parser = crate::client::retry::parse_retry_on)]
     pub retry: Option<std::collections::BTreeSet<crate::client::retry::RetryOn>>,
 
     /// Retries per request at most (with --retry).
-    #[arg(long, value_name = "N", default_value = "3", requires = "retry")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        default_value = "3",
+        requires = "retry"
+    )]
     pub max_retries: u32,
 
     /// First wait between retries; doubles each time, with jitter. A 429's Retry-After wins.
-    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_duration, requires = "retry")]
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "100ms", value_parser = parse_duration, requires = "retry")]
     pub backoff: Duration,
 
     #[command(flatten)]
     pub auth: AuthArgs,
 }
 
+/// The async runtime of the commands that send requests.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Runtime")]
+pub struct RuntimeArgs {
+    /// Worker threads of the async runtime that sends the requests. Default: one per core
+    /// the process may use; half of them (at least one) when every registry endpoint is on
+    /// loopback, since the registry under test then shares the machine.
+    #[arg(hide_short_help = true, long, env = "CREB_THREADS", value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
 /// Credentials. Without any of these, the docker config is consulted, then anonymous.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Authentication")]
 pub struct AuthArgs {
-    /// User name (Basic auth, or Basic at the token server). The password comes from
-    /// --password-stdin, --password-cmd, or the CREB_PASSWORD environment variable; it is
+    /// User name (Basic auth, or Basic at the token server).
+    ///
+    /// The password comes from --password-stdin, --password-cmd, or the CREB_PASSWORD environment variable; it is
     /// never taken as an argument, where `ps` would show it.
     #[arg(
         long,
@@ -160,13 +188,14 @@ pub struct AuthArgs {
     #[arg(long, requires = "username", conflicts_with = "password_cmd")]
     pub password_stdin: bool,
 
-    /// Run CMD with `sh -c` once and use what it prints as the password, e.g.
-    /// `aws ecr get-login-password`.
+    /// Run CMD with `sh -c` once and use what it prints as the password.
+    ///
+    /// E.g. `aws ecr get-login-password`.
     #[arg(long, value_name = "CMD", requires = "username")]
     pub password_cmd: Option<String>,
 
     /// Docker config directory holding config.json (default: $DOCKER_CONFIG or ~/.docker).
-    #[arg(long, value_name = "DIR")]
+    #[arg(hide_short_help = true, long, value_name = "DIR")]
     pub docker_config: Option<PathBuf>,
 
     /// Use no credentials, even if the docker config has some.
@@ -174,15 +203,17 @@ pub struct AuthArgs {
     pub anonymous: bool,
 
     /// Limit for --password-cmd and docker credential helpers.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub credential_timeout: Duration,
 }
 
 /// Where results go.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Output & thresholds")]
 pub struct OutputArgs {
-    /// Write the result directory (summary.json, ...) here. Created if missing; checked for
-    /// writability before the run starts.
+    /// Write the result directory (summary.json, ...) here.
+    ///
+    /// Created if missing; checked for writability before the run starts.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
 
@@ -194,17 +225,19 @@ pub struct OutputArgs {
     #[arg(skip)]
     pub quiet: bool,
 
-    /// Exit 3 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s',
-    /// 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms'.
+    /// Exit 3 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s'.
+    ///
+    /// More: 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms',
+    /// 'errors(http_429) > 0'. Every verdict is in summary.json (`thresholds`).
     #[arg(long, value_name = "EXPR")]
     pub fail_if: Vec<String>,
 
     /// Length of the intervals of histograms.hlog and timeline.csv.
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
 
     /// Also write requests.csv: one row per request, streamed (large for long runs).
-    #[arg(long, requires = "output_dir")]
+    #[arg(hide_short_help = true, long, requires = "output_dir")]
     pub record_requests: bool,
 }
 
@@ -219,36 +252,38 @@ pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
 /// Several endpoints: which one carries each operation, and what happens when one fails.
 /// Without effect with a single `--registry`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Several endpoints")]
 pub struct RouteArgs {
-    /// How operations are spread over the endpoints: `round-robin`, `random` (from the
-    /// seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
+    /// How operations are spread over the endpoints.
+    ///
+    /// `round-robin`, `random` (from the seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
     /// of the blob digest or manifest repo:reference; prewarm places objects the same way).
     #[arg(long, value_name = "RULE", default_value = "round-robin")]
     pub route: RouteKindArg,
 
     /// `--route digest`: a read goes to one of the first R distinct ring successors of its
     /// object (prewarm writes to all R), a write to the first.
-    #[arg(long, value_name = "R", default_value = "1", value_parser = parse_concurrency)]
+    #[arg(hide_short_help = true, long, value_name = "R", default_value = "1", value_parser = parse_concurrency)]
     pub replicas: NonZeroUsize,
 
     /// Virtual nodes per endpoint on the consistent-hash ring.
-    #[arg(long, value_name = "N", default_value = "4096", value_parser = parse_concurrency)]
+    #[arg(hide_short_help = true, long, value_name = "N", default_value = "4096", value_parser = parse_concurrency)]
     pub vnodes: NonZeroUsize,
 
     /// Mark an endpoint down after this many consecutive connection failures.
-    #[arg(long, value_name = "N", default_value = "5", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(hide_short_help = true, long, value_name = "N", default_value = "5", value_parser = clap::value_parser!(u32).range(1..))]
     pub endpoint_down_after: u32,
 
     /// Probe a down endpoint with `GET /v2/` this often; it is up again when it answers.
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
     pub probe_interval: Duration,
 
     /// While an endpoint is down, send its share to the next ring successor (the default).
-    #[arg(long, overrides_with = "no_failover")]
+    #[arg(hide_short_help = true, long, overrides_with = "no_failover")]
     pub failover: bool,
 
     /// While an endpoint is down, count its share as failed (`endpoint_down`) instead.
-    #[arg(long, overrides_with = "failover")]
+    #[arg(hide_short_help = true, long, overrides_with = "failover")]
     pub no_failover: bool,
 }
 

@@ -46,26 +46,25 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 
-    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` also works.
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace).
+    ///
+    /// `RUST_LOG` (e.g. `RUST_LOG=creb=debug`) overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
-    /// Print nothing on success: no table on stdout, no progress or notes on stderr (errors
-    /// still go to stderr; results still go to --output-dir; the exit status tells).
+    /// Print nothing on success.
+    ///
+    /// No table on stdout, no progress or notes on stderr. Errors still go to stderr, results
+    /// still go to --output-dir, and the exit status tells.
     #[arg(short, long, global = true)]
     pub quiet: bool,
 
-    /// Colour on stderr: `auto` (when it is a terminal and NO_COLOR is not set), `always`,
-    /// `never`. Results and tables never carry colour.
+    /// Colour on stderr: auto, always, never.
+    ///
+    /// `auto` colours a terminal, unless NO_COLOR is set. Results and tables never carry
+    /// colour.
     #[arg(long, value_enum, value_name = "WHEN", global = true, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
-
-    /// Worker threads of the async runtime that sends the requests. Default: one per core
-    /// the process may use; half of them (at least one) when every registry endpoint is on
-    /// loopback, since the registry under test then shares the machine.
-    #[arg(long, global = true, env = "CREB_THREADS", value_name = "N",
-          value_parser = clap::value_parser!(u16).range(1..))]
-    pub threads: Option<u16>,
 }
 
 /// The exit statuses, the same for every command (`--help`, the manual page, docs/cli.md).
@@ -77,6 +76,58 @@ Exit status (every command):
   3    completed, but a --fail-if threshold held
   130  interrupted by Ctrl-C (SIGINT); results written and marked interrupted
   143  terminated (SIGTERM); results written and marked interrupted";
+
+const MERGE_EXAMPLES: &str = "\
+Examples:
+  # the shards of a multi-host replay into one result (exact: histograms add)
+  creb-rs merge out/shard-0 out/shard-1 out/shard-2 out/shard-3 --output-dir out/merged";
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  # the tables again, or one self-contained HTML file with the charts
+  creb-rs report out/merged
+  creb-rs report out/merged --format html -o report.html";
+
+const COMPARE_EXAMPLES: &str = "\
+Examples:
+  # two runs of the same workload: side by side with relative deltas
+  creb-rs compare results/before results/after";
+
+const TRACE_EXAMPLES: &str = "\
+Examples:
+  creb-rs trace stats trace.json.gz               # characterize like FAST'18
+  creb-rs trace validate traces/                    # every broken record, by file and line
+  creb-rs trace sample trace.json --method typical-day --target-requests 100k -o day.json
+  creb-rs trace synth --profile dal --requests 1M -o dal-1m.json.zst";
+
+const SIMULATE_EXAMPLES: &str = "\
+Examples:
+  creb-rs simulate cache trace.json --memory 2GiB --ssd-factor 10
+  creb-rs simulate cache trace.json --sweep 1%,2%,5%,10%
+  creb-rs simulate prefetch trace.json";
+
+const COST_EXAMPLES: &str = "\
+Examples:
+  # what a measured run would cost per month on ECR, scaled to 200 TiB of egress
+  creb-rs cost out/merged --provider ecr --scale-to 200TiB
+  # what a trace's traffic costs on Google Artifact Registry
+  creb-rs cost trace.json --provider gcr";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  creb-rs run bench.toml --dry-run     # check the file, print every cell's command line
+  creb-rs run bench.toml --repeat 5    # five rounds back to back, comparison.html at the end
+  creb-rs run bench.toml --every 6h --until 30d --resume";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  creb-rs completions bash > ~/.local/share/bash-completion/completions/creb-rs
+  creb-rs completions zsh > ~/.zfunc/_creb-rs";
+
+const MAN_EXAMPLES: &str = "\
+Examples:
+  creb-rs man | man -l -
+  creb-rs man --dir ~/.local/share/man/man1";
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,7 +178,7 @@ impl Cli {
     /// every endpoint the command names is on loopback, else `None` (tokio's default, one
     /// per core).
     pub fn worker_threads(&self, cores: usize) -> Option<usize> {
-        if let Some(threads) = self.threads {
+        if let Some(threads) = self.command.threads() {
             return Some(usize::from(threads));
         }
         let endpoints = self.command.endpoints();
@@ -139,30 +190,42 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Push generated images (unique, deterministic layers) and time every request.
+    #[command(after_help = push::EXAMPLES)]
     Push(push::PushArgs),
     /// Pull images: manifest, then every blob read to the end and verified.
+    #[command(after_help = pull::EXAMPLES)]
     Pull(pull::PullArgs),
     /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
     /// delay (open, trace timing) mode.
+    #[command(after_help = replay::EXAMPLES)]
     Replay(replay::ReplayArgs),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
+    #[command(after_help = MERGE_EXAMPLES)]
     Merge(merge::MergeArgs),
     /// Re-render a result directory as text, JSON, CSV or a self-contained HTML report.
+    #[command(after_help = REPORT_EXAMPLES)]
     Report(report::ReportArgs),
     /// Compare two result directories side by side.
+    #[command(after_help = COMPARE_EXAMPLES)]
     Compare(compare::CompareArgs),
     /// Trace analysis: stats, sampling, synthetic traces, validation.
+    #[command(after_help = TRACE_EXAMPLES)]
     Trace(trace::TraceArgs),
     /// Offline simulations over traces: a two-level layer cache, prefetching after pushes.
+    #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(simulate::SimulateArgs),
     /// Storage and egress cost of a measured run or a trace, from a pricing table.
+    #[command(after_help = COST_EXAMPLES)]
     Cost(cost::CostArgs),
     /// Run the experiments of a TOML file against its registries, in rounds (--every,
     /// --repeat), resumable (--resume), with a combined comparison (CSV and HTML).
+    #[command(after_help = RUN_EXAMPLES)]
     Run(run::RunArgs),
     /// Print the shell completion script for bash, zsh, fish or powershell.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(shell::CompletionsArgs),
     /// Print the manual page (roff), or write one per command into a directory.
+    #[command(after_help = MAN_EXAMPLES)]
     Man(shell::ManArgs),
 }
 
@@ -175,6 +238,17 @@ impl Command {
             Command::Pull(a) => a.registry.registry.iter().chain(&a.from).collect(),
             Command::Replay(a) => a.registry.registry.iter().collect(),
             _ => Vec::new(),
+        }
+    }
+
+    /// `--threads` of the commands that send requests.
+    pub fn threads(&self) -> Option<u16> {
+        match self {
+            Command::Push(a) => a.runtime.threads,
+            Command::Pull(a) => a.runtime.threads,
+            Command::Replay(a) => a.runtime.threads,
+            Command::Run(a) => a.runtime.threads,
+            _ => None,
         }
     }
 }
@@ -272,6 +346,61 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The command lines of a help screen's examples: continuation lines joined, comments
+    /// and redirections dropped, single quotes honoured.
+    fn example_lines(text: &str) -> Vec<Vec<String>> {
+        let joined = text.replace("\\\n", " ");
+        joined
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("creb-rs "))
+            .map(|line| {
+                let line = line.split(" #").next().unwrap_or(line);
+                let line = line.split(['>', '|']).next().unwrap_or(line);
+                let mut words = Vec::new();
+                let mut word = String::new();
+                let mut quoted = false;
+                for c in line.chars() {
+                    match c {
+                        '\'' => quoted = !quoted,
+                        ' ' if !quoted => {
+                            if !word.is_empty() {
+                                words.push(std::mem::take(&mut word));
+                            }
+                        }
+                        c => word.push(c),
+                    }
+                }
+                if !word.is_empty() {
+                    words.push(word);
+                }
+                words
+            })
+            .collect()
+    }
+
+    /// Every example in every help screen parses: a renamed flag cannot leave one stale.
+    #[test]
+    fn every_help_example_parses() {
+        let cmd = Cli::command();
+        let mut seen = 0;
+        for sub in cmd.get_subcommands() {
+            let Some(text) = sub.get_after_help() else {
+                continue;
+            };
+            for words in example_lines(&text.to_string()) {
+                seen += 1;
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("`{}` in `{} --help`: {e}", words.join(" "), sub.get_name());
+                }
+            }
+        }
+        assert!(seen >= 20, "{seen} examples");
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            assert!(sub.get_after_help().is_some(), "`{}` has no examples", sub.get_name());
+        }
+    }
+
     #[test]
     fn worker_threads_leave_half_the_cores_to_a_registry_on_loopback() {
         let workers = |args: &[&str], cores| {
@@ -328,9 +457,9 @@ mod tests {
             (&["merge", "a", "b", "--output-dir", "c"], 8, None),
             (
                 &[
+                    "pull",
                     "--threads",
                     "3",
-                    "pull",
                     "--registry",
                     "http://127.0.0.1:1",
                     "--repo",
@@ -339,14 +468,22 @@ mod tests {
                 8,
                 Some(3),
             ),
-            (
-                &["--threads", "2", "merge", "a", "b", "--output-dir", "c"],
-                8,
-                Some(2),
-            ),
+            (&["run", "x.toml", "--threads", "2"], 8, Some(2)),
         ];
         for (args, cores, want) in cases {
             assert_eq!(workers(args, *cores), *want, "{args:?} on {cores} cores");
         }
+        // Commands that send nothing do not offer it.
+        assert!(Cli::try_parse_from([
+            "creb-rs",
+            "merge",
+            "a",
+            "--output-dir",
+            "c",
+            "--threads",
+            "2"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["creb-rs", "--threads", "2", "pull"]).is_err());
     }
 }

@@ -21,7 +21,7 @@ use clap::Args;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
-use super::args::{OutputArgs, RegistryArgs, RouteKindArg};
+use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs};
 use super::session::{
     config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
     Finished, RegistryConfig,
@@ -39,17 +39,26 @@ use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
 use crate::route::{Object, Request, RouteKind, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 
+/// `pull --help` ends with these.
+pub const EXAMPLES: &str = "\
+Examples:
+  # pull (and verify) what `push --images 10` pushed, 8 blobs in flight
+  creb-rs pull --registry http://127.0.0.1:5000 --repo bench/app --images 10 --concurrency 8
+  # every tag of a repository, with credentials from the docker config, as JSON
+  creb-rs pull --registry https://registry.example --repo team/app --all-tags --json";
+
 #[derive(Debug, Clone, Args)]
 pub struct PullArgs {
     #[command(flatten)]
     pub registry: RegistryArgs,
 
     /// Repository to pull from.
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = "Workload", long, value_name = "NAME")]
     pub repo: Repository,
 
     /// Tag (or digest) to pull; with --images N > 1, TAG-0 … TAG-(N-1) as `push` names them.
     #[arg(
+        help_heading = "Workload",
         long,
         value_name = "REF",
         default_value = "latest",
@@ -58,45 +67,53 @@ pub struct PullArgs {
     pub tag: String,
 
     /// How many images to pull (see --tag).
-    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
     pub images: u64,
 
     /// Pull every tag of the repository (listed with the paginated tags API).
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub all_tags: bool,
 
     /// With --all-tags: tags asked per page of the tag list (`n`).
-    #[arg(long, value_name = "N", default_value = "100", requires = "all_tags",
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", default_value = "100", requires = "all_tags",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub tag_page_size: u32,
 
     /// Blob downloads in flight at once.
-    #[arg(long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
     /// Do not hash downloaded blobs (bodies are still read to the end).
-    #[arg(long)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
     pub no_verify: bool,
 
     /// Also list each image's referrers (OCI 1.1: signatures, SBOMs, what `push --attach`
     /// adds) and fetch their manifests. A registry without the referrers API is counted
     /// (event `referrers_unsupported`), not failed.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
     pub referrers: bool,
 
     /// Distributed pull: also fetch blobs from this registry (repeatable or
     /// comma-separated), which must hold the same images. Manifests come from the first
     /// `--registry`; each blob from the endpoint `--route` picks, all in parallel.
-    #[arg(long = "from", value_name = "URL", value_parser = parse_url, value_delimiter = ',')]
+    #[arg(help_heading = "Workload", long = "from", value_name = "URL", value_parser = parse_url, value_delimiter = ',')]
     pub from: Vec<Url>,
 
     /// Distributed pull: which endpoint serves each blob: `round-robin` (by layer
     /// position), `random`, `digest` (consistent hashing of the blob digest).
-    #[arg(long, value_name = "RULE", default_value = "round-robin")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "RULE",
+        default_value = "round-robin"
+    )]
     pub route: RouteKindArg,
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 /// Which images to pull.

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use clap::Args;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
-use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs};
+use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs};
 use super::session::{
     config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
     Finished, RegistryConfig,
@@ -41,69 +41,97 @@ use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::shutdown::Shutdown;
 use crate::units::ByteSize;
 
+/// `push --help` ends with these.
+pub const EXAMPLES: &str = "\
+Examples:
+  # 10 images of 3 layers of 10 MiB, 8 uploads in flight, results kept
+  creb-rs push --registry http://127.0.0.1:5000 --repo bench/app --images 10 --layers 3 \\
+    --layer-size 10MiB --concurrency 8 --output-dir results/push
+  # chunked uploads (POST, PATCH 5 MiB at a time, PUT) to a TLS registry with a private CA
+  creb-rs push --registry https://registry.internal --ca-cert ca.pem --repo bench/app \\
+    --layers 2 --layer-size 64MiB --chunk-size 5MiB";
+
 #[derive(Debug, Clone, Args)]
 pub struct PushArgs {
     #[command(flatten)]
     pub registry: RegistryArgs,
 
     /// Repository to push to, e.g. `bench/app`.
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = "Workload", long, value_name = "NAME")]
     pub repo: Repository,
 
     /// Tag of the image; with --images N > 1 the images are tagged TAG-0 … TAG-(N-1).
-    #[arg(long, value_name = "TAG", default_value = "latest")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "TAG",
+        default_value = "latest"
+    )]
     pub tag: Tag,
 
     /// How many images to push.
-    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "1", value_parser = parse_count_u64)]
     pub images: u64,
 
     /// Layers per image.
-    #[arg(long, value_name = "N", value_parser = parse_count_u64)]
+    #[arg(help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64)]
     pub layers: u64,
 
     /// Size of each layer (`512`, `4KiB`, `10MiB`, `1GiB`).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(help_heading = "Workload", long, value_name = "SIZE")]
     pub layer_size: ByteSize,
 
     /// Upload in PATCH chunks of this size (POST, PATCH…, PUT).
-    #[arg(long, value_name = "SIZE", conflicts_with_all = ["monolithic", "single_post"])]
+    #[arg(help_heading = "Workload", long, value_name = "SIZE", conflicts_with_all = ["monolithic", "single_post"])]
     pub chunk_size: Option<ByteSize>,
 
     /// Upload each blob with one PUT after the POST (the default).
-    #[arg(long, conflicts_with = "single_post")]
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        conflicts_with = "single_post"
+    )]
     pub monolithic: bool,
 
     /// Upload each blob in the POST itself (`?digest=`); when the registry answers 202 (as
     /// distribution does) the blob is sent again with a PUT, and counted.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
     pub single_post: bool,
 
     /// After each image, push N artifacts that refer to it (OCI 1.1: a manifest whose
     /// `subject` is the image, e.g. a signature or an SBOM), each of one 512-byte blob.
-    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_count_u64)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", default_value = "0", value_parser = parse_count_u64)]
     pub attach: u64,
 
     /// Mount each blob from this repository first (cross-repository mount), uploading when
     /// the registry declines. Layers are generated as the ones pushed to that repository.
-    #[arg(long, value_name = "NAME")]
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "NAME"
+    )]
     pub mount_from: Option<Repository>,
 
     /// Blob uploads in flight at once.
-    #[arg(long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
     /// Manifest flavour: OCI image manifest or Docker schema 2.
-    #[arg(long, value_enum, default_value_t = ManifestFormatArg::Oci)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = ManifestFormatArg::Oci)]
     pub manifest_format: ManifestFormatArg,
 
     /// Seed of the generated content (decimal or 0x-hex). Same seed, repository and tag
     /// give the same bytes and digests on every host.
-    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
     pub seed: u64,
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 /// Validated settings of a push.

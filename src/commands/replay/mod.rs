@@ -31,7 +31,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed, parse_speed, parse_start_at};
-use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs};
+use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs};
 use super::session::{
     preflight, prepare_output, run_output, thresholds, Connection, RegistryConfig,
 };
@@ -52,121 +52,169 @@ use crate::shutdown::Shutdown;
 use crate::trace::{ReadOptions, TraceInput};
 use crate::units::{parse_duration, ByteSize};
 
+/// `replay --help` ends with these.
+pub const EXAMPLES: &str = "\
+Examples:
+  # prewarm, then replay as fast as 16 operations in flight allow (stress, closed model)
+  creb-rs replay fixtures/sample-trace.json --registry http://127.0.0.1:5000 --output-dir out
+  # the trace's own timing, 4x faster (delay, open model), failing CI when p99 is slow
+  creb-rs replay trace.json --registry http://127.0.0.1:5000 --mode delay --speed 4 \\
+    --fail-if 'p99(blob_get) > 500ms'
+  # prewarm once, then run shard 0 of 4 (every host: the same --seed and --start-at)
+  creb-rs replay trace.json --registry http://127.0.0.1:5000 --phase prewarm --seed 7
+  creb-rs replay trace.json --registry http://127.0.0.1:5000 --phase run --seed 7 \\
+    --shard 0/4 --start-at 2026-01-01T12:00:00Z --output-dir out/shard-0";
+
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// Trace files or directories (JSON arrays or JSON lines; plain, .gz or .zst). Records
     /// from several files are merged by timestamp.
-    #[arg(value_name = "TRACE", required = true)]
+    #[arg(help_heading = "Arguments", value_name = "TRACE", required = true)]
     pub traces: Vec<PathBuf>,
 
     #[command(flatten)]
     pub registry: RegistryArgs,
 
-    /// stress: as fast as possible with --concurrency in flight (closed model).
-    /// delay: at the trace's timing scaled by --speed (open model).
-    #[arg(long, value_enum, default_value_t = ModeArg::Stress)]
-    pub mode: ModeArg,
-
-    /// Time scaling for delay mode: 2 replays twice as fast, keeping bursts.
-    #[arg(long, value_name = "X", default_value = "1", value_parser = parse_speed)]
-    pub speed: f64,
-
     /// Operations in flight at most (in delay mode a cap: waiting for a slot is lag).
-    #[arg(long, value_name = "N", default_value = "16", value_parser = parse_concurrency)]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "16", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
     /// prewarm pushes what the run reads; run replays; all does both, reported apart.
-    #[arg(long, value_enum, default_value_t = Phase::All)]
+    #[arg(help_heading = "Workload", long, value_enum, default_value_t = Phase::All)]
     pub phase: Phase,
 
     /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
-    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
     pub seed: u64,
 
+    /// Only the first N records of the merged trace.
+    #[arg(help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
+    pub limit_requests: Option<u64>,
+
+    /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "P",
+        conflicts_with = "repo_map"
+    )]
+    pub repo_prefix: Option<String>,
+
+    /// `single:NAME` folds all repositories into NAME (tags stay unique).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "MAP"
+    )]
+    pub repo_map: Option<String>,
+
+    /// How uploads are replayed.
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = UploadChoice::Trace)]
+    pub upload: UploadChoice,
+
+    /// Chunk size for --upload chunked.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "SIZE",
+        default_value = "5MiB"
+    )]
+    pub chunk_size: ByteSize,
+
+    /// Manifest flavour of generated images.
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = ManifestFormatArg::Oci)]
+    pub manifest_format: ManifestFormatArg,
+
+    /// Count and skip malformed records instead of stopping at the first.
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    pub skip_invalid: bool,
+
+    /// Also replay records whose original request failed (4xx/5xx).
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    pub replay_failed: bool,
+
+    /// Requests of a client closer than this belong to one session (pull or push).
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "D", default_value = "60s", value_parser = parse_duration)]
+    pub session_gap: Duration,
+
+    /// Operations in flight during prewarm (default: --concurrency).
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", value_parser = parse_concurrency)]
+    pub prewarm_concurrency: Option<NonZeroUsize>,
+
+    /// Do not hash downloaded blobs (bodies are still read to the end).
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    pub no_verify: bool,
+
+    /// stress: as fast as possible (closed model); delay: at the trace's timing (open model).
+    ///
+    /// stress keeps --concurrency operations in flight; delay starts each at its trace time
+    /// scaled by --speed and measures latency from then.
+    #[arg(help_heading = "Timing", long, value_enum, default_value_t = ModeArg::Stress)]
+    pub mode: ModeArg,
+
+    /// Time scaling for delay mode: 2 replays twice as fast, keeping bursts.
+    #[arg(help_heading = "Timing", long, value_name = "X", default_value = "1", value_parser = parse_speed)]
+    pub speed: f64,
+
+    /// Start the schedule at this wall-clock instant (RFC 3339 or Unix seconds).
+    ///
+    /// Every host given the same instant starts together.
+    #[arg(help_heading = "Timing", long, value_name = "TIME", value_parser = parse_start_at)]
+    pub start_at: Option<std::time::SystemTime>,
+
+    /// Only the first D of trace time.
+    #[arg(help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
+    pub limit_duration: Option<Duration>,
+
+    /// Delay mode: drop (and count) operations that cannot start within D of their time.
+    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
+    pub max_lateness: Option<Duration>,
+
+    /// On Ctrl-C, how long in-flight operations may take to finish.
+    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+
     /// This host's shard I of N (0-based). Shards cover the trace exactly once.
-    #[arg(long, value_name = "I/N", default_value = "0/1")]
+    #[arg(
+        help_heading = "Workload",
+        help_heading = "Several hosts",
+        long,
+        value_name = "I/N",
+        default_value = "0/1"
+    )]
     pub shard: ShardSpec,
 
     /// Take the shard index from environment variable VAR, out of N shards — e.g.
     /// `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job.
-    #[arg(long, value_name = "VAR/N", conflicts_with = "shard")]
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        help_heading = "Several hosts",
+        long,
+        value_name = "VAR/N",
+        conflicts_with = "shard"
+    )]
     pub shard_from_env: Option<String>,
 
     /// How records are assigned to shards.
-    #[arg(long, value_enum, default_value_t = ShardByArg::Client)]
+    #[arg(hide_short_help = true, help_heading = "Several hosts", long, value_enum, default_value_t = ShardByArg::Client)]
     pub shard_by: ShardByArg,
-
-    /// Start the schedule at this wall-clock instant (RFC 3339 or Unix seconds), so that
-    /// every host starts together.
-    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
-    pub start_at: Option<std::time::SystemTime>,
-
-    /// Only the first N records of the merged trace.
-    #[arg(long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
-    pub limit_requests: Option<u64>,
-
-    /// Only the first D of trace time.
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
-    pub limit_duration: Option<Duration>,
-
-    /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
-    #[arg(long, value_name = "P", conflicts_with = "repo_map")]
-    pub repo_prefix: Option<String>,
-
-    /// `single:NAME` folds all repositories into NAME (tags stay unique).
-    #[arg(long, value_name = "MAP")]
-    pub repo_map: Option<String>,
-
-    /// How uploads are replayed.
-    #[arg(long, value_enum, default_value_t = UploadChoice::Trace)]
-    pub upload: UploadChoice,
-
-    /// Chunk size for --upload chunked.
-    #[arg(long, value_name = "SIZE", default_value = "5MiB")]
-    pub chunk_size: ByteSize,
-
-    /// Manifest flavour of generated images.
-    #[arg(long, value_enum, default_value_t = ManifestFormatArg::Oci)]
-    pub manifest_format: ManifestFormatArg,
-
-    /// Delay mode: drop (and count) operations that cannot start within D of their time.
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
-    pub max_lateness: Option<Duration>,
-
-    /// On Ctrl-C, how long in-flight operations may take to finish.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
-    pub grace: Duration,
-
-    /// Count and skip malformed records instead of stopping at the first.
-    #[arg(long)]
-    pub skip_invalid: bool,
-
-    /// Also replay records whose original request failed (4xx/5xx).
-    #[arg(long)]
-    pub replay_failed: bool,
-
-    /// Requests of a client closer than this belong to one session (pull or push).
-    #[arg(long, value_name = "D", default_value = "60s", value_parser = parse_duration)]
-    pub session_gap: Duration,
-
-    /// Operations in flight during prewarm (default: --concurrency).
-    #[arg(long, value_name = "N", value_parser = parse_concurrency)]
-    pub prewarm_concurrency: Option<NonZeroUsize>,
-
-    /// Do not hash downloaded blobs (bodies are still read to the end).
-    #[arg(long)]
-    pub no_verify: bool,
-
-    /// Exit 1 when a validity warning is raised (generator bottleneck, schedule slipped,
-    /// clock skew).
-    #[arg(long)]
-    pub strict: bool,
 
     #[command(flatten)]
     pub route: RouteArgs,
 
+    /// Exit 1 when a validity warning is raised (generator bottleneck, schedule slipped,
+    /// clock skew).
+    #[arg(help_heading = "Output & thresholds", long)]
+    pub strict: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 /// `--mode`: the names of [`Mode`].

@@ -102,6 +102,9 @@ pub struct RunArgs {
     /// `--quiet` (a global flag).
     #[arg(skip)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub runtime: crate::commands::args::RuntimeArgs,
 }
 
 fn now_rfc3339() -> String {
@@ -924,6 +927,7 @@ mod tests {
             dry_run: false,
             json: false,
             quiet: false,
+            runtime: crate::commands::args::RuntimeArgs { threads: None },
         };
         let recorded = requested_schedule(&args(Some(3600), Some(4)));
         assert!(recorded.rounds_layout);
