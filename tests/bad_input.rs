@@ -200,3 +200,77 @@ fn random_bytes_in_every_input_never_panic() {
         }
     }
 }
+
+/// The first mistakes of a new user get one line that says what to do: TLS against a
+/// plain-HTTP registry (with `https://` or no scheme), a path in the registry URL, an empty
+/// trace, a run that would send nothing.
+#[test]
+fn first_mistakes_get_answers_that_say_what_to_do() {
+    let registry = common::Registry::start();
+    let host = registry.url.trim_start_matches("http://").to_owned();
+    let push = |url: &str| {
+        vec![
+            "push".to_owned(),
+            "--registry".into(),
+            url.to_owned(),
+            "--repo".into(),
+            "first/app".into(),
+            "--layers".into(),
+            "1".into(),
+            "--layer-size".into(),
+            "1KiB".into(),
+        ]
+    };
+    for url in [format!("https://{host}"), host.clone()] {
+        let args = push(&url);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_usage_error(&args, &["did not answer in TLS", "use an http:// URL"]);
+    }
+    let args = push(&format!("{}/first", registry.url));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = run_bin(&args, None, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("has a path (/first)") && r.stderr.contains("--repo first/app"),
+        "{}",
+        r.stderr
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "[]").unwrap();
+    let empty = empty.to_str().unwrap();
+    assert_usage_error(
+        &["replay", empty, "--registry", &registry.url],
+        &["empty.json holds no replayable record"],
+    );
+    assert_usage_error(&["trace", "stats", empty], &["empty.json holds no trace record"]);
+    assert_usage_error(
+        &["simulate", "prefetch", empty],
+        &["empty.json holds no usable trace record"],
+    );
+
+    // A shard whose share of the trace is empty sends nothing: an error, not a success.
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let out = dir.path().join("nothing");
+    assert_usage_error(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "run",
+            "--limit-requests",
+            "1",
+            "--shard",
+            "1/2",
+            "--shard-by",
+            "record",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &["the run sent no request", "--shard"],
+    );
+}

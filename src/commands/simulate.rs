@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::ExitStatus;
-use crate::analysis::simulate::{
+use crate::analysis::simulate::{TraceInfo, 
     cache_text, prefetch_text, simulate_cache_files, simulate_prefetch_files, PrefetchConfig,
     PAPER_RETENTIONS,
 };
@@ -165,6 +165,7 @@ pub fn render(args: SimulateArgs) -> anyhow::Result<String> {
                 a.memory_max_object.bytes(),
                 a.skip_invalid,
             )?;
+            no_records(&a.traces, &out.trace)?;
             if a.json {
                 json(&out)
             } else {
@@ -174,6 +175,7 @@ pub fn render(args: SimulateArgs) -> anyhow::Result<String> {
         SimulateCommand::Prefetch(a) => {
             let configs = prefetch_configs(&a);
             let out = simulate_prefetch_files(&a.traces, &configs, a.skip_invalid)?;
+            no_records(&a.traces, &out.trace)?;
             if a.json {
                 json(&out)
             } else {
@@ -181,6 +183,27 @@ pub fn render(args: SimulateArgs) -> anyhow::Result<String> {
             }
         }
     }
+}
+
+/// A simulation over no record has no result: an error, not empty tables.
+fn no_records(traces: &[std::path::PathBuf], read: &TraceInfo) -> anyhow::Result<()> {
+    if read.records > 0 {
+        return Ok(());
+    }
+    let skipped: u64 = read.skipped.values().sum();
+    anyhow::bail!(
+        "{} holds no usable trace record{}",
+        traces
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if skipped > 0 {
+            format!(" ({skipped} skipped)")
+        } else {
+            String::new()
+        }
+    )
 }
 
 fn json(value: &impl Serialize) -> anyhow::Result<String> {

@@ -380,6 +380,9 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
     };
     let started = Instant::now();
     let stats = compute_stats(&input, &opts)?;
+    if stats.records == 0 {
+        anyhow::bail!("{} holds no trace record", input.describe());
+    }
     if a.json {
         out.json(&stats)?;
     } else {

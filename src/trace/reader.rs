@@ -254,6 +254,15 @@ impl TraceInput {
         }
         Ok(TraceInput { files })
     }
+
+    /// The files for a message: the one file's path, or the first and how many more.
+    pub fn describe(&self) -> String {
+        match self.files.as_slice() {
+            [one] => one.display().to_string(),
+            [first, rest @ ..] => format!("{} (and {} more files)", first.display(), rest.len()),
+            [] => "the trace".to_owned(),
+        }
+    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), TraceError> {

@@ -451,6 +451,17 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
 
     let (catalog, spool) =
         catalog::prepare(&input, &cfg, args.output.output_dir.clone(), quiet).await?;
+    if catalog.items == 0 {
+        anyhow::bail!(
+            "{} holds no replayable record{}",
+            input.describe(),
+            if cfg.limit_requests == Some(0) {
+                " (--limit-requests 0)"
+            } else {
+                ""
+            }
+        );
+    }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
     let names = cfg.registry.endpoint_names();
     let router = Router::new(&names, cfg.routing.map(|r| r.route).unwrap_or_default());

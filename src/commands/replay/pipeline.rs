@@ -260,6 +260,31 @@ pub(super) async fn run_phase(
             summary.totals.errors, summary.totals.requests
         );
     }
+    if summary.totals.requests == 0 && !summary.interrupted {
+        // Nothing measured is not a result, even if every record was accounted for.
+        let why = summary.trace.as_ref().map_or(String::new(), |t| {
+            let skipped: Vec<String> = t
+                .skipped
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(reason, n)| format!("{n} {reason}"))
+                .collect();
+            format!(
+                ": of {} trace records none was replayed{}",
+                t.records,
+                if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (skipped: {})", skipped.join(", "))
+                }
+            )
+        });
+        eprintln!(
+            "creb-rs: error: the run sent no request{why}; check --shard, --limit-requests, \
+             --limit-duration and the trace's records (creb-rs trace stats)"
+        );
+        return Ok(ExitStatus::Usage);
+    }
     Ok(if summary.interrupted {
         ExitStatus::Interrupted
     } else if cfg.strict && !summary.warnings.is_empty() {
