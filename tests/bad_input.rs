@@ -244,7 +244,10 @@ fn first_mistakes_get_answers_that_say_what_to_do() {
         &["replay", empty, "--registry", &registry.url],
         &["empty.json holds no replayable record"],
     );
-    assert_usage_error(&["trace", "stats", empty], &["empty.json holds no trace record"]);
+    assert_usage_error(
+        &["trace", "stats", empty],
+        &["empty.json holds no trace record"],
+    );
     assert_usage_error(
         &["simulate", "prefetch", empty],
         &["empty.json holds no usable trace record"],

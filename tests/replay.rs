@@ -370,3 +370,99 @@ async fn a_malformed_record_names_its_file_and_number() {
     assert_eq!(s["trace"]["skipped"]["invalid"], 1);
     assert_reconciled(&s);
 }
+
+/// `--phase run` after a prewarm made with other settings would read content the registry
+/// never got: the run is refused, naming the settings; a prewarm that covers only part of
+/// what the run reads is a warning in the result; the same settings run clean.
+#[test]
+fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let replay = |extra: &[&str]| {
+        let mut args = vec!["replay", trace, "--registry", &registry.url, "--quiet"];
+        args.extend(extra);
+        common::run_bin(&args, None, &[])
+    };
+    let prewarm = replay(&[
+        "--phase",
+        "prewarm",
+        "--seed",
+        "7",
+        "--limit-requests",
+        "150",
+    ]);
+    assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
+
+    let other_seed = replay(&["--phase", "run", "--seed", "8", "--limit-requests", "150"]);
+    assert_eq!(other_seed.code, 2, "{}", other_seed.stderr);
+    assert!(
+        other_seed
+            .stderr
+            .contains("the registry does not hold what this run reads")
+            && other_seed.stderr.contains("--seed 8")
+            && other_seed
+                .stderr
+                .contains("run --phase prewarm with the same --seed"),
+        "{}",
+        other_seed.stderr
+    );
+    let other_prefix = replay(&[
+        "--phase",
+        "run",
+        "--seed",
+        "7",
+        "--limit-requests",
+        "150",
+        "--repo-prefix",
+        "elsewhere",
+    ]);
+    assert_eq!(other_prefix.code, 2, "{}", other_prefix.stderr);
+    assert!(
+        other_prefix.stderr.contains("elsewhere"),
+        "{}",
+        other_prefix.stderr
+    );
+
+    // More of the trace than was prewarmed: some of it is missing, and the result says so.
+    let out = dir.path().join("more");
+    let more = replay(&[
+        "--phase",
+        "run",
+        "--seed",
+        "7",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(more.code, 0, "{}", more.stderr);
+    let summary = summary_json(&out);
+    let warnings = summary["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w["kind"] == "prewarm_missing"),
+        "{warnings:?}"
+    );
+
+    // The prewarm's own settings: no warning, no error.
+    let out = dir.path().join("same");
+    let same = replay(&[
+        "--phase",
+        "run",
+        "--seed",
+        "7",
+        "--limit-requests",
+        "150",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(same.code, 0, "{}", same.stderr);
+    let summary = summary_json(&out);
+    assert!(
+        !summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "prewarm_missing"),
+        "{summary}"
+    );
+    registry.assert_no_errors_but_tag_races(&summary, "same settings");
+}

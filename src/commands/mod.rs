@@ -397,7 +397,11 @@ mod tests {
         }
         assert!(seen >= 20, "{seen} examples");
         for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            assert!(sub.get_after_help().is_some(), "`{}` has no examples", sub.get_name());
+            assert!(
+                sub.get_after_help().is_some(),
+                "`{}` has no examples",
+                sub.get_name()
+            );
         }
     }
 

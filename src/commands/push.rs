@@ -571,7 +571,7 @@ mod tests {
             "creb-rs",
             "push",
             "--registry",
-            "http://127.0.0.1:5000/ignored/path",
+            "http://127.0.0.1:5000/v2/",
             "--repo",
             "x/y",
             "--layers",

@@ -9,9 +9,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::ExitStatus;
-use crate::analysis::simulate::{TraceInfo, 
+use crate::analysis::simulate::{
     cache_text, prefetch_text, simulate_cache_files, simulate_prefetch_files, PrefetchConfig,
-    PAPER_RETENTIONS,
+    TraceInfo, PAPER_RETENTIONS,
 };
 use crate::units::{parse_duration, ByteSize};
 

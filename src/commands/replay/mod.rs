@@ -20,6 +20,7 @@
 mod catalog;
 mod pipeline;
 pub mod prewarm;
+mod probe;
 mod validity;
 
 use std::collections::BTreeMap;
@@ -492,8 +493,19 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             return Ok(ExitStatus::Interrupted);
         }
     }
+    let mut gaps = None;
+    if cfg.phase == Phase::Run {
+        let found = probe::probe(&context, &catalog).await;
+        match probe::verdict(&cfg, &found) {
+            Ok(warning) => gaps = warning,
+            Err(message) => {
+                eprintln!("creb-rs: error: {message}");
+                return Ok(ExitStatus::Usage);
+            }
+        }
+    }
     if cfg.phase != Phase::Prewarm {
-        exit = pipeline::run_phase(&context, catalog, input, spool)
+        exit = pipeline::run_phase(&context, catalog, input, spool, gaps)
             .await?
             .max_with(exit);
     }

@@ -90,6 +90,7 @@ pub(super) async fn run_phase(
     catalog: Arc<Catalog>,
     input: TraceInput,
     spool: Option<Spool>,
+    prewarm_gaps: Option<String>,
 ) -> anyhow::Result<ExitStatus> {
     let &Context {
         cfg,
@@ -188,6 +189,9 @@ pub(super) async fn run_phase(
         max_in_flight: exec.max_in_flight,
     };
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
+    if let Some(message) = prewarm_gaps {
+        warn(&mut warnings, "prewarm_missing", message);
+    }
     if shutdown.by_signal() {
         warn(
             &mut warnings,

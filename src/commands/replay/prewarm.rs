@@ -265,6 +265,16 @@ fn read_manifest_bytes(
     manifest_over(format, &identity, &layers, size)
 }
 
+/// The digest of the manifest prewarm pushes for the manifest `repo:reference` of the trace.
+pub(super) fn read_manifest_digest(
+    catalog: &Catalog,
+    format: ManifestFormat,
+    repo: Sym,
+    reference: Sym,
+) -> Digest {
+    Digest::sha256_of(&read_manifest_bytes(catalog, format, repo, reference).2)
+}
+
 /// The bytes of the blob `origin` names.
 fn blob_source(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> BlobSource {
     match origin {

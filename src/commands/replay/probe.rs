@@ -1,0 +1,200 @@
+//! Before a `--phase run`: does the registry hold what this run reads? A few of the blobs
+//! and manifests prewarm would push for this trace, with these settings, are asked for
+//! with HEAD. When none is there, the prewarm used other settings (a different `--seed`,
+//! repository mapping, manifest format or limit) and every read would fail: the run is
+//! refused with the fix. When some are missing, the run goes on with a warning in its
+//! result. The probe's requests are not part of any result.
+
+use super::prewarm::read_manifest_digest;
+use super::{Context, ReplayConfig};
+use crate::client::OpCtx;
+use crate::digest::Digest;
+use crate::metrics::spawn_aggregator;
+use crate::oci::Reference;
+use crate::plan::catalog::Catalog;
+use crate::plan::Naming;
+use crate::route::Object;
+
+/// Blobs and manifests asked for, at most.
+const BLOBS: usize = 12;
+const MANIFESTS: usize = 6;
+
+/// What the probe found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Found {
+    /// Objects asked for that answered (present, absent or different).
+    pub asked: usize,
+    /// Absent (404).
+    pub missing: usize,
+    /// Manifests present under their tag with other content than this run would push.
+    pub different: usize,
+}
+
+impl Found {
+    fn lacking(&self) -> usize {
+        self.missing + self.different
+    }
+}
+
+/// `count` indexes spread evenly over `0..len`.
+fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
+    let step = len.div_ceil(count.max(1)).max(1);
+    (0..len).step_by(step)
+}
+
+/// Asks the registry for a sample of what prewarm would have pushed.
+pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
+    let cfg = context.cfg;
+    let (recorder, aggregator) = spawn_aggregator();
+    let clients: Vec<_> = context
+        .connections
+        .iter()
+        .map(|c| c.client_for(recorder.clone()))
+        .collect();
+    let mut naming = Naming::new(cfg.plan.repos.clone());
+    let mut found = Found::default();
+    let blobs = &catalog.blob_reads;
+    for i in spread(blobs.len(), BLOBS) {
+        let (repo_sym, d) = blobs[i];
+        let repo = naming.repo(catalog, repo_sym);
+        let digest = Digest::from_sha256(catalog.blob_sha256(d));
+        let endpoint = first(context, Object::Blob(digest.as_str()));
+        match clients[endpoint]
+            .blob_head(&repo, &digest, OpCtx::default())
+            .await
+        {
+            Ok(Some(_)) => found.asked += 1,
+            Ok(None) => {
+                found.asked += 1;
+                found.missing += 1;
+            }
+            Err(_) => {}
+        }
+    }
+    // A manifest the trace also pushes may hold the run's own content from an earlier run:
+    // only those nobody but prewarm writes say what prewarm did.
+    let pushed: std::collections::HashSet<_> = catalog
+        .pushes
+        .values()
+        .map(|p| (p.repo, p.reference))
+        .collect();
+    let manifests: Vec<_> = catalog
+        .manifests
+        .keys()
+        .copied()
+        .filter(|key| !pushed.contains(key))
+        .collect();
+    for i in spread(manifests.len(), MANIFESTS) {
+        let (repo_sym, reference_sym) = manifests[i];
+        let repo = naming.repo(catalog, repo_sym);
+        let tag = naming.tag(catalog, repo_sym, reference_sym);
+        let expected =
+            read_manifest_digest(catalog, cfg.plan.manifest_format, repo_sym, reference_sym);
+        let endpoint = first(
+            context,
+            Object::Manifest {
+                repo: repo.as_str(),
+                reference: tag.as_str(),
+            },
+        );
+        match clients[endpoint]
+            .manifest_head(&repo, &Reference::Tag(tag.clone()), OpCtx::default())
+            .await
+        {
+            Ok(Some(head)) => {
+                found.asked += 1;
+                if head.digest.is_some_and(|d| d != expected) {
+                    found.different += 1;
+                }
+            }
+            Ok(None) => {
+                found.asked += 1;
+                found.missing += 1;
+            }
+            Err(_) => {}
+        }
+    }
+    drop(clients);
+    drop(aggregator.finish().await);
+    found
+}
+
+/// The endpoint a read of `object` goes to first.
+fn first(context: &Context<'_>, object: Object<'_>) -> usize {
+    let endpoint = context
+        .router
+        .placement(object)
+        .into_iter()
+        .next()
+        .unwrap_or(0);
+    endpoint.min(context.connections.len() - 1)
+}
+
+/// The settings that decide what prewarm pushes, as this run has them.
+fn settings(cfg: &ReplayConfig) -> String {
+    let repos = serde_json::to_string(&cfg.plan.repos).unwrap_or_default();
+    let mut parts = vec![
+        format!("--seed {}", cfg.seed),
+        format!("repositories {repos}"),
+        format!(
+            "--manifest-format {}",
+            serde_json::to_value(cfg.plan.manifest_format)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        ),
+    ];
+    if let Some(n) = cfg.limit_requests {
+        parts.push(format!("--limit-requests {n}"));
+    }
+    if let Some(d) = cfg.limit_duration_s {
+        parts.push(format!("--limit-duration {d}s"));
+    }
+    parts.join(", ")
+}
+
+/// The verdict on what the probe found: `Err` (refuse the run) when nothing asked for is
+/// there, `Ok(Some)` (a warning) when part of it is missing.
+pub(super) fn verdict(cfg: &ReplayConfig, found: &Found) -> Result<Option<String>, String> {
+    if found.asked == 0 || found.lacking() == 0 {
+        return Ok(None);
+    }
+    let what = format!(
+        "{} of {} objects this run reads, asked for before it, are {}",
+        found.lacking(),
+        found.asked,
+        match (found.missing, found.different) {
+            (_, 0) => "missing".to_owned(),
+            (0, d) => format!("manifests with other content ({d})"),
+            (m, d) => format!("missing ({m}) or manifests with other content ({d})"),
+        }
+    );
+    if found.lacking() == found.asked {
+        return Err(format!(
+            "the registry does not hold what this run reads: {what}. The prewarm ran with other \
+             settings than this run ({}): run --phase prewarm with the same --seed, \
+             --repo-prefix or --repo-map, --manifest-format and limits (or --phase all), then \
+             this run again",
+            settings(cfg)
+        ));
+    }
+    Ok(Some(format!(
+        "{what}: reads of them will fail. Was the prewarm incomplete, or made with other \
+         settings than this run ({})?",
+        settings(cfg)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_covers_the_range_evenly_and_never_repeats() {
+        assert_eq!(spread(0, 12).count(), 0);
+        assert_eq!(spread(5, 12).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+        let picked: Vec<_> = spread(1000, 12).collect();
+        assert!(picked.len() <= 12 && picked.len() >= 11, "{picked:?}");
+        assert!(picked.windows(2).all(|w| w[1] > w[0] && w[1] - w[0] == 84));
+    }
+}

@@ -1,0 +1,217 @@
+//! The recipes of README.md and docs/ run as written. Every fenced shell block preceded by
+//! `<!-- recipe -->` is run with bash (`-e -o pipefail`), in order, in one scratch
+//! directory per document, against a docker-registry on loopback, with the real binary
+//! first on PATH. `<!-- recipe: zero-errors -->` also requires every result the block wrote
+//! to have no failed operation, and `exit=N` another exit status than 0.
+//!
+//! What stands in for the reader's site, and only that, is replaced:
+//! - the registry URL (`https://registry.example`, `http://127.0.0.1:5000`, `$REG`) by
+//!   the local registry's;
+//! - the trace (`trace/`, `data_centers/dal09/`, `/data/trace/dal09`) by the first 10 s of
+//!   the bundled sample; `fixtures/` is the repository's;
+//! - `ssh HOST CMD` runs CMD here, `scp`/`rsync HOST:PATH DEST` copy PATH; `~` is the
+//!   scratch directory;
+//! - a start a few minutes ahead (`date … '+3 min'`) is a few seconds ahead.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{run_bin, Registry};
+
+/// One runnable block.
+#[derive(Debug)]
+struct Recipe {
+    line: usize,
+    code: String,
+    zero_errors: bool,
+    exit: i32,
+}
+
+fn recipes(doc: &str) -> Vec<Recipe> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(doc))
+        .unwrap_or_else(|e| panic!("{doc}: {e}"));
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let marker = lines[i].trim();
+        if let Some(rest) = marker.strip_prefix("<!-- recipe") {
+            let options = rest.trim_start_matches(':').trim_end_matches("-->").trim();
+            let fence = lines.get(i + 1).copied().unwrap_or_default();
+            assert!(
+                fence == "```sh" || fence == "```bash",
+                "{doc}:{}: a recipe marker must precede a ```sh block",
+                i + 1
+            );
+            let mut code = String::new();
+            let mut j = i + 2;
+            while j < lines.len() && lines[j] != "```" {
+                code.push_str(lines[j]);
+                code.push('\n');
+                j += 1;
+            }
+            let exit = options
+                .split_whitespace()
+                .find_map(|o| o.strip_prefix("exit="))
+                .map_or(0, |n| n.parse().unwrap());
+            out.push(Recipe {
+                line: i + 2,
+                code,
+                zero_errors: options.split_whitespace().any(|o| o == "zero-errors"),
+                exit,
+            });
+            i = j;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The reader's site, on this machine.
+const PRELUDE: &str = r#"
+ssh() {
+  while [[ "$1" == -* ]]; do shift; done
+  shift
+  bash -e -o pipefail -c "$*"
+}
+copy_from_hosts() {
+  local args=()
+  for a in "$@"; do
+    case "$a" in
+      -*) ;;
+      *:*) args+=("${a#*:}") ;;
+      *) args+=("$a") ;;
+    esac
+  done
+  cp -a "${args[@]}"
+}
+scp() { copy_from_hosts "$@"; }
+rsync() { copy_from_hosts "$@"; }
+"#;
+
+fn substitute(code: &str, registry: &str) -> String {
+    code.replace("https://registry.example", registry)
+        .replace("http://127.0.0.1:5000", registry)
+        .replace("/data/trace/dal09", "trace/")
+        .replace("'+3 min'", "'+6 sec'")
+        .replace("'+30 seconds'", "'+6 seconds'")
+}
+
+/// The scratch directory: the short trace where the recipes look for one, the fixtures.
+fn site(dir: &Path) {
+    let short = dir.join("short.json");
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let r = run_bin(
+        &[
+            "trace",
+            "sample",
+            sample,
+            "--method",
+            "first-duration",
+            "--duration",
+            "10s",
+            "-o",
+            short.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for place in ["trace", "data_centers/dal09"] {
+        std::fs::create_dir_all(dir.join(place)).unwrap();
+        std::fs::copy(&short, dir.join(place).join("trace.json")).unwrap();
+    }
+    std::fs::remove_file(short).unwrap();
+    std::os::unix::fs::symlink(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"),
+        dir.join("fixtures"),
+    )
+    .unwrap();
+}
+
+fn summaries(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() && !path.ends_with("fixtures") {
+            summaries(&path, out);
+        } else if path.file_name().is_some_and(|n| n == "summary.json") {
+            out.push(path);
+        }
+    }
+}
+
+fn run_document(doc: &str, at_least: usize) {
+    let recipes = recipes(doc);
+    assert!(
+        recipes.len() >= at_least,
+        "{doc}: {} recipes, expected {at_least}",
+        recipes.len()
+    );
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    site(dir.path());
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_creb-rs")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for recipe in &recipes {
+        let mut before = Vec::new();
+        summaries(dir.path(), &mut before);
+        let script = dir.path().join(format!("recipe-{}.sh", recipe.line));
+        std::fs::write(
+            &script,
+            format!("{PRELUDE}\n{}", substitute(&recipe.code, &registry.url)),
+        )
+        .unwrap();
+        let out = Command::new("timeout")
+            .args(["180", "bash", "-e", "-o", "pipefail"])
+            .arg(&script)
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .env("HOME", dir.path())
+            .env("REG", &registry.url)
+            .env_remove("CREB_REGISTRY")
+            .env_remove("RUST_LOG")
+            .env_remove("DOCKER_CONFIG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(recipe.exit),
+            "{doc}:{}: exit status\n{}\n{stderr}",
+            recipe.line,
+            recipe.code
+        );
+        if recipe.zero_errors {
+            let mut after = Vec::new();
+            summaries(dir.path(), &mut after);
+            let new: Vec<_> = after.iter().filter(|p| !before.contains(p)).collect();
+            assert!(!new.is_empty(), "{doc}:{}: no result written", recipe.line);
+            for summary in new {
+                let s: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+                registry.assert_no_errors_but_tag_races(
+                    &s,
+                    &format!("{doc}:{} {}", recipe.line, summary.display()),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn readme_recipes_run_as_written() {
+    run_document("README.md", 4);
+}
+
+#[test]
+fn distributed_recipe_runs_as_written() {
+    run_document("docs/distributed.md", 1);
+}
