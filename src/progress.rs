@@ -1,8 +1,11 @@
-//! A progress line on the terminal: phase, done/total, rate, errors, ETA.
+//! Progress while a run goes: phase, done/total, rate, errors, live p99 and schedule lag,
+//! ETA (weighted by bytes where the work is bytes, as a prewarm's is).
 //!
-//! Work updates three atomic counters (no lock, no I/O on the hot path); a task redraws the
-//! line four times a second on stderr. Nothing is drawn when stderr is not a terminal, or
-//! with `--quiet` or `--json`, so logs and pipes stay clean.
+//! Work updates atomic counters and two fixed arrays of atomic buckets (no lock, no I/O,
+//! nothing that grows on the hot path). On a terminal a task redraws one line four times a
+//! second on stderr; without one (CI logs, `nohup`) it prints a plain line every 10 s
+//! (`CREB_PROGRESS_INTERVAL`), so a long run is never silent. Nothing with `--quiet` or
+//! `--json`.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,12 +14,93 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::units::{format_duration, ByteSize};
+
+/// Buckets of [`LiveHistogram`]: two per power of two of microseconds, up to ~2^39 µs.
+const BUCKETS: usize = 80;
+
+/// A coarse latency histogram for the progress line: each sample is one atomic add into a
+/// bucket of half a power of two (so a percentile is within about 40%), and the reader
+/// takes and clears the counts of the window since it last looked.
+#[derive(Debug)]
+pub struct LiveHistogram {
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl Default for LiveHistogram {
+    fn default() -> Self {
+        LiveHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl LiveHistogram {
+    fn bucket(us: u64) -> usize {
+        if us < 2 {
+            return us as usize;
+        }
+        let msb = 63 - us.leading_zeros() as usize;
+        let half = ((us >> (msb - 1)) & 1) as usize;
+        (msb * 2 + half).min(BUCKETS - 1)
+    }
+
+    /// The largest value a bucket holds, in microseconds.
+    fn upper(bucket: usize) -> u64 {
+        if bucket < 2 {
+            return bucket as u64;
+        }
+        let (msb, half) = (bucket / 2, bucket % 2);
+        let base = 1u64 << msb;
+        if half == 0 {
+            base + base / 2 - 1
+        } else {
+            2 * base - 1
+        }
+    }
+
+    pub fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[Self::bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `q` quantile (0..1) of the samples since the last call, which are cleared;
+    /// `None` without samples.
+    pub fn take_quantile(&self, q: f64) -> Option<Duration> {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.swap(0, Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, n) in counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(Duration::from_micros(Self::upper(i)));
+            }
+        }
+        None
+    }
+}
+
 /// Counters shared with the work.
 #[derive(Debug, Default)]
 pub struct Progress {
     pub total: AtomicU64,
     pub done: AtomicU64,
     pub errors: AtomicU64,
+    /// Bytes the work moves in all, when it is known (prewarm); 0 when not.
+    pub bytes_total: AtomicU64,
+    pub bytes_done: AtomicU64,
+    /// Latency of the operations that succeeded (from the intended start in delay mode).
+    pub latency: LiveHistogram,
+    /// How late operations started against their schedule (delay mode).
+    pub lag: LiveHistogram,
 }
 
 impl Progress {
@@ -26,8 +110,19 @@ impl Progress {
         Arc::new(p)
     }
 
+    /// Work of `total` items moving `bytes` in all: the ETA follows the bytes.
+    pub fn with_bytes(total: u64, bytes: u64) -> Arc<Self> {
+        let p = Progress::new(total);
+        p.bytes_total.store(bytes, Ordering::Relaxed);
+        p
+    }
+
     pub fn add_done(&self, n: u64) {
         self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn add_bytes(&self, n: u64) {
+        self.bytes_done.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn add_error(&self) {
@@ -36,6 +131,113 @@ impl Progress {
 
     pub fn set_done(&self, n: u64) {
         self.done.store(n, Ordering::Relaxed);
+    }
+
+    /// A finished operation that succeeded: its latency, and its schedule lag if it had a
+    /// schedule.
+    pub fn observe(&self, latency: Duration, lag: Option<Duration>) {
+        self.latency.record(latency);
+        if let Some(lag) = lag {
+            self.lag.record(lag);
+        }
+    }
+
+    /// The share done (by bytes when they are known) and the time left at the rate so far.
+    fn share_and_eta(&self, elapsed: Duration) -> (f64, Option<Duration>) {
+        let (done, total) = match self.bytes_total.load(Ordering::Relaxed) {
+            0 => (
+                self.done.load(Ordering::Relaxed),
+                self.total.load(Ordering::Relaxed),
+            ),
+            bytes => (self.bytes_done.load(Ordering::Relaxed).min(bytes), bytes),
+        };
+        if total == 0 {
+            return (1.0, None);
+        }
+        let share = (done as f64 / total as f64).min(1.0);
+        let eta = (share > 0.0 && share < 1.0)
+            .then(|| elapsed.mul_f64((1.0 - share) / share))
+            .filter(|eta| *eta < Duration::from_secs(100 * 24 * 3600));
+        (share, eta)
+    }
+
+    /// What the line shows after `elapsed`, taking the latency window.
+    fn status(&self, elapsed: Duration) -> Status {
+        let (share, eta) = self.share_and_eta(elapsed);
+        Status {
+            share,
+            eta,
+            done: self.done.load(Ordering::Relaxed),
+            total: self.total.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            rate: self.done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64().max(1e-3),
+            p99: self.latency.take_quantile(0.99),
+            lag_p99: self.lag.take_quantile(0.99),
+        }
+    }
+}
+
+/// One reading of the counters.
+#[derive(Debug)]
+struct Status {
+    share: f64,
+    eta: Option<Duration>,
+    done: u64,
+    total: u64,
+    errors: u64,
+    bytes_done: u64,
+    rate: f64,
+    p99: Option<Duration>,
+    lag_p99: Option<Duration>,
+}
+
+impl Status {
+    /// The live figures: rate, errors, p99 and lag of the last window, bytes.
+    fn figures(&self) -> String {
+        let mut out = format!("{:.0}/s  {} errors", self.rate, self.errors);
+        if let Some(p99) = self.p99 {
+            out.push_str(&format!("  p99≈{}", format_duration(p99)));
+        }
+        if let Some(lag) = self.lag_p99 {
+            out.push_str(&format!("  lag p99≈{}", format_duration(lag)));
+        }
+        if self.bytes_done > 0 {
+            out.push_str(&format!("  {}", ByteSize(self.bytes_done)));
+        }
+        out
+    }
+
+    fn eta(&self) -> String {
+        self.eta.map_or("-".into(), format_duration)
+    }
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// Not at all (`--quiet`, `--json`).
+    Off,
+    /// A line redrawn in place on a terminal.
+    Terminal,
+    /// A plain line every so often, for logs.
+    Lines(Duration),
+}
+
+/// How progress may be shown: on the terminal, as lines every 10 s (or
+/// `CREB_PROGRESS_INTERVAL`) when stderr is not one, or not with `quiet` or `json`.
+pub fn wanted(quiet: bool, json: bool) -> Display {
+    if quiet || json {
+        Display::Off
+    } else if std::io::stderr().is_terminal() {
+        Display::Terminal
+    } else {
+        let every = std::env::var("CREB_PROGRESS_INTERVAL")
+            .ok()
+            .and_then(|v| crate::units::parse_duration(&v).ok())
+            .filter(|d| *d >= Duration::from_millis(100))
+            .unwrap_or(Duration::from_secs(10));
+        Display::Lines(every)
     }
 }
 
@@ -46,26 +248,30 @@ pub struct ProgressLine {
     bar: Option<ProgressBar>,
 }
 
-/// Whether a progress line may be drawn.
-pub fn wanted(quiet: bool, json: bool) -> bool {
-    !quiet && !json && std::io::stderr().is_terminal()
-}
-
 impl ProgressLine {
-    /// Shows `progress` under `phase` (e.g. "prewarm", "stress") if `enabled`.
-    pub fn show(phase: &str, unit: &str, progress: Arc<Progress>, enabled: bool) -> ProgressLine {
-        if !enabled {
-            return ProgressLine {
+    /// Shows `progress` under `phase` (e.g. "prewarm", "stress") as `display` says.
+    pub fn show(
+        phase: &str,
+        unit: &str,
+        progress: Arc<Progress>,
+        display: Display,
+    ) -> ProgressLine {
+        match display {
+            Display::Off => ProgressLine {
                 task: None,
                 bar: None,
-            };
+            },
+            Display::Terminal => Self::terminal(phase, unit, progress),
+            Display::Lines(every) => Self::lines(phase, unit, progress, every),
         }
+    }
+
+    fn terminal(phase: &str, unit: &str, progress: Arc<Progress>) -> ProgressLine {
         let bar = ProgressBar::with_draw_target(
             Some(progress.total.load(Ordering::Relaxed)),
             ProgressDrawTarget::stderr_with_hz(4),
         );
-        let template =
-            format!("{{prefix:>8}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}  ETA {{eta}}");
+        let template = format!("{{prefix:>8}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}");
         if let Ok(style) = ProgressStyle::with_template(&template) {
             bar.set_style(style.progress_chars("=> "));
         }
@@ -74,19 +280,46 @@ impl ProgressLine {
         let task = tokio::spawn(async move {
             let start = tokio::time::Instant::now();
             let mut tick = tokio::time::interval(Duration::from_millis(250));
-            loop {
+            let mut figures = String::new();
+            for n in 0u64.. {
                 tick.tick().await;
-                let done = progress.done.load(Ordering::Relaxed);
                 drawn.set_length(progress.total.load(Ordering::Relaxed));
-                drawn.set_position(done);
-                let errors = progress.errors.load(Ordering::Relaxed);
-                let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-3);
-                drawn.set_message(format!("{rate:.0}/s  {errors} errors"));
+                drawn.set_position(progress.done.load(Ordering::Relaxed));
+                // The latency window is a second long; the counters move every tick.
+                if n % 4 == 0 {
+                    let status = progress.status(start.elapsed());
+                    figures = format!("{}  ETA {}", status.figures(), status.eta());
+                }
+                drawn.set_message(figures.clone());
             }
         });
         ProgressLine {
             task: Some(task),
             bar: Some(bar),
+        }
+    }
+
+    fn lines(phase: &str, unit: &str, progress: Arc<Progress>, every: Duration) -> ProgressLine {
+        let (phase, unit) = (phase.to_owned(), unit.to_owned());
+        let task = tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let mut tick = tokio::time::interval_at(start + every, every);
+            loop {
+                tick.tick().await;
+                let status = progress.status(start.elapsed());
+                eprintln!(
+                    "creb-rs: {phase} {:.1}%  {}/{} {unit}  {}  ETA {}",
+                    status.share * 100.0,
+                    status.done,
+                    status.total,
+                    status.figures(),
+                    status.eta()
+                );
+            }
+        });
+        ProgressLine {
+            task: Some(task),
+            bar: None,
         }
     }
 
@@ -121,8 +354,47 @@ mod tests {
         p.add_done(3);
         p.add_error();
         assert_eq!(p.done.load(Ordering::Relaxed), 3);
-        let line = ProgressLine::show("test", "ops", Arc::clone(&p), false);
+        let line = ProgressLine::show("test", "ops", Arc::clone(&p), Display::Off);
         assert!(line.task.is_none(), "nothing drawn when disabled");
         line.finish();
+    }
+
+    #[test]
+    fn live_percentiles_are_within_a_bucket_and_the_window_clears() {
+        let h = LiveHistogram::default();
+        for ms in 1..=100u64 {
+            h.record(Duration::from_millis(ms));
+        }
+        let p99 = h.take_quantile(0.99).unwrap();
+        // The 99th of 1..=100 ms is 99 ms; its bucket (98,304..131,071 µs) reports its top.
+        assert!(
+            p99 >= Duration::from_millis(99) && p99 < Duration::from_millis(140),
+            "{p99:?}"
+        );
+        assert_eq!(h.take_quantile(0.99), None, "taken windows start empty");
+        for us in [0u64, 1, 2, 3, 5, 1 << 20, u64::MAX] {
+            let b = LiveHistogram::bucket(us);
+            assert!(b < BUCKETS);
+            if b < BUCKETS - 1 {
+                assert!(LiveHistogram::upper(b) >= us, "{us} in bucket {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_eta_follows_bytes_when_they_are_known() {
+        // 1 of 4 objects done, but it was the big one: 90% of the bytes.
+        let p = Progress::with_bytes(4, 1000);
+        p.add_done(1);
+        p.add_bytes(900);
+        let (share, eta) = p.share_and_eta(Duration::from_secs(9));
+        assert!((share - 0.9).abs() < 1e-9);
+        assert_eq!(eta, Some(Duration::from_secs(1)));
+        // Without bytes, objects count.
+        let p = Progress::new(4);
+        p.add_done(1);
+        let (share, eta) = p.share_and_eta(Duration::from_secs(9));
+        assert!((share - 0.25).abs() < 1e-9);
+        assert_eq!(eta, Some(Duration::from_secs(27)));
     }
 }

@@ -445,4 +445,23 @@ print("ok", len(rows))
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every operation the summary counts has its rows, the image sessions too: as many
+    // image_pull and image_push rows as the summary counts.
+    let requests = std::fs::read_to_string(whole.join("requests.csv")).unwrap();
+    let header: Vec<&str> = requests.lines().next().unwrap().split(',').collect();
+    let op = header
+        .iter()
+        .position(|c| *c == "op")
+        .expect("an op column");
+    let summary = summary_json(&whole);
+    for session in ["image_pull", "image_push"] {
+        let rows = requests
+            .lines()
+            .skip(1)
+            .filter(|l| l.split(',').nth(op) == Some(session))
+            .count() as u64;
+        let counted = summary["sessions"][session]["count"].as_u64().unwrap_or(0);
+        assert!(counted > 0, "{session} not in the summary");
+        assert_eq!(rows, counted, "{session} rows in requests.csv");
+    }
 }

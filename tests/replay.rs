@@ -466,3 +466,94 @@ fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
     );
     registry.assert_no_errors_but_tag_races(&summary, "same settings");
 }
+
+/// Without a terminal (a CI log), a run prints a plain progress line every interval, with
+/// its live p99 and schedule lag, instead of staying silent; `--quiet` prints none.
+#[test]
+fn without_a_terminal_progress_is_a_line_per_interval() {
+    let registry = Registry::start();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let args = |quiet: bool| {
+        let mut a = vec![
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--mode",
+            "delay",
+            "--limit-duration",
+            "5s",
+        ];
+        if quiet {
+            a.push("--quiet");
+        }
+        a
+    };
+    let r = common::run_bin(&args(false), None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("creb-rs: delay "))
+        .collect();
+    assert!(lines.len() >= 3, "{}", r.stderr);
+    let last = lines.last().unwrap();
+    for part in ["records", "/s", "errors", "p99≈", "lag p99≈", "ETA"] {
+        assert!(last.contains(part), "'{part}' not in: {last}");
+    }
+    let quiet = common::run_bin(&args(true), None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert_eq!(quiet.stderr, "");
+}
+
+/// The prewarm says before what it will push in the units it reports after.
+#[test]
+fn prewarm_counts_the_same_objects_before_and_after() {
+    let registry = Registry::start();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let r = common::run_bin(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "prewarm",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let number_before = |text: &str, marker: &str| -> u64 {
+        let end = text
+            .find(marker)
+            .unwrap_or_else(|| panic!("'{marker}' in {text}"));
+        text[..end]
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let planned = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("manifests to push"))
+        .expect("the plan line");
+    let done = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("prewarm: "))
+        .expect("the tally line");
+    assert_eq!(
+        number_before(planned, " blobs (layers"),
+        number_before(done, " blobs pushed") + number_before(done, " present;"),
+        "{planned}\n{done}"
+    );
+    assert_eq!(
+        number_before(planned, " manifests to push"),
+        number_before(done, " manifests pushed")
+            + number_before(&done[done.find("manifests pushed").unwrap()..], " present;"),
+        "{planned}\n{done}"
+    );
+}

@@ -323,7 +323,12 @@ impl Aggregator {
                 self.record(&s);
             }
             Msg::Event(e) => self.events[e.index()] += 1,
-            Msg::Session(m) => self.session(m),
+            Msg::Session(m) => {
+                // A finished image pull is a sample like any other, in requests.csv too.
+                if let Some(sample) = self.session(m) {
+                    return self.handle(Msg::Sample(sample), sink);
+                }
+            }
             Msg::Offered(at) => {
                 self.offered_total += 1;
                 let index = self.index_of(at);
@@ -409,7 +414,8 @@ impl Aggregator {
         }
     }
 
-    fn session(&mut self, msg: SessionMsg) {
+    /// Tracks a session; returns its `image_pull` sample when it has just finished.
+    fn session(&mut self, msg: SessionMsg) -> Option<Sample> {
         let id = match msg {
             SessionMsg::Started { id, start } => {
                 let s = self.sessions.entry(id).or_insert(OpenSession {
@@ -451,24 +457,23 @@ impl Aggregator {
             .sessions
             .get(&id)
             .is_some_and(|s| s.closed && s.pending == 0);
-        if finished {
-            if let Some(s) = self.sessions.remove(&id) {
-                self.record(&Sample {
-                    op: Op::ImagePull,
-                    outcome: s.error.map_or(Outcome::Ok, Outcome::Error),
-                    size_class: SizeClass::of(s.bytes),
-                    timing: Timing {
-                        intended: None,
-                        sent: s.start,
-                        first_byte: None,
-                        end: s.end,
-                    },
-                    bytes_sent: 0,
-                    bytes_received: s.bytes,
-                    http_requests: 0,
-                });
-            }
+        if !finished {
+            return None;
         }
+        self.sessions.remove(&id).map(|s| Sample {
+            op: Op::ImagePull,
+            outcome: s.error.map_or(Outcome::Ok, Outcome::Error),
+            size_class: SizeClass::of(s.bytes),
+            timing: Timing {
+                intended: None,
+                sent: s.start,
+                first_byte: None,
+                end: s.end,
+            },
+            bytes_sent: 0,
+            bytes_received: s.bytes,
+            http_requests: 0,
+        })
     }
 
     /// Non-zero event counters by name.

@@ -15,9 +15,13 @@ use crate::results::store::{EndpointLink, HostInfo};
 use crate::results::summary::{OpSummary, Summary};
 use crate::units::ByteSize;
 
+/// A latency in milliseconds for a table column: µs below 1 ms, ms below 1 s, seconds
+/// above (never `7893ms` beside `10.3s`).
 fn ms(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.1}s", v / 1000.0)
+    } else if v >= 999.5 {
+        format!("{:.2}s", v / 1000.0)
     } else if v >= 100.0 {
         format!("{v:.0}ms")
     } else if v >= 1.0 {
@@ -303,5 +307,10 @@ mod tests {
         assert_eq!(ms(12.34), "12.3ms");
         assert_eq!(ms(250.0), "250ms");
         assert_eq!(ms(12_500.0), "12.5s");
+        // One unit per magnitude: seconds from 1 s on, never `7893ms`.
+        assert_eq!(ms(999.0), "999ms");
+        assert_eq!(ms(999.7), "1.00s");
+        assert_eq!(ms(7893.0), "7.89s");
+        assert_eq!(ms(10_300.0), "10.3s");
     }
 }

@@ -26,7 +26,7 @@ pub(super) async fn prepare(
     let (catalog, spool) = build_catalog(input.clone(), cfg, spool_dir).await?;
     if !quiet {
         eprintln!(
-            "creb-rs: trace: {} records, {:.1}s of trace time, {} blobs ({}) and {} manifests to prewarm; prepared in {:.1}s",
+            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s",
             catalog.items,
             (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
             catalog.blob_reads.len(),

@@ -307,8 +307,9 @@ pub async fn prewarm(
     progress: &Progress,
 ) -> PrewarmReport {
     let mut report = PrewarmReport::default();
-    let tally = |report: &mut PrewarmReport, done: Done, manifest: bool| {
+    let tally = |report: &mut PrewarmReport, (done, bytes): (Done, u64), manifest: bool| {
         progress.add_done(1);
+        progress.add_bytes(bytes);
         if matches!(done, Done::Failed) {
             progress.add_error();
         }
@@ -326,18 +327,20 @@ pub async fn prewarm(
     let mut uploads = stream::iter(blobs)
         .map(|job| async move {
             if shutdown.is_cancelled() {
-                return Done::Skipped;
+                return (Done::Skipped, 0);
             }
             let digest = Digest::from_sha256(job.sha256);
             let source = blob_source(catalog, format, job.origin);
-            match ensure_blob(&clients[job.endpoint], &job.repo, &digest, source).await {
+            let bytes = source.size();
+            let done = match ensure_blob(&clients[job.endpoint], &job.repo, &digest, source).await {
                 Ok(true) => Done::Pushed,
                 Ok(false) => Done::Present,
                 Err(e) => {
                     errors.note(format!("prewarm {}@{digest}: {e}", job.repo));
                     Done::Failed
                 }
-            }
+            };
+            (done, bytes)
         })
         .buffer_unordered(concurrency.max(1));
     while let Some(done) = uploads.next().await {
@@ -375,7 +378,7 @@ pub async fn prewarm(
         })
         .buffer_unordered(concurrency.max(1));
     while let Some(done) = puts.next().await {
-        tally(&mut report, done, true);
+        tally(&mut report, (done, 0), true);
     }
     report
 }
@@ -405,7 +408,19 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         &mut naming,
         cfg.plan.manifest_format,
     );
-    let progress = Progress::new(jobs.len());
+    if !context.args.output.quiet && !context.args.output.json {
+        // The same units as the line after it: pushes, not the trace's distinct objects.
+        eprintln!(
+            "creb-rs: prewarm: {} blobs (layers, configs and fillers, per repository and node) and {} manifests to push",
+            jobs.blobs.len(),
+            jobs.manifests.len()
+        );
+    }
+    // Blobs are most of the time a prewarm takes: the ETA follows their bytes.
+    let progress = Progress::with_bytes(
+        jobs.len(),
+        catalog.prewarm_bytes() * context.router.copies() as u64,
+    );
     let line = ProgressLine::show(
         "prewarm",
         "objects",
