@@ -253,17 +253,37 @@ fn first_mistakes_get_answers_that_say_what_to_do() {
         &["empty.json holds no usable trace record"],
     );
 
-    // A shard whose share of the trace is empty sends nothing: an error, not a success.
-    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    // A trace whose every record is skipped (here: its one request failed in the original)
+    // sends nothing: an error that says why, not a success.
+    let failed = dir.path().join("failed.json");
+    std::fs::write(
+        &failed,
+        r#"[{"host":"00000000","http.request.duration":0.005,"http.request.method":"GET","http.request.remoteaddr":"99a0e357","http.request.uri":"v2/aa/bb/manifests/cc","http.request.useragent":"docker/17.06.0-ce","http.response.status":500,"http.response.written":0,"id":"abc377d5f3","timestamp":"2017-06-20T00:00:00.032Z"}]"#,
+    )
+    .unwrap();
     let out = dir.path().join("nothing");
     assert_usage_error(
+        &[
+            "replay",
+            failed.to_str().unwrap(),
+            "--registry",
+            &registry.url,
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &["the run sent no request", "none was replayed", "failed"],
+    );
+    // A shard whose share is empty while the trace has work is the partition's doing: a
+    // warning, and a result that merges.
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let out = dir.path().join("empty-shard");
+    let r = run_bin(
         &[
             "replay",
             trace,
             "--registry",
             &registry.url,
-            "--phase",
-            "run",
             "--limit-requests",
             "1",
             "--shard",
@@ -272,8 +292,11 @@ fn first_mistakes_get_answers_that_say_what_to_do() {
             "record",
             "--output-dir",
             out.to_str().unwrap(),
-            "--quiet",
         ],
-        &["the run sent no request", "--shard"],
+        None,
+        &[],
     );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("shard 1/2 got none"), "{}", r.stderr);
+    assert!(out.join("summary.json").exists());
 }

@@ -497,3 +497,32 @@ traces = "{}"
     let html = std::fs::read_to_string(out.join("comparison.html")).unwrap();
     assert!(html.contains("<h2>Cleanup</h2>"));
 }
+
+/// Repetitions of a cell are one bar per registry at their median, with a whisker from the
+/// lowest to the highest: the noise a difference between registries must clear.
+#[test]
+fn repetitions_are_drawn_as_a_median_with_its_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let file = write(
+        dir.path(),
+        "reps.toml",
+        &format!(
+            "[[registry]]\nname = \"local\"\nurl = \"{}\"\n\n[[experiment]]\nname = \"push\"\n\
+             kind = \"push\"\nlayers = 1\nlayer_size = \"8KiB\"\nrepeat = 3\n",
+            registry.url
+        ),
+    );
+    let out = run_bin(&["run", file.to_str().unwrap()], None, &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let results = dir.path().join("results/reps");
+    assert_eq!(comparison_rows(&results).len(), 3);
+    let html = std::fs::read_to_string(results.join("comparison.html")).unwrap();
+    assert!(
+        html.contains(">local (median of 3)<"),
+        "one bar for the registry"
+    );
+    assert!(!html.contains(">local #1<"), "not a bar per repetition");
+    assert!(html.contains("class=\"whisker\""), "the spread is drawn");
+    assert!(html.contains("whiskers: lowest to highest repetition"));
+}

@@ -91,7 +91,9 @@ Examples:
 const COMPARE_EXAMPLES: &str = "\
 Examples:
   # two runs of the same workload: side by side with relative deltas
-  creb-rs compare results/before results/after";
+  creb-rs compare results/before results/after
+  # three repetitions a side: medians, spread, and which deltas are within the noise
+  creb-rs compare before-1,before-2,before-3 after-1,after-2,after-3";
 
 const TRACE_EXAMPLES: &str = "\
 Examples:

@@ -264,7 +264,17 @@ pub(super) async fn run_phase(
             summary.totals.errors, summary.totals.requests
         );
     }
-    if summary.totals.requests == 0 && !summary.interrupted {
+    if summary.totals.requests == 0 && !summary.interrupted && cfg.plan.shard.count > 1 {
+        // The trace has work, but none of it is this shard's: the partition's doing, not a
+        // mistake of this host's; its empty result still merges.
+        if !args.output.quiet {
+            eprintln!(
+                "creb-rs: warning: shard {}/{} got none of the trace's records (they all belong \
+                 to other shards); fewer shards, or --shard-by record, spread a small trace",
+                cfg.plan.shard.index, cfg.plan.shard.count
+            );
+        }
+    } else if summary.totals.requests == 0 && !summary.interrupted {
         // Nothing measured is not a result, even if every record was accounted for.
         let why = summary.trace.as_ref().map_or(String::new(), |t| {
             let skipped: Vec<String> = t

@@ -22,6 +22,9 @@ use crate::report::chart::{
 use crate::results::summary::OpSummary;
 use crate::results::{read_summary, write_atomic, Summary};
 
+/// The lowest and highest value of a bar's repetitions.
+type Range = Option<(f64, f64)>;
+
 /// The operations (and sessions) with their own columns, in this order.
 pub const MAIN_OPS: [&str; 8] = [
     "manifest_get",
@@ -336,13 +339,6 @@ pub fn render_html(file: &ExperimentFile, checkpoint: &Checkpoint, rows: &[Row])
                 .iter()
                 .filter(|r| r.record.round == last && r.summary.is_some())
                 .collect();
-            let label = |r: &Row| {
-                if exp.spec.repetitions() > 1 {
-                    format!("{} #{}", r.record.registry, r.record.rep)
-                } else {
-                    r.record.registry.clone()
-                }
-            };
             let lat = |r: &Row, f: fn(&crate::metrics::hist::Percentiles) -> f64| {
                 r.summary
                     .as_ref()
@@ -350,51 +346,103 @@ pub fn render_html(file: &ExperimentFile, checkpoint: &Checkpoint, rows: &[Row])
                     .and_then(|o| o.latency_ms.as_ref())
                     .map(f)
             };
+            // With repetitions, one bar per registry at the median of its repetitions, with
+            // a whisker from the lowest to the highest: the spread is the noise a
+            // difference must clear. Without, one bar per cell.
+            let repeated = exp.spec.repetitions() > 1;
+            let mut registries: Vec<&str> = Vec::new();
+            for r in &latest {
+                if !registries.contains(&r.record.registry.as_str()) {
+                    registries.push(&r.record.registry);
+                }
+            }
+            let metric = |f: &dyn Fn(&Row) -> Option<f64>| -> (Vec<Option<f64>>, Vec<Range>) {
+                if !repeated {
+                    return (latest.iter().map(|r| f(r)).collect(), Vec::new());
+                }
+                registries
+                    .iter()
+                    .map(|name| {
+                        let mut v: Vec<f64> = latest
+                            .iter()
+                            .filter(|r| r.record.registry == *name)
+                            .filter_map(|r| f(r))
+                            .collect();
+                        v.sort_by(f64::total_cmp);
+                        match v.len() {
+                            0 => (None, None),
+                            n => {
+                                let median = if n % 2 == 1 {
+                                    v[n / 2]
+                                } else {
+                                    (v[n / 2 - 1] + v[n / 2]) / 2.0
+                                };
+                                (Some(median), Some((v[0], v[n - 1])))
+                            }
+                        }
+                    })
+                    .unzip()
+            };
+            let panel =
+                |title: String, f: &dyn Fn(&Row) -> Option<f64>, log_ratio, color, integer| {
+                    let (values, ranges) = metric(f);
+                    Panel {
+                        title,
+                        values,
+                        log_ratio,
+                        color,
+                        integer,
+                        ranges,
+                    }
+                };
+            let rows: Vec<String> = if repeated {
+                registries
+                    .iter()
+                    .map(|name| format!("{name} (median of {})", exp.spec.repetitions()))
+                    .collect()
+            } else {
+                latest.iter().map(|r| r.record.registry.clone()).collect()
+            };
             let chart = BarChart {
                 id: format!("compare-{}", chart_id(name)),
                 title: format!("{name}: registries compared ({op_name})"),
-                subtitle: if rounds > 1 {
-                    format!("round {last}")
-                } else {
-                    String::new()
+                subtitle: match (rounds > 1, repeated) {
+                    (true, true) => format!("round {last}; whiskers: lowest to highest repetition"),
+                    (true, false) => format!("round {last}"),
+                    (false, true) => "whiskers: lowest to highest repetition".into(),
+                    (false, false) => String::new(),
                 },
-                rows: latest.iter().map(|r| label(r)).collect(),
-                groups: (0..latest.len()).collect(),
+                groups: (0..rows.len()).collect(),
+                rows,
                 panels: vec![
-                    Panel {
-                        title: format!("{op_name} p50 (ms)"),
-                        values: latest.iter().map(|r| lat(r, |p| p.p50)).collect(),
-                        log_ratio: 100.0,
-                        color: 0,
-                        integer: false,
-                    },
-                    Panel {
-                        title: format!("{op_name} p99 (ms)"),
-                        values: latest.iter().map(|r| lat(r, |p| p.p99)).collect(),
-                        log_ratio: 100.0,
-                        color: 3,
-                        integer: false,
-                    },
-                    Panel {
-                        title: "operations/s".into(),
-                        values: latest
-                            .iter()
-                            .map(|r| r.summary.as_ref().map(|s| s.throughput.requests_per_s))
-                            .collect(),
-                        log_ratio: 100.0,
-                        color: 2,
-                        integer: false,
-                    },
-                    Panel {
-                        title: "errors".into(),
-                        values: latest
-                            .iter()
-                            .map(|r| r.summary.as_ref().map(|s| s.totals.errors as f64))
-                            .collect(),
-                        log_ratio: 1e9,
-                        color: 1,
-                        integer: true,
-                    },
+                    panel(
+                        format!("{op_name} p50 (ms)"),
+                        &|r| lat(r, |p| p.p50),
+                        100.0,
+                        0,
+                        false,
+                    ),
+                    panel(
+                        format!("{op_name} p99 (ms)"),
+                        &|r| lat(r, |p| p.p99),
+                        100.0,
+                        3,
+                        false,
+                    ),
+                    panel(
+                        "operations/s".into(),
+                        &|r| r.summary.as_ref().map(|s| s.throughput.requests_per_s),
+                        100.0,
+                        2,
+                        false,
+                    ),
+                    panel(
+                        "errors".into(),
+                        &|r| r.summary.as_ref().map(|s| s.totals.errors as f64),
+                        1e9,
+                        1,
+                        true,
+                    ),
                 ],
             };
             out.push_str(&bar_chart(&chart));

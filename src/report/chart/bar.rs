@@ -18,6 +18,9 @@ pub struct Panel {
     pub color: usize,
     /// Whole numbers (counts): integer ticks and labels.
     pub integer: bool,
+    /// Per row, the range (min, max) the value is the median of, drawn as a whisker over
+    /// the bar (repetitions of one measurement); empty for none.
+    pub ranges: Vec<Option<(f64, f64)>>,
 }
 
 /// Horizontal bars: one row per label, one panel per metric, side by side.
@@ -85,7 +88,14 @@ pub fn bar_chart(c: &BarChart) -> String {
         let px0 = label_w + p as f64 * (panel_w + gap);
         // Room for the value label after the longest bar.
         let px1 = px0 + panel_w - 48.0;
-        let vals: Vec<f64> = panel.values.iter().flatten().copied().collect();
+        let range_of = |i: usize| panel.ranges.get(i).copied().flatten();
+        let vals: Vec<f64> = panel
+            .values
+            .iter()
+            .flatten()
+            .copied()
+            .chain(panel.ranges.iter().flatten().map(|r| r.1))
+            .collect();
         let scale = match Scale::auto(&vals, panel.log_ratio, px0, px1) {
             s if panel.integer && s.kind == ScaleKind::Linear => Scale::count(vals, px0, px1),
             s => s,
@@ -173,6 +183,24 @@ pub fn bar_chart(c: &BarChart) -> String {
             } else {
                 (x, base - x)
             };
+            let mut label_x = bx + bw + 4.0;
+            let mut tip = value_label(v);
+            let mut whisker = String::new();
+            if let Some((lo, hi)) = range_of(i) {
+                if let (Some(x0), Some(x1)) = (scale.map(lo), scale.map(hi)) {
+                    let _ = write!(
+                        whisker,
+                        r##"<path class="whisker" d="M{a} {m}H{b}M{a} {t}V{u}M{b} {t}V{u}" stroke="#222222" fill="none"/>"##,
+                        a = px(x0),
+                        b = px(x1),
+                        m = px(y + 7.0),
+                        t = px(y + 3.0),
+                        u = px(y + 11.0)
+                    );
+                    label_x = label_x.max(x1 + 4.0);
+                    tip = format!("median {tip}, {}–{}", value_label(lo), value_label(hi));
+                }
+            }
             let _ = write!(
                 out,
                 r##"<rect class="bar" x="{}" y="{}" width="{}" height="14" fill="{}"><title>{}: {}</title></rect><text x="{}" y="{}" font-size="11" fill="#222222">{}</text>"##,
@@ -181,11 +209,12 @@ pub fn bar_chart(c: &BarChart) -> String {
                 px(bw),
                 color(panel.color),
                 escape(&c.rows[i]),
-                escape(&value_label(v)),
-                px(bx + bw + 4.0),
+                escape(&tip),
+                px(label_x),
                 px(y + 11.0),
                 escape(&value_label(v))
             );
+            out.push_str(&whisker);
         }
         out.push_str("</g>");
         let _ = write!(

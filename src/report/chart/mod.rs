@@ -633,6 +633,7 @@ mod tests {
                     log_ratio: 1e9,
                     color: 0,
                     integer: true,
+                    ranges: Vec::new(),
                 },
                 Panel {
                     title: "p99".into(),
@@ -640,6 +641,7 @@ mod tests {
                     log_ratio: 20.0,
                     color: 1,
                     integer: false,
+                    ranges: Vec::new(),
                 },
             ],
         });
@@ -673,6 +675,7 @@ mod tests {
                     log_ratio: 10.0,
                     color: 0,
                     integer: true,
+                    ranges: Vec::new(),
                 }],
             }),
         ] {

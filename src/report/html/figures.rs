@@ -619,6 +619,7 @@ fn size_class_chart(set: &ResultSet) -> Figure {
             log_ratio: 1000.0,
             color: 0,
             integer: true,
+            ranges: Vec::new(),
         },
         Panel {
             title: "p99 latency (ms)".into(),
@@ -626,6 +627,7 @@ fn size_class_chart(set: &ResultSet) -> Figure {
             log_ratio: 100.0,
             color: 1,
             integer: false,
+            ranges: Vec::new(),
         },
     ];
     if rows.iter().any(|r| r.2.errors > 0) {
@@ -635,6 +637,7 @@ fn size_class_chart(set: &ResultSet) -> Figure {
             log_ratio: 1000.0,
             color: 3,
             integer: true,
+            ranges: Vec::new(),
         });
     }
     let title = "Operations by size class";
