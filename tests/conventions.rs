@@ -149,6 +149,13 @@ fn global_flags_mean_the_same_on_every_command() {
     .unwrap();
     let experiment = experiment.to_str().unwrap();
     let sample = "{out}.json";
+    let log = scratch.dir.path().join("registry.log");
+    std::fs::write(
+        &log,
+        r#"{"http.request.method":"GET","http.request.uri":"/v2/a/b/manifests/t","http.request.remoteaddr":"10.0.0.1:5","http.response.duration":"2ms","http.response.status":200,"http.response.written":500,"msg":"response completed","time":"2026-11-24T22:53:52.398Z"}"#,
+    )
+    .unwrap();
+    let log = log.to_str().unwrap();
 
     let mut rows = vec![
         Row {
@@ -215,6 +222,19 @@ fn global_flags_mean_the_same_on_every_command() {
         row(
             "trace validate",
             &["trace", "validate", &trace],
+            Json::Document,
+        ),
+        row(
+            "trace import",
+            &[
+                "trace",
+                "import",
+                log,
+                "--format",
+                "distribution",
+                "-o",
+                sample,
+            ],
             Json::Document,
         ),
         row(

@@ -71,7 +71,7 @@ fn rec(
         method,
         remoteaddr: client.into(),
         uri: uri.into(),
-        useragent: "docker/17.06.0-ce",
+        useragent: "docker/17.06.0-ce".into(),
         status,
         written,
         id: format!("{t_ms:x}{method}{uri}{client}"),

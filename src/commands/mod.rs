@@ -100,7 +100,9 @@ Examples:
   creb-rs trace stats trace.json.gz               # characterize like FAST'18
   creb-rs trace validate traces/                    # every broken record, by file and line
   creb-rs trace sample trace.json --method typical-day --target-requests 100k -o day.json
-  creb-rs trace synth --profile dal --requests 1M -o dal-1m.json.zst";
+  creb-rs trace synth --profile dal --requests 1M -o dal-1m.json.gz
+  # your registry's own traffic, anonymized, ready to replay (docs/traces.md)
+  creb-rs trace import --format distribution registry.log.gz -o mine.json.gz";
 
 const SIMULATE_EXAMPLES: &str = "\
 Examples:

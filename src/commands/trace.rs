@@ -19,6 +19,9 @@ use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
 use super::args::parse_seed;
 use super::ExitStatus;
+use crate::analysis::trace::import::{
+    import, render as render_import, Anonymizer, ImportOptions, LogFormat,
+};
 use crate::analysis::trace::{
     compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
 };
@@ -48,6 +51,9 @@ pub enum TraceCommand {
     Synth(SynthArgs),
     /// Check every record; name the file, record number and field of each problem.
     Validate(ValidateArgs),
+    /// Turn a registry's access logs (distribution JSON, nginx) into a trace in the IBM
+    /// format, names anonymized, for `replay`, `trace stats`, `simulate` and `cost`.
+    Import(ImportArgs),
 }
 
 /// `trace stats`.
@@ -293,6 +299,131 @@ pub struct ValidateArgs {
     pub json: bool,
 }
 
+/// `trace import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Log files, in time order (plain, .gz or .zst).
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+
+    /// The log layout: `distribution` (2.x or v3, `log.formatter: json`), `nginx`
+    /// (`combined` plus `$request_time $upstream_response_time $msec`), `nginx-json`, `zot`
+    /// (its JSON "HTTP API" lines).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: LogFormatArg,
+
+    /// Where to write the trace (a JSON array; gzip if the name ends in `.gz`).
+    #[arg(short, long, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// The anonymization key (its bytes, at least 16): the same key gives the same names,
+    /// so traces imported on several days line up. Default: a random key, never written.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_anonymize")]
+    pub anonymize_key_file: Option<PathBuf>,
+
+    /// Keep repository names, tags, digests and client addresses (for replaying one's own
+    /// registry privately).
+    #[arg(long)]
+    pub no_anonymize: bool,
+
+    /// Print what was imported, skipped and why, and the time span (always on stderr in
+    /// one line otherwise).
+    #[arg(long)]
+    pub stats: bool,
+
+    /// Fail (exit 1) when a line is not of the format, after writing what was read.
+    #[arg(long)]
+    pub strict: bool,
+
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--format` of `trace import`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    Distribution,
+    Nginx,
+    NginxJson,
+    Zot,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(a: LogFormatArg) -> Self {
+        match a {
+            LogFormatArg::Distribution => LogFormat::Distribution,
+            LogFormatArg::Nginx => LogFormat::Nginx,
+            LogFormatArg::NginxJson => LogFormat::NginxJson,
+            LogFormatArg::Zot => LogFormat::Zot,
+        }
+    }
+}
+
+fn run_import(a: &ImportArgs, out: Out) -> anyhow::Result<ExitStatus> {
+    let anonymizer = if a.no_anonymize {
+        Anonymizer::off()
+    } else if let Some(path) = &a.anonymize_key_file {
+        let key = std::fs::read(path)
+            .with_context(|| format!("cannot read the key file {}", path.display()))?;
+        if key.len() < 16 {
+            anyhow::bail!(
+                "{}: a key of {} bytes is too short (at least 16; e.g. head -c 32 /dev/urandom > key)",
+                path.display(),
+                key.len()
+            );
+        }
+        Anonymizer::keyed(&key)
+    } else {
+        Anonymizer::random().context("cannot draw a random anonymization key")?
+    };
+    let opts = ImportOptions {
+        format: a.format.into(),
+        anonymizer,
+    };
+    let report = import(&a.logs, &a.out, &opts)?;
+    if a.json {
+        out.json(&report)?;
+    } else if a.stats {
+        out.text(&render_import(&report));
+    } else {
+        out.note(&format!(
+            "trace import: {} requests from {} lines into {} ({} skipped, {} malformed)",
+            report.imported,
+            report.lines,
+            report.out,
+            report.skipped.values().sum::<u64>(),
+            report.malformed
+        ));
+    }
+    for p in report.problems.iter().filter(|_| !a.json && !a.stats) {
+        out.note(&format!("{}:{}: {}", p.file, p.line, p.why));
+    }
+    if report.imported == 0 {
+        anyhow::bail!(
+            "no request of the registry API in {} line(s) of {}: is --format {} right?",
+            report.lines,
+            report.files.join(", "),
+            a.format
+                .to_possible_value()
+                .map_or(String::new(), |v| v.get_name().to_owned())
+        );
+    }
+    if a.strict && report.malformed > 0 {
+        eprintln!(
+            "creb-rs: --strict: {} line(s) are not {} log lines (the first: {}:{})",
+            report.malformed,
+            a.format
+                .to_possible_value()
+                .map_or(String::new(), |v| v.get_name().to_owned()),
+            report.problems[0].file,
+            report.problems[0].line
+        );
+        return Ok(ExitStatus::Failed);
+    }
+    Ok(ExitStatus::Success)
+}
+
 fn parse_top(s: &str) -> Result<usize, String> {
     parse_count(s).and_then(|n| usize::try_from(n).map_err(|_| format!("'{s}' is too large")))
 }
@@ -340,6 +471,7 @@ pub fn run_blocking_with(command: TraceCommand, quiet: bool) -> anyhow::Result<E
         TraceCommand::Sample(a) => run_sample(&a, out),
         TraceCommand::Synth(a) => run_synth(&a, out),
         TraceCommand::Validate(a) => run_validate(&a, out),
+        TraceCommand::Import(a) => run_import(&a, out),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod spool;
 pub mod synth;
 pub mod write;
 
+pub use decode::open_decoded;
 pub use reader::{Detailed, Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
 pub use record::{Interner, Kind, Method, Record, Sym, Target};
 pub use spool::{Spool, SpoolWriter};

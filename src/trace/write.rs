@@ -25,7 +25,7 @@ pub struct RawRecord {
     #[serde(rename = "http.request.uri")]
     pub uri: String,
     #[serde(rename = "http.request.useragent")]
-    pub useragent: &'static str,
+    pub useragent: std::borrow::Cow<'static, str>,
     #[serde(rename = "http.response.status")]
     pub status: u16,
     #[serde(rename = "http.response.written")]

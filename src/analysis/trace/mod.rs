@@ -1,6 +1,7 @@
 //! Trace characterization, sampling and validation: the work behind `creb-rs trace stats`,
 //! `trace sample` and `trace validate` (synthetic traces are `crate::trace::synth`).
 
+pub mod import;
 pub mod sample;
 pub mod stats;
 pub mod validate;

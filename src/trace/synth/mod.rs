@@ -166,7 +166,7 @@ impl Gen {
             method,
             remoteaddr: client.to_owned(),
             uri,
-            useragent: USER_AGENT,
+            useragent: std::borrow::Cow::Borrowed(USER_AGENT),
             status,
             written,
             id: format!("{:010x}", self.rng.random::<u64>() & 0xff_ffff_ffff),

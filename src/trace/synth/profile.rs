@@ -634,7 +634,7 @@ impl ProfileGenerator {
             method,
             remoteaddr: client.to_owned(),
             uri,
-            useragent: USER_AGENT,
+            useragent: std::borrow::Cow::Borrowed(USER_AGENT),
             status,
             written,
             id: format!("{:016x}", permute64(self.next_id)),

@@ -1,0 +1,499 @@
+//! `trace import`: a registry's access logs turned into a trace in the IBM format, as the
+//! FAST'18 traces were made (collect the logs, anonymize, replay). Streaming and of
+//! constant memory: lines are read one at a time, and a reorder buffer of a minute of log
+//! time puts each request at its start (its log line is written when it ends).
+//!
+//! Every line is accounted for: imported, skipped with a reason (not an API call, the
+//! catalog, not a request line), or malformed (its file and line named; `--strict` fails
+//! the import on one).
+
+mod anonymize;
+mod distribution;
+mod nginx;
+mod zot;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+pub use anonymize::Anonymizer;
+
+use crate::trace::record::Method;
+use crate::trace::write::{ArrayWriter, RawRecord, TraceSink};
+
+/// Log time a request may be logged after one that started later: the reorder buffer.
+const REORDER_MS: f64 = 60_000.0;
+/// Malformed lines named in the report, at most.
+const PROBLEMS_KEPT: usize = 20;
+
+/// The log layouts `trace import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// distribution 2.x / v3 with `log.formatter: json`.
+    Distribution,
+    /// nginx: `combined` plus `$request_time $upstream_response_time [$msec]`.
+    Nginx,
+    /// nginx with a JSON `log_format`.
+    NginxJson,
+    /// zot's JSON log (`"HTTP API"` lines).
+    Zot,
+}
+
+/// One request as a log line gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRequest {
+    /// When the response completed, Unix ms.
+    pub end_ms: f64,
+    pub duration_s: f64,
+    pub method: String,
+    pub uri: String,
+    pub remote: String,
+    pub useragent: String,
+    pub status: u16,
+    pub written: u64,
+    pub host: String,
+    pub id: Option<String>,
+    /// The time is known to the second only (nginx `$time_local`).
+    pub second_resolution: bool,
+}
+
+/// What a line is.
+#[derive(Debug)]
+pub enum Parsed {
+    Request(LogRequest),
+    /// Not a request of the registry API; the reason is counted.
+    Ignored(&'static str),
+    /// Not a line of the format.
+    Malformed(String),
+}
+
+/// A Go duration (`1.04028ms`, `2.5s`, `1m2.3s`, `850µs`) in seconds.
+pub fn parse_go_duration(s: &str) -> Option<f64> {
+    let mut rest = s.trim();
+    if rest == "0" {
+        return Some(0.0);
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&i| i > 0)?;
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let (unit, scale) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("μs", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u))?;
+        total += value * scale;
+        rest = &rest[unit.len()..];
+    }
+    Some(total)
+}
+
+/// Settings of an import.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    pub format: LogFormat,
+    pub anonymizer: Anonymizer,
+}
+
+/// A line that could not be read, named.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    pub file: String,
+    pub line: u64,
+    pub why: String,
+}
+
+/// What an import read, wrote and skipped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ImportReport {
+    pub format: Option<LogFormat>,
+    pub files: Vec<String>,
+    pub out: String,
+    pub lines: u64,
+    pub imported: u64,
+    /// Lines that are not requests of the registry API, by reason.
+    pub skipped: BTreeMap<String, u64>,
+    pub malformed: u64,
+    /// The first malformed lines.
+    pub problems: Vec<Problem>,
+    /// Requests by method, and by status class (`2xx`, `4xx`, …).
+    pub methods: BTreeMap<String, u64>,
+    pub statuses: BTreeMap<String, u64>,
+    pub first: Option<String>,
+    pub last: Option<String>,
+    pub span_s: f64,
+    /// Requests written after one that started later (longer than the reorder buffer).
+    pub out_of_order: u64,
+    pub anonymized: bool,
+    /// Some timestamps are known to the second only (nginx without `$msec`).
+    pub second_resolution: u64,
+}
+
+impl ImportReport {
+    fn skip(&mut self, reason: &str) {
+        *self.skipped.entry(reason.to_owned()).or_default() += 1;
+    }
+}
+
+/// A request waiting in the reorder buffer, ordered by start then arrival.
+struct Pending {
+    start_ms: i64,
+    seq: u64,
+    record: RawRecord,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.start_ms, self.seq) == (o.start_ms, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.start_ms, self.seq).cmp(&(o.start_ms, o.seq))
+    }
+}
+
+/// The path of an API URI in the trace's form (`v2/…`, no query), names anonymized, or the
+/// reason it is not replayable.
+fn trace_uri(uri: &str, a: &Anonymizer) -> Result<String, &'static str> {
+    let path = uri.split(['?', '#']).next().unwrap_or_default();
+    let path = path.trim_start_matches('/');
+    let Some(rest) = path.strip_prefix("v2") else {
+        return Err("not_api");
+    };
+    let rest = rest.trim_start_matches('/');
+    if rest.is_empty() {
+        return Ok("v2/".into());
+    }
+    if rest.trim_end_matches('/') == "_catalog" {
+        return Err("catalog");
+    }
+    if let Some(repo) = rest.strip_suffix("/tags/list") {
+        return Ok(format!("v2/{}/tags/list", a.repository(repo)));
+    }
+    if let Some(i) = rest.rfind("/blobs/uploads") {
+        let (repo, tail) = (
+            &rest[..i],
+            rest[i + "/blobs/uploads".len()..].trim_matches('/'),
+        );
+        let repo = a.repository(repo);
+        return Ok(if tail.is_empty() {
+            format!("v2/{repo}/blobs/uploads/")
+        } else if tail.contains('/') {
+            return Err("unsupported_endpoint");
+        } else {
+            format!("v2/{repo}/blobs/uploads/{}", a.session(tail))
+        });
+    }
+    for marker in ["/manifests/", "/blobs/"] {
+        if let Some(i) = rest.rfind(marker) {
+            let (repo, name) = (&rest[..i], &rest[i + marker.len()..]);
+            if repo.is_empty() || name.is_empty() || name.contains('/') {
+                return Err("unsupported_endpoint");
+            }
+            let name = if marker == "/blobs/" {
+                a.digest(name)
+            } else {
+                a.reference(name)
+            };
+            return Ok(format!("v2/{}{marker}{name}", a.repository(repo)));
+        }
+    }
+    // Referrers, extensions (`_oci`, `_zot`), anything this format has no record for.
+    Err("unsupported_endpoint")
+}
+
+/// The record of a request, or the reason it is skipped.
+fn record(r: &LogRequest, a: &Anonymizer, seq: u64) -> Result<(i64, RawRecord), &'static str> {
+    let method = Method::parse(&r.method).ok_or("unknown_method")?;
+    let uri = trace_uri(&r.uri, a)?;
+    let start_ms = (r.end_ms - r.duration_s * 1000.0).round() as i64;
+    let timestamp = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(start_ms.max(0) as u64),
+    )
+    .to_string();
+    Ok((
+        start_ms,
+        RawRecord {
+            host: a.host(if r.host.is_empty() {
+                "registry"
+            } else {
+                &r.host
+            }),
+            duration: r.duration_s,
+            method: method.as_str(),
+            remoteaddr: a.client(&r.remote),
+            uri,
+            useragent: r.useragent.clone().into(),
+            status: r.status,
+            written: r.written,
+            id: match &r.id {
+                Some(id) => a.id(id),
+                None => format!("{seq:010x}"),
+            },
+            timestamp,
+            time_ms: start_ms,
+        },
+    ))
+}
+
+/// Reads every line of `files` (plain, gzip or zstd), writes the trace to `out`.
+pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Result<ImportReport> {
+    let mut report = ImportReport {
+        format: Some(opts.format),
+        files: files.iter().map(|f| f.display().to_string()).collect(),
+        out: out.display().to_string(),
+        anonymized: opts.anonymizer.is_on(),
+        ..ImportReport::default()
+    };
+    let sink =
+        TraceSink::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut writer =
+        ArrayWriter::new(sink).with_context(|| format!("cannot write {}", out.display()))?;
+    let mut pending: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
+    let mut latest_end = f64::MIN;
+    let mut last_written = i64::MIN;
+    let (mut first_ms, mut last_ms) = (i64::MAX, i64::MIN);
+    let mut seq = 0u64;
+    let mut emit = |p: Pending,
+                    report: &mut ImportReport,
+                    writer: &mut ArrayWriter<TraceSink>|
+     -> anyhow::Result<()> {
+        if p.start_ms < last_written {
+            report.out_of_order += 1;
+        }
+        last_written = last_written.max(p.start_ms);
+        first_ms = first_ms.min(p.start_ms);
+        last_ms = last_ms.max(p.start_ms);
+        writer
+            .write_record(&p.record)
+            .with_context(|| format!("cannot write {}", out.display()))
+    };
+    for file in files {
+        let input = crate::trace::open_decoded(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let mut input = std::io::BufReader::with_capacity(256 * 1024, input);
+        let mut buf = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let n = input
+                .read_until(b'\n', &mut buf)
+                .with_context(|| format!("{}: cannot read line {}", file.display(), line_no + 1))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let text = String::from_utf8_lossy(&buf);
+            let line = text.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                continue;
+            }
+            report.lines += 1;
+            let parsed = match opts.format {
+                LogFormat::Distribution => distribution::parse(line),
+                LogFormat::Nginx => nginx::parse_combined(line),
+                LogFormat::NginxJson => nginx::parse_json(line),
+                LogFormat::Zot => zot::parse(line),
+            };
+            let request = match parsed {
+                Parsed::Request(r) => r,
+                Parsed::Ignored(reason) => {
+                    report.skip(reason);
+                    continue;
+                }
+                Parsed::Malformed(why) => {
+                    report.malformed += 1;
+                    if report.problems.len() < PROBLEMS_KEPT {
+                        report.problems.push(Problem {
+                            file: file.display().to_string(),
+                            line: line_no,
+                            why,
+                        });
+                    }
+                    continue;
+                }
+            };
+            let (start_ms, record) = match record(&request, &opts.anonymizer, seq) {
+                Ok(r) => r,
+                Err(reason) => {
+                    report.skip(reason);
+                    continue;
+                }
+            };
+            seq += 1;
+            report.imported += 1;
+            report.second_resolution += u64::from(request.second_resolution);
+            *report.methods.entry(record.method.to_owned()).or_default() += 1;
+            *report
+                .statuses
+                .entry(format!("{}xx", record.status / 100))
+                .or_default() += 1;
+            latest_end = latest_end.max(request.end_ms);
+            pending.push(Reverse(Pending {
+                start_ms,
+                seq,
+                record,
+            }));
+            while let Some(Reverse(p)) = pending.peek() {
+                if (p.start_ms as f64) >= latest_end - REORDER_MS {
+                    break;
+                }
+                let Some(Reverse(p)) = pending.pop() else {
+                    break;
+                };
+                emit(p, &mut report, &mut writer)?;
+            }
+        }
+    }
+    while let Some(Reverse(p)) = pending.pop() {
+        emit(p, &mut report, &mut writer)?;
+    }
+    let (sink, _) = writer
+        .end()
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    sink.finish()
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    if first_ms <= last_ms {
+        let at = |ms: i64| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64),
+            )
+            .to_string()
+        };
+        report.first = Some(at(first_ms));
+        report.last = Some(at(last_ms));
+        report.span_s = (last_ms - first_ms) as f64 / 1000.0;
+    }
+    Ok(report)
+}
+
+/// The report for people.
+pub fn render(r: &ImportReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "trace import: {} lines of {} file(s) → {} requests in {} ({})",
+        r.lines,
+        r.files.len(),
+        r.imported,
+        r.out,
+        if r.anonymized {
+            "anonymized"
+        } else {
+            "names kept"
+        }
+    );
+    if let (Some(first), Some(last)) = (&r.first, &r.last) {
+        let _ = writeln!(out, "  from {first} to {last} ({:.1}s)", r.span_s);
+    }
+    let list = |m: &BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !r.methods.is_empty() {
+        let _ = writeln!(out, "  methods: {}", list(&r.methods));
+        let _ = writeln!(out, "  statuses: {}", list(&r.statuses));
+    }
+    let skipped: u64 = r.skipped.values().sum();
+    if skipped > 0 {
+        let _ = writeln!(out, "  skipped {skipped}: {}", list(&r.skipped));
+    }
+    if r.malformed > 0 {
+        let _ = writeln!(out, "  malformed {}:", r.malformed);
+        for p in &r.problems {
+            let _ = writeln!(out, "    {}:{}: {}", p.file, p.line, p.why);
+        }
+    }
+    if r.out_of_order > 0 {
+        let _ = writeln!(
+            out,
+            "  {} requests written after a later one (they lasted longer than the one-minute reorder buffer)",
+            r.out_of_order
+        );
+    }
+    if r.second_resolution > 0 {
+        let _ = writeln!(
+            out,
+            "  {} requests timed to the second only: add $msec to the log_format (docs/traces.md)",
+            r.second_resolution
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("1.5s"), Some(1.5));
+        assert_eq!(parse_go_duration("1m2.5s"), Some(62.5));
+        assert!((parse_go_duration("850µs").unwrap() - 0.00085).abs() < 1e-12);
+        assert!((parse_go_duration("1.04028ms").unwrap() - 0.00104028).abs() < 1e-12);
+        assert_eq!(parse_go_duration("0"), Some(0.0));
+        assert_eq!(parse_go_duration("12"), None);
+        assert_eq!(parse_go_duration("ms"), None);
+    }
+
+    #[test]
+    fn api_uris_keep_their_shape_and_lose_their_names() {
+        let a = Anonymizer::keyed(b"k");
+        let off = Anonymizer::off();
+        assert_eq!(trace_uri("/v2/", &a).unwrap(), "v2/");
+        assert_eq!(trace_uri("/v2/_catalog?n=10", &a), Err("catalog"));
+        assert_eq!(trace_uri("/debug/health", &a), Err("not_api"));
+        assert_eq!(trace_uri("/", &a), Err("not_api"));
+        assert_eq!(
+            trace_uri("/v2/acme/app/referrers/sha256:00", &a),
+            Err("unsupported_endpoint")
+        );
+        assert_eq!(
+            trace_uri(
+                "/v2/acme/app/blobs/uploads/1f2e?_state=x&digest=sha256:00",
+                &off
+            )
+            .unwrap(),
+            "v2/acme/app/blobs/uploads/1f2e"
+        );
+        let m = trace_uri("/v2/acme/web/app/manifests/v1.2", &a).unwrap();
+        assert!(!m.contains("acme") && !m.contains("v1.2"), "{m}");
+        let parts: Vec<&str> = m.split('/').collect();
+        assert_eq!(parts.len(), 6, "{m}");
+        assert_eq!(parts[4], "manifests");
+        let t = trace_uri("/v2/acme/web/app/tags/list?n=100", &a).unwrap();
+        assert!(
+            t.ends_with("/tags/list") && t.starts_with(&m[..20]),
+            "{t} {m}"
+        );
+        let d = "sha256:aaaa";
+        let blob = trace_uri(&format!("/v2/acme/app/blobs/{d}"), &a).unwrap();
+        let by_digest = trace_uri(&format!("/v2/acme/app/manifests/{d}"), &a).unwrap();
+        assert_eq!(blob.rsplit('/').next(), by_digest.rsplit('/').next());
+    }
+}
