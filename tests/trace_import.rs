@@ -179,14 +179,19 @@ fn round_trip(log_text: &str, format: &str, original: &BTreeMap<String, u64>) {
 
 #[test]
 fn distribution_json_logs_round_trip() {
-    // docker-registry 2.8, then distribution v3 (installed by scripts/setup; required in CI).
+    // docker-registry 2.8 with JSON and with text (logfmt) logs, then distribution v3
+    // (installed by scripts/setup; required in CI).
     let v3 = common::tool("registry");
     if v3.is_none() && std::env::var("CREB_REQUIRE_COMPAT").is_ok_and(|v| v == "1") {
         panic!("distribution v3 (`registry`) is not installed: run scripts/setup");
     }
-    for binary in [None].into_iter().chain(v3.map(Some)) {
+    let runs = [(None, false), (None, true)]
+        .into_iter()
+        .chain(v3.map(|b| (Some(b), false)));
+    for (binary, text_log) in runs {
         let registry = Registry::start_with(RegistryOptions {
             access_log: true,
+            text_log,
             binary,
             ..RegistryOptions::default()
         });

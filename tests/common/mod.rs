@@ -47,6 +47,8 @@ pub struct RegistryOptions {
     pub tls: Option<TlsFiles>,
     /// Write distribution's JSON access log (one line per request) to the registry log.
     pub access_log: bool,
+    /// With `access_log`: logrus's text formatter (logfmt) instead of JSON.
+    pub text_log: bool,
     /// Another distribution binary with the same configuration (`registry serve`), e.g.
     /// distribution v3 from [`tool`]; default `docker-registry` (or `CREB_REGISTRY_BIN`).
     pub binary: Option<PathBuf>,
@@ -157,7 +159,9 @@ pub fn free_port() -> u16 {
 }
 
 fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
-    let log = if options.access_log {
+    let log = if options.access_log && options.text_log {
+        "log:\n  level: info\n  formatter: text\n  accesslog:\n    disabled: false\n"
+    } else if options.access_log {
         "log:\n  level: info\n  formatter: json\n  accesslog:\n    disabled: false\n"
     } else {
         "log:\n  level: warn\n  accesslog:\n    disabled: true\n"

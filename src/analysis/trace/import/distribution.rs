@@ -1,5 +1,5 @@
-//! distribution's (2.x and v3) JSON request log lines: with `log.formatter: json`, every
-//! request ends in one line whose `msg` is `response completed` (or `response completed
+//! distribution's (2.x and v3) request log lines, JSON (`log.formatter: json`) or logrus
+//! text (`key=value`, the default formatter): every request ends in one line whose `msg` is `response completed` (or `response completed
 //! with error`) and whose fields are the IBM trace's (`http.request.method`, `…uri`,
 //! `…remoteaddr`, `…useragent`, `http.response.status`, `…written`), with `time` (when the
 //! response completed) and `http.response.duration` (a Go duration). Every other JSON line
@@ -44,8 +44,68 @@ fn looks_like_text_access_log(line: &str) -> bool {
     dash == Some("-") && rest.is_some_and(|r| r.starts_with('[') && r.contains("] \""))
 }
 
-/// One line of a distribution log.
+/// `key=value key="quoted value"` (logrus's text formatter) as a JSON object, numbers as
+/// numbers; `None` when the line is not of that shape.
+fn logfmt(line: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut map = serde_json::Map::new();
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        let eq = rest.find('=')?;
+        let key = &rest[..eq];
+        if key.is_empty() || key.contains([' ', '"']) {
+            return None;
+        }
+        rest = &rest[eq + 1..];
+        let value = if let Some(quoted) = rest.strip_prefix('"') {
+            // A quoted value: Go's strconv.Quote escapes, up to the closing quote.
+            let mut out = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => match chars.next() {
+                        Some((_, 'n')) => out.push('\n'),
+                        Some((_, 't')) => out.push('\t'),
+                        Some((_, other)) => out.push(other),
+                        None => return None,
+                    },
+                    '"' => {
+                        end = Some(i);
+                        break;
+                    }
+                    c => out.push(c),
+                }
+            }
+            rest = &quoted[end? + 1..];
+            serde_json::Value::String(out)
+        } else {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            let raw = &rest[..end];
+            rest = &rest[end..];
+            match raw.parse::<u64>() {
+                Ok(n) if key.starts_with("http.response.") => serde_json::Value::from(n),
+                _ => serde_json::Value::String(raw.to_owned()),
+            }
+        };
+        map.insert(key.to_owned(), value);
+        rest = rest.trim_start();
+    }
+    map.contains_key("msg").then_some(map)
+}
+
+/// One line of a distribution log: JSON (`log.formatter: json`) or logrus text
+/// (`log.formatter: text`, the default).
 pub fn parse(line: &str) -> Parsed {
+    if !line.trim_start().starts_with('{') {
+        if let Some(map) = logfmt(line) {
+            let json = serde_json::Value::Object(map).to_string();
+            return parse_json(&json);
+        }
+    }
+    parse_json(line)
+}
+
+fn parse_json(line: &str) -> Parsed {
     let l: Line<'_> = match serde_json::from_str(line) {
         Ok(l) => l,
         Err(e) if line.trim_start().starts_with('{') => {
@@ -54,7 +114,7 @@ pub fn parse(line: &str) -> Parsed {
         // The Apache-style access log distribution writes beside its JSON lines unless
         // `log.accesslog.disabled`: the same requests again, so not imported.
         Err(_) if looks_like_text_access_log(line) => return Parsed::Ignored("text_access_log"),
-        Err(_) => return Parsed::Malformed("not JSON (is log.formatter json?)".into()),
+        Err(_) => return Parsed::Malformed("neither a JSON nor a text (logfmt) log line".into()),
     };
     match l.msg.as_deref() {
         Some("response completed" | "response completed with error") => {}
@@ -124,6 +184,20 @@ mod tests {
             Parsed::Ignored("text_access_log")
         ));
         assert!(matches!(parse("panic: something"), Parsed::Malformed(_)));
+        // The text formatter: the same request.
+        let text = r#"time="2026-11-24T22:53:52.398458074Z" level=info msg="response completed" go.version=go1.19.8 http.request.host="127.0.0.1:33979" http.request.id=fa93 http.request.method=GET http.request.remoteaddr="127.0.0.1:44802" http.request.uri="/v2/" http.request.useragent="curl/7.88.1 \"x\"" http.response.contenttype="application/json; charset=utf-8" http.response.duration=1.04028ms http.response.status=200 http.response.written=2"#;
+        let Parsed::Request(t) = parse(text) else {
+            panic!("{:?}", parse(text))
+        };
+        assert_eq!(t.useragent, "curl/7.88.1 \"x\"");
+        assert_eq!(
+            (t.status, t.written, t.end_ms, t.id),
+            (r.status, r.written, r.end_ms, r.id)
+        );
+        assert!(matches!(
+            parse(r#"time="2026-11-24T22:53:52Z" level=info msg="listening on [::]:5000""#),
+            Parsed::Ignored("not_a_request")
+        ));
         assert!(matches!(
             parse(r#"{"msg":"response completed","time":"x"}"#),
             Parsed::Malformed(_)
