@@ -61,6 +61,7 @@ async fn write_dir(
         dir: Some(dir.to_path_buf()),
         interval: Duration::from_secs(1),
         record_requests: false,
+        live: None,
     };
     let (recorder, aggregator) = output.start(anchor, wall).unwrap();
     for r in samples {

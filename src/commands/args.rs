@@ -236,6 +236,16 @@ pub struct OutputArgs {
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
 
+    /// Serve the run's live metrics for Prometheus at http://ADDR/metrics while it goes
+    /// (e.g. 127.0.0.1:9464; docs/metrics.md lists them).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// With --metrics-listen: keep serving this long after the run, so that a last scrape
+    /// sees the final counts.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
+    pub metrics_linger: Duration,
+
     /// Also write requests.csv: one row per request, streamed (large for long runs).
     #[arg(hide_short_help = true, long, requires = "output_dir")]
     pub record_requests: bool,

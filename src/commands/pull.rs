@@ -23,12 +23,13 @@ use url::Url;
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
-    Finished, RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, serve_metrics,
+    stop_metrics, thresholds, Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::digest::Digest;
+use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
 use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
@@ -337,7 +338,18 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let cfg = PullConfig::try_from(&args)?;
     let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
-    let output = run_output(&args.output);
+    let mut output = run_output(&args.output);
+    let metrics = serve_metrics(
+        &args.output,
+        RunInfoLabels {
+            command: "pull".into(),
+            mode: "pull".into(),
+            seed: "-".to_owned(),
+            shard: "0/1".into(),
+        },
+        &mut output,
+    )
+    .await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let endpoints = if cfg.route.is_some() {
@@ -512,5 +524,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    finish(run, &args.output, &thresholds, fatal, &errors)
+    let status = finish(run, &args.output, &thresholds, fatal, &errors);
+    stop_metrics(metrics, &args.output).await;
+    status
 }

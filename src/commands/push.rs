@@ -21,8 +21,8 @@ use clap::Args;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
-    Finished, RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, serve_metrics,
+    stop_metrics, thresholds, Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{
@@ -30,6 +30,7 @@ use crate::client::{
 };
 use crate::content::{ContentSpec, DEFAULT_SEED};
 use crate::digest::Digest;
+use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
 use crate::metrics::{Event, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::{
@@ -449,7 +450,18 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let cfg = PushConfig::try_from(&args)?;
     let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
-    let output = run_output(&args.output);
+    let mut output = run_output(&args.output);
+    let metrics = serve_metrics(
+        &args.output,
+        RunInfoLabels {
+            command: "push".into(),
+            mode: "push".into(),
+            seed: cfg.seed.to_string(),
+            shard: "0/1".into(),
+        },
+        &mut output,
+    )
+    .await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let (recorder, aggregator) = output.start(start, started_at)?;
@@ -554,7 +566,9 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    finish(run, &args.output, &thresholds, preflight.err(), &errors)
+    let status = finish(run, &args.output, &thresholds, preflight.err(), &errors);
+    stop_metrics(metrics, &args.output).await;
+    status
 }
 
 #[cfg(test)]

@@ -16,15 +16,17 @@ use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, Password
 use crate::auth::registry_auth::RegistryAuth;
 use crate::client::retry::RetryPolicy;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
+use crate::metrics::live::{LiveMetrics, RunInfoLabels};
 use crate::metrics::Aggregator;
 use crate::metrics::{ErrorLog, Recorder};
+use crate::net::serve::MetricsServer;
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::store::EndpointLink;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold, ThresholdVerdict};
-use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
+use crate::results::{prepare_output_dir, Live, Meta, RunOutput, Summary};
 
 /// Validated registry settings.
 #[derive(Debug, Clone, Serialize)]
@@ -265,6 +267,35 @@ pub fn run_output(output: &OutputArgs) -> RunOutput {
         dir: output.output_dir.clone(),
         interval: output.interval,
         record_requests: output.record_requests,
+        live: None,
+    }
+}
+
+/// Starts the `--metrics-listen` endpoint (if asked) for a run described by `info`, and
+/// sets `run` to feed it. Binding fails before anything is sent.
+pub async fn serve_metrics(
+    output: &OutputArgs,
+    info: RunInfoLabels,
+    run: &mut RunOutput,
+) -> anyhow::Result<Option<MetricsServer>> {
+    let Some(addr) = output.metrics_listen else {
+        return Ok(None);
+    };
+    let metrics = std::sync::Arc::new(LiveMetrics::new(info));
+    let server = MetricsServer::bind(addr, metrics)
+        .await
+        .with_context(|| format!("--metrics-listen {addr}: cannot listen there"))?;
+    if !output.quiet && !output.json {
+        eprintln!("creb-rs: metrics at http://{}/metrics", server.addr());
+    }
+    run.live = Some(Live(server.metrics()));
+    Ok(Some(server))
+}
+
+/// Stops the endpoint after `--metrics-linger`.
+pub async fn stop_metrics(server: Option<MetricsServer>, output: &OutputArgs) {
+    if let Some(server) = server {
+        server.finish(output.metrics_linger).await;
     }
 }
 

@@ -199,6 +199,8 @@ impl Default for AggregatorConfig {
 /// Owns all measurements of a run. Lives on one thread; see [`spawn_aggregator`].
 #[derive(Debug, Default)]
 pub struct Aggregator {
+    /// The live metrics (`--metrics-listen`), fed from every sample recorded here.
+    pub live: Option<std::sync::Arc<super::live::LiveMetrics>>,
     /// The whole run: the sum of every interval.
     pub table: StatsTable,
     pub events: [u64; Event::COUNT],
@@ -273,6 +275,10 @@ impl Aggregator {
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
         }
+        if let Some(live) = &self.live {
+            live.observe(s);
+            live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
+        }
         let slot = self.slot(index);
         slot.1.record(s);
         if s.op.level() == Level::Operation {
@@ -331,6 +337,9 @@ impl Aggregator {
             }
             Msg::Offered(at) => {
                 self.offered_total += 1;
+                if let Some(live) = &self.live {
+                    live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
+                }
                 let index = self.index_of(at);
                 self.slot(index).2.offered += 1;
             }
@@ -535,6 +544,15 @@ pub fn spawn_aggregator_with(
     config: AggregatorConfig,
     sink: Option<Box<dyn IntervalSink>>,
 ) -> (Recorder, AggregatorHandle) {
+    spawn_aggregator_live(config, sink, None)
+}
+
+/// [`spawn_aggregator_with`], also feeding `live` (the `--metrics-listen` endpoint).
+pub fn spawn_aggregator_live(
+    config: AggregatorConfig,
+    sink: Option<Box<dyn IntervalSink>>,
+    live: Option<std::sync::Arc<super::live::LiveMetrics>>,
+) -> (Recorder, AggregatorHandle) {
     let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
     let (done_tx, done) = tokio::sync::oneshot::channel();
     // A plain thread, not `spawn_blocking`: it lives for the whole run, and under a paused
@@ -543,6 +561,7 @@ pub fn spawn_aggregator_with(
         .name("creb-aggregator".into())
         .spawn(move || {
             let mut aggregator = Aggregator::new(config);
+            aggregator.live = live;
             let mut sink = sink;
             // Under load, drain what arrived and sleep: parked on the channel, the thread
             // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,

@@ -15,6 +15,7 @@
 pub mod aggregator;
 mod error_log;
 pub mod hist;
+pub mod live;
 pub mod op;
 
 use std::collections::BTreeMap;
@@ -24,8 +25,9 @@ use hdrhistogram::Histogram;
 use tokio::time::Instant;
 
 pub use aggregator::{
-    spawn_aggregator, spawn_aggregator_with, Aggregator, AggregatorConfig, AggregatorHandle,
-    EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder, SessionMsg,
+    spawn_aggregator, spawn_aggregator_live, spawn_aggregator_with, Aggregator, AggregatorConfig,
+    AggregatorHandle, EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder,
+    SessionMsg,
 };
 pub use error_log::ErrorLog;
 pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};

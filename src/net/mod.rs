@@ -20,6 +20,7 @@ pub mod links;
 mod plain_pool;
 pub mod reqwest_transport;
 pub mod scripted;
+pub mod serve;
 pub mod tls;
 pub mod transport;
 

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use tokio::time::Instant;
 
-use crate::metrics::{spawn_aggregator_with, AggregatorConfig, AggregatorHandle, Recorder};
+use crate::metrics::{spawn_aggregator_live, AggregatorConfig, AggregatorHandle, Recorder};
 pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
 
@@ -32,13 +32,29 @@ pub struct RunOutput {
     pub dir: Option<PathBuf>,
     pub interval: Duration,
     pub record_requests: bool,
+    /// The live metrics every sample of the run also feeds (`--metrics-listen`).
+    pub live: Option<Live>,
 }
+
+/// The live metrics of a run, shared with the endpoint that serves them.
+#[derive(Debug, Clone)]
+pub struct Live(pub std::sync::Arc<crate::metrics::live::LiveMetrics>);
+
+impl PartialEq for Live {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Live {}
 
 impl RunOutput {
     /// The same settings for a subdirectory (a replay's prewarm phase).
     pub fn in_subdir(&self, name: &str) -> RunOutput {
         RunOutput {
             dir: self.dir.as_ref().map(|d| d.join(name)),
+            // The live metrics are the run's; a prewarm reports apart.
+            live: None,
             ..self.clone()
         }
     }
@@ -80,7 +96,11 @@ impl RunOutput {
             interval: self.interval,
             anchor,
         };
-        Ok(spawn_aggregator_with(config, sink))
+        Ok(spawn_aggregator_live(
+            config,
+            sink,
+            self.live.as_ref().map(|l| std::sync::Arc::clone(&l.0)),
+        ))
     }
 }
 

@@ -34,12 +34,14 @@ use serde::Serialize;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed, parse_speed, parse_start_at};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs};
 use super::session::{
-    preflight, prepare_output, run_output, thresholds, Connection, RegistryConfig,
+    preflight, prepare_output, run_output, serve_metrics, stop_metrics, thresholds, Connection,
+    RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientOptions, RegistryClient};
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
+use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
 use crate::oci::Repository;
 use crate::plan::catalog::ContentOptions;
@@ -446,8 +448,19 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let cfg = ReplayConfig::try_from(&args)?;
     let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
-    let output = run_output(&args.output);
+    let mut output = run_output(&args.output);
     let input = TraceInput::resolve(&cfg.traces)?;
+    let metrics = serve_metrics(
+        &args.output,
+        RunInfoLabels {
+            command: "replay".into(),
+            mode: cfg.mode.name().into(),
+            seed: cfg.seed.to_string(),
+            shard: format!("{}/{}", cfg.plan.shard.index, cfg.plan.shard.count),
+        },
+        &mut output,
+    )
+    .await?;
     let quiet = args.output.quiet || args.output.json;
 
     let (catalog, spool) =
@@ -512,6 +525,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
     }
+    stop_metrics(metrics, &args.output).await;
     Ok(exit)
 }
 

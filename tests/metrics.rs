@@ -1,0 +1,195 @@
+//! `--metrics-listen` scraped by a real Prometheus (Debian's `prometheus`, started here with
+//! a 1 s scrape interval on loopback): after a replay, `creb_operations_total` as Prometheus
+//! last scraped it equals summary.json's counts per operation and outcome exactly. And the
+//! Grafana dashboard in deploy/grafana/ parses and asks only for metrics the endpoint serves.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, run_bin, summary_json, Registry};
+
+struct Prometheus {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn prometheus_binary() -> Option<&'static str> {
+    ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+}
+
+fn http_get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn start_prometheus(target_port: u16) -> Option<Prometheus> {
+    let Some(bin) = prometheus_binary() else {
+        assert!(
+            std::env::var("CREB_REQUIRE_PROMETHEUS").map_or(true, |v| v != "1"),
+            "prometheus is not installed (scripts/setup installs it)"
+        );
+        eprintln!("skipped: prometheus is not installed");
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: creb\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(&format!("{url}/-/ready")).is_none() {
+        assert!(Instant::now() < deadline, "prometheus did not get ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some(Prometheus {
+        child,
+        url,
+        _dir: dir,
+    })
+}
+
+#[test]
+fn prometheus_scrapes_the_exact_counts_of_the_summary() {
+    let registry = Registry::start();
+    let metrics_port = free_port();
+    let Some(prometheus) = start_prometheus(metrics_port) else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("run");
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let r = run_bin(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--mode",
+            "delay",
+            "--speed",
+            "8",
+            "--metrics-listen",
+            &listen,
+            "--metrics-linger",
+            "3s",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let summary = summary_json(&dir);
+
+    // The greatest value of each series: the last scrape (counters only grow).
+    let query = "max_over_time(creb_operations_total[10m])";
+    let body = http_get(&format!(
+        "{}/api/v1/query?query={}",
+        prometheus.url,
+        query.replace('[', "%5B").replace(']', "%5D")
+    ))
+    .expect("query prometheus");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let series = v["data"]["result"].as_array().expect("a result");
+    assert!(!series.is_empty(), "nothing scraped: {body}");
+    let scraped = |op: &str, ok: bool| -> u64 {
+        series
+            .iter()
+            .filter(|s| s["metric"]["operation"] == op && (s["metric"]["outcome"] == "ok") == ok)
+            .map(|s| s["value"][1].as_str().unwrap().parse::<f64>().unwrap() as u64)
+            .sum()
+    };
+    let ops = summary["operations"].as_object().unwrap();
+    assert!(ops.len() >= 5, "{ops:?}");
+    for (op, s) in ops {
+        assert_eq!(scraped(op, true), s["ok"].as_u64().unwrap(), "{op} ok");
+        assert_eq!(
+            scraped(op, false),
+            s["errors"].as_u64().unwrap(),
+            "{op} errors"
+        );
+    }
+    // The run's identity and a delay-mode histogram are there too.
+    let info = http_get(&format!(
+        "{}/api/v1/query?query=max_over_time(creb_run_info%5B10m%5D)",
+        prometheus.url
+    ))
+    .unwrap();
+    assert!(
+        info.contains("\"mode\":\"delay\"") && info.contains("\"command\":\"replay\""),
+        "{info}"
+    );
+    let lag = http_get(&format!(
+        "{}/api/v1/query?query=max_over_time(creb_schedule_lag_seconds_count%5B10m%5D)",
+        prometheus.url
+    ))
+    .unwrap();
+    assert!(lag.contains("\"value\""), "{lag}");
+}
+
+#[test]
+fn the_grafana_dashboard_asks_only_for_metrics_the_endpoint_serves() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/creb-rs.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("valid JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 6, "{} panels", panels.len());
+    let served = creb::metrics::live::METRIC_NAMES;
+    let mut used = 0;
+    for panel in panels {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("a PromQL expression");
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("creb_"))
+                .collect();
+            assert!(!names.is_empty(), "{expr}");
+            for name in names {
+                let base = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
+                assert!(served.contains(&base), "{expr}: {name} is not served");
+                used += 1;
+            }
+        }
+    }
+    assert!(used >= 6);
+}
