@@ -193,3 +193,70 @@ fn the_grafana_dashboard_asks_only_for_metrics_the_endpoint_serves() {
     }
     assert!(used >= 6);
 }
+
+/// `--registry-metrics` against docker-registry's own Prometheus endpoint: the requests
+/// the registry counted during a push and a pull are the HTTP exchanges creb-rs made.
+#[test]
+fn the_registrys_own_request_count_matches_creb_rs() {
+    let metrics_port = free_port();
+    let registry = Registry::start_with(common::RegistryOptions {
+        metrics_port: Some(metrics_port),
+        ..common::RegistryOptions::default()
+    });
+    let endpoint = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_get(&endpoint).is_none() {
+        assert!(Instant::now() < deadline, "no metrics at {endpoint}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        (
+            "push",
+            vec![
+                "push",
+                "--layers",
+                "2",
+                "--layer-size",
+                "64KiB",
+                "--images",
+                "2",
+                "--chunk-size",
+                "32KiB",
+            ],
+        ),
+        ("pull", vec!["pull", "--images", "2"]),
+    ] {
+        let dir = out.path().join(name);
+        let mut a = args.clone();
+        a.extend([
+            "--registry",
+            &registry.url,
+            "--repo",
+            "metrics/app",
+            "--registry-metrics",
+            &endpoint,
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ]);
+        let r = run_bin(&a, None, &[]);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+        assert!(r.stderr.contains("the registry counted"), "{}", r.stderr);
+        let summary = summary_json(&dir);
+        let records: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("registry-metrics.json")).unwrap(),
+        )
+        .unwrap();
+        let record = &records[0];
+        assert_eq!(record["url"], endpoint.as_str());
+        assert!(record["error"].is_null(), "{record}");
+        let made = summary["totals"]["http_requests"].as_u64().unwrap();
+        assert!(made > 0);
+        assert_eq!(record["creb_http_requests"].as_u64(), Some(made));
+        assert_eq!(
+            record["registry_requests"].as_f64(),
+            Some(made as f64),
+            "{name}: the registry's count against creb-rs's: {record}"
+        );
+    }
+}

@@ -246,6 +246,12 @@ pub struct OutputArgs {
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
     pub metrics_linger: Duration,
 
+    /// The registry's own Prometheus endpoint (repeatable): scraped before and after the
+    /// run; what its counters grew by goes to registry-metrics.json, and its request count
+    /// is set beside creb-rs's.
+    #[arg(long, value_name = "URL")]
+    pub registry_metrics: Vec<Url>,
+
     /// Also write requests.csv: one row per request, streamed (large for long runs).
     #[arg(hide_short_help = true, long, requires = "output_dir")]
     pub record_requests: bool,

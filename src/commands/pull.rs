@@ -23,8 +23,9 @@ use url::Url;
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, serve_metrics,
-    stop_metrics, thresholds, Finished, RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, registry_metrics_after,
+    registry_metrics_before, run_output, serve_metrics, stop_metrics, thresholds, Finished,
+    RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
@@ -350,6 +351,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         &mut output,
     )
     .await?;
+    let registry_metrics = registry_metrics_before(&args.output).await;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let endpoints = if cfg.route.is_some() {
@@ -524,6 +526,13 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
+    registry_metrics_after(
+        registry_metrics,
+        output.dir.as_deref(),
+        run.summary.totals.http_requests,
+        args.output.quiet || args.output.json,
+    )
+    .await?;
     let status = finish(run, &args.output, &thresholds, fatal, &errors);
     stop_metrics(metrics, &args.output).await;
     status

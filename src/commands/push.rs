@@ -21,8 +21,9 @@ use clap::Args;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, serve_metrics,
-    stop_metrics, thresholds, Finished, RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, registry_metrics_after,
+    registry_metrics_before, run_output, serve_metrics, stop_metrics, thresholds, Finished,
+    RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{
@@ -462,6 +463,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         &mut output,
     )
     .await?;
+    let registry_metrics = registry_metrics_before(&args.output).await;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let (recorder, aggregator) = output.start(start, started_at)?;
@@ -566,6 +568,13 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
+    registry_metrics_after(
+        registry_metrics,
+        output.dir.as_deref(),
+        run.summary.totals.http_requests,
+        args.output.quiet || args.output.json,
+    )
+    .await?;
     let status = finish(run, &args.output, &thresholds, preflight.err(), &errors);
     stop_metrics(metrics, &args.output).await;
     status

@@ -14,6 +14,7 @@
 
 pub mod aggregator;
 mod error_log;
+pub mod exposition;
 pub mod hist;
 pub mod live;
 pub mod op;

@@ -49,6 +49,8 @@ pub struct RegistryOptions {
     pub access_log: bool,
     /// With `access_log`: logrus's text formatter (logfmt) instead of JSON.
     pub text_log: bool,
+    /// Serve distribution's Prometheus metrics on this port (`http.debug`), at `/metrics`.
+    pub metrics_port: Option<u16>,
     /// Another distribution binary with the same configuration (`registry serve`), e.g.
     /// distribution v3 from [`tool`]; default `docker-registry` (or `CREB_REGISTRY_BIN`).
     pub binary: Option<PathBuf>,
@@ -198,6 +200,18 @@ fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
             "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    issuer: {issuer}\n    rootcertbundle: {}\n",
             root_cert_bundle.display()
         )),
+    }
+    if let Some(port) = options.metrics_port {
+        let http_end = yaml
+            .find("  secret: creb-rs-test-http-secret\n")
+            .expect("http section")
+            + "  secret: creb-rs-test-http-secret\n".len();
+        yaml.insert_str(
+            http_end,
+            &format!(
+                "  debug:\n    addr: 127.0.0.1:{port}\n    prometheus:\n      enabled: true\n      path: /metrics\n"
+            ),
+        );
     }
     if let Some(tls) = &options.tls {
         // Inside the `http:` section, right after its `secret`.
