@@ -114,7 +114,7 @@ fn stream(mode: Mode, base: Instant) -> Vec<Sample> {
                 },
                 bytes_sent: if op == Op::BlobUpload { bytes } else { 300 },
                 bytes_received: if op == Op::BlobUpload { 0 } else { bytes },
-                http_requests: 1,
+                http: creb::metrics::HttpStatuses::one(Some(200)),
             }
         })
         .collect()

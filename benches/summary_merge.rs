@@ -99,7 +99,7 @@ fn sample(rng: &mut Rng, op: Op, class: SizeClass, end: Instant) -> Sample {
         },
         bytes_sent: 300,
         bytes_received: 1000 * scale,
-        http_requests: 1,
+        http: creb::metrics::HttpStatuses::one(Some(200)),
     }
 }
 

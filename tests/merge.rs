@@ -87,7 +87,7 @@ async fn write_dir(
                 },
                 bytes_sent: 10,
                 bytes_received: if r.big { 20 << 20 } else { 100 },
-                http_requests: 1,
+                http: creb::metrics::HttpStatuses::one(Some(200)),
             })
             .await;
     }

@@ -25,7 +25,7 @@ use super::credentials::Credentials;
 use super::scope::ScopeSet;
 use super::secret::Secret;
 use super::AuthError;
-use crate::metrics::{Op, Outcome, Recorder, Sample, SizeClass, Timing};
+use crate::metrics::{HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing};
 use crate::net::transport::{HttpRequest, RequestBody, Transport};
 use crate::oci::error::parse_error_body;
 
@@ -278,6 +278,7 @@ impl TokenFetcher {
         let mut timing = Timing::start(None);
         let result = self.transport.send(request).await;
         timing.first_byte = Some(Instant::now());
+        let answered = result.as_ref().ok().map(|r| r.status.as_u16());
         let outcome = match result {
             Err(e) => Err(AuthError::TokenServer {
                 realm: realm_display(realm),
@@ -326,7 +327,7 @@ impl TokenFetcher {
                 timing,
                 bytes_sent,
                 bytes_received: received,
-                http_requests: 1,
+                http: HttpStatuses::one(answered),
             })
             .await;
         outcome.map(|(attempt, _)| attempt)

@@ -37,7 +37,9 @@ use crate::auth::challenge::challenges_of;
 use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
 use crate::content::ContentSpec;
 use crate::digest::{Digest, Sha256Sum};
-use crate::metrics::{ErrorKind, Event, Op, Outcome, Recorder, Sample, SizeClass, Timing};
+use crate::metrics::{
+    ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing,
+};
 use crate::net::links::Link;
 use crate::net::transport::{HttpRequest, HttpResponse, RequestBody, Transport, Unprocessed};
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
@@ -151,7 +153,7 @@ struct Exchange {
     /// When the last request that was not an auth failure was sent.
     sent: Instant,
     headers_at: Instant,
-    requests: u32,
+    requests: HttpStatuses,
 }
 
 /// Measures one operation and records it once.
@@ -160,7 +162,7 @@ struct Meter {
     timing: Timing,
     bytes_sent: u64,
     bytes_received: u64,
-    requests: u32,
+    requests: HttpStatuses,
     size_hint: u64,
     sent_set: bool,
 }
@@ -172,7 +174,7 @@ impl Meter {
             timing: Timing::start(ctx.intended),
             bytes_sent: 0,
             bytes_received: 0,
-            requests: 0,
+            requests: HttpStatuses::NONE,
             size_hint: 0,
             sent_set: false,
         }
@@ -184,7 +186,7 @@ impl Meter {
             self.sent_set = true;
         }
         self.timing.first_byte = Some(ex.headers_at);
-        self.requests += ex.requests;
+        self.requests.add(ex.requests);
     }
 
     fn sample(&self, outcome: Outcome) -> Sample {
@@ -202,7 +204,7 @@ impl Meter {
             timing,
             bytes_sent: self.bytes_sent,
             bytes_received: self.bytes_received,
-            http_requests: self.requests,
+            http: self.requests,
         }
     }
 }
@@ -388,7 +390,7 @@ impl RegistryClient {
         let mut retries = 0u32;
         // `None`: the request's own URL (not copied unless a redirect replaces it).
         let mut redirected: Option<Url> = None;
-        let mut requests = 0u32;
+        let mut requests = HttpStatuses::NONE;
         let mut auth_retried = false;
         let mut storage_retried = false;
         let mut redirects = 0u8;
@@ -424,7 +426,7 @@ impl RegistryClient {
             let sent_for_op = *first_sent.get_or_insert(sent);
             let result = self.inner.transport.send(attempt).await;
             let headers_at = Instant::now();
-            requests += 1;
+            requests.note(result.as_ref().ok().map(|r| r.status.as_u16()));
             if let Err(e) = &result {
                 if let Some(how) = e.unprocessed {
                     if unprocessed_resends < MAX_UNPROCESSED_RESENDS {
@@ -522,7 +524,7 @@ impl RegistryClient {
                     },
                     bytes_sent: 0,
                     bytes_received: drained,
-                    http_requests: 1,
+                    http: HttpStatuses::one(Some(status.as_u16())),
                 };
                 self.inner.recorder.record(hop).await;
                 if !same_origin(&target, &self.inner.base) {

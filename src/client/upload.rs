@@ -318,7 +318,7 @@ impl RegistryClient {
         }
         .await;
         report.bytes_sent = m.bytes_sent;
-        report.requests = m.requests;
+        report.requests = m.requests.total();
         self.finish(&m, r).await.map(|()| report)
     }
 

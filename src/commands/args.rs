@@ -252,6 +252,20 @@ pub struct OutputArgs {
     #[arg(long, value_name = "URL")]
     pub registry_metrics: Vec<Url>,
 
+    /// With --registry-metrics: read the registry's endpoints this often during the run too
+    /// (their per-interval counts go to registry-metrics.json).
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "10s", value_parser = parse_interval, requires = "registry_metrics")]
+    pub registry_metrics_every: Duration,
+
+    /// Push the live metrics to this Prometheus Pushgateway at the end of every interval
+    /// and of the run (group job="creb-rs", shard=N unless the URL names one).
+    #[arg(long, value_name = "URL")]
+    pub metrics_push: Option<Url>,
+
+    /// Under `creb-rs run`: the endpoint the cells feed in turn.
+    #[arg(skip)]
+    pub live: Option<super::observe::SharedLive>,
+
     /// Also write requests.csv: one row per request, streamed (large for long runs).
     #[arg(hide_short_help = true, long, requires = "output_dir")]
     pub record_requests: bool,

@@ -15,6 +15,7 @@ pub mod args;
 pub mod compare;
 pub mod cost;
 pub mod merge;
+pub mod observe;
 pub mod pull;
 pub mod push;
 pub mod replay;

@@ -23,16 +23,15 @@ use url::Url;
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, registry_metrics_after,
-    registry_metrics_before, run_output, serve_metrics, stop_metrics, thresholds, Finished,
-    RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
+    Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
-use crate::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
+use crate::metrics::{ErrorKind, HttpStatuses, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::ParsedManifest;
 use crate::oci::{Reference, Repository};
 use crate::progress::{Progress, ProgressLine};
@@ -329,7 +328,7 @@ async fn pull_image(
             },
             bytes_sent: 0,
             bytes_received: received,
-            http_requests: 0,
+            http: HttpStatuses::NONE,
         })
         .await;
 }
@@ -340,18 +339,21 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
     let mut output = run_output(&args.output);
-    let metrics = serve_metrics(
+    let observation = super::observe::start(
         &args.output,
         RunInfoLabels {
             command: "pull".into(),
             mode: "pull".into(),
             seed: "-".to_owned(),
             shard: "0/1".into(),
+            cell: String::new(),
         },
+        &cfg.registry,
+        0,
         &mut output,
     )
     .await?;
-    let registry_metrics = registry_metrics_before(&args.output).await;
+    let registry_watch = super::observe::RegistryWatch::start(&args.output).await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let endpoints = if cfg.route.is_some() {
@@ -526,14 +528,16 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    registry_metrics_after(
-        registry_metrics,
-        output.dir.as_deref(),
-        run.summary.totals.http_requests,
-        args.output.quiet || args.output.json,
-    )
-    .await?;
+    if let Some(watch) = registry_watch {
+        watch
+            .finish(
+                output.dir.as_deref(),
+                run.summary.totals.http_requests,
+                args.output.quiet || args.output.json,
+            )
+            .await?;
+    }
     let status = finish(run, &args.output, &thresholds, fatal, &errors);
-    stop_metrics(metrics, &args.output).await;
+    observation.finish().await;
     status
 }

@@ -21,9 +21,8 @@ use clap::Args;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs};
 use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, registry_metrics_after,
-    registry_metrics_before, run_output, serve_metrics, stop_metrics, thresholds, Finished,
-    RegistryConfig,
+    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
+    Finished, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{
@@ -33,7 +32,7 @@ use crate::content::{ContentSpec, DEFAULT_SEED};
 use crate::digest::Digest;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
-use crate::metrics::{Event, Op, Outcome, Sample, SizeClass, Timing};
+use crate::metrics::{Event, HttpStatuses, Op, Outcome, Sample, SizeClass, Timing};
 use crate::oci::manifest::{
     build_artifact, build_config, build_manifest, Descriptor, ManifestFormat, OCI_MANIFEST,
 };
@@ -441,7 +440,7 @@ async fn push_image(
             timing,
             bytes_sent: total_bytes + plan.manifest.len() as u64,
             bytes_received: 0,
-            http_requests: 0,
+            http: HttpStatuses::NONE,
         })
         .await;
 }
@@ -452,18 +451,21 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let thresholds = thresholds(&args.output)?;
     prepare_output(&args.output)?;
     let mut output = run_output(&args.output);
-    let metrics = serve_metrics(
+    let observation = super::observe::start(
         &args.output,
         RunInfoLabels {
             command: "push".into(),
             mode: "push".into(),
             seed: cfg.seed.to_string(),
             shard: "0/1".into(),
+            cell: String::new(),
         },
+        &cfg.registry,
+        0,
         &mut output,
     )
     .await?;
-    let registry_metrics = registry_metrics_before(&args.output).await;
+    let registry_watch = super::observe::RegistryWatch::start(&args.output).await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
     let (recorder, aggregator) = output.start(start, started_at)?;
@@ -568,15 +570,17 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    registry_metrics_after(
-        registry_metrics,
-        output.dir.as_deref(),
-        run.summary.totals.http_requests,
-        args.output.quiet || args.output.json,
-    )
-    .await?;
+    if let Some(watch) = registry_watch {
+        watch
+            .finish(
+                output.dir.as_deref(),
+                run.summary.totals.http_requests,
+                args.output.quiet || args.output.json,
+            )
+            .await?;
+    }
     let status = finish(run, &args.output, &thresholds, preflight.err(), &errors);
-    stop_metrics(metrics, &args.output).await;
+    observation.finish().await;
     status
 }
 

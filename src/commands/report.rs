@@ -66,6 +66,10 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 t.push('\n');
             }
             t.push_str(&render_text_with(&set.summary, &set.meta.endpoints));
+            if !set.registry_metrics.is_empty() {
+                t.push('\n');
+                t.push_str(&crate::report::registry_table(&set.registry_metrics));
+            }
             t
         }
         Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",

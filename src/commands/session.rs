@@ -16,18 +16,15 @@ use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, Password
 use crate::auth::registry_auth::RegistryAuth;
 use crate::client::retry::RetryPolicy;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
-use crate::metrics::exposition::{self, Series};
-use crate::metrics::live::{LiveMetrics, RunInfoLabels};
 use crate::metrics::Aggregator;
 use crate::metrics::{ErrorLog, Recorder};
-use crate::net::serve::MetricsServer;
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::store::EndpointLink;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold, ThresholdVerdict};
-use crate::results::{prepare_output_dir, Live, Meta, RunOutput, Summary};
+use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
 
 /// Validated registry settings.
 #[derive(Debug, Clone, Serialize)]
@@ -269,134 +266,6 @@ pub fn run_output(output: &OutputArgs) -> RunOutput {
         interval: output.interval,
         record_requests: output.record_requests,
         live: None,
-    }
-}
-
-/// Starts the `--metrics-listen` endpoint (if asked) for a run described by `info`, and
-/// sets `run` to feed it. Binding fails before anything is sent.
-pub async fn serve_metrics(
-    output: &OutputArgs,
-    info: RunInfoLabels,
-    run: &mut RunOutput,
-) -> anyhow::Result<Option<MetricsServer>> {
-    let Some(addr) = output.metrics_listen else {
-        return Ok(None);
-    };
-    let metrics = std::sync::Arc::new(LiveMetrics::new(info));
-    let server = MetricsServer::bind(addr, metrics)
-        .await
-        .with_context(|| format!("--metrics-listen {addr}: cannot listen there"))?;
-    if !output.quiet && !output.json {
-        eprintln!("creb-rs: metrics at http://{}/metrics", server.addr());
-    }
-    run.live = Some(Live(server.metrics()));
-    Ok(Some(server))
-}
-
-/// The registry's own metrics endpoints (`--registry-metrics`) and what each said before
-/// the run.
-#[derive(Debug)]
-pub struct RegistryMetrics {
-    before: Vec<(Url, Result<Series, String>)>,
-}
-
-/// What one endpoint's counters grew by during a run, as `registry-metrics.json` holds it.
-#[derive(Debug, Serialize)]
-struct RegistryMetricsRecord {
-    url: String,
-    /// The registry's count of HTTP requests during the run, when it exports one.
-    registry_requests: Option<f64>,
-    /// creb-rs's count of the HTTP exchanges it made, for comparison.
-    creb_http_requests: u64,
-    /// Why the endpoint could not be read, if it could not.
-    error: Option<String>,
-    /// Every cumulative series that changed, by how much.
-    delta: Series,
-}
-
-async fn scrape(url: &Url) -> Result<Series, String> {
-    // The trust rules of the registry connections: system roots, verification on.
-    let tls =
-        crate::net::tls::client_config(&TransportConfig::default()).map_err(|e| e.to_string())?;
-    let response = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .no_proxy()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .map_err(|e| e.to_string())?
-        .get(url.clone())
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| e.to_string())?;
-    let text = response.text().await.map_err(|e| e.to_string())?;
-    Ok(exposition::parse(&text))
-}
-
-/// Scrapes every `--registry-metrics` endpoint before the run.
-pub async fn registry_metrics_before(output: &OutputArgs) -> RegistryMetrics {
-    let mut before = Vec::new();
-    for url in &output.registry_metrics {
-        let scraped = scrape(url).await;
-        if let Err(e) = &scraped {
-            eprintln!("creb-rs: warning: --registry-metrics {url}: {e}");
-        }
-        before.push((url.clone(), scraped));
-    }
-    RegistryMetrics { before }
-}
-
-/// Scrapes them again after the run, writes `registry-metrics.json` into `dir` and says,
-/// unless `quiet`, how the registry's request count compares with `http_requests`.
-pub async fn registry_metrics_after(
-    metrics: RegistryMetrics,
-    dir: Option<&Path>,
-    http_requests: u64,
-    quiet: bool,
-) -> anyhow::Result<()> {
-    if metrics.before.is_empty() {
-        return Ok(());
-    }
-    let mut records = Vec::new();
-    for (url, before) in metrics.before {
-        let after = scrape(&url).await;
-        let (delta, error) = match (before, after) {
-            (Ok(b), Ok(a)) => (exposition::delta(&b, &a), None),
-            (Err(e), _) | (_, Err(e)) => (Series::new(), Some(e)),
-        };
-        let registry_requests = exposition::requests(&delta);
-        if !quiet {
-            match (&error, registry_requests) {
-                (Some(e), _) => eprintln!("creb-rs: warning: --registry-metrics {url}: {e}"),
-                (None, Some(n)) => eprintln!(
-                    "creb-rs: registry metrics {url}: the registry counted {n} requests; creb-rs made {http_requests}"
-                ),
-                (None, None) => eprintln!(
-                    "creb-rs: registry metrics {url}: {} series changed, none a request count this version knows",
-                    delta.len()
-                ),
-            }
-        }
-        records.push(RegistryMetricsRecord {
-            url: url.to_string(),
-            registry_requests,
-            creb_http_requests: http_requests,
-            error,
-            delta,
-        });
-    }
-    if let Some(dir) = dir {
-        let json =
-            serde_json::to_vec_pretty(&records).context("cannot serialise registry metrics")?;
-        crate::results::write_atomic(dir, "registry-metrics.json", &json)?;
-    }
-    Ok(())
-}
-
-/// Stops the endpoint after `--metrics-linger`.
-pub async fn stop_metrics(server: Option<MetricsServer>, output: &OutputArgs) {
-    if let Some(server) = server {
-        server.finish(output.metrics_linger).await;
     }
 }
 

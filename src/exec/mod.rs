@@ -37,7 +37,7 @@ use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
 use crate::fast_hash::FastHashMap;
 use crate::metrics::ErrorLog;
 use crate::metrics::{
-    ErrorKind, Event, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
+    ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
 };
 use crate::oci::Reference;
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
@@ -411,7 +411,7 @@ async fn run_task(
                     },
                     bytes_sent: 0,
                     bytes_received: 0,
-                    http_requests: 0,
+                    http: HttpStatuses::NONE,
                 })
                 .await;
             if let Some(p) = &progress {
@@ -451,7 +451,7 @@ async fn run_task(
                     },
                     bytes_sent: manifest.len() as u64,
                     bytes_received: 0,
-                    http_requests: 0,
+                    http: HttpStatuses::NONE,
                 })
                 .await;
         }
@@ -686,7 +686,7 @@ pub async fn execute_on(
                                     },
                                     bytes_sent: 0,
                                     bytes_received: 0,
-                                    http_requests: 0,
+                                    http: HttpStatuses::NONE,
                                 })
                                 .await;
                         }

@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    ErrorKind, Event, Level, Op, Outcome, Sample, SizeClass, SparseHistogram, StatsTable, Timing,
+    ErrorKind, Event, HttpStatuses, Level, Op, Outcome, Sample, SizeClass, SparseHistogram,
+    StatsTable, Timing,
 };
 
 /// What flows to the aggregator.
@@ -271,12 +272,17 @@ impl Aggregator {
 
     /// Records a sample into its interval.
     pub fn record(&mut self, s: &Sample) {
+        self.record_from(s, None);
+    }
+
+    /// Records a sample recorded through endpoint `endpoint`'s client (if any).
+    fn record_from(&mut self, s: &Sample, endpoint: Option<u16>) {
         let index = self.index_of(s.timing.end);
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
         }
         if let Some(live) = &self.live {
-            live.observe(s);
+            live.observe(s, endpoint);
             live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
         }
         let slot = self.slot(index);
@@ -284,6 +290,22 @@ impl Aggregator {
         if s.op.level() == Level::Operation {
             slot.2.completed += 1;
         }
+    }
+
+    /// A sample: into requests.csv (if recorded) and its interval.
+    fn sample(
+        &mut self,
+        s: &Sample,
+        endpoint: Option<u16>,
+        sink: &mut Option<Box<dyn IntervalSink>>,
+    ) {
+        if let Some(sink) = sink.as_mut().filter(|k| k.records_requests()) {
+            let offset = s.timing.end.saturating_duration_since(self.config().anchor);
+            if let Err(e) = sink.request(offset, s) {
+                self.sink_error.get_or_insert(e.to_string());
+            }
+        }
+        self.record_from(s, endpoint);
     }
 
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
@@ -294,8 +316,8 @@ impl Aggregator {
                     self.endpoints.resize_with(e + 1, StatsTable::default);
                 }
             }
-            Msg::EndpointSample(e, s) => {
-                let e = usize::from(e);
+            Msg::EndpointSample(endpoint, s) => {
+                let e = usize::from(endpoint);
                 if self.endpoints.len() <= e {
                     self.endpoints.resize_with(e + 1, StatsTable::default);
                 }
@@ -317,17 +339,9 @@ impl Aggregator {
                     c.bytes_sent += s.bytes_sent;
                     c.bytes_received += s.bytes_received;
                 }
-                return self.handle(Msg::Sample(s), sink);
+                self.sample(&s, Some(endpoint), sink);
             }
-            Msg::Sample(s) => {
-                if let Some(sink) = sink.as_mut().filter(|k| k.records_requests()) {
-                    let offset = s.timing.end.saturating_duration_since(self.config().anchor);
-                    if let Err(e) = sink.request(offset, &s) {
-                        self.sink_error.get_or_insert(e.to_string());
-                    }
-                }
-                self.record(&s);
-            }
+            Msg::Sample(s) => self.sample(&s, None, sink),
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => {
                 // A finished image pull is a sample like any other, in requests.csv too.
@@ -481,7 +495,7 @@ impl Aggregator {
             },
             bytes_sent: 0,
             bytes_received: s.bytes,
-            http_requests: 0,
+            http: HttpStatuses::NONE,
         })
     }
 
@@ -671,7 +685,7 @@ mod tests {
             },
             bytes_sent: 0,
             bytes_received: service_us,
-            http_requests: 1,
+            http: HttpStatuses::one(Some(200)),
         }
     }
 

@@ -72,6 +72,28 @@ pub fn requests(series: &Series) -> Option<f64> {
     (!matching.is_empty()).then(|| matching.iter().sum())
 }
 
+/// The registry's request duration histogram in `series`: the sums of its `_sum` (seconds)
+/// and `_count` series (distribution's `registry_http_request_duration_seconds`, zot's
+/// `zot_http_method_latency_seconds`), or `None` when there is none.
+pub fn duration(series: &Series) -> Option<(f64, f64)> {
+    let histograms = [
+        "registry_http_request_duration_seconds",
+        "zot_http_method_latency_seconds",
+    ];
+    let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
+    for (k, v) in series {
+        let name = k.split('{').next().unwrap_or_default();
+        for h in histograms {
+            match name.strip_prefix(h) {
+                Some("_sum") => (sum, seen) = (sum + v, true),
+                Some("_count") => (count, seen) = (count + v, true),
+                _ => {}
+            }
+        }
+    }
+    seen.then_some((sum, count))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,16 +1,16 @@
 //! The live view of a run for Prometheus and Grafana (`--metrics-listen`): counters and
 //! histograms in the OpenMetrics text format, fed by the aggregator from the same samples
 //! as the HDR histograms (which stay the exact record), never by the requests themselves.
-//! Label values come from closed sets (operations, outcomes, directions), so the number of
-//! series is bounded.
+//! Label values come from closed sets (operations, outcomes, status classes, directions, the
+//! run's endpoints), so the number of series is bounded.
 //!
 //! The contract dashboards and alerts rely on (docs/metrics.md):
-//! `creb_operations_total{operation,outcome}`, `creb_http_requests_total{operation}`,
-//! `creb_bytes_total{direction}`, `creb_in_flight`, `creb_schedule_lag_seconds`,
-//! `creb_response_seconds{operation}`, `creb_service_seconds{operation}`,
-//! `creb_run_info{command,mode,seed,shard}`.
+//! `creb_operations_total{operation,outcome,endpoint}`,
+//! `creb_http_requests_total{operation,status,endpoint}`, `creb_bytes_total{direction}`,
+//! `creb_in_flight`, `creb_schedule_lag_seconds`, `creb_response_seconds{operation,endpoint}`,
+//! `creb_service_seconds{operation,endpoint}`, `creb_run_info{command,mode,seed,shard,cell}`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +39,21 @@ pub const METRIC_NAMES: [&str; 8] = [
     "creb_run_info",
 ];
 
+/// Every label name the endpoint's series carry (`le` is the histograms' bucket bound).
+pub const LABEL_NAMES: [&str; 11] = [
+    "operation",
+    "outcome",
+    "endpoint",
+    "status",
+    "direction",
+    "le",
+    "command",
+    "mode",
+    "seed",
+    "shard",
+    "cell",
+];
+
 /// An outcome as a label value: `ok` or the error kind's key (`http_404`, `timeout`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct OutcomeLabel(Option<super::ErrorKind>);
@@ -53,15 +68,35 @@ impl EncodeLabelValue for OutcomeLabel {
     }
 }
 
+/// An endpoint as a label value: its `host:port`, shared (no copy per sample).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EndpointLabel(Arc<str>);
+
+impl EncodeLabelValue for EndpointLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write as _;
+        encoder.write_str(&self.0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OpOutcome {
     operation: &'static str,
     outcome: OutcomeLabel,
+    endpoint: EndpointLabel,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OpStatus {
+    operation: &'static str,
+    status: &'static str,
+    endpoint: EndpointLabel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OpLabel {
     operation: &'static str,
+    endpoint: EndpointLabel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -76,6 +111,36 @@ pub struct RunInfoLabels {
     pub mode: String,
     pub seed: String,
     pub shard: String,
+    /// Under `creb-rs run`: the cell (`experiment/registry`, with its round and repetition
+    /// when there are several); empty otherwise.
+    pub cell: String,
+}
+
+/// What an endpoint serves: the metrics of the run going on (under `creb-rs run`, of its
+/// current cell; each cell starts from zero, as a restarted process would), or nothing yet.
+#[derive(Debug, Default)]
+pub struct LiveSlot(std::sync::RwLock<Option<Arc<LiveMetrics>>>);
+
+impl LiveSlot {
+    /// A slot serving `metrics`.
+    pub fn with(metrics: Arc<LiveMetrics>) -> LiveSlot {
+        LiveSlot(std::sync::RwLock::new(Some(metrics)))
+    }
+
+    /// Serves `metrics` from now on.
+    pub fn install(&self, metrics: Arc<LiveMetrics>) {
+        if let Ok(mut current) = self.0.write() {
+            *current = Some(metrics);
+        }
+    }
+
+    /// The OpenMetrics text of what it serves (only the end marker before the first run).
+    pub fn encode(&self) -> String {
+        match self.0.read().ok().and_then(|m| m.clone()) {
+            Some(m) => m.encode(),
+            None => "# EOF\n".to_string(),
+        }
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -87,19 +152,26 @@ fn latency_histogram() -> Histogram {
 pub struct LiveMetrics {
     registry: Mutex<Registry>,
     operations: Family<OpOutcome, Counter>,
-    http_requests: Family<OpLabel, Counter>,
+    http_requests: Family<OpStatus, Counter>,
     bytes: Family<Direction, Counter>,
     in_flight: Gauge,
     lag: Histogram,
     response: Family<OpLabel, Histogram, fn() -> Histogram>,
     service: Family<OpLabel, Histogram, fn() -> Histogram>,
+    /// The `endpoint` label of each endpoint, by index.
+    endpoints: Vec<EndpointLabel>,
+    /// The `endpoint` label of samples not sent through one endpoint's client (image
+    /// sessions, token fetches) in runs over several: empty, which Prometheus reads as absent.
+    no_endpoint: EndpointLabel,
 }
 
 impl LiveMetrics {
-    pub fn new(info: RunInfoLabels) -> LiveMetrics {
+    /// The metrics of a run described by `info` against `endpoints` (their `host:port`,
+    /// in the order of the run's endpoint list).
+    pub fn new(info: RunInfoLabels, endpoints: &[String]) -> LiveMetrics {
         let mut registry = Registry::default();
         let operations = Family::<OpOutcome, Counter>::default();
-        let http_requests = Family::<OpLabel, Counter>::default();
+        let http_requests = Family::<OpStatus, Counter>::default();
         let bytes = Family::<Direction, Counter>::default();
         let in_flight = Gauge::default();
         let lag = latency_histogram();
@@ -118,7 +190,7 @@ impl LiveMetrics {
         );
         registry.register(
             "creb_http_requests",
-            "HTTP exchanges made, by operation",
+            "HTTP exchanges made, by operation and status class of the answer (none: no answer)",
             http_requests.clone(),
         );
         registry.register(
@@ -148,7 +220,7 @@ impl LiveMetrics {
         );
         registry.register(
             "creb_run_info",
-            "The run: command, mode, seed, shard",
+            "The run: command, mode, seed, shard, and its cell under creb-rs run",
             run_info,
         );
         LiveMetrics {
@@ -160,23 +232,53 @@ impl LiveMetrics {
             lag,
             response,
             service,
+            endpoints: endpoints
+                .iter()
+                .map(|e| EndpointLabel(Arc::from(e.as_str())))
+                .collect(),
+            no_endpoint: EndpointLabel(Arc::from("")),
         }
     }
 
-    /// Counts a finished sample (operations and image sessions alike).
-    pub fn observe(&self, s: &Sample) {
+    fn endpoint(&self, index: Option<u16>) -> &EndpointLabel {
+        match (index, self.endpoints.as_slice()) {
+            (Some(i), names) => names.get(usize::from(i)).unwrap_or(&self.no_endpoint),
+            (None, [only]) => only,
+            (None, _) => &self.no_endpoint,
+        }
+    }
+
+    /// Counts a finished sample (operations and image sessions alike), recorded through the
+    /// client of endpoint `endpoint` (`None`: not through one endpoint's client).
+    pub fn observe(&self, s: &Sample, endpoint: Option<u16>) {
         let operation = s.op.name();
+        let endpoint = self.endpoint(endpoint);
         let outcome = OutcomeLabel(match s.outcome {
             Outcome::Ok => None,
             Outcome::Error(kind) => Some(kind),
         });
         self.operations
-            .get_or_create(&OpOutcome { operation, outcome })
+            .get_or_create(&OpOutcome {
+                operation,
+                outcome,
+                endpoint: endpoint.clone(),
+            })
             .inc();
-        if s.http_requests > 0 {
+        // As summary.json counts them: a request-level sample (an upload's POST, a redirect
+        // hop) is already among the exchanges of its operation; a token fetch is not.
+        let exchanges = match s.op.level() {
+            super::Level::Operation => s.http,
+            super::Level::Request if s.op == Op::TokenFetch => s.http,
+            _ => super::HttpStatuses::NONE,
+        };
+        for (status, n) in exchanges.classes() {
             self.http_requests
-                .get_or_create(&OpLabel { operation })
-                .inc_by(u64::from(s.http_requests));
+                .get_or_create(&OpStatus {
+                    operation,
+                    status,
+                    endpoint: endpoint.clone(),
+                })
+                .inc_by(u64::from(n));
         }
         if s.op.level() == super::Level::Operation {
             self.bytes
@@ -195,12 +297,16 @@ impl LiveMetrics {
         }
         if s.outcome.is_ok() {
             let from = t.intended.unwrap_or(t.sent);
+            let labels = OpLabel {
+                operation,
+                endpoint: endpoint.clone(),
+            };
             self.response
-                .get_or_create(&OpLabel { operation })
+                .get_or_create(&labels)
                 .observe(t.end.saturating_duration_since(from).as_secs_f64());
             if t.intended.is_some() {
                 self.service
-                    .get_or_create(&OpLabel { operation })
+                    .get_or_create(&labels)
                     .observe(t.end.saturating_duration_since(t.sent).as_secs_f64());
             }
         }
@@ -229,7 +335,7 @@ pub fn operation_label(op: Op) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{ErrorKind, SizeClass, Timing};
+    use crate::metrics::{ErrorKind, HttpStatuses, SizeClass, Timing};
     use std::time::Duration;
     use tokio::time::Instant;
 
@@ -247,42 +353,80 @@ mod tests {
             },
             bytes_sent: 5,
             bytes_received: 10,
-            http_requests: 1,
+            http: HttpStatuses::one(Some(if outcome.is_ok() { 200 } else { 404 })),
         }
     }
 
     #[test]
     fn samples_become_the_documented_series() {
-        let m = LiveMetrics::new(RunInfoLabels {
-            command: "replay".into(),
-            mode: "delay".into(),
-            seed: "1".into(),
-            shard: "0/1".into(),
-        });
-        m.observe(&sample(Op::BlobGet, Outcome::Ok, true));
-        m.observe(&sample(Op::BlobGet, Outcome::Ok, true));
-        m.observe(&sample(
-            Op::BlobGet,
-            Outcome::Error(ErrorKind::Http(404)),
-            true,
-        ));
+        let m = LiveMetrics::new(
+            RunInfoLabels {
+                command: "replay".into(),
+                mode: "delay".into(),
+                seed: "1".into(),
+                shard: "0/1".into(),
+                cell: String::new(),
+            },
+            &["127.0.0.1:5000".to_string()],
+        );
+        m.observe(&sample(Op::BlobGet, Outcome::Ok, true), None);
+        m.observe(&sample(Op::BlobGet, Outcome::Ok, true), Some(0));
+        m.observe(
+            &sample(Op::BlobGet, Outcome::Error(ErrorKind::Http(404)), true),
+            None,
+        );
         m.set_in_flight(3);
         let text = m.encode();
         for line in [
-            r#"creb_operations_total{operation="blob_get",outcome="ok"} 2"#,
-            r#"creb_operations_total{operation="blob_get",outcome="http_404"} 1"#,
-            r#"creb_http_requests_total{operation="blob_get"} 3"#,
+            r#"creb_operations_total{operation="blob_get",outcome="ok",endpoint="127.0.0.1:5000"} 2"#,
+            r#"creb_operations_total{operation="blob_get",outcome="http_404",endpoint="127.0.0.1:5000"} 1"#,
+            r#"creb_http_requests_total{operation="blob_get",status="2xx",endpoint="127.0.0.1:5000"} 2"#,
+            r#"creb_http_requests_total{operation="blob_get",status="4xx",endpoint="127.0.0.1:5000"} 1"#,
             r#"creb_bytes_total{direction="received"} 30"#,
             "creb_in_flight 3",
-            r#"creb_response_seconds_count{operation="blob_get"} 2"#,
-            r#"creb_service_seconds_bucket{le="0.025",operation="blob_get"} 2"#,
+            r#"creb_response_seconds_count{operation="blob_get",endpoint="127.0.0.1:5000"} 2"#,
+            r#"creb_service_seconds_bucket{le="0.025",operation="blob_get",endpoint="127.0.0.1:5000"} 2"#,
             "creb_schedule_lag_seconds_count 3",
-            r#"creb_run_info{command="replay",mode="delay",seed="1",shard="0/1"} 1"#,
+            r#"creb_run_info{command="replay",mode="delay",seed="1",shard="0/1",cell=""} 1"#,
         ] {
             assert!(text.contains(line), "'{line}' not in:\n{text}");
         }
         for name in METRIC_NAMES {
             assert!(text.contains(name), "{name}");
         }
+        // Every label served is one LABEL_NAMES lists (the dashboard's test relies on it).
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((_, labels)) = line.split_once('{') else {
+                continue;
+            };
+            for pair in labels.split('}').next().unwrap().split("\",") {
+                let name = pair.split('=').next().unwrap();
+                assert!(LABEL_NAMES.contains(&name), "{name} in {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn several_endpoints_are_labelled_by_name_and_the_rest_left_unlabelled() {
+        let m = LiveMetrics::new(
+            RunInfoLabels {
+                command: "replay".into(),
+                mode: "stress".into(),
+                seed: "1".into(),
+                shard: "0/1".into(),
+                cell: String::new(),
+            },
+            &["a:5000".to_string(), "b:5000".to_string()],
+        );
+        m.observe(&sample(Op::BlobGet, Outcome::Ok, false), Some(1));
+        m.observe(&sample(Op::ImagePull, Outcome::Ok, false), None);
+        let text = m.encode();
+        for line in [
+            r#"creb_operations_total{operation="blob_get",outcome="ok",endpoint="b:5000"} 1"#,
+            r#"creb_operations_total{operation="image_pull",outcome="ok",endpoint=""} 1"#,
+        ] {
+            assert!(text.contains(line), "'{line}' not in:\n{text}");
+        }
+        assert!(!text.contains("a:5000"), "{text}");
     }
 }

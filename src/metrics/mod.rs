@@ -106,8 +106,55 @@ pub struct Sample {
     pub timing: Timing,
     pub bytes_sent: u64,
     pub bytes_received: u64,
-    /// HTTP exchanges this sample stands for (an upload session counts all of its requests).
-    pub http_requests: u32,
+    /// HTTP exchanges this sample stands for (an upload session counts all of its requests),
+    /// by the status class of their answers.
+    pub http: HttpStatuses,
+}
+
+/// HTTP exchanges by the status class of their answers: `1xx` … `5xx`, or none (no answer:
+/// a transport error). Plain data, so a [`Sample`] stays `Copy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpStatuses([u16; 6]);
+
+impl HttpStatuses {
+    /// No exchange.
+    pub const NONE: HttpStatuses = HttpStatuses([0; 6]);
+    /// The label of each class, by index.
+    pub const CLASSES: [&'static str; 6] = ["none", "1xx", "2xx", "3xx", "4xx", "5xx"];
+
+    /// One exchange answered with `status` (`None`: no answer).
+    pub fn one(status: Option<u16>) -> HttpStatuses {
+        let mut s = HttpStatuses::NONE;
+        s.note(status);
+        s
+    }
+
+    /// Counts one more exchange answered with `status` (`None`: no answer).
+    pub fn note(&mut self, status: Option<u16>) {
+        let class = status.map_or(0, |code| usize::from((code / 100).clamp(1, 5)));
+        self.0[class] = self.0[class].saturating_add(1);
+    }
+
+    /// Adds the exchanges of `other`.
+    pub fn add(&mut self, other: HttpStatuses) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a = a.saturating_add(b);
+        }
+    }
+
+    /// All exchanges.
+    pub fn total(&self) -> u32 {
+        self.0.iter().map(|&n| u32::from(n)).sum()
+    }
+
+    /// The classes seen, with their counts.
+    pub fn classes(&self) -> impl Iterator<Item = (&'static str, u16)> + '_ {
+        Self::CLASSES
+            .iter()
+            .zip(self.0)
+            .filter(|(_, n)| *n > 0)
+            .map(|(label, n)| (*label, n))
+    }
 }
 
 /// Counters and histograms for one (operation, size class) over some period. Totals use
@@ -177,7 +224,7 @@ impl<H: Recording> Stats<H> {
         self.count += 1;
         self.bytes_sent += s.bytes_sent;
         self.bytes_received += s.bytes_received;
-        self.http_requests += u64::from(s.http_requests);
+        self.http_requests += u64::from(s.http.total());
         if let Some(lag) = s.timing.schedule_lag() {
             let lag_us = micros(lag);
             record_into(&mut self.schedule_lag, lag_us);
@@ -391,7 +438,7 @@ mod tests {
             },
             bytes_sent: 0,
             bytes_received: 100,
-            http_requests: 1,
+            http: HttpStatuses::one(Some(200)),
         }
     }
 

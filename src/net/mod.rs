@@ -18,6 +18,7 @@
 pub mod hyper_transport;
 pub mod links;
 mod plain_pool;
+pub mod pushgateway;
 pub mod reqwest_transport;
 pub mod scripted;
 pub mod serve;

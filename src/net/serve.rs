@@ -1,7 +1,8 @@
 //! The `--metrics-listen` endpoint: a small HTTP/1.1 server (hyper) that answers
 //! `GET /metrics` with the run's live metrics in the OpenMetrics text format, and 404 to
 //! anything else. It runs beside the load on the same runtime and stops with the run,
-//! after `--metrics-linger` so a last scrape sees the final counts.
+//! after `--metrics-linger` so a last scrape sees the final counts. Under `creb-rs run` one
+//! endpoint serves every cell in turn (a [`LiveSlot`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use crate::metrics::live::LiveMetrics;
+use crate::metrics::live::LiveSlot;
 
 /// The content type of the Prometheus text exposition format (0.0.4), which the
 /// OpenMetrics text of `prometheus-client` also satisfies for every Prometheus version.
@@ -22,17 +23,17 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// A running endpoint.
 #[derive(Debug)]
 pub struct MetricsServer {
-    metrics: Arc<LiveMetrics>,
+    slot: Arc<LiveSlot>,
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl MetricsServer {
     /// Binds `addr` (an error names it: in use, not an address of this machine) and serves.
-    pub async fn bind(addr: SocketAddr, metrics: Arc<LiveMetrics>) -> std::io::Result<Self> {
+    pub async fn bind(addr: SocketAddr, slot: Arc<LiveSlot>) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let served = Arc::clone(&metrics);
+        let served = Arc::clone(&slot);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -61,16 +62,12 @@ impl MetricsServer {
                 });
             }
         });
-        Ok(MetricsServer {
-            metrics,
-            addr,
-            task,
-        })
+        Ok(MetricsServer { slot, addr, task })
     }
 
-    /// The metrics it serves (the run feeds them).
-    pub fn metrics(&self) -> Arc<LiveMetrics> {
-        Arc::clone(&self.metrics)
+    /// What it serves.
+    pub fn slot(&self) -> Arc<LiveSlot> {
+        Arc::clone(&self.slot)
     }
 
     /// Where it listens (the port the system chose for `:0`).

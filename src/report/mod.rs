@@ -11,6 +11,7 @@ pub mod html;
 use std::fmt::Write as _;
 
 use crate::metrics::hist::Percentiles;
+use crate::results::registry_metrics::RegistryMetricsRecord;
 use crate::results::store::{EndpointLink, HostInfo};
 use crate::results::summary::{OpSummary, Summary};
 use crate::units::ByteSize;
@@ -210,6 +211,74 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
             out,
             "threshold '{}': {verdict}, measured {measured}",
             t.expression
+        );
+    }
+    out
+}
+
+/// One registry metrics endpoint in a line of its table: its request count beside
+/// creb-rs's, whether they agree, its mean request duration and busiest interval.
+#[derive(Debug)]
+pub struct RegistryLine {
+    pub url: String,
+    pub registry_requests: String,
+    pub creb_requests: String,
+    pub agreement: String,
+    pub mean_duration: String,
+    pub busiest: String,
+}
+
+/// The cells of the registry metrics table, shared by the text and HTML reports.
+pub fn registry_lines(records: &[RegistryMetricsRecord]) -> Vec<RegistryLine> {
+    records
+        .iter()
+        .map(|r| {
+            let agreement = match (&r.error, r.registry_requests) {
+                (Some(e), _) => format!("not read: {e}"),
+                (None, None) => "no request counter".into(),
+                (None, Some(n)) if n.round() as u64 == r.creb_http_requests => "agree".into(),
+                (None, Some(n)) => format!(
+                    "differ by {:+}",
+                    n.round() as i64 - i64::try_from(r.creb_http_requests).unwrap_or(i64::MAX)
+                ),
+            };
+            let busiest = r
+                .intervals
+                .iter()
+                .filter_map(|i| Some((i.requests? / (i.to_s - i.from_s).max(1e-9), i)))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map_or("-".into(), |(rate, i)| {
+                    format!("{rate:.1} req/s at {:.0}s", i.from_s)
+                });
+            RegistryLine {
+                url: r.url.clone(),
+                registry_requests: r
+                    .registry_requests
+                    .map_or("-".into(), |n| format!("{n:.0}")),
+                creb_requests: r.creb_http_requests.to_string(),
+                agreement,
+                mean_duration: r
+                    .registry_mean_duration_s
+                    .map_or("-".into(), |s| ms(s * 1e3)),
+                busiest,
+            }
+        })
+        .collect()
+}
+
+/// The registry's own metrics (`--registry-metrics`) beside creb-rs's counts.
+pub fn registry_table(records: &[RegistryMetricsRecord]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "registry's own metrics\n{:<40} {:>9} {:>9} {:>9}  {:<22} busiest interval",
+        "endpoint", "requests", "creb-rs", "mean", "agreement"
+    );
+    for l in registry_lines(records) {
+        let _ = writeln!(
+            out,
+            "{:<40} {:>9} {:>9} {:>9}  {:<22} {}",
+            l.url, l.registry_requests, l.creb_requests, l.mean_duration, l.agreement, l.busiest
         );
     }
     out

@@ -291,7 +291,7 @@ pub fn read(bytes: &[u8], interval: Duration) -> Result<HlogContents, HlogError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{new_histogram, Outcome, Sample, Timing};
+    use crate::metrics::{new_histogram, HttpStatuses, Outcome, Sample, Timing};
     use tokio::time::Instant;
 
     fn sample(op: Op, ms: u64) -> Sample {
@@ -308,7 +308,7 @@ mod tests {
             },
             bytes_sent: 0,
             bytes_received: 10,
-            http_requests: 1,
+            http: HttpStatuses::one(Some(200)),
         }
     }
 

@@ -9,6 +9,7 @@
 //! end in an I/O error.
 
 pub mod hlog;
+pub mod registry_metrics;
 pub mod store;
 pub mod summary;
 pub mod thresholds;

@@ -268,6 +268,8 @@ pub struct ResultSet {
     pub endpoint_histograms: Option<IntervalHistograms>,
     /// `endpoints.csv` rows (header excluded), as written; empty without the file.
     pub endpoint_rows: Vec<Vec<String>>,
+    /// `registry-metrics.json` (`--registry-metrics`); empty without the file.
+    pub registry_metrics: Vec<super::registry_metrics::RegistryMetricsRecord>,
 }
 
 /// The whole-run histograms of every endpoint (runs over several endpoints).
@@ -332,6 +334,12 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
     } else {
         Vec::new()
     };
+    let registry_path = dir.join(super::registry_metrics::REGISTRY_METRICS_JSON);
+    let registry_metrics = if registry_path.exists() {
+        read_json(&registry_path)?
+    } else {
+        Vec::new()
+    };
     Ok(ResultSet {
         dir: dir.to_path_buf(),
         summary,
@@ -341,6 +349,7 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         timeline,
         endpoint_histograms,
         endpoint_rows,
+        registry_metrics,
     })
 }
 

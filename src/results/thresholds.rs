@@ -441,7 +441,7 @@ pub fn parse_all(texts: &[String]) -> Result<Vec<Threshold>, ThresholdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{Outcome, Sample, SizeClass, Timing};
+    use crate::metrics::{HttpStatuses, Outcome, Sample, SizeClass, Timing};
     use crate::results::summary::{HistogramInfo, Shard, Throughput, Tool, Totals};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
@@ -469,7 +469,7 @@ mod tests {
                 },
                 bytes_sent: 0,
                 bytes_received: 1000,
-                http_requests: 1,
+                http: HttpStatuses::one(Some(200)),
             });
         }
         t

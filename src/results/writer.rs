@@ -338,7 +338,7 @@ impl IntervalSink for ResultWriter {
             opt_ms(s.timing.ttfb()),
             s.bytes_sent.to_string(),
             s.bytes_received.to_string(),
-            s.http_requests.to_string(),
+            s.http.total().to_string(),
         ])?;
         Ok(())
     }

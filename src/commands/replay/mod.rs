@@ -34,8 +34,7 @@ use serde::Serialize;
 use super::args::{parse_concurrency, parse_count_u64, parse_seed, parse_speed, parse_start_at};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs};
 use super::session::{
-    preflight, prepare_output, run_output, serve_metrics, stop_metrics, thresholds, Connection,
-    RegistryConfig,
+    preflight, prepare_output, run_output, thresholds, Connection, RegistryConfig,
 };
 use super::ExitStatus;
 use crate::client::{ClientOptions, RegistryClient};
@@ -189,8 +188,9 @@ pub struct ReplayArgs {
     )]
     pub shard: ShardSpec,
 
-    /// Take the shard index from environment variable VAR, out of N shards — e.g.
-    /// `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job.
+    /// Take the shard index from environment variable VAR, out of N shards (a number or a
+    /// variable) — `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job,
+    /// `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT` in a Slurm job array.
     #[arg(
         help_heading = "Workload",
         hide_short_help = true,
@@ -319,13 +319,22 @@ pub struct ReplayConfig {
     pub routing: Option<RoutingConfig>,
 }
 
-/// `--shard-from-env VAR/N`: the index from the environment.
+/// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
+/// a variable holding it (`SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`).
 pub fn shard_from_env(spec: &str) -> anyhow::Result<ShardSpec> {
     let (var, count) = spec
         .split_once('/')
         .ok_or_else(|| anyhow::anyhow!("--shard-from-env takes VAR/N, not '{spec}'"))?;
-    let index = std::env::var(var)
-        .map_err(|_| anyhow::anyhow!("--shard-from-env: environment variable {var} is not set"))?;
+    let read = |name: &str| {
+        std::env::var(name.trim()).map_err(|_| {
+            anyhow::anyhow!("--shard-from-env: environment variable {name} is not set")
+        })
+    };
+    let index = read(var)?;
+    let count = match count.trim() {
+        n if n.starts_with(|c: char| c.is_ascii_digit()) => n.to_owned(),
+        name => read(name)?,
+    };
     format!("{}/{}", index.trim(), count.trim())
         .parse()
         .map_err(|e| anyhow::anyhow!("--shard-from-env {spec}: {e}"))
@@ -450,14 +459,17 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     prepare_output(&args.output)?;
     let mut output = run_output(&args.output);
     let input = TraceInput::resolve(&cfg.traces)?;
-    let metrics = serve_metrics(
+    let observation = crate::commands::observe::start(
         &args.output,
         RunInfoLabels {
             command: "replay".into(),
             mode: cfg.mode.name().into(),
             seed: cfg.seed.to_string(),
             shard: format!("{}/{}", cfg.plan.shard.index, cfg.plan.shard.count),
+            cell: String::new(),
         },
+        &cfg.registry,
+        cfg.plan.shard.index,
         &mut output,
     )
     .await?;
@@ -525,7 +537,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
     }
-    stop_metrics(metrics, &args.output).await;
+    observation.finish().await;
     Ok(exit)
 }
 

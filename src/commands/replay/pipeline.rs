@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::validity::{validity_warnings, warn};
 use super::{clients_for, endpoint_summaries, shard_of, Context, ReplayConfig};
 use crate::client::RegistryClient;
+use crate::commands::observe::RegistryWatch;
 use crate::commands::session::{config_json, endpoint_links, judge, publish, Finished};
 use crate::commands::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
@@ -119,6 +120,9 @@ pub(super) async fn run_phase(
     );
     let planner = spawn_planner(cfg, &catalog, input, spool, tx, &progress);
 
+    // The registry's own counters before the run (before the anchor is set, so a slow
+    // endpoint cannot make the run start late).
+    let registry_watch = RegistryWatch::start(&args.output).await?;
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
@@ -253,6 +257,15 @@ pub(super) async fn run_phase(
     let verdicts = judge(&mut finished, thresholds);
     publish(&finished, &args.output, output.dir.as_deref(), true)?;
     let summary = &finished.summary;
+    if let Some(watch) = registry_watch {
+        watch
+            .finish(
+                output.dir.as_deref(),
+                summary.totals.http_requests,
+                args.output.quiet || args.output.json,
+            )
+            .await?;
+    }
     let slow = report(&verdicts);
     if let Some(e) = planner_error {
         eprintln!("creb-rs: error: {e:#}");

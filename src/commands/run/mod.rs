@@ -33,6 +33,7 @@ pub mod config;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -42,9 +43,12 @@ use self::cells::{Cell, Layout};
 use self::checkpoint::{CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord};
 use self::config::{ExperimentFile, Kind};
 use crate::client::ClientOptions;
+use crate::commands::observe::SharedLive;
 use crate::commands::session::{preflight, RegistryConfig};
 use crate::commands::Command;
 use crate::commands::ExitStatus;
+use crate::metrics::live::LiveSlot;
+use crate::net::serve::MetricsServer;
 use crate::results::prepare_output_dir;
 use crate::shutdown::Shutdown;
 use crate::units::parse_duration;
@@ -98,6 +102,20 @@ pub struct RunArgs {
     /// Print the run's cells as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// Serve the live metrics of the cell running at http://ADDR/metrics for the whole run
+    /// (each cell counts from zero; `creb_run_info{cell}` names it; docs/metrics.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// With --metrics-listen: keep serving this long after the last cell.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
+    pub metrics_linger: Duration,
+
+    /// Push each cell's live metrics to this Prometheus Pushgateway at the end of every
+    /// interval and of the cell.
+    #[arg(long, value_name = "URL")]
+    pub metrics_push: Option<url::Url>,
 
     /// `--quiet` (a global flag).
     #[arg(skip)]
@@ -250,6 +268,10 @@ struct Runner<'a> {
     targets: HashMap<(usize, usize), Vec<cleanup::Target>>,
     /// `--quiet`: no progress notes.
     quiet: bool,
+    /// `--metrics-listen`: what the endpoint serves, each cell's metrics in turn.
+    live: Option<Arc<LiveSlot>>,
+    /// `--metrics-push`.
+    metrics_push: Option<url::Url>,
 }
 
 enum RoundEnd {
@@ -311,10 +333,25 @@ impl Runner<'_> {
             Ok(a) => a,
             Err(m) => return error(m),
         };
-        let command = match cells::parse(&argv) {
+        let mut command = match cells::parse(&argv) {
             Ok(c) => c,
             Err(m) => return error(m),
         };
+        let output = match &mut command {
+            Command::Push(a) => Some(&mut a.output),
+            Command::Pull(a) => Some(&mut a.output),
+            Command::Replay(a) => Some(&mut a.output),
+            _ => None,
+        };
+        if let Some(output) = output {
+            output.live = self.live.as_ref().map(|slot| SharedLive {
+                slot: Arc::clone(slot),
+                cell: self.layout.cell_dir(self.file, cell).display().to_string(),
+            });
+            if output.metrics_push.is_none() {
+                output.metrics_push.clone_from(&self.metrics_push);
+            }
+        }
         let shutdown = self.shutdown.clone();
         let result = match command {
             Command::Push(a) => crate::commands::push::run(a, shutdown).await,
@@ -778,8 +815,22 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
         ran: Vec::new(),
         targets: HashMap::new(),
         quiet: args.quiet,
+        live: None,
+        metrics_push: args.metrics_push.clone(),
     };
     runner.save()?;
+    let server = match args.metrics_listen {
+        Some(addr) => {
+            let slot = Arc::new(LiveSlot::default());
+            let server = MetricsServer::bind(addr, Arc::clone(&slot))
+                .await
+                .with_context(|| format!("--metrics-listen {addr}: cannot listen there"))?;
+            runner.note(format_args!("metrics at http://{}/metrics", server.addr()));
+            runner.live = Some(slot);
+            Some(server)
+        }
+        None => None,
+    };
 
     // The round to start with: the last recorded one if it is not complete, else the next.
     let mut next = match runner.cp.rounds.iter().max_by_key(|r| r.round) {
@@ -859,6 +910,9 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
         }
     }
     runner.save()?;
+    if let Some(server) = server {
+        server.finish(args.metrics_linger).await;
+    }
 
     let status = if interrupted || shutdown.is_cancelled() {
         ExitStatus::Interrupted
@@ -926,6 +980,9 @@ mod tests {
             cleanup: false,
             dry_run: false,
             json: false,
+            metrics_listen: None,
+            metrics_linger: Duration::ZERO,
+            metrics_push: None,
             quiet: false,
             runtime: crate::commands::args::RuntimeArgs { threads: None },
         };

@@ -318,6 +318,29 @@ pub(super) fn operations_section(out: &mut String, set: &ResultSet) {
 }
 
 /// Runs over several endpoints: one line per node.
+/// The registry's own metrics (`--registry-metrics`) beside creb-rs's counts.
+pub(super) fn registry_metrics_section(out: &mut String, set: &ResultSet) {
+    if set.registry_metrics.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"registry-metrics\"><h2>The registry's own metrics</h2><p class=\"muted\">Read from the registry's Prometheus endpoint before, during and after the run (registry-metrics.json). Its request count and creb-rs's count of HTTP exchanges agree unless something else talked to the registry, or one side miscounts. The mean duration is the registry's own, without the network.</p>");
+    out.push_str("<div class=\"scroll\"><table class=\"ops\"><thead><tr><th>endpoint</th><th>registry requests</th><th>creb-rs HTTP requests</th><th>agreement</th><th>registry mean duration</th><th>busiest interval</th></tr></thead><tbody>");
+    for l in crate::report::registry_lines(&set.registry_metrics) {
+        let _ = write!(out, "<tr><td class=\"name\">{}</td>", escape(&l.url));
+        td(out, escape(&l.registry_requests));
+        td(out, escape(&l.creb_requests));
+        if l.agreement == "agree" {
+            td(out, "agree");
+        } else {
+            let _ = write!(out, "<td class=\"bad\">{}</td>", escape(&l.agreement));
+        }
+        td(out, escape(&l.mean_duration));
+        td(out, escape(&l.busiest));
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div></section>");
+}
+
 pub(super) fn endpoints_section(out: &mut String, set: &ResultSet) {
     let Some(endpoints) = &set.summary.endpoints else {
         return;
