@@ -62,6 +62,15 @@ pub(crate) fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--size-scale F`: 0 < F ≤ 1.
+pub(crate) fn parse_size_scale(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    crate::plan::catalog::SizeScale::new(v, None).map(|_| v)
+}
+
 /// A wall-clock instant: RFC 3339 (`2026-11-21T10:00:00Z`) or Unix seconds (`1795600000.5`).
 pub(crate) fn parse_start_at(s: &str) -> Result<std::time::SystemTime, String> {
     let t = s.trim();
@@ -246,9 +255,10 @@ pub struct OutputArgs {
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
     pub metrics_linger: Duration,
 
-    /// The registry's own Prometheus endpoint (repeatable): scraped before and after the
-    /// run; what its counters grew by goes to registry-metrics.json, and its request count
-    /// is set beside creb-rs's.
+    /// The registry's own Prometheus endpoint (repeatable), read before, during and after.
+    ///
+    /// What its counters grew by goes to registry-metrics.json, its request count and mean
+    /// duration set beside creb-rs's (docs/metrics.md).
     #[arg(long, value_name = "URL")]
     pub registry_metrics: Vec<Url>,
 
@@ -259,7 +269,7 @@ pub struct OutputArgs {
 
     /// Push the live metrics to this Prometheus Pushgateway at the end of every interval
     /// and of the run (group job="creb-rs", shard=N unless the URL names one).
-    #[arg(long, value_name = "URL")]
+    #[arg(hide_short_help = true, long, value_name = "URL")]
     pub metrics_push: Option<Url>,
 
     /// Under `creb-rs run`: the endpoint the cells feed in turn.

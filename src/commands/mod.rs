@@ -203,7 +203,7 @@ pub enum Command {
     /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
     /// delay (open, trace timing) mode.
     #[command(after_help = replay::EXAMPLES)]
-    Replay(replay::ReplayArgs),
+    Replay(Box<replay::ReplayArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(merge::MergeArgs),
@@ -319,7 +319,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let result = match cli.into_command() {
         Command::Push(args) => on_worker(push::run(args, shutdown)).await,
         Command::Pull(args) => on_worker(pull::run(args, shutdown)).await,
-        Command::Replay(args) => on_worker(replay::run(args, shutdown)).await,
+        Command::Replay(args) => on_worker(replay::run(*args, shutdown)).await,
         Command::Merge(args) => merge::run(args).await,
         Command::Report(args) => report::run(args).await,
         Command::Compare(args) => compare::run(args).await,

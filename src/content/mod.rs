@@ -31,6 +31,9 @@ pub const BLOCK: u64 = 64 * 1024;
 
 const DOMAIN: &[u8] = b"creb-rs/content/v1\0";
 
+/// The name of the content scheme: digests computed under another are not these.
+pub const SCHEME: &str = "creb-rs/content/v1";
+
 /// A generated blob: its key and its size. Cheap to copy; holds no bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ContentSpec {
@@ -71,6 +74,30 @@ impl ContentSpec {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Its key and size as bytes (what `--digest-cache` files store): equal bytes, equal
+    /// content.
+    pub fn to_bytes(&self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        for (i, word) in self.key.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+        }
+        out[32..].copy_from_slice(&self.size.to_le_bytes());
+        out
+    }
+
+    /// The content [`ContentSpec::to_bytes`] wrote.
+    pub fn from_bytes(bytes: &[u8; 40]) -> ContentSpec {
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        ContentSpec {
+            key: [word(0), word(8), word(16), word(24)],
+            size: word(32),
+        }
     }
 
     fn block_rng(&self, block: u64) -> Xoshiro256PlusPlus {

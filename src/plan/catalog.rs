@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::digest_cache::DigestCache;
 use super::linker::{Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
 use crate::content::ContentSpec;
@@ -75,6 +76,66 @@ pub struct PushFacts {
     pub layers: Vec<PushedLayer>,
 }
 
+/// How the sizes of generated blobs relate to the trace's (`--size-scale`,
+/// `--max-object-size`): every size the trace records is multiplied by the scale, rounded
+/// up (never to 0), then capped. Integer arithmetic, so every host computes the same sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SizeScale {
+    /// The scale in parts per billion (1,000,000,000: sizes as recorded).
+    pub ppb: u64,
+    /// The largest size, after scaling.
+    pub max: Option<u64>,
+}
+
+impl SizeScale {
+    /// Sizes as the trace records them.
+    pub const ONE: SizeScale = SizeScale {
+        ppb: 1_000_000_000,
+        max: None,
+    };
+
+    /// A scale `factor` (0 < factor ≤ 1) and a cap.
+    pub fn new(factor: f64, max: Option<u64>) -> Result<SizeScale, String> {
+        if !(factor > 0.0 && factor <= 1.0) {
+            return Err(format!("the size scale must be in (0, 1], not {factor}"));
+        }
+        let ppb = (factor * 1e9).round() as u64;
+        if ppb == 0 {
+            return Err(format!("the size scale {factor} is below one billionth"));
+        }
+        if max == Some(0) {
+            return Err("the largest object size must be at least 1 byte".into());
+        }
+        Ok(SizeScale { ppb, max })
+    }
+
+    /// True when sizes are the trace's.
+    pub fn is_identity(&self) -> bool {
+        *self == SizeScale::ONE
+    }
+
+    /// The scale as a number.
+    pub fn factor(&self) -> f64 {
+        self.ppb as f64 / 1e9
+    }
+
+    /// A recorded size, scaled and capped (0 stays 0).
+    pub fn apply(&self, size: u64) -> u64 {
+        if size == 0 {
+            return 0;
+        }
+        let scaled = (u128::from(size) * u128::from(self.ppb)).div_ceil(1_000_000_000);
+        let scaled = u64::try_from(scaled).unwrap_or(u64::MAX).max(1);
+        self.max.map_or(scaled, |m| scaled.min(m))
+    }
+}
+
+impl Default for SizeScale {
+    fn default() -> Self {
+        SizeScale::ONE
+    }
+}
+
 /// Settings that change what content is generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContentOptions {
@@ -83,6 +144,8 @@ pub struct ContentOptions {
     pub unknown_blob_size: u64,
     /// Size of the small layer given to manifests that reference no blob of the trace.
     pub filler_size: u64,
+    /// Recorded blob and upload sizes, scaled.
+    pub sizes: SizeScale,
 }
 
 impl Default for ContentOptions {
@@ -91,8 +154,25 @@ impl Default for ContentOptions {
             seed: crate::content::DEFAULT_SEED,
             unknown_blob_size: 4096,
             filler_size: 512,
+            sizes: SizeScale::ONE,
         }
     }
+}
+
+/// What [`Catalog::compute_digests_with`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DigestStats {
+    /// Digests computed (content generated and hashed).
+    pub computed: usize,
+    /// Digests taken from the cache.
+    pub cached: usize,
+    /// Bytes generated and hashed.
+    pub bytes_hashed: u64,
+    /// Threads that hashed.
+    pub threads: usize,
+    /// Why the cache was found stale, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
 }
 
 /// Layers per manifest remembered at most.
@@ -290,11 +370,11 @@ impl Catalog {
         self.content
     }
 
-    /// A trace blob's recorded size, or the size given to blobs of unknown size.
+    /// A trace blob's recorded size (scaled), or the size given to blobs of unknown size.
     fn known_blob_size(&self, digest: Sym) -> u64 {
         self.blobs
             .get(&digest)
-            .map(|b| b.size)
+            .map(|b| self.content.sizes.apply(b.size))
             .filter(|s| *s > 0)
             .unwrap_or(self.content.unknown_blob_size)
     }
@@ -315,7 +395,7 @@ impl Catalog {
     pub fn upload_content(&self, head: Position) -> ContentSpec {
         let facts = self.uploads.get(&head).copied().unwrap_or_default();
         let size = if facts.bytes > 0 {
-            facts.bytes
+            self.content.sizes.apply(facts.bytes)
         } else {
             facts
                 .digest
@@ -338,7 +418,17 @@ impl Catalog {
     }
 
     /// Computes the digest of every piece of generated content, on `threads` threads.
-    pub fn compute_digests(&mut self, threads: usize) {
+    pub fn compute_digests(&mut self, threads: usize) -> DigestStats {
+        self.compute_digests_with(threads, None)
+    }
+
+    /// [`Catalog::compute_digests`], taking what `cache` holds (after checking a sample of
+    /// it) and adding what it did not.
+    pub fn compute_digests_with(
+        &mut self,
+        threads: usize,
+        mut cache: Option<&mut DigestCache>,
+    ) -> DigestStats {
         enum Key {
             Blob(Sym),
             Upload(Position),
@@ -354,9 +444,29 @@ impl Catalog {
         for repo in &self.filler_repos {
             jobs.push((Key::Filler(*repo), self.filler_content(*repo)));
         }
+        let mut stats = DigestStats::default();
+        let mut known: Vec<(Key, [u8; 32])> = Vec::new();
+        if let Some(cache) = cache.as_deref_mut() {
+            let used: Vec<ContentSpec> = jobs.iter().map(|(_, spec)| *spec).collect();
+            if let Err(why) = cache.check(&used) {
+                stats.stale = Some(why);
+            }
+            let mut rest = Vec::with_capacity(jobs.len());
+            for (key, spec) in jobs {
+                match cache.get(&spec) {
+                    Some(sha) => known.push((key, sha)),
+                    None => rest.push((key, spec)),
+                }
+            }
+            jobs = rest;
+        }
+        stats.cached = known.len();
+        stats.computed = jobs.len();
+        stats.bytes_hashed = jobs.iter().map(|(_, spec)| spec.size()).sum();
         // Largest first, so the threads finish together.
         jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
         let threads = threads.max(1);
+        stats.threads = threads;
         let mut buckets: Vec<Vec<(Key, ContentSpec)>> = (0..threads).map(|_| Vec::new()).collect();
         let mut loads = vec![0u64; threads];
         for job in jobs {
@@ -364,21 +474,32 @@ impl Catalog {
             loads[lightest] += job.1.size();
             buckets[lightest].push(job);
         }
-        let results: Vec<Vec<(Key, [u8; 32])>> = std::thread::scope(|scope| {
+        let results: Vec<Vec<(Key, ContentSpec, [u8; 32])>> = std::thread::scope(|scope| {
             let handles: Vec<_> = buckets
                 .into_iter()
+                .filter(|bucket| !bucket.is_empty())
                 .map(|bucket| {
                     scope.spawn(move || {
                         bucket
                             .into_iter()
-                            .map(|(k, spec)| (k, spec.sha256()))
+                            .map(|(k, spec)| {
+                                let sha = spec.sha256();
+                                (k, spec, sha)
+                            })
                             .collect::<Vec<_>>()
                     })
                 })
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
-        for (key, digest) in results.into_iter().flatten() {
+        let computed = results.into_iter().flatten().map(|(key, spec, sha)| {
+            if let Some(cache) = cache.as_deref_mut() {
+                cache.insert(spec, sha);
+            }
+            (key, sha)
+        });
+        let all: Vec<(Key, [u8; 32])> = computed.chain(known).collect();
+        for (key, digest) in all {
             match key {
                 Key::Blob(d) => {
                     if let Some(blob) = self.blobs.get_mut(&d) {
@@ -395,6 +516,7 @@ impl Catalog {
                 }
             }
         }
+        stats
     }
 
     /// The digest of a trace blob's content (computing it if it was not precomputed).

@@ -12,6 +12,7 @@
 //! manifest functions build what a push sends and a read expects, and [`Planner`] is pass 2.
 
 pub mod catalog;
+pub mod digest_cache;
 pub mod linker;
 mod manifests;
 mod naming;

@@ -141,6 +141,7 @@ impl Meta {
             clock: store::CLOCK_NOTE.into(),
             hosts: Vec::new(),
             endpoints: Vec::new(),
+            preparation: None,
         }
     }
 }

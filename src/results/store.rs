@@ -203,6 +203,9 @@ pub struct Meta {
     /// How each registry endpoint was reached: protocol, TLS, connections opened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<EndpointLink>,
+    /// A replay's preparation: reading the trace and computing digests, timed apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preparation: Option<serde_json::Value>,
 }
 
 /// One registry endpoint and how it was reached.

@@ -51,6 +51,9 @@ pub struct Workload {
     pub read_requests: u64,
     /// PUT, PATCH, POST and DELETE requests.
     pub write_requests: u64,
+    /// What changes the meaning of the bytes (a result of a replay with scaled sizes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The fields of `summary.json` the cost model reads (any schema version that has them).
@@ -60,6 +63,13 @@ struct SummaryView {
     totals: TotalsView,
     #[serde(default)]
     operations: HashMap<String, OpView>,
+    #[serde(default)]
+    warnings: Vec<WarningView>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WarningView {
+    kind: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +115,13 @@ pub fn workload_from_result_dir(dir: &Path) -> anyhow::Result<Workload> {
             Some(false) => w.write_requests += op.count,
             None => {}
         }
+    }
+    if s.warnings.iter().any(|x| x.kind == "sizes_scaled") {
+        w.notes.push(
+            "the run's sizes were scaled (--size-scale/--max-object-size): its bytes, and \
+             what they cost, are not the trace's; cost the trace itself for those"
+                .into(),
+        );
     }
     Ok(w)
 }
@@ -321,6 +338,9 @@ pub fn text(e: &Estimate) -> String {
         let _ = writeln!(s, "  note: {caveat}");
     }
     let w = &e.workload;
+    for note in &w.notes {
+        let _ = writeln!(s, "  warning: {note}");
+    }
     let _ = writeln!(
         s,
         "workload ({}): {} egress, {} ingress, {} stored, {} reads, {} writes over {:.0} s",
@@ -422,6 +442,7 @@ mod tests {
             storage_bytes: (storage_gb * GB) as u64,
             read_requests: 1000,
             write_requests: 10,
+            notes: Vec::new(),
         }
     }
 

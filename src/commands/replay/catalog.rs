@@ -1,41 +1,79 @@
 //! Pass 1 of a replay: the whole trace read once on a blocking thread into the catalog of
-//! the objects it names (every digest computed on all cores), its items spooled for pass 2,
-//! and the identity of the workload for the result metadata.
+//! the objects it names (every digest computed on all cores, or taken from
+//! `--digest-cache`), its items spooled for pass 2, and the identity of the workload for
+//! the result metadata.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{Phase, ReplayConfig};
 use crate::exec::canary::available_cores;
-use crate::plan::catalog::Catalog;
+use crate::plan::catalog::{Catalog, DigestStats};
+use crate::plan::digest_cache::DigestCache;
 use crate::trace::{Interner, Spool, SpoolWriter, TraceInput, TraceReader};
 use crate::units::ByteSize;
 
+/// How pass 1 spent its time: reading the trace, then the digests of the content.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Preparation {
+    pub total_s: f64,
+    pub read_s: f64,
+    pub digest_s: f64,
+    pub digests: DigestStats,
+    /// `--digest-cache`: the file, and whether it was rewritten.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest_cache: Option<PathBuf>,
+    pub digest_cache_written: bool,
+}
+
 /// Builds the catalog and says on stderr (unless `quiet`) what the trace holds and how long
-/// it took.
+/// it took, reading and hashing apart.
 pub(super) async fn prepare(
     input: &TraceInput,
     cfg: &ReplayConfig,
     spool_dir: Option<PathBuf>,
     quiet: bool,
-) -> anyhow::Result<(Arc<Catalog>, Option<Spool>)> {
+) -> anyhow::Result<(Arc<Catalog>, Option<Spool>, Preparation)> {
     let prepared = Instant::now();
-    let (catalog, spool) = build_catalog(input.clone(), cfg, spool_dir).await?;
-    if !quiet {
+    let (catalog, spool, mut prep) = build_catalog(input.clone(), cfg, spool_dir).await?;
+    prep.total_s = prepared.elapsed().as_secs_f64();
+    if let Some(why) = &prep.digests.stale {
         eprintln!(
-            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s",
+            "creb-rs: warning: --digest-cache {}: {why}; every digest was computed again",
+            cfg.digest_cache
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display()
+        );
+    }
+    if !quiet {
+        let d = &prep.digests;
+        eprintln!(
+            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}{})",
             catalog.items,
             (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
             catalog.blob_reads.len(),
             ByteSize(catalog.prewarm_bytes()),
             catalog.manifests.len(),
-            prepared.elapsed().as_secs_f64()
+            prep.total_s,
+            prep.read_s,
+            prep.digest_s,
+            d.computed,
+            ByteSize(d.bytes_hashed),
+            d.threads,
+            if d.threads == 1 { "" } else { "s" },
+            if cfg.digest_cache.is_some() {
+                format!(", {} from the cache", d.cached)
+            } else {
+                String::new()
+            }
         );
     }
-    Ok((Arc::new(catalog), spool))
+    Ok((Arc::new(catalog), spool, prep))
 }
 
 /// Pass 1 on a blocking thread: the catalog, with every digest computed, and (when a run
@@ -45,12 +83,14 @@ async fn build_catalog(
     input: TraceInput,
     cfg: &ReplayConfig,
     spool_dir: Option<PathBuf>,
-) -> anyhow::Result<(Catalog, Option<Spool>)> {
+) -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
     let read = cfg.read.clone();
     let gap = cfg.plan.session_gap_ms;
     let content = cfg.content;
     let spool = cfg.phase != Phase::Prewarm;
-    tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>)> {
+    let cache_path = cfg.digest_cache.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
+        let started = std::time::Instant::now();
         let mut reader = TraceReader::open(&input, read, Interner::default())?;
         let mut writer = spool
             .then(|| SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES));
@@ -63,7 +103,33 @@ async fn build_catalog(
         catalog.names = reader.into_names();
         // The second pass shares these names instead of copying them.
         catalog.names.freeze();
-        catalog.compute_digests(available_cores());
+        let read_s = started.elapsed().as_secs_f64();
+        let mut cache = cache_path.as_deref().map(DigestCache::load);
+        if let (Some(c), Some(path)) = (&cache, &cache_path) {
+            if let Some(why) = &c.set_aside {
+                tracing::warn!("--digest-cache {}: {why}; it is rewritten", path.display());
+            }
+        }
+        let digests = catalog.compute_digests_with(available_cores(), cache.as_mut());
+        let digest_s = started.elapsed().as_secs_f64() - read_s;
+        let mut written = false;
+        if let (Some(c), Some(path)) = (&cache, &cache_path) {
+            match c.save() {
+                Ok(w) => written = w,
+                Err(e) => eprintln!(
+                    "creb-rs: warning: --digest-cache {}: cannot write it: {e}",
+                    path.display()
+                ),
+            }
+        }
+        let prep = Preparation {
+            total_s: 0.0,
+            read_s,
+            digest_s,
+            digests,
+            digest_cache: cache_path,
+            digest_cache_written: written,
+        };
         let spool = writer.and_then(|w| match w.finish() {
             Ok(spool) => {
                 // Both count the items the reader gave before it ended or failed.
@@ -75,7 +141,7 @@ async fn build_catalog(
                 None
             }
         });
-        Ok((catalog, spool))
+        Ok((catalog, spool, prep))
     })
     .await
     .context("the trace reader stopped unexpectedly")?
@@ -98,7 +164,7 @@ pub(super) fn dataset_json(
             })
         })
         .collect();
-    serde_json::json!({
+    let mut dataset = serde_json::json!({
         "command": "replay",
         "traces": files,
         "records": catalog.items,
@@ -113,5 +179,10 @@ pub(super) fn dataset_json(
         "upload": cfg.plan.upload,
         "manifest_format": cfg.plan.manifest_format,
         "session_gap_ms": cfg.plan.session_gap_ms,
-    })
+    });
+    if !cfg.sizes.is_identity() {
+        // Scaled sizes are another workload: results compare and merge only with the same.
+        dataset["size_scale"] = serde_json::json!(cfg.sizes);
+    }
+    dataset
 }

@@ -31,7 +31,9 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::args::{parse_concurrency, parse_count_u64, parse_seed, parse_speed, parse_start_at};
+use super::args::{
+    parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
+};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs};
 use super::session::{
     preflight, prepare_output, run_output, thresholds, Connection, RegistryConfig,
@@ -43,7 +45,7 @@ use crate::exec::Mode;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
 use crate::oci::Repository;
-use crate::plan::catalog::ContentOptions;
+use crate::plan::catalog::{ContentOptions, SizeScale};
 use crate::plan::{PlanOptions, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use crate::results::summary::EndpointSummary;
 use crate::results::thresholds::Threshold;
@@ -92,6 +94,48 @@ pub struct ReplayArgs {
     /// Only the first N records of the merged trace.
     #[arg(help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
     pub limit_requests: Option<u64>,
+
+    /// Multiply every blob and upload size of the trace by F (0 < F ≤ 1).
+    ///
+    /// So an IBM-scale trace fits a test rig: counts, timing and the object graph stay.
+    /// Recorded and warned about: MiB/s and byte-dependent latencies are then not the
+    /// trace's (docs/replay.md says when that is fair).
+    #[arg(help_heading = "Workload", long, value_name = "F", value_parser = parse_size_scale)]
+    pub size_scale: Option<f64>,
+
+    /// Cap every blob and upload size at SIZE (after --size-scale).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "SIZE"
+    )]
+    pub max_object_size: Option<ByteSize>,
+
+    /// Keep the digests of the generated content in FILE, to reuse in the run phase and on
+    /// other hosts (checked on load; rewritten when it grew).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "FILE"
+    )]
+    pub digest_cache: Option<PathBuf>,
+
+    /// Read the trace and compute its digests (filling --digest-cache), say what the
+    /// replay would need, and stop: nothing is sent.
+    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    pub dry_run: bool,
+
+    /// Refuse to prewarm more bytes than DIR (the registry's storage, when it is on this
+    /// machine) has free.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "DIR"
+    )]
+    pub check_space: Option<PathBuf>,
 
     /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
     #[arg(
@@ -308,6 +352,13 @@ pub struct ReplayConfig {
     pub plan: PlanOptions,
     #[serde(skip)]
     pub content: ContentOptions,
+    /// Blob and upload sizes relative to the trace's (`--size-scale`, `--max-object-size`).
+    #[serde(skip_serializing_if = "SizeScale::is_identity")]
+    pub sizes: SizeScale,
+    #[serde(skip)]
+    pub digest_cache: Option<PathBuf>,
+    #[serde(skip)]
+    pub check_space: Option<PathBuf>,
     pub max_lateness_ms: Option<u64>,
     pub grace_s: f64,
     pub start_at: Option<String>,
@@ -317,6 +368,13 @@ pub struct ReplayConfig {
     pub strict: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingConfig>,
+}
+
+/// The bytes an unprivileged user may still write under `dir`.
+fn free_space(dir: &std::path::Path) -> anyhow::Result<u64> {
+    let st = rustix::fs::statvfs(dir)
+        .map_err(|e| anyhow::anyhow!("--check-space {}: {e}", dir.display()))?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
@@ -382,6 +440,8 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             ..ReadOptions::default()
         };
         let gap_ms = i64::try_from(a.session_gap.as_millis()).unwrap_or(i64::MAX);
+        let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
+            .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
         let registry = RegistryConfig::try_from(&a.registry)?;
         let routing = (registry.endpoints.len() > 1).then(|| RoutingConfig {
             route: RouteOptions {
@@ -423,8 +483,12 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             },
             content: ContentOptions {
                 seed: a.seed,
+                sizes,
                 ..ContentOptions::default()
             },
+            sizes,
+            digest_cache: a.digest_cache.clone(),
+            check_space: a.check_space.clone(),
             max_lateness_ms: a.max_lateness.map(|d| d.as_millis() as u64),
             grace_s: a.grace.as_secs_f64(),
             start_at: a
@@ -450,6 +514,8 @@ struct Context<'a> {
     router: &'a Router,
     shutdown: &'a Shutdown,
     errors: &'a ErrorLog,
+    /// How pass 1 spent its time (meta.json `preparation`).
+    preparation: &'a serde_json::Value,
 }
 
 /// Runs `creb-rs replay`.
@@ -475,8 +541,32 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     .await?;
     let quiet = args.output.quiet || args.output.json;
 
-    let (catalog, spool) =
+    let (catalog, spool, preparation) =
         catalog::prepare(&input, &cfg, args.output.output_dir.clone(), quiet).await?;
+    let preparation = serde_json::to_value(&preparation).unwrap_or_default();
+    if let (Some(dir), true) = (&cfg.check_space, cfg.phase != Phase::Run) {
+        let needed = catalog.prewarm_bytes();
+        let free = free_space(dir)?;
+        if needed > free {
+            eprintln!(
+                "creb-rs: error: the prewarm pushes {} but {} has {} free (--check-space); \
+                 scale the sizes down (--size-scale, --max-object-size; `creb-rs trace stats \
+                 --capacity` shows the figures), or free space",
+                ByteSize(needed),
+                dir.display(),
+                ByteSize(free)
+            );
+            return Ok(ExitStatus::Usage);
+        }
+        if !quiet {
+            eprintln!(
+                "creb-rs: the prewarm pushes {} at most; {} has {} free",
+                ByteSize(needed),
+                dir.display(),
+                ByteSize(free)
+            );
+        }
+    }
     if catalog.items == 0 {
         anyhow::bail!(
             "{} holds no replayable record{}",
@@ -487,6 +577,13 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
                 ""
             }
         );
+    }
+    if args.dry_run {
+        // The figures were printed by the preparation; nothing is sent.
+        if args.output.json {
+            println!("{}", serde_json::to_string_pretty(&preparation)?);
+        }
+        return Ok(ExitStatus::Success);
     }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
     let names = cfg.registry.endpoint_names();
@@ -510,6 +607,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         router: &router,
         shutdown: &shutdown,
         errors: &errors,
+        preparation: &preparation,
     };
     let mut exit = ExitStatus::Success;
     if cfg.phase != Phase::Run {

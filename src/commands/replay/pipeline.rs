@@ -104,6 +104,7 @@ pub(super) async fn run_phase(
         router: _,
         shutdown,
         errors,
+        preparation: _,
     } = context;
     let connection = &connections[0];
 
@@ -242,6 +243,7 @@ pub(super) async fn run_phase(
         },
     );
     let mut meta = meta;
+    meta.preparation = Some(context.preparation.clone());
     meta.endpoints = endpoint_links(
         &names
             .iter()
@@ -314,7 +316,12 @@ pub(super) async fn run_phase(
     }
     Ok(if summary.interrupted {
         ExitStatus::Interrupted
-    } else if cfg.strict && !summary.warnings.is_empty() {
+    } else if cfg.strict
+        && summary
+            .warnings
+            .iter()
+            .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()))
+    {
         ExitStatus::Failed
     } else if slow {
         ExitStatus::ThresholdFailed

@@ -443,6 +443,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     drop(clients);
     let aggregator = aggregator.finish().await;
     let mut warnings = Vec::new();
+    super::validity::size_warning(cfg, &mut warnings);
     if report.failed > 0 {
         warn(
             &mut warnings,
@@ -486,6 +487,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         },
     );
     let mut meta = meta;
+    meta.preparation = Some(context.preparation.clone());
     meta.endpoints = endpoint_links(
         &names
             .iter()

@@ -17,6 +17,35 @@ pub(super) fn warn(warnings: &mut Vec<Warning>, kind: &str, message: String) {
     });
 }
 
+/// Warnings that record a deliberate change of what the numbers mean: `--strict` does not
+/// fail a run for them.
+pub(super) const CHOSEN: [&str; 1] = ["sizes_scaled"];
+
+/// The warning of scaled sizes (`--size-scale`, `--max-object-size`), if they are.
+pub(super) fn size_warning(cfg: &ReplayConfig, warnings: &mut Vec<Warning>) {
+    let s = cfg.sizes;
+    if s.is_identity() {
+        return;
+    }
+    let mut how = Vec::new();
+    if s.ppb != crate::plan::catalog::SizeScale::ONE.ppb {
+        how.push(format!("scaled by {}", s.factor()));
+    }
+    if let Some(max) = s.max {
+        how.push(format!("capped at {}", crate::units::ByteSize(max)));
+    }
+    warn(
+        warnings,
+        "sizes_scaled",
+        format!(
+            "blob and upload sizes are {} (--size-scale/--max-object-size): request counts, \
+             timing and the object graph are the trace's, but MiB/s and latencies that grow \
+             with size are not",
+            how.join(" and ")
+        ),
+    );
+}
+
 pub(super) fn validity_warnings(
     cfg: &ReplayConfig,
     checks: &Checks,
@@ -24,6 +53,7 @@ pub(super) fn validity_warnings(
     aggregator: &Aggregator,
     warnings: &mut Vec<Warning>,
 ) {
+    size_warning(cfg, warnings);
     if let Some(share) = checks.cpu_share {
         if share > 0.9 {
             warn(

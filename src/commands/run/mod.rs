@@ -356,7 +356,7 @@ impl Runner<'_> {
         let result = match command {
             Command::Push(a) => crate::commands::push::run(a, shutdown).await,
             Command::Pull(a) => crate::commands::pull::run(a, shutdown).await,
-            Command::Replay(a) => crate::commands::replay::run(a, shutdown).await,
+            Command::Replay(a) => crate::commands::replay::run(*a, shutdown).await,
             _ => return error("not a push, pull or replay".into()),
         };
         match result {

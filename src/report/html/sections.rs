@@ -15,7 +15,7 @@ pub(super) fn header_section(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
     let _ = write!(
         out,
-        "<header class=\"top\"><h1>creb-rs {} → {}</h1><div class=\"sub\"><span class=\"model\">{}</span>started {} · {:.2} s · {} operations · {}{}</div></header>",
+        "<header class=\"top\"><h1>creb-rs {} → {}</h1><div class=\"sub\"><span class=\"model\">{}</span>started {} · {:.2} s · {} operations · {}{}{}</div></header>",
         escape(&s.command),
         escape(&s.registry),
         escape(&s.model_label()),
@@ -31,8 +31,25 @@ pub(super) fn header_section(out: &mut String, set: &ResultSet) {
             "<span class=\"flag\">INTERRUPTED</span>"
         } else {
             ""
-        }
+        },
+        scaled_sizes(set)
+            .map(|how| format!(" · <span class=\"flag\">sizes {}</span>", escape(&how)))
+            .unwrap_or_default()
     );
+}
+
+/// How the run's sizes differ from the trace's (`--size-scale`, `--max-object-size`), as
+/// its configuration records it.
+fn scaled_sizes(set: &ResultSet) -> Option<String> {
+    let sizes = set.meta.config.get("sizes")?;
+    let mut how = Vec::new();
+    if let Some(ppb) = sizes["ppb"].as_u64().filter(|p| *p != 1_000_000_000) {
+        how.push(format!("×{}", ppb as f64 / 1e9));
+    }
+    if let Some(max) = sizes["max"].as_u64() {
+        how.push(format!("≤ {}", crate::units::ByteSize(max)));
+    }
+    (!how.is_empty()).then(|| how.join(" "))
 }
 
 pub(super) fn nav(out: &mut String, figs: &[Figure]) {

@@ -1,0 +1,192 @@
+//! `--digest-cache FILE`: the SHA-256 of generated content, kept between the phases of a
+//! run and shared between hosts, so the catalog's digests are computed once. An entry is
+//! keyed by the content itself (its key, which the seed and identity make, and its size),
+//! so one file serves any trace, seed and scale. Never trusted blindly: a file of another
+//! content scheme is ignored, and on load a sample of the entries the run uses (the
+//! smallest, so it is cheap) is recomputed; one wrong entry makes the whole file stale,
+//! and every digest is computed afresh. A wrong entry the sample missed is still caught at
+//! the first upload (the registry checks the digest) or verified read.
+//!
+//! Format: a header line `creb-rs digest cache <scheme>\n`, then 72-byte entries (the
+//! content's 40 bytes, [`ContentSpec::to_bytes`], then its SHA-256), in no order.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::content::{ContentSpec, SCHEME};
+use crate::fast_hash::FastHashMap;
+
+const ENTRY: usize = 72;
+
+/// How many entries a load recomputes, at most.
+pub const SAMPLE: usize = 16;
+
+fn header() -> String {
+    format!("creb-rs digest cache {SCHEME}\n")
+}
+
+/// The cache of one run.
+#[derive(Debug, Default)]
+pub struct DigestCache {
+    path: PathBuf,
+    entries: FastHashMap<ContentSpec, [u8; 32]>,
+    /// Entries added since the load.
+    added: usize,
+    /// Why the file was set aside, if it was (another scheme, unreadable, stale).
+    pub set_aside: Option<String>,
+}
+
+impl DigestCache {
+    /// Reads `path` (a missing file is an empty cache). A file that is not a cache of this
+    /// content scheme is set aside (said in [`DigestCache::set_aside`]), never an error:
+    /// the digests are then computed.
+    pub fn load(path: &Path) -> DigestCache {
+        let mut cache = DigestCache {
+            path: path.to_path_buf(),
+            ..DigestCache::default()
+        };
+        let mut bytes = Vec::new();
+        match std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return cache,
+            Err(e) => {
+                cache.set_aside = Some(format!("cannot read it: {e}"));
+                return cache;
+            }
+        }
+        let header = header();
+        let Some(body) = bytes.strip_prefix(header.as_bytes()) else {
+            cache.set_aside = Some(format!(
+                "not a digest cache of {SCHEME} (another version of creb-rs, or another file)"
+            ));
+            return cache;
+        };
+        if body.len() % ENTRY != 0 {
+            cache.set_aside = Some("truncated".into());
+            return cache;
+        }
+        cache.entries.reserve(body.len() / ENTRY);
+        for entry in body.chunks_exact(ENTRY) {
+            let mut spec = [0u8; 40];
+            spec.copy_from_slice(&entry[..40]);
+            let mut sha = [0u8; 32];
+            sha.copy_from_slice(&entry[40..]);
+            cache.entries.insert(ContentSpec::from_bytes(&spec), sha);
+        }
+        cache
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The digest of `spec`, if held.
+    pub fn get(&self, spec: &ContentSpec) -> Option<[u8; 32]> {
+        self.entries.get(spec).copied()
+    }
+
+    /// Recomputes the smallest [`SAMPLE`] entries among `used` that the cache holds; the
+    /// first that differs makes the cache stale: emptied and set aside.
+    pub fn check(&mut self, used: &[ContentSpec]) -> Result<(), String> {
+        let mut held: Vec<&ContentSpec> = used
+            .iter()
+            .filter(|s| self.entries.contains_key(*s))
+            .collect();
+        held.sort_by_key(|s| s.size());
+        held.dedup();
+        for spec in held.into_iter().take(SAMPLE) {
+            if self.entries.get(spec) != Some(&spec.sha256()) {
+                let why = format!(
+                    "stale: the digest it holds for a {} byte blob is not that blob's",
+                    spec.size()
+                );
+                self.entries.clear();
+                self.set_aside = Some(why.clone());
+                return Err(why);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers a computed digest.
+    pub fn insert(&mut self, spec: ContentSpec, sha256: [u8; 32]) {
+        if self.entries.insert(spec, sha256).is_none() {
+            self.added += 1;
+        }
+    }
+
+    /// Entries added since the load.
+    pub fn added(&self) -> usize {
+        self.added
+    }
+
+    /// Writes the cache (under a temporary name, then renamed, so a host reading it never
+    /// sees half a file) when it grew or was set aside.
+    pub fn save(&self) -> std::io::Result<bool> {
+        if self.added == 0 && self.set_aside.is_none() {
+            return Ok(false);
+        }
+        let tmp = self
+            .path
+            .with_extension(format!("tmp-{}", std::process::id()));
+        {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            out.write_all(header().as_bytes())?;
+            for (spec, sha) in &self.entries {
+                out.write_all(&spec.to_bytes())?;
+                out.write_all(sha)?;
+            }
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_a_wrong_one_makes_the_cache_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests");
+        let specs: Vec<ContentSpec> = (0..20u64)
+            .map(|i| ContentSpec::new(7, format!("blob/{i}").as_bytes(), 100 + i))
+            .collect();
+        let mut cache = DigestCache::load(&path);
+        assert!(cache.is_empty() && cache.set_aside.is_none());
+        for s in &specs {
+            cache.insert(*s, s.sha256());
+        }
+        assert!(cache.save().unwrap());
+
+        let mut again = DigestCache::load(&path);
+        assert_eq!(again.len(), 20);
+        assert_eq!(again.get(&specs[3]), Some(specs[3].sha256()));
+        again.check(&specs).unwrap();
+        assert!(!again.save().unwrap(), "nothing new: not rewritten");
+
+        // One wrong digest, on the smallest entry: found, and the cache is emptied.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = header().len();
+        let first = ContentSpec::from_bytes(&bytes[at..at + 40].try_into().unwrap());
+        bytes[at + 40] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut stale = DigestCache::load(&path);
+        let used = [first];
+        let why = stale.check(&used).unwrap_err();
+        assert!(why.contains("stale"), "{why}");
+        assert!(stale.is_empty());
+
+        // Another scheme's file is set aside.
+        std::fs::write(&path, b"creb-rs digest cache creb-rs/content/v0\n").unwrap();
+        let other = DigestCache::load(&path);
+        assert!(other.set_aside.unwrap().contains("not a digest cache"));
+    }
+}

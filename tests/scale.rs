@@ -1,0 +1,259 @@
+//! IBM scale on a test rig, against a real docker-registry: `--size-scale` and
+//! `--max-object-size` give every host the same scaled sizes (shards prewarmed by one
+//! process and read by others verify every digest), the scale is in meta.json, the
+//! warnings and the report; `trace stats --capacity` names the bytes the run then moves;
+//! `--digest-cache` is reused by the run phase and found stale when it is; `--check-space`
+//! refuses a prewarm larger than the free space.
+
+mod common;
+
+use common::{run_bin, summary_json, Registry};
+
+const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+
+fn n(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn scaled_sizes_agree_across_shards_and_are_recorded_everywhere() {
+    let registry = Registry::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = |name: &str| scratch.path().join(name).to_str().unwrap().to_owned();
+    let scale = ["--size-scale", "0.01", "--max-object-size", "64KiB"];
+    let common = |phase: &'static str| {
+        let mut a = vec![
+            "replay",
+            TRACE,
+            "--registry",
+            &registry.url,
+            "--phase",
+            phase,
+            "--seed",
+            "11",
+            "--mode",
+            "stress",
+            "--concurrency",
+            "4",
+        ];
+        a.extend(scale);
+        a
+    };
+    let mut a = common("prewarm");
+    let prewarm_dir = dir("prewarm");
+    a.extend(["--output-dir", &prewarm_dir]);
+    let r = run_bin(&a, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The prewarm pushed scaled blobs: what trace stats --capacity says it would.
+    let mut stats = vec!["trace", "stats", TRACE, "--json", "--capacity"];
+    stats.extend(scale);
+    let s = run_bin(&stats, None, &[]);
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let capacity: serde_json::Value = serde_json::from_str(&s.stdout).unwrap();
+    let capacity = &capacity["capacity"];
+    let prewarmed = summary_json(std::path::Path::new(&prewarm_dir));
+    // It sends the trace's blobs, scaled, and small configs and manifests of its own.
+    let sent = n(&prewarmed["totals"]["bytes_sent"]);
+    let blobs = n(&capacity["prewarm_bytes"]);
+    assert!(
+        sent >= blobs && sent < blobs + 256 * 1024,
+        "{sent} against {blobs}"
+    );
+    assert!(blobs <= n(&capacity["prewarm_pushes"]) * 64 * 1024);
+
+    // Two shards, two processes, read what the prewarm pushed: every digest verifies.
+    let mut shards = Vec::new();
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let out = dir(&format!("shard-{i}"));
+        let mut a = common("run");
+        a.extend(["--shard", &shard, "--output-dir", &out]);
+        let r = run_bin(&a, None, &[]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(
+            said.contains("sizes are scaled by 0.01 and capped at 64.0 KiB"),
+            "{said}"
+        );
+        shards.push(out);
+    }
+    let merged = dir("merged");
+    let mut m = vec!["merge"];
+    m.extend(shards.iter().map(String::as_str));
+    m.extend(["--output-dir", &merged]);
+    let r = run_bin(&m, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let summary = summary_json(std::path::Path::new(&merged));
+    assert_eq!(n(&summary["totals"]["errors"]), 0, "{summary}");
+    // The run received exactly the scaled bytes trace stats --capacity promised.
+    assert_eq!(
+        n(&summary["operations"]["blob_get"]["bytes_received"]),
+        n(&capacity["read_bytes"]),
+        "{summary}"
+    );
+    assert!(
+        summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "sizes_scaled"),
+        "{summary}"
+    );
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch.path().join("merged/meta.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["config"]["sizes"]["ppb"], 10_000_000, "{meta}");
+    assert_eq!(meta["config"]["sizes"]["max"], 65_536, "{meta}");
+    let html = run_bin(
+        &["report", &merged, "--format", "html", "--quiet"],
+        None,
+        &[],
+    );
+    assert_eq!(html.code, 0, "{}", html.stderr);
+    let page = std::fs::read_to_string(scratch.path().join("merged/report.html")).unwrap();
+    assert!(
+        page.contains("sizes ×0.01 ≤ 64.0 KiB"),
+        "the header shows the scale"
+    );
+
+    // `cost` of the result says its bytes are not the trace's.
+    let cost = run_bin(&["cost", &merged, "--provider", "ecr"], None, &[]);
+    assert_eq!(cost.code, 0, "{}", cost.stderr);
+    assert!(cost.stdout.contains("sizes were scaled"), "{}", cost.stdout);
+
+    // Another scale is another workload: merge refuses to mix them.
+    let other = dir("other");
+    let mut a = common("run");
+    a.retain(|x| *x != "0.01");
+    a.insert(
+        a.iter().position(|x| *x == "--size-scale").unwrap() + 1,
+        "0.02",
+    );
+    a.extend(["--shard", "1/2", "--output-dir", &other]);
+    let r = run_bin(&a, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run_bin(
+        &["merge", &shards[0], &other, "--output-dir", &dir("mixed")],
+        None,
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn the_digest_cache_is_reused_and_found_stale() {
+    let registry = Registry::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let cache = scratch.path().join("digests.cache");
+    let cache_arg = cache.to_str().unwrap().to_owned();
+    let replay = |phase: &str, out: &str| {
+        let out = scratch.path().join(out);
+        run_bin(
+            &[
+                "replay",
+                TRACE,
+                "--registry",
+                &registry.url,
+                "--phase",
+                phase,
+                "--seed",
+                "12",
+                "--mode",
+                "stress",
+                "--digest-cache",
+                &cache_arg,
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            None,
+            &[],
+        )
+    };
+    let r = replay("prewarm", "prewarm");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains(", 0 from the cache)"), "{}", r.stderr);
+    assert!(cache.is_file());
+
+    // The run phase computes nothing: every digest comes from the cache.
+    let r = replay("run", "run");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("digests") && r.stderr.contains(": 0 computed over 0 B"),
+        "{}",
+        r.stderr
+    );
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch.path().join("run/meta.json")).unwrap(),
+    )
+    .unwrap();
+    let prep = &meta["preparation"];
+    assert_eq!(prep["digests"]["computed"], 0, "{meta}");
+    assert!(n(&prep["digests"]["cached"]) > 100, "{meta}");
+    assert!(
+        prep["read_s"].is_number() && prep["digest_s"].is_number(),
+        "{meta}"
+    );
+
+    // A cache whose digests are wrong is found stale, set aside and rewritten; the run
+    // computes every digest and has no error.
+    let mut bytes = std::fs::read(&cache).unwrap();
+    let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    for entry in bytes[header..].chunks_exact_mut(72) {
+        entry[40] ^= 0xff;
+    }
+    std::fs::write(&cache, &bytes).unwrap();
+    let r = replay("run", "stale");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("stale"), "{}", r.stderr);
+    let summary = summary_json(&scratch.path().join("stale"));
+    assert_eq!(n(&summary["totals"]["errors"]), 0);
+    // Rewritten right: the next run takes everything from it again.
+    let r = replay("run", "again");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains(": 0 computed over 0 B"), "{}", r.stderr);
+}
+
+#[test]
+fn check_space_refuses_a_prewarm_larger_than_the_free_space() {
+    let registry = Registry::start();
+    // procfs has no free space at all.
+    let r = run_bin(
+        &[
+            "replay",
+            TRACE,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "prewarm",
+            "--check-space",
+            "/proc",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("has 0 B free (--check-space)") && r.stderr.contains("--size-scale"),
+        "{}",
+        r.stderr
+    );
+    // With room, it says the figure and goes on.
+    let scratch = tempfile::tempdir().unwrap();
+    let r = run_bin(
+        &[
+            "replay",
+            TRACE,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "prewarm",
+            "--check-space",
+            scratch.path().to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("the prewarm pushes"), "{}", r.stderr);
+}
