@@ -45,8 +45,22 @@ pub enum TraceSink {
 }
 
 impl TraceSink {
-    /// Creates `path`; gzip when its name ends in `.gz`.
+    /// Creates `path`; gzip when its name ends in `.gz`. A name ending in `.zst` is refused
+    /// before anything is written: readers take zstd, this writer does not, and plain text
+    /// under that name would mislead.
     pub fn create(path: &Path) -> io::Result<TraceSink> {
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("zst") || e.eq_ignore_ascii_case("zstd"))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: traces are written plain or gzip-compressed; name it .json or .json.gz",
+                    path.display()
+                ),
+            ));
+        }
         let file = BufWriter::with_capacity(BUF, File::create(path)?);
         Ok(if path.extension().is_some_and(|e| e == "gz") {
             TraceSink::Gzip(flate2::write::GzEncoder::new(
@@ -200,6 +214,15 @@ mod tests {
                 .unwrap();
             assert_eq!(text, "[\n{\"a\":1},\n{\"b\":2}\n]\n");
         }
+    }
+
+    #[test]
+    fn a_zstd_name_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json.zst");
+        let e = ArrayWriter::create(&path).unwrap_err();
+        assert!(e.to_string().contains(".json.gz"), "{e}");
+        assert!(!path.exists());
     }
 
     #[test]

@@ -350,14 +350,15 @@ impl Registry {
     /// which creb-rs rightly counts, not a fault of the run.
     pub fn tag_race_500s(&self) -> u64 {
         let log = self.log();
-        let mut races = 0;
-        for line in log.lines() {
-            // The JSON formatter (with an access log): the error line of the request.
+        // By request id: a 500 may be logged twice (an error line and the request's line,
+        // or one "response completed with error" line holding both).
+        let mut races = std::collections::BTreeSet::new();
+        for (number, line) in log.lines().enumerate() {
+            // The JSON formatter (with an access log).
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
-                let request_line = v["msg"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("response completed"));
-                if v["http.response.status"] != 500 || request_line {
+                let msg = v["msg"].as_str().unwrap_or_default();
+                let plain_request_line = msg == "response completed";
+                if v["http.response.status"] != 500 || plain_request_line {
                     continue;
                 }
                 let text = v.to_string();
@@ -365,7 +366,10 @@ impl Registry {
                     && text.contains("/manifests/")
                     && matches!(v["http.request.method"].as_str(), Some("GET" | "HEAD"));
                 assert!(is_race, "docker-registry answered 500:\n{line}");
-                races += 1;
+                let id = v["http.request.id"]
+                    .as_str()
+                    .map_or_else(|| format!("line {number}"), str::to_owned);
+                races.insert(id);
                 continue;
             }
             if !line.contains("http.response.status=500") {
@@ -376,9 +380,14 @@ impl Registry {
                 && (line.contains("http.request.method=GET")
                     || line.contains("http.request.method=HEAD"));
             assert!(is_race, "docker-registry answered 500:\n{line}");
-            races += 1;
+            let id = line
+                .split("http.request.id=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map_or_else(|| format!("line {number}"), str::to_owned);
+            races.insert(id);
         }
-        races
+        races.len() as u64
     }
 
     /// Asserts that a replay's summary has no error, except 500s of the tag race
