@@ -6,20 +6,24 @@
 //!
 //! ```sh
 //! cargo build --release --example plan_heap
-//! target/release/examples/plan_heap TRACE
+//! target/release/examples/plan_heap TRACE [SIZE_SCALE]
 //! ```
+//!
+//! SIZE_SCALE (as `replay --size-scale`) keeps the digests of an IBM-scale trace quick; the
+//! catalog pass and the planning pass are timed (records per second).
 
 // A global allocator cannot be written without `unsafe`; the library and the binary forbid it.
 #![allow(unsafe_code)]
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use std::process::ExitCode;
 
 use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
-use creb::plan::catalog::{Catalog, ContentOptions};
+use creb::plan::catalog::{Catalog, ContentOptions, SizeScale};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use creb::trace::{Interner, ReadOptions, TraceInput, TraceReader};
 
@@ -35,10 +39,18 @@ fn live_mb() -> f64 {
 
 fn main() -> ExitCode {
     let Some(path) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: plan_heap TRACE");
+        eprintln!("usage: plan_heap TRACE [SIZE_SCALE]");
         return ExitCode::from(2);
     };
-    match run(path) {
+    let scale = match std::env::args().nth(2).map(|s| s.parse::<f64>()) {
+        None => 1.0,
+        Some(Ok(f)) => f,
+        Some(Err(e)) => {
+            eprintln!("plan_heap: SIZE_SCALE: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(path, scale) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("plan_heap: {e}");
@@ -47,20 +59,36 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
     let input = TraceInput { files: vec![path] };
+    let content = ContentOptions {
+        sizes: SizeScale::new(scale, None)?,
+        ..ContentOptions::default()
+    };
     // As `replay` does it: pass 1 builds the catalog, pass 2 streams the trace again.
+    let started = Instant::now();
     let mut reader = TraceReader::open(&input, ReadOptions::default(), Interner::default())?;
-    let mut catalog = Catalog::build(reader.by_ref(), 60_000, ContentOptions::default())?;
+    let mut catalog = Catalog::build(reader.by_ref(), 60_000, content)?;
     catalog.names = reader.into_names();
     catalog.names.freeze();
+    let pass1 = started.elapsed().as_secs_f64();
     catalog.compute_digests(available_cores());
+    let objects = catalog.blobs.len() + catalog.manifests.len() + catalog.uploads.len();
     println!(
-        "catalog: live heap {:.2} MB, of which {} distinct names {:.2} MB",
+        "catalog: {} records in {pass1:.1}s ({:.0} records/s); live heap {:.2} MB for {objects} \
+         objects ({} blobs, {} manifests, {} uploads: {:.0} bytes each), of which {} distinct \
+         names {:.2} MB",
+        catalog.items,
+        catalog.items as f64 / pass1,
         live_mb(),
+        catalog.blobs.len(),
+        catalog.manifests.len(),
+        catalog.uploads.len(),
+        live_mb() * 1e6 / objects.max(1) as f64,
         catalog.names.len(),
         catalog.names.heap_bytes() as f64 / 1e6
     );
+    let planning = Instant::now();
     let reader = TraceReader::open(&input, ReadOptions::default(), catalog.names.clone())?;
     let options = PlanOptions {
         shard: ShardSpec::ALL,
@@ -88,8 +116,12 @@ fn run(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    let pass2 = planning.elapsed().as_secs_f64();
     println!(
-        "{ops} operations planned; plan fingerprint {}",
+        "{ops} operations planned from {} records in {pass2:.1}s ({:.0} records/s, the plan \
+         fingerprinted too); plan fingerprint {}",
+        catalog.items,
+        catalog.items as f64 / pass2,
         hex::encode(fingerprint.finalize())
     );
     Ok(())

@@ -19,6 +19,10 @@ use crate::units::{format_duration, ByteSize};
 /// Buckets of [`LiveHistogram`]: two per power of two of microseconds, up to ~2^39 µs.
 const BUCKETS: usize = 80;
 
+/// What one object's round trip weighs in a byte-weighted share: the bytes a transfer moves
+/// in the time of a request's fixed cost, roughly, on a fast link.
+pub const OBJECT_BYTES: u64 = 256 * 1024;
+
 /// A coarse latency histogram for the progress line: each sample is one atomic add into a
 /// bucket of half a power of two (so a percentile is within about 40%), and the reader
 /// takes and clears the counts of the window since it last looked.
@@ -142,14 +146,22 @@ impl Progress {
         }
     }
 
-    /// The share done (by bytes when they are known) and the time left at the rate so far.
+    /// The share done (by bytes when they are known, each object counted as
+    /// [`OBJECT_BYTES`] more) and the time left at the rate so far.
     fn share_and_eta(&self, elapsed: Duration) -> (f64, Option<Duration>) {
+        let (objects_done, objects) = (
+            self.done.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        );
         let (done, total) = match self.bytes_total.load(Ordering::Relaxed) {
-            0 => (
-                self.done.load(Ordering::Relaxed),
-                self.total.load(Ordering::Relaxed),
+            0 => (objects_done, objects),
+            // Each object also costs a round trip, worth OBJECT_BYTES of transfer: many
+            // small objects (scaled sizes, manifests after the blobs) still take time.
+            bytes => (
+                self.bytes_done.load(Ordering::Relaxed).min(bytes)
+                    + objects_done.min(objects).saturating_mul(OBJECT_BYTES),
+                bytes + objects.saturating_mul(OBJECT_BYTES),
             ),
-            bytes => (self.bytes_done.load(Ordering::Relaxed).min(bytes), bytes),
         };
         if total == 0 {
             return (1.0, None);
@@ -384,12 +396,19 @@ mod tests {
     #[test]
     fn the_eta_follows_bytes_when_they_are_known() {
         // 1 of 4 objects done, but it was the big one: 90% of the bytes.
-        let p = Progress::with_bytes(4, 1000);
+        const MIB: u64 = 1 << 20;
+        let p = Progress::with_bytes(4, 1000 * MIB);
         p.add_done(1);
-        p.add_bytes(900);
+        p.add_bytes(900 * MIB);
         let (share, eta) = p.share_and_eta(Duration::from_secs(9));
-        assert!((share - 0.9).abs() < 1e-9);
-        assert_eq!(eta, Some(Duration::from_secs(1)));
+        assert!((share - 0.9).abs() < 0.001, "{share}");
+        assert!(eta.unwrap().abs_diff(Duration::from_secs(1)) < Duration::from_millis(20));
+        // Tiny objects (scaled sizes): all bytes sent is not done while objects remain.
+        let p = Progress::with_bytes(1000, 1000);
+        p.add_done(500);
+        p.add_bytes(1000);
+        let (share, _) = p.share_and_eta(Duration::from_secs(9));
+        assert!((share - 0.5).abs() < 0.01, "{share}");
         // Without bytes, objects count.
         let p = Progress::new(4);
         p.add_done(1);

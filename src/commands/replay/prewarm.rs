@@ -309,7 +309,10 @@ pub async fn prewarm(
     let mut report = PrewarmReport::default();
     let tally = |report: &mut PrewarmReport, (done, bytes): (Done, u64), manifest: bool| {
         progress.add_done(1);
-        progress.add_bytes(bytes);
+        if !manifest {
+            // The share follows the blobs' bytes (the total counts only them).
+            progress.add_bytes(bytes);
+        }
         if matches!(done, Done::Failed) {
             progress.add_error();
         }
