@@ -365,12 +365,9 @@ async fn run_task(
             if failed_over {
                 recorder.event(Event::Failover).await;
             }
-            let began = Instant::now();
+            // The progress line's latency and lag come from the aggregator, which sees this
+            // operation's sample.
             let result = perform(client, &op.action, OpCtx { intended }).await;
-            if let (Ok(_), Some(p)) = (&result, &progress) {
-                let lag = intended.map(|due| began.saturating_duration_since(due));
-                p.observe(start.elapsed(), lag);
-            }
             let error = result.as_ref().err().map(ClientError::kind);
             if targets.health.observe(endpoint, error) {
                 recorder.event(Event::EndpointDown).await;

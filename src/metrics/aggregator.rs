@@ -202,6 +202,8 @@ impl Default for AggregatorConfig {
 pub struct Aggregator {
     /// The live metrics (`--metrics-listen`), fed from every sample recorded here.
     pub live: Option<std::sync::Arc<super::live::LiveMetrics>>,
+    /// The progress line, whose latency and lag come from the same samples.
+    pub(crate) progress: Option<std::sync::Arc<crate::progress::Progress>>,
     /// The whole run: the sum of every interval.
     pub table: StatsTable,
     pub events: [u64; Event::COUNT],
@@ -284,6 +286,11 @@ impl Aggregator {
         if let Some(live) = &self.live {
             live.observe(s, endpoint);
             live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
+        }
+        if let (Some(progress), Level::Operation, true) =
+            (&self.progress, s.op.level(), s.outcome.is_ok())
+        {
+            progress.observe(s.timing.latency(), s.timing.schedule_lag());
         }
         let slot = self.slot(index);
         slot.1.record(s);
@@ -567,6 +574,17 @@ pub fn spawn_aggregator_live(
     sink: Option<Box<dyn IntervalSink>>,
     live: Option<std::sync::Arc<super::live::LiveMetrics>>,
 ) -> (Recorder, AggregatorHandle) {
+    spawn_aggregator_watched(config, sink, live, None)
+}
+
+/// [`spawn_aggregator_live`], also feeding the latency and lag of the progress line, so it
+/// shows what the metrics and the results hold.
+pub(crate) fn spawn_aggregator_watched(
+    config: AggregatorConfig,
+    sink: Option<Box<dyn IntervalSink>>,
+    live: Option<std::sync::Arc<super::live::LiveMetrics>>,
+    progress: Option<std::sync::Arc<crate::progress::Progress>>,
+) -> (Recorder, AggregatorHandle) {
     let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
     let (done_tx, done) = tokio::sync::oneshot::channel();
     // A plain thread, not `spawn_blocking`: it lives for the whole run, and under a paused
@@ -576,6 +594,7 @@ pub fn spawn_aggregator_live(
         .spawn(move || {
             let mut aggregator = Aggregator::new(config);
             aggregator.live = live;
+            aggregator.progress = progress;
             let mut sink = sink;
             // Under load, drain what arrived and sleep: parked on the channel, the thread
             // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,
@@ -687,6 +706,35 @@ mod tests {
             bytes_received: service_us,
             http: HttpStatuses::one(Some(200)),
         }
+    }
+
+    #[test]
+    fn the_progress_line_takes_its_latency_from_the_samples() {
+        let progress = crate::progress::Progress::new(3);
+        let mut aggregator = Aggregator::new(AggregatorConfig::default());
+        aggregator.progress = Some(std::sync::Arc::clone(&progress));
+        let now = Instant::now();
+        let mut late = sample(Op::BlobGet, now, 20_000, true);
+        // Due 30 ms before it was sent: 50 ms from the intended start, 30 ms of lag.
+        late.timing.intended = Some(late.timing.sent - Duration::from_millis(30));
+        aggregator.record(&late);
+        aggregator.record(&sample(Op::BlobGet, now, 1_000, false));
+        aggregator.record(&sample(Op::UploadPatch, now, 1_000, true));
+        let p99 = progress.latency.take_quantile(0.99).unwrap();
+        assert!(
+            p99 >= Duration::from_millis(50) && p99 < Duration::from_millis(80),
+            "{p99:?}"
+        );
+        assert_eq!(
+            progress.latency.take_quantile(0.99),
+            None,
+            "one sample, taken"
+        );
+        let lag = progress.lag.take_quantile(0.99).unwrap();
+        assert!(
+            lag >= Duration::from_millis(30) && lag < Duration::from_millis(48),
+            "{lag:?}"
+        );
     }
 
     fn assert_same(a: &Stats, b: &Stats, what: &str) {

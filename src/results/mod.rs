@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use tokio::time::Instant;
 
-use crate::metrics::{spawn_aggregator_live, AggregatorConfig, AggregatorHandle, Recorder};
+use crate::metrics::{AggregatorConfig, AggregatorHandle, Recorder};
 pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
 
@@ -78,6 +78,18 @@ impl RunOutput {
         anchor_wall: SystemTime,
         endpoints: usize,
     ) -> anyhow::Result<(Recorder, AggregatorHandle)> {
+        self.start_watched(anchor, anchor_wall, endpoints, None)
+    }
+
+    /// [`Self::start_over`], the aggregator also feeding `progress` (its line's latency
+    /// and lag then come from the samples the results and the metrics hold).
+    pub(crate) fn start_watched(
+        &self,
+        anchor: Instant,
+        anchor_wall: SystemTime,
+        endpoints: usize,
+        progress: Option<std::sync::Arc<crate::progress::Progress>>,
+    ) -> anyhow::Result<(Recorder, AggregatorHandle)> {
         let sink = match &self.dir {
             Some(dir) => {
                 prepare_output_dir(dir)?;
@@ -97,10 +109,11 @@ impl RunOutput {
             interval: self.interval,
             anchor,
         };
-        Ok(spawn_aggregator_live(
+        Ok(crate::metrics::aggregator::spawn_aggregator_watched(
             config,
             sink,
             self.live.as_ref().map(|l| std::sync::Arc::clone(&l.0)),
+            progress,
         ))
     }
 }

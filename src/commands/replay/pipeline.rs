@@ -128,7 +128,12 @@ pub(super) async fn run_phase(
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
     // Intervals are aligned to the anchor, the same instant on every host.
-    let (recorder, aggregator) = output.start_over(anchor, anchor_wall, connections.len())?;
+    let (recorder, aggregator) = output.start_watched(
+        anchor,
+        anchor_wall,
+        connections.len(),
+        Some(Arc::clone(&progress)),
+    )?;
     let clients = clients_for(connections, &recorder);
     let targets = targets_for(context, &clients, anchor, anchor_wall);
     wait_for_anchor(anchor, PRECISE_TIMER, shutdown.token()).await;
