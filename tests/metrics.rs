@@ -14,13 +14,15 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, run_bin, summary_json, Registry};
 
-struct Prometheus {
+/// A server the test started (Prometheus, a Pushgateway), with its data directory; killed
+/// when dropped.
+struct Daemon {
     child: Child,
     url: String,
     _dir: tempfile::TempDir,
 }
 
-impl Drop for Prometheus {
+impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -43,7 +45,7 @@ fn http_get(url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn start_prometheus(target_port: u16) -> Option<Prometheus> {
+fn start_prometheus(target_port: u16) -> Option<Daemon> {
     let Some(bin) = prometheus_binary() else {
         assert!(
             std::env::var("CREB_REQUIRE_PROMETHEUS").map_or(true, |v| v != "1"),
@@ -79,7 +81,7 @@ fn start_prometheus(target_port: u16) -> Option<Prometheus> {
         assert!(Instant::now() < deadline, "prometheus did not get ready");
         std::thread::sleep(Duration::from_millis(200));
     }
-    Some(Prometheus {
+    Some(Daemon {
         child,
         url,
         _dir: dir,
@@ -198,20 +200,7 @@ fn prometheus_scrapes_the_exact_counts_of_the_summary() {
     assert!(lag.contains("\"value\""), "{lag}");
 }
 
-struct Pushgateway {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Pushgateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_pushgateway() -> Option<Pushgateway> {
+fn start_pushgateway() -> Option<Daemon> {
     let bin = "/usr/bin/prometheus-pushgateway";
     if !Path::new(bin).is_file() {
         assert!(
@@ -243,7 +232,7 @@ fn start_pushgateway() -> Option<Pushgateway> {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    Some(Pushgateway {
+    Some(Daemon {
         child,
         url,
         _dir: dir,

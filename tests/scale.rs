@@ -217,21 +217,24 @@ fn the_digest_cache_is_reused_and_found_stale() {
 #[test]
 fn check_space_refuses_a_prewarm_larger_than_the_free_space() {
     let registry = Registry::start();
+    let prewarm = |dir: &str| {
+        run_bin(
+            &[
+                "replay",
+                TRACE,
+                "--registry",
+                &registry.url,
+                "--phase",
+                "prewarm",
+                "--check-space",
+                dir,
+            ],
+            None,
+            &[],
+        )
+    };
     // procfs has no free space at all.
-    let r = run_bin(
-        &[
-            "replay",
-            TRACE,
-            "--registry",
-            &registry.url,
-            "--phase",
-            "prewarm",
-            "--check-space",
-            "/proc",
-        ],
-        None,
-        &[],
-    );
+    let r = prewarm("/proc");
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
         r.stderr.contains("has 0 B free (--check-space)") && r.stderr.contains("--size-scale"),
@@ -240,20 +243,7 @@ fn check_space_refuses_a_prewarm_larger_than_the_free_space() {
     );
     // With room, it says the figure and goes on.
     let scratch = tempfile::tempdir().unwrap();
-    let r = run_bin(
-        &[
-            "replay",
-            TRACE,
-            "--registry",
-            &registry.url,
-            "--phase",
-            "prewarm",
-            "--check-space",
-            scratch.path().to_str().unwrap(),
-        ],
-        None,
-        &[],
-    );
+    let r = prewarm(scratch.path().to_str().unwrap());
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("the prewarm pushes"), "{}", r.stderr);
 }

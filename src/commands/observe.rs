@@ -221,10 +221,10 @@ impl RegistryWatch {
                 (Ok(b), Ok(a)) => (exposition::delta(&b, &a), None),
                 (Err(e), _) | (_, Err(e)) => (Series::new(), Some(e)),
             };
-            let registry_requests = error.is_none().then(|| exposition::requests(&delta));
-            let registry_requests = registry_requests.flatten();
-            let registry_mean_duration_s = exposition::duration(&delta)
-                .and_then(|(s, c)| mean(Some(s), Some(c)).filter(|_| error.is_none()));
+            // Both `None` when the endpoint could not be read (`delta` is then empty).
+            let registry_requests = exposition::requests(&delta);
+            let registry_mean_duration_s =
+                exposition::duration(&delta).and_then(|(s, c)| mean(Some(s), Some(c)));
             let url = w.url;
             if !quiet {
                 match (&error, registry_requests) {

@@ -341,13 +341,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let mut output = run_output(&args.output);
     let observation = super::observe::start(
         &args.output,
-        RunInfoLabels {
-            command: "pull".into(),
-            mode: "pull".into(),
-            seed: "-".to_owned(),
-            shard: "0/1".into(),
-            cell: String::new(),
-        },
+        RunInfoLabels::new("pull", "pull", None, 0, 1),
         &cfg.registry,
         0,
         &mut output,

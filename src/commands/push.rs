@@ -453,13 +453,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let mut output = run_output(&args.output);
     let observation = super::observe::start(
         &args.output,
-        RunInfoLabels {
-            command: "push".into(),
-            mode: "push".into(),
-            seed: cfg.seed.to_string(),
-            shard: "0/1".into(),
-            cell: String::new(),
-        },
+        RunInfoLabels::new("push", "push", Some(cfg.seed), 0, 1),
         &cfg.registry,
         0,
         &mut output,

@@ -132,6 +132,7 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         sizes,
         ..ContentOptions::default()
     };
+    // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
     let mut catalog = Catalog::build(items, 60_000, content)?;
     catalog.names = reader.into_names();
     let blob_bytes: u64 = catalog

@@ -46,15 +46,22 @@ pub fn parse(text: &str) -> Series {
     out
 }
 
+/// What a cumulative value grew by from `before` to `after`: a value that went down belongs
+/// to a restarted registry, which counts from 0 again.
+pub fn growth(before: f64, after: f64) -> f64 {
+    if after >= before {
+        after - before
+    } else {
+        after
+    }
+}
+
 /// What each series grew by from `before` to `after` (a series new in `after` from 0; one
 /// that went down, a restarted registry, counts from 0 again).
 pub fn delta(before: &Series, after: &Series) -> Series {
     after
         .iter()
-        .map(|(k, v)| {
-            let b = before.get(k).copied().unwrap_or(0.0);
-            (k.clone(), if *v >= b { v - b } else { *v })
-        })
+        .map(|(k, v)| (k.clone(), growth(before.get(k).copied().unwrap_or(0.0), *v)))
         .filter(|(_, d)| *d != 0.0)
         .collect()
 }

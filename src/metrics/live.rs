@@ -116,6 +116,20 @@ pub struct RunInfoLabels {
     pub cell: String,
 }
 
+impl RunInfoLabels {
+    /// A run of `command` in `mode` with `seed` (`-` without one), shard `index` of `count`;
+    /// the cell is set by `creb-rs run`.
+    pub fn new(command: &str, mode: &str, seed: Option<u64>, index: u32, count: u32) -> Self {
+        RunInfoLabels {
+            command: command.to_owned(),
+            mode: mode.to_owned(),
+            seed: seed.map_or_else(|| "-".to_owned(), |s| s.to_string()),
+            shard: format!("{index}/{count}"),
+            cell: String::new(),
+        }
+    }
+}
+
 /// What an endpoint serves: the metrics of the run going on (under `creb-rs run`, of its
 /// current cell; each cell starts from zero, as a restarted process would), or nothing yet.
 #[derive(Debug, Default)]
@@ -360,13 +374,7 @@ mod tests {
     #[test]
     fn samples_become_the_documented_series() {
         let m = LiveMetrics::new(
-            RunInfoLabels {
-                command: "replay".into(),
-                mode: "delay".into(),
-                seed: "1".into(),
-                shard: "0/1".into(),
-                cell: String::new(),
-            },
+            RunInfoLabels::new("replay", "delay", Some(1), 0, 1),
             &["127.0.0.1:5000".to_string()],
         );
         m.observe(&sample(Op::BlobGet, Outcome::Ok, true), None);
@@ -409,13 +417,7 @@ mod tests {
     #[test]
     fn several_endpoints_are_labelled_by_name_and_the_rest_left_unlabelled() {
         let m = LiveMetrics::new(
-            RunInfoLabels {
-                command: "replay".into(),
-                mode: "stress".into(),
-                seed: "1".into(),
-                shard: "0/1".into(),
-                cell: String::new(),
-            },
+            RunInfoLabels::new("replay", "stress", Some(1), 0, 1),
             &["a:5000".to_string(), "b:5000".to_string()],
         );
         m.observe(&sample(Op::BlobGet, Outcome::Ok, false), Some(1));

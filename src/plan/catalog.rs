@@ -447,8 +447,7 @@ impl Catalog {
         let mut stats = DigestStats::default();
         let mut known: Vec<(Key, [u8; 32])> = Vec::new();
         if let Some(cache) = cache.as_deref_mut() {
-            let used: Vec<ContentSpec> = jobs.iter().map(|(_, spec)| *spec).collect();
-            if let Err(why) = cache.check(&used) {
+            if let Err(why) = cache.check(jobs.iter().map(|(_, spec)| spec)) {
                 stats.stale = Some(why);
             }
             let mut rest = Vec::with_capacity(jobs.len());

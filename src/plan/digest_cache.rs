@@ -91,15 +91,24 @@ impl DigestCache {
     }
 
     /// Recomputes the smallest [`SAMPLE`] entries among `used` that the cache holds; the
-    /// first that differs makes the cache stale: emptied and set aside.
-    pub fn check(&mut self, used: &[ContentSpec]) -> Result<(), String> {
-        let mut held: Vec<&ContentSpec> = used
-            .iter()
-            .filter(|s| self.entries.contains_key(*s))
-            .collect();
-        held.sort_by_key(|s| s.size());
-        held.dedup();
-        for spec in held.into_iter().take(SAMPLE) {
+    /// first that differs makes the cache stale: emptied and set aside. Keeps only the
+    /// sample, never a list of everything used.
+    pub fn check<'a>(
+        &mut self,
+        used: impl IntoIterator<Item = &'a ContentSpec>,
+    ) -> Result<(), String> {
+        let mut sample: Vec<&ContentSpec> = Vec::with_capacity(SAMPLE + 1);
+        for spec in used {
+            if !self.entries.contains_key(spec) || sample.contains(&spec) {
+                continue;
+            }
+            let at = sample.partition_point(|s| s.size() <= spec.size());
+            if at < SAMPLE {
+                sample.insert(at, spec);
+                sample.truncate(SAMPLE);
+            }
+        }
+        for spec in sample {
             if self.entries.get(spec) != Some(&spec.sha256()) {
                 let why = format!(
                     "stale: the digest it holds for a {} byte blob is not that blob's",

@@ -62,12 +62,7 @@ pub fn point(series: &Series, at_s: f64) -> RegistryPoint {
 }
 
 fn grew(before: Option<f64>, after: Option<f64>) -> Option<f64> {
-    match (before, after) {
-        // A counter that went down: the registry restarted, and counts from 0 again.
-        (Some(b), Some(a)) => Some(if a >= b { a - b } else { a }),
-        (None, a) => a,
-        _ => None,
-    }
+    Some(exposition::growth(before.unwrap_or(0.0), after?))
 }
 
 pub fn mean(sum: Option<f64>, count: Option<f64>) -> Option<f64> {

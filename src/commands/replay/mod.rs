@@ -527,13 +527,13 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let input = TraceInput::resolve(&cfg.traces)?;
     let observation = crate::commands::observe::start(
         &args.output,
-        RunInfoLabels {
-            command: "replay".into(),
-            mode: cfg.mode.name().into(),
-            seed: cfg.seed.to_string(),
-            shard: format!("{}/{}", cfg.plan.shard.index, cfg.plan.shard.count),
-            cell: String::new(),
-        },
+        RunInfoLabels::new(
+            "replay",
+            cfg.mode.name(),
+            Some(cfg.seed),
+            cfg.plan.shard.index,
+            cfg.plan.shard.count,
+        ),
         &cfg.registry,
         cfg.plan.shard.index,
         &mut output,
