@@ -82,14 +82,15 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
         .expect("valid trace");
     assert_eq!(items.len() as u64, RECORDS);
     // As `build_catalog` in src/commands/replay/catalog.rs.
+    let mut names = reader.into_names();
+    names.freeze();
     let mut catalog = Catalog::build(
         items.iter().copied().map(Ok),
         SESSION_GAP_MS,
         ContentOptions::default(),
     )
-    .expect("catalog");
-    catalog.names = reader.into_names();
-    catalog.names.freeze();
+    .expect("catalog")
+    .seal(names);
     catalog.compute_digests(available_cores());
     // The spool replay writes in pass 1: its size per record (docs/benchmarks.md).
     let mut spool = SpoolWriter::new();
@@ -155,6 +156,7 @@ fn planning(c: &mut Criterion) {
                     ContentOptions::default(),
                 )
                 .expect("catalog")
+                .seal(p.catalog.names.clone())
             })
         });
         group.bench_function(BenchmarkId::new("planner_100k", profile.as_str()), |b| {
@@ -172,11 +174,9 @@ fn planning(c: &mut Criterion) {
     group.bench_function("catalog_100k_from_file/dal", |b| {
         b.iter(|| {
             let mut reader = reader(&dal.path, Interner::default());
-            let mut catalog =
-                Catalog::build(&mut reader, SESSION_GAP_MS, ContentOptions::default())
-                    .expect("catalog");
-            catalog.names = reader.into_names();
-            catalog
+            Catalog::build(&mut reader, SESSION_GAP_MS, ContentOptions::default())
+                .expect("catalog")
+                .seal(reader.into_names())
         })
     });
     group.bench_function("planner_100k_from_file/dal", |b| {
@@ -193,9 +193,12 @@ fn planning(c: &mut Criterion) {
             let mut reader = reader(&dal.path, Interner::default());
             let mut spool = SpoolWriter::new();
             let items = (&mut reader).inspect(|item| spool.push(item.as_ref().expect("valid")));
-            let catalog =
+            let draft =
                 Catalog::build(items, SESSION_GAP_MS, ContentOptions::default()).expect("catalog");
-            (catalog, spool.finish().expect("spool"))
+            (
+                draft.seal(reader.into_names()),
+                spool.finish().expect("spool"),
+            )
         })
     });
     group.bench_function("planner_100k_from_spool/dal", |b| {

@@ -25,7 +25,7 @@ use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
 use creb::plan::catalog::{Catalog, ContentOptions, SizeScale};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
-use creb::trace::{Interner, ReadOptions, TraceInput, TraceReader};
+use creb::trace::{Interner, ReadOptions, SpoolWriter, TraceInput, TraceReader};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -65,31 +65,52 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         sizes: SizeScale::new(scale, None)?,
         ..ContentOptions::default()
     };
-    // As `replay` does it: pass 1 builds the catalog, pass 2 streams the trace again.
+    // As `replay` does it: pass 1 builds the catalog and spools the items, pass 2 streams
+    // them from the spool (so the names need no lookup index).
     let started = Instant::now();
     let mut reader = TraceReader::open(&input, ReadOptions::default(), Interner::default())?;
-    let mut catalog = Catalog::build(reader.by_ref(), 60_000, content)?;
-    catalog.names = reader.into_names();
-    catalog.names.freeze();
+    let mut spool = SpoolWriter::new();
+    let items = reader.by_ref().inspect(|item| {
+        if let Ok(item) = item {
+            spool.push(item);
+        }
+    });
+    let draft = Catalog::build(items, 60_000, content)?;
+    let drafted = live_mb();
+    let mut names = reader.into_names();
+    names.drop_index();
+    let mut catalog = draft.seal(names);
     let pass1 = started.elapsed().as_secs_f64();
-    catalog.compute_digests(available_cores());
-    let objects = catalog.blobs.len() + catalog.manifests.len() + catalog.uploads.len();
+    let digests = catalog.compute_digests(available_cores());
+    let spool = spool.finish()?;
+    let objects = catalog.blobs.len() + catalog.manifests.len() + catalog.uploads().len();
     println!(
         "catalog: {} records in {pass1:.1}s ({:.0} records/s); live heap {:.2} MB for {objects} \
-         objects ({} blobs, {} manifests, {} uploads: {:.0} bytes each), of which {} distinct \
-         names {:.2} MB",
+         objects ({} blobs, {} manifests, {} uploads, {} pushes: {:.0} bytes each), of which \
+         {} distinct names {:.2} MB; {} digests kept, {} computed when used; peak live heap \
+         {:.2} MB (drafted {drafted:.2} MB)",
         catalog.items,
         catalog.items as f64 / pass1,
         live_mb(),
         catalog.blobs.len(),
         catalog.manifests.len(),
-        catalog.uploads.len(),
+        catalog.uploads().len(),
+        catalog.pushes().len(),
         live_mb() * 1e6 / objects.max(1) as f64,
         catalog.names.len(),
-        catalog.names.heap_bytes() as f64 / 1e6
+        catalog.names.heap_bytes() as f64 / 1e6,
+        digests.computed,
+        digests.on_use,
+        counting_alloc::peak() as f64 / 1e6,
     );
+    let parts: Vec<String> = catalog
+        .heap_parts()
+        .iter()
+        .map(|(part, bytes)| format!("{part} {:.2} MB", *bytes as f64 / 1e6))
+        .collect();
+    println!("catalog parts: {}", parts.join(", "));
     let planning = Instant::now();
-    let reader = TraceReader::open(&input, ReadOptions::default(), catalog.names.clone())?;
+    let reader = spool.into_items();
     let options = PlanOptions {
         shard: ShardSpec::ALL,
         shard_by: ShardBy::Client,

@@ -133,22 +133,21 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         ..ContentOptions::default()
     };
     // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
-    let mut catalog = Catalog::build(items, 60_000, content)?;
-    catalog.names = reader.into_names();
+    let catalog = Catalog::build(items, 60_000, content)?.seal(reader.into_names());
     let blob_bytes: u64 = catalog
         .blobs
         .keys()
         .map(|d| catalog.blob_content(*d).size())
         .sum();
     let upload_bytes: u64 = catalog
-        .uploads
-        .keys()
-        .map(|h| catalog.upload_content(*h).size())
+        .uploads()
+        .map(|(h, _)| catalog.upload_content(h).size())
         .sum();
     let read_bytes = gets
         .iter()
         .map(|(d, n)| n * catalog.blob_content(*d).size())
         .sum();
+    let uploads = catalog.uploads().len();
     Ok(Capacity {
         size_scale: sizes.factor(),
         max_object_size: sizes.max,
@@ -156,7 +155,7 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         blob_bytes,
         prewarm_pushes: catalog.blob_reads.len(),
         prewarm_bytes: catalog.prewarm_bytes(),
-        uploads: catalog.uploads.len(),
+        uploads,
         upload_bytes,
         read_bytes,
         storage_bytes: blob_bytes + upload_bytes,

@@ -23,57 +23,144 @@ use crate::digest::Digest;
 use crate::fast_hash::FastHashMap;
 use crate::trace::{Interner, Item, Method, Record, Sym, Target, TraceError};
 
+/// A record's position packed into one word: the file in the top 24 bits, the record
+/// number (1-based per file) in the low 40. A catalog key costs 8 bytes instead of 16.
+pub fn position_key(pos: Position) -> u64 {
+    (u64::from(pos.0) << 40) | (pos.1 & ((1 << 40) - 1))
+}
+
+fn key_position(key: u64) -> Position {
+    ((key >> 40) as u32, key & ((1 << 40) - 1))
+}
+
+/// A 64-bit identity for generated content, from the trace facts that make it unique
+/// (SHA-256, truncated): what a catalog keeps instead of the facts themselves.
+fn identity_of(text: std::fmt::Arguments) -> u64 {
+    use sha2::Digest as _;
+    let out = sha2::Sha256::digest(text.to_string().as_bytes());
+    u64::from_le_bytes(out[..8].try_into().unwrap_or_default())
+}
+
+/// Content up to this size has its digest computed when it is used rather than kept: the
+/// content is generated and hashed again in about a microsecond, where keeping the digest
+/// costs 40 bytes for every such object of the trace (tens of MB at IBM scale, where
+/// `--size-scale` makes most content this small).
+pub const KEEP_DIGEST_ABOVE: u64 = 4096;
+
+/// A kept SHA-256 ([`KEEP_DIGEST_ABOVE`]): boxed, so an object without one costs 8 bytes.
+pub type KeptDigest = Option<Box<[u8; 32]>>;
+
 /// What the trace says about one upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UploadFacts {
-    /// Bytes sent by its PATCH and PUT records.
+    /// Bytes sent by its PATCH and PUT records; if none, the recorded size of the blob a
+    /// preceding HEAD 404 named (0: unknown).
     pub bytes: u64,
+    /// Identity of its content: the head record's client, repository, time and number.
+    pub identity: u64,
+    /// SHA-256 of the content it sends, when kept ([`Catalog::compute_digests`]).
+    pub sha256: KeptDigest,
     /// PATCH records (chunks).
     pub patches: u32,
     /// Records folded into the upload besides its head.
     pub members: u32,
-    /// The blob digest a preceding HEAD 404 named, if any.
-    pub digest: Option<Sym>,
-    /// Identity inputs: the head record's repository, client and time.
-    pub repo: Option<Sym>,
-    pub client: Option<Sym>,
-    pub time_ms: i64,
-    /// SHA-256 of the content it sends, once computed ([`Catalog::compute_digests`]).
-    pub sha256: Option<[u8; 32]>,
-    /// The manifest PUT whose push it belongs to, if one closed it: routing keeps an
-    /// upload with its manifest, whose node must hold every blob it references.
-    pub push: Option<Position>,
+    /// The manifest PUT whose push it belongs to, if one closed it (an index into
+    /// [`Catalog::pushes`]): routing keeps an upload with its manifest, whose node must
+    /// hold every blob it references.
+    push: u32,
+}
+
+/// No push (`UploadFacts::push`).
+const NO_PUSH: u32 = u32::MAX;
+
+impl UploadFacts {
+    /// The index in [`Catalog::pushes`] of the push it belongs to.
+    pub fn push(&self) -> Option<usize> {
+        (self.push != NO_PUSH).then_some(self.push as usize)
+    }
 }
 
 /// A blob the run reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BlobFacts {
     /// Largest `written` of its successful GETs (0 if only HEADs: size unknown).
     pub size: u64,
-    /// SHA-256 of its generated content, once computed ([`Catalog::compute_digests`]).
-    pub sha256: Option<[u8; 32]>,
+    /// SHA-256 of its generated content, when kept ([`Catalog::compute_digests`]).
+    pub sha256: KeptDigest,
+}
+
+/// A run of entries in one of the catalog's shared lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    first: u32,
+    len: u32,
+}
+
+impl Span {
+    fn of<T>(list: &[T], span: Span) -> &[T] {
+        let first = span.first as usize;
+        list.get(first..first + span.len as usize)
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `items` to `list`, returning where they are.
+    fn append<T>(list: &mut Vec<T>, items: impl IntoIterator<Item = T>) -> Span {
+        let first = list.len();
+        list.extend(items);
+        Span {
+            first: u32::try_from(first).unwrap_or(u32::MAX),
+            len: u32::try_from(list.len() - first).unwrap_or(0),
+        }
+    }
 }
 
 /// A manifest the run reads.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ManifestFacts {
     /// Largest `written` of its successful GETs (0 if only HEADs).
     pub size: u64,
-    /// Blobs pulled after it, in first-seen order.
-    pub layers: Vec<Sym>,
+    /// Blobs pulled after it, in first-seen order ([`Catalog::manifest_layers`]).
+    pub layers: Span,
 }
 
 /// A manifest PUT the run replays: what its generated manifest is made of.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushFacts {
     pub repo: Sym,
     pub reference: Sym,
-    pub client: Option<Sym>,
-    pub time_ms: i64,
-    pub number: u64,
+    /// Identity of its config: the record's client, repository, reference, time, number.
+    pub identity: u64,
     /// The manifest size the trace recorded.
     pub size: u64,
-    pub layers: Vec<PushedLayer>,
+    /// Its layers ([`Catalog::push_layers`]).
+    pub layers: Span,
+}
+
+/// A [`PushedLayer`] in one word: an upload's packed position, or a blob's symbol with the
+/// top bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedLayer(u64);
+
+const EXISTING: u64 = 1 << 63;
+
+impl PackedLayer {
+    fn pack(layer: &PushedLayer) -> PackedLayer {
+        match layer {
+            PushedLayer::Upload(head) => PackedLayer(position_key(*head)),
+            PushedLayer::Existing(d) => PackedLayer(EXISTING | u64::from(d.0)),
+        }
+    }
+
+    fn unpack(self) -> PushedLayer {
+        match self.0 & EXISTING {
+            0 => PushedLayer::Upload(key_position(self.0)),
+            _ => PushedLayer::Existing(Sym(self.0 as u32)),
+        }
+    }
 }
 
 /// How the sizes of generated blobs relate to the trace's (`--size-scale`,
@@ -170,6 +257,8 @@ pub struct DigestStats {
     pub bytes_hashed: u64,
     /// Threads that hashed.
     pub threads: usize,
+    /// Digests of content up to [`KEEP_DIGEST_ABOVE`], left to compute when used.
+    pub on_use: usize,
     /// Why the cache was found stale, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale: Option<String>,
@@ -194,61 +283,137 @@ pub struct Catalog {
     pub blob_reads: Box<[(Sym, Sym)]>,
     /// (repository, reference) of every manifest read.
     pub manifests: SortedMap<(Sym, Sym), ManifestFacts>,
-    /// Every upload, by the position of its head record.
-    pub uploads: SortedMap<Position, UploadFacts>,
+    /// The layers of every manifest read, back to back ([`Catalog::manifest_layers`]).
+    manifest_layers: Box<[Sym]>,
+    /// Every upload, by the packed position of its head record ([`position_key`]).
+    uploads: SortedMap<u64, UploadFacts>,
     /// Repositories that get a filler layer: a manifest PUT with no layer seen, or a
     /// manifest read that references no pulled blob.
     pub filler_repos: BTreeSet<Sym>,
-    /// Every manifest PUT of the trace, by position: prewarm pushes their config blobs.
-    pub pushes: SortedMap<Position, PushFacts>,
-    /// SHA-256 of each repository's filler layer.
+    /// Every manifest PUT of the trace, by packed position: prewarm pushes their configs.
+    pushes: SortedMap<u64, PushFacts>,
+    /// The layers of every push, back to back ([`Catalog::push_layers`]).
+    push_layers: Box<[PackedLayer]>,
+    /// SHA-256 of each repository's filler layer, when kept.
     pub filler_digests: HashMap<Sym, [u8; 32]>,
     content: ContentOptions,
 }
 
-/// The catalog while pass 1 reads the trace: maps that take inserts, sealed into the
-/// catalog's sorted vectors at the end.
+/// A manifest read while pass 1 runs: its layers in a vector of their own until sealed.
 #[derive(Default)]
-struct Draft {
+struct DraftManifest {
+    size: u64,
+    layers: Vec<Sym>,
+}
+
+/// "No symbol" in the draft's packed fields.
+const NO_SYM: u32 = u32::MAX;
+
+fn pack_sym(sym: Option<Sym>) -> u32 {
+    sym.map_or(NO_SYM, |s| s.0)
+}
+
+/// An upload while pass 1 runs: its facts, and what its identity and size are made of
+/// once the names are known (its `facts.identity` holds the head's time until then).
+struct DraftUpload {
+    key: u64,
+    facts: UploadFacts,
+    client: u32,
+    repo: u32,
+    /// The digest a HEAD 404 named for it.
+    named: u32,
+}
+
+/// A push while pass 1 runs (its `facts.identity` holds the record's time until sealed).
+struct DraftPush {
+    key: u64,
+    facts: PushFacts,
+    client: u32,
+}
+
+/// The catalog while pass 1 reads the trace: maps that take inserts, sealed into the
+/// catalog's sorted vectors by [`Draft::seal`] once the trace's names are known.
+#[derive(Default)]
+pub struct Draft {
+    origin_ms: Option<i64>,
+    end_ms: i64,
+    items: u64,
+    content: ContentOptions,
     blob_sizes: FastHashMap<Sym, u64>,
     blob_reads: BTreeSet<(Sym, Sym)>,
-    manifests: FastHashMap<(Sym, Sym), ManifestFacts>,
-    uploads: FastHashMap<Position, UploadFacts>,
+    manifests: FastHashMap<(Sym, Sym), DraftManifest>,
+    /// Uploads in trace order.
+    uploads: Vec<DraftUpload>,
+    /// Uploads whose members may still come: packed head position → index in `uploads`
+    /// and the time of its latest record. Bounded as the linker's open uploads are.
+    open_uploads: FastHashMap<u64, (u32, i64)>,
     filler_repos: BTreeSet<Sym>,
-    pushes: Vec<(Position, PushFacts)>,
+    pushes: Vec<DraftPush>,
+    push_layers: Vec<PackedLayer>,
+}
+
+impl std::fmt::Debug for Draft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Draft")
+            .field("items", &self.items)
+            .field("blobs", &self.blob_sizes.len())
+            .field("manifests", &self.manifests.len())
+            .field("uploads", &self.uploads.len())
+            .field("pushes", &self.pushes.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Catalog {
-    /// Reads the whole trace once. `gap_ms` is the session gap of the linker.
-    pub fn build<I>(items: I, gap_ms: i64, content: ContentOptions) -> Result<Catalog, TraceError>
+    /// Reads the whole trace once (`gap_ms` is the session gap of the linker); the draft
+    /// is sealed with the names the reader interned:
+    /// `Catalog::build(reader.by_ref(), …)?.seal(reader.into_names())`.
+    pub fn build<I>(items: I, gap_ms: i64, content: ContentOptions) -> Result<Draft, TraceError>
     where
         I: Iterator<Item = Result<Item, TraceError>>,
     {
-        let mut catalog = Catalog {
+        let mut draft = Draft {
             content,
-            ..Catalog::default()
+            ..Draft::default()
         };
-        let mut draft = Draft::default();
         let mut linker = SessionLinker::new(gap_ms);
         for item in items {
             let item = item?;
-            catalog.items += 1;
+            draft.items += 1;
             if let Item::Record(record) = item {
-                catalog.origin_ms.get_or_insert(record.time_ms);
-                catalog.end_ms = catalog.end_ms.max(record.time_ms);
+                draft.origin_ms.get_or_insert(record.time_ms);
+                draft.end_ms = draft.end_ms.max(record.time_ms);
                 let role = linker.role(&record);
-                draft.learn(&record, &role, &mut linker);
+                draft.learn(&record, &role, &mut linker, gap_ms);
             }
         }
+        Ok(draft)
+    }
+}
+
+impl Draft {
+    /// The catalog: every fact in sorted vectors, identities computed from `names`.
+    pub fn seal(self, names: Interner) -> Catalog {
         let Draft {
+            origin_ms,
+            end_ms,
+            items,
+            content,
             blob_sizes,
             blob_reads,
             manifests,
             uploads,
+            open_uploads,
             mut filler_repos,
             pushes,
-        } = draft;
-        catalog.blobs = blob_reads
+            push_layers,
+        } = self;
+        drop(open_uploads);
+        let name = |sym: u32| match sym {
+            NO_SYM => "",
+            s => names.resolve(Sym(s)),
+        };
+        let blobs: SortedMap<Sym, BlobFacts> = blob_reads
             .iter()
             .map(|(_, digest)| {
                 let size = blob_sizes.get(digest).copied().unwrap_or(0);
@@ -256,66 +421,136 @@ impl Catalog {
             })
             .collect();
         drop(blob_sizes);
-        catalog.blob_reads = blob_reads.into_iter().collect();
-        catalog.manifests = manifests
+        let blob_reads = blob_reads.into_iter().collect();
+        let mut layers = Vec::new();
+        let manifests = manifests
             .into_iter()
-            .map(|(key, mut facts)| {
-                if facts.layers.is_empty() {
+            .map(|(key, m)| {
+                if m.layers.is_empty() {
                     filler_repos.insert(key.0);
                 }
-                facts.layers.shrink_to_fit();
+                let facts = ManifestFacts {
+                    size: m.size,
+                    layers: Span::append(&mut layers, m.layers),
+                };
                 (key, facts)
             })
             .collect();
-        let mut uploads = uploads;
-        for (position, push) in &pushes {
-            for layer in &push.layers {
-                if let PushedLayer::Upload(head) = layer {
-                    if let Some(u) = uploads.get_mut(head) {
-                        u.push = Some(*position);
+        let pushes: SortedMap<u64, PushFacts> = pushes
+            .into_iter()
+            .map(
+                |DraftPush {
+                     key,
+                     mut facts,
+                     client,
+                 }| {
+                    let (_, number) = key_position(key);
+                    facts.identity = identity_of(format_args!(
+                        "{}/{}/{}/{}/{number}",
+                        name(client),
+                        names.resolve(facts.repo),
+                        names.resolve(facts.reference),
+                        facts.identity as i64,
+                    ));
+                    (key, facts)
+                },
+            )
+            .collect();
+        let mut uploads: SortedMap<u64, UploadFacts> = uploads
+            .into_iter()
+            .map(|u| {
+                let DraftUpload {
+                    key,
+                    mut facts,
+                    client,
+                    repo,
+                    named,
+                } = u;
+                let (_, number) = key_position(key);
+                facts.identity = identity_of(format_args!(
+                    "{}/{}/{}/{number}",
+                    name(client),
+                    name(repo),
+                    facts.identity as i64
+                ));
+                // One that sent no bytes takes the size of the blob a HEAD 404 named.
+                if facts.bytes == 0 && named != NO_SYM {
+                    facts.bytes = blobs.get(&Sym(named)).map_or(0, |b| b.size);
+                }
+                (key, facts)
+            })
+            .collect();
+        for (i, (_, push)) in pushes.iter().enumerate() {
+            for layer in Span::of(&push_layers, push.layers) {
+                if let PushedLayer::Upload(head) = layer.unpack() {
+                    if let Some(u) = uploads.get_mut(&position_key(head)) {
+                        u.push = i as u32;
                     }
                 }
             }
         }
-        catalog.uploads = uploads.into_iter().collect();
-        catalog.filler_repos = filler_repos;
-        catalog.pushes = pushes.into_iter().collect();
-        Ok(catalog)
+        Catalog {
+            names,
+            origin_ms,
+            end_ms,
+            items,
+            blobs,
+            blob_reads,
+            manifests,
+            manifest_layers: layers.into_boxed_slice(),
+            uploads,
+            filler_repos,
+            pushes,
+            push_layers: push_layers.into_boxed_slice(),
+            filler_digests: HashMap::new(),
+            content,
+        }
     }
-}
 
-impl Draft {
-    fn learn(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker) {
+    fn learn(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker, gap_ms: i64) {
         let pos = (r.file, r.number);
         let ok = r.status > 0 && r.status < 400;
+        if self.items % 4096 == 0 {
+            // Uploads idle for a session gap get no more members (the linker forgets them).
+            self.open_uploads
+                .retain(|_, (_, last)| r.time_ms - *last <= gap_ms);
+        }
         match role {
             Role::UploadHead => {
                 let chunk = matches!(r.method, Method::Patch | Method::Put);
-                self.uploads.insert(
-                    pos,
-                    UploadFacts {
+                let key = position_key(pos);
+                let index = u32::try_from(self.uploads.len()).unwrap_or(u32::MAX);
+                self.open_uploads.insert(key, (index, r.time_ms));
+                self.uploads.push(DraftUpload {
+                    key,
+                    facts: UploadFacts {
                         bytes: if chunk { r.size } else { 0 },
+                        identity: r.time_ms as u64,
+                        sha256: None,
                         patches: u32::from(r.method == Method::Patch),
                         members: 0,
-                        digest: linker.take_upload_digest(pos),
-                        repo: r.target.repo(),
-                        client: r.client,
-                        time_ms: r.time_ms,
-                        sha256: None,
-                        push: None,
+                        push: NO_PUSH,
                     },
-                );
+                    client: pack_sym(r.client),
+                    repo: pack_sym(r.target.repo()),
+                    named: pack_sym(linker.take_upload_digest(pos)),
+                });
             }
             Role::UploadMember(head) => {
-                if let Some(f) = self.uploads.get_mut(head) {
-                    f.members += 1;
-                    match r.method {
-                        Method::Patch => {
-                            f.bytes += r.size;
-                            f.patches += 1;
+                if let Some((index, last)) = self.open_uploads.get_mut(&position_key(*head)) {
+                    *last = r.time_ms;
+                    if let Some(DraftUpload { facts: f, .. }) =
+                        self.uploads.get_mut(*index as usize)
+                    {
+                        f.members += 1;
+                        match r.method {
+                            Method::Patch => {
+                                f.bytes += r.size;
+                                f.patches += 1;
+                            }
+                            Method::Put => f.bytes += r.size,
+                            _ => {}
                         }
-                        Method::Put => f.bytes += r.size,
-                        _ => {}
                     }
                 }
             }
@@ -324,18 +559,19 @@ impl Draft {
                     if layers.is_empty() {
                         self.filler_repos.insert(repo);
                     }
-                    self.pushes.push((
-                        pos,
-                        PushFacts {
+                    let layers =
+                        Span::append(&mut self.push_layers, layers.iter().map(PackedLayer::pack));
+                    self.pushes.push(DraftPush {
+                        key: position_key(pos),
+                        facts: PushFacts {
                             repo,
                             reference,
-                            client: r.client,
-                            time_ms: r.time_ms,
-                            number: r.number,
+                            identity: r.time_ms as u64,
                             size: r.size,
-                            layers: layers.clone(),
+                            layers,
                         },
-                    ));
+                        client: pack_sym(r.client),
+                    });
                 }
             }
             _ => {}
@@ -370,6 +606,43 @@ impl Catalog {
         self.content
     }
 
+    /// The upload whose head record is at `head`.
+    pub fn upload(&self, head: Position) -> Option<&UploadFacts> {
+        self.uploads.get(&position_key(head))
+    }
+
+    /// Every upload, by its head's position.
+    pub fn uploads(&self) -> impl ExactSizeIterator<Item = (Position, &UploadFacts)> + '_ {
+        self.uploads.iter().map(|(k, u)| (key_position(*k), u))
+    }
+
+    /// The manifest PUT at `position`, and its index in [`Catalog::pushes`].
+    pub fn push(&self, position: Position) -> Option<&PushFacts> {
+        self.pushes.get(&position_key(position))
+    }
+
+    /// The push at `index` ([`UploadFacts::push`]).
+    pub fn push_at(&self, index: usize) -> Option<&PushFacts> {
+        self.pushes.value_at(index)
+    }
+
+    /// Every manifest PUT, by position.
+    pub fn pushes(&self) -> impl ExactSizeIterator<Item = (Position, &PushFacts)> + '_ {
+        self.pushes.iter().map(|(k, p)| (key_position(*k), p))
+    }
+
+    /// The layers of a push, as the trace shows them.
+    pub fn push_layers(&self, push: &PushFacts) -> impl ExactSizeIterator<Item = PushedLayer> + '_ {
+        Span::of(&self.push_layers, push.layers)
+            .iter()
+            .map(|l| l.unpack())
+    }
+
+    /// The blobs pulled after a manifest read.
+    pub fn manifest_layers(&self, manifest: &ManifestFacts) -> &[Sym] {
+        Span::of(&self.manifest_layers, manifest.layers)
+    }
+
     /// A trace blob's recorded size (scaled), or the size given to blobs of unknown size.
     fn known_blob_size(&self, digest: Sym) -> u64 {
         self.blobs
@@ -393,17 +666,13 @@ impl Catalog {
     /// The content an upload sends: unique to the upload (never content the registry
     /// already holds), of the size its records show.
     pub fn upload_content(&self, head: Position) -> ContentSpec {
-        let facts = self.uploads.get(&head).copied().unwrap_or_default();
-        let size = if facts.bytes > 0 {
-            self.content.sizes.apply(facts.bytes)
-        } else {
-            facts
-                .digest
-                .map_or(self.content.unknown_blob_size, |d| self.known_blob_size(d))
+        let facts = self.upload(head);
+        let (bytes, identity) = facts.map_or((0, 0), |f| (f.bytes, f.identity));
+        let size = match bytes {
+            0 => self.content.unknown_blob_size,
+            b => self.content.sizes.apply(b),
         };
-        let client = facts.client.map_or("", |c| self.names.resolve(c));
-        let repo = facts.repo.map_or("", |r| self.names.resolve(r));
-        let identity = format!("trace/upload/{client}/{repo}/{}/{}", facts.time_ms, head.1);
+        let identity = format!("trace/upload/{identity:016x}");
         ContentSpec::new(self.content.seed, identity.as_bytes(), size)
     }
 
@@ -417,7 +686,8 @@ impl Catalog {
         )
     }
 
-    /// Computes the digest of every piece of generated content, on `threads` threads.
+    /// Computes the digest of every piece of generated content larger than
+    /// [`KEEP_DIGEST_ABOVE`], on `threads` threads (smaller content is hashed when used).
     pub fn compute_digests(&mut self, threads: usize) -> DigestStats {
         self.compute_digests_with(threads, None)
     }
@@ -434,17 +704,21 @@ impl Catalog {
             Upload(Position),
             Filler(Sym),
         }
+        let mut stats = DigestStats::default();
         let mut jobs: Vec<(Key, ContentSpec)> = Vec::new();
+        let mut add = |key: Key, spec: ContentSpec| match spec.size() > KEEP_DIGEST_ABOVE {
+            true => jobs.push((key, spec)),
+            false => stats.on_use += 1,
+        };
         for d in self.blobs.keys() {
-            jobs.push((Key::Blob(*d), self.blob_content(*d)));
+            add(Key::Blob(*d), self.blob_content(*d));
         }
-        for head in self.uploads.keys() {
-            jobs.push((Key::Upload(*head), self.upload_content(*head)));
+        for (head, _) in self.uploads() {
+            add(Key::Upload(head), self.upload_content(head));
         }
         for repo in &self.filler_repos {
-            jobs.push((Key::Filler(*repo), self.filler_content(*repo)));
+            add(Key::Filler(*repo), self.filler_content(*repo));
         }
-        let mut stats = DigestStats::default();
         let mut known: Vec<(Key, [u8; 32])> = Vec::new();
         if let Some(cache) = cache.as_deref_mut() {
             if let Err(why) = cache.check(jobs.iter().map(|(_, spec)| spec)) {
@@ -502,12 +776,12 @@ impl Catalog {
             match key {
                 Key::Blob(d) => {
                     if let Some(blob) = self.blobs.get_mut(&d) {
-                        blob.sha256 = Some(digest);
+                        blob.sha256 = Some(Box::new(digest));
                     }
                 }
                 Key::Upload(p) => {
-                    if let Some(upload) = self.uploads.get_mut(&p) {
-                        upload.sha256 = Some(digest);
+                    if let Some(upload) = self.uploads.get_mut(&position_key(p)) {
+                        upload.sha256 = Some(Box::new(digest));
                     }
                 }
                 Key::Filler(r) => {
@@ -518,26 +792,24 @@ impl Catalog {
         stats
     }
 
-    /// The digest of a trace blob's content (computing it if it was not precomputed).
+    /// The digest of a trace blob's content (kept, or computed now).
     pub fn blob_digest(&self, digest: Sym) -> Digest {
         Digest::from_sha256(self.blob_sha256(digest))
     }
 
     /// [`Catalog::blob_digest`] as raw SHA-256 bytes.
     pub fn blob_sha256(&self, digest: Sym) -> [u8; 32] {
-        self.blobs
-            .get(&digest)
-            .and_then(|b| b.sha256)
-            .unwrap_or_else(|| self.blob_content(digest).sha256())
+        match self.blobs.get(&digest).and_then(|b| b.sha256.as_deref()) {
+            Some(sha) => *sha,
+            None => self.blob_content(digest).sha256(),
+        }
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
-        Digest::from_sha256(
-            self.uploads
-                .get(&head)
-                .and_then(|u| u.sha256)
-                .unwrap_or_else(|| self.upload_content(head).sha256()),
-        )
+        Digest::from_sha256(match self.upload(head).and_then(|u| u.sha256.as_deref()) {
+            Some(sha) => *sha,
+            None => self.upload_content(head).sha256(),
+        })
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
@@ -556,7 +828,45 @@ impl Catalog {
     pub fn prewarm_bytes(&self) -> u64 {
         self.blob_reads
             .iter()
-            .map(|(_, d)| self.blob_content(*d).size())
+            .map(|(_, d)| self.known_blob_size(*d))
             .sum()
+    }
+
+    /// Bytes the catalog holds, by part (names, blobs, manifests, uploads, pushes, the
+    /// rest), for the memory figures.
+    pub fn heap_parts(&self) -> Vec<(&'static str, usize)> {
+        use std::mem::size_of;
+        let kept = |k: &KeptDigest| k.as_ref().map_or(0, |_| 32);
+        vec![
+            ("names", self.names.heap_bytes()),
+            (
+                "blobs",
+                self.blobs.len() * size_of::<(Sym, BlobFacts)>()
+                    + self.blobs.values().map(|b| kept(&b.sha256)).sum::<usize>(),
+            ),
+            (
+                "blob reads",
+                self.blob_reads.len() * size_of::<(Sym, Sym)>(),
+            ),
+            (
+                "manifests",
+                self.manifests.len() * size_of::<((Sym, Sym), ManifestFacts)>()
+                    + self.manifest_layers.len() * size_of::<Sym>(),
+            ),
+            (
+                "uploads",
+                self.uploads.len() * size_of::<(u64, UploadFacts)>()
+                    + self
+                        .uploads
+                        .values()
+                        .map(|u| kept(&u.sha256))
+                        .sum::<usize>(),
+            ),
+            (
+                "pushes",
+                self.pushes.len() * size_of::<(u64, PushFacts)>()
+                    + self.push_layers.len() * size_of::<PackedLayer>(),
+            ),
+        ]
     }
 }

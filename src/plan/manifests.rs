@@ -108,15 +108,14 @@ pub fn push_recipe(
     facts: &catalog::PushFacts,
     format: ManifestFormat,
 ) -> ManifestRecipe {
-    let mut layers: Vec<(Digest, u64)> = facts
-        .layers
-        .iter()
+    let mut layers: Vec<(Digest, u64)> = catalog
+        .push_layers(facts)
         .map(|layer| match layer {
             PushedLayer::Upload(head) => (
-                catalog.upload_digest(*head),
-                catalog.upload_content(*head).size(),
+                catalog.upload_digest(head),
+                catalog.upload_content(head).size(),
             ),
-            PushedLayer::Existing(d) => (catalog.blob_digest(*d), catalog.blob_content(*d).size()),
+            PushedLayer::Existing(d) => (catalog.blob_digest(d), catalog.blob_content(d).size()),
         })
         .collect();
     if layers.is_empty() {
@@ -125,14 +124,7 @@ pub fn push_recipe(
             catalog.filler_content(facts.repo).size(),
         ));
     }
-    let client = facts.client.map_or("", |c| catalog.names.resolve(c));
-    let identity = format!(
-        "trace/push-config/{client}/{}/{}/{}/{}",
-        catalog.names.resolve(facts.repo),
-        catalog.names.resolve(facts.reference),
-        facts.time_ms,
-        facts.number
-    );
+    let identity = format!("trace/push-config/{:016x}", facts.identity);
     ManifestRecipe {
         format,
         identity,
@@ -146,7 +138,8 @@ pub fn read_manifest_layers(catalog: &Catalog, repo: Sym, reference: Sym) -> Vec
     let facts = catalog.manifests.get(&(repo, reference));
     let layers: Vec<(Digest, u64)> = facts
         .map(|m| {
-            m.layers
+            catalog
+                .manifest_layers(m)
                 .iter()
                 .map(|d| (catalog.blob_digest(*d), catalog.blob_content(*d).size()))
                 .collect()

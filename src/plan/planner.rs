@@ -207,17 +207,19 @@ where
                 None
             }
             (_, Target::UploadStart { repo } | Target::Upload { repo, .. }, Role::UploadHead) => {
-                let facts = catalog.uploads.get(&pos).copied().unwrap_or_default();
+                let (patches, members, push) = catalog
+                    .upload(pos)
+                    .map_or((0, 0, None), |f| (f.patches, f.members, f.push()));
                 let content = catalog.upload_content(pos);
                 let mode = match self.options.upload {
                     UploadPolicy::Monolithic => UploadMode::Monolithic,
                     UploadPolicy::Chunked { chunk_size } => UploadMode::Chunked { chunk_size },
-                    UploadPolicy::Trace if facts.patches > 0 => UploadMode::Chunked {
-                        chunk_size: content.size().div_ceil(u64::from(facts.patches)).max(1),
+                    UploadPolicy::Trace if patches > 0 => UploadMode::Chunked {
+                        chunk_size: content.size().div_ceil(u64::from(patches)).max(1),
                     },
                     UploadPolicy::Trace => UploadMode::Monolithic,
                 };
-                let push = facts.push.and_then(|p| catalog.pushes.get(&p)).map(|p| {
+                let push = push.and_then(|p| catalog.push_at(p)).map(|p| {
                     (
                         self.naming.repo(catalog, p.repo),
                         self.naming.tag(catalog, p.repo, p.reference),
@@ -230,10 +232,10 @@ where
                     mode,
                     push,
                 };
-                let op = self.op(record, action, facts.members, None);
+                let op = self.op(record, action, members, None);
                 self.upload_seq.insert(pos, (op.seq, record.time_ms));
-                if facts.members > 0 {
-                    self.pending_members.insert(pos, facts.members);
+                if members > 0 {
+                    self.pending_members.insert(pos, members);
                 }
                 Some(op)
             }
@@ -276,7 +278,7 @@ where
                         }
                     }
                 }
-                let recipe = match catalog.pushes.get(&pos) {
+                let recipe = match catalog.push(pos) {
                     Some(facts) => push_recipe(catalog, facts, format),
                     None => {
                         self.skip("unsupported");
@@ -439,9 +441,10 @@ mod tests {
         };
         let mut spool = SpoolWriter::new();
         let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
-        let mut cat = Catalog::build(items, 60_000, content).unwrap();
-        cat.names = reader.into_names();
-        cat.names.freeze();
+        let draft = Catalog::build(items, 60_000, content).unwrap();
+        let mut names = reader.into_names();
+        names.freeze();
+        let mut cat = draft.seal(names);
         cat.compute_digests(2);
         let spool = spool.finish().unwrap();
         assert_eq!(spool.len(), cat.items);
@@ -614,9 +617,8 @@ mod tests {
             let (cat, items, _) = plan_of(&synth, seed, options(ShardSpec::ALL, ShardBy::Client));
             let mut d: Vec<String> = cat
                 .blobs
-                .values()
-                .filter_map(|b| b.sha256)
-                .map(hex::encode)
+                .keys()
+                .map(|b| hex::encode(cat.blob_sha256(*b)))
                 .collect();
             d.sort();
             (d, items)

@@ -76,6 +76,11 @@ impl<K, V> SortedMap<K, V> {
     pub fn values(&self) -> impl ExactSizeIterator<Item = &V> + '_ {
         self.entries.iter().map(|(_, v)| v)
     }
+
+    /// The value of the `index`th entry in key order.
+    pub fn value_at(&self, index: usize) -> Option<&V> {
+        self.entries.get(index).map(|(_, v)| v)
+    }
 }
 
 /// Sorts the entries by key; of entries with equal keys the last one given is kept, as
@@ -85,15 +90,17 @@ impl<K: Ord, V> FromIterator<(K, V)> for SortedMap<K, V> {
         let mut entries: Vec<(K, V)> = iter.into_iter().collect();
         // Stable: equal keys keep the order given, so the last of each run is the latest.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut unique: Vec<(K, V)> = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match unique.last_mut() {
-                Some(last) if last.0 == entry.0 => *last = entry,
-                _ => unique.push(entry),
+        // In place (no second vector of a catalog's size): a later entry replaces the one
+        // kept before it.
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
+            same
+        });
         SortedMap {
-            entries: unique.into_boxed_slice(),
+            entries: entries.into_boxed_slice(),
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct Interner {
 
 impl Interner {
     pub fn intern(&mut self, s: &str) -> Sym {
+        if !self.base.indexed() {
+            self.index_base();
+        }
         let hash = self.hasher.hash_one(s);
         if let Some(i) = self.base.find(hash, s) {
             return Sym(i);
@@ -49,8 +52,12 @@ impl Interner {
 
     pub fn get(&self, s: &str) -> Option<Sym> {
         let hash = self.hasher.hash_one(s);
-        self.base
-            .find(hash, s)
+        let in_base = match self.base.indexed() {
+            true => self.base.find(hash, s),
+            // Without its index (see `drop_index`): a scan, for the rare lookup.
+            false => (0..self.base.len()).find(|&i| self.base.name(i) == s),
+        };
+        in_base
             .or_else(|| self.own.find(hash, s).map(|i| self.base.len() + i))
             .map(Sym)
     }
@@ -75,6 +82,28 @@ impl Interner {
             base.push(self.hasher.hash_one(name), name, &self.hasher);
         }
         base.shrink_to_fit(&self.hasher);
+    }
+
+    /// Drops the shared base's lookup index (about 10 bytes a name) once every name is in
+    /// it and the symbols only need resolving: a replay's second pass reads the spooled
+    /// items, which carry their symbols. Interning again rebuilds the index first (a copy of
+    /// the base if it is shared), so nothing is ever looked up wrong.
+    pub fn drop_index(&mut self) {
+        self.freeze();
+        let base = std::sync::Arc::make_mut(&mut self.base);
+        base.index = hashbrown::HashTable::new();
+    }
+
+    fn index_base(&mut self) {
+        let base = std::sync::Arc::make_mut(&mut self.base);
+        let hasher = &self.hasher;
+        let (bytes, ends) = (&base.bytes, &base.ends);
+        let mut index = hashbrown::HashTable::with_capacity(ends.len());
+        for i in 0..ends.len() as u32 {
+            let hash = hasher.hash_one(name_at(bytes, ends, i));
+            index.insert_unique(hash, i, |&j| hasher.hash_one(name_at(bytes, ends, j)));
+        }
+        base.index = index;
     }
 
     pub fn len(&self) -> usize {
@@ -126,6 +155,11 @@ impl NameTable {
 
     fn name(&self, i: u32) -> &str {
         name_at(&self.bytes, &self.ends, i)
+    }
+
+    /// False when the names are there without their index ([`Interner::drop_index`]).
+    fn indexed(&self) -> bool {
+        self.ends.is_empty() || !self.index.is_empty()
     }
 
     fn find(&self, hash: u64, s: &str) -> Option<u32> {
@@ -510,6 +544,27 @@ mod tests {
         copy.freeze();
         assert_eq!((copy.get("a"), copy.get("c")), (Some(a), Some(c)));
         assert_eq!(copy.resolve(Sym(99)), "");
+    }
+
+    #[test]
+    fn names_without_their_index_resolve_and_intern_the_same() {
+        let mut names = Interner::default();
+        let syms: Vec<Sym> = ["x", "y", "z"].iter().map(|s| names.intern(s)).collect();
+        let indexed = names.heap_bytes();
+        names.drop_index();
+        assert!(names.heap_bytes() < indexed, "the index is gone");
+        assert_eq!(names.resolve(syms[1]), "y");
+        assert_eq!(names.get("z"), Some(syms[2]), "found by a scan");
+        assert_eq!(names.get("w"), None);
+        let mut copy = names.clone();
+        assert_eq!(
+            copy.intern("x"),
+            syms[0],
+            "the index is rebuilt, not bypassed"
+        );
+        assert_eq!(copy.intern("w"), Sym(3));
+        assert_eq!(copy.get("y"), Some(syms[1]));
+        assert_eq!(names.resolve(syms[0]), "x", "the original is untouched");
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(super) async fn prepare(
     if !quiet {
         let d = &prep.digests;
         eprintln!(
-            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}{})",
+            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{})",
             catalog.items,
             (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
             catalog.blob_reads.len(),
@@ -66,6 +66,7 @@ pub(super) async fn prepare(
             ByteSize(d.bytes_hashed),
             d.threads,
             if d.threads == 1 { "" } else { "s" },
+            d.on_use,
             if cfg.digest_cache.is_some() {
                 format!(", {} from the cache", d.cached)
             } else {
@@ -99,10 +100,12 @@ async fn build_catalog(
                 w.push(item);
             }
         });
-        let mut catalog = Catalog::build(items, gap, content)?;
-        catalog.names = reader.into_names();
-        // The second pass shares these names instead of copying them.
-        catalog.names.freeze();
+        let draft = Catalog::build(items, gap, content)?;
+        let mut names = reader.into_names();
+        // The second pass reads the spooled items, which carry their symbols: the names
+        // need resolving only, not looking up (a reader of the trace rebuilds the index).
+        names.drop_index();
+        let mut catalog = draft.seal(names);
         let read_s = started.elapsed().as_secs_f64();
         let mut cache = cache_path.as_deref().map(DigestCache::load);
         if let (Some(c), Some(path)) = (&cache, &cache_path) {

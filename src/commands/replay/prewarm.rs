@@ -157,14 +157,14 @@ impl PrewarmJobs {
         // A manifest the run pushes lands where routing sends its PUT, with the uploads of
         // its push (`Action::BlobUpload::push`); everything else it references must be there
         // already: its config, the layers it found present, or its repository's filler.
-        for (&position, facts) in &catalog.pushes {
+        for (position, facts) in catalog.pushes() {
             let name = naming.repo(catalog, facts.repo);
             let tag = naming.tag(catalog, facts.repo, facts.reference);
             let config = push_manifest(catalog, facts, format).config_bytes;
             let mut needs = vec![(Sha256Sum::of(&config).0, Origin::PushConfig(position))];
-            for layer in &facts.layers {
+            for layer in catalog.push_layers(facts) {
                 if let PushedLayer::Existing(d) = layer {
-                    needs.push((catalog.blob_sha256(*d), Origin::Read(*d)));
+                    needs.push((catalog.blob_sha256(d), Origin::Read(d)));
                 }
             }
             if facts.layers.is_empty() {
@@ -201,8 +201,8 @@ impl PrewarmJobs {
             let mut needs: Vec<([u8; 32], Origin)> = if facts.layers.is_empty() {
                 vec![(catalog.filler_sha256(repo_sym), Origin::Filler(repo_sym))]
             } else {
-                facts
-                    .layers
+                catalog
+                    .manifest_layers(facts)
                     .iter()
                     .map(|&d| (catalog.blob_sha256(d), Origin::Read(d)))
                     .collect()
@@ -282,8 +282,7 @@ fn blob_source(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> Blo
         Origin::Filler(repo) => BlobSource::Content(catalog.filler_content(repo)),
         Origin::PushConfig(position) => BlobSource::Bytes(
             catalog
-                .pushes
-                .get(&position)
+                .push(position)
                 .map(|facts| push_manifest(catalog, facts, format).config_bytes)
                 .unwrap_or_default(),
         ),
@@ -695,8 +694,9 @@ mod tests {
         let input = TraceInput::resolve(&[path]).unwrap();
         let mut reader =
             TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
-        let mut catalog = Catalog::build(&mut reader, 60_000, ContentOptions::default()).unwrap();
-        catalog.names = reader.into_names();
+        let mut catalog = Catalog::build(&mut reader, 60_000, ContentOptions::default())
+            .unwrap()
+            .seal(reader.into_names());
         catalog.compute_digests(1);
         catalog
     }

@@ -74,9 +74,8 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
     // A manifest the trace also pushes may hold the run's own content from an earlier run:
     // only those nobody but prewarm writes say what prewarm did.
     let pushed: std::collections::HashSet<_> = catalog
-        .pushes
-        .values()
-        .map(|p| (p.repo, p.reference))
+        .pushes()
+        .map(|(_, p)| (p.repo, p.reference))
         .collect();
     let manifests: Vec<_> = catalog
         .manifests
