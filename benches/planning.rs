@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
-use creb::plan::catalog::{Catalog, ContentOptions};
+use creb::plan::catalog::{Catalog, ContentOptions, Keep};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use creb::trace::synth::{Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use creb::trace::write::write_file_iter;
@@ -90,7 +90,7 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
         ContentOptions::default(),
     )
     .expect("catalog")
-    .seal(names);
+    .seal(names, Keep::Prewarm);
     catalog.compute_digests(available_cores());
     // The spool replay writes in pass 1: its size per record (docs/benchmarks.md).
     let mut spool = SpoolWriter::new();
@@ -156,7 +156,7 @@ fn planning(c: &mut Criterion) {
                     ContentOptions::default(),
                 )
                 .expect("catalog")
-                .seal(p.catalog.names.clone())
+                .seal(p.catalog.names.clone(), Keep::Prewarm)
             })
         });
         group.bench_function(BenchmarkId::new("planner_100k", profile.as_str()), |b| {
@@ -176,7 +176,7 @@ fn planning(c: &mut Criterion) {
             let mut reader = reader(&dal.path, Interner::default());
             Catalog::build(&mut reader, SESSION_GAP_MS, ContentOptions::default())
                 .expect("catalog")
-                .seal(reader.into_names())
+                .seal(reader.into_names(), Keep::Prewarm)
         })
     });
     group.bench_function("planner_100k_from_file/dal", |b| {
@@ -196,7 +196,7 @@ fn planning(c: &mut Criterion) {
             let draft =
                 Catalog::build(items, SESSION_GAP_MS, ContentOptions::default()).expect("catalog");
             (
-                draft.seal(reader.into_names()),
+                draft.seal(reader.into_names(), Keep::Prewarm),
                 spool.finish().expect("spool"),
             )
         })

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
-use creb::plan::catalog::{Catalog, ContentOptions, SizeScale};
+use creb::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use creb::trace::{Interner, ReadOptions, SpoolWriter, TraceInput, TraceReader};
 
@@ -76,10 +76,13 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     let draft = Catalog::build(items, 60_000, content)?;
-    let drafted = live_mb();
+    let (drafted, drafting_peak) = (live_mb(), counting_alloc::peak() as f64 / 1e6);
     let mut names = reader.into_names();
+    let names_mb = names.heap_bytes() as f64 / 1e6;
     names.drop_index();
-    let mut catalog = draft.seal(names);
+    counting_alloc::reset_peak();
+    let mut catalog = draft.seal(names, Keep::Run);
+    let sealing_peak = counting_alloc::peak() as f64 / 1e6;
     let pass1 = started.elapsed().as_secs_f64();
     let digests = catalog.compute_digests(available_cores());
     let spool = spool.finish()?;
@@ -87,8 +90,9 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "catalog: {} records in {pass1:.1}s ({:.0} records/s); live heap {:.2} MB for {objects} \
          objects ({} blobs, {} manifests, {} uploads, {} pushes: {:.0} bytes each), of which \
-         {} distinct names {:.2} MB; {} digests kept, {} computed when used; peak live heap \
-         {:.2} MB (drafted {drafted:.2} MB)",
+         {} distinct names {:.2} MB; {} digests kept, {} computed when used; pass 1: live \
+         heap {drafted:.2} MB at its end (names {names_mb:.2} MB with their index), peak \
+         {drafting_peak:.2} MB while reading, {sealing_peak:.2} MB while sealing",
         catalog.items,
         catalog.items as f64 / pass1,
         live_mb(),
@@ -101,7 +105,6 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         catalog.names.heap_bytes() as f64 / 1e6,
         digests.computed,
         digests.on_use,
-        counting_alloc::peak() as f64 / 1e6,
     );
     let parts: Vec<String> = catalog
         .heap_parts()

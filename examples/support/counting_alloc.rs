@@ -22,6 +22,12 @@ pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }
 
+/// Starts measuring [`peak`] again from the bytes live now.
+#[allow(dead_code)]
+pub fn reset_peak() {
+    PEAK.store(live(), Ordering::Relaxed);
+}
+
 /// Allocations so far.
 #[allow(dead_code)]
 pub fn allocations() -> u64 {

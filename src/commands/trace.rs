@@ -113,7 +113,7 @@ pub struct Capacity {
 }
 
 fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
-    use crate::plan::catalog::{Catalog, ContentOptions, SizeScale};
+    use crate::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
     use crate::trace::{Interner, Item, Method, Target, TraceReader};
     let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
         .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
@@ -133,7 +133,7 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         ..ContentOptions::default()
     };
     // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
-    let catalog = Catalog::build(items, 60_000, content)?.seal(reader.into_names());
+    let catalog = Catalog::build(items, 60_000, content)?.seal(reader.into_names(), Keep::Prewarm);
     let blob_bytes: u64 = catalog
         .blobs
         .keys()
@@ -153,7 +153,7 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         max_object_size: sizes.max,
         blobs: catalog.blobs.len(),
         blob_bytes,
-        prewarm_pushes: catalog.blob_reads.len(),
+        prewarm_pushes: catalog.blob_read_count(),
         prewarm_bytes: catalog.prewarm_bytes(),
         uploads,
         upload_bytes,

@@ -41,32 +41,49 @@ fn identity_of(text: std::fmt::Arguments) -> u64 {
     u64::from_le_bytes(out[..8].try_into().unwrap_or_default())
 }
 
+/// The identity of a manifest PUT's config: its record's client, repository, reference,
+/// time and number. Pass 1 keeps it for prewarm; pass 2 computes it from the record.
+pub fn push_identity(client: &str, repo: &str, reference: &str, time_ms: i64, number: u64) -> u64 {
+    identity_of(format_args!(
+        "{client}/{repo}/{reference}/{time_ms}/{number}"
+    ))
+}
+
+/// What a sealed catalog keeps besides what the run needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Keep {
+    /// Everything prewarm pushes: every (repository, blob) read, every push's layers.
+    #[default]
+    Prewarm,
+    /// What the run needs: the reads counted and sampled, each push's manifest name (the
+    /// planner rebuilds a pushed manifest from its record).
+    Run,
+}
+
+/// Blob reads a [`Keep::Run`] catalog samples (spread over the sorted list).
+const READ_SAMPLE: usize = 64;
+
 /// Content up to this size has its digest computed when it is used rather than kept: the
 /// content is generated and hashed again in about a microsecond, where keeping the digest
 /// costs 40 bytes for every such object of the trace (tens of MB at IBM scale, where
 /// `--size-scale` makes most content this small).
 pub const KEEP_DIGEST_ABOVE: u64 = 4096;
 
-/// A kept SHA-256 ([`KEEP_DIGEST_ABOVE`]): boxed, so an object without one costs 8 bytes.
-pub type KeptDigest = Option<Box<[u8; 32]>>;
-
 /// What the trace says about one upload.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UploadFacts {
     /// Bytes sent by its PATCH and PUT records; if none, the recorded size of the blob a
     /// preceding HEAD 404 named (0: unknown).
     pub bytes: u64,
     /// Identity of its content: the head record's client, repository, time and number.
     pub identity: u64,
-    /// SHA-256 of the content it sends, when kept ([`Catalog::compute_digests`]).
-    pub sha256: KeptDigest,
     /// PATCH records (chunks).
     pub patches: u32,
     /// Records folded into the upload besides its head.
     pub members: u32,
-    /// The manifest PUT whose push it belongs to, if one closed it (an index into
-    /// [`Catalog::pushes`]): routing keeps an upload with its manifest, whose node must
-    /// hold every blob it references.
+    /// The manifest PUT whose push it belongs to, if one closed it (an index in push
+    /// order, [`Catalog::pushed_manifest`]): routing keeps an upload with its manifest,
+    /// whose node must hold every blob it references.
     push: u32,
 }
 
@@ -74,19 +91,17 @@ pub struct UploadFacts {
 const NO_PUSH: u32 = u32::MAX;
 
 impl UploadFacts {
-    /// The index in [`Catalog::pushes`] of the push it belongs to.
+    /// The index of the push it belongs to ([`Catalog::pushed_manifest`]).
     pub fn push(&self) -> Option<usize> {
         (self.push != NO_PUSH).then_some(self.push as usize)
     }
 }
 
 /// A blob the run reads.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlobFacts {
     /// Largest `written` of its successful GETs (0 if only HEADs: size unknown).
     pub size: u64,
-    /// SHA-256 of its generated content, when kept ([`Catalog::compute_digests`]).
-    pub sha256: KeptDigest,
 }
 
 /// A run of entries in one of the catalog's shared lists.
@@ -277,10 +292,14 @@ pub struct Catalog {
     pub end_ms: i64,
     /// Items the trace holds (valid or not), after limits.
     pub items: u64,
-    /// Every blob read, by trace digest: its size and content digest.
+    /// Every blob read, by trace digest: its size.
     pub blobs: SortedMap<Sym, BlobFacts>,
-    /// (repository, trace digest) of every blob read, sorted: prewarm pushes these.
-    pub blob_reads: Box<[(Sym, Sym)]>,
+    /// (repository, trace digest) of every blob read, sorted: prewarm pushes these
+    /// ([`Keep::Prewarm`]; a spread sample with [`Keep::Run`]).
+    blob_reads: Box<[(Sym, Sym)]>,
+    /// How many there are, and their content's bytes.
+    blob_read_count: usize,
+    blob_read_bytes: u64,
     /// (repository, reference) of every manifest read.
     pub manifests: SortedMap<(Sym, Sym), ManifestFacts>,
     /// The layers of every manifest read, back to back ([`Catalog::manifest_layers`]).
@@ -290,12 +309,18 @@ pub struct Catalog {
     /// Repositories that get a filler layer: a manifest PUT with no layer seen, or a
     /// manifest read that references no pulled blob.
     pub filler_repos: BTreeSet<Sym>,
-    /// Every manifest PUT of the trace, by packed position: prewarm pushes their configs.
+    /// Every manifest PUT of the trace, by packed position: prewarm pushes their configs
+    /// ([`Keep::Prewarm`]; empty with [`Keep::Run`]).
     pushes: SortedMap<u64, PushFacts>,
     /// The layers of every push, back to back ([`Catalog::push_layers`]).
     push_layers: Box<[PackedLayer]>,
-    /// SHA-256 of each repository's filler layer, when kept.
-    pub filler_digests: HashMap<Sym, [u8; 32]>,
+    /// (repository, reference) of every manifest PUT, in position order.
+    pushed: Box<[(Sym, Sym)]>,
+    /// SHA-256 of the content larger than [`KEEP_DIGEST_ABOVE`], once computed.
+    blob_digests: SortedMap<Sym, [u8; 32]>,
+    upload_digests: SortedMap<u64, [u8; 32]>,
+    filler_digests: HashMap<Sym, [u8; 32]>,
+    keep: Keep,
     content: ContentOptions,
 }
 
@@ -367,7 +392,7 @@ impl std::fmt::Debug for Draft {
 impl Catalog {
     /// Reads the whole trace once (`gap_ms` is the session gap of the linker); the draft
     /// is sealed with the names the reader interned:
-    /// `Catalog::build(reader.by_ref(), …)?.seal(reader.into_names())`.
+    /// `Catalog::build(reader.by_ref(), …)?.seal(reader.into_names(), Keep::Prewarm)`.
     pub fn build<I>(items: I, gap_ms: i64, content: ContentOptions) -> Result<Draft, TraceError>
     where
         I: Iterator<Item = Result<Item, TraceError>>,
@@ -392,8 +417,9 @@ impl Catalog {
 }
 
 impl Draft {
-    /// The catalog: every fact in sorted vectors, identities computed from `names`.
-    pub fn seal(self, names: Interner) -> Catalog {
+    /// The catalog: every fact in sorted vectors, identities computed from `names`, and
+    /// what prewarm alone needs kept or not (`keep`).
+    pub fn seal(self, names: Interner, keep: Keep) -> Catalog {
         let Draft {
             origin_ms,
             end_ms,
@@ -417,11 +443,22 @@ impl Draft {
             .iter()
             .map(|(_, digest)| {
                 let size = blob_sizes.get(digest).copied().unwrap_or(0);
-                (*digest, BlobFacts { size, sha256: None })
+                (*digest, BlobFacts { size })
             })
             .collect();
         drop(blob_sizes);
-        let blob_reads = blob_reads.into_iter().collect();
+        let blob_read_count = blob_reads.len();
+        let blob_read_bytes = blob_reads
+            .iter()
+            .map(|(_, d)| known_blob_size(&blobs, &content, *d))
+            .sum();
+        let blob_reads: Box<[(Sym, Sym)]> = match keep {
+            Keep::Prewarm => blob_reads.into_iter().collect(),
+            Keep::Run => {
+                let step = blob_read_count.div_ceil(READ_SAMPLE).max(1);
+                blob_reads.into_iter().step_by(step).collect()
+            }
+        };
         let mut layers = Vec::new();
         let manifests = manifests
             .into_iter()
@@ -436,7 +473,7 @@ impl Draft {
                 (key, facts)
             })
             .collect();
-        let pushes: SortedMap<u64, PushFacts> = pushes
+        let mut pushes: SortedMap<u64, PushFacts> = pushes
             .into_iter()
             .map(
                 |DraftPush {
@@ -445,13 +482,13 @@ impl Draft {
                      client,
                  }| {
                     let (_, number) = key_position(key);
-                    facts.identity = identity_of(format_args!(
-                        "{}/{}/{}/{}/{number}",
+                    facts.identity = push_identity(
                         name(client),
                         names.resolve(facts.repo),
                         names.resolve(facts.reference),
                         facts.identity as i64,
-                    ));
+                        number,
+                    );
                     (key, facts)
                 },
             )
@@ -489,6 +526,14 @@ impl Draft {
                 }
             }
         }
+        let pushed = pushes.values().map(|p| (p.repo, p.reference)).collect();
+        let push_layers = match keep {
+            Keep::Prewarm => push_layers.into_boxed_slice(),
+            Keep::Run => {
+                pushes = SortedMap::default();
+                Box::default()
+            }
+        };
         Catalog {
             names,
             origin_ms,
@@ -496,13 +541,19 @@ impl Draft {
             items,
             blobs,
             blob_reads,
+            blob_read_count,
+            blob_read_bytes,
             manifests,
             manifest_layers: layers.into_boxed_slice(),
             uploads,
             filler_repos,
             pushes,
-            push_layers: push_layers.into_boxed_slice(),
+            push_layers,
+            pushed,
+            blob_digests: SortedMap::default(),
+            upload_digests: SortedMap::default(),
             filler_digests: HashMap::new(),
+            keep,
             content,
         }
     }
@@ -526,7 +577,6 @@ impl Draft {
                     facts: UploadFacts {
                         bytes: if chunk { r.size } else { 0 },
                         identity: r.time_ms as u64,
-                        sha256: None,
                         patches: u32::from(r.method == Method::Patch),
                         members: 0,
                         push: NO_PUSH,
@@ -621,14 +671,36 @@ impl Catalog {
         self.pushes.get(&position_key(position))
     }
 
-    /// The push at `index` ([`UploadFacts::push`]).
-    pub fn push_at(&self, index: usize) -> Option<&PushFacts> {
-        self.pushes.value_at(index)
+    /// The (repository, reference) of the push at `index` ([`UploadFacts::push`]).
+    pub fn pushed_manifest(&self, index: usize) -> Option<(Sym, Sym)> {
+        self.pushed.get(index).copied()
     }
 
-    /// Every manifest PUT, by position.
+    /// The (repository, reference) of every manifest PUT, in position order.
+    pub fn pushed_manifests(&self) -> &[(Sym, Sym)] {
+        &self.pushed
+    }
+
+    /// Every manifest PUT, by position, with what its manifest is made of
+    /// ([`Keep::Prewarm`]; none with [`Keep::Run`]).
     pub fn pushes(&self) -> impl ExactSizeIterator<Item = (Position, &PushFacts)> + '_ {
         self.pushes.iter().map(|(k, p)| (key_position(*k), p))
+    }
+
+    /// What the catalog kept.
+    pub fn keeps(&self) -> Keep {
+        self.keep
+    }
+
+    /// Every (repository, trace digest) blob read, sorted: what prewarm pushes
+    /// ([`Keep::Prewarm`]; a sample spread over them with [`Keep::Run`]).
+    pub fn blob_reads(&self) -> &[(Sym, Sym)] {
+        &self.blob_reads
+    }
+
+    /// How many (repository, blob) reads prewarm pushes.
+    pub fn blob_read_count(&self) -> usize {
+        self.blob_read_count
     }
 
     /// The layers of a push, as the trace shows them.
@@ -645,11 +717,7 @@ impl Catalog {
 
     /// A trace blob's recorded size (scaled), or the size given to blobs of unknown size.
     fn known_blob_size(&self, digest: Sym) -> u64 {
-        self.blobs
-            .get(&digest)
-            .map(|b| self.content.sizes.apply(b.size))
-            .filter(|s| *s > 0)
-            .unwrap_or(self.content.unknown_blob_size)
+        known_blob_size(&self.blobs, &self.content, digest)
     }
 
     /// The content of a blob of the trace.
@@ -772,23 +840,18 @@ impl Catalog {
             (key, sha)
         });
         let all: Vec<(Key, [u8; 32])> = computed.chain(known).collect();
+        let (mut blobs, mut uploads) = (Vec::new(), Vec::new());
         for (key, digest) in all {
             match key {
-                Key::Blob(d) => {
-                    if let Some(blob) = self.blobs.get_mut(&d) {
-                        blob.sha256 = Some(Box::new(digest));
-                    }
-                }
-                Key::Upload(p) => {
-                    if let Some(upload) = self.uploads.get_mut(&position_key(p)) {
-                        upload.sha256 = Some(Box::new(digest));
-                    }
-                }
+                Key::Blob(d) => blobs.push((d, digest)),
+                Key::Upload(p) => uploads.push((position_key(p), digest)),
                 Key::Filler(r) => {
                     self.filler_digests.insert(r, digest);
                 }
             }
         }
+        self.blob_digests = blobs.into_iter().collect();
+        self.upload_digests = uploads.into_iter().collect();
         stats
     }
 
@@ -799,14 +862,14 @@ impl Catalog {
 
     /// [`Catalog::blob_digest`] as raw SHA-256 bytes.
     pub fn blob_sha256(&self, digest: Sym) -> [u8; 32] {
-        match self.blobs.get(&digest).and_then(|b| b.sha256.as_deref()) {
+        match self.blob_digests.get(&digest) {
             Some(sha) => *sha,
             None => self.blob_content(digest).sha256(),
         }
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
-        Digest::from_sha256(match self.upload(head).and_then(|u| u.sha256.as_deref()) {
+        Digest::from_sha256(match self.upload_digests.get(&position_key(head)) {
             Some(sha) => *sha,
             None => self.upload_content(head).sha256(),
         })
@@ -826,24 +889,16 @@ impl Catalog {
 
     /// Total bytes of content prewarm pushes (blobs only), for progress and reports.
     pub fn prewarm_bytes(&self) -> u64 {
-        self.blob_reads
-            .iter()
-            .map(|(_, d)| self.known_blob_size(*d))
-            .sum()
+        self.blob_read_bytes
     }
 
-    /// Bytes the catalog holds, by part (names, blobs, manifests, uploads, pushes, the
-    /// rest), for the memory figures.
+    /// Bytes the catalog holds, by part (names, blobs, reads, manifests, uploads, pushes,
+    /// kept digests), for the memory figures.
     pub fn heap_parts(&self) -> Vec<(&'static str, usize)> {
         use std::mem::size_of;
-        let kept = |k: &KeptDigest| k.as_ref().map_or(0, |_| 32);
         vec![
             ("names", self.names.heap_bytes()),
-            (
-                "blobs",
-                self.blobs.len() * size_of::<(Sym, BlobFacts)>()
-                    + self.blobs.values().map(|b| kept(&b.sha256)).sum::<usize>(),
-            ),
+            ("blobs", self.blobs.len() * size_of::<(Sym, BlobFacts)>()),
             (
                 "blob reads",
                 self.blob_reads.len() * size_of::<(Sym, Sym)>(),
@@ -855,18 +910,32 @@ impl Catalog {
             ),
             (
                 "uploads",
-                self.uploads.len() * size_of::<(u64, UploadFacts)>()
-                    + self
-                        .uploads
-                        .values()
-                        .map(|u| kept(&u.sha256))
-                        .sum::<usize>(),
+                self.uploads.len() * size_of::<(u64, UploadFacts)>(),
             ),
             (
                 "pushes",
                 self.pushes.len() * size_of::<(u64, PushFacts)>()
-                    + self.push_layers.len() * size_of::<PackedLayer>(),
+                    + self.push_layers.len() * size_of::<PackedLayer>()
+                    + self.pushed.len() * size_of::<(Sym, Sym)>(),
+            ),
+            (
+                "kept digests",
+                (self.blob_digests.len() + self.upload_digests.len() + self.filler_digests.len())
+                    * 40,
             ),
         ]
     }
+}
+
+/// A trace blob's recorded size (scaled), or the size given to blobs of unknown size.
+fn known_blob_size(
+    blobs: &SortedMap<Sym, BlobFacts>,
+    content: &ContentOptions,
+    digest: Sym,
+) -> u64 {
+    blobs
+        .get(&digest)
+        .map(|b| content.sizes.apply(b.size))
+        .filter(|s| *s > 0)
+        .unwrap_or(content.unknown_blob_size)
 }

@@ -102,14 +102,34 @@ pub fn push_manifest(
     push_recipe(catalog, facts, format).build()
 }
 
-/// The recipe of [`push_manifest`]: what the planner queues.
+/// The recipe of [`push_manifest`].
 pub fn push_recipe(
     catalog: &Catalog,
     facts: &catalog::PushFacts,
     format: ManifestFormat,
 ) -> ManifestRecipe {
-    let mut layers: Vec<(Digest, u64)> = catalog
-        .push_layers(facts)
+    recipe_over(
+        catalog,
+        facts.repo,
+        facts.identity,
+        facts.size,
+        catalog.push_layers(facts),
+        format,
+    )
+}
+
+/// The recipe of a manifest PUT to `repo` over `layers` (what the planner queues): the
+/// layers' digests and sizes, or the repository's filler layer if it has none, a config
+/// of `identity`, padded to the recorded `size`.
+pub fn recipe_over(
+    catalog: &Catalog,
+    repo: Sym,
+    identity: u64,
+    size: u64,
+    layers: impl Iterator<Item = PushedLayer>,
+    format: ManifestFormat,
+) -> ManifestRecipe {
+    let mut layers: Vec<(Digest, u64)> = layers
         .map(|layer| match layer {
             PushedLayer::Upload(head) => (
                 catalog.upload_digest(head),
@@ -120,16 +140,15 @@ pub fn push_recipe(
         .collect();
     if layers.is_empty() {
         layers.push((
-            catalog.filler_digest(facts.repo),
-            catalog.filler_content(facts.repo).size(),
+            catalog.filler_digest(repo),
+            catalog.filler_content(repo).size(),
         ));
     }
-    let identity = format!("trace/push-config/{:016x}", facts.identity);
     ManifestRecipe {
         format,
-        identity,
+        identity: format!("trace/push-config/{identity:016x}"),
         layers,
-        pad_to: facts.size,
+        pad_to: size,
     }
 }
 

@@ -4,9 +4,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::catalog::push_identity;
 use super::catalog::Catalog;
 use super::linker::{Position, PushedLayer, Role, SessionLinker};
-use super::manifests::{push_recipe, ManifestBody};
+use super::manifests::{recipe_over, ManifestBody};
 use super::{
     Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
 };
@@ -219,12 +220,14 @@ where
                     },
                     UploadPolicy::Trace => UploadMode::Monolithic,
                 };
-                let push = push.and_then(|p| catalog.push_at(p)).map(|p| {
-                    (
-                        self.naming.repo(catalog, p.repo),
-                        self.naming.tag(catalog, p.repo, p.reference),
-                    )
-                });
+                let push =
+                    push.and_then(|p| catalog.pushed_manifest(p))
+                        .map(|(repo, reference)| {
+                            (
+                                self.naming.repo(catalog, repo),
+                                self.naming.tag(catalog, repo, reference),
+                            )
+                        });
                 let action = Action::BlobUpload {
                     repo: self.naming.repo(catalog, repo),
                     digest: catalog.upload_digest(pos),
@@ -278,13 +281,24 @@ where
                         }
                     }
                 }
-                let recipe = match catalog.push(pos) {
-                    Some(facts) => push_recipe(catalog, facts, format),
-                    None => {
-                        self.skip("unsupported");
-                        return None;
-                    }
-                };
+                // From the record and its session, as pass 1 made the facts prewarm pushes
+                // the config of (the run's catalog need not keep them).
+                let name = |s: Option<Sym>| s.map_or("", |s| catalog.names.resolve(s));
+                let identity = push_identity(
+                    name(record.client),
+                    name(Some(repo)),
+                    name(Some(reference)),
+                    record.time_ms,
+                    record.number,
+                );
+                let recipe = recipe_over(
+                    catalog,
+                    repo,
+                    identity,
+                    record.size,
+                    layers.iter().copied(),
+                    format,
+                );
                 let tag = self.naming.tag(catalog, repo, reference);
                 let repo = self.naming.repo(catalog, repo);
                 let action = Action::ManifestPut {
@@ -444,7 +458,7 @@ mod tests {
         let draft = Catalog::build(items, 60_000, content).unwrap();
         let mut names = reader.into_names();
         names.freeze();
-        let mut cat = draft.seal(names);
+        let mut cat = draft.seal(names, catalog::Keep::Run);
         cat.compute_digests(2);
         let spool = spool.finish().unwrap();
         assert_eq!(spool.len(), cat.items);
@@ -608,6 +622,54 @@ mod tests {
                 assert_eq!(skipped, whole_counts.skipped.values().sum::<u64>());
             }
         }
+    }
+
+    #[test]
+    fn the_run_pushes_the_manifests_prewarm_prepared_from_a_catalog_that_keeps_less() {
+        let synth = SynthOptions::default();
+        let (_dir, input, run_catalog, _) = catalog_of(&synth, 3);
+        assert_eq!(run_catalog.keeps(), catalog::Keep::Run);
+        // The catalog prewarm uses, from the same trace.
+        let mut reader =
+            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+        let content = catalog::ContentOptions {
+            seed: 3,
+            ..catalog::ContentOptions::default()
+        };
+        let full = Catalog::build(&mut reader, 60_000, content)
+            .unwrap()
+            .seal(reader.into_names(), catalog::Keep::Prewarm);
+        assert_eq!(run_catalog.blob_read_count(), full.blob_reads().len());
+        assert_eq!(run_catalog.prewarm_bytes(), full.prewarm_bytes());
+        assert_eq!(run_catalog.pushed_manifests(), full.pushed_manifests());
+        assert!(run_catalog.blob_reads().len() <= 64 && run_catalog.pushes().len() == 0);
+        let configs: std::collections::BTreeSet<String> = full
+            .pushes()
+            .map(|(_, facts)| {
+                let built = super::super::push_manifest(&full, facts, ManifestFormat::Oci);
+                built.config.digest.to_string()
+            })
+            .collect();
+        assert!(configs.len() > 10, "{}", configs.len());
+        let reader =
+            TraceReader::open(&input, ReadOptions::default(), run_catalog.names.clone()).unwrap();
+        let planned: std::collections::BTreeSet<String> = Planner::new(
+            &run_catalog,
+            reader,
+            options(ShardSpec::ALL, ShardBy::Client),
+        )
+        .filter_map(|item| match item.unwrap() {
+            PlanItem::Op(PlannedOp {
+                action: Action::ManifestPut { manifest, .. },
+                ..
+            }) => match manifest {
+                ManifestBody::Recipe(r) => Some(r.build().config.digest.to_string()),
+                ManifestBody::Bytes(_) => None,
+            },
+            _ => None,
+        })
+        .collect();
+        assert_eq!(planned, configs);
     }
 
     #[test]

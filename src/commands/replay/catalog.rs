@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{Phase, ReplayConfig};
 use crate::exec::canary::available_cores;
-use crate::plan::catalog::{Catalog, DigestStats};
+use crate::plan::catalog::{Catalog, DigestStats, Keep};
 use crate::plan::digest_cache::DigestCache;
 use crate::trace::{Interner, Spool, SpoolWriter, TraceInput, TraceReader};
 use crate::units::ByteSize;
@@ -56,7 +56,7 @@ pub(super) async fn prepare(
             "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{})",
             catalog.items,
             (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
-            catalog.blob_reads.len(),
+            catalog.blob_read_count(),
             ByteSize(catalog.prewarm_bytes()),
             catalog.manifests.len(),
             prep.total_s,
@@ -88,7 +88,8 @@ async fn build_catalog(
     let read = cfg.read.clone();
     let gap = cfg.plan.session_gap_ms;
     let content = cfg.content;
-    let spool = cfg.phase != Phase::Prewarm;
+    let phase = cfg.phase;
+    let spool = phase != Phase::Prewarm;
     let cache_path = cfg.digest_cache.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
         let started = std::time::Instant::now();
@@ -105,7 +106,12 @@ async fn build_catalog(
         // The second pass reads the spooled items, which carry their symbols: the names
         // need resolving only, not looking up (a reader of the trace rebuilds the index).
         names.drop_index();
-        let mut catalog = draft.seal(names);
+        // A run alone keeps only what the run needs; prewarm's lists are counted.
+        let keep = match phase {
+            Phase::Run => Keep::Run,
+            Phase::All | Phase::Prewarm => Keep::Prewarm,
+        };
+        let mut catalog = draft.seal(names, keep);
         let read_s = started.elapsed().as_secs_f64();
         let mut cache = cache_path.as_deref().map(DigestCache::load);
         if let (Some(c), Some(path)) = (&cache, &cache_path) {

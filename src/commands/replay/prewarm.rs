@@ -141,7 +141,7 @@ impl PrewarmJobs {
                 });
             }
         };
-        for &(repo, d) in &catalog.blob_reads {
+        for &(repo, d) in catalog.blob_reads() {
             let name = naming.repo(catalog, repo);
             place(&mut blobs, &name, catalog.blob_sha256(d), Origin::Read(d));
         }
@@ -696,7 +696,7 @@ mod tests {
             TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
         let mut catalog = Catalog::build(&mut reader, 60_000, ContentOptions::default())
             .unwrap()
-            .seal(reader.into_names());
+            .seal(reader.into_names(), crate::plan::catalog::Keep::Prewarm);
         catalog.compute_digests(1);
         catalog
     }

@@ -53,7 +53,7 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
         .collect();
     let mut naming = Naming::new(cfg.plan.repos.clone());
     let mut found = Found::default();
-    let blobs = &catalog.blob_reads;
+    let blobs = catalog.blob_reads();
     for i in spread(blobs.len(), BLOBS) {
         let (repo_sym, d) = blobs[i];
         let repo = naming.repo(catalog, repo_sym);
@@ -73,10 +73,7 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
     }
     // A manifest the trace also pushes may hold the run's own content from an earlier run:
     // only those nobody but prewarm writes say what prewarm did.
-    let pushed: std::collections::HashSet<_> = catalog
-        .pushes()
-        .map(|(_, p)| (p.repo, p.reference))
-        .collect();
+    let pushed: std::collections::HashSet<_> = catalog.pushed_manifests().iter().copied().collect();
     let manifests: Vec<_> = catalog
         .manifests
         .keys()
