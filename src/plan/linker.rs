@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 
 use crate::fast_hash::FastHashMap;
-use crate::trace::{Method, Record, Sym, Target};
+use crate::trace::{Method, Record, SessionId, Sym, Target};
 
 /// Where a record stands: (file, record number). Unique within a trace input.
 pub type Position = (u32, u64);
@@ -52,7 +52,7 @@ pub enum Role {
 #[derive(Debug)]
 struct OpenUpload {
     head: Position,
-    session: Option<Sym>,
+    session: Option<SessionId>,
     last_ms: i64,
 }
 

@@ -19,5 +19,5 @@ pub mod write;
 
 pub use decode::open_decoded;
 pub use reader::{Detailed, Item, ReadOptions, SkipReason, TraceError, TraceInput, TraceReader};
-pub use record::{Interner, Kind, Method, Record, Sym, Target};
+pub use record::{Interner, Kind, Method, Record, SessionId, Sym, Target};
 pub use spool::{Spool, SpoolWriter};

@@ -20,7 +20,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use super::reader::{Item, SkipReason, TraceError};
-use super::record::{Method, Record, Sym, Target};
+use super::record::{Method, Record, SessionId, Sym, Target};
 
 /// The most a spool holds: about 34 million records. A longer trace is read twice.
 pub const MAX_SPOOL_BYTES: u64 = 1 << 30;
@@ -311,7 +311,13 @@ fn encode_target(t: &Target, out: &mut Vec<u8>) {
         Target::Manifest { repo, reference } => (1, Some(repo), Some(reference)),
         Target::Blob { repo, digest } => (2, Some(repo), Some(digest)),
         Target::UploadStart { repo } => (3, Some(repo), None),
-        Target::Upload { repo, session } => (4, Some(repo), Some(session)),
+        Target::Upload { repo, session } => {
+            out.push(4);
+            put(out, u64::from(repo.0));
+            // A hash: eight bytes as they are (as a varint it would take ten).
+            out.extend_from_slice(&session.0.to_le_bytes());
+            return;
+        }
         Target::TagList { repo } => (5, Some(repo), None),
         Target::Other => (6, None, None),
     };
@@ -335,10 +341,17 @@ fn decode_target(input: &mut impl BufRead) -> io::Result<Target> {
             digest: sym()?,
         },
         3 => Target::UploadStart { repo: sym()? },
-        4 => Target::Upload {
-            repo: sym()?,
-            session: sym()?,
-        },
+        4 => {
+            let repo = sym()?;
+            let mut id = [0u8; 8];
+            for b in &mut id {
+                *b = byte(input)?;
+            }
+            Target::Upload {
+                repo,
+                session: SessionId(u64::from_le_bytes(id)),
+            }
+        }
         5 => Target::TagList { repo: sym()? },
         6 => Target::Other,
         _ => return Err(corrupt("target")),
@@ -432,7 +445,10 @@ mod tests {
             (sym(), sym()).prop_map(|(repo, reference)| Target::Manifest { repo, reference }),
             (sym(), sym()).prop_map(|(repo, digest)| Target::Blob { repo, digest }),
             sym().prop_map(|repo| Target::UploadStart { repo }),
-            (sym(), sym()).prop_map(|(repo, session)| Target::Upload { repo, session }),
+            (sym(), any::<u64>()).prop_map(|(repo, s)| Target::Upload {
+                repo,
+                session: SessionId(s)
+            }),
             sym().prop_map(|repo| Target::TagList { repo }),
             Just(Target::Other),
         ]

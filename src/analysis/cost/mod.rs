@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{Method, Sym, Target};
+use crate::trace::{Method, SessionId, Sym, Target};
 use crate::units::{grouped, ByteSize};
 
 use super::simulate::push::{PushEvent, UploadTracker};
@@ -130,7 +130,7 @@ pub fn workload_from_result_dir(dir: &Path) -> anyhow::Result<Workload> {
 #[derive(Debug, Default)]
 struct Stored {
     blobs: HashMap<Sym, u64>,
-    sessions: HashMap<Sym, u64>,
+    sessions: HashMap<SessionId, u64>,
     manifests: HashMap<(Sym, Sym), u64>,
 }
 

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::trace::{Method, Record, Sym, Target};
+use crate::trace::{Method, Record, SessionId, Sym, Target};
 
 /// Upload state idle this long (trace time) is dropped.
 pub const STALE_MS: i64 = 60 * 60 * 1000;
@@ -30,7 +30,7 @@ pub struct PushedLayer {
     /// The digest, when a HEAD miss named it (see the module documentation).
     pub digest: Option<Sym>,
     /// The upload session (stands in for the digest when none is known).
-    pub session: Option<Sym>,
+    pub session: Option<SessionId>,
     pub size: u64,
     pub time_ms: i64,
 }
@@ -63,7 +63,7 @@ type MissingDigests = HashMap<(Option<Sym>, Sym), VecDeque<(Sym, i64)>>;
 #[derive(Debug, Default)]
 pub struct UploadTracker {
     missing: MissingDigests,
-    sessions: HashMap<Sym, Session>,
+    sessions: HashMap<SessionId, Session>,
     seen: u64,
     latest_ms: i64,
 }
