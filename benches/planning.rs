@@ -88,9 +88,10 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
         items.iter().copied().map(Ok),
         SESSION_GAP_MS,
         ContentOptions::default(),
+        Keep::Prewarm,
     )
     .expect("catalog")
-    .seal(names, Keep::Prewarm);
+    .seal(names);
     catalog.compute_digests(available_cores());
     // The spool replay writes in pass 1: its size per record (docs/benchmarks.md).
     let mut spool = SpoolWriter::new();
@@ -154,9 +155,10 @@ fn planning(c: &mut Criterion) {
                     p.items.iter().copied().map(Ok),
                     SESSION_GAP_MS,
                     ContentOptions::default(),
+                    Keep::Prewarm,
                 )
                 .expect("catalog")
-                .seal(p.catalog.names.clone(), Keep::Prewarm)
+                .seal(p.catalog.names.clone())
             })
         });
         group.bench_function(BenchmarkId::new("planner_100k", profile.as_str()), |b| {
@@ -174,9 +176,14 @@ fn planning(c: &mut Criterion) {
     group.bench_function("catalog_100k_from_file/dal", |b| {
         b.iter(|| {
             let mut reader = reader(&dal.path, Interner::default());
-            Catalog::build(&mut reader, SESSION_GAP_MS, ContentOptions::default())
-                .expect("catalog")
-                .seal(reader.into_names(), Keep::Prewarm)
+            Catalog::build(
+                &mut reader,
+                SESSION_GAP_MS,
+                ContentOptions::default(),
+                Keep::Prewarm,
+            )
+            .expect("catalog")
+            .seal(reader.into_names())
         })
     });
     group.bench_function("planner_100k_from_file/dal", |b| {
@@ -193,10 +200,15 @@ fn planning(c: &mut Criterion) {
             let mut reader = reader(&dal.path, Interner::default());
             let mut spool = SpoolWriter::new();
             let items = (&mut reader).inspect(|item| spool.push(item.as_ref().expect("valid")));
-            let draft =
-                Catalog::build(items, SESSION_GAP_MS, ContentOptions::default()).expect("catalog");
+            let draft = Catalog::build(
+                items,
+                SESSION_GAP_MS,
+                ContentOptions::default(),
+                Keep::Prewarm,
+            )
+            .expect("catalog");
             (
-                draft.seal(reader.into_names(), Keep::Prewarm),
+                draft.seal(reader.into_names()),
                 spool.finish().expect("spool"),
             )
         })

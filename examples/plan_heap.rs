@@ -65,34 +65,36 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         sizes: SizeScale::new(scale, None)?,
         ..ContentOptions::default()
     };
-    // As `replay` does it: pass 1 builds the catalog and spools the items, pass 2 streams
-    // them from the spool (so the names need no lookup index).
+    // As `replay --phase run` does it: the trace read once into the spool (interning its
+    // names), then the catalog's stages over the spool; pass 2 streams the spool (so the
+    // names need no lookup index).
     let started = Instant::now();
     let mut reader = TraceReader::open(&input, ReadOptions::default(), Interner::default())?;
     let mut spool = SpoolWriter::new();
-    let items = reader.by_ref().inspect(|item| {
-        if let Ok(item) = item {
-            spool.push(item);
-        }
-    });
-    let draft = Catalog::build(items, 60_000, content)?;
-    let (drafted, drafting_peak) = (live_mb(), counting_alloc::peak() as f64 / 1e6);
+    for item in reader.by_ref() {
+        spool.push(&item?);
+    }
     let mut names = reader.into_names();
-    let names_mb = names.heap_bytes() as f64 / 1e6;
+    let (names_mb, reading_peak) = (
+        names.heap_bytes() as f64 / 1e6,
+        counting_alloc::peak() as f64 / 1e6,
+    );
     names.drop_index();
+    let spool = spool.finish()?;
+    let spooled = started.elapsed().as_secs_f64();
     counting_alloc::reset_peak();
-    let mut catalog = draft.seal(names, Keep::Run);
-    let sealing_peak = counting_alloc::peak() as f64 / 1e6;
+    let mut catalog = Catalog::build_staged(|| spool.items(), 60_000, content, Keep::Run, names)?;
+    let staged_peak = counting_alloc::peak() as f64 / 1e6;
     let pass1 = started.elapsed().as_secs_f64();
     let digests = catalog.compute_digests(available_cores());
-    let spool = spool.finish()?;
     let objects = catalog.blobs.len() + catalog.manifests.len() + catalog.uploads().len();
     println!(
         "catalog: {} records in {pass1:.1}s ({:.0} records/s); live heap {:.2} MB for {objects} \
          objects ({} blobs, {} manifests, {} uploads, {} pushes: {:.0} bytes each), of which \
-         {} distinct names {:.2} MB; {} digests kept, {} computed when used; pass 1: live \
-         heap {drafted:.2} MB at its end (names {names_mb:.2} MB with their index), peak \
-         {drafting_peak:.2} MB while reading, {sealing_peak:.2} MB while sealing",
+         {} distinct names {:.2} MB; {} digests kept, {} computed when used; pass 1: the \
+         trace read and spooled in {spooled:.1}s, live heap peaking at {reading_peak:.2} MB \
+         (names {names_mb:.2} MB with their index), then the catalog's stages over the spool \
+         peaking at {staged_peak:.2} MB",
         catalog.items,
         catalog.items as f64 / pass1,
         live_mb(),

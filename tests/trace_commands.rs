@@ -80,7 +80,7 @@ fn records(path: &Path) -> Vec<(i64, String)> {
         let Item::Record(r) = item.unwrap() else {
             panic!("{path:?} has a skipped record")
         };
-        let client = r.client.map(|c| reader.names().resolve(c).to_owned());
+        let client = r.client.map(|c| reader.names().resolve(c).into_owned());
         out.push((r.time_ms, client.unwrap_or_default()));
     }
     out

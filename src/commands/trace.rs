@@ -133,7 +133,7 @@ fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
         ..ContentOptions::default()
     };
     // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
-    let catalog = Catalog::build(items, 60_000, content)?.seal(reader.into_names(), Keep::Prewarm);
+    let catalog = Catalog::build(items, 60_000, content, Keep::Prewarm)?.seal(reader.into_names());
     let blob_bytes: u64 = catalog
         .blobs
         .keys()

@@ -136,8 +136,9 @@ impl Span {
 /// A manifest the run reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ManifestFacts {
-    /// Largest `written` of its successful GETs (0 if only HEADs).
-    pub size: u64,
+    /// Largest `written` of its successful GETs (0 if only HEADs), at most 4 GiB − 1 (a
+    /// manifest is kilobytes; 32 bits keep the entry at 20 bytes).
+    pub size: u32,
     /// Blobs pulled after it, in first-seen order ([`Catalog::manifest_layers`]).
     pub layers: Span,
 }
@@ -339,10 +340,13 @@ fn pack_sym(sym: Option<Sym>) -> u32 {
 }
 
 /// An upload while pass 1 runs: its facts, and what its identity and size are made of
-/// once the names are known (its `facts.identity` holds the head's time until then).
+/// until the names are known.
 struct DraftUpload {
     key: u64,
-    facts: UploadFacts,
+    time_ms: i64,
+    bytes: u64,
+    patches: u32,
+    members: u32,
     client: u32,
     repo: u32,
     /// The digest a HEAD 404 named for it.
@@ -356,31 +360,48 @@ struct DraftPush {
     client: u32,
 }
 
-/// The catalog while pass 1 reads the trace: maps that take inserts, sealed into the
-/// catalog's sorted vectors by [`Draft::seal`] once the trace's names are known.
+/// The tables of pass 1, built by one reading of the trace each ([`Catalog::build_staged`])
+/// or all in one ([`Catalog::build`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Uploads and pushes (the session linker's).
+    Uploads,
+    /// Manifests read and their layers (the linker's pulls).
+    Manifests,
+    /// Blobs read: sizes and (repository, blob) pairs.
+    Blobs,
+}
+
+const STAGES: [Stage; 3] = [Stage::Uploads, Stage::Manifests, Stage::Blobs];
+
+/// The catalog while pass 1 reads the trace: maps that take inserts, each stage's sealed
+/// into the catalog's sorted vectors once read ([`Draft::seal`]).
 #[derive(Default)]
 pub struct Draft {
-    origin_ms: Option<i64>,
-    end_ms: i64,
-    items: u64,
-    content: ContentOptions,
-    blob_sizes: FastHashMap<Sym, u64>,
-    blob_reads: BTreeSet<(Sym, Sym)>,
-    manifests: FastHashMap<(Sym, Sym), DraftManifest>,
+    keep: Keep,
+    gap_ms: i64,
     /// Uploads in trace order.
     uploads: Vec<DraftUpload>,
     /// Uploads whose members may still come: packed head position → index in `uploads`
     /// and the time of its latest record. Bounded as the linker's open uploads are.
     open_uploads: FastHashMap<u64, (u32, i64)>,
-    filler_repos: BTreeSet<Sym>,
     pushes: Vec<DraftPush>,
     push_layers: Vec<PackedLayer>,
+    manifests: FastHashMap<(Sym, Sym), DraftManifest>,
+    blob_sizes: FastHashMap<Sym, u64>,
+    blob_reads: BTreeSet<(Sym, Sym)>,
+    filler_repos: BTreeSet<Sym>,
+    /// Sealed uploads that sent no bytes, and the digest a HEAD 404 named for each: they
+    /// take its size once the blobs are sealed.
+    named: Vec<(u64, Sym)>,
+    /// What is sealed so far.
+    catalog: Catalog,
 }
 
 impl std::fmt::Debug for Draft {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Draft")
-            .field("items", &self.items)
+            .field("items", &self.catalog.items)
             .field("blobs", &self.blob_sizes.len())
             .field("manifests", &self.manifests.len())
             .field("uploads", &self.uploads.len())
@@ -390,133 +411,168 @@ impl std::fmt::Debug for Draft {
 }
 
 impl Catalog {
-    /// Reads the whole trace once (`gap_ms` is the session gap of the linker); the draft
-    /// is sealed with the names the reader interned:
-    /// `Catalog::build(reader.by_ref(), …)?.seal(reader.into_names(), Keep::Prewarm)`.
-    pub fn build<I>(items: I, gap_ms: i64, content: ContentOptions) -> Result<Draft, TraceError>
+    /// Reads the whole trace once (`gap_ms` is the session gap of the linker), building
+    /// every table at once; the draft is sealed with the names the reader interned:
+    /// `Catalog::build(reader.by_ref(), …)?.seal(reader.into_names())`.
+    pub fn build<I>(
+        items: I,
+        gap_ms: i64,
+        content: ContentOptions,
+        keep: Keep,
+    ) -> Result<Draft, TraceError>
     where
         I: Iterator<Item = Result<Item, TraceError>>,
     {
-        let mut draft = Draft {
-            content,
-            ..Draft::default()
-        };
-        let mut linker = SessionLinker::new(gap_ms);
-        for item in items {
-            let item = item?;
-            draft.items += 1;
-            if let Item::Record(record) = item {
-                draft.origin_ms.get_or_insert(record.time_ms);
-                draft.end_ms = draft.end_ms.max(record.time_ms);
-                let role = linker.role(&record);
-                draft.learn(&record, &role, &mut linker, gap_ms);
-            }
-        }
+        let mut draft = Draft::new(gap_ms, content, keep);
+        draft.read(items, &STAGES)?;
         Ok(draft)
+    }
+
+    /// The same catalog as [`Catalog::build`], from items that can be read again (the
+    /// spool of a trace already read, whose names are `names`): one reading per stage,
+    /// each stage's maps sealed before the next is read, so pass 1 never holds more than
+    /// one stage's maps beside what is sealed. At 10M records that is less than half the
+    /// peak of one reading (`docs/benchmarks.md`), for two more readings of the spool.
+    pub fn build_staged<I>(
+        mut items: impl FnMut() -> Result<I, TraceError>,
+        gap_ms: i64,
+        content: ContentOptions,
+        keep: Keep,
+        names: Interner,
+    ) -> Result<Catalog, TraceError>
+    where
+        I: Iterator<Item = Result<Item, TraceError>>,
+    {
+        let mut draft = Draft::new(gap_ms, content, keep);
+        for stage in STAGES {
+            draft.read(items()?, &[stage])?;
+            draft.seal_stage(stage, &names);
+        }
+        Ok(draft.finish(names))
     }
 }
 
 impl Draft {
-    /// The catalog: every fact in sorted vectors, identities computed from `names`, and
-    /// what prewarm alone needs kept or not (`keep`).
-    pub fn seal(self, names: Interner, keep: Keep) -> Catalog {
-        let Draft {
-            origin_ms,
-            end_ms,
-            items,
-            content,
-            blob_sizes,
-            blob_reads,
-            manifests,
-            uploads,
-            open_uploads,
-            mut filler_repos,
-            pushes,
-            push_layers,
-        } = self;
-        drop(open_uploads);
+    fn new(gap_ms: i64, content: ContentOptions, keep: Keep) -> Draft {
+        Draft {
+            keep,
+            gap_ms,
+            catalog: Catalog {
+                content,
+                keep,
+                ..Catalog::default()
+            },
+            ..Draft::default()
+        }
+    }
+
+    /// Reads the trace once, building the tables of `stages`; the first reading counts
+    /// the items and the trace's span.
+    fn read<I>(&mut self, items: I, stages: &[Stage]) -> Result<(), TraceError>
+    where
+        I: Iterator<Item = Result<Item, TraceError>>,
+    {
+        let first = stages.contains(&Stage::Uploads);
+        let linked = stages.iter().any(|s| *s != Stage::Blobs);
+        let mut linker = SessionLinker::new(self.gap_ms);
+        let mut records = 0u64;
+        for item in items {
+            let item = item?;
+            if first {
+                self.catalog.items += 1;
+            }
+            let Item::Record(r) = item else { continue };
+            if first {
+                self.catalog.origin_ms.get_or_insert(r.time_ms);
+                self.catalog.end_ms = self.catalog.end_ms.max(r.time_ms);
+            }
+            let role = if linked {
+                linker.role(&r)
+            } else {
+                Role::Single
+            };
+            records += 1;
+            for stage in stages {
+                match stage {
+                    Stage::Uploads => self.learn_upload(&r, &role, &mut linker, records),
+                    Stage::Manifests => self.learn_manifest(&r, &role),
+                    Stage::Blobs => self.learn_blob(&r),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The catalog: every fact in sorted vectors, identities computed from `names`.
+    pub fn seal(mut self, names: Interner) -> Catalog {
+        for stage in STAGES {
+            self.seal_stage(stage, &names);
+        }
+        self.finish(names)
+    }
+
+    fn seal_stage(&mut self, stage: Stage, names: &Interner) {
+        match stage {
+            Stage::Uploads => self.seal_uploads(names),
+            Stage::Manifests => self.seal_manifests(),
+            Stage::Blobs => self.seal_blobs(),
+        }
+    }
+
+    fn seal_uploads(&mut self, names: &Interner) {
+        self.open_uploads = FastHashMap::default();
         let name = |sym: u32| match sym {
-            NO_SYM => "",
+            NO_SYM => std::borrow::Cow::Borrowed(""),
             s => names.resolve(Sym(s)),
         };
-        let blobs: SortedMap<Sym, BlobFacts> = blob_reads
-            .iter()
-            .map(|(_, digest)| {
-                let size = blob_sizes.get(digest).copied().unwrap_or(0);
-                (*digest, BlobFacts { size })
-            })
-            .collect();
-        drop(blob_sizes);
-        let blob_read_count = blob_reads.len();
-        let blob_read_bytes = blob_reads
-            .iter()
-            .map(|(_, d)| known_blob_size(&blobs, &content, *d))
-            .sum();
-        let blob_reads: Box<[(Sym, Sym)]> = match keep {
-            Keep::Prewarm => blob_reads.into_iter().collect(),
-            Keep::Run => {
-                let step = blob_read_count.div_ceil(READ_SAMPLE).max(1);
-                blob_reads.into_iter().step_by(step).collect()
-            }
-        };
-        let mut layers = Vec::new();
-        let manifests = manifests
-            .into_iter()
-            .map(|(key, m)| {
-                if m.layers.is_empty() {
-                    filler_repos.insert(key.0);
-                }
-                let facts = ManifestFacts {
-                    size: m.size,
-                    layers: Span::append(&mut layers, m.layers),
-                };
-                (key, facts)
-            })
-            .collect();
-        let mut pushes: SortedMap<u64, PushFacts> = pushes
-            .into_iter()
-            .map(
-                |DraftPush {
-                     key,
-                     mut facts,
-                     client,
-                 }| {
-                    let (_, number) = key_position(key);
-                    facts.identity = push_identity(
-                        name(client),
-                        names.resolve(facts.repo),
-                        names.resolve(facts.reference),
-                        facts.identity as i64,
-                        number,
-                    );
-                    (key, facts)
-                },
-            )
-            .collect();
-        let mut uploads: SortedMap<u64, UploadFacts> = uploads
-            .into_iter()
-            .map(|u| {
-                let DraftUpload {
-                    key,
-                    mut facts,
-                    client,
-                    repo,
-                    named,
-                } = u;
-                let (_, number) = key_position(key);
-                facts.identity = identity_of(format_args!(
-                    "{}/{}/{}/{number}",
-                    name(client),
-                    name(repo),
-                    facts.identity as i64
-                ));
-                // One that sent no bytes takes the size of the blob a HEAD 404 named.
-                if facts.bytes == 0 && named != NO_SYM {
-                    facts.bytes = blobs.get(&Sym(named)).map_or(0, |b| b.size);
-                }
-                (key, facts)
-            })
-            .collect();
+        let drafts = std::mem::take(&mut self.pushes);
+        let mut pushes: SortedMap<u64, PushFacts> = SortedMap::from_unique(
+            drafts
+                .into_iter()
+                .map(
+                    |DraftPush {
+                         key,
+                         mut facts,
+                         client,
+                     }| {
+                        facts.identity = push_identity(
+                            &name(client),
+                            &names.resolve(facts.repo),
+                            &names.resolve(facts.reference),
+                            facts.identity as i64,
+                            key_position(key).1,
+                        );
+                        (key, facts)
+                    },
+                )
+                .collect(),
+        );
+        let drafts = std::mem::take(&mut self.uploads);
+        let named = &mut self.named;
+        let mut uploads: SortedMap<u64, UploadFacts> = SortedMap::from_unique(
+            drafts
+                .into_iter()
+                .map(|u| {
+                    if u.bytes == 0 && u.named != NO_SYM {
+                        named.push((u.key, Sym(u.named)));
+                    }
+                    let facts = UploadFacts {
+                        bytes: u.bytes,
+                        identity: upload_identity(
+                            &name(u.client),
+                            &name(u.repo),
+                            u.time_ms,
+                            key_position(u.key).1,
+                        ),
+                        patches: u.patches,
+                        members: u.members,
+                        push: NO_PUSH,
+                    };
+                    (u.key, facts)
+                })
+                .collect(),
+        );
+        let push_layers = std::mem::take(&mut self.push_layers);
         for (i, (_, push)) in pushes.iter().enumerate() {
             for layer in Span::of(&push_layers, push.layers) {
                 if let PushedLayer::Upload(head) = layer.unpack() {
@@ -526,45 +582,82 @@ impl Draft {
                 }
             }
         }
-        let pushed = pushes.values().map(|p| (p.repo, p.reference)).collect();
-        let push_layers = match keep {
-            Keep::Prewarm => push_layers.into_boxed_slice(),
-            Keep::Run => {
-                pushes = SortedMap::default();
-                Box::default()
-            }
-        };
-        Catalog {
-            names,
-            origin_ms,
-            end_ms,
-            items,
-            blobs,
-            blob_reads,
-            blob_read_count,
-            blob_read_bytes,
-            manifests,
-            manifest_layers: layers.into_boxed_slice(),
-            uploads,
-            filler_repos,
-            pushes,
-            push_layers,
-            pushed,
-            blob_digests: SortedMap::default(),
-            upload_digests: SortedMap::default(),
-            filler_digests: HashMap::new(),
-            keep,
-            content,
+        let catalog = &mut self.catalog;
+        catalog.pushed = pushes.values().map(|p| (p.repo, p.reference)).collect();
+        catalog.uploads = uploads;
+        match self.keep {
+            Keep::Prewarm => catalog.push_layers = push_layers.into_boxed_slice(),
+            Keep::Run => pushes = SortedMap::default(),
         }
+        catalog.pushes = pushes;
     }
 
-    fn learn(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker, gap_ms: i64) {
+    fn seal_manifests(&mut self) {
+        let mut layers = Vec::new();
+        let filler_repos = &mut self.filler_repos;
+        let drafts = std::mem::take(&mut self.manifests);
+        self.catalog.manifests = SortedMap::from_unique(
+            drafts
+                .into_iter()
+                .map(|(key, m)| {
+                    if m.layers.is_empty() {
+                        filler_repos.insert(key.0);
+                    }
+                    let facts = ManifestFacts {
+                        size: u32::try_from(m.size).unwrap_or(u32::MAX),
+                        layers: Span::append(&mut layers, m.layers),
+                    };
+                    (key, facts)
+                })
+                .collect(),
+        );
+        self.catalog.manifest_layers = layers.into_boxed_slice();
+    }
+
+    fn seal_blobs(&mut self) {
+        let catalog = &mut self.catalog;
+        // Every blob read has an entry (0 if only HEADs read it): one per blob, not per read.
+        let blob_sizes = std::mem::take(&mut self.blob_sizes);
+        catalog.blobs = SortedMap::from_unique(
+            blob_sizes
+                .into_iter()
+                .map(|(digest, size)| (digest, BlobFacts { size }))
+                .collect(),
+        );
+        let reads = std::mem::take(&mut self.blob_reads);
+        catalog.blob_read_count = reads.len();
+        catalog.blob_read_bytes = reads.iter().map(|(_, d)| catalog.known_blob_size(*d)).sum();
+        catalog.blob_reads = match self.keep {
+            Keep::Prewarm => reads.into_iter().collect(),
+            Keep::Run => {
+                let step = catalog.blob_read_count.div_ceil(READ_SAMPLE).max(1);
+                reads.into_iter().step_by(step).collect()
+            }
+        };
+    }
+
+    /// The sealed catalog, with its names.
+    fn finish(mut self, names: Interner) -> Catalog {
+        let mut catalog = std::mem::take(&mut self.catalog);
+        // An upload that sent no bytes takes the size of the blob a HEAD 404 named.
+        for (key, digest) in std::mem::take(&mut self.named) {
+            let size = catalog.blobs.get(&digest).map_or(0, |b| b.size);
+            if let Some(u) = catalog.uploads.get_mut(&key) {
+                u.bytes = size;
+            }
+        }
+        catalog.filler_repos = std::mem::take(&mut self.filler_repos);
+        catalog.names = names;
+        catalog
+    }
+
+    fn learn_upload(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker, n: u64) {
         let pos = (r.file, r.number);
-        let ok = r.status > 0 && r.status < 400;
-        if self.items % 4096 == 0 {
+        if n % 4096 == 0 {
             // Uploads idle for a session gap get no more members (the linker forgets them).
+            let gap = self.gap_ms;
             self.open_uploads
-                .retain(|_, (_, last)| r.time_ms - *last <= gap_ms);
+                .retain(|_, (_, last)| r.time_ms - *last <= gap);
         }
         match role {
             Role::UploadHead => {
@@ -574,13 +667,10 @@ impl Draft {
                 self.open_uploads.insert(key, (index, r.time_ms));
                 self.uploads.push(DraftUpload {
                     key,
-                    facts: UploadFacts {
-                        bytes: if chunk { r.size } else { 0 },
-                        identity: r.time_ms as u64,
-                        patches: u32::from(r.method == Method::Patch),
-                        members: 0,
-                        push: NO_PUSH,
-                    },
+                    time_ms: r.time_ms,
+                    bytes: if chunk { r.size } else { 0 },
+                    patches: u32::from(r.method == Method::Patch),
+                    members: 0,
                     client: pack_sym(r.client),
                     repo: pack_sym(r.target.repo()),
                     named: pack_sym(linker.take_upload_digest(pos)),
@@ -589,16 +679,14 @@ impl Draft {
             Role::UploadMember(head) => {
                 if let Some((index, last)) = self.open_uploads.get_mut(&position_key(*head)) {
                     *last = r.time_ms;
-                    if let Some(DraftUpload { facts: f, .. }) =
-                        self.uploads.get_mut(*index as usize)
-                    {
-                        f.members += 1;
+                    if let Some(u) = self.uploads.get_mut(*index as usize) {
+                        u.members += 1;
                         match r.method {
                             Method::Patch => {
-                                f.bytes += r.size;
-                                f.patches += 1;
+                                u.bytes += r.size;
+                                u.patches += 1;
                             }
-                            Method::Put => f.bytes += r.size,
+                            Method::Put => u.bytes += r.size,
                             _ => {}
                         }
                     }
@@ -626,21 +714,20 @@ impl Draft {
             }
             _ => {}
         }
-        match (r.method, r.target) {
-            (Method::Get | Method::Head, Target::Blob { repo, digest }) if ok => {
-                self.blob_reads.insert((repo, digest));
-                if r.method == Method::Get {
-                    let size = self.blob_sizes.entry(digest).or_insert(0);
-                    *size = (*size).max(r.size);
-                    if let Role::PullLayer { reference, .. } = role {
-                        let m = self.manifests.entry((repo, *reference)).or_default();
-                        if m.layers.len() < MAX_MANIFEST_LAYERS && !m.layers.contains(&digest) {
-                            m.layers.push(digest);
-                        }
-                    }
+    }
+
+    fn learn_manifest(&mut self, r: &Record, role: &Role) {
+        if !(r.status > 0 && r.status < 400) {
+            return;
+        }
+        match (r.method, r.target, role) {
+            (Method::Get, Target::Blob { repo, digest }, Role::PullLayer { reference, .. }) => {
+                let m = self.manifests.entry((repo, *reference)).or_default();
+                if m.layers.len() < MAX_MANIFEST_LAYERS && !m.layers.contains(&digest) {
+                    m.layers.push(digest);
                 }
             }
-            (Method::Get | Method::Head, Target::Manifest { repo, reference }) if ok => {
+            (Method::Get | Method::Head, Target::Manifest { repo, reference }, _) => {
                 let m = self.manifests.entry((repo, reference)).or_default();
                 if r.method == Method::Get {
                     m.size = m.size.max(r.size);
@@ -649,6 +736,25 @@ impl Draft {
             _ => {}
         }
     }
+
+    fn learn_blob(&mut self, r: &Record) {
+        if !(r.status > 0 && r.status < 400) {
+            return;
+        }
+        if let (Method::Get | Method::Head, Target::Blob { repo, digest }) = (r.method, r.target) {
+            self.blob_reads.insert((repo, digest));
+            let size = self.blob_sizes.entry(digest).or_insert(0);
+            if r.method == Method::Get {
+                *size = (*size).max(r.size);
+            }
+        }
+    }
+}
+
+/// The identity of an upload's content: its head record's client, repository, time and
+/// number.
+pub fn upload_identity(client: &str, repo: &str, time_ms: i64, number: u64) -> u64 {
+    identity_of(format_args!("{client}/{repo}/{time_ms}/{number}"))
 }
 
 impl Catalog {

@@ -40,9 +40,9 @@ impl Naming {
                 let base: Repository = name
                     .to_ascii_lowercase()
                     .parse()
-                    .unwrap_or_else(|_| hashed_repo(name));
+                    .unwrap_or_else(|_| hashed_repo(&name));
                 match prefix {
-                    Some(p) => base.prefixed(p).unwrap_or_else(|_| hashed_repo(name)),
+                    Some(p) => base.prefixed(p).unwrap_or_else(|_| hashed_repo(&name)),
                     None => base,
                 }
             }
@@ -62,7 +62,7 @@ impl Naming {
                 let key = format!("{}:{r}", catalog.names.resolve(repo));
                 hashed_tag(&key)
             }
-            RepoMap::Keep { .. } => r.parse().unwrap_or_else(|_| hashed_tag(r)),
+            RepoMap::Keep { .. } => r.parse().unwrap_or_else(|_| hashed_tag(&r)),
         }
     }
 }

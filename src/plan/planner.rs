@@ -283,11 +283,11 @@ where
                 }
                 // From the record and its session, as pass 1 made the facts prewarm pushes
                 // the config of (the run's catalog need not keep them).
-                let name = |s: Option<Sym>| s.map_or("", |s| catalog.names.resolve(s));
+                let name = |s: Option<Sym>| s.map(|s| catalog.names.resolve(s)).unwrap_or_default();
                 let identity = push_identity(
-                    name(record.client),
-                    name(Some(repo)),
-                    name(Some(reference)),
+                    &name(record.client),
+                    &name(Some(repo)),
+                    &name(Some(reference)),
                     record.time_ms,
                     record.number,
                 );
@@ -453,14 +453,18 @@ mod tests {
             seed,
             ..catalog::ContentOptions::default()
         };
+        // As a run alone builds it: the trace spooled, then the stages over the spool.
         let mut spool = SpoolWriter::new();
-        let items = (&mut reader).inspect(|item| spool.push(item.as_ref().unwrap()));
-        let draft = Catalog::build(items, 60_000, content).unwrap();
+        for item in &mut reader {
+            spool.push(&item.unwrap());
+        }
         let mut names = reader.into_names();
-        names.freeze();
-        let mut cat = draft.seal(names, catalog::Keep::Run);
-        cat.compute_digests(2);
+        names.drop_index();
         let spool = spool.finish().unwrap();
+        let mut cat =
+            Catalog::build_staged(|| spool.items(), 60_000, content, catalog::Keep::Run, names)
+                .unwrap();
+        cat.compute_digests(2);
         assert_eq!(spool.len(), cat.items);
         (dir, input, cat, spool)
     }
@@ -625,7 +629,8 @@ mod tests {
     }
 
     #[test]
-    fn the_run_pushes_the_manifests_prewarm_prepared_from_a_catalog_that_keeps_less() {
+    fn a_run_alone_builds_the_same_catalog_in_stages_keeping_less_and_pushes_what_prewarm_prepared()
+    {
         let synth = SynthOptions::default();
         let (_dir, input, run_catalog, _) = catalog_of(&synth, 3);
         assert_eq!(run_catalog.keeps(), catalog::Keep::Run);
@@ -636,9 +641,27 @@ mod tests {
             seed: 3,
             ..catalog::ContentOptions::default()
         };
-        let full = Catalog::build(&mut reader, 60_000, content)
+        let full = Catalog::build(&mut reader, 60_000, content, catalog::Keep::Prewarm)
             .unwrap()
-            .seal(reader.into_names(), catalog::Keep::Prewarm);
+            .seal(reader.into_names());
+        // One reading building every table, or one per stage: the same facts.
+        assert_eq!(
+            (run_catalog.items, run_catalog.origin_ms),
+            (full.items, full.origin_ms)
+        );
+        assert!(run_catalog.uploads().eq(full.uploads()));
+        assert!(run_catalog.uploads().any(|(_, u)| u.push().is_some()));
+        assert_eq!(run_catalog.blobs, full.blobs);
+        assert_eq!(run_catalog.filler_repos, full.filler_repos);
+        assert_eq!(run_catalog.manifests.len(), full.manifests.len());
+        for ((key, a), (_, b)) in run_catalog.manifests.iter().zip(full.manifests.iter()) {
+            assert_eq!(a.size, b.size, "{key:?}");
+            assert_eq!(
+                run_catalog.manifest_layers(a),
+                full.manifest_layers(b),
+                "{key:?}"
+            );
+        }
         assert_eq!(run_catalog.blob_read_count(), full.blob_reads().len());
         assert_eq!(run_catalog.prewarm_bytes(), full.prewarm_bytes());
         assert_eq!(run_catalog.pushed_manifests(), full.pushed_manifests());

@@ -55,6 +55,18 @@ impl<K: Ord, V> SortedMap<K, V> {
     }
 }
 
+impl<K: Ord, V> SortedMap<K, V> {
+    /// From entries whose keys are unique (a catalog's positions): sorted in place, without
+    /// the buffer a stable sort takes; of equal keys, one is kept.
+    pub fn from_unique(mut entries: Vec<(K, V)>) -> Self {
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|a, b| a.0 == b.0);
+        SortedMap {
+            entries: entries.into_boxed_slice(),
+        }
+    }
+}
+
 impl<K, V> SortedMap<K, V> {
     pub fn len(&self) -> usize {
         self.entries.len()

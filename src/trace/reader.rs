@@ -833,7 +833,7 @@ mod tests {
         };
         assert_eq!(names.resolve(repo), "503550a5/d1002b86");
         assert_eq!(names.resolve(reference), "817c8a39");
-        assert_eq!(r.client.map(|c| names.resolve(c)), Some("e1852826"));
+        assert_eq!(r.client.map(|c| names.resolve(c)), Some("e1852826".into()));
         assert_eq!((r.size, r.status, r.duration_us), (524, 201, 1_409_294));
         assert_eq!(r.id, Some(fnv1a(b"baeef7c1eb")));
 
@@ -845,7 +845,7 @@ mod tests {
         };
         assert_eq!(
             (names.resolve(repo), names.resolve(digest)),
-            ("a/b", "sha256:c3")
+            ("a/b".into(), "sha256:c3".into())
         );
         assert_eq!((r.size, r.status, r.duration_us), (1024, 200, 500_000));
         assert_eq!((r.client, r.id), (None, None));

@@ -9,6 +9,7 @@
 //! with or without a leading slash), `http.request.remoteaddr` (client), `http.request.duration`
 //! (seconds), `http.response.status`, `http.response.written` (bytes, the object size), `id`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::BuildHasher;
 
@@ -37,8 +38,10 @@ impl SessionId {
 
 /// Interns strings; lookups and inserts are by value. Each distinct string is stored once,
 /// back to back in one buffer (a `NameTable`): a symbol costs its bytes plus about ten
-/// bytes of index, not an allocation of its own. A long trace has hundreds of thousands of
-/// distinct names; they are most of what a replay holds (`docs/replay.md#memory`).
+/// bytes of index, not an allocation of its own. A name of lowercase hex digits (the IBM
+/// traces' anonymized names, a `sha256:` digest) is stored two digits to a byte. A long
+/// trace has hundreds of thousands of distinct names; they are most of what a replay
+/// holds (`docs/replay.md#memory`).
 ///
 /// [`Interner::freeze`] moves the names into a shared, read-only base, so the replay's second
 /// pass over the trace — which meets the same names — shares the catalog's names instead of
@@ -56,34 +59,38 @@ impl Interner {
         if !self.base.indexed() {
             self.index_base();
         }
-        let hash = self.hasher.hash_one(s);
-        if let Some(i) = self.base.find(hash, s) {
+        let stored = Stored::of(s);
+        let hash = stored.hash(&self.hasher);
+        if let Some(i) = self.base.find(hash, &stored) {
             return Sym(i);
         }
-        let i = match self.own.find(hash, s) {
+        let i = match self.own.find(hash, &stored) {
             Some(i) => i,
-            None => self.own.push(hash, s, &self.hasher),
+            None => self.own.push(hash, &stored, &self.hasher),
         };
         Sym(self.base.len() + i)
     }
 
     pub fn get(&self, s: &str) -> Option<Sym> {
-        let hash = self.hasher.hash_one(s);
+        let stored = Stored::of(s);
+        let hash = stored.hash(&self.hasher);
         let in_base = match self.base.indexed() {
-            true => self.base.find(hash, s),
+            true => self.base.find(hash, &stored),
             // Without its index (see `drop_index`): a scan, for the rare lookup.
-            false => (0..self.base.len()).find(|&i| self.base.name(i) == s),
+            false => (0..self.base.len()).find(|&i| self.base.stored(i) == stored.parts()),
         };
         in_base
-            .or_else(|| self.own.find(hash, s).map(|i| self.base.len() + i))
+            .or_else(|| self.own.find(hash, &stored).map(|i| self.base.len() + i))
             .map(Sym)
     }
 
-    pub fn resolve(&self, sym: Sym) -> &str {
-        match sym.0.checked_sub(self.base.len()) {
-            None => self.base.name(sym.0),
-            Some(j) => self.own.name(j),
-        }
+    /// The name of `sym` (`""` if it has none): borrowed, or spelled out from its digits.
+    pub fn resolve(&self, sym: Sym) -> Cow<'_, str> {
+        let (form, bytes) = match sym.0.checked_sub(self.base.len()) {
+            None => self.base.stored(sym.0),
+            Some(j) => self.own.stored(j),
+        };
+        form.text(bytes)
     }
 
     /// Makes every name so far part of the shared base: clones made afterwards share them.
@@ -95,8 +102,9 @@ impl Interner {
         let own = std::mem::take(&mut self.own);
         let base = std::sync::Arc::make_mut(&mut self.base);
         for i in 0..own.len() {
-            let name = own.name(i);
-            base.push(self.hasher.hash_one(name), name, &self.hasher);
+            let (form, bytes) = own.stored(i);
+            let hash = hash_stored(&self.hasher, form, bytes);
+            base.push_parts(hash, form, bytes, &self.hasher);
         }
         base.shrink_to_fit(&self.hasher);
     }
@@ -115,10 +123,13 @@ impl Interner {
         let base = std::sync::Arc::make_mut(&mut self.base);
         let hasher = &self.hasher;
         let (bytes, ends) = (&base.bytes, &base.ends);
+        let rehash = |j: u32| {
+            let (form, b) = stored_at(bytes, ends, j);
+            hash_stored(hasher, form, b)
+        };
         let mut index = hashbrown::HashTable::with_capacity(ends.len());
         for i in 0..ends.len() as u32 {
-            let hash = hasher.hash_one(name_at(bytes, ends, i));
-            index.insert_unique(hash, i, |&j| hasher.hash_one(name_at(bytes, ends, j)));
+            index.insert_unique(rehash(i), i, |&j| rehash(j));
         }
         base.index = index;
     }
@@ -137,11 +148,97 @@ impl Interner {
     }
 }
 
-/// Distinct names in insertion order: their bytes back to back in one `String`, where each
-/// ends, and a hash index of name numbers looked up by content.
+/// How a name is stored: as its text, or as its lowercase hex digits two to a byte
+/// (`Sha256Hex`: after a `sha256:` prefix, which is left out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Text = 0,
+    Hex = 1,
+    Sha256Hex = 2,
+}
+
+/// The top two bits of an entry of `ends` say the name's [`Form`]; the rest is the offset.
+const FORM_SHIFT: u32 = 30;
+const OFFSET_MASK: u32 = (1 << FORM_SHIFT) - 1;
+/// The longest digit string stored packed (a SHA-512 in hex).
+const MAX_PACKED: usize = 64;
+
+impl Form {
+    fn of_entry(end: u32) -> Form {
+        match end >> FORM_SHIFT {
+            1 => Form::Hex,
+            2 => Form::Sha256Hex,
+            _ => Form::Text,
+        }
+    }
+
+    /// The text of a stored name.
+    fn text(self, bytes: &[u8]) -> Cow<'_, str> {
+        match self {
+            // Stored from a `&str`, so it is UTF-8; `""` rather than a panic otherwise.
+            Form::Text => Cow::Borrowed(std::str::from_utf8(bytes).unwrap_or_default()),
+            Form::Hex => Cow::Owned(hex::encode(bytes)),
+            Form::Sha256Hex => Cow::Owned(format!("sha256:{}", hex::encode(bytes))),
+        }
+    }
+}
+
+/// A name as the table stores it, packed on the stack when it is digits.
+enum Stored<'a> {
+    Text(&'a [u8]),
+    Packed {
+        form: Form,
+        buf: [u8; MAX_PACKED],
+        len: usize,
+    },
+}
+
+impl<'a> Stored<'a> {
+    fn of(s: &'a str) -> Stored<'a> {
+        let (form, digits) = match s.strip_prefix("sha256:") {
+            Some(rest) => (Form::Sha256Hex, rest),
+            None => (Form::Hex, s),
+        };
+        let packable = !digits.is_empty()
+            && digits.len() % 2 == 0
+            && digits.len() <= 2 * MAX_PACKED
+            && digits
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !packable {
+            return Stored::Text(s.as_bytes());
+        }
+        let mut buf = [0u8; MAX_PACKED];
+        let len = digits.len() / 2;
+        // Lowercase hex digits only, checked above: decoding cannot fail.
+        if hex::decode_to_slice(digits, &mut buf[..len]).is_err() {
+            return Stored::Text(s.as_bytes());
+        }
+        Stored::Packed { form, buf, len }
+    }
+
+    fn parts(&self) -> (Form, &[u8]) {
+        match self {
+            Stored::Text(b) => (Form::Text, b),
+            Stored::Packed { form, buf, len } => (*form, &buf[..*len]),
+        }
+    }
+
+    fn hash(&self, hasher: &FastState) -> u64 {
+        let (form, bytes) = self.parts();
+        hash_stored(hasher, form, bytes)
+    }
+}
+
+fn hash_stored(hasher: &FastState, form: Form, bytes: &[u8]) -> u64 {
+    hasher.hash_one((form as u8, bytes))
+}
+
+/// Distinct names in insertion order: their stored bytes back to back, where each ends
+/// (with its form), and a hash index of name numbers looked up by stored form.
 #[derive(Clone, Default)]
 struct NameTable {
-    bytes: String,
+    bytes: Vec<u8>,
     ends: Vec<u32>,
     index: hashbrown::HashTable<u32>,
 }
@@ -155,14 +252,20 @@ impl fmt::Debug for NameTable {
     }
 }
 
-/// The `i`th name of a table's parts; `""` past the end.
-fn name_at<'a>(bytes: &'a str, ends: &[u32], i: u32) -> &'a str {
+/// The `i`th name of a table's parts, stored; an empty text past the end.
+fn stored_at<'a>(bytes: &'a [u8], ends: &[u32], i: u32) -> (Form, &'a [u8]) {
     let i = i as usize;
     let Some(&end) = ends.get(i) else {
-        return "";
+        return (Form::Text, &[]);
     };
-    let start = i.checked_sub(1).map_or(0, |p| ends[p] as usize);
-    &bytes[start..end as usize]
+    let start = i
+        .checked_sub(1)
+        .map_or(0, |p| (ends[p] & OFFSET_MASK) as usize);
+    let stop = (end & OFFSET_MASK) as usize;
+    (
+        Form::of_entry(end),
+        bytes.get(start..stop).unwrap_or_default(),
+    )
 }
 
 impl NameTable {
@@ -170,8 +273,8 @@ impl NameTable {
         self.ends.len() as u32
     }
 
-    fn name(&self, i: u32) -> &str {
-        name_at(&self.bytes, &self.ends, i)
+    fn stored(&self, i: u32) -> (Form, &[u8]) {
+        stored_at(&self.bytes, &self.ends, i)
     }
 
     /// False when the names are there without their index ([`Interner::drop_index`]).
@@ -179,20 +282,31 @@ impl NameTable {
         self.ends.is_empty() || !self.index.is_empty()
     }
 
-    fn find(&self, hash: u64, s: &str) -> Option<u32> {
-        self.index.find(hash, |&i| self.name(i) == s).copied()
+    fn find(&self, hash: u64, name: &Stored) -> Option<u32> {
+        let parts = name.parts();
+        self.index.find(hash, |&i| self.stored(i) == parts).copied()
     }
 
     /// Appends a name not yet in the table; returns its number.
-    fn push(&mut self, hash: u64, s: &str, hasher: &FastState) -> u32 {
+    fn push(&mut self, hash: u64, name: &Stored, hasher: &FastState) -> u32 {
+        let (form, bytes) = name.parts();
+        self.push_parts(hash, form, bytes, hasher)
+    }
+
+    fn push_parts(&mut self, hash: u64, form: Form, name: &[u8], hasher: &FastState) -> u32 {
         let i = self.len();
-        self.bytes.push_str(s);
-        // Offsets are 32-bit: a trace's distinct names would need 4 GiB of text to overflow.
-        let end = u32::try_from(self.bytes.len()).expect("trace names exceed 4 GiB");
-        self.ends.push(end);
+        self.bytes.extend_from_slice(name);
+        // Offsets take 30 bits: a trace's distinct names would need 1 GiB stored to overflow.
+        let end = u32::try_from(self.bytes.len())
+            .ok()
+            .filter(|e| *e <= OFFSET_MASK)
+            .expect("trace names exceed 1 GiB");
+        self.ends.push(end | ((form as u32) << FORM_SHIFT));
         let (bytes, ends) = (&self.bytes, &self.ends);
-        self.index
-            .insert_unique(hash, i, |&j| hasher.hash_one(name_at(bytes, ends, j)));
+        self.index.insert_unique(hash, i, |&j| {
+            let (form, b) = stored_at(bytes, ends, j);
+            hash_stored(hasher, form, b)
+        });
         i
     }
 
@@ -200,8 +314,10 @@ impl NameTable {
         self.bytes.shrink_to_fit();
         self.ends.shrink_to_fit();
         let (bytes, ends) = (&self.bytes, &self.ends);
-        self.index
-            .shrink_to_fit(|&j| hasher.hash_one(name_at(bytes, ends, j)));
+        self.index.shrink_to_fit(|&j| {
+            let (form, b) = stored_at(bytes, ends, j);
+            hash_stored(hasher, form, b)
+        });
     }
 
     fn heap_bytes(&self) -> usize {
@@ -564,6 +680,37 @@ mod tests {
     }
 
     #[test]
+    fn hex_names_are_packed_and_come_back_as_they_were() {
+        let mut names = Interner::default();
+        let texts = [
+            "817c8a39",
+            "sha256:c3d4e5f6",
+            "sha256:",
+            "abc",
+            "ABCD",
+            "0f",
+            "503550a5/d1002b86",
+            "",
+            "é1",
+        ];
+        let syms: Vec<Sym> = texts.iter().map(|t| names.intern(t)).collect();
+        for (t, s) in texts.iter().zip(&syms) {
+            assert_eq!(names.resolve(*s), *t);
+            assert_eq!(names.get(t), Some(*s), "{t}");
+            assert_eq!(names.intern(t), *s, "{t} again");
+        }
+        assert_eq!(names.get("0F"), None, "upper case is another name");
+        let before = names.heap_bytes();
+        let mut packed = Interner::default();
+        packed.intern(&"ab".repeat(64));
+        let mut text = Interner::default();
+        text.intern(&"ag".repeat(64));
+        assert!(packed.heap_bytes() < text.heap_bytes(), "{before}");
+        names.drop_index();
+        assert_eq!(names.get("sha256:c3d4e5f6"), Some(syms[1]), "by a scan too");
+    }
+
+    #[test]
     fn names_without_their_index_resolve_and_intern_the_same() {
         let mut names = Interner::default();
         let syms: Vec<Sym> = ["x", "y", "z"].iter().map(|s| names.intern(s)).collect();
@@ -592,13 +739,16 @@ mod tests {
         };
         assert_eq!(
             (n.resolve(repo), n.resolve(reference)),
-            ("503550a5/d1002b86", "817c8a39")
+            ("503550a5/d1002b86".into(), "817c8a39".into())
         );
         let (t, n) = target("/v2/a1/b2/blobs/c3d4e5f6");
         let Target::Blob { repo, digest } = t else {
             panic!("{t:?}")
         };
-        assert_eq!((n.resolve(repo), n.resolve(digest)), ("a1/b2", "c3d4e5f6"));
+        assert_eq!(
+            (n.resolve(repo), n.resolve(digest)),
+            ("a1/b2".into(), "c3d4e5f6".into())
+        );
         assert!(matches!(
             target("v2/a/b/blobs/uploads/").0,
             Target::UploadStart { .. }

@@ -134,12 +134,21 @@ impl Spool {
 
     /// The items, in the order they were written.
     pub fn into_items(self) -> SpoolItems {
-        SpoolItems {
-            input: BufReader::with_capacity(64 * 1024, self.file),
-            left: self.items,
-        }
+        SpoolItems::from_start(self.file, self.items)
+    }
+
+    /// The items once more, from the first (the spool stays for the next reading).
+    pub fn items(&self) -> Result<SpoolItems, TraceError> {
+        let file = self.file.try_clone().map_err(|source| TraceError::Io {
+            file: PathBuf::from(SPOOL_NAME),
+            source,
+        })?;
+        Ok(SpoolItems::from_start(file, self.items))
     }
 }
+
+/// How errors name the spool.
+const SPOOL_NAME: &str = "(the temporary copy of the trace's records)";
 
 /// Reads a [`Spool`] back. A read failure (the file is the process's own, so only an I/O
 /// error of the disk) ends the iteration with a [`TraceError::Io`].
@@ -147,6 +156,21 @@ impl Spool {
 pub struct SpoolItems {
     input: BufReader<File>,
     left: u64,
+    /// Why the file could not be read from its start, given as the first item.
+    failed: Option<io::Error>,
+}
+
+impl SpoolItems {
+    /// Reads `items` items of `file` from its start (readings share the file's offset, so
+    /// each one rewinds it).
+    fn from_start(mut file: File, items: u64) -> SpoolItems {
+        let failed = file.rewind().err();
+        SpoolItems {
+            input: BufReader::with_capacity(64 * 1024, file),
+            left: items,
+            failed,
+        }
+    }
 }
 
 impl Iterator for SpoolItems {
@@ -157,12 +181,16 @@ impl Iterator for SpoolItems {
             return None;
         }
         self.left -= 1;
-        match decode(&mut self.input) {
+        let read = match self.failed.take() {
+            Some(e) => Err(e),
+            None => decode(&mut self.input),
+        };
+        match read {
             Ok(item) => Some(Ok(item)),
             Err(source) => {
                 self.left = 0;
                 Some(Err(TraceError::Io {
-                    file: PathBuf::from("(the temporary copy of the trace's records)"),
+                    file: PathBuf::from(SPOOL_NAME),
                     source,
                 }))
             }

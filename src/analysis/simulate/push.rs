@@ -219,8 +219,8 @@ mod tests {
             events.extend(up.observe(&r));
         }
         let digest = |e: &PushEvent| match e {
-            PushEvent::Uploaded(l) => (l.digest.map(|d| n.resolve(d).to_owned()), l.size),
-            PushEvent::Reused { digest, .. } => (Some(n.resolve(*digest).to_owned()), 0),
+            PushEvent::Uploaded(l) => (l.digest.map(|d| n.resolve(d).into_owned()), l.size),
+            PushEvent::Reused { digest, .. } => (Some(n.resolve(*digest).into_owned()), 0),
         };
         let got: Vec<_> = events.iter().map(digest).collect();
         assert_eq!(

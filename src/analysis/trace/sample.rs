@@ -571,7 +571,7 @@ fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, Samp
                         let names = reader.names();
                         let keep = *membership
                             .entry(sym)
-                            .or_insert_with(|| chosen(*seed, names.resolve(sym), *fraction));
+                            .or_insert_with(|| chosen(*seed, &names.resolve(sym), *fraction));
                         if keep {
                             Decision::Keep
                         } else {

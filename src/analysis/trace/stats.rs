@@ -511,12 +511,12 @@ impl Acc {
         let mut sessions = self.sessions.clone();
         sessions.not_followed_share = ratio(sessions.not_followed, sessions.manifest_gets);
         let popularity = Popularity {
-            layers: rank(&self.layers, top, |d| names.resolve(*d).to_owned()),
+            layers: rank(&self.layers, top, |d| names.resolve(*d).into_owned()),
             manifests: rank(&self.manifests, top, |(repo, reference)| {
                 format!("{}:{}", names.resolve(*repo), names.resolve(*reference))
             }),
-            repositories: rank(&self.repositories, top, |r| names.resolve(*r).to_owned()),
-            clients: rank(&self.clients, top, |c| names.resolve(*c).to_owned()),
+            repositories: rank(&self.repositories, top, |r| names.resolve(*r).into_owned()),
+            clients: rank(&self.clients, top, |c| names.resolve(*c).into_owned()),
         };
         let mut by_status = StatusCounts::default();
         for (code, n) in &self.by_status {

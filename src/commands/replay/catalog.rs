@@ -93,25 +93,48 @@ async fn build_catalog(
     let cache_path = cfg.digest_cache.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
         let started = std::time::Instant::now();
-        let mut reader = TraceReader::open(&input, read, Interner::default())?;
-        let mut writer = spool
-            .then(|| SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES));
-        let items = (&mut reader).inspect(|item| {
-            if let (Some(w), Ok(item)) = (writer.as_mut(), item) {
-                w.push(item);
-            }
-        });
-        let draft = Catalog::build(items, gap, content)?;
-        let mut names = reader.into_names();
-        // The second pass reads the spooled items, which carry their symbols: the names
-        // need resolving only, not looking up (a reader of the trace rebuilds the index).
-        names.drop_index();
         // A run alone keeps only what the run needs; prewarm's lists are counted.
         let keep = match phase {
             Phase::Run => Keep::Run,
             Phase::All | Phase::Prewarm => Keep::Prewarm,
         };
-        let mut catalog = draft.seal(names, keep);
+        let single_pass = |input: &TraceInput| -> anyhow::Result<Catalog> {
+            let mut reader = TraceReader::open(input, read.clone(), Interner::default())?;
+            let draft = Catalog::build(&mut reader, gap, content, keep)?;
+            let mut names = reader.into_names();
+            names.drop_index();
+            Ok(draft.seal(names))
+        };
+        let (mut catalog, spool) = if spool {
+            // The trace read once into the spool, interning its names; then the catalog's
+            // stages read the spool, each sealed before the next (a lower peak than one
+            // reading building every table). The run's pass 2 reads the spool too: the
+            // names need resolving only, not looking up (a reader of the trace would
+            // rebuild their index).
+            let mut reader = TraceReader::open(&input, read.clone(), Interner::default())?;
+            let mut writer =
+                SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES);
+            for item in &mut reader {
+                writer.push(&item?);
+            }
+            let mut names = reader.into_names();
+            names.drop_index();
+            match writer.finish() {
+                Ok(spool) => {
+                    let catalog =
+                        Catalog::build_staged(|| spool.items(), gap, content, keep, names)?;
+                    // Both count the items the reader gave.
+                    debug_assert_eq!(spool.len(), catalog.items);
+                    (catalog, Some(spool))
+                }
+                Err(why) => {
+                    tracing::warn!("cannot keep the trace's items for the run ({why}); the catalog and the run read the trace again");
+                    (single_pass(&input)?, None)
+                }
+            }
+        } else {
+            (single_pass(&input)?, None)
+        };
         let read_s = started.elapsed().as_secs_f64();
         let mut cache = cache_path.as_deref().map(DigestCache::load);
         if let (Some(c), Some(path)) = (&cache, &cache_path) {
@@ -139,17 +162,6 @@ async fn build_catalog(
             digest_cache: cache_path,
             digest_cache_written: written,
         };
-        let spool = writer.and_then(|w| match w.finish() {
-            Ok(spool) => {
-                // Both count the items the reader gave before it ended or failed.
-                debug_assert_eq!(spool.len(), catalog.items);
-                Some(spool)
-            }
-            Err(why) => {
-                tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again");
-                None
-            }
-        });
         Ok((catalog, spool, prep))
     })
     .await

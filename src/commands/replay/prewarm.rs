@@ -261,7 +261,7 @@ fn read_manifest_bytes(
     let size = catalog
         .manifests
         .get(&(repo, reference))
-        .map_or(0, |m| m.size);
+        .map_or(0, |m| u64::from(m.size));
     manifest_over(format, &identity, &layers, size)
 }
 
@@ -694,9 +694,10 @@ mod tests {
         let input = TraceInput::resolve(&[path]).unwrap();
         let mut reader =
             TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
-        let mut catalog = Catalog::build(&mut reader, 60_000, ContentOptions::default())
+        let keep = crate::plan::catalog::Keep::Prewarm;
+        let mut catalog = Catalog::build(&mut reader, 60_000, ContentOptions::default(), keep)
             .unwrap()
-            .seal(reader.into_names(), crate::plan::catalog::Keep::Prewarm);
+            .seal(reader.into_names());
         catalog.compute_digests(1);
         catalog
     }
