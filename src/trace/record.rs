@@ -122,14 +122,9 @@ impl Interner {
     fn index_base(&mut self) {
         let base = std::sync::Arc::make_mut(&mut self.base);
         let hasher = &self.hasher;
-        let (bytes, ends) = (&base.bytes, &base.ends);
-        let rehash = |j: u32| {
-            let (form, b) = stored_at(bytes, ends, j);
-            hash_stored(hasher, form, b)
-        };
-        let mut index = hashbrown::HashTable::with_capacity(ends.len());
-        for i in 0..ends.len() as u32 {
-            index.insert_unique(rehash(i), i, |&j| rehash(j));
+        let mut index = hashbrown::HashTable::with_capacity(base.len() as usize);
+        for i in 0..base.len() {
+            index.insert_unique(base.rehash(hasher, i), i, |&j| base.rehash(hasher, j));
         }
         base.index = index;
     }
@@ -157,15 +152,12 @@ enum Form {
     Sha256Hex = 2,
 }
 
-/// The top two bits of an entry of `ends` say the name's [`Form`]; the rest is the offset.
-const FORM_SHIFT: u32 = 30;
-const OFFSET_MASK: u32 = (1 << FORM_SHIFT) - 1;
 /// The longest digit string stored packed (a SHA-512 in hex).
 const MAX_PACKED: usize = 64;
 
 impl Form {
-    fn of_entry(end: u32) -> Form {
-        match end >> FORM_SHIFT {
+    fn from_bits(bits: u8) -> Form {
+        match bits {
             1 => Form::Hex,
             2 => Form::Sha256Hex,
             _ => Form::Text,
@@ -234,52 +226,86 @@ fn hash_stored(hasher: &FastState, form: Form, bytes: &[u8]) -> u64 {
     hasher.hash_one((form as u8, bytes))
 }
 
-/// Distinct names in insertion order: their stored bytes back to back, where each ends
-/// (with its form), and a hash index of name numbers looked up by stored form.
+/// Distinct names in insertion order, back to back in one buffer, each after a header
+/// byte (its [`Form`] in the top two bits, its stored length below, or 63 and the length
+/// as a LEB128 number after), with the offset of every [`GROUP`]th name and a hash index
+/// of name numbers looked up by stored form. A name of the IBM traces so costs its four
+/// packed bytes, one byte of header and a quarter byte of offset: an offset per name
+/// would double it.
 #[derive(Clone, Default)]
 struct NameTable {
     bytes: Vec<u8>,
-    ends: Vec<u32>,
+    /// Where names 0, GROUP, 2·GROUP, … start.
+    groups: Vec<u32>,
+    names: u32,
     index: hashbrown::HashTable<u32>,
 }
+
+/// Names per recorded offset: finding a name reads at most this many headers.
+const GROUP: u32 = 16;
+/// A header's length field that says the length follows.
+const LONG: u8 = 63;
 
 impl fmt::Debug for NameTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NameTable")
-            .field("names", &self.ends.len())
+            .field("names", &self.names)
             .field("bytes", &self.bytes.len())
             .finish()
     }
 }
 
+/// The name that starts at `at` of a table's bytes: its form, its stored bytes, and where
+/// the next name starts.
+fn stored_from(bytes: &[u8], at: usize) -> (Form, &[u8], usize) {
+    let Some(&header) = bytes.get(at) else {
+        return (Form::Text, &[], at);
+    };
+    let mut at = at + 1;
+    let mut len = usize::from(header & LONG);
+    if len == usize::from(LONG) {
+        len = 0;
+        for shift in (0..32).step_by(7) {
+            let Some(&b) = bytes.get(at) else { break };
+            at += 1;
+            len |= usize::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+    }
+    let stop = (at + len).min(bytes.len());
+    (Form::from_bits(header >> 6), &bytes[at..stop], stop)
+}
+
 /// The `i`th name of a table's parts, stored; an empty text past the end.
-fn stored_at<'a>(bytes: &'a [u8], ends: &[u32], i: u32) -> (Form, &'a [u8]) {
-    let i = i as usize;
-    let Some(&end) = ends.get(i) else {
+fn stored_at<'a>(bytes: &'a [u8], groups: &[u32], names: u32, i: u32) -> (Form, &'a [u8]) {
+    if i >= names {
+        return (Form::Text, &[]);
+    }
+    let Some(&start) = groups.get((i / GROUP) as usize) else {
         return (Form::Text, &[]);
     };
-    let start = i
-        .checked_sub(1)
-        .map_or(0, |p| (ends[p] & OFFSET_MASK) as usize);
-    let stop = (end & OFFSET_MASK) as usize;
-    (
-        Form::of_entry(end),
-        bytes.get(start..stop).unwrap_or_default(),
-    )
+    let mut at = start as usize;
+    for _ in 0..i % GROUP {
+        at = stored_from(bytes, at).2;
+    }
+    let (form, name, _) = stored_from(bytes, at);
+    (form, name)
 }
 
 impl NameTable {
     fn len(&self) -> u32 {
-        self.ends.len() as u32
+        self.names
     }
 
     fn stored(&self, i: u32) -> (Form, &[u8]) {
-        stored_at(&self.bytes, &self.ends, i)
+        stored_at(&self.bytes, &self.groups, self.names, i)
     }
 
     /// False when the names are there without their index ([`Interner::drop_index`]).
     fn indexed(&self) -> bool {
-        self.ends.is_empty() || !self.index.is_empty()
+        self.names == 0 || !self.index.is_empty()
     }
 
     fn find(&self, hash: u64, name: &Stored) -> Option<u32> {
@@ -294,34 +320,50 @@ impl NameTable {
     }
 
     fn push_parts(&mut self, hash: u64, form: Form, name: &[u8], hasher: &FastState) -> u32 {
-        let i = self.len();
+        let i = self.names;
+        if i % GROUP == 0 {
+            // Offsets are 32-bit: a trace's distinct names would need 4 GiB to overflow.
+            let at = u32::try_from(self.bytes.len()).expect("trace names exceed 4 GiB");
+            self.groups.push(at);
+        }
+        let form_bits = (form as u8) << 6;
+        match u8::try_from(name.len()) {
+            Ok(len) if len < LONG => self.bytes.push(form_bits | len),
+            _ => {
+                self.bytes.push(form_bits | LONG);
+                let mut len = name.len();
+                while len >= 0x80 {
+                    self.bytes.push((len as u8) | 0x80);
+                    len >>= 7;
+                }
+                self.bytes.push(len as u8);
+            }
+        }
         self.bytes.extend_from_slice(name);
-        // Offsets take 30 bits: a trace's distinct names would need 1 GiB stored to overflow.
-        let end = u32::try_from(self.bytes.len())
-            .ok()
-            .filter(|e| *e <= OFFSET_MASK)
-            .expect("trace names exceed 1 GiB");
-        self.ends.push(end | ((form as u32) << FORM_SHIFT));
-        let (bytes, ends) = (&self.bytes, &self.ends);
+        self.names += 1;
+        let (bytes, groups, names) = (&self.bytes, &self.groups, self.names);
         self.index.insert_unique(hash, i, |&j| {
-            let (form, b) = stored_at(bytes, ends, j);
+            let (form, b) = stored_at(bytes, groups, names, j);
             hash_stored(hasher, form, b)
         });
         i
     }
 
+    fn rehash(&self, hasher: &FastState, j: u32) -> u64 {
+        let (form, b) = self.stored(j);
+        hash_stored(hasher, form, b)
+    }
+
     fn shrink_to_fit(&mut self, hasher: &FastState) {
         self.bytes.shrink_to_fit();
-        self.ends.shrink_to_fit();
-        let (bytes, ends) = (&self.bytes, &self.ends);
-        self.index.shrink_to_fit(|&j| {
-            let (form, b) = stored_at(bytes, ends, j);
-            hash_stored(hasher, form, b)
-        });
+        self.groups.shrink_to_fit();
+        let mut index = std::mem::take(&mut self.index);
+        index.shrink_to_fit(|&j| self.rehash(hasher, j));
+        self.index = index;
     }
 
     fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + self.ends.capacity() * 4 + self.index.allocation_size()
+        self.bytes.capacity() + self.groups.capacity() * 4 + self.index.allocation_size()
     }
 }
 

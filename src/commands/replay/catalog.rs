@@ -128,7 +128,7 @@ async fn build_catalog(
                     (catalog, Some(spool))
                 }
                 Err(why) => {
-                    tracing::warn!("cannot keep the trace's items for the run ({why}); the catalog and the run read the trace again");
+                    tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again, as does the catalog");
                     (single_pass(&input)?, None)
                 }
             }
