@@ -496,7 +496,7 @@ fn delete(t: &Running, dir: &Path) -> String {
     runtime.block_on(async {
         use clap::Parser as _;
         use creb::client::{ClientOptions, OpCtx};
-        use creb::commands::session::RegistryConfig;
+        use creb::commands::connect::RegistryConfig;
         use creb::commands::{Cli, Command};
         use creb::oci::manifest::ParsedManifest;
         use creb::oci::{Reference, Repository};

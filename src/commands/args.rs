@@ -177,6 +177,18 @@ pub struct RuntimeArgs {
     pub threads: Option<u16>,
 }
 
+/// How a load command stops: every command the same way (docs/cli.md, "Stopping").
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Stopping")]
+pub struct StopArgs {
+    /// On Ctrl-C or SIGTERM, how long in-flight operations may take to finish.
+    ///
+    /// Nothing new starts after the first signal; what is still in flight after D is
+    /// cancelled and counted, and the results are written. A second signal exits at once.
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+}
+
 /// Credentials. Without any of these, the docker config is consulted, then anonymous.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Authentication")]
@@ -274,7 +286,7 @@ pub struct OutputArgs {
 
     /// Under `creb-rs run`: the endpoint the cells feed in turn.
     #[arg(skip)]
-    pub live: Option<super::observe::SharedLive>,
+    pub live: Option<crate::metrics::live::SharedLive>,
 
     /// Also write requests.csv: one row per request, streamed (large for long runs).
     #[arg(hide_short_help = true, long, requires = "output_dir")]

@@ -13,6 +13,7 @@
 
 pub mod args;
 pub mod compare;
+pub mod connect;
 pub mod cost;
 pub mod merge;
 pub mod observe;
@@ -24,7 +25,7 @@ pub mod run;
 pub mod session;
 pub mod shell;
 pub mod simulate;
-mod status;
+pub mod status;
 pub mod trace;
 
 use clap::{Parser, Subcommand};

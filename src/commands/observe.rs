@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::args::OutputArgs;
-use super::session::RegistryConfig;
 use crate::metrics::exposition::{self, Series};
 use crate::metrics::live::{LiveMetrics, LiveSlot, RunInfoLabels};
 use crate::net::pushgateway::{group_url, Pusher};
@@ -38,14 +37,14 @@ fn tls() -> anyhow::Result<rustls::ClientConfig> {
     crate::net::tls::client_config(&TransportConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Starts what `output` asks for a run described by `info` against `registry`'s
-/// endpoints, and sets `run` to feed it: an endpoint of its own (`--metrics-listen`; a bind
-/// failure is an error before anything is sent), the endpoint of `creb-rs run` (the slot it
-/// hands its cells) and pushes (`--metrics-push`).
+/// Starts what `output` asks for a run described by `info` against `endpoints`, and sets
+/// `run` to feed it: an endpoint of its own (`--metrics-listen`; a bind failure is an error
+/// before anything is sent), the endpoint of `creb-rs run` (the slot it hands its cells)
+/// and pushes (`--metrics-push`).
 pub async fn start(
     output: &OutputArgs,
     mut info: RunInfoLabels,
-    registry: &RegistryConfig,
+    endpoints: &[String],
     shard: u32,
     run: &mut RunOutput,
 ) -> anyhow::Result<Observation> {
@@ -61,7 +60,7 @@ pub async fn start(
     if let Some(live) = &output.live {
         info.cell.clone_from(&live.cell);
     }
-    let metrics = Arc::new(LiveMetrics::new(info, &registry.endpoint_names()));
+    let metrics = Arc::new(LiveMetrics::new(info, endpoints));
     let slot = match &output.live {
         Some(live) => {
             live.slot.install(Arc::clone(&metrics));
@@ -104,14 +103,6 @@ impl Observation {
             server.finish(self.linger).await;
         }
     }
-}
-
-/// The `--metrics-listen` of `creb-rs run`, which its cells feed in turn.
-#[derive(Debug, Clone)]
-pub struct SharedLive {
-    pub slot: Arc<LiveSlot>,
-    /// The cell running (`creb_run_info`'s `cell` label).
-    pub cell: String,
 }
 
 async fn scrape(client: &reqwest::Client, url: &Url) -> Result<Series, String> {

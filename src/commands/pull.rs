@@ -1,43 +1,35 @@
 //! `creb-rs pull`: fetch manifests, then every blob they reference, read to the end and
-//! verified against its digest (unless `--no-verify`), with at most `--concurrency` blob
-//! downloads in flight across all images. An `image_pull` session sample runs from the
-//! manifest request to the last blob's last byte.
+//! verified against its digest (unless `--no-verify`). This file holds the flags, their
+//! validation into [`PullConfig`] and the wiring; [`crate::exec::pull`] drives the pull.
 //!
 //! Distributed pull (`--from`): manifests come from the first `--registry`, each blob from
 //! the endpoint the `--route` rule names (by layer position, seed-free random, or digest on
-//! the ring), so one image's layers download from several registries at once; the session
-//! runs until the last of them. `summary.json` then has per-endpoint numbers.
+//! the ring). `summary.json` then has per-endpoint numbers.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use futures_util::{stream, StreamExt};
-use serde::Serialize;
-use tokio::sync::Semaphore;
-use tokio::time::Instant;
-
 use clap::Args;
+use serde::Serialize;
+use tokio::time::Instant;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_url};
-use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs};
-use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
-    Finished, RegistryConfig,
-};
-use super::ExitStatus;
-use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
-use crate::digest::Digest;
+use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs};
+use super::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
+use super::session::{Finished, Session};
+use super::status::ExitStatus;
+use crate::client::ClientOptions;
+use crate::exec::bounded::{Bounds, JobEnv};
+use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
 use crate::metrics::live::RunInfoLabels;
-use crate::metrics::ErrorLog;
-use crate::metrics::{ErrorKind, HttpStatuses, Op, Outcome, Sample, SizeClass, Timing};
-use crate::oci::manifest::ParsedManifest;
+use crate::metrics::{ErrorLog, Recorder};
 use crate::oci::{Reference, Repository};
 use crate::progress::{Progress, ProgressLine};
 use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
-use crate::route::{Object, Request, RouteKind, RouteOptions, Router};
+use crate::route::{RouteKind, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 
 /// `pull --help` ends with these.
@@ -114,17 +106,10 @@ pub struct PullArgs {
     pub output: OutputArgs,
 
     #[command(flatten)]
-    pub runtime: RuntimeArgs,
-}
+    pub stop: StopArgs,
 
-/// Which images to pull.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PullTargets {
-    /// These references.
-    References(Vec<String>),
-    /// Every tag the registry lists, asked `page_size` at a time.
-    AllTags { page_size: u32 },
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 /// Validated settings of a pull.
@@ -184,275 +169,68 @@ impl TryFrom<&PullArgs> for PullConfig {
     }
 }
 
-/// Resolves a reference to an image manifest (through an index if needed): the manifest
-/// and its digest.
-async fn fetch_image_manifest(
-    client: &RegistryClient,
-    repo: &Repository,
-    reference: &Reference,
-) -> Result<(ParsedManifest, Digest), ClientError> {
-    let fetched = client
-        .manifest_get(repo, reference, OpCtx::default())
-        .await?;
-    let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
-        .map_err(ClientError::Protocol)?;
-    if let Some(entry) = parsed.pick_platform() {
-        let inner = Reference::Digest(entry.digest.clone());
-        let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
-        let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
-            .map_err(ClientError::Protocol)?;
-        return Ok((parsed, fetched.digest()));
-    }
-    Ok((parsed, fetched.digest()))
-}
-
-/// Lists the referrers of the image manifest `subject` and fetches each one's manifest
-/// (verified against its digest). Failures are counted in their own operations.
-async fn pull_referrers(
-    client: &RegistryClient,
-    repo: &Repository,
-    subject: &Digest,
-    errors: &ErrorLog,
-) {
-    match client.referrers(repo, subject, OpCtx::default()).await {
-        Ok(Some(found)) => {
-            for d in found {
-                let reference = Reference::Digest(d.digest.clone());
-                if let Err(e) = client
-                    .manifest_get(repo, &reference, OpCtx::default())
-                    .await
-                {
-                    errors.note(format!("{repo}@{}: referrer: {e}", d.digest));
-                }
-            }
-        }
-        Ok(None) => {}
-        Err(e) => errors.note(format!("{repo}@{subject}: referrers: {e}")),
-    }
-}
-
-/// The clients of a pull (one per endpoint) and how blobs are spread over them.
-struct Sources {
-    clients: Vec<RegistryClient>,
-    router: Router,
-}
-
-impl Sources {
-    /// The client for layer `position` of an image.
-    fn blob(&self, position: usize, digest: &Digest) -> &RegistryClient {
-        if self.clients.len() == 1 {
-            return &self.clients[0];
-        }
-        let i = self.router.candidates(&Request {
-            seq: position as u64,
-            client: 0,
-            object: Object::Blob(digest.as_str()),
-            write: false,
-        })[0];
-        &self.clients[i]
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn pull_image(
-    sources: &Sources,
-    repo: &Repository,
-    reference: &Reference,
-    referrers: bool,
-    permits: &Semaphore,
-    shutdown: &Shutdown,
-    errors: &ErrorLog,
-    progress: &Progress,
-) {
-    if shutdown.is_cancelled() {
-        return;
-    }
-    let start = Instant::now();
-    let mut received = 0u64;
-    let client = &sources.clients[0];
-    let mut subject = None;
-    let outcome = match fetch_image_manifest(client, repo, reference).await {
-        Err(e) => {
-            errors.note(format!("{repo}:{reference}: manifest: {e}"));
-            Outcome::Error(e.kind())
-        }
-        Ok((manifest, digest)) => {
-            subject = Some(digest);
-            let blobs = manifest.blobs();
-            let downloads = blobs.iter().enumerate().map(|(i, d)| async move {
-                let client = sources.blob(i, &d.digest);
-                let Ok(_permit) = permits.acquire().await else {
-                    return Err(ClientError::Cancelled);
-                };
-                if shutdown.is_cancelled() {
-                    return Err(ClientError::Cancelled);
-                }
-                let expected = (d.size > 0).then_some(d.size);
-                client
-                    .blob_get(repo, &d.digest, expected, OpCtx::default())
-                    .await
-                    .map_err(|e| {
-                        errors.note(format!("{repo}@{}: {e}", d.digest));
-                        e
-                    })
-            });
-            let results = futures_util::future::join_all(downloads).await;
-            received = results.iter().filter_map(|r| r.as_ref().ok()).sum();
-            match results.iter().find_map(|r| r.as_ref().err()) {
-                Some(e) => Outcome::Error(e.kind()),
-                None => Outcome::Ok,
-            }
-        }
-    };
-    if outcome == Outcome::Error(ErrorKind::Cancelled) {
-        return;
-    }
-    if let (true, Some(subject)) = (referrers, &subject) {
-        pull_referrers(client, repo, subject, errors).await;
-    }
-    progress.add_done(1);
-    if !outcome.is_ok() {
-        progress.add_error();
-    }
-    client
-        .recorder()
-        .record(Sample {
-            op: Op::ImagePull,
-            outcome,
-            size_class: SizeClass::of(received),
-            timing: Timing {
-                intended: None,
-                sent: start,
-                first_byte: None,
-                end: Instant::now(),
-            },
-            bytes_sent: 0,
-            bytes_received: received,
-            http: HttpStatuses::NONE,
-        })
-        .await;
-}
-
 /// Runs `creb-rs pull`.
 pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PullConfig::try_from(&args)?;
-    let thresholds = thresholds(&args.output)?;
-    prepare_output(&args.output)?;
-    let mut output = run_output(&args.output);
-    let observation = super::observe::start(
-        &args.output,
-        RunInfoLabels::new("pull", "pull", None, 0, 1),
-        &cfg.registry,
-        0,
-        &mut output,
-    )
-    .await?;
-    let registry_watch = super::observe::RegistryWatch::start(&args.output).await?;
+    let labels = RunInfoLabels::new("pull", "pull", None, 0, 1);
+    let names = cfg.registry.endpoint_names();
+    let session = Session::open(&args.output, labels, &names, 0).await?;
+    let watch = session.watch_registry().await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
-    let endpoints = if cfg.route.is_some() {
-        cfg.registry.endpoint_names().len()
-    } else {
-        1
-    };
-    let (recorder, aggregator) = output.start_over(start, started_at, endpoints)?;
-    let options = ClientOptions {
-        verify: cfg.verify,
-        ..ClientOptions::default()
-    };
-    let names = cfg.registry.endpoint_names();
-    let mut connections = Vec::with_capacity(names.len());
-    if cfg.route.is_some() {
-        for i in 0..names.len() {
-            let connection = cfg
-                .registry
-                .for_endpoint(i)
-                .connect(recorder.for_endpoint(i), options.clone(), cfg.concurrency)
-                .await?;
-            connections.push(connection);
-        }
-    } else {
-        connections.push(
-            cfg.registry
-                .connect(recorder, options, cfg.concurrency)
-                .await?,
-        );
-    }
-    let router = Router::new(
-        &names,
-        RouteOptions {
-            kind: cfg.route.unwrap_or_default(),
-            ..RouteOptions::default()
-        },
-    );
+    let endpoints = if cfg.route.is_some() { names.len() } else { 1 };
+    let (recorder, aggregator) = session.output.start_over(start, started_at, endpoints)?;
+    let connections = connect(&cfg, &recorder).await?;
     let errors = ErrorLog::default();
 
     let mut fatal: Option<String> = None;
-    let mut checked = Ok(());
     for (connection, name) in connections.iter().zip(&names) {
-        checked = preflight(connection, name).await;
-        if checked.is_err() {
+        if let Err(message) = preflight(connection, name).await {
+            fatal = Some(message);
             break;
         }
     }
     let sources = Sources {
         clients: connections.iter().map(|c| c.client.clone()).collect(),
-        router,
+        router: Router::new(
+            &names,
+            RouteOptions {
+                kind: cfg.route.unwrap_or_default(),
+                ..RouteOptions::default()
+            },
+        ),
     };
-    let client = &sources.clients[0];
-    match checked {
-        Err(message) => fatal = Some(message),
-        Ok(()) => {
-            let references: Result<Vec<String>, ClientError> = match &cfg.targets {
-                PullTargets::References(r) => Ok(r.clone()),
-                PullTargets::AllTags { page_size } => {
-                    client
-                        .tag_list(&cfg.repo, Some(*page_size), OpCtx::default())
-                        .await
-                }
-            };
-            match references {
-                Err(e) => fatal = Some(format!("cannot list the tags of {}: {e}", cfg.repo)),
-                Ok(references) => {
-                    let permits = Arc::new(Semaphore::new(cfg.concurrency));
-                    let parsed: Vec<Reference> =
-                        references.iter().filter_map(|r| r.parse().ok()).collect();
-                    let progress = Progress::new(parsed.len() as u64);
-                    let line = ProgressLine::show(
-                        "pull",
-                        "images",
-                        Arc::clone(&progress),
-                        crate::progress::wanted(args.output.quiet, args.output.json),
-                    );
-                    stream::iter(parsed)
-                        .map(|reference| {
-                            let (sources, cfg, permits, shutdown, errors, progress) =
-                                (&sources, &cfg, &permits, &shutdown, &errors, &progress);
-                            async move {
-                                pull_image(
-                                    sources,
-                                    &cfg.repo,
-                                    &reference,
-                                    cfg.referrers,
-                                    permits,
-                                    shutdown,
-                                    errors,
-                                    progress,
-                                )
-                                .await
-                            }
-                        })
-                        .buffer_unordered(cfg.concurrency)
-                        .collect::<Vec<()>>()
-                        .await;
-                    line.finish();
-                }
+    let work = PullWork {
+        repo: cfg.repo.clone(),
+        referrers: cfg.referrers,
+    };
+    if fatal.is_none() {
+        match references(&sources, &cfg.repo, &cfg.targets).await {
+            Err(message) => fatal = Some(message),
+            Ok(references) => {
+                let progress = Progress::new(references.len() as u64);
+                let line = ProgressLine::show(
+                    "pull",
+                    "images",
+                    Arc::clone(&progress),
+                    crate::progress::wanted(args.output.quiet, args.output.json),
+                );
+                let bounds = Bounds {
+                    concurrency: cfg.concurrency,
+                    grace: args.stop.grace,
+                };
+                let env = JobEnv {
+                    shutdown: &shutdown,
+                    errors: &errors,
+                    progress: &progress,
+                };
+                pull_images(&sources, &work, references, bounds, env).await;
+                line.finish();
             }
         }
     }
     let duration = start.elapsed();
     drop(sources);
-    let connection = &connections[0];
     let aggregator = aggregator.finish().await;
     let mut summary = Summary::build(
         RunInfo {
@@ -469,30 +247,19 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             trace: None,
             checks: None,
             warnings: Vec::new(),
-            config: config_json(&cfg, &connection.credentials),
+            config: config_json(&cfg, &connections[0].credentials),
         },
         &aggregator,
     );
     if cfg.route.is_some() {
-        summary.endpoints = Some(
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    (
-                        name.clone(),
-                        EndpointSummary::build(
-                            i,
-                            aggregator.endpoints.get(i),
-                            duration,
-                            Vec::new(),
-                        ),
-                    )
-                })
-                .collect(),
-        );
+        summary.endpoints = Some(EndpointSummary::of_each(
+            &names,
+            &aggregator,
+            duration,
+            Vec::new(),
+        ));
     }
-    let meta = Meta::new(
+    let mut meta = Meta::new(
         &summary,
         MetaInput {
             config: summary.config.clone(),
@@ -506,10 +273,9 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             start_at: None,
             actual_start: started_at,
             start_skew_ms: None,
-            interval: output.interval,
+            interval: session.output.interval,
         },
     );
-    let mut meta = meta;
     meta.endpoints = endpoint_links(
         &names
             .iter()
@@ -522,16 +288,30 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         meta,
     };
-    if let Some(watch) = registry_watch {
-        watch
-            .finish(
-                output.dir.as_deref(),
-                run.summary.totals.http_requests,
-                args.output.quiet || args.output.json,
-            )
+    session.finish(run, watch, fatal, &errors).await
+}
+
+/// One connection per endpoint when blobs are routed over several, else one.
+async fn connect(cfg: &PullConfig, recorder: &Recorder) -> anyhow::Result<Vec<Connection>> {
+    let options = ClientOptions {
+        verify: cfg.verify,
+        ..ClientOptions::default()
+    };
+    if cfg.route.is_none() {
+        let connection = cfg
+            .registry
+            .connect(recorder.clone(), options, cfg.concurrency)
             .await?;
+        return Ok(vec![connection]);
     }
-    let status = finish(run, &args.output, &thresholds, fatal, &errors);
-    observation.finish().await;
-    status
+    let mut connections = Vec::with_capacity(cfg.registry.endpoints.len());
+    for i in 0..cfg.registry.endpoints.len() {
+        let connection = cfg
+            .registry
+            .for_endpoint(i)
+            .connect(recorder.for_endpoint(i), options.clone(), cfg.concurrency)
+            .await?;
+        connections.push(connection);
+    }
+    Ok(connections)
 }

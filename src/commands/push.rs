@@ -1,42 +1,28 @@
-//! `creb-rs push`: generate images of unique layers and push them.
-//!
-//! Each image is prepared first (layer digests computed on blocking threads, not timed),
-//! then its blobs go up with at most `--concurrency` uploads in flight across all images:
-//! HEAD (skip if present), optional cross-repository mount, upload; then the manifest PUT.
-//! Every request and every whole upload session is timed; an `image_push` session sample
-//! runs from the first blob request to the manifest PUT's response.
+//! `creb-rs push`: generate images of unique layers and push them. This file holds the
+//! flags, their validation into [`PushConfig`] and the wiring: the images are planned by
+//! [`crate::plan::image`] and pushed by [`crate::exec::push`].
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use bytes::Bytes;
-use futures_util::{stream, StreamExt};
+use clap::Args;
 use serde::Serialize;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use clap::Args;
-
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
-use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs};
-use super::session::{
-    config_json, endpoint_links, finish, preflight, prepare_output, run_output, thresholds,
-    Finished, RegistryConfig,
-};
-use super::ExitStatus;
-use crate::client::{
-    BlobSource, ClientError, ClientOptions, MountOutcome, OpCtx, RegistryClient, UploadMode,
-};
-use crate::content::{ContentSpec, DEFAULT_SEED};
-use crate::digest::Digest;
+use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
+use super::connect::{config_json, endpoint_links, preflight, RegistryConfig};
+use super::session::{Finished, Session};
+use super::status::ExitStatus;
+use crate::client::{ClientOptions, UploadMode};
+use crate::content::DEFAULT_SEED;
+use crate::exec::bounded::{Bounds, JobEnv};
+use crate::exec::push::{push_images, PushWork};
 use crate::metrics::live::RunInfoLabels;
-use crate::metrics::ErrorLog;
-use crate::metrics::{Event, HttpStatuses, Op, Outcome, Sample, SizeClass, Timing};
-use crate::oci::manifest::{
-    build_artifact, build_config, build_manifest, Descriptor, ManifestFormat, OCI_MANIFEST,
-};
-use crate::oci::{Reference, Repository, Tag};
+use crate::metrics::{ErrorLog, Event};
+use crate::oci::{Repository, Tag};
+use crate::plan::image::ImageSpec;
 use crate::progress::{Progress, ProgressLine};
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::shutdown::Shutdown;
@@ -132,6 +118,9 @@ pub struct PushArgs {
     pub output: OutputArgs,
 
     #[command(flatten)]
+    pub stop: StopArgs,
+
+    #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
 
@@ -139,18 +128,9 @@ pub struct PushArgs {
 #[derive(Debug, Clone, Serialize)]
 pub struct PushConfig {
     pub registry: RegistryConfig,
-    pub repo: Repository,
-    pub tag: Tag,
-    pub images: u64,
-    pub layers: u64,
-    pub layer_size: u64,
-    pub upload: UploadMode,
-    pub mount_from: Option<Repository>,
+    #[serde(flatten)]
+    pub work: PushWork,
     pub concurrency: usize,
-    pub manifest_format: ManifestFormat,
-    pub seed: u64,
-    /// Artifacts pushed per image, referring to it (`--attach`).
-    pub attach: u64,
 }
 
 impl TryFrom<&PushArgs> for PushConfig {
@@ -173,296 +153,35 @@ impl TryFrom<&PushArgs> for PushConfig {
         }
         Ok(PushConfig {
             registry: RegistryConfig::try_from(&a.registry)?.single("push")?,
-            repo: a.repo.clone(),
-            tag: a.tag.clone(),
-            images: a.images,
-            layers: a.layers,
-            layer_size: a.layer_size.bytes(),
-            upload,
-            mount_from: a.mount_from.clone(),
+            work: PushWork {
+                images: ImageSpec {
+                    repo: a.repo.clone(),
+                    tag: a.tag.clone(),
+                    images: a.images,
+                    layers: a.layers,
+                    layer_size: a.layer_size.bytes(),
+                    mount_from: a.mount_from.clone(),
+                    manifest_format: a.manifest_format.into(),
+                    seed: a.seed,
+                },
+                upload,
+                attach: a.attach,
+            },
             concurrency: a.concurrency.get(),
-            manifest_format: a.manifest_format.into(),
-            seed: a.seed,
-            attach: a.attach,
         })
     }
-}
-
-impl PushConfig {
-    /// The tag of image `index`: the tag itself for a single image, else `TAG-index`.
-    pub fn image_tag(&self, index: u64) -> String {
-        if self.images == 1 {
-            self.tag.to_string()
-        } else {
-            format!("{}-{index}", self.tag)
-        }
-    }
-}
-
-/// One image, ready to push.
-#[derive(Debug, Clone)]
-pub struct ImagePlan {
-    pub tag: Tag,
-    pub layers: Vec<(ContentSpec, Descriptor)>,
-    pub config: (Bytes, Descriptor),
-    pub manifest: Bytes,
-    pub media_type: &'static str,
-}
-
-/// The content of image `index`: a pure function of (seed, source repository, tag, index).
-/// The source repository is `--mount-from` when given, so mounted blobs match.
-pub fn plan_image(cfg: &PushConfig, index: u64) -> anyhow::Result<ImagePlan> {
-    let tag_name = cfg.image_tag(index);
-    let tag: Tag = tag_name.parse().map_err(anyhow::Error::msg)?;
-    let origin = cfg.mount_from.as_ref().unwrap_or(&cfg.repo);
-    let layers: Vec<(ContentSpec, Descriptor)> = (0..cfg.layers)
-        .map(|j| {
-            let identity = format!("push/{origin}:{tag_name}/layer/{j}");
-            let spec = ContentSpec::new(cfg.seed, identity.as_bytes(), cfg.layer_size);
-            let descriptor = Descriptor {
-                media_type: cfg.manifest_format.layer_type().to_owned(),
-                digest: spec.digest(),
-                size: spec.size(),
-                platform: None,
-            };
-            (spec, descriptor)
-        })
-        .collect();
-    let descriptors: Vec<Descriptor> = layers.iter().map(|(_, d)| d.clone()).collect();
-    let identity = format!("push/{origin}:{tag_name}/seed/{}", cfg.seed);
-    let config = build_config(cfg.manifest_format, &identity, &descriptors);
-    let manifest = build_manifest(cfg.manifest_format, &config.1, &descriptors, None);
-    Ok(ImagePlan {
-        tag,
-        layers,
-        config,
-        manifest,
-        media_type: cfg.manifest_format.manifest_type(),
-    })
-}
-
-/// Planning an image generates and hashes all its layers. Up to this many bytes (about
-/// 35 µs of hashing) and [`PLAN_INLINE_LAYERS`] layers that is done on the runtime; a
-/// hand-off to the blocking pool costs two thread wake-ups, more than planning a small image.
-const PLAN_INLINE_BYTES: u64 = 64 << 10;
-
-/// Most layers planned on the runtime: each costs a few µs besides its bytes (its identity,
-/// descriptor and place in the config and manifest).
-const PLAN_INLINE_LAYERS: u64 = 16;
-
-/// Pushes one blob: HEAD, then mount (if configured) or upload.
-async fn push_blob(
-    client: &RegistryClient,
-    cfg: &PushConfig,
-    digest: &Digest,
-    source: &BlobSource,
-) -> Result<(), ClientError> {
-    let ctx = OpCtx::default();
-    if client.blob_head(&cfg.repo, digest, ctx).await?.is_some() {
-        client.recorder().event(Event::BlobExists).await;
-        return Ok(());
-    }
-    let mut session = None;
-    if let Some(from) = &cfg.mount_from {
-        match client.mount_blob(&cfg.repo, digest, from, ctx).await? {
-            MountOutcome::Mounted => return Ok(()),
-            MountOutcome::Session(url) => session = Some(url),
-            MountOutcome::Refused => {}
-        }
-    }
-    client
-        .upload_blob(&cfg.repo, digest, source, cfg.upload, session, ctx)
-        .await
-        .map(|_| ())
-}
-
-/// What `--attach` pushes.
-pub const ARTIFACT_TYPE: &str = "application/vnd.creb-rs.attachment.v1";
-
-/// Pushes `cfg.attach` artifacts whose `subject` is the image just pushed: the empty
-/// config, one small blob each, and the artifact manifest by digest. Failures are counted
-/// in their own operations; the image's push is already done.
-async fn attach_artifacts(
-    client: &RegistryClient,
-    cfg: &PushConfig,
-    plan: &ImagePlan,
-    subject: &Descriptor,
-    errors: &ErrorLog,
-) {
-    let empty = Bytes::from_static(b"{}");
-    let empty_digest = Digest::sha256_of(&empty);
-    if let Err(e) = push_blob(client, cfg, &empty_digest, &BlobSource::Bytes(empty)).await {
-        errors.note(format!("{}@{empty_digest}: {e}", cfg.repo));
-        return;
-    }
-    for k in 0..cfg.attach {
-        let identity = format!("attach/{}:{}/{k}", cfg.repo, plan.tag);
-        let spec = ContentSpec::new(cfg.seed, identity.as_bytes(), 512);
-        let blob = Descriptor {
-            media_type: "application/octet-stream".to_owned(),
-            digest: spec.digest(),
-            size: spec.size(),
-            platform: None,
-        };
-        if let Err(e) = push_blob(client, cfg, &blob.digest, &BlobSource::Content(spec)).await {
-            errors.note(format!("{}@{}: {e}", cfg.repo, blob.digest));
-            continue;
-        }
-        let manifest = build_artifact(ARTIFACT_TYPE, std::slice::from_ref(&blob), subject);
-        let reference = Reference::Digest(Digest::sha256_of(&manifest));
-        let put = client
-            .manifest_put(
-                &cfg.repo,
-                &reference,
-                manifest,
-                OCI_MANIFEST,
-                OpCtx::default(),
-            )
-            .await;
-        if let Err(e) = put {
-            errors.note(format!("{}@{reference}: artifact: {e}", cfg.repo));
-        }
-    }
-}
-
-/// Pushes image `index`; records the `image_push` session.
-#[allow(clippy::too_many_arguments)]
-async fn push_image(
-    client: &RegistryClient,
-    cfg: &PushConfig,
-    index: u64,
-    permits: &Semaphore,
-    shutdown: &Shutdown,
-    errors: &ErrorLog,
-    progress: &Progress,
-) {
-    if shutdown.is_cancelled() {
-        return;
-    }
-    let small = cfg.layers <= PLAN_INLINE_LAYERS
-        && cfg.layers.saturating_mul(cfg.layer_size) <= PLAN_INLINE_BYTES;
-    let planned = if small {
-        Ok(plan_image(cfg, index))
-    } else {
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || plan_image(&cfg, index)).await
-    };
-    let plan = match planned {
-        Ok(Ok(plan)) => plan,
-        Ok(Err(e)) => {
-            errors.note(format!("image {index}: {e:#}"));
-            return;
-        }
-        Err(e) => {
-            errors.note(format!("image {index}: preparation failed: {e}"));
-            return;
-        }
-    };
-    let start = Instant::now();
-    let mut blobs: Vec<(Digest, BlobSource)> = Vec::with_capacity(plan.layers.len() + 1);
-    blobs.push((
-        plan.config.1.digest.clone(),
-        BlobSource::Bytes(plan.config.0.clone()),
-    ));
-    for (spec, d) in &plan.layers {
-        blobs.push((d.digest.clone(), BlobSource::Content(*spec)));
-    }
-    let total_bytes: u64 = blobs.iter().map(|(_, s)| s.size()).sum();
-    let uploads = blobs.iter().map(|(digest, source)| async move {
-        let Ok(_permit) = permits.acquire().await else {
-            return Err(ClientError::Cancelled);
-        };
-        if shutdown.is_cancelled() {
-            return Err(ClientError::Cancelled);
-        }
-        push_blob(client, cfg, digest, source).await.map_err(|e| {
-            errors.note(format!("{}@{digest}: {e}", cfg.repo));
-            e
-        })
-    });
-    let results = futures_util::future::join_all(uploads).await;
-    let sent = start;
-    let mut outcome = Outcome::Ok;
-    if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-        outcome = Outcome::Error(e.kind());
-    } else if shutdown.is_cancelled() {
-        return;
-    } else {
-        let reference = Reference::Tag(plan.tag.clone());
-        let put = client
-            .manifest_put(
-                &cfg.repo,
-                &reference,
-                plan.manifest.clone(),
-                plan.media_type,
-                OpCtx::default(),
-            )
-            .await;
-        match put {
-            Err(e) => {
-                errors.note(format!("{}:{}: manifest: {e}", cfg.repo, plan.tag));
-                outcome = Outcome::Error(e.kind());
-            }
-            Ok(digest) if cfg.attach > 0 => {
-                let subject = Descriptor {
-                    media_type: plan.media_type.to_owned(),
-                    digest,
-                    size: plan.manifest.len() as u64,
-                    platform: None,
-                };
-                attach_artifacts(client, cfg, &plan, &subject, errors).await;
-            }
-            Ok(_) => {}
-        }
-    }
-    if matches!(
-        outcome,
-        Outcome::Error(crate::metrics::ErrorKind::Cancelled)
-    ) {
-        return;
-    }
-    progress.add_done(1);
-    if !outcome.is_ok() {
-        progress.add_error();
-    }
-    let timing = Timing {
-        intended: None,
-        sent,
-        first_byte: None,
-        end: Instant::now(),
-    };
-    client
-        .recorder()
-        .record(Sample {
-            op: Op::ImagePush,
-            outcome,
-            size_class: SizeClass::of(total_bytes),
-            timing,
-            bytes_sent: total_bytes + plan.manifest.len() as u64,
-            bytes_received: 0,
-            http: HttpStatuses::NONE,
-        })
-        .await;
 }
 
 /// Runs `creb-rs push`.
 pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PushConfig::try_from(&args)?;
-    let thresholds = thresholds(&args.output)?;
-    prepare_output(&args.output)?;
-    let mut output = run_output(&args.output);
-    let observation = super::observe::start(
-        &args.output,
-        RunInfoLabels::new("push", "push", Some(cfg.seed), 0, 1),
-        &cfg.registry,
-        0,
-        &mut output,
-    )
-    .await?;
-    let registry_watch = super::observe::RegistryWatch::start(&args.output).await?;
+    let images = &cfg.work.images;
+    let labels = RunInfoLabels::new("push", "push", Some(images.seed), 0, 1);
+    let session = Session::open(&args.output, labels, &cfg.registry.endpoint_names(), 0).await?;
+    let watch = session.watch_registry().await?;
     let started_at = SystemTime::now();
     let start = Instant::now();
-    let (recorder, aggregator) = output.start(start, started_at)?;
+    let (recorder, aggregator) = session.output.start(start, started_at)?;
     let options = ClientOptions {
         push_scopes: true,
         ..ClientOptions::default()
@@ -476,23 +195,23 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let preflight = preflight(&connection, &cfg.registry.display()).await;
     let client = connection.client;
     if preflight.is_ok() {
-        let permits = Arc::new(Semaphore::new(cfg.concurrency));
-        let progress = Progress::new(cfg.images);
+        let progress = Progress::new(images.images);
         let line = ProgressLine::show(
             "push",
             "images",
             Arc::clone(&progress),
             crate::progress::wanted(args.output.quiet, args.output.json),
         );
-        stream::iter(0..cfg.images)
-            .map(|i| {
-                let (client, cfg, permits, shutdown, errors, progress) =
-                    (&client, &cfg, &permits, &shutdown, &errors, &progress);
-                async move { push_image(client, cfg, i, permits, shutdown, errors, progress).await }
-            })
-            .buffer_unordered(cfg.concurrency)
-            .collect::<Vec<()>>()
-            .await;
+        let bounds = Bounds {
+            concurrency: cfg.concurrency,
+            grace: args.stop.grace,
+        };
+        let env = JobEnv {
+            shutdown: &shutdown,
+            errors: &errors,
+            progress: &progress,
+        };
+        push_images(&client, &cfg.work, bounds, env).await;
         line.finish();
     }
     let duration = start.elapsed();
@@ -517,7 +236,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             model: "closed".into(),
             concurrency: cfg.concurrency as u64,
             registry: cfg.registry.display(),
-            seed: cfg.seed,
+            seed: images.seed,
             shard: Shard { index: 0, count: 1 },
             started_at,
             duration,
@@ -529,53 +248,45 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         },
         &aggregator,
     );
-    let meta = Meta::new(
+    let mut meta = Meta::new(
         &summary,
         MetaInput {
             config: summary.config.clone(),
-            dataset: {
-                let mut d = serde_json::json!({
-                    "command": "push",
-                    "repo": cfg.repo,
-                    "tag": cfg.tag,
-                    "images": cfg.images,
-                    "layers": cfg.layers,
-                    "layer_size": cfg.layer_size,
-                    "mount_from": cfg.mount_from,
-                    "manifest_format": cfg.manifest_format,
-                    "seed": cfg.seed,
-                });
-                if cfg.attach > 0 {
-                    d["attach"] = cfg.attach.into();
-                }
-                d
-            },
+            dataset: dataset_json(&cfg.work),
             anchor: started_at,
             start_at: None,
             actual_start: started_at,
             start_skew_ms: None,
-            interval: output.interval,
+            interval: session.output.interval,
         },
     );
-    let mut meta = meta;
     meta.endpoints = links;
     let run = Finished {
         summary,
         aggregator,
         meta,
     };
-    if let Some(watch) = registry_watch {
-        watch
-            .finish(
-                output.dir.as_deref(),
-                run.summary.totals.http_requests,
-                args.output.quiet || args.output.json,
-            )
-            .await?;
+    session.finish(run, watch, preflight.err(), &errors).await
+}
+
+/// What a push generated, for meta.json (the identity of its dataset).
+fn dataset_json(work: &PushWork) -> serde_json::Value {
+    let images = &work.images;
+    let mut d = serde_json::json!({
+        "command": "push",
+        "repo": images.repo,
+        "tag": images.tag,
+        "images": images.images,
+        "layers": images.layers,
+        "layer_size": images.layer_size,
+        "mount_from": images.mount_from,
+        "manifest_format": images.manifest_format,
+        "seed": images.seed,
+    });
+    if work.attach > 0 {
+        d["attach"] = work.attach.into();
     }
-    let status = finish(run, &args.output, &thresholds, preflight.err(), &errors);
-    observation.finish().await;
-    status
+    d
 }
 
 #[cfg(test)]

@@ -1,273 +1,22 @@
-//! What every command that talks to a registry shares: the validated registry settings
-//! (from [`RegistryArgs`]), the connection and its preflight check, and writing and showing
-//! the results (from [`OutputArgs`]).
+//! The life of a load command's results, the same for push, pull and replay: a [`Session`]
+//! is opened from the output flags before any work (thresholds parsed, the output directory
+//! checked, the live metrics started) and finished into an exit status (thresholds judged,
+//! the registry's own metrics read a last time, results written and shown, the live side
+//! stopped).
 
-use std::fs;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use serde::Serialize;
-use url::Url;
 
-use super::args::{OutputArgs, RegistryArgs};
-use super::ExitStatus;
-use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, PasswordSource};
-use crate::auth::registry_auth::RegistryAuth;
-use crate::client::retry::RetryPolicy;
-use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
-use crate::metrics::Aggregator;
-use crate::metrics::{ErrorLog, Recorder};
-use crate::net::transport::Transport;
-use crate::net::{build_transport, TransportConfig};
+use super::args::OutputArgs;
+use super::observe::{self, Observation, RegistryWatch};
+use super::status::ExitStatus;
+use crate::metrics::live::RunInfoLabels;
+use crate::metrics::{Aggregator, ErrorLog};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
-use crate::results::store::EndpointLink;
-use crate::results::thresholds::{parse_all, report, verdicts, Threshold, ThresholdVerdict};
+use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
 use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
-
-/// Validated registry settings.
-#[derive(Debug, Clone, Serialize)]
-pub struct RegistryConfig {
-    /// The (first) endpoint.
-    pub base: Url,
-    /// Every endpoint, in the order given (written to the results only when several).
-    #[serde(skip_serializing_if = "one_or_none")]
-    pub endpoints: Vec<Url>,
-    pub transport: TransportConfig,
-    /// How to find credentials; resolved when connecting (see [`Connection`]).
-    #[serde(skip)]
-    pub credentials: CredentialOptions,
-    pub retry: RetryPolicy,
-}
-
-/// A client ready for a run, and what was resolved on the way.
-#[derive(Debug)]
-pub struct Connection {
-    pub client: RegistryClient,
-    /// Where the credentials came from (for the result metadata; never the secret).
-    pub credentials: CredentialInfo,
-    pub auth: Arc<RegistryAuth>,
-}
-
-impl Connection {
-    /// The client, recording into `recorder` from now on (token fetches included).
-    pub fn client_for(&self, recorder: Recorder) -> RegistryClient {
-        self.auth.set_recorder(recorder.clone());
-        self.client.with_recorder(recorder)
-    }
-}
-
-fn one_or_none(endpoints: &[Url]) -> bool {
-    endpoints.len() <= 1
-}
-
-impl TryFrom<&RegistryArgs> for RegistryConfig {
-    type Error = anyhow::Error;
-
-    fn try_from(args: &RegistryArgs) -> anyhow::Result<Self> {
-        let mut extra_roots_pem = Vec::new();
-        for path in &args.ca_cert {
-            let pem = fs::read(path)
-                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
-            extra_roots_pem.push(pem);
-        }
-        let a = &args.auth;
-        let password = if a.password_stdin {
-            Some(PasswordSource::Stdin)
-        } else if let Some(cmd) = &a.password_cmd {
-            Some(PasswordSource::Command(cmd.clone()))
-        } else {
-            a.username.as_ref().map(|_| PasswordSource::Environment)
-        };
-        let base = args
-            .registry
-            .first()
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("--registry is required"))?;
-        let mut endpoints: Vec<Url> = Vec::with_capacity(args.registry.len());
-        for url in &args.registry {
-            if endpoints.contains(url) {
-                anyhow::bail!("--registry {url} is given twice");
-            }
-            endpoints.push(url.clone());
-        }
-        Ok(RegistryConfig {
-            base,
-            endpoints,
-            transport: TransportConfig {
-                connect_timeout: args.connect_timeout,
-                request_timeout: args.request_timeout,
-                body_idle_timeout: args.body_idle_timeout,
-                client: args.http_client.into(),
-                read_buffer_max: usize::try_from(args.http1_read_buffer.bytes())
-                    .unwrap_or(usize::MAX)
-                    .max(crate::net::MIN_READ_BUFFER),
-                insecure: args.insecure,
-                extra_roots_pem,
-                ..TransportConfig::default()
-            },
-            retry: RetryPolicy {
-                on: args.retry.clone().unwrap_or_default(),
-                max_retries: if args.retry.is_some() {
-                    args.max_retries
-                } else {
-                    0
-                },
-                backoff: args.backoff,
-                ..RetryPolicy::default()
-            },
-            credentials: CredentialOptions {
-                anonymous: a.anonymous,
-                username: a.username.clone(),
-                password,
-                docker_config: a.docker_config.clone(),
-                command_timeout: a.credential_timeout,
-            },
-        })
-    }
-}
-
-impl RegistryConfig {
-    /// Resolves credentials (running helpers or password commands once) and builds a
-    /// client whose connection pool fits `concurrency`.
-    pub async fn connect(
-        &self,
-        recorder: Recorder,
-        mut options: ClientOptions,
-        concurrency: usize,
-    ) -> anyhow::Result<Connection> {
-        options.retry = self.retry.clone();
-        let (creds, info) = credentials::resolve(&self.credentials, &self.base)
-            .await
-            .with_context(|| format!("credentials for {}", self.display()))?;
-        tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
-        let mut transport = self.transport.clone();
-        transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
-        let transport: Arc<dyn Transport> = build_transport(transport)?;
-        let auth = Arc::new(RegistryAuth::new(
-            creds,
-            Arc::clone(&transport),
-            recorder.clone(),
-        ));
-        let client = RegistryClient::with_auth(
-            transport,
-            self.base.clone(),
-            recorder,
-            options,
-            Arc::clone(&auth) as Arc<dyn crate::auth::Authenticator>,
-        );
-        Ok(Connection {
-            client,
-            credentials: info,
-            auth,
-        })
-    }
-
-    /// The registry as shown in results: scheme, host and port.
-    pub fn display(&self) -> String {
-        self.base.as_str().trim_end_matches('/').to_owned()
-    }
-
-    /// Every endpoint as shown in results (at least the base).
-    pub fn endpoint_names(&self) -> Vec<String> {
-        if self.endpoints.is_empty() {
-            return vec![self.display()];
-        }
-        self.endpoints
-            .iter()
-            .map(|u| u.as_str().trim_end_matches('/').to_owned())
-            .collect()
-    }
-
-    /// The settings of endpoint `index` alone.
-    pub fn for_endpoint(&self, index: usize) -> RegistryConfig {
-        let base = self
-            .endpoints
-            .get(index)
-            .cloned()
-            .unwrap_or_else(|| self.base.clone());
-        RegistryConfig {
-            base: base.clone(),
-            endpoints: vec![base],
-            ..self.clone()
-        }
-    }
-
-    /// Refuses several endpoints (commands that drive one registry).
-    pub fn single(self, command: &str) -> anyhow::Result<RegistryConfig> {
-        if self.endpoints.len() > 1 {
-            anyhow::bail!(
-                "{command} takes one --registry; several endpoints are for replay (--route)"
-            );
-        }
-        Ok(self)
-    }
-}
-
-/// `GET /v2/` before the workload: proves the registry answers, and teaches the client the
-/// authentication scheme so credentials go out with the first real request. The error is
-/// one line a person can act on.
-pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), String> {
-    let anonymous = connection.credentials.source == "anonymous";
-    match connection.client.ping(OpCtx::default()).await {
-        Ok(()) => {
-            tracing::info!(registry, "the registry answers GET /v2/");
-            Ok(())
-        }
-        Err(ClientError::Auth(e)) => Err(format!("{registry}: {e}")),
-        Err(e @ ClientError::Status { status: 401, .. }) if anonymous => Err(format!(
-            "{registry} requires credentials ({e}): give --username with --password-stdin or --password-cmd, or log in with docker"
-        )),
-        Err(e @ ClientError::Status { status: 401 | 403, .. }) => Err(format!(
-            "{registry} refused the credentials from {} ({e})",
-            connection.credentials.source
-        )),
-        Err(e) => Err(format!("{registry} is not usable: {e}")),
-    }
-}
-
-/// How each of `clients` (one per endpoint, named as in the results) reached its registry,
-/// for `meta.json`.
-pub fn endpoint_links(clients: &[(String, &RegistryClient)]) -> Vec<EndpointLink> {
-    clients
-        .iter()
-        .map(|(url, client)| EndpointLink {
-            url: url.clone(),
-            link: client.link(),
-        })
-        .collect()
-}
-
-/// The resolved configuration for the result metadata, with where credentials came from.
-pub fn config_json<T: Serialize>(config: &T, credentials: &CredentialInfo) -> serde_json::Value {
-    let mut value = serde_json::to_value(config).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert(
-            "credentials".into(),
-            serde_json::to_value(credentials).unwrap_or_default(),
-        );
-    }
-    value
-}
-
-/// Checks the output directory before a run, so a long run cannot end in an I/O error.
-pub fn prepare_output(output: &OutputArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &output.output_dir {
-        prepare_output_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// The result settings of the output flags.
-pub fn run_output(output: &OutputArgs) -> RunOutput {
-    RunOutput {
-        dir: output.output_dir.clone(),
-        interval: output.interval,
-        record_requests: output.record_requests,
-        live: None,
-    }
-}
 
 /// A finished run, ready to be written and shown.
 #[derive(Debug)]
@@ -277,115 +26,195 @@ pub struct Finished {
     pub meta: Meta,
 }
 
-/// Writes a finished run into `dir` (if any) and prints it (the table only when `table`).
-/// If the result directory cannot be written, the summary goes to stderr as JSON so nothing
-/// is lost, and the error is returned.
-pub fn publish(
-    run: &Finished,
-    output: &OutputArgs,
-    dir: Option<&Path>,
-    table: bool,
-) -> anyhow::Result<()> {
-    if let Some(dir) = dir {
-        if let Some(e) = &run.aggregator.sink_error {
-            eprintln!(
-                "creb-rs: warning: writing {} during the run failed: {e}",
-                dir.display()
-            );
-        }
-        if let Err(e) = write_final(dir, &run.summary, &run.aggregator, &run.meta) {
-            if let Ok(json) = serde_json::to_string(&run.summary) {
-                eprintln!("{json}");
-            }
-            return Err(e);
-        }
-        tracing::info!(dir = %dir.display(), "results written");
-    }
-    if output.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&run.summary).context("cannot serialise the summary")?
-        );
-    } else if !output.quiet && table {
-        print!("{}", render_text_with(&run.summary, &run.meta.endpoints));
-    }
-    Ok(())
+/// How one result is written and shown.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    /// The result directory, if any.
+    pub dir: Option<PathBuf>,
+    /// Print the summary as JSON on stdout.
+    pub json: bool,
+    /// Print the table (unless quiet or JSON).
+    pub table: bool,
+    pub quiet: bool,
+    /// Judge the `--fail-if` thresholds on this result (the command's own result).
+    pub judge: bool,
 }
 
-/// The `--fail-if` thresholds of the output flags, parsed before the run (a bad expression
-/// is a usage error, found before any work is done).
-pub fn thresholds(output: &OutputArgs) -> anyhow::Result<Vec<Threshold>> {
-    Ok(parse_all(&output.fail_if)?)
+/// One load command's results, from its flags to its exit status.
+#[derive(Debug)]
+pub struct Session {
+    /// The output flags as given.
+    pub flags: OutputArgs,
+    /// Where and how the run's results go (the aggregator's settings).
+    pub output: RunOutput,
+    thresholds: Vec<Threshold>,
+    observation: Observation,
 }
 
-/// Ends a synthetic workload: writes the results, then either the one line that says why
-/// the registry could not be used (exit 2, no table), or the run's status.
-pub fn finish(
-    mut run: Finished,
-    output: &OutputArgs,
-    thresholds: &[Threshold],
-    fatal: Option<String>,
-    errors: &ErrorLog,
-) -> anyhow::Result<ExitStatus> {
-    let slow = judge(&mut run, thresholds);
-    publish(&run, output, output.output_dir.as_deref(), fatal.is_none())?;
-    if let Some(message) = fatal {
-        eprintln!("creb-rs: error: {message}");
-        return Ok(ExitStatus::Usage);
+impl Session {
+    /// Opens a session before any work: a bad `--fail-if` expression, an output directory
+    /// that cannot be written or a `--metrics-listen` that cannot bind is an error now,
+    /// never after a long run. `endpoints` names the registries the live metrics label.
+    pub async fn open(
+        flags: &OutputArgs,
+        labels: RunInfoLabels,
+        endpoints: &[String],
+        shard: u32,
+    ) -> anyhow::Result<Session> {
+        let thresholds = parse_all(&flags.fail_if)?;
+        if let Some(dir) = &flags.output_dir {
+            prepare_output_dir(dir)?;
+        }
+        let mut output = RunOutput {
+            dir: flags.output_dir.clone(),
+            interval: flags.interval,
+            record_requests: flags.record_requests,
+            live: None,
+        };
+        let observation = observe::start(flags, labels, endpoints, shard, &mut output).await?;
+        Ok(Session {
+            flags: flags.clone(),
+            output,
+            thresholds,
+            observation,
+        })
     }
-    for message in errors.messages() {
-        eprintln!("creb-rs: {message}");
+
+    /// Whether nothing but the result goes to the terminal (`--quiet` or `--json`).
+    pub fn quiet(&self) -> bool {
+        self.flags.quiet || self.flags.json
     }
-    let slow = report(&slow);
-    Ok(if run.summary.interrupted {
+
+    /// Starts reading the registry's own metrics (`--registry-metrics`), now and every
+    /// interval; `None` without the flag.
+    pub async fn watch_registry(&self) -> anyhow::Result<Option<RegistryWatch>> {
+        RegistryWatch::start(&self.flags).await
+    }
+
+    /// How the command's own result is shown: as the flags say, judged.
+    pub fn shown(&self) -> Shown {
+        Shown {
+            dir: self.output.dir.clone(),
+            json: self.flags.json,
+            table: true,
+            quiet: self.flags.quiet,
+            judge: true,
+        }
+    }
+
+    /// Judges `run` (when `shown` says so; every verdict goes into its summary), reads the
+    /// registry's metrics a last time, writes `run` (summary.json last) and shows it.
+    /// Returns whether a threshold held, having said which on stderr.
+    pub async fn publish(
+        &self,
+        run: &mut Finished,
+        watch: Option<RegistryWatch>,
+        shown: &Shown,
+    ) -> anyhow::Result<bool> {
+        let judged = if shown.judge {
+            run.summary.thresholds =
+                verdicts(&self.thresholds, &run.summary, &run.aggregator.table);
+            run.summary.thresholds.clone()
+        } else {
+            Vec::new()
+        };
+        if let Some(watch) = watch {
+            let quiet = shown.quiet || shown.json;
+            watch
+                .finish(
+                    shown.dir.as_deref(),
+                    run.summary.totals.http_requests,
+                    quiet,
+                )
+                .await?;
+        }
+        write_and_show(run, shown)?;
+        Ok(report(&judged))
+    }
+
+    /// Ends the live side: the last push, then the endpoint lingers and stops.
+    pub async fn close(self) {
+        self.observation.finish().await;
+    }
+
+    /// Ends a synthetic workload (push, pull): publishes `run`, then either says why the
+    /// registry could not be used (`fatal`: exit 2, no table) or gives the run's status.
+    pub async fn finish(
+        self,
+        mut run: Finished,
+        watch: Option<RegistryWatch>,
+        fatal: Option<String>,
+        errors: &ErrorLog,
+    ) -> anyhow::Result<ExitStatus> {
+        let shown = Shown {
+            table: fatal.is_none(),
+            ..self.shown()
+        };
+        let slow = self.publish(&mut run, watch, &shown).await;
+        self.close().await;
+        let slow = slow?;
+        if let Some(message) = fatal {
+            eprintln!("creb-rs: error: {message}");
+            return Ok(ExitStatus::Usage);
+        }
+        for message in errors.messages() {
+            eprintln!("creb-rs: {message}");
+        }
+        Ok(exit_status(&run.summary, slow, false, true))
+    }
+}
+
+/// The exit status of a finished run, one rule for every load command: interrupted first,
+/// then a failed operation (when `errors_fail`) or a failed validity check (`strict_failed`),
+/// then a threshold that held.
+pub fn exit_status(
+    summary: &Summary,
+    slow: bool,
+    strict_failed: bool,
+    errors_fail: bool,
+) -> ExitStatus {
+    if summary.interrupted {
         ExitStatus::Interrupted
-    } else if run.summary.totals.errors > 0 {
-        // Push and pull are functional: a failed operation leaves an image incomplete.
+    } else if (errors_fail && summary.totals.errors > 0) || strict_failed {
         ExitStatus::Failed
     } else if slow {
         ExitStatus::ThresholdFailed
     } else {
         ExitStatus::Success
-    })
+    }
 }
 
-/// Evaluates the `--fail-if` thresholds on a finished run and records every verdict in its
-/// summary (before it is written); the verdicts, for [`report`].
-pub fn judge(run: &mut Finished, thresholds: &[Threshold]) -> Vec<ThresholdVerdict> {
-    run.summary.thresholds = verdicts(thresholds, &run.summary, &run.aggregator.table);
-    run.summary.thresholds.clone()
+/// Writes a finished run into `shown.dir` (if any) and prints it. If the result directory
+/// cannot be written, the summary goes to stderr as JSON so nothing is lost, and the error
+/// is returned.
+fn write_and_show(run: &Finished, shown: &Shown) -> anyhow::Result<()> {
+    if let Some(dir) = &shown.dir {
+        write_dir(run, dir)?;
+    }
+    if shown.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&run.summary).context("cannot serialise the summary")?
+        );
+    } else if !shown.quiet && shown.table {
+        print!("{}", render_text_with(&run.summary, &run.meta.endpoints));
+    }
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[test]
-    fn transport_settings_reach_the_transport_config() {
-        let cli = crate::commands::Cli::try_parse_from([
-            "creb-rs",
-            "pull",
-            "--registry",
-            "http://127.0.0.1:5000",
-            "--repo",
-            "x/y",
-            "--http-client",
-            "reqwest",
-            "--http1-read-buffer",
-            "1KiB",
-        ])
-        .unwrap();
-        let crate::commands::Command::Pull(p) = cli.command else {
-            panic!("not pull")
-        };
-        let config = RegistryConfig::try_from(&p.registry).unwrap();
-        assert_eq!(config.transport.client, crate::net::HttpClient::Reqwest);
-        // Below hyper's minimum: raised to it rather than refused.
-        assert_eq!(
-            config.transport.read_buffer_max,
-            crate::net::MIN_READ_BUFFER
+fn write_dir(run: &Finished, dir: &Path) -> anyhow::Result<()> {
+    if let Some(e) = &run.aggregator.sink_error {
+        eprintln!(
+            "creb-rs: warning: writing {} during the run failed: {e}",
+            dir.display()
         );
     }
+    if let Err(e) = write_final(dir, &run.summary, &run.aggregator, &run.meta) {
+        if let Ok(json) = serde_json::to_string(&run.summary) {
+            eprintln!("{json}");
+        }
+        return Err(e);
+    }
+    tracing::info!(dir = %dir.display(), "results written");
+    Ok(())
 }

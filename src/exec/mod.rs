@@ -21,9 +21,13 @@
 //! for, without a request. Each endpoint's client records through its own recorder, so the
 //! per-endpoint numbers add up to the totals.
 
+pub mod bounded;
 pub mod canary;
 mod deps;
 pub(crate) mod pacer;
+pub mod prewarm;
+pub mod pull;
+pub mod push;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -346,6 +346,14 @@ pub fn operation_label(op: Op) -> &'static str {
     op.name()
 }
 
+/// The live metrics of `creb-rs run`, which its cells feed in turn.
+#[derive(Debug, Clone)]
+pub struct SharedLive {
+    pub slot: std::sync::Arc<LiveSlot>,
+    /// The cell running (`creb_run_info`'s `cell` label).
+    pub cell: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,6 +111,52 @@ pub struct Sample {
     pub http: HttpStatuses,
 }
 
+impl Sample {
+    /// A session over several requests (an image push or pull), from `sent` to now; its
+    /// requests are counted in their own samples, so it carries no HTTP exchange.
+    pub fn session(
+        op: Op,
+        outcome: Outcome,
+        sent: Instant,
+        bytes_sent: u64,
+        bytes_received: u64,
+    ) -> Sample {
+        Sample {
+            op,
+            outcome,
+            size_class: SizeClass::of(bytes_sent.max(bytes_received)),
+            timing: Timing {
+                intended: None,
+                sent,
+                first_byte: None,
+                end: Instant::now(),
+            },
+            bytes_sent,
+            bytes_received,
+            http: HttpStatuses::NONE,
+        }
+    }
+
+    /// An operation that ended without an answer of its own: not sent (its endpoint was
+    /// down), or cancelled when a stop's grace period ran out. Timed from `sent` to now.
+    pub fn unanswered(op: Op, kind: ErrorKind, intended: Option<Instant>, sent: Instant) -> Sample {
+        Sample {
+            op,
+            outcome: Outcome::Error(kind),
+            size_class: SizeClass::Under1MiB,
+            timing: Timing {
+                intended,
+                sent,
+                first_byte: None,
+                end: Instant::now(),
+            },
+            bytes_sent: 0,
+            bytes_received: 0,
+            http: HttpStatuses::NONE,
+        }
+    }
+}
+
 /// HTTP exchanges by the status class of their answers: `1xx` … `5xx`, or none (no answer:
 /// a transport error). Plain data, so a [`Sample`] stays `Copy`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -13,10 +13,12 @@
 
 pub mod catalog;
 pub mod digest_cache;
+pub mod image;
 pub mod linker;
 mod manifests;
 mod naming;
 mod planner;
+pub mod prewarm;
 pub mod sorted_map;
 
 use std::collections::BTreeMap;

@@ -238,6 +238,26 @@ impl EndpointSummary {
             transitions,
         }
     }
+
+    /// The `endpoints` block of a run over the endpoints `names`, in order: each one's
+    /// numbers from the aggregator, with its down/up changes when the run tracked health.
+    pub fn of_each(
+        names: &[String],
+        aggregator: &Aggregator,
+        duration: Duration,
+        mut transitions: Vec<Vec<crate::route::health::Transition>>,
+    ) -> BTreeMap<String, EndpointSummary> {
+        transitions.resize_with(names.len(), Vec::new);
+        names
+            .iter()
+            .zip(transitions)
+            .enumerate()
+            .map(|(i, (name, t))| {
+                let summary = EndpointSummary::build(i, aggregator.endpoints.get(i), duration, t);
+                (name.clone(), summary)
+            })
+            .collect()
+    }
 }
 
 /// What a table adds up to: workload totals, per-operation and per-session summaries, and

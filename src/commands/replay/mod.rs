@@ -18,553 +18,50 @@
 //! failed_in_trace, unsupported, late, interrupted).
 
 mod catalog;
+mod config;
+mod context;
 mod pipeline;
-pub mod prewarm;
+mod prewarm;
 mod probe;
 mod validity;
 
-use std::collections::BTreeMap;
-use std::num::NonZeroUsize;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
-
-use clap::{Args, ValueEnum};
-use serde::Serialize;
-
-use super::args::{
-    parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
-};
-use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs};
-use super::session::{
-    preflight, prepare_output, run_output, thresholds, Connection, RegistryConfig,
-};
-use super::ExitStatus;
-use crate::client::{ClientOptions, RegistryClient};
-use crate::content::DEFAULT_SEED;
-use crate::exec::Mode;
+use crate::commands::session::Session;
+use crate::commands::status::ExitStatus;
 use crate::metrics::live::RunInfoLabels;
-use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
-use crate::oci::Repository;
-use crate::plan::catalog::{ContentOptions, SizeScale};
-use crate::plan::{PlanOptions, RepoMap, ShardBy, ShardSpec, UploadPolicy};
-use crate::results::summary::EndpointSummary;
-use crate::results::thresholds::Threshold;
-use crate::results::{RunOutput, Shard};
-use crate::route::health::Transition;
-use crate::route::{RouteOptions, Router};
+use crate::metrics::ErrorLog;
+use crate::route::Router;
 use crate::shutdown::Shutdown;
-use crate::trace::{ReadOptions, TraceInput};
-use crate::units::{parse_duration, ByteSize};
+use crate::trace::TraceInput;
+use crate::units::ByteSize;
 
-/// `replay --help` ends with these.
-pub const EXAMPLES: &str = "\
-Examples:
-  # prewarm, then replay as fast as 16 operations in flight allow (stress, closed model)
-  creb-rs replay fixtures/sample-trace.json --registry http://127.0.0.1:5000 --output-dir out
-  # the trace's own timing, 4x faster (delay, open model), failing CI when p99 is slow
-  creb-rs replay trace.json --registry http://127.0.0.1:5000 --mode delay --speed 4 \\
-    --fail-if 'p99(blob_get) > 500ms'
-  # prewarm once, then run shard 0 of 4 (every host: the same --seed and --start-at)
-  creb-rs replay trace.json --registry http://127.0.0.1:5000 --phase prewarm --seed 7
-  creb-rs replay trace.json --registry http://127.0.0.1:5000 --phase run --seed 7 \\
-    --shard 0/4 --start-at 2026-01-01T12:00:00Z --output-dir out/shard-0";
-
-#[derive(Debug, Clone, Args)]
-pub struct ReplayArgs {
-    /// Trace files or directories (JSON arrays or JSON lines; plain, .gz or .zst). Records
-    /// from several files are merged by timestamp.
-    #[arg(help_heading = "Arguments", value_name = "TRACE", required = true)]
-    pub traces: Vec<PathBuf>,
-
-    #[command(flatten)]
-    pub registry: RegistryArgs,
-
-    /// Operations in flight at most (in delay mode a cap: waiting for a slot is lag).
-    #[arg(help_heading = "Workload", long, value_name = "N", default_value = "16", value_parser = parse_concurrency)]
-    pub concurrency: NonZeroUsize,
-
-    /// prewarm pushes what the run reads; run replays; all does both, reported apart.
-    #[arg(help_heading = "Workload", long, value_enum, default_value_t = Phase::All)]
-    pub phase: Phase,
-
-    /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
-    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
-    pub seed: u64,
-
-    /// Only the first N records of the merged trace.
-    #[arg(help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
-    pub limit_requests: Option<u64>,
-
-    /// Multiply every blob and upload size of the trace by F (0 < F ≤ 1).
-    ///
-    /// So an IBM-scale trace fits a test rig: counts, timing and the object graph stay.
-    /// Recorded and warned about: MiB/s and byte-dependent latencies are then not the
-    /// trace's (docs/replay.md says when that is fair).
-    #[arg(help_heading = "Workload", long, value_name = "F", value_parser = parse_size_scale)]
-    pub size_scale: Option<f64>,
-
-    /// Cap every blob and upload size at SIZE (after --size-scale).
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "SIZE"
-    )]
-    pub max_object_size: Option<ByteSize>,
-
-    /// Keep the digests of the generated content in FILE, to reuse in the run phase and on
-    /// other hosts (checked on load; rewritten when it grew).
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "FILE"
-    )]
-    pub digest_cache: Option<PathBuf>,
-
-    /// Read the trace and compute its digests (filling --digest-cache), say what the
-    /// replay would need, and stop: nothing is sent.
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
-    pub dry_run: bool,
-
-    /// Refuse to prewarm more bytes than DIR (the registry's storage, when it is on this
-    /// machine) has free.
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "DIR"
-    )]
-    pub check_space: Option<PathBuf>,
-
-    /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
-    #[arg(
-        help_heading = "Workload",
-        long,
-        value_name = "P",
-        conflicts_with = "repo_map"
-    )]
-    pub repo_prefix: Option<String>,
-
-    /// `single:NAME` folds all repositories into NAME (tags stay unique).
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "MAP"
-    )]
-    pub repo_map: Option<String>,
-
-    /// How uploads are replayed.
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = UploadChoice::Trace)]
-    pub upload: UploadChoice,
-
-    /// Chunk size for --upload chunked.
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "SIZE",
-        default_value = "5MiB"
-    )]
-    pub chunk_size: ByteSize,
-
-    /// Manifest flavour of generated images.
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = ManifestFormatArg::Oci)]
-    pub manifest_format: ManifestFormatArg,
-
-    /// Count and skip malformed records instead of stopping at the first.
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
-    pub skip_invalid: bool,
-
-    /// Also replay records whose original request failed (4xx/5xx).
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
-    pub replay_failed: bool,
-
-    /// Requests of a client closer than this belong to one session (pull or push).
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "D", default_value = "60s", value_parser = parse_duration)]
-    pub session_gap: Duration,
-
-    /// Operations in flight during prewarm (default: --concurrency).
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", value_parser = parse_concurrency)]
-    pub prewarm_concurrency: Option<NonZeroUsize>,
-
-    /// Do not hash downloaded blobs (bodies are still read to the end).
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
-    pub no_verify: bool,
-
-    /// stress: as fast as possible (closed model); delay: at the trace's timing (open model).
-    ///
-    /// stress keeps --concurrency operations in flight; delay starts each at its trace time
-    /// scaled by --speed and measures latency from then.
-    #[arg(help_heading = "Timing", long, value_enum, default_value_t = ModeArg::Stress)]
-    pub mode: ModeArg,
-
-    /// Time scaling for delay mode: 2 replays twice as fast, keeping bursts.
-    #[arg(help_heading = "Timing", long, value_name = "X", default_value = "1", value_parser = parse_speed)]
-    pub speed: f64,
-
-    /// Start the schedule at this wall-clock instant (RFC 3339 or Unix seconds).
-    ///
-    /// Every host given the same instant starts together.
-    #[arg(help_heading = "Timing", long, value_name = "TIME", value_parser = parse_start_at)]
-    pub start_at: Option<std::time::SystemTime>,
-
-    /// Only the first D of trace time.
-    #[arg(help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
-    pub limit_duration: Option<Duration>,
-
-    /// Delay mode: drop (and count) operations that cannot start within D of their time.
-    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
-    pub max_lateness: Option<Duration>,
-
-    /// On Ctrl-C, how long in-flight operations may take to finish.
-    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
-    pub grace: Duration,
-
-    /// This host's shard I of N (0-based). Shards cover the trace exactly once.
-    #[arg(
-        help_heading = "Workload",
-        help_heading = "Several hosts",
-        long,
-        value_name = "I/N",
-        default_value = "0/1"
-    )]
-    pub shard: ShardSpec,
-
-    /// Take the shard index from environment variable VAR, out of N shards (a number or a
-    /// variable) — `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job,
-    /// `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT` in a Slurm job array.
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        help_heading = "Several hosts",
-        long,
-        value_name = "VAR/N",
-        conflicts_with = "shard"
-    )]
-    pub shard_from_env: Option<String>,
-
-    /// How records are assigned to shards.
-    #[arg(hide_short_help = true, help_heading = "Several hosts", long, value_enum, default_value_t = ShardByArg::Client)]
-    pub shard_by: ShardByArg,
-
-    #[command(flatten)]
-    pub route: RouteArgs,
-
-    /// Exit 1 when a validity warning is raised (generator bottleneck, schedule slipped,
-    /// clock skew).
-    #[arg(help_heading = "Output & thresholds", long)]
-    pub strict: bool,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
-
-    #[command(flatten)]
-    pub runtime: RuntimeArgs,
-}
-
-/// `--mode`: the names of [`Mode`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// As fast as possible with `--concurrency` in flight (closed model).
-    Stress,
-    /// At the trace's timing, scaled by `--speed` (open model).
-    Delay,
-}
-
-impl From<ModeArg> for Mode {
-    fn from(a: ModeArg) -> Self {
-        match a {
-            ModeArg::Stress => Mode::Stress,
-            ModeArg::Delay => Mode::Delay,
-        }
-    }
-}
-
-/// `--shard-by`: the names of [`ShardBy`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShardByArg {
-    /// By client (`http.request.remoteaddr`): a client's sessions stay on one host.
-    Client,
-    /// By record position; an upload's records and a push stay with their first record.
-    Record,
-}
-
-impl From<ShardByArg> for ShardBy {
-    fn from(a: ShardByArg) -> Self {
-        match a {
-            ShardByArg::Client => ShardBy::Client,
-            ShardByArg::Record => ShardBy::Record,
-        }
-    }
-}
-
-/// The phases of a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Prewarm, then run, each with its own results.
-    All,
-    /// Only push what the run will read.
-    Prewarm,
-    /// Only replay (the registry was prewarmed before).
-    Run,
-}
-
-/// How blobs are uploaded during a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UploadChoice {
-    /// Chunked when the trace shows PATCHes, else monolithic.
-    Trace,
-    Monolithic,
-    /// PATCH chunks of --chunk-size.
-    Chunked,
-}
-
-/// Several endpoints: routing and failure handling (absent with one endpoint, so a
-/// single-registry run's configuration is what it always was).
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct RoutingConfig {
-    pub route: RouteOptions,
-    pub endpoint_down_after: u32,
-    pub probe_interval_s: f64,
-    pub failover: bool,
-}
-
-/// Validated settings of a replay.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReplayConfig {
-    pub registry: RegistryConfig,
-    pub traces: Vec<PathBuf>,
-    pub mode: Mode,
-    pub speed: f64,
-    pub concurrency: usize,
-    pub prewarm_concurrency: usize,
-    pub phase: Phase,
-    pub seed: u64,
-    #[serde(skip)]
-    pub read: ReadOptions,
-    pub limit_requests: Option<u64>,
-    pub limit_duration_s: Option<f64>,
-    pub skip_invalid: bool,
-    pub replay_failed: bool,
-    pub plan: PlanOptions,
-    #[serde(skip)]
-    pub content: ContentOptions,
-    /// Blob and upload sizes relative to the trace's (`--size-scale`, `--max-object-size`).
-    #[serde(skip_serializing_if = "SizeScale::is_identity")]
-    pub sizes: SizeScale,
-    #[serde(skip)]
-    pub digest_cache: Option<PathBuf>,
-    #[serde(skip)]
-    pub check_space: Option<PathBuf>,
-    pub max_lateness_ms: Option<u64>,
-    pub grace_s: f64,
-    pub start_at: Option<String>,
-    #[serde(skip)]
-    pub start_at_time: Option<SystemTime>,
-    pub verify: bool,
-    pub strict: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub routing: Option<RoutingConfig>,
-}
-
-/// The bytes an unprivileged user may still write under `dir`.
-fn free_space(dir: &std::path::Path) -> anyhow::Result<u64> {
-    let st = rustix::fs::statvfs(dir)
-        .map_err(|e| anyhow::anyhow!("--check-space {}: {e}", dir.display()))?;
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-/// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
-/// a variable holding it (`SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`).
-pub fn shard_from_env(spec: &str) -> anyhow::Result<ShardSpec> {
-    let (var, count) = spec
-        .split_once('/')
-        .ok_or_else(|| anyhow::anyhow!("--shard-from-env takes VAR/N, not '{spec}'"))?;
-    let read = |name: &str| {
-        std::env::var(name.trim()).map_err(|_| {
-            anyhow::anyhow!("--shard-from-env: environment variable {name} is not set")
-        })
-    };
-    let index = read(var)?;
-    let count = match count.trim() {
-        n if n.starts_with(|c: char| c.is_ascii_digit()) => n.to_owned(),
-        name => read(name)?,
-    };
-    format!("{}/{}", index.trim(), count.trim())
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--shard-from-env {spec}: {e}"))
-}
-
-fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
-    if let Some(map) = &args.repo_map {
-        let name = map
-            .strip_prefix("single:")
-            .ok_or_else(|| anyhow::anyhow!("--repo-map takes single:NAME, not '{map}'"))?;
-        let repository: Repository = name.parse().map_err(anyhow::Error::msg)?;
-        return Ok(RepoMap::Single { repository });
-    }
-    if let Some(prefix) = &args.repo_prefix {
-        // A prefix must itself be a valid name.
-        prefix
-            .trim_matches('/')
-            .parse::<Repository>()
-            .map_err(|e| anyhow::anyhow!("--repo-prefix: {e}"))?;
-    }
-    Ok(RepoMap::Keep {
-        prefix: args.repo_prefix.clone(),
-    })
-}
-
-impl TryFrom<&ReplayArgs> for ReplayConfig {
-    type Error = anyhow::Error;
-
-    fn try_from(a: &ReplayArgs) -> anyhow::Result<Self> {
-        if a.chunk_size.bytes() == 0 {
-            anyhow::bail!("--chunk-size must be at least 1 byte");
-        }
-        let upload = match a.upload {
-            UploadChoice::Trace => UploadPolicy::Trace,
-            UploadChoice::Monolithic => UploadPolicy::Monolithic,
-            UploadChoice::Chunked => UploadPolicy::Chunked {
-                chunk_size: a.chunk_size.bytes(),
-            },
-        };
-        let read = ReadOptions {
-            skip_invalid: a.skip_invalid,
-            replay_failed: a.replay_failed,
-            limit_requests: a.limit_requests,
-            limit_duration: a.limit_duration,
-            ..ReadOptions::default()
-        };
-        let gap_ms = i64::try_from(a.session_gap.as_millis()).unwrap_or(i64::MAX);
-        let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
-            .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
-        let registry = RegistryConfig::try_from(&a.registry)?;
-        let routing = (registry.endpoints.len() > 1).then(|| RoutingConfig {
-            route: RouteOptions {
-                kind: a.route.route.into(),
-                replicas: a.route.replicas.get(),
-                vnodes: a.route.vnodes.get(),
-                seed: a.seed,
-            },
-            endpoint_down_after: a.route.endpoint_down_after,
-            probe_interval_s: a.route.probe_interval.as_secs_f64(),
-            failover: !a.route.no_failover,
-        });
-        Ok(ReplayConfig {
-            registry,
-            routing,
-            traces: a.traces.clone(),
-            mode: a.mode.into(),
-            speed: a.speed,
-            concurrency: a.concurrency.get(),
-            prewarm_concurrency: a.prewarm_concurrency.unwrap_or(a.concurrency).get(),
-            phase: a.phase,
-            seed: a.seed,
-            read,
-            limit_requests: a.limit_requests,
-            limit_duration_s: a.limit_duration.map(|d| d.as_secs_f64()),
-            skip_invalid: a.skip_invalid,
-            replay_failed: a.replay_failed,
-            plan: PlanOptions {
-                shard: match &a.shard_from_env {
-                    Some(spec) => shard_from_env(spec)?,
-                    None => a.shard,
-                },
-                shard_by: a.shard_by.into(),
-                speed: a.speed,
-                upload,
-                repos: repo_map(a)?,
-                manifest_format: a.manifest_format.into(),
-                session_gap_ms: gap_ms,
-            },
-            content: ContentOptions {
-                seed: a.seed,
-                sizes,
-                ..ContentOptions::default()
-            },
-            sizes,
-            digest_cache: a.digest_cache.clone(),
-            check_space: a.check_space.clone(),
-            max_lateness_ms: a.max_lateness.map(|d| d.as_millis() as u64),
-            grace_s: a.grace.as_secs_f64(),
-            start_at: a
-                .start_at
-                .map(|t| humantime::format_rfc3339_millis(t).to_string()),
-            start_at_time: a.start_at,
-            verify: !a.no_verify,
-            strict: a.strict,
-        })
-    }
-}
-
-/// What the phases share: the settings, where results go, the connections, and the
-/// identity of the workload.
-struct Context<'a> {
-    cfg: &'a ReplayConfig,
-    args: &'a ReplayArgs,
-    output: &'a RunOutput,
-    dataset: &'a serde_json::Value,
-    thresholds: &'a [Threshold],
-    connections: &'a [Connection],
-    names: &'a [String],
-    router: &'a Router,
-    shutdown: &'a Shutdown,
-    errors: &'a ErrorLog,
-    /// How pass 1 spent its time (meta.json `preparation`).
-    preparation: &'a serde_json::Value,
-}
+pub use config::{
+    shard_from_env, ModeArg, Phase, ReplayArgs, ReplayConfig, RoutingConfig, ShardByArg,
+    UploadChoice, EXAMPLES,
+};
+use context::{connect, Context};
 
 /// Runs `creb-rs replay`.
 pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = ReplayConfig::try_from(&args)?;
-    let thresholds = thresholds(&args.output)?;
-    prepare_output(&args.output)?;
-    let mut output = run_output(&args.output);
     let input = TraceInput::resolve(&cfg.traces)?;
-    let observation = crate::commands::observe::start(
-        &args.output,
-        RunInfoLabels::new(
-            "replay",
-            cfg.mode.name(),
-            Some(cfg.seed),
-            cfg.plan.shard.index,
-            cfg.plan.shard.count,
-        ),
-        &cfg.registry,
+    let labels = RunInfoLabels::new(
+        "replay",
+        cfg.mode.name(),
+        Some(cfg.seed),
         cfg.plan.shard.index,
-        &mut output,
-    )
-    .await?;
-    let quiet = args.output.quiet || args.output.json;
+        cfg.plan.shard.count,
+    );
+    let names = cfg.registry.endpoint_names();
+    let session = Session::open(&args.output, labels, &names, cfg.plan.shard.index).await?;
+    let quiet = session.quiet();
 
     let (catalog, spool, preparation) =
         catalog::prepare(&input, &cfg, args.output.output_dir.clone(), quiet).await?;
     let preparation = serde_json::to_value(&preparation).unwrap_or_default();
     if let (Some(dir), true) = (&cfg.check_space, cfg.phase != Phase::Run) {
-        let needed = catalog.prewarm_bytes();
-        let free = free_space(dir)?;
-        if needed > free {
-            eprintln!(
-                "creb-rs: error: the prewarm pushes {} but {} has {} free (--check-space); \
-                 scale the sizes down (--size-scale, --max-object-size; `creb-rs trace stats \
-                 --capacity` shows the figures), or free space",
-                ByteSize(needed),
-                dir.display(),
-                ByteSize(free)
-            );
+        if let Err(message) = check_space(dir, catalog.prewarm_bytes(), quiet) {
+            eprintln!("creb-rs: error: {message}");
             return Ok(ExitStatus::Usage);
-        }
-        if !quiet {
-            eprintln!(
-                "creb-rs: the prewarm pushes {} at most; {} has {} free",
-                ByteSize(needed),
-                dir.display(),
-                ByteSize(free)
-            );
         }
     }
     if catalog.items == 0 {
@@ -586,7 +83,6 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         return Ok(ExitStatus::Success);
     }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
-    let names = cfg.registry.endpoint_names();
     let router = Router::new(&names, cfg.routing.map(|r| r.route).unwrap_or_default());
     let connections = match connect(&cfg, &names).await? {
         Ok(connections) => connections,
@@ -599,9 +95,8 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let context = Context {
         cfg: &cfg,
         args: &args,
-        output: &output,
+        session: &session,
         dataset: &dataset,
-        thresholds: &thresholds,
         connections: &connections,
         names: &names,
         router: &router,
@@ -635,89 +130,38 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     for message in errors.messages() {
         eprintln!("creb-rs: {message}");
     }
-    observation.finish().await;
+    session.close().await;
     Ok(exit)
 }
 
-/// Connects to every endpoint (one client, connection pool and credential cache each when
-/// there are several) and checks each with `GET /v2/`. The inner error is the one line that
-/// says why an endpoint cannot be used.
-async fn connect(
-    cfg: &ReplayConfig,
-    names: &[String],
-) -> anyhow::Result<Result<Vec<Connection>, String>> {
-    let options = ClientOptions {
-        verify: cfg.verify,
-        ..ClientOptions::default()
-    };
-    let (first_recorder, first_aggregator) = spawn_aggregator();
-    let pool = cfg.concurrency.max(cfg.prewarm_concurrency);
-    let mut connections = Vec::with_capacity(names.len());
-    if cfg.routing.is_some() {
-        for i in 0..names.len() {
-            let endpoint = cfg.registry.for_endpoint(i);
-            connections.push(
-                endpoint
-                    .connect(first_recorder.clone(), options.clone(), pool)
-                    .await?,
-            );
-        }
-    } else {
-        connections.push(cfg.registry.connect(first_recorder, options, pool).await?);
+/// `--check-space`: refuses a prewarm of `needed` bytes larger than `dir`'s free space, and
+/// says both figures otherwise.
+fn check_space(dir: &std::path::Path, needed: u64, quiet: bool) -> Result<(), String> {
+    let free = free_space(dir).map_err(|e| format!("{e:#}"))?;
+    if needed > free {
+        return Err(format!(
+            "the prewarm pushes {} but {} has {} free (--check-space); scale the sizes down \
+             (--size-scale, --max-object-size; `creb-rs trace stats --capacity` shows the \
+             figures), or free space",
+            ByteSize(needed),
+            dir.display(),
+            ByteSize(free)
+        ));
     }
-    let mut checked = Ok(());
-    for (connection, name) in connections.iter().zip(names) {
-        checked = preflight(connection, name).await;
-        if checked.is_err() {
-            break;
-        }
+    if !quiet {
+        eprintln!(
+            "creb-rs: the prewarm pushes {} at most; {} has {} free",
+            ByteSize(needed),
+            dir.display(),
+            ByteSize(free)
+        );
     }
-    drop(first_aggregator.finish().await);
-    Ok(checked.map(|()| connections))
+    Ok(())
 }
 
-/// One client per connection, recording into `recorder` (tagged per endpoint when there
-/// are several).
-fn clients_for(connections: &[Connection], recorder: &Recorder) -> Vec<RegistryClient> {
-    if connections.len() == 1 {
-        return vec![connections[0].client_for(recorder.clone())];
-    }
-    connections
-        .iter()
-        .enumerate()
-        .map(|(i, c)| c.client_for(recorder.for_endpoint(i)))
-        .collect()
-}
-
-/// The `endpoints` block of a run over several endpoints.
-fn endpoint_summaries(
-    cfg: &ReplayConfig,
-    names: &[String],
-    aggregator: &Aggregator,
-    duration: Duration,
-    transitions: Option<Vec<Vec<Transition>>>,
-) -> Option<BTreeMap<String, EndpointSummary>> {
-    cfg.routing?;
-    let mut transitions = transitions.unwrap_or_default();
-    transitions.resize_with(names.len(), Vec::new);
-    Some(
-        names
-            .iter()
-            .zip(transitions)
-            .enumerate()
-            .map(|(i, (name, t))| {
-                (
-                    name.clone(),
-                    EndpointSummary::build(i, aggregator.endpoints.get(i), duration, t),
-                )
-            })
-            .collect(),
-    )
-}
-
-fn shard_of(spec: ShardSpec) -> Shard {
-    Shard {
-        index: spec.index,
-        count: spec.count,
-    }
+/// The bytes an unprivileged user may still write under `dir`.
+fn free_space(dir: &std::path::Path) -> anyhow::Result<u64> {
+    let st = rustix::fs::statvfs(dir)
+        .map_err(|e| anyhow::anyhow!("--check-space {}: {e}", dir.display()))?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }

@@ -11,12 +11,13 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::config::ReplayConfig;
+use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::{validity_warnings, warn};
-use super::{clients_for, endpoint_summaries, shard_of, Context, ReplayConfig};
 use crate::client::RegistryClient;
-use crate::commands::observe::RegistryWatch;
-use crate::commands::session::{config_json, endpoint_links, judge, publish, Finished};
-use crate::commands::ExitStatus;
+use crate::commands::connect::{config_json, endpoint_links};
+use crate::commands::session::{exit_status, Finished};
+use crate::commands::status::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{execute_on, ExecOptions, ExecReport, Targets};
@@ -26,7 +27,6 @@ use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::{self, Progress, ProgressLine};
 use crate::results::summary::Checks;
-use crate::results::thresholds::report;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
 use crate::trace::{Spool, TraceInput, TraceReader};
@@ -96,9 +96,8 @@ pub(super) async fn run_phase(
     let &Context {
         cfg,
         args,
-        output,
+        session,
         dataset,
-        thresholds,
         connections,
         names,
         router: _,
@@ -123,7 +122,8 @@ pub(super) async fn run_phase(
 
     // The registry's own counters before the run (before the anchor is set, so a slow
     // endpoint cannot make the run start late).
-    let registry_watch = RegistryWatch::start(&args.output).await?;
+    let registry_watch = session.watch_registry().await?;
+    let output = &session.output;
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
@@ -261,19 +261,10 @@ pub(super) async fn run_phase(
         aggregator,
         meta,
     };
-    let verdicts = judge(&mut finished, thresholds);
-    publish(&finished, &args.output, output.dir.as_deref(), true)?;
+    let slow = session
+        .publish(&mut finished, registry_watch, &session.shown())
+        .await?;
     let summary = &finished.summary;
-    if let Some(watch) = registry_watch {
-        watch
-            .finish(
-                output.dir.as_deref(),
-                summary.totals.http_requests,
-                args.output.quiet || args.output.json,
-            )
-            .await?;
-    }
-    let slow = report(&verdicts);
     if let Some(e) = planner_error {
         eprintln!("creb-rs: error: {e:#}");
         return Ok(ExitStatus::Usage);
@@ -319,20 +310,12 @@ pub(super) async fn run_phase(
         );
         return Ok(ExitStatus::Usage);
     }
-    Ok(if summary.interrupted {
-        ExitStatus::Interrupted
-    } else if cfg.strict
+    let strict_failed = cfg.strict
         && summary
             .warnings
             .iter()
-            .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()))
-    {
-        ExitStatus::Failed
-    } else if slow {
-        ExitStatus::ThresholdFailed
-    } else {
-        ExitStatus::Success
-    })
+            .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()));
+    Ok(exit_status(summary, slow, strict_failed, false))
 }
 
 /// Pass 2 on a blocking thread: the spooled items of pass 1 (or the trace, read again)

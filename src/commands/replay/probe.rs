@@ -5,13 +5,13 @@
 //! refused with the fix. When some are missing, the run goes on with a warning in its
 //! result. The probe's requests are not part of any result.
 
-use super::prewarm::read_manifest_digest;
 use super::{Context, ReplayConfig};
 use crate::client::OpCtx;
 use crate::digest::Digest;
 use crate::metrics::spawn_aggregator;
 use crate::oci::Reference;
 use crate::plan::catalog::Catalog;
+use crate::plan::prewarm::read_manifest_digest;
 use crate::plan::Naming;
 use crate::route::Object;
 

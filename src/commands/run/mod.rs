@@ -43,11 +43,11 @@ use self::cells::{Cell, Layout};
 use self::checkpoint::{CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord};
 use self::config::{ExperimentFile, Kind};
 use crate::client::ClientOptions;
-use crate::commands::observe::SharedLive;
-use crate::commands::session::{preflight, RegistryConfig};
+use crate::commands::connect::{preflight, RegistryConfig};
 use crate::commands::Command;
 use crate::commands::ExitStatus;
 use crate::metrics::live::LiveSlot;
+use crate::metrics::live::SharedLive;
 use crate::net::serve::MetricsServer;
 use crate::results::prepare_output_dir;
 use crate::shutdown::Shutdown;
@@ -170,7 +170,8 @@ fn validate(file: &ExperimentFile) -> anyhow::Result<()> {
                 Command::Replay(a) => a.output,
                 _ => return Err(fail("not a push, pull or replay".into())),
             };
-            crate::commands::session::thresholds(&output).map_err(|e| fail(format!("{e:#}")))?;
+            crate::results::thresholds::parse_all(&output.fail_if)
+                .map_err(|e| fail(format!("{e:#}")))?;
         }
     }
     Ok(())

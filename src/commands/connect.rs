@@ -1,0 +1,279 @@
+//! Reaching a registry, for every command that talks to one: the validated registry
+//! settings (from [`RegistryArgs`]), credentials resolved once, a client per endpoint, and
+//! the preflight `GET /v2/` that proves an endpoint answers before any work is done.
+
+use std::fs;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde::Serialize;
+use url::Url;
+
+use super::args::RegistryArgs;
+use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, PasswordSource};
+use crate::auth::registry_auth::RegistryAuth;
+use crate::client::retry::RetryPolicy;
+use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
+use crate::metrics::Recorder;
+use crate::net::transport::Transport;
+use crate::net::{build_transport, TransportConfig};
+use crate::results::store::EndpointLink;
+
+/// Validated registry settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegistryConfig {
+    /// The (first) endpoint.
+    pub base: Url,
+    /// Every endpoint, in the order given (written to the results only when several).
+    #[serde(skip_serializing_if = "one_or_none")]
+    pub endpoints: Vec<Url>,
+    pub transport: TransportConfig,
+    /// How to find credentials; resolved when connecting (see [`Connection`]).
+    #[serde(skip)]
+    pub credentials: CredentialOptions,
+    pub retry: RetryPolicy,
+}
+
+/// A client ready for a run, and what was resolved on the way.
+#[derive(Debug)]
+pub struct Connection {
+    pub client: RegistryClient,
+    /// Where the credentials came from (for the result metadata; never the secret).
+    pub credentials: CredentialInfo,
+    pub auth: Arc<RegistryAuth>,
+}
+
+impl Connection {
+    /// The client, recording into `recorder` from now on (token fetches included).
+    pub fn client_for(&self, recorder: Recorder) -> RegistryClient {
+        self.auth.set_recorder(recorder.clone());
+        self.client.with_recorder(recorder)
+    }
+}
+
+fn one_or_none(endpoints: &[Url]) -> bool {
+    endpoints.len() <= 1
+}
+
+impl TryFrom<&RegistryArgs> for RegistryConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: &RegistryArgs) -> anyhow::Result<Self> {
+        let mut extra_roots_pem = Vec::new();
+        for path in &args.ca_cert {
+            let pem = fs::read(path)
+                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+            extra_roots_pem.push(pem);
+        }
+        let a = &args.auth;
+        let password = if a.password_stdin {
+            Some(PasswordSource::Stdin)
+        } else if let Some(cmd) = &a.password_cmd {
+            Some(PasswordSource::Command(cmd.clone()))
+        } else {
+            a.username.as_ref().map(|_| PasswordSource::Environment)
+        };
+        let base = args
+            .registry
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("--registry is required"))?;
+        let mut endpoints: Vec<Url> = Vec::with_capacity(args.registry.len());
+        for url in &args.registry {
+            if endpoints.contains(url) {
+                anyhow::bail!("--registry {url} is given twice");
+            }
+            endpoints.push(url.clone());
+        }
+        Ok(RegistryConfig {
+            base,
+            endpoints,
+            transport: TransportConfig {
+                connect_timeout: args.connect_timeout,
+                request_timeout: args.request_timeout,
+                body_idle_timeout: args.body_idle_timeout,
+                client: args.http_client.into(),
+                read_buffer_max: usize::try_from(args.http1_read_buffer.bytes())
+                    .unwrap_or(usize::MAX)
+                    .max(crate::net::MIN_READ_BUFFER),
+                insecure: args.insecure,
+                extra_roots_pem,
+                ..TransportConfig::default()
+            },
+            retry: RetryPolicy {
+                on: args.retry.clone().unwrap_or_default(),
+                max_retries: if args.retry.is_some() {
+                    args.max_retries
+                } else {
+                    0
+                },
+                backoff: args.backoff,
+                ..RetryPolicy::default()
+            },
+            credentials: CredentialOptions {
+                anonymous: a.anonymous,
+                username: a.username.clone(),
+                password,
+                docker_config: a.docker_config.clone(),
+                command_timeout: a.credential_timeout,
+            },
+        })
+    }
+}
+
+impl RegistryConfig {
+    /// Resolves credentials (running helpers or password commands once) and builds a
+    /// client whose connection pool fits `concurrency`.
+    pub async fn connect(
+        &self,
+        recorder: Recorder,
+        mut options: ClientOptions,
+        concurrency: usize,
+    ) -> anyhow::Result<Connection> {
+        options.retry = self.retry.clone();
+        let (creds, info) = credentials::resolve(&self.credentials, &self.base)
+            .await
+            .with_context(|| format!("credentials for {}", self.display()))?;
+        tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
+        let mut transport = self.transport.clone();
+        transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
+        let transport: Arc<dyn Transport> = build_transport(transport)?;
+        let auth = Arc::new(RegistryAuth::new(
+            creds,
+            Arc::clone(&transport),
+            recorder.clone(),
+        ));
+        let client = RegistryClient::with_auth(
+            transport,
+            self.base.clone(),
+            recorder,
+            options,
+            Arc::clone(&auth) as Arc<dyn crate::auth::Authenticator>,
+        );
+        Ok(Connection {
+            client,
+            credentials: info,
+            auth,
+        })
+    }
+
+    /// The registry as shown in results: scheme, host and port.
+    pub fn display(&self) -> String {
+        self.base.as_str().trim_end_matches('/').to_owned()
+    }
+
+    /// Every endpoint as shown in results (at least the base).
+    pub fn endpoint_names(&self) -> Vec<String> {
+        if self.endpoints.is_empty() {
+            return vec![self.display()];
+        }
+        self.endpoints
+            .iter()
+            .map(|u| u.as_str().trim_end_matches('/').to_owned())
+            .collect()
+    }
+
+    /// The settings of endpoint `index` alone.
+    pub fn for_endpoint(&self, index: usize) -> RegistryConfig {
+        let base = self
+            .endpoints
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| self.base.clone());
+        RegistryConfig {
+            base: base.clone(),
+            endpoints: vec![base],
+            ..self.clone()
+        }
+    }
+
+    /// Refuses several endpoints (commands that drive one registry).
+    pub fn single(self, command: &str) -> anyhow::Result<RegistryConfig> {
+        if self.endpoints.len() > 1 {
+            anyhow::bail!(
+                "{command} takes one --registry; several endpoints are for replay (--route)"
+            );
+        }
+        Ok(self)
+    }
+}
+
+/// `GET /v2/` before the workload: proves the registry answers, and teaches the client the
+/// authentication scheme so credentials go out with the first real request. The error is
+/// one line a person can act on.
+pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), String> {
+    let anonymous = connection.credentials.source == "anonymous";
+    match connection.client.ping(OpCtx::default()).await {
+        Ok(()) => {
+            tracing::info!(registry, "the registry answers GET /v2/");
+            Ok(())
+        }
+        Err(ClientError::Auth(e)) => Err(format!("{registry}: {e}")),
+        Err(e @ ClientError::Status { status: 401, .. }) if anonymous => Err(format!(
+            "{registry} requires credentials ({e}): give --username with --password-stdin or --password-cmd, or log in with docker"
+        )),
+        Err(e @ ClientError::Status { status: 401 | 403, .. }) => Err(format!(
+            "{registry} refused the credentials from {} ({e})",
+            connection.credentials.source
+        )),
+        Err(e) => Err(format!("{registry} is not usable: {e}")),
+    }
+}
+
+/// How each of `clients` (one per endpoint, named as in the results) reached its registry,
+/// for `meta.json`.
+pub fn endpoint_links(clients: &[(String, &RegistryClient)]) -> Vec<EndpointLink> {
+    clients
+        .iter()
+        .map(|(url, client)| EndpointLink {
+            url: url.clone(),
+            link: client.link(),
+        })
+        .collect()
+}
+
+/// The resolved configuration for the result metadata, with where credentials came from.
+pub fn config_json<T: Serialize>(config: &T, credentials: &CredentialInfo) -> serde_json::Value {
+    let mut value = serde_json::to_value(config).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "credentials".into(),
+            serde_json::to_value(credentials).unwrap_or_default(),
+        );
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn transport_settings_reach_the_transport_config() {
+        let cli = crate::commands::Cli::try_parse_from([
+            "creb-rs",
+            "pull",
+            "--registry",
+            "http://127.0.0.1:5000",
+            "--repo",
+            "x/y",
+            "--http-client",
+            "reqwest",
+            "--http1-read-buffer",
+            "1KiB",
+        ])
+        .unwrap();
+        let crate::commands::Command::Pull(p) = cli.command else {
+            panic!("not pull")
+        };
+        let config = RegistryConfig::try_from(&p.registry).unwrap();
+        assert_eq!(config.transport.client, crate::net::HttpClient::Reqwest);
+        // Below hyper's minimum: raised to it rather than refused.
+        assert_eq!(
+            config.transport.read_buffer_max,
+            crate::net::MIN_READ_BUFFER
+        );
+    }
+}

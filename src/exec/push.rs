@@ -1,0 +1,245 @@
+//! The push driver: generated images go up with at most `concurrency` blob uploads in
+//! flight across all images, each image's blobs (HEAD, skip if present; mount if asked;
+//! upload) before its manifest PUT. Every request and upload session is timed by the
+//! client; an `image_push` session sample runs from the image's first blob request to the
+//! manifest PUT's answer.
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::bounded::{drive, Bounds, Driven, JobEnv};
+use crate::client::{BlobSource, ClientError, MountOutcome, OpCtx, RegistryClient, UploadMode};
+use crate::content::ContentSpec;
+use crate::digest::Digest;
+use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Sample};
+use crate::oci::manifest::{build_artifact, Descriptor, OCI_MANIFEST};
+use crate::oci::Reference;
+use crate::plan::image::{plan_image, ImagePlan, ImageSpec};
+
+/// What `push` sends.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PushWork {
+    #[serde(flatten)]
+    pub images: ImageSpec,
+    pub upload: UploadMode,
+    /// Artifacts pushed per image, referring to it (`--attach`).
+    pub attach: u64,
+}
+
+/// What `--attach` pushes.
+pub const ARTIFACT_TYPE: &str = "application/vnd.creb-rs.attachment.v1";
+
+/// Planning an image generates and hashes all its layers. Up to this many bytes (about
+/// 35 µs of hashing) and [`PLAN_INLINE_LAYERS`] layers that is done on the runtime; a
+/// hand-off to the blocking pool costs two thread wake-ups, more than planning a small image.
+const PLAN_INLINE_BYTES: u64 = 64 << 10;
+
+/// Most layers planned on the runtime: each costs a few µs besides its bytes (its identity,
+/// descriptor and place in the config and manifest).
+const PLAN_INLINE_LAYERS: u64 = 16;
+
+/// Pushes every image of `work`: at most `bounds.concurrency` images and blob uploads in
+/// flight. Images still in flight when a stop's grace runs out are recorded as cancelled.
+pub async fn push_images(
+    client: &RegistryClient,
+    work: &PushWork,
+    bounds: Bounds,
+    env: JobEnv<'_>,
+) -> Driven {
+    let permits = Semaphore::new(bounds.concurrency.max(1));
+    let driven = drive(
+        0..work.images.images,
+        bounds,
+        env.shutdown,
+        |_| (),
+        |index| push_image(client, work, index, &permits, env),
+        |()| {},
+    )
+    .await;
+    for &(started, ()) in &driven.cancelled {
+        let sample = Sample::unanswered(Op::ImagePush, ErrorKind::Cancelled, None, started);
+        client.recorder().record(sample).await;
+    }
+    driven
+}
+
+/// Pushes one blob: HEAD, then mount (if configured) or upload.
+async fn push_blob(
+    client: &RegistryClient,
+    work: &PushWork,
+    digest: &Digest,
+    source: &BlobSource,
+) -> Result<(), ClientError> {
+    let ctx = OpCtx::default();
+    let repo = &work.images.repo;
+    if client.blob_head(repo, digest, ctx).await?.is_some() {
+        client.recorder().event(Event::BlobExists).await;
+        return Ok(());
+    }
+    let mut session = None;
+    if let Some(from) = &work.images.mount_from {
+        match client.mount_blob(repo, digest, from, ctx).await? {
+            MountOutcome::Mounted => return Ok(()),
+            MountOutcome::Session(url) => session = Some(url),
+            MountOutcome::Refused => {}
+        }
+    }
+    client
+        .upload_blob(repo, digest, source, work.upload, session, ctx)
+        .await
+        .map(|_| ())
+}
+
+/// Pushes `work.attach` artifacts whose `subject` is the image just pushed: the empty
+/// config, one small blob each, and the artifact manifest by digest. Failures are counted
+/// in their own operations; the image's push is already done.
+async fn attach_artifacts(
+    client: &RegistryClient,
+    work: &PushWork,
+    plan: &ImagePlan,
+    subject: &Descriptor,
+    errors: &ErrorLog,
+) {
+    let repo = &work.images.repo;
+    let empty = Bytes::from_static(b"{}");
+    let empty_digest = Digest::sha256_of(&empty);
+    if let Err(e) = push_blob(client, work, &empty_digest, &BlobSource::Bytes(empty)).await {
+        errors.note(format!("{repo}@{empty_digest}: {e}"));
+        return;
+    }
+    for k in 0..work.attach {
+        let identity = format!("attach/{repo}:{}/{k}", plan.tag);
+        let spec = ContentSpec::new(work.images.seed, identity.as_bytes(), 512);
+        let blob = Descriptor {
+            media_type: "application/octet-stream".to_owned(),
+            digest: spec.digest(),
+            size: spec.size(),
+            platform: None,
+        };
+        if let Err(e) = push_blob(client, work, &blob.digest, &BlobSource::Content(spec)).await {
+            errors.note(format!("{repo}@{}: {e}", blob.digest));
+            continue;
+        }
+        let manifest = build_artifact(ARTIFACT_TYPE, std::slice::from_ref(&blob), subject);
+        let reference = Reference::Digest(Digest::sha256_of(&manifest));
+        let put = client
+            .manifest_put(repo, &reference, manifest, OCI_MANIFEST, OpCtx::default())
+            .await;
+        if let Err(e) = put {
+            errors.note(format!("{repo}@{reference}: artifact: {e}"));
+        }
+    }
+}
+
+/// The plan of image `index`, made on the runtime when it is small and on the blocking
+/// pool otherwise.
+async fn plan_of(work: &PushWork, index: u64) -> Result<ImagePlan, String> {
+    let spec = &work.images;
+    if spec.layers <= PLAN_INLINE_LAYERS && spec.image_bytes() <= PLAN_INLINE_BYTES {
+        return plan_image(spec, index);
+    }
+    let spec = spec.clone();
+    match tokio::task::spawn_blocking(move || plan_image(&spec, index)).await {
+        Ok(planned) => planned,
+        Err(e) => Err(format!("preparation failed: {e}")),
+    }
+}
+
+/// Uploads the config and layers of `plan`, each holding one of `permits`; the first
+/// failure, if any.
+async fn push_layers(
+    client: &RegistryClient,
+    work: &PushWork,
+    plan: &ImagePlan,
+    permits: &Semaphore,
+    env: JobEnv<'_>,
+) -> Option<ClientError> {
+    let repo = &work.images.repo;
+    let mut blobs: Vec<(Digest, BlobSource)> = Vec::with_capacity(plan.layers.len() + 1);
+    blobs.push((
+        plan.config.1.digest.clone(),
+        BlobSource::Bytes(plan.config.0.clone()),
+    ));
+    for (spec, d) in &plan.layers {
+        blobs.push((d.digest.clone(), BlobSource::Content(*spec)));
+    }
+    let uploads = blobs.iter().map(|(digest, source)| async move {
+        let Ok(_permit) = permits.acquire().await else {
+            return Err(ClientError::Cancelled);
+        };
+        if env.shutdown.is_cancelled() {
+            return Err(ClientError::Cancelled);
+        }
+        push_blob(client, work, digest, source).await.map_err(|e| {
+            env.errors.note(format!("{repo}@{digest}: {e}"));
+            e
+        })
+    });
+    let results = futures_util::future::join_all(uploads).await;
+    results.into_iter().find_map(Result::err)
+}
+
+/// Pushes image `index`; records the `image_push` session.
+async fn push_image(
+    client: &RegistryClient,
+    work: &PushWork,
+    index: u64,
+    permits: &Semaphore,
+    env: JobEnv<'_>,
+) {
+    let repo = &work.images.repo;
+    let plan = match plan_of(work, index).await {
+        Ok(plan) => plan,
+        Err(e) => {
+            env.errors.note(format!("image {index}: {e}"));
+            return;
+        }
+    };
+    let start = Instant::now();
+    let mut outcome = Outcome::Ok;
+    if let Some(e) = push_layers(client, work, &plan, permits, env).await {
+        outcome = Outcome::Error(e.kind());
+    } else if env.shutdown.is_cancelled() {
+        return;
+    } else {
+        let reference = Reference::Tag(plan.tag.clone());
+        let put = client
+            .manifest_put(
+                repo,
+                &reference,
+                plan.manifest.clone(),
+                plan.media_type,
+                OpCtx::default(),
+            )
+            .await;
+        match put {
+            Err(e) => {
+                env.errors
+                    .note(format!("{repo}:{}: manifest: {e}", plan.tag));
+                outcome = Outcome::Error(e.kind());
+            }
+            Ok(digest) if work.attach > 0 => {
+                let subject = Descriptor {
+                    media_type: plan.media_type.to_owned(),
+                    digest,
+                    size: plan.manifest.len() as u64,
+                    platform: None,
+                };
+                attach_artifacts(client, work, &plan, &subject, env.errors).await;
+            }
+            Ok(_) => {}
+        }
+    }
+    if outcome == Outcome::Error(ErrorKind::Cancelled) {
+        return;
+    }
+    env.progress.add_done(1);
+    if !outcome.is_ok() {
+        env.progress.add_error();
+    }
+    let layers: u64 = plan.layers.iter().map(|(spec, _)| spec.size()).sum();
+    let sent = layers + plan.config.0.len() as u64 + plan.manifest.len() as u64;
+    let sample = Sample::session(Op::ImagePush, outcome, start, sent, 0);
+    client.recorder().record(sample).await;
+}

@@ -1,0 +1,238 @@
+//! What prewarm pushes: every blob the run reads (in the repository it is read from, with
+//! filler layers and config blobs), then every manifest, each placed on the endpoints the
+//! router names for it. Pure: the jobs are a function of the catalog, the routing and the
+//! manifest format, and each job's bytes are rebuilt from the catalog when it runs.
+//!
+//! Over several endpoints every object goes where the run will read it
+//! ([`Router::placement`]): with `--route digest` to its `--replicas` ring successors (a
+//! blob by digest, a manifest by `repo:tag`), with the other rules to every endpoint. A
+//! registry accepts a manifest only when it holds the manifest's blobs, so a manifest's
+//! config and layers are also put on the manifest's own endpoints.
+//!
+//! Every (endpoint, repository, blob) is one job, and the blobs come before the first
+//! manifest: a registry that stores blob links as plain files (distribution) rewrites the
+//! link when the same blob is uploaded again, and a manifest PUT that reads the link while
+//! it is rewritten is refused (`DIGEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`). Manifests that
+//! share a layer or a repository's filler would otherwise upload it side by side.
+
+use crate::client::BlobSource;
+use crate::digest::{Digest, Sha256Sum};
+use crate::oci::manifest::{Descriptor, ManifestFormat};
+use crate::oci::{Repository, Tag};
+use crate::route::{Object, Router};
+use crate::trace::Sym;
+
+use super::catalog::Catalog;
+use super::linker::{Position, PushedLayer};
+use super::{manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming};
+
+/// Where a blob's bytes come from. Rebuilt when its upload runs, so a job stays small.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin {
+    /// A blob the run reads.
+    Read(Sym),
+    /// The filler layer of a trace repository.
+    Filler(Sym),
+    /// The config blob of a manifest the run pushes (the run uploads its layers).
+    PushConfig(Position),
+    /// The config blob of a manifest the run reads: (repository, reference).
+    ReadConfig(Sym, Sym),
+}
+
+/// One blob upload: its repository, digest, where its bytes come from and its endpoint.
+#[derive(Debug)]
+pub struct BlobJob {
+    pub repo: Repository,
+    pub sha256: [u8; 32],
+    pub origin: Origin,
+    pub endpoint: usize,
+}
+
+/// One manifest PUT: the trace's names, the registry's, and its endpoint.
+#[derive(Debug)]
+pub struct ManifestJob {
+    pub repo_sym: Sym,
+    pub reference_sym: Sym,
+    pub repo: Repository,
+    pub tag: Tag,
+    pub endpoint: usize,
+}
+
+/// What prewarm will do: each blob upload once per endpoint and repository, then each
+/// manifest on its endpoints.
+#[derive(Debug)]
+pub struct PrewarmJobs {
+    pub blobs: Vec<BlobJob>,
+    pub manifests: Vec<ManifestJob>,
+}
+
+impl PrewarmJobs {
+    /// The jobs for `catalog` placed by `router`.
+    pub fn plan(
+        catalog: &Catalog,
+        router: &Router,
+        naming: &mut Naming,
+        format: ManifestFormat,
+    ) -> PrewarmJobs {
+        let mut blobs = Vec::new();
+        let place = |blobs: &mut Vec<BlobJob>, repo: &Repository, sha256, origin| {
+            let digest = Digest::from_sha256(sha256);
+            for endpoint in router.placement(Object::Blob(digest.as_str())) {
+                blobs.push(BlobJob {
+                    repo: repo.clone(),
+                    sha256,
+                    origin,
+                    endpoint,
+                });
+            }
+        };
+        for &(repo, d) in catalog.blob_reads() {
+            let name = naming.repo(catalog, repo);
+            place(&mut blobs, &name, catalog.blob_sha256(d), Origin::Read(d));
+        }
+        for &repo in &catalog.filler_repos {
+            let name = naming.repo(catalog, repo);
+            place(
+                &mut blobs,
+                &name,
+                catalog.filler_sha256(repo),
+                Origin::Filler(repo),
+            );
+        }
+        // A manifest the run pushes lands where routing sends its PUT, with the uploads of
+        // its push (`Action::BlobUpload::push`); everything else it references must be there
+        // already: its config, the layers it found present, or its repository's filler.
+        for (position, facts) in catalog.pushes() {
+            let name = naming.repo(catalog, facts.repo);
+            let tag = naming.tag(catalog, facts.repo, facts.reference);
+            let config = push_manifest(catalog, facts, format).config_bytes;
+            let mut needs = vec![(Sha256Sum::of(&config).0, Origin::PushConfig(position))];
+            for layer in catalog.push_layers(facts) {
+                if let PushedLayer::Existing(d) = layer {
+                    needs.push((catalog.blob_sha256(d), Origin::Read(d)));
+                }
+            }
+            if facts.layers.is_empty() {
+                needs.push((
+                    catalog.filler_sha256(facts.repo),
+                    Origin::Filler(facts.repo),
+                ));
+            }
+            let endpoints = router.placement(Object::Manifest {
+                repo: name.as_str(),
+                reference: tag.as_str(),
+            });
+            for endpoint in endpoints {
+                for &(sha256, origin) in &needs {
+                    blobs.push(BlobJob {
+                        repo: name.clone(),
+                        sha256,
+                        origin,
+                        endpoint,
+                    });
+                }
+            }
+        }
+
+        let mut manifests = Vec::with_capacity(catalog.manifests.len() * router.copies());
+        for (&(repo_sym, reference_sym), facts) in &catalog.manifests {
+            let repo = naming.repo(catalog, repo_sym);
+            let tag = naming.tag(catalog, repo_sym, reference_sym);
+            let endpoints = router.placement(Object::Manifest {
+                repo: repo.as_str(),
+                reference: tag.as_str(),
+            });
+            // What the manifest references must be where the manifest is.
+            let mut needs: Vec<([u8; 32], Origin)> = if facts.layers.is_empty() {
+                vec![(catalog.filler_sha256(repo_sym), Origin::Filler(repo_sym))]
+            } else {
+                catalog
+                    .manifest_layers(facts)
+                    .iter()
+                    .map(|&d| (catalog.blob_sha256(d), Origin::Read(d)))
+                    .collect()
+            };
+            let (config, _, _) = read_manifest_bytes(catalog, format, repo_sym, reference_sym);
+            needs.push((
+                Sha256Sum::of(&config).0,
+                Origin::ReadConfig(repo_sym, reference_sym),
+            ));
+            for &endpoint in &endpoints {
+                for &(sha256, origin) in &needs {
+                    blobs.push(BlobJob {
+                        repo: repo.clone(),
+                        sha256,
+                        origin,
+                        endpoint,
+                    });
+                }
+                manifests.push(ManifestJob {
+                    repo_sym,
+                    reference_sym,
+                    repo: repo.clone(),
+                    tag: tag.clone(),
+                    endpoint,
+                });
+            }
+        }
+        // Once per (repository, blob, endpoint); the order interleaves the endpoints.
+        blobs.sort_unstable_by(|a, b| {
+            (a.repo.as_str(), a.sha256, a.endpoint).cmp(&(b.repo.as_str(), b.sha256, b.endpoint))
+        });
+        blobs.dedup_by(|a, b| a.repo == b.repo && a.sha256 == b.sha256 && a.endpoint == b.endpoint);
+        blobs.shrink_to_fit();
+        PrewarmJobs { blobs, manifests }
+    }
+
+    /// Objects to prewarm: blob uploads and manifest PUTs, each counted per endpoint.
+    pub fn len(&self) -> u64 {
+        (self.blobs.len() + self.manifests.len()) as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The config, its descriptor and the manifest of a manifest the run reads.
+pub fn read_manifest_bytes(
+    catalog: &Catalog,
+    format: ManifestFormat,
+    repo: Sym,
+    reference: Sym,
+) -> (bytes::Bytes, Descriptor, bytes::Bytes) {
+    let layers = read_manifest_layers(catalog, repo, reference);
+    let identity = read_manifest_identity(catalog, repo, reference);
+    let size = catalog
+        .manifests
+        .get(&(repo, reference))
+        .map_or(0, |m| u64::from(m.size));
+    manifest_over(format, &identity, &layers, size)
+}
+
+/// The digest of the manifest prewarm pushes for the manifest `repo:reference` of the trace.
+pub fn read_manifest_digest(
+    catalog: &Catalog,
+    format: ManifestFormat,
+    repo: Sym,
+    reference: Sym,
+) -> Digest {
+    Digest::sha256_of(&read_manifest_bytes(catalog, format, repo, reference).2)
+}
+
+/// The bytes of the blob `origin` names.
+pub fn blob_source(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> BlobSource {
+    match origin {
+        Origin::Read(d) => BlobSource::Content(catalog.blob_content(d)),
+        Origin::Filler(repo) => BlobSource::Content(catalog.filler_content(repo)),
+        Origin::PushConfig(position) => BlobSource::Bytes(
+            catalog
+                .push(position)
+                .map(|facts| push_manifest(catalog, facts, format).config_bytes)
+                .unwrap_or_default(),
+        ),
+        Origin::ReadConfig(repo, reference) => {
+            BlobSource::Bytes(read_manifest_bytes(catalog, format, repo, reference).0)
+        }
+    }
+}
