@@ -7,8 +7,8 @@
 //! | layer | modules |
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress` |
-//! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `plan`, `route`, `results` |
-//! | engines | `exec`, `analysis`, `merge`, `report` |
+//! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
+//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report` |
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
@@ -23,6 +23,7 @@ pub mod commands;
 pub mod content;
 pub mod digest;
 pub mod exec;
+pub mod experiment;
 mod fast_hash;
 pub mod merge;
 pub mod metrics;

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use creb::commands::run::cells::round_cells;
-use creb::commands::run::config::ExperimentFile;
+use creb::experiment::config::ExperimentFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

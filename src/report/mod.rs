@@ -6,7 +6,9 @@
 
 pub mod chart;
 pub mod compare;
+pub mod comparison;
 pub mod html;
+pub mod page;
 
 use std::fmt::Write as _;
 
@@ -152,13 +154,8 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
         let mut by_index: Vec<_> = endpoints.iter().collect();
         by_index.sort_by_key(|(_, e)| e.index);
         for (url, e) in by_index {
-            // Latency of the operation the node carried most (percentiles never mix ops).
-            let main = e
-                .operations
-                .iter()
-                .filter(|(_, o)| o.latency_ms.is_some())
-                .max_by_key(|(_, o)| o.count);
-            let op = main.map_or("-", |(name, _)| name.as_str());
+            let main = e.busiest_op();
+            let op = main.map_or("-", |(name, _)| name);
             let (p50, p99) = main
                 .and_then(|(_, o)| o.latency_ms.as_ref())
                 .map_or(("-".into(), "-".into()), |p| (ms(p.p50), ms(p.p99)));

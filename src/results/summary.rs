@@ -239,6 +239,16 @@ impl EndpointSummary {
         }
     }
 
+    /// The operation this endpoint carried most among those with latencies: the one whose
+    /// percentiles stand for the endpoint (percentiles never mix operations).
+    pub fn busiest_op(&self) -> Option<(&str, &OpSummary)> {
+        self.operations
+            .iter()
+            .filter(|(_, o)| o.latency_ms.is_some())
+            .max_by_key(|(_, o)| o.count)
+            .map(|(name, o)| (name.as_str(), o))
+    }
+
     /// The `endpoints` block of a run over the endpoints `names`, in order: each one's
     /// numbers from the aggregator, with its down/up changes when the run tracked health.
     pub fn of_each(

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, FromArgMatches};
 
-use super::config::{Experiment, ExperimentFile, FlagValue, Kind, RegistrySpec};
 use crate::commands::args::RegistryArgs;
 use crate::commands::{Cli, Command};
 use crate::content::DEFAULT_SEED;
+use crate::experiment::config::{Experiment, ExperimentFile, FlagValue, Kind, RegistrySpec};
 
 /// One unit of work: an experiment against a registry, in a round, one repetition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

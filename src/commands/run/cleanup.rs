@@ -17,11 +17,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::cells::{self, Cell};
-use super::checkpoint::CleanupRecord;
-use super::config::{ExperimentFile, Kind};
 use crate::client::{ClientError, OpCtx, RegistryClient};
 use crate::commands::Command;
 use crate::digest::Digest;
+use crate::experiment::checkpoint::CleanupRecord;
+use crate::experiment::config::{ExperimentFile, Kind};
 use crate::oci::manifest::ParsedManifest;
 use crate::oci::{Reference, Repository, Tag};
 use crate::plan::catalog::Catalog;

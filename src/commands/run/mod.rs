@@ -26,10 +26,7 @@
 //! 2 the file or the flags are wrong; 130 interrupted.
 
 pub mod cells;
-pub mod checkpoint;
 pub mod cleanup;
-pub mod comparison;
-pub mod config;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,15 +37,18 @@ use anyhow::Context;
 use clap::Args;
 
 use self::cells::{Cell, Layout};
-use self::checkpoint::{CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord};
-use self::config::{ExperimentFile, Kind};
 use crate::client::ClientOptions;
 use crate::commands::connect::{preflight, RegistryConfig};
 use crate::commands::Command;
 use crate::commands::ExitStatus;
+use crate::experiment::checkpoint::{
+    self, CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord,
+};
+use crate::experiment::config::{ExperimentFile, Kind};
 use crate::metrics::live::LiveSlot;
 use crate::metrics::live::SharedLive;
 use crate::net::serve::MetricsServer;
+use crate::report::comparison;
 use crate::results::prepare_output_dir;
 use crate::shutdown::Shutdown;
 use crate::units::parse_duration;

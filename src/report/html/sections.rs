@@ -370,11 +370,7 @@ pub(super) fn endpoints_section(out: &mut String, set: &ResultSet) {
     let mut by_index: Vec<_> = endpoints.iter().collect();
     by_index.sort_by_key(|(_, e)| e.index);
     for (url, e) in by_index {
-        let main = e
-            .operations
-            .iter()
-            .filter(|(_, o)| o.latency_ms.is_some())
-            .max_by_key(|(_, o)| o.count);
+        let main = e.busiest_op();
         let _ = write!(
             out,
             "<tr><td>{}</td><td class=\"name\">{}</td>",
@@ -397,7 +393,7 @@ pub(super) fn endpoints_section(out: &mut String, set: &ResultSet) {
             out,
             mib((e.totals.bytes_received + e.totals.bytes_sent) as f64 / secs),
         );
-        td(out, escape(main.map_or("–", |(n, _)| n.as_str())));
+        td(out, escape(main.map_or("–", |(n, _)| n)));
         let l = main.and_then(|(_, o)| o.latency_ms.as_ref());
         td(out, opt_ms(l, |p| p.p50));
         td(out, opt_ms(l, |p| p.p99));

@@ -6,7 +6,7 @@
 //! and the key. Names are unique and usable as directory names. Option values are kept as
 //! the text a flag would take (`"1MiB"`, `16`, `"30s"`): the cells are run through the
 //! same flag parser as the commands, so every value gets exactly the command's validation
-//! ([`super::cells`] checks every cell's flags when the file is loaded). Relative paths
+//! (the command layer's `run::cells` checks every cell's flags when the file is loaded). Relative paths
 //! (traces, CA certificates, docker config) are relative to the file's directory.
 
 use std::collections::BTreeSet;
