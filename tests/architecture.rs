@@ -2,13 +2,17 @@
 //! layers and modules, and this test reads it rather than keeping a copy.
 //!
 //! Rules, checked over every file under `src/`:
-//! - a module refers (`crate::name`) only to modules listed before it in the table, its own
-//!   layer included, so the module graph has no cycle by construction;
+//! - a module refers to top-level modules (`crate::name`, `crate::{a::X, b::Y}`, or
+//!   `super::super::name` climbing to the crate) only when they are listed before it in the
+//!   table, its own layer included, so the module graph has no cycle by construction;
+//! - inside a folder, the files (and sub-folders, and the folder's `mod.rs` with what it
+//!   defines itself) depend on each other without a cycle; a name `mod.rs` re-exports
+//!   (`pub use child::Name`) counts as the child's;
 //! - nothing outside `commands` uses clap (flags belong to the command layer);
 //! - every module file opens with a `//!` line saying its role;
 //! - the table and `lib.rs`'s `pub mod` lines name the same modules.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -93,6 +97,217 @@ fn crate_refs(code: &str) -> Vec<&str> {
     out
 }
 
+/// The module path of a file under `src/` (`commands/replay/mod.rs` → `commands::replay`).
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
+        parts.clear();
+    }
+    parts
+}
+
+/// The code of a file without comments and string contents, line for line; without its
+/// test module (everything from the first `#[cfg(test)]`) when `library` is set, so only
+/// what builds the library counts.
+fn blank(text: &str, library: bool) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if library && line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let code = code_of(line);
+        let mut blanked = String::with_capacity(code.len());
+        let mut in_string = false;
+        let mut escaped = false;
+        for c in code.chars() {
+            if in_string {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => {
+                        in_string = false;
+                        blanked.push('"');
+                    }
+                    _ => {}
+                }
+            } else {
+                if c == '"' {
+                    in_string = true;
+                }
+                blanked.push(c);
+            }
+        }
+        out.push_str(&blanked);
+        out.push('\n');
+    }
+    out
+}
+
+/// Splits the inside of a `{…}` group at its top-level commas.
+fn split_group(body: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0i32, 0, Vec::new());
+    for (i, c) in body.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&body[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&body[start..]);
+    out
+}
+
+/// The paths of one group member, each as its segments (`a::{b, c::D}` → `a::b`, `a::c::D`).
+fn expand_group(prefix: &[String], member: &str, out: &mut Vec<Vec<String>>) {
+    let member = member.trim();
+    if member.is_empty() {
+        return;
+    }
+    if let Some(open) = member.find('{') {
+        let close = member.rfind('}').unwrap_or(member.len());
+        let mut head = prefix.to_vec();
+        head.extend(
+            member[..open]
+                .split("::")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        );
+        for inner in split_group(&member[open + 1..close]) {
+            expand_group(&head, inner, out);
+        }
+        return;
+    }
+    let name = member.split(" as ").next().unwrap_or(member);
+    let mut path = prefix.to_vec();
+    path.extend(
+        name.split("::")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+    );
+    out.push(path);
+}
+
+/// Every path starting at `crate`, `super` or `self` in `code`, grouped imports expanded,
+/// with the byte offset where it starts.
+fn rooted_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let root = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|r| rest.starts_with(r));
+        let before = (i > 0).then(|| bytes[i - 1] as char);
+        let Some(root) = root.filter(|_| {
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == ':')
+        }) else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        // The path: identifiers and `::`, then maybe a `{…}` group.
+        let mut end = i;
+        while end < code.len() {
+            let c = bytes[end] as char;
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                end += 1;
+            } else {
+                break;
+            }
+        }
+        let head = &code[i..end];
+        let segments: Vec<String> = head
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if head.ends_with("::") && code[end..].starts_with('{') {
+            let mut depth = 0;
+            let mut close = code.len();
+            for (k, c) in code[end..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = end + k;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let mut members = Vec::new();
+            for member in split_group(&code[end + 1..close]) {
+                expand_group(&segments, member, &mut members);
+            }
+            out.extend(members.into_iter().map(|m| (i, m)));
+            i = close + 1;
+        } else {
+            out.push((i, segments));
+            i = end.max(i + root.len());
+        }
+    }
+    out
+}
+
+/// `path` as seen from module `here`, made absolute: `crate`, `super` and `self` resolved.
+fn absolute(here: &[String], path: &[String]) -> Vec<String> {
+    let mut base: Vec<String> = match path.first().map(String::as_str) {
+        Some("crate") => Vec::new(),
+        _ => here.to_vec(),
+    };
+    for segment in path {
+        match segment.as_str() {
+            "crate" | "self" => {}
+            "super" => {
+                base.pop();
+            }
+            other => base.push(other.to_owned()),
+        }
+    }
+    base
+}
+
+#[test]
+fn the_checker_reads_grouped_and_climbing_paths() {
+    let paths =
+        rooted_paths("use crate::{plan::X,\n commands::{a::Y, b}}; super::super::exec::f();");
+    let here = vec!["commands".to_owned(), "replay".to_owned(), "x".to_owned()];
+    let absolute: Vec<String> = paths
+        .iter()
+        .map(|(_, p)| absolute(&here, p).join("::"))
+        .collect();
+    assert_eq!(
+        absolute,
+        [
+            "plan::X",
+            "commands::a::Y",
+            "commands::b",
+            "commands::exec::f"
+        ]
+    );
+    assert!(rooted_paths("pub(super) fn f() {}").is_empty());
+    assert_eq!(
+        blank("let s = \"crate::x\"; // crate::y\n", true),
+        "let s = \"\"; \n"
+    );
+    assert_eq!(blank("f();\n#[cfg(test)]\nmod tests {}\n", true), "f();\n");
+}
+
 #[test]
 fn modules_import_only_from_their_layer_or_the_ones_before_it() {
     let layers = layers();
@@ -137,6 +352,25 @@ fn modules_import_only_from_their_layer_or_the_ones_before_it() {
             continue;
         };
         let is_commands = layers.last().is_some_and(|(_, m)| m.contains(&top));
+        // The top-level module each path of the file reaches, by line.
+        let code = blank(&text, false);
+        let here = module_of(&rel);
+        // Paths in the test module (from the first `#[cfg(test)]`, by convention the inline
+        // `mod tests` at the end) start one module deeper.
+        let tests_at = code.find("#[cfg(test)]").unwrap_or(code.len());
+        let mut in_tests = here.clone();
+        in_tests.push("tests".into());
+        let mut paths_by_line: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (at, path) in rooted_paths(&code) {
+            let line = code[..at].matches('\n').count() + 1;
+            let from = if at >= tests_at { &in_tests } else { &here };
+            if let Some(top) = absolute(from, &path).first() {
+                let tops = paths_by_line.entry(line).or_default();
+                if !tops.contains(top) {
+                    tops.push(top.clone());
+                }
+            }
+        }
         for (n, line) in text.lines().enumerate() {
             let code = code_of(line);
             if !is_commands && (code.contains("clap::") || code.contains("use clap")) {
@@ -145,7 +379,9 @@ fn modules_import_only_from_their_layer_or_the_ones_before_it() {
                     n + 1
                 ));
             }
-            for target in crate_refs(code) {
+            let targets = paths_by_line.get(&(n + 1)).cloned().unwrap_or_default();
+            for target in &targets {
+                let target = target.as_str();
                 if target == top || target.is_empty() {
                     continue;
                 }
@@ -200,5 +436,260 @@ fn the_checker_sees_imports_and_ignores_comments_and_strings() {
     assert_eq!(
         code_of(r#"let s = "// not a comment"; // crate::c"#),
         r#"let s = "// not a comment"; "#
+    );
+}
+
+/// Each `pub use` statement of `code` (a re-export, not a use): its byte range and text.
+fn reexports(code: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("pub") {
+        let start = from + at;
+        from = start + 3;
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut rest = &code[start + 3..];
+        if rest.starts_with('(') {
+            let Some(close) = rest.find(')') else {
+                continue;
+            };
+            rest = &rest[close + 1..];
+        }
+        let Some(body) = rest.trim_start().strip_prefix("use ") else {
+            continue;
+        };
+        let Some(end) = body.find(';') else { continue };
+        let body_start = code.len() - body.len();
+        out.push((start..body_start + end + 1, &body[..end]));
+    }
+    out
+}
+
+/// The longest prefix of `path` that is a module, and where that prefix ends.
+fn module_prefix<'a>(
+    modules: &BTreeSet<Vec<String>>,
+    path: &'a [String],
+) -> Option<(Vec<String>, &'a [String])> {
+    (0..=path.len())
+        .rev()
+        .find(|&k| modules.contains(&path[..k].to_vec()))
+        .map(|k| (path[..k].to_vec(), &path[k..]))
+}
+
+/// The module a path names, a re-exported name standing for the module it comes from.
+fn target_module(
+    modules: &BTreeSet<Vec<String>>,
+    reexported: &BTreeMap<(Vec<String>, String), Vec<String>>,
+    path: &[String],
+) -> Option<Vec<String>> {
+    let (module, rest) = module_prefix(modules, path)?;
+    match rest.first() {
+        Some(name) => Some(
+            reexported
+                .get(&(module.clone(), name.clone()))
+                .cloned()
+                .unwrap_or(module),
+        ),
+        None => Some(module),
+    }
+}
+
+/// Every file of `src/` as (module path, library code).
+fn library_files() -> Vec<(Vec<String>, String)> {
+    let mut files = Vec::new();
+    rust_files(Path::new(SRC), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let rel = path
+                .strip_prefix(SRC)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (
+                module_of(&rel),
+                blank(&fs::read_to_string(path).unwrap(), true),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn no_folder_has_a_cycle_between_its_files() {
+    let files = library_files();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(m, _)| m.clone()).collect();
+    // What each module re-exports, and from which module.
+    let mut reexported: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
+    for (here, code) in &files {
+        for (_, statement) in reexports(code) {
+            let mut paths = Vec::new();
+            expand_group(&[], statement, &mut paths);
+            for path in paths {
+                let absolute = match path.first().map(String::as_str) {
+                    Some("crate" | "super" | "self") => absolute(here, &path),
+                    _ => here.iter().chain(&path).cloned().collect(),
+                };
+                let name = statement_name(statement, &path);
+                if let (Some(name), Some((module, _))) = (name, module_prefix(&modules, &absolute))
+                {
+                    reexported.insert((here.clone(), name), module);
+                }
+            }
+        }
+    }
+    // What each module uses (re-exports left out), with the text that shows it.
+    let mut uses: BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>> = BTreeMap::new();
+    for (here, code) in &files {
+        let mut code = code.clone();
+        for (range, _) in reexports(&code.clone()) {
+            code.replace_range(range.clone(), &" ".repeat(range.len()));
+        }
+        let deps = uses.entry(here.clone()).or_default();
+        for (_, path) in rooted_paths(&code) {
+            let absolute = absolute(here, &path);
+            if let Some(target) = target_module(&modules, &reexported, &absolute) {
+                deps.entry(target).or_insert_with(|| path.join("::"));
+            }
+        }
+        // A child module named without a root (`use child::X`, `child::f()`).
+        let bytes = code.as_bytes();
+        for (at, _) in code.match_indices("::") {
+            let start = code[..at]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            if start == at || (start >= 1 && bytes[start - 1] == b':') {
+                continue;
+            }
+            let mut child = here.clone();
+            child.push(code[start..at].to_owned());
+            if modules.contains(&child) {
+                deps.entry(child)
+                    .or_insert_with(|| code[start..at].to_owned());
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for folder in &modules {
+        let node = |m: &Vec<String>| -> Option<Vec<String>> {
+            (m.len() >= folder.len() && m[..folder.len()] == folder[..])
+                .then(|| m[..(folder.len() + 1).min(m.len())].to_vec())
+        };
+        let mut graph: BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>> = BTreeMap::new();
+        for (from, deps) in &uses {
+            let Some(a) = node(from) else { continue };
+            for (to, why) in deps {
+                if let Some(b) = node(to).filter(|b| *b != a) {
+                    graph
+                        .entry(a.clone())
+                        .or_default()
+                        .entry(b)
+                        .or_insert_with(|| format!("{} uses {why}", from.join("::")));
+                }
+            }
+        }
+        if let Some(cycle) = find_cycle(&graph) {
+            let name = |m: &Vec<String>| {
+                if m == folder {
+                    format!("{}/mod.rs", folder.join("/"))
+                } else {
+                    m.join("/")
+                }
+            };
+            let steps: Vec<String> = cycle
+                .windows(2)
+                .map(|w| {
+                    format!(
+                        "{} -> {} ({})",
+                        name(&w[0]),
+                        name(&w[1]),
+                        graph[&w[0]][&w[1]]
+                    )
+                })
+                .collect();
+            cycles.push(format!("in {}/: {}", folder.join("/"), steps.join("; ")));
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "files of a folder depend on each other in a cycle:\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// The name a re-export makes visible for `path` (its last segment, or the `as` name).
+fn statement_name(statement: &str, path: &[String]) -> Option<String> {
+    let last = path.last()?;
+    if last == "*" || last == "self" {
+        return None;
+    }
+    let renamed = statement.split(',').find_map(|m| {
+        let (from, to) = m.split_once(" as ")?;
+        from.trim()
+            .ends_with(last.as_str())
+            .then(|| to.trim().trim_end_matches('}').trim().to_owned())
+    });
+    Some(renamed.unwrap_or_else(|| last.clone()))
+}
+
+/// A cycle of `graph` (its nodes in order, the first repeated at the end), if it has one.
+fn find_cycle(
+    graph: &BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>>,
+) -> Option<Vec<Vec<String>>> {
+    fn visit(
+        node: &Vec<String>,
+        graph: &BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>>,
+        state: &mut BTreeMap<Vec<String>, u8>,
+        stack: &mut Vec<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        state.insert(node.clone(), 1);
+        stack.push(node.clone());
+        for next in graph.get(node).into_iter().flat_map(BTreeMap::keys) {
+            match state.get(next).copied().unwrap_or(0) {
+                1 => {
+                    let from = stack.iter().position(|n| n == next).unwrap_or(0);
+                    let mut cycle = stack[from..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(cycle) = visit(next, graph, state, stack) {
+                        return Some(cycle);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(node.clone(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if state.get(node).copied().unwrap_or(0) == 0 {
+            if let Some(cycle) = visit(node, graph, &mut state, &mut Vec::new()) {
+                return Some(cycle);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle_and_only_then() {
+    let edge = |a: &str, b: &str| (vec![a.to_owned()], vec![b.to_owned()]);
+    let mut graph: BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>> = BTreeMap::new();
+    for (a, b) in [edge("a", "b"), edge("b", "c")] {
+        graph.entry(a).or_default().insert(b, String::new());
+    }
+    assert!(find_cycle(&graph).is_none());
+    let (a, b) = edge("c", "a");
+    graph.entry(a).or_default().insert(b, String::new());
+    assert_eq!(find_cycle(&graph).map(|c| c.len()), Some(4));
+    assert_eq!(
+        reexports("pub use a::{B, C};\nuse d::E;\npub(crate) use f::G;").len(),
+        2
     );
 }

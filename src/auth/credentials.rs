@@ -7,31 +7,16 @@
 //! with a timeout; their output is never logged.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use url::Url;
 
+use super::command::{run_command, strip_newline};
 use super::docker_config::{self, DockerCredential};
 use super::secret::Secret;
-
-/// What to authenticate with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Credentials {
-    Anonymous,
-    /// Username and password: Basic auth, or GET at the token server with Basic.
-    Basic {
-        username: String,
-        password: Secret,
-    },
-    /// An identity (refresh) token, exchanged at the token server with an OAuth2 POST.
-    IdentityToken {
-        username: Option<String>,
-        token: Secret,
-    },
-}
+pub use super::secret::{CredentialError, Credentials};
 
 /// Where the password comes from when `--username` is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,20 +46,6 @@ pub struct CredentialInfo {
     pub username: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CredentialError {
-    #[error("--username needs a password: --password-stdin, --password-cmd CMD, or CREB_PASSWORD")]
-    NoPassword,
-    #[error("cannot read the password from standard input: {0}")]
-    Stdin(String),
-    #[error("password command {0}")]
-    Command(String),
-    #[error("{0}")]
-    DockerConfig(String),
-    #[error("credential helper docker-credential-{helper}: {reason}")]
-    Helper { helper: String, reason: String },
-}
-
 /// The registry's `host[:port]` as docker config keys name it.
 pub fn registry_host(url: &Url) -> String {
     let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
@@ -82,13 +53,6 @@ pub fn registry_host(url: &Url) -> String {
         Some(p) => format!("{host}:{p}"),
         None => host,
     }
-}
-
-fn strip_newline(mut s: String) -> String {
-    while s.ends_with('\n') || s.ends_with('\r') {
-        s.pop();
-    }
-    s
 }
 
 async fn read_stdin() -> Result<String, CredentialError> {
@@ -102,46 +66,6 @@ async fn read_stdin() -> Result<String, CredentialError> {
         return Err(CredentialError::Stdin("it was empty".into()));
     }
     Ok(password)
-}
-
-/// Runs `program args…` with `input` on stdin; returns stdout, or an error that says how it
-/// failed but never what it printed.
-pub(crate) async fn run_command(
-    program: &str,
-    args: &[&str],
-    input: Option<&str>,
-    timeout: Duration,
-) -> Result<(bool, String), String> {
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot be started: {e}"))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(text.as_bytes())
-            .await
-            .map_err(|e| format!("cannot be given its input: {e}"))?;
-    }
-    let output = tokio::time::timeout(timeout, child.wait_with_output())
-        .await
-        .map_err(|_| {
-            format!(
-                "did not finish within {}",
-                humantime::format_duration(timeout)
-            )
-        })?
-        .map_err(|e| format!("failed: {e}"))?;
-    let stdout = String::from_utf8(output.stdout)
-        .map_err(|_| "printed something that is not UTF-8".to_owned())?;
-    Ok((output.status.success(), stdout))
 }
 
 async fn password_from_command(cmd: &str, timeout: Duration) -> Result<String, CredentialError> {

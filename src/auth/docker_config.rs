@@ -14,8 +14,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::credentials::{run_command, CredentialError, Credentials};
-use super::secret::Secret;
+use super::command::run_command;
+use super::secret::{CredentialError, Credentials, Secret};
 
 #[derive(Deserialize, Default)]
 struct ConfigFile {

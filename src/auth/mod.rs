@@ -7,10 +7,11 @@
 //!
 //! Parts: `challenge` (RFC 7235 parsing), `scope` (token scopes), `token` (fetching bearer
 //! tokens), `registry_auth` (the real authenticator: scheme, token cache, single flight),
-//! `credentials` and `docker_config` (where secrets come from), `secret` (a string that
-//! never prints).
+//! `credentials` and `docker_config` (where secrets come from), `command` (the programs
+//! that give them), `secret` (a string that never prints, and the credentials of them).
 
 pub mod challenge;
+mod command;
 pub mod credentials;
 pub mod docker_config;
 pub mod registry_auth;

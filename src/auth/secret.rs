@@ -1,6 +1,6 @@
 //! A string that never prints itself: `Debug` and `Display` show `<redacted>`, and it does
 //! not serialise. The only way to the value is [`Secret::expose`], which makes every use
-//! greppable.
+//! greppable. Also the credentials built of secrets, and why they could not be found.
 
 use std::fmt;
 
@@ -47,4 +47,35 @@ mod tests {
         );
         assert_eq!(s.expose(), "hunter2");
     }
+}
+
+/// What to authenticate with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Anonymous,
+    /// Username and password: Basic auth, or GET at the token server with Basic.
+    Basic {
+        username: String,
+        password: Secret,
+    },
+    /// An identity (refresh) token, exchanged at the token server with an OAuth2 POST.
+    IdentityToken {
+        username: Option<String>,
+        token: Secret,
+    },
+}
+
+/// Why credentials could not be found or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error("--username needs a password: --password-stdin, --password-cmd CMD, or CREB_PASSWORD")]
+    NoPassword,
+    #[error("cannot read the password from standard input: {0}")]
+    Stdin(String),
+    #[error("password command {0}")]
+    Command(String),
+    #[error("{0}")]
+    DockerConfig(String),
+    #[error("credential helper docker-credential-{helper}: {reason}")]
+    Helper { helper: String, reason: String },
 }

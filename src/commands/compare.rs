@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::report::compare::{compare_runs, render};
 use crate::results::store::load;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::analysis::cost::{estimate, load_table, measure, text, Estimate};
 use crate::units::ByteSize;
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::merge::merge;
 use crate::report::{host_table, render_text};
 

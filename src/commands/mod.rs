@@ -28,7 +28,7 @@ pub mod simulate;
 pub mod status;
 pub mod trace;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use url::Url;
 
 use crate::shutdown::Shutdown;
@@ -328,8 +328,8 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Cost(args) => cost::run(args).await,
         Command::Run(args) => on_worker(run::run(args, shutdown)).await,
-        Command::Completions(args) => shell::completions(&args),
-        Command::Man(args) => shell::man(&args),
+        Command::Completions(args) => shell::completions(&args, Cli::command()),
+        Command::Man(args) => shell::man(&args, Cli::command()),
     };
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::report::{host_table, render_csv, render_text_with};
 use crate::results::store::load;
 

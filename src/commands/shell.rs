@@ -7,10 +7,10 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
-use super::{Cli, ExitStatus};
+use super::status::ExitStatus;
 
 /// `creb-rs completions`.
 #[derive(Debug, Clone, Args)]
@@ -29,9 +29,9 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// Prints the completion script of `args.shell` on stdout.
-pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitStatus> {
-    let script = completion_script(args.shell);
+/// Prints the completion script of `args.shell` for the command line `cmd` on stdout.
+pub fn completions(args: &CompletionsArgs, cmd: clap::Command) -> anyhow::Result<ExitStatus> {
+    let script = completion_script(args.shell, cmd);
     let mut out = std::io::stdout().lock();
     out.write_all(script.as_bytes())
         .and_then(|()| out.flush())
@@ -46,8 +46,7 @@ pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitStatus> {
 /// flags read `creb__subcmd__rs__subcmd__replay`, so nothing after the subcommand would
 /// complete (clap-rs/clap#6421). The labels are rewritten to the spelling the state uses;
 /// `tests/shell.rs` completes a subcommand's flags in a real bash to keep this honest.
-pub fn completion_script(shell: Shell) -> String {
-    let mut cmd = Cli::command();
+pub fn completion_script(shell: Shell, mut cmd: clap::Command) -> String {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "creb-rs", &mut buf);
     let script = String::from_utf8_lossy(&buf).into_owned();
@@ -57,9 +56,9 @@ pub fn completion_script(shell: Shell) -> String {
     }
 }
 
-/// Prints the manual page, or writes every command's page into `args.dir`.
-pub fn man(args: &ManArgs) -> anyhow::Result<ExitStatus> {
-    let cmd = Cli::command();
+/// Prints the manual page of the command line `cmd`, or writes every command's page into
+/// `args.dir`.
+pub fn man(args: &ManArgs, cmd: clap::Command) -> anyhow::Result<ExitStatus> {
     match &args.dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)

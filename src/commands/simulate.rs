@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::analysis::simulate::{
     cache_text, prefetch_text, simulate_cache_files, simulate_prefetch_files, PrefetchConfig,
     TraceInfo, PAPER_RETENTIONS,

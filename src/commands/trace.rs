@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
 use super::args::parse_seed;
-use super::ExitStatus;
+use super::status::ExitStatus;
 use crate::analysis::trace::import::{
     import, render as render_import, Anonymizer, ImportOptions, LogFormat,
 };

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, USER_AGENT};
 use http::HeaderValue;
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -28,13 +28,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use super::classify::{body_kind, classify_chain, describe_chain, unprocessed_of};
+use super::config::{TransportBuildError, TransportConfig, MIN_READ_BUFFER};
+use super::deadline::{within_deadlines, Progress, ProgressReader};
 use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
 use super::plain_pool::{PlainPool, PoolSettings};
+use super::req_body::{BodyKind, ReqBody};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
-use super::{
-    body_kind, classify_chain, describe_chain, unprocessed_of, within_deadlines, Progress,
-    ProgressReader, TransportBuildError, TransportConfig, MIN_READ_BUFFER,
-};
 use crate::metrics::ErrorKind;
 
 type Https = HttpsConnector<HttpConnector>;
@@ -151,66 +151,6 @@ impl HyperTransport {
 
     pub fn config(&self) -> &TransportConfig {
         &self.config
-    }
-}
-
-/// A request body: nothing, bytes in memory, or generated content produced as it is sent.
-#[derive(Debug)]
-pub struct ReqBody(BodyKind);
-
-#[cfg(test)]
-impl ReqBody {
-    pub(crate) fn empty() -> Self {
-        ReqBody(BodyKind::Empty)
-    }
-}
-
-#[derive(Debug)]
-enum BodyKind {
-    Empty,
-    Bytes(Option<Bytes>),
-    Content {
-        chunks: ProgressReader,
-        remaining: u64,
-    },
-}
-
-impl Body for ReqBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let next = match &mut self.get_mut().0 {
-            BodyKind::Empty => None,
-            BodyKind::Bytes(b) => b.take(),
-            BodyKind::Content { chunks, remaining } => {
-                let chunk = chunks.next();
-                if let Some(c) = &chunk {
-                    *remaining = remaining.saturating_sub(c.len() as u64);
-                }
-                chunk
-            }
-        };
-        Poll::Ready(next.map(|b| Ok(Frame::data(b))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.0 {
-            BodyKind::Empty => true,
-            BodyKind::Bytes(b) => b.is_none(),
-            BodyKind::Content { remaining, .. } => *remaining == 0,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(match &self.0 {
-            BodyKind::Empty => 0,
-            BodyKind::Bytes(b) => b.as_ref().map_or(0, |b| b.len() as u64),
-            BodyKind::Content { remaining, .. } => *remaining,
-        })
     }
 }
 

@@ -34,10 +34,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use url::{Host, Position, Url};
 
-use super::hyper_transport::ReqBody;
+use super::classify::{body_kind, classify_chain, describe_chain};
 use super::links::{origin_key, Links, Negotiated};
+use super::req_body::ReqBody;
 use super::transport::TransportError;
-use super::{body_kind, classify_chain, describe_chain};
 use crate::metrics::ErrorKind;
 
 type Driver = http1::Connection<TokioIo<TcpStream>, ReqBody>;

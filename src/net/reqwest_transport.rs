@@ -8,11 +8,10 @@ use futures_util::StreamExt;
 use http::header::CONTENT_LENGTH;
 use http::HeaderValue;
 
+use super::classify::{body_kind, classify_chain, describe_chain, unprocessed_of};
+use super::config::{TransportBuildError, TransportConfig};
+use super::deadline::{within_deadlines, Progress, ProgressReader};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
-use super::{
-    body_kind, classify_chain, describe_chain, unprocessed_of, within_deadlines, Progress,
-    ProgressReader, TransportBuildError, TransportConfig,
-};
 use crate::metrics::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,7 +17,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
-use super::{extra_roots, TransportBuildError, TransportConfig};
+use super::config::{extra_roots, TransportBuildError, TransportConfig};
 
 /// The rustls settings of a transport. ALPN is left to the transport (hyper-rustls sets it
 /// from the HTTP versions it enables; reqwest takes the configuration as it is).

@@ -8,6 +8,7 @@
 //! one; the directory is checked for writability before a run starts, so a long run does not
 //! end in an I/O error.
 
+mod files;
 pub mod hlog;
 pub mod registry_metrics;
 pub mod store;
@@ -15,15 +16,13 @@ pub mod summary;
 pub mod thresholds;
 pub mod writer;
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use tokio::time::Instant;
 
 use crate::metrics::{AggregatorConfig, AggregatorHandle, Recorder};
+pub use files::{prepare_output_dir, read_summary, write_atomic, write_summary};
 pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
 
@@ -157,43 +156,4 @@ impl Meta {
             preparation: None,
         }
     }
-}
-
-/// Creates the directory if needed and proves it is writable.
-pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
-    let probe = dir.join(".creb-rs-write-test");
-    fs::write(&probe, b"ok")
-        .with_context(|| format!("output directory {} is not writable", dir.display()))?;
-    let _ = fs::remove_file(&probe);
-    Ok(())
-}
-
-/// Writes `bytes` to `dir/name` atomically (temporary file, fsync, rename).
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
-    let target = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f =
-        fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::rename(&tmp, &target).with_context(|| format!("cannot write {}", target.display()))?;
-    Ok(target)
-}
-
-/// Writes `summary.json` into `dir`.
-pub fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<PathBuf> {
-    let mut json = serde_json::to_vec_pretty(summary).context("cannot serialise the summary")?;
-    json.push(b'\n');
-    write_atomic(dir, "summary.json", &json)
-}
-
-/// Reads `summary.json` from a result directory.
-pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
-    let path = dir.join("summary.json");
-    let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a valid summary", path.display()))
 }

@@ -450,7 +450,7 @@ pub fn write_endpoint_histograms(
             |op, class, metric| endpoint_tag(*index, op, class, metric),
         )?;
     }
-    super::write_atomic(dir, ENDPOINTS_HLOG, &out)?;
+    super::files::write_atomic(dir, ENDPOINTS_HLOG, &out)?;
     Ok(())
 }
 
@@ -479,10 +479,10 @@ pub fn write_final(
     }
     let mut json = serde_json::to_vec_pretty(&counters)?;
     json.push(b'\n');
-    super::write_atomic(dir, "counters.json", &json)?;
+    super::files::write_atomic(dir, "counters.json", &json)?;
     let mut json = serde_json::to_vec_pretty(meta)?;
     json.push(b'\n');
-    super::write_atomic(dir, "meta.json", &json)?;
-    super::write_summary(dir, summary)?;
+    super::files::write_atomic(dir, "meta.json", &json)?;
+    super::files::write_summary(dir, summary)?;
     Ok(())
 }

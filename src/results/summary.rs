@@ -196,7 +196,7 @@ pub struct Summary {
     pub endpoints: Option<BTreeMap<String, EndpointSummary>>,
     /// Every `--fail-if` and how it came out, in the order given (absent without any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub thresholds: Vec<super::thresholds::ThresholdVerdict>,
+    pub thresholds: Vec<ThresholdVerdict>,
 }
 
 /// One endpoint of a run over several.
@@ -439,5 +439,24 @@ impl Summary {
             "closed" => format!("{} (closed, in-flight={})", self.mode, self.concurrency),
             other => format!("{} ({other})", self.mode),
         }
+    }
+}
+/// The verdict of one `--fail-if`, as `summary.json` records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdVerdict {
+    /// The expression as given.
+    pub expression: String,
+    /// What was measured (ms for latencies, a share for error rates), absent when nothing
+    /// was.
+    pub value: Option<f64>,
+    /// The measured value with its unit, for people.
+    pub measured: Option<String>,
+    /// `held` (the run fails), `clear`, or `no_data` (not checked).
+    pub verdict: String,
+}
+
+impl ThresholdVerdict {
+    pub fn held(&self) -> bool {
+        self.verdict == "held"
     }
 }

@@ -23,6 +23,7 @@ use std::fmt;
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
+pub use super::summary::ThresholdVerdict;
 use crate::metrics::{new_histogram, ErrorKind, Level, Op, Stats, StatsTable};
 use crate::units::{parse_count, parse_duration, parse_size};
 
@@ -366,26 +367,6 @@ impl Threshold {
 impl fmt::Display for Threshold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
-    }
-}
-
-/// The verdict of one `--fail-if`, as `summary.json` records it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ThresholdVerdict {
-    /// The expression as given.
-    pub expression: String,
-    /// What was measured (ms for latencies, a share for error rates), absent when nothing
-    /// was.
-    pub value: Option<f64>,
-    /// The measured value with its unit, for people.
-    pub measured: Option<String>,
-    /// `held` (the run fails), `clear`, or `no_data` (not checked).
-    pub verdict: String,
-}
-
-impl ThresholdVerdict {
-    pub fn held(&self) -> bool {
-        self.verdict == "held"
     }
 }
 

@@ -5,7 +5,8 @@
 //! refused with the fix. When some are missing, the run goes on with a warning in its
 //! result. The probe's requests are not part of any result.
 
-use super::{Context, ReplayConfig};
+use super::config::ReplayConfig;
+use super::context::Context;
 use crate::client::OpCtx;
 use crate::digest::Digest;
 use crate::metrics::spawn_aggregator;

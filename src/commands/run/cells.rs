@@ -11,10 +11,12 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::commands::args::RegistryArgs;
-use crate::commands::{Cli, Command};
+use crate::commands::args::{OutputArgs, RegistryArgs};
+use crate::commands::pull::PullArgs;
+use crate::commands::push::PushArgs;
+use crate::commands::replay::ReplayArgs;
 use crate::content::DEFAULT_SEED;
 use crate::experiment::config::{Experiment, ExperimentFile, FlagValue, Kind, RegistrySpec};
 
@@ -253,9 +255,41 @@ pub fn cell_argv(
     Ok(argv)
 }
 
+/// The command line of a cell: one of the commands a cell runs, with the flags they take
+/// at the top level (the same clap definitions, so a cell is exactly what a person types).
+#[derive(Debug, Parser)]
+#[command(name = "creb-rs")]
+struct CellCli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// `--quiet`, global as at the top level.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+}
+
+/// What a cell runs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Push(PushArgs),
+    Pull(PullArgs),
+    Replay(Box<ReplayArgs>),
+}
+
+impl Command {
+    /// The output flags of the command.
+    pub fn output_mut(&mut self) -> &mut OutputArgs {
+        match self {
+            Command::Push(a) => &mut a.output,
+            Command::Pull(a) => &mut a.output,
+            Command::Replay(a) => &mut a.output,
+        }
+    }
+}
+
 /// The flag definitions with the environment fallbacks a cell must not see turned off.
 fn command_without_env() -> clap::Command {
-    let mut cmd = Cli::command();
+    let mut cmd = CellCli::command();
     for sub in ["push", "pull", "replay"] {
         cmd = cmd.mut_subcommand(sub, |s| {
             s.mut_arg("registry", |a| a.env(None))
@@ -271,8 +305,10 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let matches = command_without_env()
         .try_get_matches_from(full)
         .map_err(|e| clap_message(&e))?;
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| clap_message(&e))?;
-    Ok(cli.into_command())
+    let cli = CellCli::from_arg_matches(&matches).map_err(|e| clap_message(&e))?;
+    let mut command = cli.command;
+    command.output_mut().quiet |= cli.quiet;
+    Ok(command)
 }
 
 /// The first line of a clap error, without its `error: ` prefix.
@@ -289,7 +325,7 @@ pub fn registry_args(reg: &RegistrySpec) -> Result<RegistryArgs, String> {
     argv.extend(["--repo".to_owned(), "x".to_owned()]);
     match parse(&argv)? {
         Command::Pull(p) => Ok(p.registry),
-        _ => Err("internal: not a pull command line".into()),
+        Command::Push(_) | Command::Replay(_) => Err("internal: not a pull command line".into()),
     }
 }
 

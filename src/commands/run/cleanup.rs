@@ -16,9 +16,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use super::cells::Command;
 use super::cells::{self, Cell};
 use crate::client::{ClientError, OpCtx, RegistryClient};
-use crate::commands::Command;
 use crate::digest::Digest;
 use crate::experiment::checkpoint::CleanupRecord;
 use crate::experiment::config::{ExperimentFile, Kind};

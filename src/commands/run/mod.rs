@@ -36,11 +36,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use clap::Args;
 
+use self::cells::Command;
 use self::cells::{Cell, Layout};
 use crate::client::ClientOptions;
 use crate::commands::connect::{preflight, RegistryConfig};
-use crate::commands::Command;
-use crate::commands::ExitStatus;
+use crate::commands::status::ExitStatus;
 use crate::experiment::checkpoint::{
     self, CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord,
 };
@@ -164,13 +164,8 @@ fn validate(file: &ExperimentFile) -> anyhow::Result<()> {
                 )
             };
             let argv = cells::cell_argv(file, &cell, Path::new("out")).map_err(fail)?;
-            let output = match cells::parse(&argv).map_err(fail)? {
-                Command::Push(a) => a.output,
-                Command::Pull(a) => a.output,
-                Command::Replay(a) => a.output,
-                _ => return Err(fail("not a push, pull or replay".into())),
-            };
-            crate::results::thresholds::parse_all(&output.fail_if)
+            let mut command = cells::parse(&argv).map_err(fail)?;
+            crate::results::thresholds::parse_all(&command.output_mut().fail_if)
                 .map_err(|e| fail(format!("{e:#}")))?;
         }
     }
@@ -338,13 +333,8 @@ impl Runner<'_> {
             Ok(c) => c,
             Err(m) => return error(m),
         };
-        let output = match &mut command {
-            Command::Push(a) => Some(&mut a.output),
-            Command::Pull(a) => Some(&mut a.output),
-            Command::Replay(a) => Some(&mut a.output),
-            _ => None,
-        };
-        if let Some(output) = output {
+        {
+            let output = command.output_mut();
             output.live = self.live.as_ref().map(|slot| SharedLive {
                 slot: Arc::clone(slot),
                 cell: self.layout.cell_dir(self.file, cell).display().to_string(),
@@ -358,7 +348,6 @@ impl Runner<'_> {
             Command::Push(a) => crate::commands::push::run(a, shutdown).await,
             Command::Pull(a) => crate::commands::pull::run(a, shutdown).await,
             Command::Replay(a) => crate::commands::replay::run(*a, shutdown).await,
-            _ => return error("not a push, pull or replay".into()),
         };
         match result {
             Ok(ExitStatus::Success) => CellEnd {

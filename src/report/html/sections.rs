@@ -4,8 +4,9 @@
 
 use std::fmt::Write as _;
 
+use super::figures::Figure;
 use super::figures::{class_label, class_rows, is_delay, level_of};
-use super::{bytes, fact, mib, ops_table, opt_ms, td, Figure};
+use super::table::{bytes, fact, mib, ops_table, opt_ms, td};
 use crate::metrics::Level;
 use crate::report::chart::escape;
 use crate::report::ms;

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::{parse_go_duration, LogRequest, Parsed};
+use super::line::{parse_go_duration, LogRequest, Parsed};
 
 #[derive(Deserialize)]
 struct Line<'a> {

@@ -7,7 +7,7 @@
 //!   `remote_addr`, `request` (or `request_method` and `request_uri`), `status`,
 //!   `body_bytes_sent`, `request_time`, `http_user_agent`, `host`, `request_id`.
 
-use super::{LogRequest, Parsed};
+use super::line::{LogRequest, Parsed};
 
 /// One line of the combined layout with times.
 pub fn parse_combined(line: &str) -> Parsed {

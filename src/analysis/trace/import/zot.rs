@@ -5,7 +5,7 @@
 //! host and a request id (both filled in), and `time` is to the second unless zot's log
 //! time format is set finer.
 
-use super::{parse_go_duration, LogRequest, Parsed};
+use super::line::{parse_go_duration, LogRequest, Parsed};
 
 /// One line of a zot log.
 pub fn parse(line: &str) -> Parsed {

@@ -1,0 +1,126 @@
+//! The deadlines around one exchange, enforced here rather than by the HTTP libraries:
+//! a streamed request body must keep moving, and the response headers must come within
+//! `request_timeout` of the body's end.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::config::TransportConfig;
+use super::transport::TransportError;
+use crate::content::ContentReader;
+use crate::metrics::ErrorKind;
+
+/// Progress of a streamed request body, shared between the body and the deadline watch.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    base: Instant,
+    /// Nanoseconds after `base` of the last chunk handed to the connection.
+    last_ns: AtomicU64,
+    /// Nanoseconds after `base` at which the body was complete; 0 while it is not.
+    done_ns: AtomicU64,
+}
+
+impl Progress {
+    /// Progress of a request sent now; `streamed` bodies report their chunks, any other
+    /// body counts as sent at once.
+    pub(crate) fn start(streamed: bool) -> Self {
+        Progress {
+            base: Instant::now(),
+            last_ns: AtomicU64::new(1),
+            done_ns: AtomicU64::new(if streamed { 0 } else { 1 }),
+        }
+    }
+
+    fn stamp(&self) -> u64 {
+        // At least 1 so that 0 keeps meaning "not done".
+        (Instant::now().duration_since(self.base).as_nanos() as u64).max(1)
+    }
+
+    fn deadline(&self, config: &TransportConfig) -> (Instant, bool) {
+        let done = self.done_ns.load(Ordering::Relaxed);
+        if done != 0 {
+            (
+                self.base + Duration::from_nanos(done) + config.request_timeout,
+                true,
+            )
+        } else {
+            let last = self.last_ns.load(Ordering::Relaxed);
+            (
+                self.base + Duration::from_nanos(last) + config.body_idle_timeout,
+                false,
+            )
+        }
+    }
+}
+
+/// Generated content as body chunks, stamping `progress` as each one is handed over.
+pub(crate) struct ProgressReader {
+    reader: std::iter::Peekable<ContentReader>,
+    progress: Arc<Progress>,
+}
+
+impl ProgressReader {
+    pub(crate) fn new(reader: ContentReader, progress: Arc<Progress>) -> Self {
+        ProgressReader {
+            reader: reader.peekable(),
+            progress,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProgressReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressReader").finish_non_exhaustive()
+    }
+}
+
+impl Iterator for ProgressReader {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        let next = self.reader.next();
+        let now = self.progress.stamp();
+        self.progress.last_ns.store(now, Ordering::Relaxed);
+        if self.reader.peek().is_none() {
+            self.progress.done_ns.store(now, Ordering::Relaxed);
+        }
+        next
+    }
+}
+
+/// Awaits `send` (request out, response headers in) under the run's deadlines: the body
+/// must keep moving while it is sent, and the headers must come within `request_timeout`
+/// of the body's end.
+pub(crate) async fn within_deadlines<T, F>(
+    send: F,
+    progress: &Progress,
+    config: &TransportConfig,
+) -> Result<T, TransportError>
+where
+    F: Future<Output = Result<T, TransportError>>,
+{
+    tokio::pin!(send);
+    loop {
+        let (deadline, _) = progress.deadline(config);
+        tokio::select! {
+            r = &mut send => return r,
+            _ = tokio::time::sleep_until(deadline) => {
+                // Progress may have moved the deadline while we slept.
+                let (deadline, body_done) = progress.deadline(config);
+                if Instant::now() >= deadline {
+                    let what = if body_done {
+                        format!("no response within {}", humantime::format_duration(config.request_timeout))
+                    } else {
+                        format!("request body not consumed for {}", humantime::format_duration(config.body_idle_timeout))
+                    };
+                    return Err(TransportError::new(ErrorKind::Timeout, what));
+                }
+            }
+        }
+    }
+}
