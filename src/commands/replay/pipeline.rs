@@ -15,12 +15,13 @@ use super::config::ReplayConfig;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::{validity_warnings, warn};
 use crate::client::RegistryClient;
+use crate::commands::args::OutputArgs;
 use crate::commands::connect::{config_json, endpoint_links};
 use crate::commands::session::{exit_status, Finished};
 use crate::commands::status::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
 use crate::exec::pacer::wait_for_anchor;
-use crate::exec::{execute_on, ExecOptions, ExecReport, Targets};
+use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
 use crate::metrics::Recorder;
 use crate::plan::catalog::Catalog;
@@ -84,6 +85,20 @@ struct PlannerEnd {
     unsent: u64,
 }
 
+/// What the run measured, before it is summarized.
+struct Ran {
+    exec: ExecReport,
+    aggregator: crate::metrics::Aggregator,
+    planner: anyhow::Result<PlannerEnd>,
+    health: Arc<Health>,
+    /// When the schedule started, on the wall clock, and how far from `--start-at`.
+    started_at: SystemTime,
+    start_skew_ms: Option<f64>,
+    anchor_wall: SystemTime,
+    checks: Checks,
+    warnings: Vec<Warning>,
+}
+
 /// The run phase: pass 2 planned on a blocking thread, executed on the runtime, measured,
 /// checked and published.
 pub(super) async fn run_phase(
@@ -93,20 +108,50 @@ pub(super) async fn run_phase(
     spool: Option<Spool>,
     prewarm_gaps: Option<String>,
 ) -> anyhow::Result<ExitStatus> {
+    let session = context.session;
+    // The registry's own counters before the run (before the anchor is set, so a slow
+    // endpoint cannot make the run start late).
+    let registry_watch = session.watch_registry().await?;
+    let mut ran = execute(context, catalog, input, spool).await?;
+    if let Some(message) = prewarm_gaps {
+        warn(&mut ran.warnings, "prewarm_missing", message);
+    }
+    if context.shutdown.by_signal() {
+        warn(
+            &mut ran.warnings,
+            "interrupted",
+            "stopped by a signal; the numbers cover what ran".into(),
+        );
+    }
+    let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
+    let mut finished = summarize(context, ran, planner.as_ref().ok());
+    let slow = session
+        .publish(&mut finished, registry_watch, &session.shown())
+        .await?;
+    if let Err(e) = planner {
+        eprintln!("creb-rs: error: {e:#}");
+        return Ok(ExitStatus::Usage);
+    }
+    judge(context.cfg, &context.args.output, &finished.summary, slow)
+}
+
+/// Plans pass 2 on a blocking thread and executes it from the shared anchor, while a
+/// canary and the process CPU clock watch the generator.
+async fn execute(
+    context: &Context<'_>,
+    catalog: Arc<Catalog>,
+    input: TraceInput,
+    spool: Option<Spool>,
+) -> anyhow::Result<Ran> {
     let &Context {
         cfg,
         args,
         session,
-        dataset,
         connections,
-        names,
-        router: _,
         shutdown,
         errors,
-        preparation: _,
+        ..
     } = context;
-    let connection = &connections[0];
-
     // Pass 2 on a blocking thread, feeding a bounded channel: enough to cover the planner's
     // hiccups (it plans far faster than any registry serves), small enough that the planned
     // manifests waiting in it stay a few megabytes.
@@ -119,16 +164,11 @@ pub(super) async fn run_phase(
         progress::wanted(args.output.quiet, args.output.json),
     );
     let planner = spawn_planner(cfg, &catalog, input, spool, tx, &progress);
-
-    // The registry's own counters before the run (before the anchor is set, so a slow
-    // endpoint cannot make the run start late).
-    let registry_watch = session.watch_registry().await?;
-    let output = &session.output;
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
     // Intervals are aligned to the anchor, the same instant on every host.
-    let (recorder, aggregator) = output.start_watched(
+    let (recorder, aggregator) = session.output.start_watched(
         anchor,
         anchor_wall,
         connections.len(),
@@ -138,22 +178,16 @@ pub(super) async fn run_phase(
     let targets = targets_for(context, &clients, anchor, anchor_wall);
     wait_for_anchor(anchor, PRECISE_TIMER, shutdown.token()).await;
     let started_at = SystemTime::now();
-    let start_skew_ms = cfg
-        .start_at_time
-        .map(|t| match started_at.duration_since(t) {
-            Ok(d) => d.as_secs_f64() * 1000.0,
-            Err(e) => -e.duration().as_secs_f64() * 1000.0,
-        });
+    let start_skew_ms = cfg.start_at_time.map(|t| signed_ms(started_at, t));
 
     let cpu_before = process_cpu_time();
     let canary_stop = tokio_util::sync::CancellationToken::new();
     let canary = spawn_canary(canary_stop.clone());
     let health = Arc::clone(&targets.health);
-    let exec = execute_on(
-        rx,
+    let executor = Executor {
         targets,
-        recorder.clone(),
-        ExecOptions {
+        recorder: recorder.clone(),
+        options: ExecOptions {
             mode: cfg.mode,
             concurrency: cfg.concurrency,
             max_lateness: cfg.max_lateness_ms.map(Duration::from_millis),
@@ -161,11 +195,11 @@ pub(super) async fn run_phase(
             precise_timer: PRECISE_TIMER,
         },
         anchor,
-        shutdown.clone(),
-        errors.clone(),
-        Some(Arc::clone(&progress)),
-    )
-    .await;
+        shutdown: shutdown.clone(),
+        errors: errors.clone(),
+        progress: Some(Arc::clone(&progress)),
+    };
+    let exec = executor.run(rx).await;
     line.finish();
     canary_stop.cancel();
     let canary = canary.await.ok();
@@ -173,18 +207,13 @@ pub(super) async fn run_phase(
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    let planner_end = planner.await.context("the planner stopped unexpectedly")?;
+    let planner = planner.await.context("the planner stopped unexpectedly")?;
     drop(clients);
     drop(recorder);
     let aggregator = aggregator.finish().await;
-
-    let (counts, planner_error) = match planner_end {
-        Ok(end) => (Some(end), None),
-        Err(e) => (None, Some(e)),
-    };
-    let trace = counts.as_ref().map(|end| trace_counts(end, &exec));
     // The cores the generator may use: the runtime's workers, at most every core.
     let cores = available_cores().min(tokio::runtime::Handle::current().metrics().num_workers());
+    let seconds = exec.duration.as_secs_f64().max(1e-9);
     let checks = Checks {
         start_at: cfg.start_at.clone(),
         start_skew_ms,
@@ -192,23 +221,45 @@ pub(super) async fn run_phase(
             .as_ref()
             .and_then(|c| Percentiles::of(&c.wake_lateness)),
         cpu_seconds: cpu.map(|c| c.as_secs_f64()),
-        cpu_share: cpu
-            .map(|c| c.as_secs_f64() / (exec.duration.as_secs_f64().max(1e-9) * cores as f64)),
+        cpu_share: cpu.map(|c| c.as_secs_f64() / (seconds * cores as f64)),
         cores,
-        cap_binding_share: exec.cap_wait.as_secs_f64() / exec.duration.as_secs_f64().max(1e-9),
+        cap_binding_share: exec.cap_wait.as_secs_f64() / seconds,
         max_in_flight: exec.max_in_flight,
     };
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
-    if let Some(message) = prewarm_gaps {
-        warn(&mut warnings, "prewarm_missing", message);
+    Ok(Ran {
+        exec,
+        aggregator,
+        planner,
+        health,
+        started_at,
+        start_skew_ms,
+        anchor_wall,
+        checks,
+        warnings,
+    })
+}
+
+/// `at` minus `reference` in milliseconds, negative when `at` is earlier.
+fn signed_ms(at: SystemTime, reference: SystemTime) -> f64 {
+    match at.duration_since(reference) {
+        Ok(d) => d.as_secs_f64() * 1000.0,
+        Err(e) => -e.duration().as_secs_f64() * 1000.0,
     }
-    if shutdown.by_signal() {
-        warn(
-            &mut warnings,
-            "interrupted",
-            "stopped by a signal; the numbers cover what ran".into(),
-        );
-    }
+}
+
+/// The run's summary and metadata, ready to publish.
+fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> Finished {
+    let &Context {
+        cfg,
+        session,
+        dataset,
+        connections,
+        names,
+        shutdown,
+        ..
+    } = context;
+    let trace = planner.map(|end| trace_counts(end, &ran.exec));
     let mut summary = Summary::build(
         RunInfo {
             command: "replay".into(),
@@ -218,36 +269,35 @@ pub(super) async fn run_phase(
             registry: names.join(","),
             seed: cfg.seed,
             shard: shard_of(cfg.plan.shard),
-            started_at,
-            duration: exec.duration,
+            started_at: ran.started_at,
+            duration: ran.exec.duration,
             interrupted: shutdown.is_cancelled(),
             trace,
-            warnings,
-            checks: Some(checks),
-            config: config_json(cfg, &connection.credentials),
+            warnings: ran.warnings,
+            checks: Some(ran.checks),
+            config: config_json(cfg, &connections[0].credentials),
         },
-        &aggregator,
+        &ran.aggregator,
     );
     summary.endpoints = endpoint_summaries(
         cfg,
         names,
-        &aggregator,
-        exec.duration,
-        Some(health.transitions()),
+        &ran.aggregator,
+        ran.exec.duration,
+        Some(ran.health.transitions()),
     );
-    let meta = Meta::new(
+    let mut meta = Meta::new(
         &summary,
         MetaInput {
             config: summary.config.clone(),
             dataset: dataset.clone(),
-            anchor: anchor_wall,
+            anchor: ran.anchor_wall,
             start_at: cfg.start_at.clone(),
-            actual_start: started_at,
-            start_skew_ms,
-            interval: output.interval,
+            actual_start: ran.started_at,
+            start_skew_ms: ran.start_skew_ms,
+            interval: session.output.interval,
         },
     );
-    let mut meta = meta;
     meta.preparation = Some(context.preparation.clone());
     meta.endpoints = endpoint_links(
         &names
@@ -256,20 +306,22 @@ pub(super) async fn run_phase(
             .zip(connections.iter().map(|c| &c.client))
             .collect::<Vec<_>>(),
     );
-    let mut finished = Finished {
+    Finished {
         summary,
-        aggregator,
+        aggregator: ran.aggregator,
         meta,
-    };
-    let slow = session
-        .publish(&mut finished, registry_watch, &session.shown())
-        .await?;
-    let summary = &finished.summary;
-    if let Some(e) = planner_error {
-        eprintln!("creb-rs: error: {e:#}");
-        return Ok(ExitStatus::Usage);
     }
-    if summary.totals.errors > 0 && !args.output.quiet {
+}
+
+/// The exit status of a published run, having said on stderr what the user should know: a
+/// run that sent nothing is a usage error (unless the partition left this shard empty).
+fn judge(
+    cfg: &ReplayConfig,
+    output: &OutputArgs,
+    summary: &Summary,
+    slow: bool,
+) -> anyhow::Result<ExitStatus> {
+    if summary.totals.errors > 0 && !output.quiet {
         eprintln!(
             "creb-rs: {} of {} operations failed (see errors above)",
             summary.totals.errors, summary.totals.requests
@@ -278,7 +330,7 @@ pub(super) async fn run_phase(
     if summary.totals.requests == 0 && !summary.interrupted && cfg.plan.shard.count > 1 {
         // The trace has work, but none of it is this shard's: the partition's doing, not a
         // mistake of this host's; its empty result still merges.
-        if !args.output.quiet {
+        if !output.quiet {
             eprintln!(
                 "creb-rs: warning: shard {}/{} got none of the trace's records (they all belong \
                  to other shards); fewer shards, or --shard-by record, spread a small trace",
@@ -287,26 +339,10 @@ pub(super) async fn run_phase(
         }
     } else if summary.totals.requests == 0 && !summary.interrupted {
         // Nothing measured is not a result, even if every record was accounted for.
-        let why = summary.trace.as_ref().map_or(String::new(), |t| {
-            let skipped: Vec<String> = t
-                .skipped
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(reason, n)| format!("{n} {reason}"))
-                .collect();
-            format!(
-                ": of {} trace records none was replayed{}",
-                t.records,
-                if skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (skipped: {})", skipped.join(", "))
-                }
-            )
-        });
         eprintln!(
-            "creb-rs: error: the run sent no request{why}; check --shard, --limit-requests, \
-             --limit-duration and the trace's records (creb-rs trace stats)"
+            "creb-rs: error: the run sent no request{}; check --shard, --limit-requests, \
+             --limit-duration and the trace's records (creb-rs trace stats)",
+            nothing_replayed(summary)
         );
         return Ok(ExitStatus::Usage);
     }
@@ -316,6 +352,27 @@ pub(super) async fn run_phase(
             .iter()
             .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()));
     Ok(exit_status(summary, slow, strict_failed, false))
+}
+
+/// Why a run replayed nothing: its records and what skipped them.
+fn nothing_replayed(summary: &Summary) -> String {
+    summary.trace.as_ref().map_or(String::new(), |t| {
+        let skipped: Vec<String> = t
+            .skipped
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(reason, n)| format!("{n} {reason}"))
+            .collect();
+        format!(
+            ": of {} trace records none was replayed{}",
+            t.records,
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" (skipped: {})", skipped.join(", "))
+            }
+        )
+    })
 }
 
 /// Pass 2 on a blocking thread: the spooled items of pass 1 (or the trace, read again)

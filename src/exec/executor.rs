@@ -1,0 +1,571 @@
+//! The dispatcher: it owns the schedule, takes planned operations from the bounded channel
+//! in order, waits for each one's due time (delay mode) and for a free slot, and starts it
+//! as a task; it reaps finished tasks as it goes, so nothing grows with the number of
+//! operations. On a stop it counts what was planned but not run, gives the tasks in flight
+//! the grace period, then cancels and records the rest.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio::time::Instant;
+
+use super::deps::Deps;
+use super::options::{ExecOptions, ExecReport, Mode};
+use super::pacer::{self, Pacer};
+use super::targets::Targets;
+use super::task::{op_of, run_task, TaskDone, TaskEnv};
+use crate::client::RegistryClient;
+use crate::fast_hash::FastHashMap;
+use crate::metrics::{ErrorKind, ErrorLog, Op, Recorder, Sample, SessionMsg};
+use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
+use crate::progress::Progress;
+use crate::route::health::Choice;
+use crate::shutdown::Shutdown;
+
+/// A plan's run over its targets.
+#[allow(missing_debug_implementations)] // clients hold transports that are not `Debug`
+pub struct Executor {
+    pub targets: Targets,
+    /// Records what belongs to no endpoint (image sessions).
+    pub recorder: Recorder,
+    pub options: ExecOptions,
+    /// The instant offset zero stands for (delay mode).
+    pub anchor: Instant,
+    pub shutdown: Shutdown,
+    pub errors: ErrorLog,
+    pub progress: Option<Arc<Progress>>,
+}
+
+/// A task in flight, as the dispatcher remembers it (to count it if it is cancelled).
+struct InFlight {
+    op: Op,
+    endpoint: usize,
+    intended: Option<Instant>,
+    started: Instant,
+    records: u64,
+}
+
+/// What the dispatcher does next.
+enum Next {
+    Run(PlannedOp),
+    /// The plan is over.
+    End,
+    /// A stop: nothing more starts.
+    Stop,
+}
+
+/// The dispatcher's state while the plan runs.
+struct Dispatch {
+    env: Arc<TaskEnv>,
+    options: ExecOptions,
+    anchor: Instant,
+    permits: Arc<Semaphore>,
+    tasks: JoinSet<TaskDone>,
+    in_flight: FastHashMap<Id, InFlight>,
+    report: ExecReport,
+    pacer: Pacer,
+}
+
+impl Executor {
+    /// An executor of one endpoint: every operation goes to `client`.
+    pub fn single(client: RegistryClient, options: ExecOptions, shutdown: Shutdown) -> Executor {
+        Executor {
+            recorder: client.recorder().clone(),
+            targets: Targets::single(client),
+            options,
+            anchor: Instant::now(),
+            shutdown,
+            errors: ErrorLog::default(),
+            progress: None,
+        }
+    }
+
+    /// Runs the plan: operations start as the mode and the in-flight cap allow, until the
+    /// plan ends or a stop.
+    pub async fn run(self, mut plan: mpsc::Receiver<PlanItem>) -> ExecReport {
+        let probes_stop = tokio_util::sync::CancellationToken::new();
+        // Probes end with the run, however it ends.
+        let _probes = probes_stop.clone().drop_guard();
+        let cancelled = self.shutdown.token().clone();
+        let precise = self.options.precise_timer;
+        pacer::wait_for_anchor(self.anchor, precise, &cancelled).await;
+        let mut dispatch = Dispatch {
+            permits: Arc::new(Semaphore::new(self.options.concurrency.max(1))),
+            options: self.options,
+            anchor: self.anchor,
+            tasks: JoinSet::new(),
+            in_flight: FastHashMap::default(),
+            report: ExecReport::default(),
+            pacer: Pacer::new(self.options.mode == Mode::Delay && precise),
+            env: Arc::new(TaskEnv {
+                targets: self.targets,
+                recorder: self.recorder,
+                probes_stop,
+                deps: Arc::new(Deps::default()),
+                shutdown: self.shutdown,
+                errors: self.errors,
+                progress: self.progress,
+            }),
+        };
+        loop {
+            dispatch.reap_finished();
+            match dispatch.next(&mut plan).await {
+                Next::Run(op) => dispatch.start(op).await,
+                Next::End => break,
+                Next::Stop => break,
+            }
+        }
+        if cancelled.is_cancelled() {
+            dispatch.stop(plan).await;
+        } else {
+            while let Some(res) = dispatch.tasks.join_next_with_id().await {
+                dispatch.reap(res);
+            }
+        }
+        let mut report = dispatch.report;
+        report.duration = Instant::now().saturating_duration_since(dispatch.anchor);
+        report
+    }
+}
+
+impl Dispatch {
+    /// Settles the tasks that have finished, without waiting.
+    fn reap_finished(&mut self) {
+        while let Some(res) = self.tasks.try_join_next_with_id() {
+            self.reap(res);
+        }
+    }
+
+    /// Settles one finished task: counted as run, or (cancelled) its records as
+    /// interrupted; the latter is returned to be recorded.
+    fn reap(&mut self, res: Result<(Id, TaskDone), JoinError>) -> Option<InFlight> {
+        match res {
+            Ok((id, done)) => {
+                self.in_flight.remove(&id);
+                self.report.replayed += 1;
+                self.report.folded += done.folded;
+                None
+            }
+            Err(e) => {
+                let lost = self.in_flight.remove(&e.id())?;
+                self.report.interrupted += lost.records;
+                Some(lost)
+            }
+        }
+    }
+
+    /// The next operation of the plan (closing the pull sessions the planner closes on the
+    /// way), the plan's end, or a stop.
+    async fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>) -> Next {
+        let cancelled = self.env.shutdown.token().clone();
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = cancelled.cancelled() => return Next::Stop,
+                item = plan.recv() => item,
+            };
+            match item {
+                None => return Next::End,
+                Some(PlanItem::CloseSession(id)) => {
+                    self.env.recorder.session(SessionMsg::Closed { id }).await;
+                }
+                Some(PlanItem::Op(op)) => return Next::Run(op),
+            }
+        }
+    }
+
+    /// Waits for `op`'s due time (delay mode) and a free slot, then starts it as a task; an
+    /// operation later than `max_lateness` is dropped and counted, and a stop while
+    /// waiting counts it as interrupted.
+    async fn start(&mut self, op: PlannedOp) {
+        let intended = match self.options.mode {
+            Mode::Delay => Some(self.anchor + op.offset),
+            Mode::Stress => None,
+        };
+        let Some(permit) = self.slot(intended).await else {
+            self.report.interrupted += op.records();
+            return;
+        };
+        let recorder = &self.env.recorder;
+        if let (Some(due), Some(max)) = (intended, self.options.max_lateness) {
+            if Instant::now() > due + max {
+                recorder.offered(due).await;
+                self.report.late += op.records();
+                return;
+            }
+        }
+        let started = Instant::now();
+        recorder.offered(intended.unwrap_or(started)).await;
+        if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
+            let start = intended.unwrap_or(started);
+            recorder.session(SessionMsg::Started { id, start }).await;
+        }
+        if matches!(op.action, Action::BlobUpload { .. }) {
+            self.env.deps.register(op.seq);
+        }
+        let choice = self.env.targets.choose(&op);
+        let (Choice::Use { endpoint, .. } | Choice::Down { endpoint }) = choice;
+        let meta = InFlight {
+            op: op_of(&op.action),
+            endpoint,
+            intended,
+            started,
+            records: op.records(),
+        };
+        // Boxed: the task's future is a few kilobytes (the whole client call inline), and
+        // the runtime would otherwise copy it into the task and again on completion.
+        let env = Arc::clone(&self.env);
+        let task = Box::pin(run_task(op, choice, intended, env, permit));
+        let handle = self.tasks.spawn(task);
+        self.in_flight.insert(handle.id(), meta);
+        self.report.max_in_flight = self.report.max_in_flight.max(self.in_flight.len());
+    }
+
+    /// Waits until `intended` (if any) and for a free slot; the time spent waiting for the
+    /// slot is counted as the cap binding. `None` on a stop.
+    async fn slot(&mut self, intended: Option<Instant>) -> Option<OwnedSemaphorePermit> {
+        let cancelled = self.env.shutdown.token().clone();
+        if let Some(due) = intended {
+            tokio::select! {
+                biased;
+                _ = cancelled.cancelled() => return None,
+                _ = self.pacer.sleep_until(due) => {}
+            }
+        }
+        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+            return Some(permit);
+        }
+        let waited = Instant::now();
+        let permit = tokio::select! {
+            biased;
+            _ = cancelled.cancelled() => return None,
+            p = Arc::clone(&self.permits).acquire_owned() => p,
+        };
+        self.report.cap_wait += waited.elapsed();
+        permit.ok()
+    }
+
+    /// After a stop: what was planned but not run is counted (and the planner stopped);
+    /// the tasks in flight get the grace period; the rest are cancelled and recorded so.
+    async fn stop(&mut self, mut plan: mpsc::Receiver<PlanItem>) {
+        plan.close();
+        while let Some(item) = plan.recv().await {
+            if let PlanItem::Op(op) = item {
+                self.report.interrupted += op.records();
+            }
+        }
+        let deadline = Instant::now() + self.options.grace;
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
+                Ok(Some(res)) => {
+                    self.reap(res);
+                }
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        // Grace is over: stop the rest and record them as cancelled.
+        self.tasks.abort_all();
+        while let Some(res) = self.tasks.join_next_with_id().await {
+            if let Some(lost) = self.reap(res) {
+                let sample =
+                    Sample::unanswered(lost.op, ErrorKind::Cancelled, lost.intended, lost.started);
+                let client = &self.env.targets.clients[lost.endpoint];
+                client.recorder().record(sample).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The executor on a paused clock with a scripted transport: exact timing, no sockets.
+    //! A real registry cannot be made to stall at one exact request on demand.
+
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::client::ClientOptions;
+    use crate::metrics::Event;
+    use crate::metrics::{spawn_aggregator, Aggregator};
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
+    use crate::route::health::Health;
+    use crate::route::{RouteOptions, Router};
+
+    const STALL: Duration = Duration::from_millis(500);
+
+    /// 100 HEADs, one every 10 ms (100/s); the 10th request stalls 500 ms, the rest take 1 ms.
+    async fn run(mode: Mode, concurrency: usize) -> (Aggregator, ExecReport) {
+        let n = Arc::new(AtomicU32::new(0));
+        let transport = ScriptedTransport::new(move |_| {
+            let i = n.fetch_add(1, Ordering::SeqCst);
+            let delay = if i == 9 {
+                STALL
+            } else {
+                Duration::from_millis(1)
+            };
+            ScriptedResponse::status(200)
+                .header("content-length", "0")
+                .delay(delay)
+        });
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(16);
+        let repo: crate::oci::Repository = "a/b".parse().unwrap();
+        let digest = crate::digest::Digest::sha256_of(b"x");
+        tokio::spawn(async move {
+            for seq in 0..100u64 {
+                let op = PlannedOp {
+                    seq,
+                    offset: Duration::from_millis(10 * seq),
+                    action: Action::BlobHead {
+                        repo: repo.clone(),
+                        digest: digest.clone(),
+                    },
+                    folded: 0,
+                    session: None,
+                    client: 0,
+                };
+                let _ = tx.send(PlanItem::Op(op)).await;
+            }
+        });
+        let options = ExecOptions {
+            mode,
+            concurrency,
+            max_lateness: None,
+            grace: Duration::from_secs(1),
+            precise_timer: false,
+        };
+        let report = Executor::single(client, options, Shutdown::new())
+            .run(rx)
+            .await;
+        (aggregator.finish().await, report)
+    }
+
+    fn ms(v: u64) -> f64 {
+        v as f64 / 1000.0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_mode_shows_the_backlog_behind_a_stall() {
+        let (agg, report) = run(Mode::Delay, 1).await;
+        assert_eq!(report.replayed, 100);
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        let latency_p99 = ms(s.latency.value_at_quantile(0.99));
+        let service = s.service.as_ref().unwrap();
+        let lag = s.schedule_lag.as_ref().unwrap();
+        // ~49 requests were due while the stalled one held the only slot.
+        assert!(
+            latency_p99 > 400.0,
+            "response time p99 {latency_p99} ms hides the backlog"
+        );
+        assert!(
+            ms(service.value_at_quantile(0.99)) < 5.0,
+            "service p99 must not show it"
+        );
+        assert!(
+            ms(service.max()) >= 499.0,
+            "the stall itself is a service time"
+        );
+        assert!(
+            ms(lag.value_at_quantile(0.99)) > 400.0,
+            "schedule lag shows the backlog"
+        );
+        assert!(s.late_starts[2] >= 40, "{:?}", s.late_starts);
+        assert!(
+            report.cap_wait >= Duration::from_millis(450),
+            "{:?}",
+            report.cap_wait
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stress_mode_is_a_closed_loop_that_cannot_see_the_backlog() {
+        let (agg, report) = run(Mode::Stress, 1).await;
+        assert_eq!(report.replayed, 100);
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        // Coordinated omission: one slow sample, the rest at service time.
+        assert!(ms(s.latency.value_at_quantile(0.99)) < 5.0);
+        assert!(ms(s.latency.max()) >= 499.0);
+        assert!(s.schedule_lag.is_none(), "closed model has no schedule");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn more_slots_absorb_the_stall_in_delay_mode() {
+        let (agg, _) = run(Mode::Delay, 64).await;
+        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        assert!(
+            ms(s.latency.value_at_quantile(0.98)) < 5.0,
+            "only the stalled request is slow"
+        );
+        assert!(ms(s.schedule_lag.as_ref().unwrap().value_at_quantile(0.99)) < 2.0);
+    }
+
+    /// Two endpoints, the second refusing every connection; 60 HEADs alternate between
+    /// them (round-robin), one at a time so the failure streak is exact. A real registry
+    /// cannot be made to refuse exactly these connections on demand.
+    async fn two_endpoints(failover: bool) -> (Aggregator, ExecReport, usize) {
+        use crate::net::transport::TransportError;
+        use crate::route::RouteKind;
+
+        let (recorder, aggregator) = spawn_aggregator();
+        let up =
+            ScriptedTransport::new(|_| ScriptedResponse::status(200).header("content-length", "0"));
+        let refusing = Arc::new(ScriptedTransport::new(|_| {
+            ScriptedResponse::error(TransportError::new(ErrorKind::Connect, "refused"))
+        }));
+        let transports: [Arc<dyn crate::net::transport::Transport>; 2] =
+            [Arc::new(up), Arc::clone(&refusing) as _];
+        let clients: Vec<RegistryClient> = transports
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                RegistryClient::new(
+                    t,
+                    format!("http://node{i}.test/").parse().unwrap(),
+                    recorder.for_endpoint(i),
+                    ClientOptions::default(),
+                )
+            })
+            .collect();
+        let names = ["http://node0.test", "http://node1.test"];
+        let targets = Targets {
+            probes: clients
+                .iter()
+                .map(|c| c.with_recorder(Recorder::discard()))
+                .collect(),
+            clients,
+            router: Arc::new(Router::new(
+                &names,
+                RouteOptions {
+                    kind: RouteKind::RoundRobin,
+                    ..RouteOptions::default()
+                },
+            )),
+            health: Arc::new(Health::new(2, 3, failover)),
+            probe_interval: Duration::from_secs(3600),
+        };
+        let (tx, rx) = mpsc::channel(100);
+        let repo: crate::oci::Repository = "a/b".parse().unwrap();
+        for seq in 0..60u64 {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::BlobHead {
+                    repo: repo.clone(),
+                    digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
+                },
+                folded: 0,
+                session: None,
+                client: 0,
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency: 1,
+            max_lateness: None,
+            grace: Duration::from_secs(1),
+            precise_timer: false,
+        };
+        let report = Executor {
+            targets,
+            recorder,
+            options,
+            anchor: Instant::now(),
+            shutdown: Shutdown::new(),
+            errors: ErrorLog::default(),
+            progress: None,
+        }
+        .run(rx)
+        .await;
+        (aggregator.finish().await, report, refusing.requests().len())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_endpoint_goes_down_and_its_share_fails_over() {
+        let (agg, report, refused) = two_endpoints(true).await;
+        assert_eq!(refused, 3);
+        assert_eq!(report.replayed, 60);
+        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        // Ops 1, 3, 5 were refused; the third marked node 1 down; the other 27 of its ops
+        // went to node 0.
+        assert_eq!((node1.count, node1.errors), (3, 3));
+        assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
+        assert_eq!((node0.count, node0.ok), (57, 57));
+        assert_eq!(agg.events[Event::EndpointDown.index()], 1);
+        assert_eq!(agg.events[Event::Failover.index()], 27);
+        let total = agg.table.op_total(Op::BlobHead).unwrap();
+        assert_eq!(total.count, node0.count + node1.count);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_failover_a_down_endpoints_share_fails_unsent() {
+        let (agg, _, refused) = two_endpoints(false).await;
+        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        assert_eq!((node0.count, node0.ok), (30, 30));
+        assert_eq!((node1.count, node1.errors), (30, 30));
+        assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
+        assert_eq!(node1.errors_by_kind[&ErrorKind::EndpointDown], 27);
+        assert_eq!(refused, 3, "nothing sent to a down endpoint");
+        assert_eq!(agg.events[Event::Failover.index()], 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_counts_what_did_not_run() {
+        let transport = ScriptedTransport::new(|_| {
+            ScriptedResponse::status(200).delay(Duration::from_secs(3600))
+        });
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(1000);
+        for seq in 0..10u64 {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::Ping,
+                folded: 2,
+                session: None,
+                client: 0,
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+        });
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency: 4,
+            max_lateness: None,
+            grace: Duration::from_secs(5),
+            precise_timer: false,
+        };
+        let report = Executor::single(client, options, shutdown).run(rx).await;
+        assert_eq!(report.replayed, 0);
+        assert_eq!(report.interrupted, 30, "10 ops of 3 records each");
+        let agg = aggregator.finish().await;
+        assert_eq!(
+            agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
+            4
+        );
+    }
+}

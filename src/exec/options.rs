@@ -1,0 +1,63 @@
+//! How the executor runs (the workload model, the in-flight cap, lateness and grace) and
+//! what it reports back for the accounting and the validity checks.
+
+use std::time::Duration;
+
+/// The two workload models (never mixed in one result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// As fast as possible with `--concurrency` in flight (closed model).
+    Stress,
+    /// At the trace's timing, scaled by `--speed` (open model).
+    Delay,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Stress => "stress",
+            Mode::Delay => "delay",
+        }
+    }
+
+    pub fn model(self) -> &'static str {
+        match self {
+            Mode::Stress => "closed",
+            Mode::Delay => "open",
+        }
+    }
+}
+
+/// How to execute.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecOptions {
+    pub mode: Mode,
+    pub concurrency: usize,
+    /// Delay mode: drop operations that cannot start within this bound of their intended time.
+    pub max_lateness: Option<Duration>,
+    /// After a shutdown request, how long in-flight operations may take to finish.
+    pub grace: Duration,
+    /// Wait for the anchor and, in delay mode, for due times on a timerfd (microseconds)
+    /// instead of tokio's timer (whole milliseconds, rounded up). Off under a paused test
+    /// clock, which only tokio's timer follows.
+    pub precise_timer: bool,
+}
+
+/// What the executor did, for the accounting and validity checks.
+#[derive(Debug, Clone, Default)]
+pub struct ExecReport {
+    /// Operations carried out (successful or not).
+    pub replayed: u64,
+    /// Records folded into carried-out operations.
+    pub folded: u64,
+    /// Records of operations dropped because they would start later than `max_lateness`.
+    pub late: u64,
+    /// Records of operations not carried out because of shutdown.
+    pub interrupted: u64,
+    /// Time the dispatcher waited for a free slot (the in-flight cap was binding).
+    pub cap_wait: Duration,
+    /// From the anchor to the last completion.
+    pub duration: Duration,
+    pub max_in_flight: usize,
+}

@@ -1,0 +1,284 @@
+//! One planned operation carried out as a task of its own: a manifest PUT first waits for
+//! the uploads of its push; the operation goes to the endpoint the dispatcher chose (or,
+//! that endpoint being down, fails unsent as `endpoint_down`); its outcome feeds the
+//! endpoint's health, the progress line and the error log; a push's manifest PUT records
+//! the `image_push` session, a pull's operations the pull session.
+
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::deps::Deps;
+use super::targets::Targets;
+use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
+use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Recorder, Sample, SessionMsg};
+use crate::oci::Reference;
+use crate::plan::{Action, PlannedOp, SessionTag};
+use crate::progress::Progress;
+use crate::route::health::{probe_until_up, Choice};
+use crate::shutdown::Shutdown;
+
+/// What every operation task shares with the dispatcher, behind one `Arc`: a task takes
+/// one reference count, not a copy of the endpoint lists.
+pub(super) struct TaskEnv {
+    pub(super) targets: Targets,
+    /// Records what belongs to no endpoint (image sessions).
+    pub(super) recorder: Recorder,
+    /// Ends the health probes with the run.
+    pub(super) probes_stop: tokio_util::sync::CancellationToken,
+    pub(super) deps: Arc<Deps>,
+    pub(super) shutdown: Shutdown,
+    pub(super) errors: ErrorLog,
+    pub(super) progress: Option<Arc<Progress>>,
+}
+
+/// What a finished task tells the dispatcher.
+pub(super) struct TaskDone {
+    pub(super) folded: u64,
+}
+
+/// The metrics name of an action.
+pub fn op_of(action: &Action) -> Op {
+    match action {
+        Action::Ping => Op::Ping,
+        Action::ManifestGet { .. } => Op::ManifestGet,
+        Action::ManifestHead { .. } => Op::ManifestHead,
+        Action::ManifestPut { .. } => Op::ManifestPut,
+        Action::BlobGet { .. } => Op::BlobGet,
+        Action::BlobHead { .. } => Op::BlobHead,
+        Action::BlobDelete { .. } => Op::BlobDelete,
+        Action::BlobUpload { .. } => Op::BlobUpload,
+        Action::TagList { .. } => Op::TagList,
+    }
+}
+
+/// A short name of what an action touches, for error messages.
+fn describe(action: &Action) -> String {
+    match action {
+        Action::Ping => "GET /v2/".into(),
+        Action::ManifestGet { repo, reference } | Action::ManifestHead { repo, reference } => {
+            format!("{repo}:{reference}")
+        }
+        Action::ManifestPut { repo, tag, .. } => format!("PUT {repo}:{tag}"),
+        Action::BlobGet { repo, digest, .. }
+        | Action::BlobHead { repo, digest }
+        | Action::BlobDelete { repo, digest }
+        | Action::BlobUpload { repo, digest, .. } => format!("{repo}@{digest}"),
+        Action::TagList { repo } => format!("{repo} tags"),
+    }
+}
+
+/// Carries out one operation; returns its bytes, or why it failed.
+async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result<u64, ClientError> {
+    match action {
+        Action::Ping => client.ping(ctx).await.map(|()| 0),
+        Action::ManifestGet { repo, reference } => client
+            .manifest_get(repo, reference, ctx)
+            .await
+            .map(|m| m.bytes.len() as u64),
+        Action::ManifestHead { repo, reference } => {
+            client.manifest_head(repo, reference, ctx).await.map(|_| 0)
+        }
+        Action::ManifestPut {
+            repo,
+            tag,
+            manifest,
+            media_type,
+            ..
+        } => {
+            let manifest = manifest.bytes();
+            let len = manifest.len() as u64;
+            let reference = Reference::Tag(tag.clone());
+            client
+                .manifest_put(repo, &reference, manifest, media_type, ctx)
+                .await
+                .map(|_| len)
+        }
+        Action::BlobGet { repo, digest, size } => {
+            client.blob_get(repo, digest, Some(*size), ctx).await
+        }
+        Action::BlobHead { repo, digest } => client.blob_head(repo, digest, ctx).await.map(|_| 0),
+        Action::BlobDelete { repo, digest } => {
+            client.blob_delete(repo, digest, ctx).await.map(|()| 0)
+        }
+        Action::BlobUpload {
+            repo,
+            digest,
+            content,
+            mode,
+            ..
+        } => {
+            let source = BlobSource::Content(*content);
+            client
+                .upload_blob(repo, digest, &source, *mode, None, ctx)
+                .await
+                .map(|r| r.bytes_sent)
+        }
+        Action::TagList { repo } => client
+            .tag_list(repo, None, ctx)
+            .await
+            .map(|t| t.len() as u64),
+    }
+}
+
+/// How the uploads a manifest PUT waited for went.
+struct Push {
+    /// Every upload of the push succeeded.
+    ok: bool,
+    /// When the first of them started.
+    start: Option<Instant>,
+}
+
+/// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot)
+/// until it is done.
+pub(super) async fn run_task(
+    mut op: PlannedOp,
+    choice: Choice,
+    intended: Option<Instant>,
+    env: Arc<TaskEnv>,
+    permit: OwnedSemaphorePermit,
+) -> TaskDone {
+    let _permit = permit;
+    let push = wait_for_uploads(&op, &env).await;
+    if let Action::ManifestPut { manifest, .. } = &mut op.action {
+        // Built now, not when planned: queued and waiting PUTs stay small.
+        manifest.materialize();
+    }
+    let start = intended.unwrap_or_else(Instant::now);
+    let (bytes, error) = match choice {
+        Choice::Use {
+            endpoint,
+            failed_over,
+        } => send(&op, endpoint, failed_over, intended, &env).await,
+        Choice::Down { endpoint } => {
+            // Not sent: counted as a failure of the endpoint it was meant for.
+            let now = Instant::now();
+            let sample =
+                Sample::unanswered(op_of(&op.action), ErrorKind::EndpointDown, intended, now);
+            env.targets.clients[endpoint]
+                .recorder()
+                .record(sample)
+                .await;
+            if let Some(p) = &env.progress {
+                p.add_error();
+            }
+            (0, Some(ErrorKind::EndpointDown))
+        }
+    };
+    let end = Instant::now();
+    if matches!(op.action, Action::BlobUpload { .. }) {
+        env.deps.complete(op.seq, error.is_none(), start);
+    }
+    if let Some(push) = push {
+        record_push(&op, &push, error, start, end, &env.recorder).await;
+    }
+    if let Some(p) = &env.progress {
+        p.add_done(op.records());
+    }
+    if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
+        let ended = SessionMsg::Ended {
+            id,
+            end,
+            error,
+            bytes,
+        };
+        env.recorder.session(ended).await;
+    }
+    TaskDone {
+        folded: u64::from(op.folded),
+    }
+}
+
+/// A manifest PUT of a push waits for the uploads of its push (or for the stop): how they
+/// went. `None` for every other operation.
+async fn wait_for_uploads(op: &PlannedOp, env: &TaskEnv) -> Option<Push> {
+    let Action::ManifestPut { deps: wanted, .. } = &op.action else {
+        return None;
+    };
+    if wanted.is_empty() {
+        return None;
+    }
+    let mut push = Push {
+        ok: true,
+        start: None,
+    };
+    tokio::select! {
+        (ok, earliest) = env.deps.wait_all(wanted) => {
+            push = Push { ok, start: earliest };
+        }
+        _ = env.shutdown.token().cancelled() => {}
+    }
+    Some(push)
+}
+
+/// Sends `op` to `endpoint` and watches the endpoint's health: its bytes, or the kind of
+/// its failure.
+async fn send(
+    op: &PlannedOp,
+    endpoint: usize,
+    failed_over: bool,
+    intended: Option<Instant>,
+    env: &TaskEnv,
+) -> (u64, Option<ErrorKind>) {
+    let targets = &env.targets;
+    let client = &targets.clients[endpoint];
+    if failed_over {
+        env.recorder.event(Event::Failover).await;
+    }
+    // The progress line's latency and lag come from the aggregator, which sees this
+    // operation's sample.
+    let result = perform(client, &op.action, OpCtx { intended }).await;
+    let error = result.as_ref().err().map(ClientError::kind);
+    if targets.health.observe(endpoint, error) {
+        env.recorder.event(Event::EndpointDown).await;
+        tokio::spawn(probe_until_up(
+            Arc::clone(&targets.health),
+            endpoint,
+            targets.probes[endpoint].clone(),
+            env.recorder.clone(),
+            targets.probe_interval,
+            env.probes_stop.clone(),
+        ));
+    }
+    match result {
+        Ok(bytes) => (bytes, None),
+        Err(e) => {
+            env.errors.note(format!("{}: {e}", describe(&op.action)));
+            if let Some(p) = &env.progress {
+                p.add_error();
+            }
+            (0, Some(e.kind()))
+        }
+    }
+}
+
+/// The image push a manifest PUT ends: from its first upload's start to the manifest's
+/// answer.
+async fn record_push(
+    op: &PlannedOp,
+    push: &Push,
+    error: Option<ErrorKind>,
+    start: Instant,
+    end: Instant,
+    recorder: &Recorder,
+) {
+    let Action::ManifestPut { manifest, .. } = &op.action else {
+        return;
+    };
+    let outcome = match (error, push.ok) {
+        (Some(kind), _) => Outcome::Error(kind),
+        (None, false) => Outcome::Error(ErrorKind::Protocol),
+        (None, true) => Outcome::Ok,
+    };
+    let len = manifest.bytes().len() as u64;
+    let mut sample = Sample::session(
+        Op::ImagePush,
+        outcome,
+        push.start.unwrap_or(start).min(start),
+        len,
+        0,
+    );
+    sample.timing.end = end;
+    recorder.record(sample).await;
+}
