@@ -41,7 +41,9 @@ use crate::metrics::{
     ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing,
 };
 use crate::net::links::Link;
-use crate::net::transport::{HttpRequest, HttpResponse, RequestBody, Transport, Unprocessed};
+use crate::net::transport::{
+    HttpRequest, HttpResponse, RequestBody, Transport, TransportError, Unprocessed,
+};
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
 use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
 use crate::oci::reference::{Reference, Repository};
@@ -387,92 +389,31 @@ impl RegistryClient {
     ) -> Result<Exchange, ClientError> {
         let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
         let retryable = self.inner.options.retry.enabled() && repeatable(&request);
-        let mut retries = 0u32;
-        // `None`: the request's own URL (not copied unless a redirect replaces it).
-        let mut redirected: Option<Url> = None;
-        let mut requests = HttpStatuses::NONE;
-        let mut auth_retried = false;
-        let mut storage_retried = false;
-        let mut redirects = 0u8;
-        let mut first_sent: Option<Instant> = None;
-        let mut unprocessed_resends = 0u32;
+        let mut state = Attempts::default();
         loop {
-            let url = redirected.as_ref().unwrap_or(&request.url);
+            let url = state.redirected.as_ref().unwrap_or(&request.url);
             let on_origin = same_origin(url, &self.inner.base);
-            // Room for what is added below and by the transport (credentials, length, user
-            // agent, host), so no header insert reallocates.
-            let mut headers = HeaderMap::with_capacity(request.headers.len() + 4);
-            for (name, value) in &request.headers {
-                if name != AUTHORIZATION {
-                    headers.append(name, value.clone());
-                }
-            }
-            let mut attempt = HttpRequest {
-                method: request.method.clone(),
-                url: url.clone(),
-                headers,
-                body: request.body.clone(),
-            };
-            if on_origin {
-                match self.inner.auth.ready(scope) {
-                    Ready::Nothing => {}
-                    Ready::Header(h) => {
-                        attempt.headers.insert(AUTHORIZATION, h);
-                    }
-                    Ready::Later => self.inner.auth.authorize(&mut attempt, scope).await?,
-                }
-            }
+            let attempt = self.prepare(&request, url, on_origin, scope).await?;
             let sent = Instant::now();
-            let sent_for_op = *first_sent.get_or_insert(sent);
+            let sent_for_op = *state.first_sent.get_or_insert(sent);
             let result = self.inner.transport.send(attempt).await;
             let headers_at = Instant::now();
-            requests.note(result.as_ref().ok().map(|r| r.status.as_u16()));
-            if let Err(e) = &result {
-                if let Some(how) = e.unprocessed {
-                    if unprocessed_resends < MAX_UNPROCESSED_RESENDS {
-                        // Never reached the registry: not an error, not a `--retry`.
-                        unprocessed_resends += 1;
-                        let cause = match how {
-                            Unprocessed::GoAway => Event::H2GoAway,
-                            Unprocessed::RefusedStream => Event::H2RefusedStream,
-                        };
-                        self.inner.recorder.event(cause).await;
-                        self.inner.recorder.event(Event::UnprocessedRetry).await;
-                        continue;
-                    }
-                }
+            state
+                .requests
+                .note(result.as_ref().ok().map(|r| r.status.as_u16()));
+            let unprocessed = result.as_ref().err().and_then(|e| e.unprocessed);
+            if self.resend_unprocessed(unprocessed, &mut state).await {
+                continue;
             }
-            if retryable && retries < self.inner.options.retry.max_retries {
-                let (kind, retry_after) = match &result {
-                    Err(e) => (Some(e.kind), None),
-                    Ok(r)
-                        if r.status.is_server_error()
-                            || r.status == StatusCode::TOO_MANY_REQUESTS =>
-                    {
-                        (
-                            Some(ErrorKind::Http(r.status.as_u16())),
-                            r.header("retry-after").and_then(parse_retry_after),
-                        )
-                    }
-                    Ok(_) => (None, None),
-                };
-                if kind.is_some_and(|k| self.inner.options.retry.covers(k)) {
-                    retries += 1;
-                    self.inner.recorder.event(Event::Retry).await;
-                    if let Ok(response) = result {
-                        let _ = response.drain().await;
-                    }
-                    // Jitter from the clock's sub-second digits: enough to spread retries.
-                    let jitter = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0.5, |d| f64::from(d.subsec_nanos() % 1_000_000) / 1e6);
-                    let wait = self.inner.options.retry.wait(retries, retry_after, jitter);
-                    tokio::time::sleep(wait).await;
-                    continue;
+            let result = if retryable {
+                match self.retry(result, &mut state).await {
+                    Some(result) => result,
+                    None => continue,
                 }
-            }
+            } else {
+                result
+            };
             let response = result?;
-            let status = response.status;
             if on_origin {
                 let v = match response.version {
                     http::Version::HTTP_10 => 1,
@@ -481,68 +422,221 @@ impl RegistryClient {
                 };
                 self.inner.version.store(v, Ordering::Relaxed);
             }
-
-            if status == StatusCode::UNAUTHORIZED && on_origin && !auth_retried {
-                auth_retried = true;
-                if self.inner.auth.challenged(&response.headers, scope).await? {
-                    self.inner.recorder.event(Event::AuthRetry).await;
-                    let _ = response.drain().await;
-                    // The refused round trip and the token fetch are not registry latency.
-                    first_sent = None;
-                    continue;
-                }
-            }
-
-            if redirects > 0 && !on_origin && status == StatusCode::FORBIDDEN && !storage_retried {
-                // Likely an expired presigned URL: ask the registry again, once.
-                storage_retried = true;
-                self.inner.recorder.event(Event::StorageRetry).await;
-                let _ = response.drain().await;
-                redirected = None;
-                redirects = 0;
+            let hop = Hop {
+                sent,
+                headers_at,
+                on_origin,
+                follow,
+            };
+            let Some(response) = self
+                .after_answer(response, &request.url, &mut state, scope, hop)
+                .await?
+            else {
                 continue;
-            }
-
-            if follow && is_redirect(status) && redirects < self.inner.options.max_redirects {
-                let location = response
-                    .header(LOCATION.as_str())
-                    .map(str::to_owned)
-                    .ok_or_else(|| {
-                        ClientError::Protocol(format!("{status} redirect without Location"))
-                    })?;
-                let target = resolve_location(url, &location).map_err(ClientError::Protocol)?;
-                let drained = response.drain().await.unwrap_or(0);
-                let hop = Sample {
-                    op: Op::Redirect,
-                    outcome: Outcome::Ok,
-                    size_class: SizeClass::Under1MiB,
-                    timing: Timing {
-                        intended: None,
-                        sent,
-                        first_byte: Some(headers_at),
-                        end: Instant::now(),
-                    },
-                    bytes_sent: 0,
-                    bytes_received: drained,
-                    http: HttpStatuses::one(Some(status.as_u16())),
-                };
-                self.inner.recorder.record(hop).await;
-                if !same_origin(&target, &self.inner.base) {
-                    self.inner.recorder.event(Event::RedirectCrossOrigin).await;
-                }
-                redirects += 1;
-                redirected = Some(target);
-                continue;
-            }
-
+            };
             return Ok(Exchange {
                 response,
                 sent: sent_for_op,
                 headers_at,
-                requests,
+                requests: state.requests,
             });
         }
     }
+
+    /// One attempt of `request` to `url`: its headers without any `Authorization` of its
+    /// own, and the authenticator's credentials when `url` is the registry's origin.
+    async fn prepare(
+        &self,
+        request: &HttpRequest,
+        url: &Url,
+        on_origin: bool,
+        scope: &AccessScope,
+    ) -> Result<HttpRequest, ClientError> {
+        // Room for what is added below and by the transport (credentials, length, user
+        // agent, host), so no header insert reallocates.
+        let mut headers = HeaderMap::with_capacity(request.headers.len() + 4);
+        for (name, value) in &request.headers {
+            if name != AUTHORIZATION {
+                headers.append(name, value.clone());
+            }
+        }
+        let mut attempt = HttpRequest {
+            method: request.method.clone(),
+            url: url.clone(),
+            headers,
+            body: request.body.clone(),
+        };
+        if on_origin {
+            match self.inner.auth.ready(scope) {
+                Ready::Nothing => {}
+                Ready::Header(h) => {
+                    attempt.headers.insert(AUTHORIZATION, h);
+                }
+                Ready::Later => self.inner.auth.authorize(&mut attempt, scope).await?,
+            }
+        }
+        Ok(attempt)
+    }
+
+    /// Whether a request that never reached the registry (HTTP/2 GOAWAY or REFUSED_STREAM)
+    /// is sent again: not an error, not a `--retry`, and at most a few times.
+    async fn resend_unprocessed(&self, how: Option<Unprocessed>, state: &mut Attempts) -> bool {
+        let Some(how) = how else {
+            return false;
+        };
+        if state.unprocessed_resends >= MAX_UNPROCESSED_RESENDS {
+            return false;
+        }
+        state.unprocessed_resends += 1;
+        let cause = match how {
+            Unprocessed::GoAway => Event::H2GoAway,
+            Unprocessed::RefusedStream => Event::H2RefusedStream,
+        };
+        self.inner.recorder.event(cause).await;
+        self.inner.recorder.event(Event::UnprocessedRetry).await;
+        true
+    }
+
+    /// `--retry`: when the failure or status is one the policy covers and retries are left,
+    /// waits (backoff with jitter, or the answer's `Retry-After`) and returns `None` to send
+    /// again; otherwise the result as it was.
+    async fn retry(
+        &self,
+        result: Result<HttpResponse, TransportError>,
+        state: &mut Attempts,
+    ) -> Option<Result<HttpResponse, TransportError>> {
+        let policy = &self.inner.options.retry;
+        if state.retries >= policy.max_retries {
+            return Some(result);
+        }
+        let (kind, retry_after) = match &result {
+            Err(e) => (Some(e.kind), None),
+            Ok(r) if r.status.is_server_error() || r.status == StatusCode::TOO_MANY_REQUESTS => (
+                Some(ErrorKind::Http(r.status.as_u16())),
+                r.header("retry-after").and_then(parse_retry_after),
+            ),
+            Ok(_) => (None, None),
+        };
+        if !kind.is_some_and(|k| policy.covers(k)) {
+            return Some(result);
+        }
+        state.retries += 1;
+        self.inner.recorder.event(Event::Retry).await;
+        if let Ok(response) = result {
+            let _ = response.drain().await;
+        }
+        // Jitter from the clock's sub-second digits: enough to spread retries.
+        let jitter = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.5, |d| f64::from(d.subsec_nanos() % 1_000_000) / 1e6);
+        tokio::time::sleep(policy.wait(state.retries, retry_after, jitter)).await;
+        None
+    }
+
+    /// What an answer means for the exchange: the answer to return, or `None` to send again
+    /// (after a 401 whose challenge the authenticator can meet, a refused presigned URL,
+    /// or a redirect, whose hop is recorded apart).
+    async fn after_answer(
+        &self,
+        response: HttpResponse,
+        request_url: &Url,
+        state: &mut Attempts,
+        scope: &AccessScope,
+        hop: Hop,
+    ) -> Result<Option<HttpResponse>, ClientError> {
+        let status = response.status;
+        if status == StatusCode::UNAUTHORIZED && hop.on_origin && !state.auth_retried {
+            state.auth_retried = true;
+            if self.inner.auth.challenged(&response.headers, scope).await? {
+                self.inner.recorder.event(Event::AuthRetry).await;
+                let _ = response.drain().await;
+                // The refused round trip and the token fetch are not registry latency.
+                state.first_sent = None;
+                return Ok(None);
+            }
+        }
+        if state.redirects > 0
+            && !hop.on_origin
+            && status == StatusCode::FORBIDDEN
+            && !state.storage_retried
+        {
+            // Likely an expired presigned URL: ask the registry again, once.
+            state.storage_retried = true;
+            self.inner.recorder.event(Event::StorageRetry).await;
+            let _ = response.drain().await;
+            state.redirected = None;
+            state.redirects = 0;
+            return Ok(None);
+        }
+        if hop.follow && is_redirect(status) && state.redirects < self.inner.options.max_redirects {
+            let url = state.redirected.as_ref().unwrap_or(request_url);
+            let target = self.follow(response, url, &hop).await?;
+            state.redirects += 1;
+            state.redirected = Some(target);
+            return Ok(None);
+        }
+        Ok(Some(response))
+    }
+
+    /// Records a redirect's hop (its own sample) and returns where it points.
+    async fn follow(
+        &self,
+        response: HttpResponse,
+        url: &Url,
+        hop: &Hop,
+    ) -> Result<Url, ClientError> {
+        let status = response.status;
+        let location = response
+            .header(LOCATION.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| ClientError::Protocol(format!("{status} redirect without Location")))?;
+        let target = resolve_location(url, &location).map_err(ClientError::Protocol)?;
+        let drained = response.drain().await.unwrap_or(0);
+        let sample = Sample {
+            op: Op::Redirect,
+            outcome: Outcome::Ok,
+            size_class: SizeClass::Under1MiB,
+            timing: Timing {
+                intended: None,
+                sent: hop.sent,
+                first_byte: Some(hop.headers_at),
+                end: Instant::now(),
+            },
+            bytes_sent: 0,
+            bytes_received: drained,
+            http: HttpStatuses::one(Some(status.as_u16())),
+        };
+        self.inner.recorder.record(sample).await;
+        if !same_origin(&target, &self.inner.base) {
+            self.inner.recorder.event(Event::RedirectCrossOrigin).await;
+        }
+        Ok(target)
+    }
+}
+
+/// Where an exchange stands between its attempts.
+#[derive(Debug, Default)]
+struct Attempts {
+    retries: u32,
+    /// `None`: the request's own URL (not copied unless a redirect replaces it).
+    redirected: Option<Url>,
+    requests: HttpStatuses,
+    auth_retried: bool,
+    storage_retried: bool,
+    redirects: u8,
+    first_sent: Option<Instant>,
+    unprocessed_resends: u32,
+}
+
+/// One attempt's answer as the exchange sees it.
+#[derive(Debug, Clone, Copy)]
+struct Hop {
+    sent: Instant,
+    headers_at: Instant,
+    /// The attempt went to the registry's own origin.
+    on_origin: bool,
+    /// Redirects are followed (GET and HEAD).
+    follow: bool,
 }
 
 /// Whether a request can be sent again after a failure without changing its meaning: not a

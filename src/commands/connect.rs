@@ -220,14 +220,15 @@ pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), St
     }
 }
 
-/// How each of `clients` (one per endpoint, named as in the results) reached its registry,
-/// for `meta.json`.
-pub fn endpoint_links(clients: &[(String, &RegistryClient)]) -> Vec<EndpointLink> {
-    clients
+/// How each of `connections` (one per endpoint, named as in the results by `names`)
+/// reached its registry, for `meta.json`.
+pub fn endpoint_links(names: &[String], connections: &[Connection]) -> Vec<EndpointLink> {
+    names
         .iter()
-        .map(|(url, client)| EndpointLink {
+        .zip(connections)
+        .map(|(url, connection)| EndpointLink {
             url: url.clone(),
-            link: client.link(),
+            link: connection.client.link(),
         })
         .collect()
 }

@@ -7,7 +7,6 @@
 //! the ring). `summary.json` then has per-endpoint numbers.
 
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::Args;
@@ -24,9 +23,9 @@ use crate::client::ClientOptions;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
 use crate::metrics::live::RunInfoLabels;
-use crate::metrics::{ErrorLog, Recorder};
+use crate::metrics::{Aggregator, ErrorLog, Recorder};
 use crate::oci::{Reference, Repository};
-use crate::progress::{Progress, ProgressLine};
+use crate::progress::Progress;
 use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
 use crate::route::{RouteKind, RouteOptions, Router};
@@ -209,12 +208,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             Err(message) => fatal = Some(message),
             Ok(references) => {
                 let progress = Progress::new(references.len() as u64);
-                let line = ProgressLine::show(
-                    "pull",
-                    "images",
-                    Arc::clone(&progress),
-                    crate::progress::wanted(args.output.quiet, args.output.json),
-                );
+                let line = session.progress_line("pull", "images", &progress);
                 let bounds = Bounds {
                     concurrency: cfg.concurrency,
                     grace: args.stop.grace,
@@ -232,62 +226,13 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let duration = start.elapsed();
     drop(sources);
     let aggregator = aggregator.finish().await;
-    let mut summary = Summary::build(
-        RunInfo {
-            command: "pull".into(),
-            mode: "pull".into(),
-            model: "closed".into(),
-            concurrency: cfg.concurrency as u64,
-            registry: names.join(","),
-            seed: 0,
-            shard: Shard { index: 0, count: 1 },
-            started_at,
-            duration,
-            interrupted: shutdown.is_cancelled(),
-            trace: None,
-            checks: None,
-            warnings: Vec::new(),
-            config: config_json(&cfg, &connections[0].credentials),
-        },
-        &aggregator,
-    );
-    if cfg.route.is_some() {
-        summary.endpoints = Some(EndpointSummary::of_each(
-            &names,
-            &aggregator,
-            duration,
-            Vec::new(),
-        ));
-    }
-    let mut meta = Meta::new(
-        &summary,
-        MetaInput {
-            config: summary.config.clone(),
-            dataset: serde_json::json!({
-                "command": "pull",
-                "repo": cfg.repo,
-                "targets": cfg.targets,
-                "verify": cfg.verify,
-            }),
-            anchor: started_at,
-            start_at: None,
-            actual_start: started_at,
-            start_skew_ms: None,
-            interval: session.output.interval,
-        },
-    );
-    meta.endpoints = endpoint_links(
-        &names
-            .iter()
-            .cloned()
-            .zip(connections.iter().map(|c| &c.client))
-            .collect::<Vec<_>>(),
-    );
-    let run = Finished {
-        summary,
+    let ran = Ran {
         aggregator,
-        meta,
+        started_at,
+        duration,
+        interrupted: shutdown.is_cancelled(),
     };
+    let run = summarize(&cfg, &names, &connections, ran, session.output.interval);
     session.finish(run, watch, fatal, &errors).await
 }
 
@@ -314,4 +259,78 @@ async fn connect(cfg: &PullConfig, recorder: &Recorder) -> anyhow::Result<Vec<Co
         connections.push(connection);
     }
     Ok(connections)
+}
+
+/// What a pull measured, before it is summarized.
+struct Ran {
+    aggregator: Aggregator,
+    started_at: SystemTime,
+    duration: std::time::Duration,
+    interrupted: bool,
+}
+
+/// The pull's summary (per endpoint too, when blobs were routed over several) and metadata.
+fn summarize(
+    cfg: &PullConfig,
+    names: &[String],
+    connections: &[Connection],
+    ran: Ran,
+    interval: std::time::Duration,
+) -> Finished {
+    let Ran {
+        aggregator,
+        started_at,
+        duration,
+        interrupted,
+    } = ran;
+    let mut summary = Summary::build(
+        RunInfo {
+            command: "pull".into(),
+            mode: "pull".into(),
+            model: "closed".into(),
+            concurrency: cfg.concurrency as u64,
+            registry: names.join(","),
+            seed: 0,
+            shard: Shard { index: 0, count: 1 },
+            started_at,
+            duration,
+            interrupted,
+            trace: None,
+            checks: None,
+            warnings: Vec::new(),
+            config: config_json(cfg, &connections[0].credentials),
+        },
+        &aggregator,
+    );
+    if cfg.route.is_some() {
+        summary.endpoints = Some(EndpointSummary::of_each(
+            names,
+            &aggregator,
+            duration,
+            Vec::new(),
+        ));
+    }
+    let mut meta = Meta::new(
+        &summary,
+        MetaInput {
+            config: summary.config.clone(),
+            dataset: serde_json::json!({
+                "command": "pull",
+                "repo": cfg.repo,
+                "targets": cfg.targets,
+                "verify": cfg.verify,
+            }),
+            anchor: started_at,
+            start_at: None,
+            actual_start: started_at,
+            start_skew_ms: None,
+            interval,
+        },
+    );
+    meta.endpoints = endpoint_links(names, connections);
+    Finished {
+        summary,
+        aggregator,
+        meta,
+    }
 }

@@ -3,7 +3,6 @@
 //! [`crate::plan::image`] and pushed by [`crate::exec::push`].
 
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::Args;
@@ -23,7 +22,7 @@ use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{ErrorLog, Event};
 use crate::oci::{Repository, Tag};
 use crate::plan::image::ImageSpec;
-use crate::progress::{Progress, ProgressLine};
+use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::shutdown::Shutdown;
 use crate::units::ByteSize;
@@ -193,15 +192,10 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let errors = ErrorLog::default();
 
     let preflight = preflight(&connection, &cfg.registry.display()).await;
-    let client = connection.client;
+    let client = connection.client.clone();
     if preflight.is_ok() {
         let progress = Progress::new(images.images);
-        let line = ProgressLine::show(
-            "push",
-            "images",
-            Arc::clone(&progress),
-            crate::progress::wanted(args.output.quiet, args.output.json),
-        );
+        let line = session.progress_line("push", "images", &progress);
         let bounds = Bounds {
             concurrency: cfg.concurrency,
             grace: args.stop.grace,
@@ -215,8 +209,8 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         line.finish();
     }
     let duration = start.elapsed();
-    let links = endpoint_links(&[(cfg.registry.display(), &client)]);
     drop(client);
+    let links = endpoint_links(&[cfg.registry.display()], std::slice::from_ref(&connection));
     let aggregator = aggregator.finish().await;
 
     let mut warnings = Vec::new();

@@ -5,6 +5,7 @@
 //! stopped).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -13,6 +14,7 @@ use super::observe::{self, Observation, RegistryWatch};
 use super::status::ExitStatus;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog};
+use crate::progress::{self, Progress, ProgressLine};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
@@ -83,6 +85,13 @@ impl Session {
     /// Whether nothing but the result goes to the terminal (`--quiet` or `--json`).
     pub fn quiet(&self) -> bool {
         self.flags.quiet || self.flags.json
+    }
+
+    /// The progress line of a phase (`name`, counting `unit`), on stderr unless the flags
+    /// keep the terminal for the result.
+    pub fn progress_line(&self, name: &str, unit: &str, progress: &Arc<Progress>) -> ProgressLine {
+        let display = progress::wanted(self.flags.quiet, self.flags.json);
+        ProgressLine::show(name, unit, Arc::clone(progress), display)
     }
 
     /// Starts reading the registry's own metrics (`--registry-metrics`), now and every

@@ -27,7 +27,8 @@ use crate::results::store::{
 };
 use crate::results::summary::{EndpointSummary, RunInfo, Shard, Summary, TraceCounts, Warning};
 use crate::results::writer::{
-    endpoint_columns, endpoint_values, timeline_header, ENDPOINTS_HEADER, TIMELINE_FAMILIES,
+    endpoint_columns, endpoint_row, endpoint_values, parse_endpoint_row, timeline_header,
+    ENDPOINTS_HEADER, TIMELINE_FAMILIES,
 };
 use crate::results::{prepare_output_dir, write_atomic};
 
@@ -250,24 +251,16 @@ fn merge_endpoint_rows(sets: &[ResultSet]) -> EndpointIntervals {
     let mut merged = EndpointIntervals::new();
     for s in sets {
         for row in &s.endpoint_rows {
-            let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok());
-            let (Some(interval), Some(endpoint)) = (num(0), num(2)) else {
+            let Some((interval, start, endpoint, counters)) = parse_endpoint_row(row) else {
                 continue;
             };
             let (_, slots) = merged
                 .entry(interval)
-                .or_insert_with(|| (row.get(1).cloned().unwrap_or_default(), Vec::new()));
-            let endpoint = endpoint as usize;
+                .or_insert_with(|| (start, Vec::new()));
             if slots.len() <= endpoint {
                 slots.resize(endpoint + 1, EndpointCounters::default());
             }
-            let c = &mut slots[endpoint];
-            let n = |i: usize| num(i).unwrap_or(0);
-            c.completed += n(3);
-            c.ok += n(4);
-            c.errors += n(5);
-            c.bytes_sent += n(6);
-            c.bytes_received += n(7);
+            slots[endpoint].add(&counters);
         }
     }
     merged
@@ -280,16 +273,7 @@ fn write_endpoint_rows(dir: &Path, merged: &EndpointIntervals) -> anyhow::Result
     w.write_record(ENDPOINTS_HEADER)?;
     for (interval, (start, slots)) in merged {
         for (endpoint, c) in slots.iter().enumerate() {
-            w.write_record([
-                interval.to_string(),
-                start.clone(),
-                endpoint.to_string(),
-                c.completed.to_string(),
-                c.ok.to_string(),
-                c.errors.to_string(),
-                c.bytes_sent.to_string(),
-                c.bytes_received.to_string(),
-            ])?;
+            w.write_record(endpoint_row(*interval, start, endpoint, c))?;
         }
     }
     w.flush()?;
@@ -463,6 +447,48 @@ fn write_timeline(
     Ok(())
 }
 
+/// What a merge writes.
+struct Merged<'a> {
+    counters: &'a Counters,
+    hlog: &'a HlogContents,
+    interval: Duration,
+    duration: Duration,
+    endpoints: Option<&'a MergedEndpoints>,
+    meta: &'a Meta,
+    summary: &'a Summary,
+}
+
+/// Writes the merged result directory `out` (summary.json last).
+fn write_merged(out: &Path, sets: &[ResultSet], merged: &Merged<'_>) -> anyhow::Result<()> {
+    prepare_output_dir(out)?;
+    write_hlog(out, merged.hlog, merged.interval)?;
+    let endpoint_rows = merge_endpoint_rows(sets);
+    write_timeline(
+        out,
+        &merge_timelines(sets, merged.hlog, merged.interval),
+        merged.endpoints.map_or(0, |e| e.summaries.len()),
+        &endpoint_rows,
+    )?;
+    if let Some(e) = merged.endpoints {
+        let tables = endpoint_tables(merged.counters, &e.histograms)?;
+        let refs: Vec<(usize, &crate::metrics::StatsTable)> =
+            tables.iter().map(|(_, i, t)| (*i, t)).collect();
+        let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();
+        write_endpoint_histograms(out, start, merged.duration, &refs)?;
+        if !endpoint_rows.is_empty() {
+            write_endpoint_rows(out, &endpoint_rows)?;
+        }
+    }
+    let mut json = serde_json::to_vec_pretty(merged.counters)?;
+    json.push(b'\n');
+    write_atomic(out, "counters.json", &json)?;
+    let mut json = serde_json::to_vec_pretty(merged.meta)?;
+    json.push(b'\n');
+    write_atomic(out, "meta.json", &json)?;
+    crate::results::write_summary(out, merged.summary)?;
+    Ok(())
+}
+
 /// Merges result directories into `out`.
 pub fn merge(
     dirs: &[PathBuf],
@@ -536,32 +562,16 @@ pub fn merge(
     meta.hosts = hosts.clone();
     meta.start_skew_ms = None;
 
-    prepare_output_dir(out)?;
-    write_hlog(out, &hlog, interval)?;
-    let endpoint_rows = merge_endpoint_rows(&sets);
-    write_timeline(
-        out,
-        &merge_timelines(&sets, &hlog, interval),
-        endpoints.as_ref().map_or(0, |e| e.summaries.len()),
-        &endpoint_rows,
-    )?;
-    if let Some(e) = &endpoints {
-        let tables = endpoint_tables(&counters, &e.histograms)?;
-        let refs: Vec<(usize, &crate::metrics::StatsTable)> =
-            tables.iter().map(|(_, i, t)| (*i, t)).collect();
-        let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
-        write_endpoint_histograms(out, start, Duration::from_secs_f64(duration), &refs)?;
-        if !endpoint_rows.is_empty() {
-            write_endpoint_rows(out, &endpoint_rows)?;
-        }
-    }
-    let mut json = serde_json::to_vec_pretty(&counters)?;
-    json.push(b'\n');
-    write_atomic(out, "counters.json", &json)?;
-    let mut json = serde_json::to_vec_pretty(&meta)?;
-    json.push(b'\n');
-    write_atomic(out, "meta.json", &json)?;
-    crate::results::write_summary(out, &summary)?;
+    let merged = Merged {
+        counters: &counters,
+        hlog: &hlog,
+        interval,
+        duration: Duration::from_secs_f64(duration),
+        endpoints: endpoints.as_ref(),
+        meta: &meta,
+        summary: &summary,
+    };
+    write_merged(out, &sets, &merged)?;
     let covered: BTreeSet<u32> = hosts.iter().map(|h| h.shard.index).collect();
     if covered.len() as u32 != count {
         eprintln!(

@@ -145,6 +145,17 @@ pub struct EndpointCounters {
     pub bytes_received: u64,
 }
 
+impl EndpointCounters {
+    /// Adds `other` in (hosts of one interval merged).
+    pub fn add(&mut self, other: &EndpointCounters) {
+        self.completed += other.completed;
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
+    }
+}
+
 /// Offset of interval `index`'s start from the anchor.
 fn start_of(c: AggregatorConfig, index: u64) -> Duration {
     c.interval * u32::try_from(index).unwrap_or(u32::MAX)

@@ -207,13 +207,8 @@ impl HttpStatuses {
 /// dense HdrHistograms; open intervals use [`SparseHistogram`]s (`Stats<SparseHistogram>`).
 #[derive(Debug, Clone)]
 pub struct Stats<H = Histogram<u64>> {
-    pub count: u64,
-    pub ok: u64,
-    pub errors: u64,
-    pub errors_by_kind: BTreeMap<ErrorKind, u64>,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub http_requests: u64,
+    /// What adds by plain sums: counts, bytes, failures by kind, late starts.
+    pub counts: Counts<ErrorKind>,
     /// Successes: intended (or sent) → end, µs.
     pub latency: H,
     /// Successes with an intended start: sent → end, µs.
@@ -224,8 +219,90 @@ pub struct Stats<H = Histogram<u64>> {
     pub ttfb: Option<H>,
     /// Failures: intended (or sent) → failure known, µs. Timeouts are censored here.
     pub error_latency: Option<H>,
+}
+
+impl<H> std::ops::Deref for Stats<H> {
+    type Target = Counts<ErrorKind>;
+
+    fn deref(&self) -> &Counts<ErrorKind> {
+        &self.counts
+    }
+}
+
+impl<H> std::ops::DerefMut for Stats<H> {
+    fn deref_mut(&mut self) -> &mut Counts<ErrorKind> {
+        &mut self.counts
+    }
+}
+
+/// What adds by plain sums in one (operation, size class) cell: the one rule by which the
+/// counts of intervals, hosts and endpoints add up. `K` names a failure kind: an
+/// [`ErrorKind`] while measuring, its name (`ErrorKind::key`) in `counters.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Counts<K: Ord> {
+    pub count: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<K, u64>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub http_requests: u64,
     /// Starts later than 1 ms, 10 ms and 100 ms after their intended instant.
     pub late_starts: [u64; 3],
+}
+
+impl<K: Ord> Default for Counts<K> {
+    fn default() -> Self {
+        Counts {
+            count: 0,
+            ok: 0,
+            errors: 0,
+            errors_by_kind: BTreeMap::new(),
+            bytes_sent: 0,
+            bytes_received: 0,
+            http_requests: 0,
+            late_starts: [0; 3],
+        }
+    }
+}
+
+impl<K: Ord + Clone> Counts<K> {
+    /// Adds `other` in.
+    pub fn add(&mut self, other: &Counts<K>) {
+        self.count += other.count;
+        self.ok += other.ok;
+        self.errors += other.errors;
+        for (k, v) in &other.errors_by_kind {
+            *self.errors_by_kind.entry(k.clone()).or_default() += v;
+        }
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
+        self.http_requests += other.http_requests;
+        for i in 0..3 {
+            self.late_starts[i] += other.late_starts[i];
+        }
+    }
+
+    /// The same counts with every failure kind renamed by `f` (kinds that `f` maps to one
+    /// name add up).
+    pub fn map_kinds<J: Ord>(&self, mut f: impl FnMut(&K) -> Option<J>) -> Counts<J> {
+        let mut errors_by_kind = BTreeMap::new();
+        for (k, v) in &self.errors_by_kind {
+            if let Some(j) = f(k) {
+                *errors_by_kind.entry(j).or_default() += v;
+            }
+        }
+        Counts {
+            count: self.count,
+            ok: self.ok,
+            errors: self.errors,
+            errors_by_kind,
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+            http_requests: self.http_requests,
+            late_starts: self.late_starts,
+        }
+    }
 }
 
 fn micros(d: Duration) -> u64 {
@@ -248,19 +325,12 @@ fn add_into(slot: &mut Option<Histogram<u64>>, other: &Option<Histogram<u64>>) {
 impl<H: Recording> Default for Stats<H> {
     fn default() -> Self {
         Stats {
-            count: 0,
-            ok: 0,
-            errors: 0,
-            errors_by_kind: BTreeMap::new(),
-            bytes_sent: 0,
-            bytes_received: 0,
-            http_requests: 0,
+            counts: Counts::default(),
             latency: H::empty(),
             service: None,
             schedule_lag: None,
             ttfb: None,
             error_latency: None,
-            late_starts: [0; 3],
         }
     }
 }
@@ -302,13 +372,13 @@ impl<H: Recording> Stats<H> {
 
     /// Zeroes everything, keeping the histograms' memory for reuse.
     pub fn reset(&mut self) {
-        self.count = 0;
-        self.ok = 0;
-        self.errors = 0;
-        self.errors_by_kind.clear();
-        self.bytes_sent = 0;
-        self.bytes_received = 0;
-        self.http_requests = 0;
+        // The map keeps its allocation; the rest are plain numbers.
+        let mut errors_by_kind = std::mem::take(&mut self.counts.errors_by_kind);
+        errors_by_kind.clear();
+        self.counts = Counts {
+            errors_by_kind,
+            ..Counts::default()
+        };
         self.latency.clear();
         for h in [
             &mut self.service,
@@ -321,7 +391,6 @@ impl<H: Recording> Stats<H> {
         {
             h.clear();
         }
-        self.late_starts = [0; 3];
     }
 
     pub fn is_empty(&self) -> bool {
@@ -349,18 +418,7 @@ impl Stats<SparseHistogram> {
 
 impl Stats {
     fn add_counters<H>(&mut self, other: &Stats<H>) {
-        self.count += other.count;
-        self.ok += other.ok;
-        self.errors += other.errors;
-        for (k, v) in &other.errors_by_kind {
-            *self.errors_by_kind.entry(*k).or_default() += v;
-        }
-        self.bytes_sent += other.bytes_sent;
-        self.bytes_received += other.bytes_received;
-        self.http_requests += other.http_requests;
-        for i in 0..3 {
-            self.late_starts[i] += other.late_starts[i];
-        }
+        self.counts.add(&other.counts);
     }
 
     /// Adds `other` exactly (histogram counts add; nothing is averaged).

@@ -74,11 +74,30 @@ impl PrewarmJobs {
         naming: &mut Naming,
         format: ManifestFormat,
     ) -> PrewarmJobs {
-        let mut blobs = Vec::new();
-        let place = |blobs: &mut Vec<BlobJob>, repo: &Repository, sha256, origin| {
+        let mut jobs = PrewarmJobs {
+            blobs: Vec::new(),
+            manifests: Vec::with_capacity(catalog.manifests.len() * router.copies()),
+        };
+        jobs.place_reads(catalog, router, naming);
+        jobs.place_pushes(catalog, router, naming, format);
+        jobs.place_manifests(catalog, router, naming, format);
+        // Once per (repository, blob, endpoint); the order interleaves the endpoints.
+        let blobs = &mut jobs.blobs;
+        blobs.sort_unstable_by(|a, b| {
+            (a.repo.as_str(), a.sha256, a.endpoint).cmp(&(b.repo.as_str(), b.sha256, b.endpoint))
+        });
+        blobs.dedup_by(|a, b| a.repo == b.repo && a.sha256 == b.sha256 && a.endpoint == b.endpoint);
+        blobs.shrink_to_fit();
+        jobs
+    }
+
+    /// Every blob the run reads, and every repository's filler, where the router places the
+    /// blob.
+    fn place_reads(&mut self, catalog: &Catalog, router: &Router, naming: &mut Naming) {
+        let mut place = |repo: &Repository, sha256, origin| {
             let digest = Digest::from_sha256(sha256);
             for endpoint in router.placement(Object::Blob(digest.as_str())) {
-                blobs.push(BlobJob {
+                self.blobs.push(BlobJob {
                     repo: repo.clone(),
                     sha256,
                     origin,
@@ -88,20 +107,24 @@ impl PrewarmJobs {
         };
         for &(repo, d) in catalog.blob_reads() {
             let name = naming.repo(catalog, repo);
-            place(&mut blobs, &name, catalog.blob_sha256(d), Origin::Read(d));
+            place(&name, catalog.blob_sha256(d), Origin::Read(d));
         }
         for &repo in &catalog.filler_repos {
             let name = naming.repo(catalog, repo);
-            place(
-                &mut blobs,
-                &name,
-                catalog.filler_sha256(repo),
-                Origin::Filler(repo),
-            );
+            place(&name, catalog.filler_sha256(repo), Origin::Filler(repo));
         }
-        // A manifest the run pushes lands where routing sends its PUT, with the uploads of
-        // its push (`Action::BlobUpload::push`); everything else it references must be there
-        // already: its config, the layers it found present, or its repository's filler.
+    }
+
+    /// A manifest the run pushes lands where routing sends its PUT, with the uploads of
+    /// its push (`Action::BlobUpload::push`); everything else it references must be there
+    /// already: its config, the layers it found present, or its repository's filler.
+    fn place_pushes(
+        &mut self,
+        catalog: &Catalog,
+        router: &Router,
+        naming: &mut Naming,
+        format: ManifestFormat,
+    ) {
         for (position, facts) in catalog.pushes() {
             let name = naming.repo(catalog, facts.repo);
             let tag = naming.tag(catalog, facts.repo, facts.reference);
@@ -123,18 +146,19 @@ impl PrewarmJobs {
                 reference: tag.as_str(),
             });
             for endpoint in endpoints {
-                for &(sha256, origin) in &needs {
-                    blobs.push(BlobJob {
-                        repo: name.clone(),
-                        sha256,
-                        origin,
-                        endpoint,
-                    });
-                }
+                self.need(&name, &needs, endpoint);
             }
         }
+    }
 
-        let mut manifests = Vec::with_capacity(catalog.manifests.len() * router.copies());
+    /// Every manifest the run reads, on its endpoints, with what it references there too.
+    fn place_manifests(
+        &mut self,
+        catalog: &Catalog,
+        router: &Router,
+        naming: &mut Naming,
+        format: ManifestFormat,
+    ) {
         for (&(repo_sym, reference_sym), facts) in &catalog.manifests {
             let repo = naming.repo(catalog, repo_sym);
             let tag = naming.tag(catalog, repo_sym, reference_sym);
@@ -158,15 +182,8 @@ impl PrewarmJobs {
                 Origin::ReadConfig(repo_sym, reference_sym),
             ));
             for &endpoint in &endpoints {
-                for &(sha256, origin) in &needs {
-                    blobs.push(BlobJob {
-                        repo: repo.clone(),
-                        sha256,
-                        origin,
-                        endpoint,
-                    });
-                }
-                manifests.push(ManifestJob {
+                self.need(&repo, &needs, endpoint);
+                self.manifests.push(ManifestJob {
                     repo_sym,
                     reference_sym,
                     repo: repo.clone(),
@@ -175,13 +192,18 @@ impl PrewarmJobs {
                 });
             }
         }
-        // Once per (repository, blob, endpoint); the order interleaves the endpoints.
-        blobs.sort_unstable_by(|a, b| {
-            (a.repo.as_str(), a.sha256, a.endpoint).cmp(&(b.repo.as_str(), b.sha256, b.endpoint))
-        });
-        blobs.dedup_by(|a, b| a.repo == b.repo && a.sha256 == b.sha256 && a.endpoint == b.endpoint);
-        blobs.shrink_to_fit();
-        PrewarmJobs { blobs, manifests }
+    }
+
+    /// Blob jobs for what a manifest in `repo` on `endpoint` needs.
+    fn need(&mut self, repo: &Repository, needs: &[([u8; 32], Origin)], endpoint: usize) {
+        for &(sha256, origin) in needs {
+            self.blobs.push(BlobJob {
+                repo: repo.clone(),
+                sha256,
+                origin,
+                endpoint,
+            });
+        }
     }
 
     /// Objects to prewarm: blob uploads and manifest PUTs, each counted per endpoint.

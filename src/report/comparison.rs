@@ -386,40 +386,9 @@ fn registries_chart(
     else {
         return;
     };
-    let latest: Vec<&Row> = rows
-        .iter()
-        .copied()
-        .filter(|r| r.record.round == last && r.summary.is_some())
-        .collect();
-    let repeated = repetitions > 1;
-    let mut registries: Vec<&str> = Vec::new();
-    for r in &latest {
-        if !registries.contains(&r.record.registry.as_str()) {
-            registries.push(&r.record.registry);
-        }
-    }
-    let metric = |f: &dyn Fn(&Row) -> Option<f64>| -> (Vec<Option<f64>>, Vec<Range>) {
-        if !repeated {
-            return (latest.iter().map(|r| f(r)).collect(), Vec::new());
-        }
-        registries
-            .iter()
-            .map(|name| {
-                let mut v: Vec<f64> = latest
-                    .iter()
-                    .filter(|r| r.record.registry == *name)
-                    .filter_map(|r| f(r))
-                    .collect();
-                v.sort_by(f64::total_cmp);
-                match v.len() {
-                    0 => (None, None),
-                    n => (Some(median(&v)), Some((v[0], v[n - 1]))),
-                }
-            })
-            .unzip()
-    };
+    let bars = Bars::of(rows, last, repetitions);
     let panel = |title: String, f: &dyn Fn(&Row) -> Option<f64>, log_ratio, color, integer| {
-        let (values, ranges) = metric(f);
+        let (values, ranges) = bars.values(f);
         Panel {
             title,
             values,
@@ -436,14 +405,8 @@ fn registries_chart(
             .and_then(|o| o.latency_ms.as_ref())
             .map(f)
     };
-    let labels: Vec<String> = if repeated {
-        registries
-            .iter()
-            .map(|name| format!("{name} (median of {repetitions})"))
-            .collect()
-    } else {
-        latest.iter().map(|r| r.record.registry.clone()).collect()
-    };
+    let labels = bars.labels(repetitions);
+    let repeated = bars.repeated;
     let chart = BarChart {
         id: format!("compare-{}", chart_id(name)),
         title: format!("{name}: registries compared ({op_name})"),
@@ -487,6 +450,73 @@ fn registries_chart(
         ],
     };
     out.push_str(&bar_chart(&chart));
+}
+
+/// The bars of a comparison: the cells of the latest round, one bar each, or with
+/// repetitions one per registry.
+struct Bars<'a> {
+    latest: Vec<&'a Row>,
+    registries: Vec<&'a str>,
+    repeated: bool,
+}
+
+impl<'a> Bars<'a> {
+    fn of(rows: &[&'a Row], round: u64, repetitions: u32) -> Bars<'a> {
+        let latest: Vec<&Row> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.record.round == round && r.summary.is_some())
+            .collect();
+        let mut registries: Vec<&str> = Vec::new();
+        for r in &latest {
+            if !registries.contains(&r.record.registry.as_str()) {
+                registries.push(&r.record.registry);
+            }
+        }
+        Bars {
+            latest,
+            registries,
+            repeated: repetitions > 1,
+        }
+    }
+
+    /// Each bar's value of `f`, and with repetitions the lowest and highest beside the
+    /// median.
+    fn values(&self, f: &dyn Fn(&Row) -> Option<f64>) -> (Vec<Option<f64>>, Vec<Range>) {
+        if !self.repeated {
+            return (self.latest.iter().map(|r| f(r)).collect(), Vec::new());
+        }
+        self.registries
+            .iter()
+            .map(|name| {
+                let mut v: Vec<f64> = self
+                    .latest
+                    .iter()
+                    .filter(|r| r.record.registry == *name)
+                    .filter_map(|r| f(r))
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                match v.len() {
+                    0 => (None, None),
+                    n => (Some(median(&v)), Some((v[0], v[n - 1]))),
+                }
+            })
+            .unzip()
+    }
+
+    fn labels(&self, repetitions: u32) -> Vec<String> {
+        if self.repeated {
+            self.registries
+                .iter()
+                .map(|name| format!("{name} (median of {repetitions})"))
+                .collect()
+        } else {
+            self.latest
+                .iter()
+                .map(|r| r.record.registry.clone())
+                .collect()
+        }
+    }
 }
 
 /// Latency over time per registry (monitoring mode): p99 solid, p50 dashed, one point per

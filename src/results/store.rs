@@ -21,7 +21,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::hlog::{self, HlogContents, IntervalHistograms};
 use super::summary::{EndpointSummary, HistogramInfo, Shard, Summary, Tool};
-use crate::metrics::{Aggregator, ErrorKind, Event, Op, SizeClass, Stats, StatsTable};
+use crate::metrics::{Aggregator, Counts, ErrorKind, Event, Op, SizeClass, StatsTable};
 use crate::net::links::Link;
 
 pub const COUNTERS_VERSION: u32 = 1;
@@ -31,14 +31,8 @@ pub const COUNTERS_VERSION: u32 = 1;
 pub struct CellCounters {
     pub op: String,
     pub class: String,
-    pub count: u64,
-    pub ok: u64,
-    pub errors: u64,
-    pub errors_by_kind: BTreeMap<String, u64>,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub http_requests: u64,
-    pub late_starts: [u64; 3],
+    #[serde(flatten)]
+    pub counts: Counts<String>,
 }
 
 /// `counters.json`.
@@ -70,18 +64,7 @@ fn cells_of(table: &StatsTable) -> Vec<CellCounters> {
         .map(|((op, class), s)| CellCounters {
             op: op.name().into(),
             class: class.name().into(),
-            count: s.count,
-            ok: s.ok,
-            errors: s.errors,
-            errors_by_kind: s
-                .errors_by_kind
-                .iter()
-                .map(|(k, v)| (k.key(), *v))
-                .collect(),
-            bytes_sent: s.bytes_sent,
-            bytes_received: s.bytes_received,
-            http_requests: s.http_requests,
-            late_starts: s.late_starts,
+            counts: s.counts.map_kinds(|k| Some(k.key())),
         })
         .collect()
 }
@@ -92,20 +75,7 @@ fn add_cells(into: &mut Vec<CellCounters>, from: &[CellCounters]) {
             .iter_mut()
             .find(|c| c.op == cell.op && c.class == cell.class)
         {
-            Some(c) => {
-                c.count += cell.count;
-                c.ok += cell.ok;
-                c.errors += cell.errors;
-                for (k, v) in &cell.errors_by_kind {
-                    *c.errors_by_kind.entry(k.clone()).or_default() += v;
-                }
-                c.bytes_sent += cell.bytes_sent;
-                c.bytes_received += cell.bytes_received;
-                c.http_requests += cell.http_requests;
-                for i in 0..3 {
-                    c.late_starts[i] += cell.late_starts[i];
-                }
-            }
+            Some(c) => c.counts.add(&cell.counts),
             None => into.push(cell.clone()),
         }
     }
@@ -365,19 +335,18 @@ fn table_of(cells: &[CellCounters]) -> anyhow::Result<StatsTable> {
             .into_iter()
             .find(|k| k.name() == c.class)
             .with_context(|| format!("unknown size class '{}'", c.class))?;
-        let cell: &mut Stats = table.cell_mut(op, class);
-        cell.count = c.count;
-        cell.ok = c.ok;
-        cell.errors = c.errors;
-        for (k, v) in &c.errors_by_kind {
-            let kind =
-                ErrorKind::from_key(k).with_context(|| format!("unknown error kind '{k}'"))?;
-            cell.errors_by_kind.insert(kind, *v);
+        let mut unknown = None;
+        let counts = c.counts.map_kinds(|k| {
+            let kind = ErrorKind::from_key(k);
+            if kind.is_none() {
+                unknown = Some(k.clone());
+            }
+            kind
+        });
+        if let Some(k) = unknown {
+            anyhow::bail!("unknown error kind '{k}'");
         }
-        cell.bytes_sent = c.bytes_sent;
-        cell.bytes_received = c.bytes_received;
-        cell.http_requests = c.http_requests;
-        cell.late_starts = c.late_starts;
+        table.cell_mut(op, class).counts = counts;
     }
     Ok(table)
 }

@@ -205,27 +205,7 @@ impl Threshold {
                 )))
             }
         };
-        let stat = if let Some(q) = name
-            .strip_prefix('p')
-            .filter(|q| !q.is_empty() && q.chars().all(|c| c.is_ascii_digit() || c == '.'))
-        {
-            let q: f64 = if q == "999" {
-                99.9
-            } else {
-                q.parse()
-                    .map_err(|_| err(format!("bad percentile '{name}'")))?
-            };
-            if !(0.0..=100.0).contains(&q) {
-                return Err(err(format!("percentile {q} is not between 0 and 100")));
-            }
-            Some(Stat::Quantile(q / 100.0))
-        } else {
-            match name {
-                "mean" => Some(Stat::Mean),
-                "max" => Some(Stat::Max),
-                _ => None,
-            }
-        };
+        let stat = stat_of(name).map_err(err)?;
         let (metric, limit) = match (stat, name) {
             (Some(stat), _) => {
                 if arg.is_none() {
@@ -417,6 +397,30 @@ pub fn report(verdicts: &[ThresholdVerdict]) -> bool {
 /// Parses every expression of `--fail-if`, or the first error.
 pub fn parse_all(texts: &[String]) -> Result<Vec<Threshold>, ThresholdError> {
     texts.iter().map(|t| Threshold::parse(t)).collect()
+}
+
+/// The statistic a metric name asks for: `pNN` (`p999` is p99.9), `mean`, `max`; `None`
+/// for the other metrics.
+fn stat_of(name: &str) -> Result<Option<Stat>, String> {
+    let Some(q) = name
+        .strip_prefix('p')
+        .filter(|q| !q.is_empty() && q.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    else {
+        return Ok(match name {
+            "mean" => Some(Stat::Mean),
+            "max" => Some(Stat::Max),
+            _ => None,
+        });
+    };
+    let q: f64 = if q == "999" {
+        99.9
+    } else {
+        q.parse().map_err(|_| format!("bad percentile '{name}'"))?
+    };
+    if !(0.0..=100.0).contains(&q) {
+        return Err(format!("percentile {q} is not between 0 and 100"));
+    }
+    Ok(Some(Stat::Quantile(q / 100.0)))
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@ use hdrhistogram::Histogram;
 
 use super::hlog;
 use crate::metrics::hist::{new_histogram, Recording};
-use crate::metrics::{Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable};
+use crate::metrics::{
+    EndpointCounters, Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable,
+};
 
 /// Operations with their own columns in `timeline.csv` (count, p50, p99).
 pub const TIMELINE_FAMILIES: [Op; 11] = [
@@ -255,6 +257,38 @@ fn opt_ms(d: Option<Duration>) -> String {
         .unwrap_or_default()
 }
 
+/// One row of `endpoints.csv` (columns as in [`ENDPOINTS_HEADER`]): an endpoint's counters
+/// in the interval `index` that starts `start` seconds (as written) after the anchor.
+pub fn endpoint_row(index: u64, start: &str, endpoint: usize, c: &EndpointCounters) -> [String; 8] {
+    [
+        index.to_string(),
+        start.to_owned(),
+        endpoint.to_string(),
+        c.completed.to_string(),
+        c.ok.to_string(),
+        c.errors.to_string(),
+        c.bytes_sent.to_string(),
+        c.bytes_received.to_string(),
+    ]
+}
+
+/// A row of `endpoints.csv` read back: (interval, start as written, endpoint, counters);
+/// `None` when its interval or endpoint is not a number.
+pub fn parse_endpoint_row(row: &[String]) -> Option<(u64, String, usize, EndpointCounters)> {
+    let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok());
+    let (interval, endpoint) = (num(0)?, num(2)?);
+    let n = |i: usize| num(i).unwrap_or(0);
+    let counters = EndpointCounters {
+        completed: n(3),
+        ok: n(4),
+        errors: n(5),
+        bytes_sent: n(6),
+        bytes_received: n(7),
+    };
+    let start = row.get(1).cloned().unwrap_or_default();
+    Some((interval, start, usize::try_from(endpoint).ok()?, counters))
+}
+
 impl IntervalSink for ResultWriter {
     fn interval(&mut self, interval: &Interval<'_>) -> std::io::Result<()> {
         hlog::write_interval(
@@ -282,16 +316,7 @@ impl IntervalSink for ResultWriter {
             if let Some(w) = self.endpoints.as_mut() {
                 let start = format!("{:.3}", interval.start.as_secs_f64());
                 for (i, e) in interval.endpoints.iter().enumerate() {
-                    w.write_record([
-                        interval.index.to_string(),
-                        start.clone(),
-                        i.to_string(),
-                        e.completed.to_string(),
-                        e.ok.to_string(),
-                        e.errors.to_string(),
-                        e.bytes_sent.to_string(),
-                        e.bytes_received.to_string(),
-                    ])?;
+                    w.write_record(endpoint_row(interval.index, &start, i, e))?;
                 }
                 w.flush()?;
             }

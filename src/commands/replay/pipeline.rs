@@ -19,14 +19,14 @@ use crate::commands::args::OutputArgs;
 use crate::commands::connect::{config_json, endpoint_links};
 use crate::commands::session::{exit_status, Finished};
 use crate::commands::status::ExitStatus;
-use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary};
+use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport};
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
 use crate::metrics::Recorder;
 use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
-use crate::progress::{self, Progress, ProgressLine};
+use crate::progress::Progress;
 use crate::results::summary::Checks;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
@@ -145,7 +145,6 @@ async fn execute(
 ) -> anyhow::Result<Ran> {
     let &Context {
         cfg,
-        args,
         session,
         connections,
         shutdown,
@@ -157,12 +156,7 @@ async fn execute(
     // manifests waiting in it stay a few megabytes.
     let (tx, rx) = mpsc::channel::<PlanItem>(PLAN_QUEUE);
     let progress = Progress::new(catalog.items);
-    let line = ProgressLine::show(
-        cfg.mode.name(),
-        "records",
-        Arc::clone(&progress),
-        progress::wanted(args.output.quiet, args.output.json),
-    );
+    let line = session.progress_line(cfg.mode.name(), "records", &progress);
     let planner = spawn_planner(cfg, &catalog, input, spool, tx, &progress);
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
@@ -211,21 +205,7 @@ async fn execute(
     drop(clients);
     drop(recorder);
     let aggregator = aggregator.finish().await;
-    // The cores the generator may use: the runtime's workers, at most every core.
-    let cores = available_cores().min(tokio::runtime::Handle::current().metrics().num_workers());
-    let seconds = exec.duration.as_secs_f64().max(1e-9);
-    let checks = Checks {
-        start_at: cfg.start_at.clone(),
-        start_skew_ms,
-        canary_wake_ms: canary
-            .as_ref()
-            .and_then(|c| Percentiles::of(&c.wake_lateness)),
-        cpu_seconds: cpu.map(|c| c.as_secs_f64()),
-        cpu_share: cpu.map(|c| c.as_secs_f64() / (seconds * cores as f64)),
-        cores,
-        cap_binding_share: exec.cap_wait.as_secs_f64() / seconds,
-        max_in_flight: exec.max_in_flight,
-    };
+    let checks = checks_of(cfg, start_skew_ms, canary.as_ref(), cpu, &exec);
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
     Ok(Ran {
         exec,
@@ -238,6 +218,30 @@ async fn execute(
         checks,
         warnings,
     })
+}
+
+/// What the run's validity checks read: the start's skew, how late the canary woke, the
+/// CPU the generator used, and how often the in-flight cap was binding.
+fn checks_of(
+    cfg: &ReplayConfig,
+    start_skew_ms: Option<f64>,
+    canary: Option<&CanaryReport>,
+    cpu: Option<Duration>,
+    exec: &ExecReport,
+) -> Checks {
+    // The cores the generator may use: the runtime's workers, at most every core.
+    let cores = available_cores().min(tokio::runtime::Handle::current().metrics().num_workers());
+    let seconds = exec.duration.as_secs_f64().max(1e-9);
+    Checks {
+        start_at: cfg.start_at.clone(),
+        start_skew_ms,
+        canary_wake_ms: canary.and_then(|c| Percentiles::of(&c.wake_lateness)),
+        cpu_seconds: cpu.map(|c| c.as_secs_f64()),
+        cpu_share: cpu.map(|c| c.as_secs_f64() / (seconds * cores as f64)),
+        cores,
+        cap_binding_share: exec.cap_wait.as_secs_f64() / seconds,
+        max_in_flight: exec.max_in_flight,
+    }
 }
 
 /// `at` minus `reference` in milliseconds, negative when `at` is earlier.
@@ -299,13 +303,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
         },
     );
     meta.preparation = Some(context.preparation.clone());
-    meta.endpoints = endpoint_links(
-        &names
-            .iter()
-            .cloned()
-            .zip(connections.iter().map(|c| &c.client))
-            .collect::<Vec<_>>(),
-    );
+    meta.endpoints = endpoint_links(names, connections);
     Finished {
         summary,
         aggregator: ran.aggregator,

@@ -3,7 +3,6 @@
 //! measured, summarized and published apart from the run (`OUT/prewarm/` when the run
 //! follows).
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -11,15 +10,17 @@ use tokio::time::Instant;
 use super::config::Phase;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
+use crate::client::RegistryClient;
 use crate::commands::connect::{config_json, endpoint_links};
 use crate::commands::session::{Finished, Shown};
 use crate::commands::status::ExitStatus;
 use crate::exec::bounded::{Bounds, JobEnv};
-use crate::exec::prewarm::Prewarm;
+use crate::exec::prewarm::{Prewarm, PrewarmReport};
+use crate::metrics::Aggregator;
 use crate::plan::catalog::Catalog;
 use crate::plan::prewarm::PrewarmJobs;
 use crate::plan::{Naming, ShardSpec};
-use crate::progress::{self, Progress, ProgressLine};
+use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Summary};
 
 /// The prewarm phase: every object the run reads pushed, measured and reported apart (in
@@ -27,9 +28,6 @@ use crate::results::{Meta, MetaInput, RunInfo, Summary};
 /// prewarmed, and, with `--phase prewarm`, when a `--fail-if` threshold holds.
 pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::Result<ExitStatus> {
     let cfg = context.cfg;
-    let (connections, names, shutdown) = (context.connections, context.names, context.shutdown);
-    let connection = &connections[0];
-    let mut exit = ExitStatus::Success;
     let output = &context.session.output;
     let out = if cfg.phase == Phase::All {
         output.in_subdir("prewarm")
@@ -38,16 +36,56 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     };
     let started_at = SystemTime::now();
     let start = Instant::now();
-    let (recorder, aggregator) = out.start_over(start, started_at, connections.len())?;
-    let clients = clients_for(connections, &recorder);
+    let (recorder, aggregator) = out.start_over(start, started_at, context.connections.len())?;
+    let clients = clients_for(context.connections, &recorder);
+    let report = push_all(context, catalog, &clients).await;
+    let duration = start.elapsed();
+    drop(clients);
+    let aggregator = aggregator.finish().await;
+    let mut finished = summarize(context, &report, aggregator, started_at, duration);
+    // Thresholds judge the phase whose results are the command's: prewarm's only alone;
+    // with --phase all the run's results are the ones printed as JSON.
+    let alone = cfg.phase == Phase::Prewarm;
+    let flags = &context.session.flags;
+    let shown = Shown {
+        dir: out.dir.clone(),
+        json: flags.json && alone,
+        table: true,
+        quiet: flags.quiet || (flags.json && !alone),
+        judge: alone,
+    };
+    let slow = context.session.publish(&mut finished, None, &shown).await?;
+    if !shown.quiet && !shown.json {
+        println!(
+            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
+            report.blobs_pushed,
+            report.blobs_present,
+            report.manifests_pushed,
+            report.manifests_present,
+            report.failed
+        );
+    }
+    Ok(if report.failed > 0 {
+        ExitStatus::Failed
+    } else if slow {
+        ExitStatus::ThresholdFailed
+    } else {
+        ExitStatus::Success
+    })
+}
+
+/// Plans the prewarm's jobs and carries them out with the phase's progress line.
+async fn push_all(
+    context: &Context<'_>,
+    catalog: &Catalog,
+    clients: &[RegistryClient],
+) -> PrewarmReport {
+    let cfg = context.cfg;
     let mut naming = Naming::new(cfg.plan.repos.clone());
-    let jobs = PrewarmJobs::plan(
-        catalog,
-        context.router,
-        &mut naming,
-        cfg.plan.manifest_format,
-    );
-    if !context.args.output.quiet && !context.args.output.json {
+    let format = cfg.plan.manifest_format;
+    let jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format);
+    let flags = &context.session.flags;
+    if !flags.quiet && !flags.json {
         // The same units as the line after it: pushes, not the trace's distinct objects.
         eprintln!(
             "creb-rs: prewarm: {} blobs (layers, configs and fillers, per repository and node) and {} manifests to push",
@@ -60,31 +98,39 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         jobs.len(),
         catalog.prewarm_bytes() * context.router.copies() as u64,
     );
-    let line = ProgressLine::show(
-        "prewarm",
-        "objects",
-        Arc::clone(&progress),
-        progress::wanted(context.args.output.quiet, context.args.output.json),
-    );
+    let line = context
+        .session
+        .progress_line("prewarm", "objects", &progress);
     let prewarm = Prewarm {
         catalog,
-        clients: &clients,
-        format: cfg.plan.manifest_format,
+        clients,
+        format,
         bounds: Bounds {
             concurrency: cfg.prewarm_concurrency,
             grace: Duration::from_secs_f64(cfg.grace_s),
         },
         env: JobEnv {
-            shutdown,
+            shutdown: context.shutdown,
             errors: context.errors,
             progress: &progress,
         },
     };
     let report = prewarm.run(jobs).await;
     line.finish();
-    let duration = start.elapsed();
-    drop(clients);
-    let aggregator = aggregator.finish().await;
+    report
+}
+
+/// The prewarm's summary and metadata, ready to publish.
+fn summarize(
+    context: &Context<'_>,
+    report: &PrewarmReport,
+    aggregator: Aggregator,
+    started_at: SystemTime,
+    duration: Duration,
+) -> Finished {
+    let cfg = context.cfg;
+    let (connections, names, shutdown) = (context.connections, context.names, context.shutdown);
+    let connection = &connections[0];
     let mut warnings = Vec::new();
     super::validity::size_warning(cfg, &mut warnings);
     if report.failed > 0 {
@@ -117,7 +163,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         &aggregator,
     );
     summary.endpoints = endpoint_summaries(cfg, names, &aggregator, duration, None);
-    let meta = Meta::new(
+    let mut meta = Meta::new(
         &summary,
         MetaInput {
             config: summary.config.clone(),
@@ -126,49 +172,14 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
             start_at: None,
             actual_start: started_at,
             start_skew_ms: None,
-            interval: out.interval,
+            interval: context.session.output.interval,
         },
     );
-    let mut meta = meta;
     meta.preparation = Some(context.preparation.clone());
-    meta.endpoints = endpoint_links(
-        &names
-            .iter()
-            .cloned()
-            .zip(connections.iter().map(|c| &c.client))
-            .collect::<Vec<_>>(),
-    );
-    let mut finished = Finished {
+    meta.endpoints = endpoint_links(names, connections);
+    Finished {
         summary,
         aggregator,
         meta,
-    };
-    // Thresholds judge the phase whose results are the command's: prewarm's only alone;
-    // with --phase all the run's results are the ones printed as JSON.
-    let alone = cfg.phase == Phase::Prewarm;
-    let flags = &context.session.flags;
-    let shown = Shown {
-        dir: out.dir.clone(),
-        json: flags.json && alone,
-        table: true,
-        quiet: flags.quiet || (flags.json && !alone),
-        judge: alone,
-    };
-    let slow = context.session.publish(&mut finished, None, &shown).await?;
-    if !shown.quiet && !shown.json {
-        println!(
-            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
-            report.blobs_pushed,
-            report.blobs_present,
-            report.manifests_pushed,
-            report.manifests_present,
-            report.failed
-        );
     }
-    if report.failed > 0 {
-        exit = ExitStatus::Failed;
-    } else if slow {
-        exit = ExitStatus::ThresholdFailed;
-    }
-    Ok(exit)
 }

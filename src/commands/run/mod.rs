@@ -276,6 +276,81 @@ enum RoundEnd {
 }
 
 impl Runner<'_> {
+    /// Runs the rounds of the schedule from `anchor` (the run's first start): with
+    /// `--every`, each round at its slot (slots that passed while a round ran are skipped
+    /// and said so), until `--rounds` or `--until`. Whether a stop interrupted them.
+    async fn rounds(&mut self, anchor: SystemTime, quiet: bool) -> anyhow::Result<bool> {
+        let schedule = self.cp.schedule;
+        // The round to start with: the last recorded one if it is not complete, else the next.
+        let mut next = match self.cp.rounds.iter().max_by_key(|r| r.round) {
+            Some(last) if !last.complete => last.round - 1,
+            Some(last) => last.round,
+            None => 0,
+        };
+        let mut resuming = self
+            .cp
+            .rounds
+            .iter()
+            .any(|r| r.round == next + 1 && !r.complete);
+        let every = schedule.every_s.map(Duration::from_secs_f64);
+        let until = schedule.until_s.map(Duration::from_secs_f64);
+        loop {
+            if !resuming
+                && schedule
+                    .rounds
+                    .is_some_and(|n| self.cp.finished_rounds() >= n)
+            {
+                return Ok(false);
+            }
+            let mut planned = SystemTime::now();
+            if let Some(every) = every {
+                let mut skipped = None;
+                if !resuming {
+                    let slot = due_slot(anchor, every, next, SystemTime::now());
+                    if slot > next {
+                        skipped = Some(next);
+                    }
+                    next = slot;
+                }
+                let offset = every.checked_mul(u32::try_from(next).unwrap_or(u32::MAX));
+                planned = offset
+                    .and_then(|o| anchor.checked_add(o))
+                    .unwrap_or(planned);
+                if !resuming && until.is_some_and(|until| offset.is_none_or(|o| o > until)) {
+                    return Ok(false);
+                }
+                if let (Some(first), false) = (skipped, quiet) {
+                    eprintln!(
+                        "creb-rs: the start of rounds {}–{} passed while the previous round ran (or the run was stopped); continuing with round {}",
+                        first + 1,
+                        next,
+                        next + 1
+                    );
+                }
+                if planned > SystemTime::now() {
+                    if !quiet {
+                        eprintln!(
+                            "creb-rs: round {} starts at {}",
+                            next + 1,
+                            humantime::format_rfc3339_seconds(planned)
+                        );
+                    }
+                    if !sleep_until(planned, &self.shutdown).await {
+                        return Ok(true);
+                    }
+                }
+            }
+            if let RoundEnd::Interrupted = self.run_round(next, planned).await? {
+                return Ok(true);
+            }
+            resuming = false;
+            next += 1;
+            if every.is_none() && schedule.rounds.is_none() {
+                return Ok(false);
+            }
+        }
+    }
+
     /// A progress note on stderr, unless `--quiet`.
     fn note(&self, text: std::fmt::Arguments<'_>) {
         if !self.quiet {
@@ -393,107 +468,11 @@ impl Runner<'_> {
         }
         self.save()?;
         let all = cells::round_cells(self.file, round);
-        let total = all.len();
         let mut checked: HashMap<usize, Result<(), String>> = HashMap::new();
         for (i, cell) in all.iter().enumerate() {
-            let exp = &self.file.experiments[cell.experiment];
-            let reg = &self.file.registries[cell.registry];
-            let rel = self.layout.cell_dir(self.file, cell);
-            let previous = self.cp.cell(&exp.spec.name, &reg.name, label, cell.rep + 1);
-            if previous.is_some_and(|p| checkpoint::is_complete(p, &self.out)) {
-                continue;
-            }
-            if self.shutdown.is_cancelled() {
-                return Ok(RoundEnd::Interrupted);
-            }
-            let attempts = previous.map_or(0, |p| p.attempts) + 1;
-            let what = format!(
-                "[{}/{total}] {} on {}{}{}",
-                i + 1,
-                exp.spec.name,
-                reg.name,
-                if self.layout.rounds {
-                    format!(", round {label}")
-                } else {
-                    String::new()
-                },
-                if exp.spec.repetitions() > 1 {
-                    format!(", rep {}", cell.rep + 1)
-                } else {
-                    String::new()
-                },
-            );
-            let mut record = CellRecord {
-                experiment: exp.spec.name.clone(),
-                registry: reg.name.clone(),
-                round: label,
-                rep: cell.rep + 1,
-                dir: rel.clone(),
-                status: CellStatus::Running,
-                exit_code: None,
-                started_at: now_rfc3339(),
-                finished_at: None,
-                message: None,
-                attempts,
-            };
-            let check = match checked.get(&cell.registry) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = self.check_registry(cell.registry).await;
-                    checked.insert(cell.registry, c.clone());
-                    c
-                }
-            };
-            if self.shutdown.is_cancelled() {
-                return Ok(RoundEnd::Interrupted);
-            }
-            self.ran
-                .push((exp.spec.name.clone(), reg.name.clone(), label, cell.rep + 1));
-            if let Err(message) = check {
-                eprintln!(
-                    "creb-rs: {what}: skipped: registry '{}': {message}",
-                    reg.name
-                );
-                record.status = CellStatus::Error;
-                record.exit_code = Some(ExitStatus::Usage.code());
-                record.finished_at = Some(now_rfc3339());
-                record.message = Some(format!("registry '{}': {message}", reg.name));
-                self.failures += 1;
-                self.cp.put_cell(record);
-                self.save()?;
-                continue;
-            }
-            let dir = self.out.join(&rel);
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("cannot clear {} to redo the cell", dir.display()))?;
-            }
-            self.cp.put_cell(record.clone());
-            self.save()?;
-            self.note(format_args!("{what}: running → {}", dir.display()));
-            let end = self.run_cell(cell, &dir).await;
-            record.status = end.status;
-            record.exit_code = Some(end.exit.code());
-            record.finished_at = Some(now_rfc3339());
-            record.message = end.message;
-            let line = match crate::results::read_summary(&dir) {
-                Ok(s) => format!(
-                    "{} operations, {} errors, {:.1} op/s",
-                    s.totals.requests, s.totals.errors, s.throughput.requests_per_s
-                ),
-                Err(_) => record.message.clone().unwrap_or_default(),
-            };
-            self.note(format_args!("{what}: {} ({line})", end.status.name()));
-            if matches!(end.status, CellStatus::Failed | CellStatus::Error) {
-                self.failures += 1;
-                if end.exit == ExitStatus::ThresholdFailed {
-                    self.threshold_failures += 1;
-                }
-            }
-            self.cp.put_cell(record);
-            self.save()?;
-            if end.status == CellStatus::Interrupted {
-                return Ok(RoundEnd::Interrupted);
+            let place = (i + 1, all.len());
+            if let Some(end) = self.round_cell(cell, label, place, &mut checked).await? {
+                return Ok(end);
             }
         }
         if self.cleanup {
@@ -524,6 +503,130 @@ impl Runner<'_> {
         }
         self.save()?;
         Ok(RoundEnd::Finished)
+    }
+
+    /// One cell of round `label` (number `place.0` of `place.1`): skipped when it is
+    /// complete already, failed unrun when its registry does not answer (checked once a
+    /// round, in `checked`), else run and recorded. `Some` when a stop ends the round.
+    async fn round_cell(
+        &mut self,
+        cell: &Cell,
+        label: u64,
+        place: (usize, usize),
+        checked: &mut HashMap<usize, Result<(), String>>,
+    ) -> anyhow::Result<Option<RoundEnd>> {
+        let exp = &self.file.experiments[cell.experiment];
+        let reg = &self.file.registries[cell.registry];
+        let previous = self.cp.cell(&exp.spec.name, &reg.name, label, cell.rep + 1);
+        if previous.is_some_and(|p| checkpoint::is_complete(p, &self.out)) {
+            return Ok(None);
+        }
+        if self.shutdown.is_cancelled() {
+            return Ok(Some(RoundEnd::Interrupted));
+        }
+        let what = format!(
+            "[{}/{}] {} on {}{}{}",
+            place.0,
+            place.1,
+            exp.spec.name,
+            reg.name,
+            if self.layout.rounds {
+                format!(", round {label}")
+            } else {
+                String::new()
+            },
+            if exp.spec.repetitions() > 1 {
+                format!(", rep {}", cell.rep + 1)
+            } else {
+                String::new()
+            },
+        );
+        let rel = self.layout.cell_dir(self.file, cell);
+        let mut record = CellRecord {
+            experiment: exp.spec.name.clone(),
+            registry: reg.name.clone(),
+            round: label,
+            rep: cell.rep + 1,
+            dir: rel.clone(),
+            status: CellStatus::Running,
+            exit_code: None,
+            started_at: now_rfc3339(),
+            finished_at: None,
+            message: None,
+            attempts: previous.map_or(0, |p| p.attempts) + 1,
+        };
+        let check = match checked.get(&cell.registry) {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.check_registry(cell.registry).await;
+                checked.insert(cell.registry, c.clone());
+                c
+            }
+        };
+        if self.shutdown.is_cancelled() {
+            return Ok(Some(RoundEnd::Interrupted));
+        }
+        self.ran.push((
+            record.experiment.clone(),
+            record.registry.clone(),
+            label,
+            record.rep,
+        ));
+        if let Err(message) = check {
+            eprintln!(
+                "creb-rs: {what}: skipped: registry '{}': {message}",
+                record.registry
+            );
+            record.status = CellStatus::Error;
+            record.exit_code = Some(ExitStatus::Usage.code());
+            record.finished_at = Some(now_rfc3339());
+            record.message = Some(format!("registry '{}': {message}", record.registry));
+            self.failures += 1;
+            self.cp.put_cell(record);
+            self.save()?;
+            return Ok(None);
+        }
+        let dir = self.out.join(&rel);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("cannot clear {} to redo the cell", dir.display()))?;
+        }
+        self.cp.put_cell(record.clone());
+        self.save()?;
+        self.note(format_args!("{what}: running → {}", dir.display()));
+        let end = self.run_cell(cell, &dir).await;
+        self.record_cell(record, &end, &dir, &what)?;
+        Ok((end.status == CellStatus::Interrupted).then_some(RoundEnd::Interrupted))
+    }
+
+    /// Records how a cell ended in the checkpoint, and says it.
+    fn record_cell(
+        &mut self,
+        mut record: CellRecord,
+        end: &CellEnd,
+        dir: &Path,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        record.status = end.status;
+        record.exit_code = Some(end.exit.code());
+        record.finished_at = Some(now_rfc3339());
+        record.message.clone_from(&end.message);
+        let line = match crate::results::read_summary(dir) {
+            Ok(s) => format!(
+                "{} operations, {} errors, {:.1} op/s",
+                s.totals.requests, s.totals.errors, s.throughput.requests_per_s
+            ),
+            Err(_) => record.message.clone().unwrap_or_default(),
+        };
+        self.note(format_args!("{what}: {} ({line})", end.status.name()));
+        if matches!(end.status, CellStatus::Failed | CellStatus::Error) {
+            self.failures += 1;
+            if end.exit == ExitStatus::ThresholdFailed {
+                self.threshold_failures += 1;
+            }
+        }
+        self.cp.put_cell(record);
+        self.save()
     }
 
     /// `--cleanup` for every registry of the round.
@@ -716,78 +819,14 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
             file.base_dir.join("results").join(stem)
         }
     };
-
-    if args.dry_run && args.quiet {
-        return Ok(ExitStatus::Success);
-    }
     if args.dry_run {
-        let schedule = requested_schedule(&args);
-        let layout = Layout {
-            rounds: schedule.rounds_layout,
-        };
-        println!(
-            "{} experiments, {} registries: {} cells per round ({}); results in {}",
-            file.experiments.len(),
-            file.registries.len(),
-            cells::round_cells(&file, 0).len(),
-            describe_schedule(&schedule),
-            out.display()
-        );
-        for cell in cells::round_cells(&file, 0) {
-            let dir = out.join(layout.cell_dir(&file, &cell));
-            let argv = cells::cell_argv(&file, &cell, &dir).map_err(anyhow::Error::msg)?;
-            println!(
-                "{} on {}{}:\n  {}",
-                file.experiments[cell.experiment].spec.name,
-                file.registries[cell.registry].name,
-                if file.experiments[cell.experiment].spec.repetitions() > 1 {
-                    format!(" (rep {})", cell.rep + 1)
-                } else {
-                    String::new()
-                },
-                shell_line(&argv)
-            );
+        if !args.quiet {
+            dry_run(&args, &file, &out)?;
         }
         return Ok(ExitStatus::Success);
     }
-
     prepare_output_dir(&out)?;
-    let existing = Checkpoint::read(&out)?;
-    let cp = match existing {
-        Some(cp) if args.resume => {
-            if cp.experiment_hash != file.hash {
-                eprintln!(
-                    "creb-rs: warning: {} changed since this run started; complete cells are kept as they are",
-                    args.experiment.display()
-                );
-            }
-            let schedule = resumed_schedule(&args, cp.schedule)?;
-            Checkpoint { schedule, ..cp }
-        }
-        Some(_) => anyhow::bail!(
-            "{} holds an earlier run ({}); continue it with --resume, or choose another --output-dir",
-            out.display(),
-            checkpoint::FILE_NAME
-        ),
-        None => {
-            if args.resume {
-                eprintln!(
-                    "creb-rs: nothing to resume in {}; starting the run",
-                    out.display()
-                );
-            }
-            Checkpoint {
-                version: checkpoint::VERSION,
-                tool_version: env!("CARGO_PKG_VERSION").into(),
-                experiment_file: args.experiment.display().to_string(),
-                experiment_hash: file.hash.clone(),
-                started_at: now_rfc3339(),
-                schedule: requested_schedule(&args),
-                rounds: Vec::new(),
-                cells: Vec::new(),
-            }
-        }
-    };
+    let cp = open_checkpoint(&args, &file, &out)?;
     let schedule = cp.schedule;
     let anchor = humantime::parse_rfc3339_weak(&cp.started_at)
         .with_context(|| format!("checkpoint start '{}' is not RFC 3339", cp.started_at))?;
@@ -821,90 +860,12 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
         }
         None => None,
     };
-
-    // The round to start with: the last recorded one if it is not complete, else the next.
-    let mut next = match runner.cp.rounds.iter().max_by_key(|r| r.round) {
-        Some(last) if !last.complete => last.round - 1,
-        Some(last) => last.round,
-        None => 0,
-    };
-    let mut resuming = runner
-        .cp
-        .rounds
-        .iter()
-        .any(|r| r.round == next + 1 && !r.complete);
-    let every = schedule.every_s.map(Duration::from_secs_f64);
-    let until = schedule.until_s.map(Duration::from_secs_f64);
-    let mut interrupted = false;
-    loop {
-        let finished = runner.cp.finished_rounds();
-        if !resuming {
-            if let Some(n) = schedule.rounds {
-                if finished >= n {
-                    break;
-                }
-            }
-        }
-        let mut planned = SystemTime::now();
-        if let Some(every) = every {
-            let mut skipped = None;
-            if !resuming {
-                let slot = due_slot(anchor, every, next, SystemTime::now());
-                if slot > next {
-                    skipped = Some(next);
-                }
-                next = slot;
-            }
-            let offset = every.checked_mul(u32::try_from(next).unwrap_or(u32::MAX));
-            planned = offset
-                .and_then(|o| anchor.checked_add(o))
-                .unwrap_or(planned);
-            if let Some(until) = until {
-                if offset.is_none_or(|o| o > until) && !resuming {
-                    break;
-                }
-            }
-            if let (Some(first), false) = (skipped, args.quiet) {
-                eprintln!(
-                    "creb-rs: the start of rounds {}–{} passed while the previous round ran (or the run was stopped); continuing with round {}",
-                    first + 1,
-                    next,
-                    next + 1
-                );
-            }
-            if planned > SystemTime::now() {
-                if !args.quiet {
-                    eprintln!(
-                        "creb-rs: round {} starts at {}",
-                        next + 1,
-                        humantime::format_rfc3339_seconds(planned)
-                    );
-                }
-                if !sleep_until(planned, &shutdown).await {
-                    interrupted = true;
-                    break;
-                }
-            }
-        }
-        match runner.run_round(next, planned).await? {
-            RoundEnd::Interrupted => {
-                interrupted = true;
-                break;
-            }
-            RoundEnd::Finished => {}
-        }
-        resuming = false;
-        next += 1;
-        if every.is_none() && schedule.rounds.is_none() {
-            break;
-        }
-    }
+    let interrupted = runner.rounds(anchor, args.quiet).await? || shutdown.is_cancelled();
     runner.save()?;
     if let Some(server) = server {
         server.finish(args.metrics_linger).await;
     }
-
-    let status = if interrupted || shutdown.is_cancelled() {
+    let status = if interrupted {
         ExitStatus::Interrupted
     } else if runner.failures > 0 && runner.failures == runner.threshold_failures {
         ExitStatus::ThresholdFailed
@@ -913,9 +874,99 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
     } else {
         ExitStatus::Success
     };
-    if args.quiet {
-        return Ok(status);
+    if !args.quiet {
+        show_end(&args, &runner, &out, status, interrupted)?;
     }
+    Ok(status)
+}
+
+/// `--dry-run`: the plan of the run and every cell's command line of the first round.
+fn dry_run(args: &RunArgs, file: &ExperimentFile, out: &Path) -> anyhow::Result<()> {
+    let schedule = requested_schedule(args);
+    let layout = Layout {
+        rounds: schedule.rounds_layout,
+    };
+    println!(
+        "{} experiments, {} registries: {} cells per round ({}); results in {}",
+        file.experiments.len(),
+        file.registries.len(),
+        cells::round_cells(file, 0).len(),
+        describe_schedule(&schedule),
+        out.display()
+    );
+    for cell in cells::round_cells(file, 0) {
+        let dir = out.join(layout.cell_dir(file, &cell));
+        let argv = cells::cell_argv(file, &cell, &dir).map_err(anyhow::Error::msg)?;
+        let exp = &file.experiments[cell.experiment];
+        println!(
+            "{} on {}{}:\n  {}",
+            exp.spec.name,
+            file.registries[cell.registry].name,
+            if exp.spec.repetitions() > 1 {
+                format!(" (rep {})", cell.rep + 1)
+            } else {
+                String::new()
+            },
+            shell_line(&argv)
+        );
+    }
+    Ok(())
+}
+
+/// The checkpoint of the run in `out`: the earlier one with `--resume` (its schedule as the
+/// flags may extend it), a new one when there is none; an earlier run without `--resume`
+/// is an error.
+fn open_checkpoint(
+    args: &RunArgs,
+    file: &ExperimentFile,
+    out: &Path,
+) -> anyhow::Result<Checkpoint> {
+    match Checkpoint::read(out)? {
+        Some(cp) if args.resume => {
+            if cp.experiment_hash != file.hash {
+                eprintln!(
+                    "creb-rs: warning: {} changed since this run started; complete cells are kept as they are",
+                    args.experiment.display()
+                );
+            }
+            let schedule = resumed_schedule(args, cp.schedule)?;
+            Ok(Checkpoint { schedule, ..cp })
+        }
+        Some(_) => anyhow::bail!(
+            "{} holds an earlier run ({}); continue it with --resume, or choose another --output-dir",
+            out.display(),
+            checkpoint::FILE_NAME
+        ),
+        None => {
+            if args.resume {
+                eprintln!(
+                    "creb-rs: nothing to resume in {}; starting the run",
+                    out.display()
+                );
+            }
+            Ok(Checkpoint {
+                version: checkpoint::VERSION,
+                tool_version: env!("CARGO_PKG_VERSION").into(),
+                experiment_file: args.experiment.display().to_string(),
+                experiment_hash: file.hash.clone(),
+                started_at: now_rfc3339(),
+                schedule: requested_schedule(args),
+                rounds: Vec::new(),
+                cells: Vec::new(),
+            })
+        }
+    }
+}
+
+/// The end of a run on the terminal: the checkpoint as JSON, or the table of what ran and
+/// how to continue an interrupted run.
+fn show_end(
+    args: &RunArgs,
+    runner: &Runner<'_>,
+    out: &Path,
+    status: ExitStatus,
+    interrupted: bool,
+) -> anyhow::Result<()> {
     if args.json {
         let json = serde_json::json!({
             "output_dir": out,
@@ -923,21 +974,21 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus
             "checkpoint": runner.cp,
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        if runner.ran.is_empty() && !interrupted {
-            println!("nothing left to run in {}", out.display());
-        } else {
-            print_table(&file, &runner.cp, &out, &runner.ran);
-        }
-        if interrupted {
-            eprintln!(
-                "creb-rs: interrupted; continue with: creb-rs run {} --output-dir {} --resume",
-                args.experiment.display(),
-                out.display()
-            );
-        }
+        return Ok(());
     }
-    Ok(status)
+    if runner.ran.is_empty() && !interrupted {
+        println!("nothing left to run in {}", out.display());
+    } else {
+        print_table(runner.file, &runner.cp, out, &runner.ran);
+    }
+    if interrupted {
+        eprintln!(
+            "creb-rs: interrupted; continue with: creb-rs run {} --output-dir {} --resume",
+            args.experiment.display(),
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
