@@ -4,7 +4,7 @@
 use http::{Method, StatusCode};
 use url::Url;
 
-use super::{status_error, ClientError, Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
+use super::{status_error, ClientError, Exchange, Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::digest::Digest;
 use crate::metrics::{Event, Op};
@@ -41,18 +41,8 @@ impl RegistryClient {
                 let request = HttpRequest::new(Method::GET, url.clone());
                 let ex = self.exchange(request, &self.read_scope(repo), true).await?;
                 m.exchanged(&ex);
-                if ex.response.status != StatusCode::OK {
-                    return Err(status_error(ex).await);
-                }
-                let next = ex
-                    .response
-                    .header("link")
-                    .and_then(|l| parse_link_next(l, &url));
-                let body = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
-                m.bytes_received = body.len() as u64;
-                let page: Page = serde_json::from_slice(&body).map_err(|e| {
-                    ClientError::Protocol(format!("tag list is not valid JSON: {e}"))
-                })?;
+                let (page, next): (Page, _) =
+                    read_page(ex, &url, &mut m, "tag list is not valid JSON").await?;
                 Ok((page.tags.unwrap_or_default(), next))
             }
             .await;
@@ -115,18 +105,8 @@ impl RegistryClient {
                     let _ = ex.response.drain().await;
                     return Ok(None);
                 }
-                if ex.response.status != StatusCode::OK {
-                    return Err(status_error(ex).await);
-                }
-                let next = ex
-                    .response
-                    .header("link")
-                    .and_then(|l| parse_link_next(l, &url));
-                let body = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
-                m.bytes_received = body.len() as u64;
-                let index: Index = serde_json::from_slice(&body).map_err(|e| {
-                    ClientError::Protocol(format!("referrers answer is not an index: {e}"))
-                })?;
+                let (index, next): (Index, _) =
+                    read_page(ex, &url, &mut m, "referrers answer is not an index").await?;
                 Ok(Some((index.manifests, next)))
             }
             .await;
@@ -193,6 +173,29 @@ impl RegistryClient {
         .await;
         self.finish(&m, r).await
     }
+}
+
+/// One page of a paginated listing (tags, referrers): its JSON body, bounded, parsed as
+/// `T`, and the next page's URL from its `Link` header; `what` names a body that does not
+/// parse. Anything but 200 is the registry's error.
+async fn read_page<T: serde::de::DeserializeOwned>(
+    ex: Exchange,
+    url: &Url,
+    m: &mut Meter,
+    what: &str,
+) -> Result<(T, Option<Url>), ClientError> {
+    if ex.response.status != StatusCode::OK {
+        return Err(status_error(ex).await);
+    }
+    let next = ex
+        .response
+        .header("link")
+        .and_then(|l| parse_link_next(l, url));
+    let body = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
+    m.bytes_received = body.len() as u64;
+    let page =
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("{what}: {e}")))?;
+    Ok((page, next))
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    color, escape, fmt_num, fmt_value, header, open_svg, px, text_width, Scale, ScaleKind, WIDTH,
+    color, escape, fmt_num, fmt_value, header, open_svg, px, text_width, x_labels, Scale,
+    ScaleKind, WIDTH,
 };
 
 /// One metric of a [`BarChart`]: a panel with its own scale.
@@ -137,23 +138,7 @@ pub fn bar_chart(c: &BarChart) -> String {
         }
         out.push_str("</g>");
         out.push_str(r##"<g class="ticks" font-size="10" fill="#555555">"##);
-        let mut last_right = f64::NEG_INFINITY;
-        for (v, label) in &ticks {
-            if let Some(x) = scale.map(*v) {
-                let half = text_width(label, 10.0) / 2.0;
-                if x - half < last_right + 3.0 {
-                    continue;
-                }
-                last_right = x + half;
-                let _ = write!(
-                    out,
-                    r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-                    px(x),
-                    px(top - 8.0),
-                    escape(label)
-                );
-            }
-        }
+        x_labels(&mut out, &ticks, |v| scale.map(v), 10.0, 3.0, top - 8.0);
         out.push_str("</g>");
         let base = if log {
             px0

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{color, escape, header, open_svg, px, text_width, Scale, MARKER_LIMIT, WIDTH};
+use super::{
+    color, escape, header, open_svg, px, text_width, x_labels, Scale, MARKER_LIMIT, WIDTH,
+};
 
 /// One line of a [`LineChart`].
 #[derive(Debug, Clone, PartialEq)]
@@ -144,24 +146,7 @@ pub fn line_chart(c: &LineChart) -> String {
             );
         }
     }
-    let mut last_right = f64::NEG_INFINITY;
-    for (v, label) in &xticks {
-        if let Some(x) = xscale.map(*v) {
-            // Skip labels that would overlap the previous one.
-            let half = text_width(label, 11.0) / 2.0;
-            if x - half < last_right + 4.0 {
-                continue;
-            }
-            last_right = x + half;
-            let _ = write!(
-                out,
-                r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-                px(x),
-                px(y0 + 16.0),
-                escape(label)
-            );
-        }
-    }
+    x_labels(&mut out, &xticks, |v| xscale.map(v), 11.0, 4.0, y0 + 16.0);
     out.push_str("</g>");
     let _ = write!(
         out,

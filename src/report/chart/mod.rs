@@ -395,6 +395,35 @@ fn header(out: &mut String, x: f64, title: &str, subtitle: &str) {
     }
 }
 
+/// The labels of an x axis at `y`, centred on their ticks (`at` gives a tick's position,
+/// `None` off the axis); a label that would overlap the one before it (within `gap`) is left
+/// out.
+fn x_labels(
+    out: &mut String,
+    ticks: &[(f64, String)],
+    at: impl Fn(f64) -> Option<f64>,
+    size: f64,
+    gap: f64,
+    y: f64,
+) {
+    let mut last_right = f64::NEG_INFINITY;
+    for (v, label) in ticks {
+        let Some(x) = at(*v) else { continue };
+        let half = text_width(label, size) / 2.0;
+        if x - half < last_right + gap {
+            continue;
+        }
+        last_right = x + half;
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            px(x),
+            px(y),
+            escape(label)
+        );
+    }
+}
+
 fn px(v: f64) -> String {
     let r = (v * 10.0).round() / 10.0;
     if r == r.trunc() {
