@@ -151,8 +151,10 @@ concurrency = 2
         None,
         &[("CREB_TEST_EXPERIMENT_PW", PASS)],
     );
-    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    // 1 only when a cell's operations failed, which must be docker-registry's tag race.
+    assert!(matches!(out.code, 0 | 1), "{}\n{}", out.stdout, out.stderr);
     eprintln!("four cells in {:.1}s", started.elapsed().as_secs_f64());
+    let mut failed_cells = 0;
     // The default output directory: results/<stem> next to the file.
     let results = dir.path().join("results/bench");
     for exp in ["replay-small", "push-small"] {
@@ -162,8 +164,10 @@ concurrency = 2
             assert!(s["totals"]["requests"].as_u64().unwrap() > 0, "{exp}/{reg}");
             let registry = if reg == "plain" { &plain } else { &auth };
             registry.assert_no_errors_but_tag_races(&s, &format!("{exp}/{reg}"));
+            failed_cells += u64::from(s["totals"]["errors"].as_u64() > Some(0));
         }
     }
+    assert_eq!(out.code == 1, failed_cells > 0, "{}", out.stderr);
     // The auth registry's credentials came from the command built for password_env.
     let s = summary_json(&results.join("push-small/auth"));
     assert_eq!(s["config"]["credentials"]["source"], "password-cmd");

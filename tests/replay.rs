@@ -86,7 +86,7 @@ async fn stress_then_delay_replay_with_exact_accounting() {
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    assert_eq!(creb(&args).await, ExitStatus::Success);
+    let status = creb(&args).await;
 
     let prewarm = summary_json(&out.join("prewarm"));
     assert_eq!(prewarm["mode"], "prewarm");
@@ -96,7 +96,7 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     let run = summary_json(&out);
     assert_eq!(run["mode"], "stress");
     assert_eq!(run["model"], "closed");
-    registry.assert_no_errors_but_tag_races(&run, "stress run");
+    registry.assert_exit_but_tag_races(i32::from(status.code()), &run, "stress run");
     assert_reconciled(&run);
     let t = &run["trace"];
     assert_eq!(u(&t["records"]), stats.records);
@@ -146,10 +146,10 @@ async fn stress_then_delay_replay_with_exact_accounting() {
         delay.to_str().unwrap(),
         "--quiet",
     ]);
-    assert_eq!(creb(&args).await, ExitStatus::Success);
+    let status = creb(&args).await;
     let run = summary_json(&delay);
     assert_eq!(run["model"], "open");
-    registry.assert_no_errors_but_tag_races(&run, "delay run");
+    registry.assert_exit_but_tag_races(i32::from(status.code()), &run, "delay run");
     assert_reconciled(&run);
     let expected = span_ms as f64 / 4.0 / 1000.0;
     let took = run["duration_s"].as_f64().unwrap();
@@ -216,14 +216,15 @@ async fn shards_cover_the_trace_exactly_once() {
                 out.to_str().unwrap(),
                 "--quiet",
             ]);
-            assert_eq!(creb(&args).await, ExitStatus::Success);
+            let status = creb(&args).await;
             let s = summary_json(&out);
             assert_reconciled(&s);
             assert_eq!(s["shard"]["index"], i);
             records += u(&s["trace"]["records"]);
             ops += u(&s["trace"]["replayed"]);
             folded += u(&s["trace"]["folded"]);
-            registry.assert_no_errors_but_tag_races(&s, &format!("shard-by {by} {shard}"));
+            let what = format!("shard-by {by} {shard}");
+            registry.assert_exit_but_tag_races(i32::from(status.code()), &s, &what);
         }
         assert_eq!(records, stats.records, "shard-by {by}");
         assert_eq!(folded, stats.upload_members, "shard-by {by}");
@@ -250,10 +251,9 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
         "--quiet",
     ]);
     let run = common::run_bin(&args, None, &[]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
     let s = summary_json(&out);
     assert_eq!(s["checks"]["cores"], 1);
-    registry.assert_no_errors_but_tag_races(&s, "--threads 1");
+    registry.assert_exit_but_tag_races(run.code, &s, "--threads 1");
 
     // Without the flag, a registry on loopback shares the machine: half the cores.
     let out = dir.path().join("default");
@@ -269,9 +269,10 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
         "--quiet",
     ]);
     let run = common::run_bin(&args, None, &[]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let s = summary_json(&out);
+    registry.assert_exit_but_tag_races(run.code, &s, "default threads");
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    assert_eq!(summary_json(&out)["checks"]["cores"], (cores / 2).max(1));
+    assert_eq!(s["checks"]["cores"], (cores / 2).max(1));
 
     let refused = common::run_bin(
         &[
@@ -436,8 +437,10 @@ fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
         "--output-dir",
         out.to_str().unwrap(),
     ]);
-    assert_eq!(more.code, 0, "{}", more.stderr);
+    // What was not prewarmed fails to read: failed operations, so exit 1.
+    assert_eq!(more.code, 1, "{}", more.stderr);
     let summary = summary_json(&out);
+    assert!(summary["totals"]["errors"].as_u64() > Some(0), "{summary}");
     let warnings = summary["warnings"].as_array().unwrap();
     assert!(
         warnings.iter().any(|w| w["kind"] == "prewarm_missing"),
@@ -456,8 +459,8 @@ fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
         "--output-dir",
         out.to_str().unwrap(),
     ]);
-    assert_eq!(same.code, 0, "{}", same.stderr);
     let summary = summary_json(&out);
+    registry.assert_exit_but_tag_races(same.code, &summary, "same settings");
     assert!(
         !summary["warnings"]
             .as_array()

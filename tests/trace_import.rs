@@ -157,8 +157,23 @@ fn round_trip(log_text: &str, format: &str, original: &BTreeMap<String, u64>) {
     );
 
     let fresh = Registry::start();
-    let replayed = ok(&["replay", trace.to_str().unwrap(), "--registry", &fresh.url]);
-    fresh.assert_no_errors_but_tag_races(&replayed, format);
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("r");
+    let r = run_bin(
+        &[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            &fresh.url,
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    let replayed = summary_json(&dir);
+    fresh.assert_exit_but_tag_races(r.code, &replayed, &format!("{format}: {}", r.stderr));
     let replayed = counts(&replayed);
     // Every kind the workload made is there (the test cannot pass on an empty map).
     for op in [

@@ -17,6 +17,7 @@ use url::Url;
 
 use crate::net::HttpClient;
 use crate::oci::manifest::ManifestFormat;
+use crate::results::thresholds::MaxErrors;
 use crate::route::RouteKind;
 use crate::units::{parse_count, parse_duration, ByteSize};
 
@@ -252,6 +253,11 @@ pub struct OutputArgs {
     /// 'errors(http_429) > 0'. Every verdict is in summary.json (`thresholds`).
     #[arg(long, value_name = "EXPR")]
     pub fail_if: Vec<String>,
+
+    /// Failed operations tolerated before the exit status is 1: a count (5) or a share of
+    /// the operations (1%). Recorded in summary.json (`max_errors`).
+    #[arg(hide_short_help = true, long, value_name = "N|P%", default_value = "0")]
+    pub max_errors: MaxErrors,
 
     /// Length of the intervals of histograms.hlog and timeline.csv.
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_interval)]

@@ -5,9 +5,9 @@
 //! ([`session`]); and this file, the dispatcher: parse, run on the runtime, exit status.
 //!
 //! Exit statuses (documented in README and `docs/cli.md`, [`ExitStatus`]): 0 completed;
-//! 1 completed but a check failed (an operation failed in push/pull, a `--fail-if`
-//! threshold held); 2 usage, configuration or I/O error; 130 interrupted by SIGINT, 143 by
-//! SIGTERM (results still written).
+//! 1 completed but an operation failed (more than `--max-errors`) or a `--strict` check;
+//! 2 usage, configuration or I/O error; 3 a `--fail-if` threshold held; 130 interrupted by
+//! SIGINT, 143 by SIGTERM (results still written).
 //!
 //! Nothing below this layer imports clap, a command, or this module.
 
@@ -73,7 +73,8 @@ pub struct Cli {
 pub const EXIT_STATUSES: &str = "\
 Exit status (every command):
   0    completed
-  1    completed, but an operation failed, or a validity check failed with --strict
+  1    completed, but an operation failed (more than --max-errors, 0 by default), or a
+       validity check failed with --strict
   2    usage, configuration or I/O error (nothing was measured, or the registry was unusable)
   3    completed, but a --fail-if threshold held
   130  interrupted by Ctrl-C (SIGINT); results written and marked interrupted

@@ -120,6 +120,7 @@ impl Session {
         watch: Option<RegistryWatch>,
         shown: &Shown,
     ) -> anyhow::Result<bool> {
+        run.summary.max_errors = Some(self.flags.max_errors);
         let judged = if shown.judge {
             run.summary.thresholds =
                 verdicts(&self.thresholds, &run.summary, &run.aggregator.table);
@@ -169,22 +170,19 @@ impl Session {
         for message in errors.messages() {
             eprintln!("creb-rs: {message}");
         }
-        Ok(exit_status(&run.summary, slow, false, true))
+        Ok(exit_status(&run.summary, slow, false))
     }
 }
 
-/// The exit status of a finished run, one rule for every load command: interrupted first,
-/// then a failed operation (when `errors_fail`) or a failed validity check (`strict_failed`),
-/// then a threshold that held.
-pub fn exit_status(
-    summary: &Summary,
-    slow: bool,
-    strict_failed: bool,
-    errors_fail: bool,
-) -> ExitStatus {
+/// The exit status of a finished run, one rule for every load command (docs/cli.md):
+/// interrupted first, then more failed operations than `--max-errors` tolerates (none by
+/// default) or a failed validity check (`strict_failed`), then a threshold that held.
+pub fn exit_status(summary: &Summary, slow: bool, strict_failed: bool) -> ExitStatus {
+    let max_errors = summary.max_errors.unwrap_or_default();
+    let failed = max_errors.exceeded(summary.totals.errors, summary.totals.requests);
     if summary.interrupted {
         ExitStatus::Interrupted
-    } else if (errors_fail && summary.totals.errors > 0) || strict_failed {
+    } else if failed || strict_failed {
         ExitStatus::Failed
     } else if slow {
         ExitStatus::ThresholdFailed

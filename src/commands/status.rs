@@ -8,7 +8,8 @@
 pub enum ExitStatus {
     /// 0: completed.
     Success,
-    /// 1: completed, but an operation failed, or a validity check failed with `--strict`.
+    /// 1: completed, but more operations failed than `--max-errors` tolerates (none by
+    /// default), or a validity check failed with `--strict`.
     Failed,
     /// 2: usage, configuration or I/O error.
     Usage,

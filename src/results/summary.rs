@@ -197,6 +197,10 @@ pub struct Summary {
     /// Every `--fail-if` and how it came out, in the order given (absent without any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<ThresholdVerdict>,
+    /// `--max-errors`: the failed operations the run tolerated before exiting 1 (absent in
+    /// results of commands that do not send requests, and in older ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_errors: Option<MaxErrors>,
 }
 
 /// One endpoint of a run over several.
@@ -430,6 +434,7 @@ impl Summary {
             config: info.config,
             endpoints: None,
             thresholds: Vec::new(),
+            max_errors: None,
         }
     }
 
@@ -458,5 +463,74 @@ pub struct ThresholdVerdict {
 impl ThresholdVerdict {
     pub fn held(&self) -> bool {
         self.verdict == "held"
+    }
+}
+/// `--max-errors`: how many failed operations a run tolerates before it exits 1, as a
+/// count (`5`) or a share of its operations (`1%`). The default, 0, tolerates none.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum MaxErrors {
+    Count(u64),
+    /// A share of the run's operations, in percent (0–100).
+    Percent(f64),
+}
+
+impl Default for MaxErrors {
+    fn default() -> Self {
+        MaxErrors::Count(0)
+    }
+}
+
+impl std::str::FromStr for MaxErrors {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<MaxErrors, String> {
+        let s = s.trim();
+        if let Some(p) = s.strip_suffix('%') {
+            let share: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{s}' is not a share (e.g. 1%)"))?;
+            if !(0.0..=100.0).contains(&share) {
+                return Err(format!("'{s}' is not between 0% and 100%"));
+            }
+            return Ok(MaxErrors::Percent(share));
+        }
+        crate::units::parse_count(s)
+            .map(MaxErrors::Count)
+            .map_err(|_| format!("'{s}' is neither a count (5) nor a share (1%)"))
+    }
+}
+
+impl std::fmt::Display for MaxErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxErrors::Count(n) => write!(f, "{n}"),
+            MaxErrors::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl From<MaxErrors> for String {
+    fn from(m: MaxErrors) -> String {
+        m.to_string()
+    }
+}
+
+impl TryFrom<String> for MaxErrors {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<MaxErrors, String> {
+        s.parse()
+    }
+}
+
+impl MaxErrors {
+    /// Whether `errors` failed operations of `operations` are more than tolerated.
+    pub fn exceeded(self, errors: u64, operations: u64) -> bool {
+        match self {
+            MaxErrors::Count(n) => errors > n,
+            MaxErrors::Percent(p) => errors as f64 * 100.0 > p * operations as f64,
+        }
     }
 }

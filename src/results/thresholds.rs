@@ -23,7 +23,7 @@ use std::fmt;
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
-pub use super::summary::ThresholdVerdict;
+pub use super::summary::{MaxErrors, ThresholdVerdict};
 use crate::metrics::{new_histogram, ErrorKind, Level, Op, Stats, StatsTable};
 use crate::units::{parse_count, parse_duration, parse_size};
 
@@ -487,6 +487,7 @@ mod tests {
             config: serde_json::json!({}),
             endpoints: None,
             thresholds: Vec::new(),
+            max_errors: None,
         }
     }
 
@@ -558,5 +559,20 @@ mod tests {
         fn parsing_never_panics(s in ".{0,40}") {
             let _ = Threshold::parse(&s);
         }
+    }
+
+    #[test]
+    fn max_errors_tolerates_a_count_or_a_share() {
+        let count: MaxErrors = "5".parse().unwrap();
+        assert!(!count.exceeded(5, 10));
+        assert!(count.exceeded(6, 1000));
+        let share: MaxErrors = "1%".parse().unwrap();
+        assert!(!share.exceeded(10, 1000));
+        assert!(share.exceeded(11, 1000));
+        assert!(MaxErrors::default().exceeded(1, 1_000_000));
+        assert!(!MaxErrors::default().exceeded(0, 0));
+        assert_eq!(share.to_string(), "1%");
+        assert!("x".parse::<MaxErrors>().is_err());
+        assert!("101%".parse::<MaxErrors>().is_err());
     }
 }

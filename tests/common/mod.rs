@@ -416,6 +416,19 @@ impl Registry {
         eprintln!("{what}: {manifest_500s} tag-race 500s of docker-registry (tolerated)");
     }
 
+    /// Asserts a run's exit status against this registry: 0, or 1 when every operation
+    /// that failed is a tag race the registry's log accounts for (exit 1 is the rule for
+    /// any failed operation; see [`Registry::assert_no_errors_but_tag_races`]).
+    pub fn assert_exit_but_tag_races(&self, code: i32, summary: &serde_json::Value, what: &str) {
+        let errors = summary["totals"]["errors"].as_u64().unwrap_or(0);
+        match code {
+            0 => assert_eq!(errors, 0, "{what}: exit 0 with {errors} errors"),
+            1 => assert!(errors > 0, "{what}: exit 1 without an error"),
+            other => panic!("{what}: exit {other}"),
+        }
+        self.assert_no_errors_but_tag_races(summary, what);
+    }
+
     /// SIGKILLs the registry process (a crash: no graceful shutdown).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -349,7 +349,7 @@ fn judge(
             .warnings
             .iter()
             .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()));
-    Ok(exit_status(summary, slow, strict_failed, false))
+    Ok(exit_status(summary, slow, strict_failed))
 }
 
 /// Why a run replayed nothing: its records and what skipped them.

@@ -12,7 +12,7 @@ use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
 use crate::client::RegistryClient;
 use crate::commands::connect::{config_json, endpoint_links};
-use crate::commands::session::{Finished, Shown};
+use crate::commands::session::{exit_status, Finished, Shown};
 use crate::commands::status::ExitStatus;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::prewarm::{Prewarm, PrewarmReport};
@@ -65,13 +65,8 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
             report.failed
         );
     }
-    Ok(if report.failed > 0 {
-        ExitStatus::Failed
-    } else if slow {
-        ExitStatus::ThresholdFailed
-    } else {
-        ExitStatus::Success
-    })
+    // Objects that could not be prewarmed fail the phase as failed operations fail a run.
+    Ok(exit_status(&finished.summary, slow, false))
 }
 
 /// Plans the prewarm's jobs and carries them out with the phase's progress line.
