@@ -133,7 +133,8 @@ fn scaled_sizes_agree_across_shards_and_are_recorded_everywhere() {
     );
     a.extend(["--shard", "1/2", "--output-dir", &other]);
     let r = run_bin(&a, None, &[]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Nothing was prewarmed at this scale: its reads fail (exit 1), its result is written.
+    assert_eq!(r.code, 1, "{}", r.stderr);
     let r = run_bin(
         &["merge", &shards[0], &other, "--output-dir", &dir("mixed")],
         None,
