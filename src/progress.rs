@@ -114,6 +114,12 @@ impl Progress {
         Arc::new(p)
     }
 
+    /// Work of an unknown number of items (a trace being read): the line counts them, with
+    /// no share and no ETA.
+    pub fn unbounded() -> Arc<Self> {
+        Progress::new(0)
+    }
+
     /// Work of `total` items moving `bytes` in all: the ETA follows the bytes.
     pub fn with_bytes(total: u64, bytes: u64) -> Arc<Self> {
         let p = Progress::new(total);
@@ -279,28 +285,49 @@ impl ProgressLine {
     }
 
     fn terminal(phase: &str, unit: &str, progress: Arc<Progress>) -> ProgressLine {
-        let bar = ProgressBar::with_draw_target(
-            Some(progress.total.load(Ordering::Relaxed)),
-            ProgressDrawTarget::stderr_with_hz(4),
-        );
-        let template = format!("{{prefix:>8}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}");
-        if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style.progress_chars("=> "));
-        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
+        let unit = unit.to_owned();
+        let style = move |unbounded: bool| {
+            let template = if unbounded {
+                format!("{{prefix:>8}} {{pos}} {unit}  {{msg}}")
+            } else {
+                format!("{{prefix:>8}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}")
+            };
+            ProgressStyle::with_template(&template)
+                .ok()
+                .map(|s| s.progress_chars("=> "))
+        };
         bar.set_prefix(phase.to_owned());
         let drawn = bar.clone();
         let task = tokio::spawn(async move {
             let start = tokio::time::Instant::now();
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             let mut figures = String::new();
+            // The style follows whether the total is known yet (a trace being read is not,
+            // its digests are once it is read).
+            let mut styled: Option<bool> = None;
             for n in 0u64.. {
                 tick.tick().await;
-                drawn.set_length(progress.total.load(Ordering::Relaxed));
+                let total = progress.total.load(Ordering::Relaxed);
+                let unbounded = total == 0 && progress.bytes_total.load(Ordering::Relaxed) == 0;
+                if styled != Some(unbounded) {
+                    if let Some(s) = style(unbounded) {
+                        drawn.set_style(s);
+                    }
+                    styled = Some(unbounded);
+                }
+                if !unbounded {
+                    drawn.set_length(total);
+                }
                 drawn.set_position(progress.done.load(Ordering::Relaxed));
                 // The latency window is a second long; the counters move every tick.
                 if n % 4 == 0 {
                     let status = progress.status(start.elapsed());
-                    figures = format!("{}  ETA {}", status.figures(), status.eta());
+                    figures = if unbounded {
+                        status.figures()
+                    } else {
+                        format!("{}  ETA {}", status.figures(), status.eta())
+                    };
                 }
                 drawn.set_message(figures.clone());
             }
@@ -319,6 +346,14 @@ impl ProgressLine {
             loop {
                 tick.tick().await;
                 let status = progress.status(start.elapsed());
+                if status.total == 0 && progress.bytes_total.load(Ordering::Relaxed) == 0 {
+                    eprintln!(
+                        "creb-rs: {phase} {} {unit}  {}",
+                        status.done,
+                        status.figures()
+                    );
+                    continue;
+                }
                 eprintln!(
                     "creb-rs: {phase} {:.1}%  {}/{} {unit}  {}  ETA {}",
                     status.share * 100.0,

@@ -13,6 +13,7 @@ pub struct Shutdown {
     token: CancellationToken,
     by_signal: Arc<AtomicBool>,
     by_term: Arc<AtomicBool>,
+    by_limit: Arc<AtomicBool>,
 }
 
 impl Shutdown {
@@ -64,6 +65,34 @@ impl Shutdown {
 
     pub fn cancel(&self) {
         self.token.cancel();
+    }
+
+    /// Ends the run after `limit` (`--max-run-time`) the way a stop does (nothing new
+    /// starts, in-flight work gets its grace, results are written), but as the run's
+    /// planned end: not an interruption.
+    pub fn limit_run_time(&self, limit: std::time::Duration) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(limit) => {
+                    if !this.token.is_cancelled() {
+                        this.by_limit.store(true, Ordering::SeqCst);
+                        this.token.cancel();
+                    }
+                }
+                () = this.token.cancelled() => {}
+            }
+        });
+    }
+
+    /// Whether `--max-run-time` ended the run.
+    pub fn by_limit(&self) -> bool {
+        self.by_limit.load(Ordering::SeqCst)
+    }
+
+    /// Whether the run was interrupted: stopped, and not by its `--max-run-time`.
+    pub fn interrupted(&self) -> bool {
+        self.token.is_cancelled() && !self.by_limit()
     }
 }
 

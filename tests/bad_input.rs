@@ -60,8 +60,9 @@ fn malformed_files_and_expressions_name_file_and_position() {
     let trace = tmp.path().join("broken.json");
     std::fs::write(&trace, "[{\"timestamp\": 12, x").unwrap();
     let t = trace.to_str().unwrap();
+    // The registry is checked before the trace is read: --dry-run reads it alone.
     assert_usage_error(
-        &["replay", t, "--registry", dead, "--quiet"],
+        &["replay", t, "--registry", dead, "--dry-run", "--quiet"],
         &["broken.json", "record 1", "byte"],
     );
     let r = run_bin(&["trace", "validate", t], None, &[]);
@@ -189,6 +190,7 @@ fn random_bytes_in_every_input_never_panic() {
                 vec!["trace", "validate", f],
                 vec!["trace", "stats", f],
                 vec!["replay", f, "--registry", dead, "--quiet"],
+                vec!["replay", f, "--registry", dead, "--dry-run", "--quiet"],
                 vec!["merge", d, d, "--output-dir", out.to_str().unwrap()],
                 vec!["report", d],
                 vec!["run", f],

@@ -26,6 +26,10 @@ pub enum ClientError {
     SizeMismatch { expected: u64, actual: u64 },
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// An answer that is not what the operation asked for (`not_a_manifest`, `not_json`,
+    /// `digest_header_mismatch`): never counted as a success.
+    #[error("{message}")]
+    Unexpected { kind: ErrorKind, message: String },
     #[error("{0}")]
     Auth(#[from] AuthError),
     #[error("cancelled by shutdown")]
@@ -55,6 +59,7 @@ impl ClientError {
             ClientError::DigestMismatch { .. } => ErrorKind::DigestMismatch,
             ClientError::SizeMismatch { .. } => ErrorKind::SizeMismatch,
             ClientError::Protocol(_) => ErrorKind::Protocol,
+            ClientError::Unexpected { kind, .. } => *kind,
             ClientError::Auth(_) => ErrorKind::Auth,
             ClientError::Cancelled => ErrorKind::Cancelled,
         }

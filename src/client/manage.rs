@@ -7,7 +7,7 @@ use url::Url;
 use super::{status_error, ClientError, Exchange, Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::digest::Digest;
-use crate::metrics::{Event, Op};
+use crate::metrics::{ErrorKind, Event, Op};
 use crate::net::transport::HttpRequest;
 use crate::oci::headers::parse_link_next;
 use crate::oci::manifest::{Descriptor, OCI_INDEX};
@@ -193,8 +193,10 @@ async fn read_page<T: serde::de::DeserializeOwned>(
         .and_then(|l| parse_link_next(l, url));
     let body = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
     m.bytes_received = body.len() as u64;
-    let page =
-        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("{what}: {e}")))?;
+    let page = serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
+        kind: ErrorKind::NotJson,
+        message: format!("{what}: {e}"),
+    })?;
     Ok((page, next))
 }
 

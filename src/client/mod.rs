@@ -46,6 +46,7 @@ use crate::net::transport::{
 };
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
 use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
+use crate::oci::manifest::ParsedManifest;
 use crate::oci::reference::{Reference, Repository};
 use retry::RetryPolicy;
 
@@ -127,6 +128,8 @@ pub struct FetchedManifest {
     pub bytes: Bytes,
     content_type: Option<HeaderValue>,
     sha256: Sha256Sum,
+    /// The manifest, parsed (a body that does not parse is `not_a_manifest`).
+    pub parsed: ParsedManifest,
 }
 
 impl FetchedManifest {

@@ -8,9 +8,10 @@ use super::{content_length, status_error, ClientError, Exchange, FetchedManifest
 use super::{Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::digest::{Digest, Hasher, Sha256Sum};
-use crate::metrics::{Event, Op};
+use crate::metrics::{ErrorKind, Event, Op};
 use crate::net::transport::{HttpRequest, HttpResponse};
-use crate::oci::manifest::ACCEPT as MANIFEST_ACCEPT;
+use crate::oci::headers::truncate;
+use crate::oci::manifest::{ParsedManifest, ACCEPT as MANIFEST_ACCEPT};
 use crate::oci::reference::{Reference, Repository};
 
 impl RegistryClient {
@@ -33,23 +34,40 @@ impl RegistryClient {
         self.finish(&m, r).await
     }
 
-    /// Reads a body to its end, hashing it when verification is on.
+    /// Reads a body to its end, hashing it when verification is on. With an `expected`
+    /// size, a body that runs past it is cut off at its first extra byte (`size_mismatch`):
+    /// no server can stream more than it promised.
     async fn read_verified(
         &self,
         mut response: HttpResponse,
         digest: &Digest,
+        expected: Option<u64>,
         m: &mut Meter,
     ) -> Result<u64, ClientError> {
         let verify = self.inner.options.verify && digest.verifiable();
         let mut hasher = verify.then(Hasher::new);
         let mut n = 0u64;
+        let limit = expected.unwrap_or(u64::MAX);
         while let Some(chunk) = response.chunk().await? {
             n += chunk.len() as u64;
+            if n > limit {
+                m.bytes_received += n;
+                return Err(ClientError::SizeMismatch {
+                    expected: limit,
+                    actual: n,
+                });
+            }
             if let Some(h) = hasher.as_mut() {
                 h.update(&chunk);
             }
         }
         m.bytes_received += n;
+        if let Some(expected) = expected.filter(|&e| e != n) {
+            return Err(ClientError::SizeMismatch {
+                expected,
+                actual: n,
+            });
+        }
         if let Some(h) = hasher {
             let actual = h.finish_sum();
             if !actual.matches(digest.as_str()) {
@@ -80,14 +98,8 @@ impl RegistryClient {
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
             }
-            let n = self.read_verified(ex.response, digest, &mut m).await?;
-            match expected_size {
-                Some(expected) if expected != n => Err(ClientError::SizeMismatch {
-                    expected,
-                    actual: n,
-                }),
-                _ => Ok(n),
-            }
+            self.read_verified(ex.response, digest, expected_size, &mut m)
+                .await
         }
         .await;
         self.finish(&m, r).await
@@ -166,31 +178,24 @@ impl RegistryClient {
             // Kept as received: a header value shares the response's buffer.
             let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
             let returned = ex.response.headers.get("docker-content-digest").cloned();
+            check_manifest_type(content_type.as_ref())?;
             let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
             m.bytes_received = bytes.len() as u64;
             let sha256 = Sha256Sum::of(&bytes);
             if self.inner.options.verify {
-                let expected = match reference {
-                    Reference::Digest(d) => Some(d.as_str()),
-                    Reference::Tag(_) => returned.as_ref().and_then(|v| v.to_str().ok()),
-                };
-                if let Some(expected) = expected.map(str::trim) {
-                    // Compared as text first; parsed only to tell a mismatch from a digest
-                    // that cannot be checked (another algorithm, or not a digest at all).
-                    if !sha256.matches(expected)
-                        && expected.parse::<Digest>().is_ok_and(|d| d.verifiable())
-                    {
-                        return Err(ClientError::DigestMismatch {
-                            expected: expected.to_owned(),
-                            actual: sha256.digest().to_string(),
-                        });
-                    }
-                }
+                check_manifest_digest(reference, returned.as_ref(), &sha256)?;
             }
+            let media_type = content_type.as_ref().and_then(|v| v.to_str().ok());
+            let parsed =
+                ParsedManifest::parse(&bytes, media_type).map_err(|e| ClientError::Unexpected {
+                    kind: ErrorKind::NotAManifest,
+                    message: format!("the answer is not a manifest: {e}"),
+                })?;
             Ok(FetchedManifest {
                 bytes,
                 content_type,
                 sha256,
+                parsed,
             })
         }
         .await;
@@ -214,6 +219,68 @@ impl RegistryClient {
         .await;
         self.finish(&m, r).await
     }
+}
+
+/// A manifest answer's `Content-Type` must be a manifest type the request accepted (or
+/// absent, or plain JSON, which old registries send): an HTML page from a login portal or
+/// a proxy is `not_a_manifest`, never a success.
+fn check_manifest_type(content_type: Option<&HeaderValue>) -> Result<(), ClientError> {
+    let Some(value) = content_type else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or("");
+    let media_type = text.split(';').next().unwrap_or("").trim();
+    let accepted = MANIFEST_ACCEPT
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .chain(["application/json"])
+        .any(|t| t.eq_ignore_ascii_case(media_type));
+    if accepted {
+        return Ok(());
+    }
+    Err(ClientError::Unexpected {
+        kind: ErrorKind::NotAManifest,
+        message: format!(
+            "the answer is {}, not a manifest type it was asked for",
+            truncate(text)
+        ),
+    })
+}
+
+/// The manifest received must be the one asked for: by digest, its bytes hash to it
+/// (`digest_mismatch`); by tag, to the `Docker-Content-Digest` the registry sent with it
+/// (`digest_header_mismatch`). A digest of another algorithm cannot be checked here.
+fn check_manifest_digest(
+    reference: &Reference,
+    returned: Option<&HeaderValue>,
+    sha256: &Sha256Sum,
+) -> Result<(), ClientError> {
+    let (expected, by_digest) = match reference {
+        Reference::Digest(d) => (Some(d.as_str()), true),
+        Reference::Tag(_) => (returned.and_then(|v| v.to_str().ok()), false),
+    };
+    let Some(expected) = expected.map(str::trim) else {
+        return Ok(());
+    };
+    // Compared as text first; parsed only to tell a mismatch from a digest that cannot be
+    // checked (another algorithm, or not a digest at all).
+    if sha256.matches(expected) || !expected.parse::<Digest>().is_ok_and(|d| d.verifiable()) {
+        return Ok(());
+    }
+    let actual = sha256.digest().to_string();
+    if by_digest {
+        return Err(ClientError::DigestMismatch {
+            expected: expected.to_owned(),
+            actual,
+        });
+    }
+    Err(ClientError::Unexpected {
+        kind: ErrorKind::DigestHeaderMismatch,
+        message: format!(
+            "Docker-Content-Digest {} is not the digest of the manifest received ({actual})",
+            truncate(expected)
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -246,7 +313,7 @@ mod tests {
     /// it produces on demand.
     #[tokio::test]
     async fn a_manifest_is_checked_against_the_digest_it_was_asked_or_answered_with() {
-        let body = r#"{"schemaVersion":2}"#;
+        let body = r#"{"schemaVersion":2,"layers":[]}"#;
         let own = Digest::sha256_of(body.as_bytes());
         let other = Digest::sha256_of(b"something else");
         let tag: Reference = Reference::Tag("t".parse().unwrap());
@@ -288,7 +355,11 @@ mod tests {
                 }
                 Err(e) => {
                     assert!(!ok, "{reference} {header:?}: {e}");
-                    assert_eq!(e.kind(), ErrorKind::DigestMismatch);
+                    let kind = match reference {
+                        Reference::Digest(_) => ErrorKind::DigestMismatch,
+                        Reference::Tag(_) => ErrorKind::DigestHeaderMismatch,
+                    };
+                    assert_eq!(e.kind(), kind);
                 }
             }
         }

@@ -141,6 +141,11 @@ pub struct RegistryArgs {
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub body_idle_timeout: Duration,
 
+    /// The longest one HTTP exchange may take, from sending the request to the last byte of
+    /// the answer, however slowly its bytes trickle in (a `timeout` after that).
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub request_deadline: Duration,
+
     /// Retry failed requests of these classes: 429, 5xx, timeout, connection.
     ///
     /// A comma-separated list. Off by default: a benchmark reports failures rather than hiding them; every retry is
@@ -161,6 +166,11 @@ pub struct RegistryArgs {
     /// First wait between retries; doubles each time, with jitter. A 429's Retry-After wins.
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "100ms", value_parser = parse_duration, requires = "retry")]
     pub backoff: Duration,
+
+    /// The longest wait before a retry, a registry's Retry-After included (a longer one is
+    /// cut to this).
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "30s", value_parser = parse_duration, requires = "retry")]
+    pub max_backoff: Duration,
 
     #[command(flatten)]
     pub auth: AuthArgs,
@@ -188,6 +198,23 @@ pub struct StopArgs {
     /// cancelled and counted, and the results are written. A second signal exits at once.
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+
+    /// End the run after D of wall-clock time, as a stop does: nothing new starts, what is
+    /// in flight gets --grace, the results are written (not marked interrupted).
+    ///
+    /// It bounds how long the command runs, whatever the registry does; replay's
+    /// --limit-duration instead selects the first D of the trace's records.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub max_run_time: Option<Duration>,
+}
+
+impl StopArgs {
+    /// Arms `--max-run-time` on `shutdown`, from now.
+    pub fn arm(&self, shutdown: &crate::shutdown::Shutdown) {
+        if let Some(limit) = self.max_run_time {
+            shutdown.limit_run_time(limit);
+        }
+    }
 }
 
 /// Credentials. Without any of these, the docker config is consulted, then anonymous.

@@ -92,6 +92,7 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 connect_timeout: args.connect_timeout,
                 request_timeout: args.request_timeout,
                 body_idle_timeout: args.body_idle_timeout,
+                request_deadline: args.request_deadline,
                 client: args.http_client.into(),
                 read_buffer_max: usize::try_from(args.http1_read_buffer.bytes())
                     .unwrap_or(usize::MAX)
@@ -108,7 +109,7 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                     0
                 },
                 backoff: args.backoff,
-                ..RetryPolicy::default()
+                max_backoff: args.max_backoff,
             },
             credentials: CredentialOptions {
                 anonymous: a.anonymous,

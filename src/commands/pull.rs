@@ -27,7 +27,7 @@ use crate::metrics::{Aggregator, ErrorLog, Recorder};
 use crate::oci::{Reference, Repository};
 use crate::progress::Progress;
 use crate::results::summary::EndpointSummary;
-use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary};
+use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::route::{RouteKind, RouteOptions, Router};
 use crate::shutdown::Shutdown;
 
@@ -175,6 +175,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let names = cfg.registry.endpoint_names();
     let session = Session::open(&args.output, labels, &names, 0).await?;
     let watch = session.watch_registry().await?;
+    args.stop.arm(&shutdown);
     let started_at = SystemTime::now();
     let start = Instant::now();
     let endpoints = if cfg.route.is_some() { names.len() } else { 1 };
@@ -230,7 +231,8 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         aggregator,
         started_at,
         duration,
-        interrupted: shutdown.is_cancelled(),
+        interrupted: shutdown.interrupted(),
+        limited: shutdown.by_limit(),
     };
     let run = summarize(&cfg, &names, &connections, ran, session.output.interval);
     session.finish(run, watch, fatal, &errors).await
@@ -267,6 +269,8 @@ struct Ran {
     started_at: SystemTime,
     duration: std::time::Duration,
     interrupted: bool,
+    /// `--max-run-time` ended it.
+    limited: bool,
 }
 
 /// The pull's summary (per endpoint too, when blobs were routed over several) and metadata.
@@ -282,7 +286,15 @@ fn summarize(
         started_at,
         duration,
         interrupted,
+        limited,
     } = ran;
+    let mut warnings = Vec::new();
+    if limited {
+        warnings.push(Warning {
+            kind: "max_run_time".into(),
+            message: "ended at --max-run-time; the images not started were not pulled".into(),
+        });
+    }
     let mut summary = Summary::build(
         RunInfo {
             command: "pull".into(),
@@ -297,7 +309,7 @@ fn summarize(
             interrupted,
             trace: None,
             checks: None,
-            warnings: Vec::new(),
+            warnings,
             config: config_json(cfg, &connections[0].credentials),
         },
         &aggregator,

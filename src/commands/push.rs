@@ -178,6 +178,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let labels = RunInfoLabels::new("push", "push", Some(images.seed), 0, 1);
     let session = Session::open(&args.output, labels, &cfg.registry.endpoint_names(), 0).await?;
     let watch = session.watch_registry().await?;
+    args.stop.arm(&shutdown);
     let started_at = SystemTime::now();
     let start = Instant::now();
     let (recorder, aggregator) = session.output.start(start, started_at)?;
@@ -223,6 +224,12 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             ),
         });
     }
+    if shutdown.by_limit() {
+        warnings.push(Warning {
+            kind: "max_run_time".into(),
+            message: "ended at --max-run-time; the images not started were not pushed".into(),
+        });
+    }
     let summary = Summary::build(
         RunInfo {
             command: "push".into(),
@@ -234,7 +241,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             shard: Shard { index: 0, count: 1 },
             started_at,
             duration,
-            interrupted: shutdown.is_cancelled(),
+            interrupted: shutdown.interrupted(),
             trace: None,
             checks: None,
             warnings,

@@ -18,7 +18,7 @@ use crate::progress::{self, Progress, ProgressLine};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
-use crate::results::{prepare_output_dir, Meta, RunOutput, Summary};
+use crate::results::{prepare_output_dir, Meta, RunOutput, Summary, Warning};
 
 /// A finished run, ready to be written and shown.
 #[derive(Debug)]
@@ -160,6 +160,13 @@ impl Session {
             table: fatal.is_none(),
             ..self.shown()
         };
+        if let Some(message) = &fatal {
+            // The result says why nothing was measured.
+            run.summary.warnings.push(Warning {
+                kind: "registry_unusable".into(),
+                message: message.clone(),
+            });
+        }
         let slow = self.publish(&mut run, watch, &shown).await;
         self.close().await;
         let slow = slow?;

@@ -151,6 +151,12 @@ impl ContentSpec {
 
     /// The raw SHA-256 of the whole content (32 bytes; what catalogs keep).
     pub fn sha256(&self) -> [u8; 32] {
+        self.sha256_while(|_| true).unwrap_or_default()
+    }
+
+    /// [`ContentSpec::sha256`], telling `go_on` the bytes of each block hashed: `None` as
+    /// soon as it answers `false` (a stop), so a large blob does not hold a stop up.
+    pub fn sha256_while(&self, mut go_on: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; self.size.min(BLOCK) as usize];
         let mut pos = 0u64;
@@ -159,8 +165,11 @@ impl ContentSpec {
             self.fill(pos, &mut buf[..take]);
             hasher.update(&buf[..take]);
             pos += take as u64;
+            if !go_on(take as u64) {
+                return None;
+            }
         }
-        hasher.finalize().into()
+        Some(hasher.finalize().into())
     }
 }
 

@@ -122,16 +122,14 @@ async fn fetch_image_manifest(
     let fetched = client
         .manifest_get(repo, reference, OpCtx::default())
         .await?;
-    let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
-        .map_err(ClientError::Protocol)?;
-    if let Some(entry) = parsed.pick_platform() {
+    if let Some(entry) = fetched.parsed.pick_platform() {
         let inner = Reference::Digest(entry.digest.clone());
         let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
-        let parsed = ParsedManifest::parse(&fetched.bytes, fetched.media_type())
-            .map_err(ClientError::Protocol)?;
-        return Ok((parsed, fetched.digest()));
+        let digest = fetched.digest();
+        return Ok((fetched.parsed, digest));
     }
-    Ok((parsed, fetched.digest()))
+    let digest = fetched.digest();
+    Ok((fetched.parsed, digest))
 }
 
 /// Lists the referrers of the image manifest `subject` and fetches each one's manifest

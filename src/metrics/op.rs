@@ -252,8 +252,19 @@ pub enum ErrorKind {
     DigestMismatch,
     /// Received a different number of bytes than the descriptor or trace says.
     SizeMismatch,
-    /// A response that breaks the protocol (missing Location, unparsable manifest, ...).
+    /// A response that breaks the protocol (missing Location, a bad upload offset, ...).
     Protocol,
+    /// A body larger than creb-rs reads for its kind of answer: a blob longer than its
+    /// descriptor (that is `size_mismatch`), or a manifest, tag page, token or error body
+    /// over its cap.
+    TooLarge,
+    /// A manifest GET answered with something that is not a manifest of a type it asked
+    /// for: an HTML page (a login portal, a proxy's error), JSON of another shape.
+    NotAManifest,
+    /// The answer's `Docker-Content-Digest` is not the digest of its body.
+    DigestHeaderMismatch,
+    /// A JSON answer (tag list, referrers, token) that is not the JSON asked for.
+    NotJson,
     /// Credentials were refused or a token could not be obtained.
     Auth,
     /// Stopped by shutdown (Ctrl-C) before it completed.
@@ -287,6 +298,10 @@ impl ErrorKind {
             ErrorKind::DigestMismatch => "digest_mismatch",
             ErrorKind::SizeMismatch => "size_mismatch",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::NotAManifest => "not_a_manifest",
+            ErrorKind::DigestHeaderMismatch => "digest_header_mismatch",
+            ErrorKind::NotJson => "not_json",
             ErrorKind::Auth => "auth",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::EndpointDown => "endpoint_down",
@@ -311,6 +326,10 @@ impl ErrorKind {
             ErrorKind::DigestMismatch,
             ErrorKind::SizeMismatch,
             ErrorKind::Protocol,
+            ErrorKind::TooLarge,
+            ErrorKind::NotAManifest,
+            ErrorKind::DigestHeaderMismatch,
+            ErrorKind::NotJson,
             ErrorKind::Auth,
             ErrorKind::Cancelled,
             ErrorKind::EndpointDown,
@@ -340,6 +359,10 @@ mod tests {
             ErrorKind::Http(429),
             ErrorKind::Timeout,
             ErrorKind::DigestMismatch,
+            ErrorKind::TooLarge,
+            ErrorKind::NotAManifest,
+            ErrorKind::DigestHeaderMismatch,
+            ErrorKind::NotJson,
         ] {
             assert_eq!(ErrorKind::from_key(&kind.key()), Some(kind));
         }

@@ -25,6 +25,9 @@ pub struct TransportConfig {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     pub body_idle_timeout: Duration,
+    /// The longest one exchange may take, from sending its request to the last byte of its
+    /// answer, however its bytes trickle (`--request-deadline`).
+    pub request_deadline: Duration,
     /// Skip TLS certificate verification (`--insecure`).
     pub insecure: bool,
     /// Extra PEM root certificates (`--ca-cert`).
@@ -44,6 +47,7 @@ impl Default for TransportConfig {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
             body_idle_timeout: Duration::from_secs(30),
+            request_deadline: Duration::from_secs(600),
             insecure: false,
             extra_roots_pem: Vec::new(),
             pool_max_idle_per_host: 64,

@@ -41,21 +41,39 @@ impl Progress {
         (Instant::now().duration_since(self.base).as_nanos() as u64).max(1)
     }
 
-    fn deadline(&self, config: &TransportConfig) -> (Instant, bool) {
+    /// When the whole exchange must be over (`--request-deadline`): body read included.
+    pub(crate) fn end_by(&self, config: &TransportConfig) -> Instant {
+        self.base + config.request_deadline
+    }
+
+    fn deadline(&self, config: &TransportConfig) -> (Instant, Wait) {
         let done = self.done_ns.load(Ordering::Relaxed);
-        if done != 0 {
-            (
-                self.base + Duration::from_nanos(done) + config.request_timeout,
-                true,
-            )
+        let (at, wait) = if done != 0 {
+            let at = self.base + Duration::from_nanos(done) + config.request_timeout;
+            (at, Wait::Response)
         } else {
             let last = self.last_ns.load(Ordering::Relaxed);
-            (
-                self.base + Duration::from_nanos(last) + config.body_idle_timeout,
-                false,
-            )
+            let at = self.base + Duration::from_nanos(last) + config.body_idle_timeout;
+            (at, Wait::Body)
+        };
+        let end = self.end_by(config);
+        if end < at {
+            (end, Wait::Deadline)
+        } else {
+            (at, wait)
         }
     }
+}
+
+/// Which deadline a send waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The request body to be taken.
+    Body,
+    /// The answer's headers after the body.
+    Response,
+    /// The end of the whole exchange.
+    Deadline,
 }
 
 /// Generated content as body chunks, stamping `progress` as each one is handed over.
@@ -93,9 +111,17 @@ impl Iterator for ProgressReader {
     }
 }
 
+/// Why an exchange that outlived `--request-deadline` failed.
+pub(crate) fn deadline_message(deadline: Duration) -> String {
+    format!(
+        "the exchange did not end within {} (--request-deadline)",
+        humantime::format_duration(deadline)
+    )
+}
+
 /// Awaits `send` (request out, response headers in) under the run's deadlines: the body
-/// must keep moving while it is sent, and the headers must come within `request_timeout`
-/// of the body's end.
+/// must keep moving while it is sent, the headers must come within `request_timeout` of the
+/// body's end, and all of it within `request_deadline` of the start.
 pub(crate) async fn within_deadlines<T, F>(
     send: F,
     progress: &Progress,
@@ -111,12 +137,12 @@ where
             r = &mut send => return r,
             _ = tokio::time::sleep_until(deadline) => {
                 // Progress may have moved the deadline while we slept.
-                let (deadline, body_done) = progress.deadline(config);
+                let (deadline, wait) = progress.deadline(config);
                 if Instant::now() >= deadline {
-                    let what = if body_done {
-                        format!("no response within {}", humantime::format_duration(config.request_timeout))
-                    } else {
-                        format!("request body not consumed for {}", humantime::format_duration(config.body_idle_timeout))
+                    let what = match wait {
+                        Wait::Response => format!("no response within {}", humantime::format_duration(config.request_timeout)),
+                        Wait::Body => format!("request body not consumed for {}", humantime::format_duration(config.body_idle_timeout)),
+                        Wait::Deadline => deadline_message(config.request_deadline),
                     };
                     return Err(TransportError::new(ErrorKind::Timeout, what));
                 }

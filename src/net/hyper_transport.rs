@@ -210,7 +210,8 @@ impl Transport for HyperTransport {
                 return Ok(
                     HttpResponse::new(parts.status, parts.headers, Box::pin(body))
                         .with_version(parts.version)
-                        .with_idle_timeout(config.body_idle_timeout),
+                        .with_idle_timeout(config.body_idle_timeout)
+                        .with_deadline(progress.end_by(config), config.request_deadline),
                 );
             }
             // The URL's own string becomes the URI's buffer: no copy.
@@ -221,7 +222,8 @@ impl Transport for HyperTransport {
             Ok(
                 HttpResponse::new(parts.status, parts.headers, Box::pin(DataStream(incoming)))
                     .with_version(parts.version)
-                    .with_idle_timeout(config.body_idle_timeout),
+                    .with_idle_timeout(config.body_idle_timeout)
+                    .with_deadline(progress.end_by(config), config.request_deadline),
             )
         })
     }

@@ -101,7 +101,8 @@ impl Transport for ReqwestTransport {
                 .map(|r| r.map_err(|e| classify_body(&e)));
             Ok(HttpResponse::new(status, headers, Box::pin(body))
                 .with_version(version)
-                .with_idle_timeout(config.body_idle_timeout))
+                .with_idle_timeout(config.body_idle_timeout)
+                .with_deadline(progress.end_by(config), config.request_deadline))
         })
     }
 }

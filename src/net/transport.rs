@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, Method, StatusCode, Version};
+use tokio::time::Instant;
 use url::Url;
 
 use crate::content::ContentSpec;
@@ -126,6 +127,8 @@ pub struct HttpResponse {
     pub version: Version,
     body: BodyStream,
     idle_timeout: Option<Duration>,
+    /// When the whole exchange must be over (`--request-deadline`), body included.
+    end_by: Option<(Instant, Duration)>,
 }
 
 impl fmt::Debug for HttpResponse {
@@ -145,6 +148,7 @@ impl HttpResponse {
             version: Version::HTTP_11,
             body,
             idle_timeout: None,
+            end_by: None,
         }
     }
 
@@ -160,20 +164,35 @@ impl HttpResponse {
         self
     }
 
+    /// Fails a body read still going at `at`, the end of the exchange `deadline` after its
+    /// start (`--request-deadline`), however the bytes trickle.
+    pub fn with_deadline(mut self, at: Instant, deadline: Duration) -> Self {
+        self.end_by = Some((at, deadline));
+        self
+    }
+
     /// The next chunk of the body, or `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
-        let next = match self.idle_timeout {
-            Some(t) => tokio::time::timeout(t, self.body.next())
-                .await
-                .map_err(|_| {
-                    TransportError::new(
-                        ErrorKind::Timeout,
-                        format!("no body data for {}", humantime::format_duration(t)),
-                    )
-                })?,
-            None => self.body.next().await,
+        let idle = self.idle_timeout.map(|t| Instant::now() + t);
+        let (at, deadline) = match (idle, self.end_by) {
+            (None, None) => return self.body.next().await.transpose(),
+            (Some(i), Some((end, d))) if end <= i => (end, Some(d)),
+            (Some(i), _) => (i, None),
+            (None, Some((end, d))) => (end, Some(d)),
         };
-        next.transpose()
+        match tokio::time::timeout_at(at, self.body.next()).await {
+            Ok(next) => next.transpose(),
+            Err(_) => {
+                let why = match (deadline, self.idle_timeout) {
+                    (Some(d), _) => super::deadline::deadline_message(d),
+                    (None, Some(t)) => {
+                        format!("no body data for {}", humantime::format_duration(t))
+                    }
+                    (None, None) => "no body data".to_owned(),
+                };
+                Err(TransportError::new(ErrorKind::Timeout, why))
+            }
+        }
     }
 
     /// Reads the whole body, failing once it exceeds `limit` bytes.
@@ -184,7 +203,7 @@ impl HttpResponse {
             let total = first.as_ref().map_or(0, |b| b.len()) + buf.len() + chunk.len();
             if total > limit {
                 return Err(TransportError::new(
-                    ErrorKind::Protocol,
+                    ErrorKind::TooLarge,
                     format!("response body larger than {limit} bytes"),
                 ));
             }
@@ -201,11 +220,19 @@ impl HttpResponse {
     }
 
     /// Reads and discards the rest of the body so the connection can be reused; returns
-    /// the bytes read.
+    /// the bytes read. A body longer than [`DRAIN_LIMIT`] (an answer that should be
+    /// small: a HEAD's, a redirect's, an error's) is abandoned with its connection, a
+    /// `too_large` error.
     pub async fn drain(mut self) -> Result<u64, TransportError> {
         let mut n = 0u64;
         while let Some(chunk) = self.chunk().await? {
             n += chunk.len() as u64;
+            if n > DRAIN_LIMIT {
+                return Err(TransportError::new(
+                    ErrorKind::TooLarge,
+                    format!("a body that should be small ran past {DRAIN_LIMIT} bytes"),
+                ));
+            }
         }
         Ok(n)
     }
@@ -215,6 +242,10 @@ impl HttpResponse {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
+
+/// The most of an answer [`HttpResponse::drain`] reads: bodies it discards are small (a
+/// registry's `GET /v2/`, HEAD, redirect and error answers).
+pub const DRAIN_LIMIT: u64 = 1 << 20;
 
 /// Sends one HTTP request and resolves when its response headers arrive.
 pub trait Transport: Send + Sync + fmt::Debug {
@@ -257,7 +288,7 @@ mod tests {
         );
         assert_eq!(
             resp.bytes_limited(3).await.unwrap_err().kind,
-            ErrorKind::Protocol
+            ErrorKind::TooLarge
         );
     }
 

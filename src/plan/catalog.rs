@@ -276,6 +276,28 @@ impl Default for ContentOptions {
     }
 }
 
+/// What hears of [`Catalog::compute_digests_with`] as it goes (a progress line, a stop).
+pub trait HashWatch: Sync {
+    /// `contents` of `bytes` in all are about to be hashed.
+    fn start(&self, contents: u64, bytes: u64);
+    /// `bytes` more were hashed; `false` stops the hashing.
+    fn hashed(&self, bytes: u64) -> bool;
+    /// One content's digest is known.
+    fn done(&self);
+}
+
+/// Hashing nobody watches.
+#[derive(Debug, Clone, Copy)]
+pub struct Unwatched;
+
+impl HashWatch for Unwatched {
+    fn start(&self, _: u64, _: u64) {}
+    fn hashed(&self, _: u64) -> bool {
+        true
+    }
+    fn done(&self) {}
+}
+
 /// What [`Catalog::compute_digests_with`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DigestStats {
@@ -292,6 +314,10 @@ pub struct DigestStats {
     /// Why the cache was found stale, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale: Option<String>,
+    /// A stop ended the hashing before every digest was known (the catalog is then not
+    /// usable for a run).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// Layers per manifest remembered at most.
@@ -877,15 +903,18 @@ impl Catalog {
     /// Computes the digest of every piece of generated content larger than
     /// [`KEEP_DIGEST_ABOVE`], on `threads` threads (smaller content is hashed when used).
     pub fn compute_digests(&mut self, threads: usize) -> DigestStats {
-        self.compute_digests_with(threads, None)
+        self.compute_digests_with(threads, None, &Unwatched)
     }
 
     /// [`Catalog::compute_digests`], taking what `cache` holds (after checking a sample of
-    /// it) and adding what it did not.
+    /// it) and adding what it did not. `watch` hears what is to be hashed, then the bytes
+    /// of every block hashed (on every thread), and stops the hashing when it answers
+    /// `false` (`stopped` is then set).
     pub fn compute_digests_with(
         &mut self,
         threads: usize,
         mut cache: Option<&mut DigestCache>,
+        watch: &dyn HashWatch,
     ) -> DigestStats {
         enum Key {
             Blob(Sym),
@@ -924,6 +953,7 @@ impl Catalog {
         stats.cached = known.len();
         stats.computed = jobs.len();
         stats.bytes_hashed = jobs.iter().map(|(_, spec)| spec.size()).sum();
+        watch.start(stats.computed as u64, stats.bytes_hashed);
         // Largest first, so the threads finish together.
         jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
         let threads = threads.max(1);
@@ -941,18 +971,22 @@ impl Catalog {
                 .filter(|bucket| !bucket.is_empty())
                 .map(|bucket| {
                     scope.spawn(move || {
-                        bucket
-                            .into_iter()
-                            .map(|(k, spec)| {
-                                let sha = spec.sha256();
-                                (k, spec, sha)
-                            })
-                            .collect::<Vec<_>>()
+                        let mut done = Vec::with_capacity(bucket.len());
+                        for (k, spec) in bucket {
+                            match spec.sha256_while(|bytes| watch.hashed(bytes)) {
+                                Some(sha) => done.push((k, spec, sha)),
+                                None => break,
+                            }
+                            watch.done();
+                        }
+                        done
                     })
                 })
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
+        let hashed: usize = results.iter().map(Vec::len).sum();
+        stats.stopped = hashed < stats.computed;
         let computed = results.into_iter().flatten().map(|(key, spec, sha)| {
             if let Some(cache) = cache.as_deref_mut() {
                 cache.insert(spec, sha);

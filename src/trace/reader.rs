@@ -37,12 +37,15 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::decode::open_decoded;
 use super::parse::{build, raw_time};
 use super::record::{Interner, Record, Sym};
 use super::split::{SplitError, Splitter};
+use crate::progress::Progress;
+use crate::shutdown::Shutdown;
 
 /// Records each open file may hold in the merge heap: the reorder window for local disorder.
 pub const REORDER_CAPACITY: usize = 4096;
@@ -89,6 +92,9 @@ pub enum TraceError {
     /// The given paths hold no files.
     #[error("{}: no trace files found", path.display())]
     NoFiles { path: PathBuf },
+    /// A stop (Ctrl-C, SIGTERM) ended the reading ([`TraceReader::watch`]).
+    #[error("stopped while reading the trace")]
+    Stopped,
 }
 
 /// How [`TraceReader`] filters and bounds the trace.
@@ -417,7 +423,14 @@ pub struct TraceReader {
     origin_ms: Option<i64>,
     latest_ms: Option<i64>,
     done: bool,
+    /// A stop to heed and a progress line to feed ([`TraceReader::watch`]).
+    watch: Option<(Shutdown, Arc<Progress>)>,
+    /// Items returned since the last look at the watch.
+    unwatched: u64,
 }
+
+/// Items between two looks at a watched reader's stop (a few milliseconds of reading).
+const WATCH_EVERY: u64 = 4096;
 
 impl fmt::Debug for TraceReader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -480,7 +493,15 @@ impl TraceReader {
             origin_ms: None,
             latest_ms: None,
             done,
+            watch: None,
+            unwatched: 0,
         })
+    }
+
+    /// Counts the items read into `progress`, and ends the reading soon after `stop` is
+    /// cancelled (a last [`TraceError::Stopped`]).
+    pub fn watch(&mut self, stop: Shutdown, progress: Arc<Progress>) {
+        self.watch = Some((stop, progress));
     }
 
     /// The names interned so far.
@@ -708,6 +729,17 @@ impl Iterator for TraceReader {
     type Item = Result<Item, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some((stop, progress)) = &self.watch {
+            self.unwatched += 1;
+            if self.unwatched >= WATCH_EVERY {
+                progress.add_done(self.unwatched);
+                self.unwatched = 0;
+                if stop.is_cancelled() {
+                    self.done = true;
+                    return Some(Err(TraceError::Stopped));
+                }
+            }
+        }
         self.next_out().map(|(item, _)| item)
     }
 }

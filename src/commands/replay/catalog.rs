@@ -4,6 +4,7 @@
 //! the result metadata.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -11,10 +12,13 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{Phase, ReplayConfig};
+use crate::commands::session::Session;
 use crate::exec::canary::available_cores;
-use crate::plan::catalog::{Catalog, DigestStats, Keep};
+use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep};
 use crate::plan::digest_cache::DigestCache;
-use crate::trace::{Interner, Spool, SpoolWriter, TraceInput, TraceReader};
+use crate::progress::Progress;
+use crate::shutdown::Shutdown;
+use crate::trace::{Interner, Spool, SpoolWriter, TraceError, TraceInput, TraceReader};
 use crate::units::ByteSize;
 
 /// How pass 1 spent its time: reading the trace, then the digests of the content.
@@ -30,16 +34,62 @@ pub struct Preparation {
     pub digest_cache_written: bool,
 }
 
+/// Where pass 1 stands, for its progress lines: the records read, then the digests.
+#[derive(Debug, Clone)]
+struct Watch {
+    stop: Shutdown,
+    progress: Arc<Progress>,
+}
+
+impl HashWatch for Watch {
+    fn start(&self, contents: u64, bytes: u64) {
+        self.progress.total.store(contents, Ordering::Relaxed);
+        self.progress.bytes_total.store(bytes, Ordering::Relaxed);
+    }
+
+    fn hashed(&self, bytes: u64) -> bool {
+        self.progress.add_bytes(bytes);
+        !self.stop.is_cancelled()
+    }
+
+    fn done(&self) {
+        self.progress.add_done(1);
+    }
+}
+
 /// Builds the catalog and says on stderr (unless `quiet`) what the trace holds and how long
-/// it took, reading and hashing apart.
+/// it took, reading and hashing apart. Reading and hashing each show their progress and
+/// end soon after a stop: `None` then.
 pub(super) async fn prepare(
     input: &TraceInput,
     cfg: &ReplayConfig,
     spool_dir: Option<PathBuf>,
-    quiet: bool,
-) -> anyhow::Result<(Arc<Catalog>, Option<Spool>, Preparation)> {
+    session: &Session,
+    stop: &Shutdown,
+) -> anyhow::Result<Option<(Arc<Catalog>, Option<Spool>, Preparation)>> {
+    let quiet = session.quiet();
     let prepared = Instant::now();
-    let (catalog, spool, mut prep) = build_catalog(input.clone(), cfg, spool_dir).await?;
+    let watch = Watch {
+        stop: stop.clone(),
+        progress: Progress::unbounded(),
+    };
+    let line = session.progress_line("reading", "records", &watch.progress);
+    let read = read_catalog(input.clone(), cfg, spool_dir, watch).await;
+    line.finish();
+    let Some((catalog, spool, read_s)) = read? else {
+        return Ok(None);
+    };
+    let watch = Watch {
+        stop: stop.clone(),
+        progress: Progress::new(0),
+    };
+    let line = session.progress_line("digests", "contents", &watch.progress);
+    let hashed = hash_catalog(catalog, cfg.digest_cache.clone(), watch).await;
+    line.finish();
+    let Some((catalog, mut prep)) = hashed? else {
+        return Ok(None);
+    };
+    prep.read_s = read_s;
     prep.total_s = prepared.elapsed().as_secs_f64();
     if let Some(why) = &prep.digests.stale {
         eprintln!(
@@ -74,76 +124,89 @@ pub(super) async fn prepare(
             }
         );
     }
-    Ok((Arc::new(catalog), spool, prep))
+    Ok(Some((Arc::new(catalog), spool, prep)))
 }
 
-/// Pass 1 on a blocking thread: the catalog, with every digest computed, and (when a run
-/// follows) the items read, spooled for pass 2 in `spool_dir` (the output directory) or the
-/// temporary directory.
-async fn build_catalog(
+/// Pass 1 on a blocking thread: the catalog of the trace, and (when a run follows) the
+/// items read, spooled for pass 2 in `spool_dir` (the output directory) or the temporary
+/// directory; with the seconds it took. `None` when a stop ended it.
+async fn read_catalog(
     input: TraceInput,
     cfg: &ReplayConfig,
     spool_dir: Option<PathBuf>,
-) -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
+    watch: Watch,
+) -> anyhow::Result<Option<(Catalog, Option<Spool>, f64)>> {
     let read = cfg.read.clone();
     let gap = cfg.plan.session_gap_ms;
     let content = cfg.content;
     let phase = cfg.phase;
     let spool = phase != Phase::Prewarm;
-    let cache_path = cfg.digest_cache.clone();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<(Catalog, Option<Spool>, Preparation)> {
+    tokio::task::spawn_blocking(
+        move || -> anyhow::Result<Option<(Catalog, Option<Spool>, f64)>> {
+            let started = std::time::Instant::now();
+            // A run alone keeps only what the run needs; prewarm's lists are counted.
+            let keep = match phase {
+                Phase::Run => Keep::Run,
+                Phase::All | Phase::Prewarm => Keep::Prewarm,
+            };
+            let open = |input: &TraceInput| -> anyhow::Result<TraceReader> {
+                let mut reader = TraceReader::open(input, read.clone(), Interner::default())?;
+                reader.watch(watch.stop.clone(), Arc::clone(&watch.progress));
+                Ok(reader)
+            };
+            let single_pass = |input: &TraceInput| -> anyhow::Result<Catalog> {
+                let mut reader = open(input)?;
+                let draft = Catalog::build(&mut reader, gap, content, keep)?;
+                let mut names = reader.into_names();
+                names.drop_index();
+                Ok(draft.seal(names))
+            };
+            let built = if spool {
+                read_spooled(open(&input), spool_dir.as_deref()).and_then(|read| match read {
+                    Read::Spooled(spool, names) => {
+                        let catalog =
+                            Catalog::build_staged(|| spool.items(), gap, content, keep, names)?;
+                        // Both count the items the reader gave.
+                        debug_assert_eq!(spool.len(), catalog.items);
+                        Ok((catalog, Some(spool)))
+                    }
+                    Read::Again => Ok((single_pass(&input)?, None)),
+                })
+            } else {
+                single_pass(&input).map(|catalog| (catalog, None))
+            };
+            match built {
+                Err(e) if stopped(&e) => Ok(None),
+                Err(e) => Err(e),
+                Ok((catalog, spool)) => Ok(Some((catalog, spool, started.elapsed().as_secs_f64()))),
+            }
+        },
+    )
+    .await
+    .context("the trace reader stopped unexpectedly")?
+}
+
+/// The digests of the catalog's content on every core, on blocking threads: from
+/// `--digest-cache` when it has them, the cache written back when it grew. `None` when a
+/// stop ended the hashing.
+async fn hash_catalog(
+    mut catalog: Catalog,
+    cache_path: Option<PathBuf>,
+    watch: Watch,
+) -> anyhow::Result<Option<(Catalog, Preparation)>> {
+    tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        // A run alone keeps only what the run needs; prewarm's lists are counted.
-        let keep = match phase {
-            Phase::Run => Keep::Run,
-            Phase::All | Phase::Prewarm => Keep::Prewarm,
-        };
-        let single_pass = |input: &TraceInput| -> anyhow::Result<Catalog> {
-            let mut reader = TraceReader::open(input, read.clone(), Interner::default())?;
-            let draft = Catalog::build(&mut reader, gap, content, keep)?;
-            let mut names = reader.into_names();
-            names.drop_index();
-            Ok(draft.seal(names))
-        };
-        let (mut catalog, spool) = if spool {
-            // The trace read once into the spool, interning its names; then the catalog's
-            // stages read the spool, each sealed before the next (a lower peak than one
-            // reading building every table). The run's pass 2 reads the spool too: the
-            // names need resolving only, not looking up (a reader of the trace would
-            // rebuild their index).
-            let mut reader = TraceReader::open(&input, read.clone(), Interner::default())?;
-            let mut writer =
-                SpoolWriter::in_dir(spool_dir.as_deref(), crate::trace::spool::MAX_SPOOL_BYTES);
-            for item in &mut reader {
-                writer.push(&item?);
-            }
-            let mut names = reader.into_names();
-            names.drop_index();
-            match writer.finish() {
-                Ok(spool) => {
-                    let catalog =
-                        Catalog::build_staged(|| spool.items(), gap, content, keep, names)?;
-                    // Both count the items the reader gave.
-                    debug_assert_eq!(spool.len(), catalog.items);
-                    (catalog, Some(spool))
-                }
-                Err(why) => {
-                    tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again, as does the catalog");
-                    (single_pass(&input)?, None)
-                }
-            }
-        } else {
-            (single_pass(&input)?, None)
-        };
-        let read_s = started.elapsed().as_secs_f64();
         let mut cache = cache_path.as_deref().map(DigestCache::load);
         if let (Some(c), Some(path)) = (&cache, &cache_path) {
             if let Some(why) = &c.set_aside {
                 tracing::warn!("--digest-cache {}: {why}; it is rewritten", path.display());
             }
         }
-        let digests = catalog.compute_digests_with(available_cores(), cache.as_mut());
-        let digest_s = started.elapsed().as_secs_f64() - read_s;
+        let digests = catalog.compute_digests_with(available_cores(), cache.as_mut(), &watch);
+        if digests.stopped {
+            return None;
+        }
+        let digest_s = started.elapsed().as_secs_f64();
         let mut written = false;
         if let (Some(c), Some(path)) = (&cache, &cache_path) {
             match c.save() {
@@ -156,16 +219,16 @@ async fn build_catalog(
         }
         let prep = Preparation {
             total_s: 0.0,
-            read_s,
+            read_s: 0.0,
             digest_s,
             digests,
             digest_cache: cache_path,
             digest_cache_written: written,
         };
-        Ok((catalog, spool, prep))
+        Some((catalog, prep))
     })
     .await
-    .context("the trace reader stopped unexpectedly")?
+    .context("the digests stopped unexpectedly")
 }
 
 /// What the workload requests: runs compare (and merge) only when this matches. The trace is
@@ -206,4 +269,39 @@ pub(super) fn dataset_json(
         dataset["size_scale"] = serde_json::json!(cfg.sizes);
     }
     dataset
+}
+
+/// What reading the trace into the spool gave.
+enum Read {
+    /// The items spooled for pass 2, and the names they use.
+    Spooled(Spool, Interner),
+    /// The spool could not be written: the catalog (and the run) read the trace again.
+    Again,
+}
+
+/// The trace read once into the spool, interning its names: the catalog's stages then read
+/// the spool, each sealed before the next (a lower peak than one reading building every
+/// table). The run's pass 2 reads the spool too: the names need resolving only, not looking
+/// up (a reader of the trace would rebuild their index).
+fn read_spooled(reader: anyhow::Result<TraceReader>, dir: Option<&Path>) -> anyhow::Result<Read> {
+    let mut reader = reader?;
+    let mut writer = SpoolWriter::in_dir(dir, crate::trace::spool::MAX_SPOOL_BYTES);
+    for item in &mut reader {
+        writer.push(&item?);
+    }
+    let mut names = reader.into_names();
+    names.drop_index();
+    match writer.finish() {
+        Ok(spool) => Ok(Read::Spooled(spool, names)),
+        Err(why) => {
+            tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again, as does the catalog");
+            Ok(Read::Again)
+        }
+    }
+}
+
+/// Whether `e` is the end of a reading a stop asked for.
+fn stopped(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| matches!(c.downcast_ref::<TraceError>(), Some(TraceError::Stopped)))
 }

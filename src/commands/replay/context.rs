@@ -3,16 +3,21 @@
 //! every phase uses to reach and report on the endpoints.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use super::config::{ReplayArgs, ReplayConfig};
 use crate::client::{ClientOptions, RegistryClient};
+use crate::commands::connect::{config_json, endpoint_links};
 use crate::commands::connect::{preflight, Connection};
-use crate::commands::session::Session;
+use crate::commands::session::{Finished, Session};
+use crate::commands::status::ExitStatus;
 use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
 use crate::plan::ShardSpec;
 use crate::results::summary::EndpointSummary;
 use crate::results::Shard;
+use crate::results::{Meta, MetaInput, RunInfo, Summary};
 use crate::route::health::Transition;
 use crate::route::Router;
 use crate::shutdown::Shutdown;
@@ -34,12 +39,12 @@ pub(super) struct Context<'a> {
 }
 
 /// Connects to every endpoint (one client, connection pool and credential cache each when
-/// there are several) and checks each with `GET /v2/`. The inner error is the one line that
-/// says why an endpoint cannot be used.
+/// there are several) and checks each with `GET /v2/`: the connections, and the one line
+/// that says why an endpoint cannot be used.
 pub(super) async fn connect(
     cfg: &ReplayConfig,
     names: &[String],
-) -> anyhow::Result<Result<Vec<Connection>, String>> {
+) -> anyhow::Result<(Vec<Connection>, Result<(), String>)> {
     let options = ClientOptions {
         verify: cfg.verify,
         ..ClientOptions::default()
@@ -67,7 +72,7 @@ pub(super) async fn connect(
         }
     }
     drop(first_aggregator.finish().await);
-    Ok(checked.map(|()| connections))
+    Ok((connections, checked))
 }
 
 /// One client per connection, recording into `recorder` (tagged per endpoint when there
@@ -105,5 +110,84 @@ pub(super) fn shard_of(spec: ShardSpec) -> Shard {
     Shard {
         index: spec.index,
         count: spec.count,
+    }
+}
+
+/// A replay that ends before its workload: the registry unusable, or a stop while the trace
+/// was prepared. Its result is written all the same: no operation, the reason in its
+/// warnings, marked interrupted when a stop ended it.
+pub(super) struct Unrun<'a> {
+    cfg: &'a ReplayConfig,
+    names: &'a [String],
+    connections: &'a [Connection],
+    started_at: SystemTime,
+}
+
+impl<'a> Unrun<'a> {
+    pub(super) fn new(
+        cfg: &'a ReplayConfig,
+        names: &'a [String],
+        connections: &'a [Connection],
+        started_at: SystemTime,
+    ) -> Unrun<'a> {
+        Unrun {
+            cfg,
+            names,
+            connections,
+            started_at,
+        }
+    }
+
+    /// Writes the empty result and ends the command: exit 2 with `fatal` (why the registry
+    /// cannot be used), else the stop's status.
+    pub(super) async fn end(
+        self,
+        session: Session,
+        stop: &Shutdown,
+        fatal: Option<String>,
+    ) -> anyhow::Result<ExitStatus> {
+        let cfg = self.cfg;
+        let start = Instant::now();
+        let (recorder, aggregator) = session.output.start(start, self.started_at)?;
+        drop(recorder);
+        let aggregator = aggregator.finish().await;
+        let summary = Summary::build(
+            RunInfo {
+                command: "replay".into(),
+                mode: cfg.mode.name().into(),
+                model: cfg.mode.model().into(),
+                concurrency: cfg.concurrency as u64,
+                registry: self.names.join(","),
+                seed: cfg.seed,
+                shard: shard_of(cfg.plan.shard),
+                started_at: self.started_at,
+                duration: self.started_at.elapsed().unwrap_or_default(),
+                interrupted: stop.interrupted(),
+                trace: None,
+                warnings: Vec::new(),
+                checks: None,
+                config: config_json(cfg, &self.connections[0].credentials),
+            },
+            &aggregator,
+        );
+        let mut meta = Meta::new(
+            &summary,
+            MetaInput {
+                config: summary.config.clone(),
+                dataset: serde_json::json!({ "command": "replay", "seed": cfg.seed }),
+                anchor: self.started_at,
+                start_at: cfg.start_at.clone(),
+                actual_start: self.started_at,
+                start_skew_ms: None,
+                interval: session.output.interval,
+            },
+        );
+        meta.endpoints = endpoint_links(self.names, self.connections);
+        let run = Finished {
+            summary,
+            aggregator,
+            meta,
+        };
+        session.finish(run, None, fatal, &ErrorLog::default()).await
     }
 }

@@ -25,6 +25,8 @@ mod prewarm;
 mod probe;
 mod validity;
 
+use std::time::SystemTime;
+
 use crate::commands::session::Session;
 use crate::commands::status::ExitStatus;
 use crate::metrics::live::RunInfoLabels;
@@ -38,7 +40,7 @@ pub use config::{
     shard_from_env, ModeArg, Phase, ReplayArgs, ReplayConfig, RoutingConfig, ShardByArg,
     UploadChoice, EXAMPLES,
 };
-use context::{connect, Context};
+use context::{connect, Context, Unrun};
 
 /// Runs `creb-rs replay`.
 pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
@@ -53,10 +55,33 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     );
     let names = cfg.registry.endpoint_names();
     let session = Session::open(&args.output, labels, &names, cfg.plan.shard.index).await?;
+    args.stop.arm(&shutdown);
     let quiet = session.quiet();
-
-    let (catalog, spool, preparation) =
-        catalog::prepare(&input, &cfg, args.output.output_dir.clone(), quiet).await?;
+    let spool_dir = args.output.output_dir.clone();
+    if args.dry_run {
+        // Reads the trace and computes its digests (printing the figures); sends nothing.
+        let Some((_, _, preparation)) =
+            catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown).await?
+        else {
+            return Ok(ExitStatus::Interrupted);
+        };
+        if args.output.json {
+            println!("{}", serde_json::to_string_pretty(&preparation)?);
+        }
+        return Ok(ExitStatus::Success);
+    }
+    // The registry first: an unusable one is known in seconds, before any content is hashed.
+    let started_at = SystemTime::now();
+    let (connections, checked) = connect(&cfg, &names).await?;
+    if let Err(message) = checked {
+        let unrun = Unrun::new(&cfg, &names, &connections, started_at);
+        return unrun.end(session, &shutdown, Some(message)).await;
+    }
+    let prepared = catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown).await?;
+    let Some((catalog, spool, preparation)) = prepared else {
+        let unrun = Unrun::new(&cfg, &names, &connections, started_at);
+        return unrun.end(session, &shutdown, None).await;
+    };
     let preparation = serde_json::to_value(&preparation).unwrap_or_default();
     if let (Some(dir), true) = (&cfg.check_space, cfg.phase != Phase::Run) {
         if let Err(message) = check_space(dir, catalog.prewarm_bytes(), quiet) {
@@ -75,22 +100,8 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             }
         );
     }
-    if args.dry_run {
-        // The figures were printed by the preparation; nothing is sent.
-        if args.output.json {
-            println!("{}", serde_json::to_string_pretty(&preparation)?);
-        }
-        return Ok(ExitStatus::Success);
-    }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
     let router = Router::new(&names, cfg.routing.map(|r| r.route).unwrap_or_default());
-    let connections = match connect(&cfg, &names).await? {
-        Ok(connections) => connections,
-        Err(message) => {
-            eprintln!("creb-rs: error: {message}");
-            return Ok(ExitStatus::Usage);
-        }
-    };
     let errors = ErrorLog::default();
     let context = Context {
         cfg: &cfg,
@@ -108,7 +119,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     if cfg.phase != Phase::Run {
         exit = prewarm::phase(&context, &catalog).await?;
         if shutdown.is_cancelled() {
-            return Ok(ExitStatus::Interrupted);
+            // A stop, or --max-run-time, during the prewarm: the run does not start.
+            session.close().await;
+            return Ok(exit);
         }
     }
     let mut gaps = None;

@@ -123,6 +123,15 @@ pub(super) async fn run_phase(
             "stopped by a signal; the numbers cover what ran".into(),
         );
     }
+    if context.shutdown.by_limit() {
+        warn(
+            &mut ran.warnings,
+            "max_run_time",
+            "ended at --max-run-time; the numbers cover what ran, the rest of the trace is \
+             counted as interrupted"
+                .into(),
+        );
+    }
     let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
     let mut finished = summarize(context, ran, planner.as_ref().ok());
     let slow = session
@@ -275,7 +284,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
             shard: shard_of(cfg.plan.shard),
             started_at: ran.started_at,
             duration: ran.exec.duration,
-            interrupted: shutdown.is_cancelled(),
+            interrupted: shutdown.interrupted(),
             trace,
             warnings: ran.warnings,
             checks: Some(ran.checks),

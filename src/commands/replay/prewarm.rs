@@ -149,7 +149,7 @@ fn summarize(
             shard: shard_of(ShardSpec::ALL),
             started_at,
             duration,
-            interrupted: shutdown.is_cancelled(),
+            interrupted: shutdown.interrupted(),
             trace: None,
             warnings,
             checks: None,

@@ -19,7 +19,7 @@ pub(super) fn warn(warnings: &mut Vec<Warning>, kind: &str, message: String) {
 
 /// Warnings that record a deliberate change of what the numbers mean: `--strict` does not
 /// fail a run for them.
-pub(super) const CHOSEN: [&str; 1] = ["sizes_scaled"];
+pub(super) const CHOSEN: [&str; 2] = ["sizes_scaled", "max_run_time"];
 
 /// The warning of scaled sizes (`--size-scale`, `--max-object-size`), if they are.
 pub(super) fn size_warning(cfg: &ReplayConfig, warnings: &mut Vec<Warning>) {
