@@ -115,4 +115,56 @@ fn a_failing_final_write_is_a_clear_error_with_the_summary_on_stderr() {
     assert_eq!(summary["command"], "push");
     assert_eq!(summary["operations"]["blob_upload"]["ok"], 2);
     assert!(!out.join("summary.json").exists());
+    // The summary says what the directory lacks, and no temporary file is left behind.
+    let warning = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == "results_not_written")
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        warning["message"].as_str().unwrap().contains("summary.json"),
+        "{warning}"
+    );
+    assert!(
+        std::fs::symlink_metadata(out.join(".summary.json.tmp")).is_err(),
+        "a temporary file is left"
+    );
+}
+
+#[test]
+fn a_streamed_file_that_cannot_be_written_is_named_before_the_run() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // The run's timeline cannot take even its header (ENOSPC): refused before the run,
+    // naming the file (a failure later in the run is a warning of the summary:
+    // `results_cut_short`, unit-tested in src/commands/session.rs).
+    std::os::unix::fs::symlink("/dev/full", out.join("timeline.csv")).unwrap();
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "cut/app",
+            "--layers",
+            "1",
+            "--layer-size",
+            "4KiB",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("timeline.csv") && r.stderr.contains("No space left"),
+        "{}",
+        r.stderr
+    );
 }

@@ -70,9 +70,41 @@ pub struct RegistryAuth {
     /// Scopes a registry asked for beyond the ones derived from an operation.
     learned: RwLock<HashMap<AccessScope, ScopeSet>>,
     tokens: RwLock<HashMap<String, Arc<Entry>>>,
+    /// The registry's `host:port`, to tell a token realm on another host.
+    registry_host: Option<String>,
+    /// Whether the warning about a plain-HTTP realm on another host was given.
+    warned_plain_realm: std::sync::atomic::AtomicBool,
 }
 
 impl RegistryAuth {
+    /// The same authenticator, told which registry it authenticates for (`url`): a token
+    /// realm elsewhere over plain HTTP, which would receive the password in the clear, is
+    /// then warned about.
+    pub fn for_registry(mut self, url: &Url) -> Self {
+        self.registry_host = Some(host_port(url));
+        self
+    }
+
+    /// Warns once when credentials are about to go in the clear to a realm on another host.
+    fn check_realm(&self, realm: &Url) {
+        use std::sync::atomic::Ordering;
+        let elsewhere = self
+            .registry_host
+            .as_deref()
+            .is_some_and(|host| host != host_port(realm));
+        if realm.scheme() == "http"
+            && elsewhere
+            && !matches!(self.credentials, Credentials::Anonymous)
+            && !self.warned_plain_realm.swap(true, Ordering::Relaxed)
+        {
+            eprintln!(
+                "creb-rs: warning: the registry sends for tokens to {} over plain HTTP, on \
+                 another host: the credentials travel there unencrypted",
+                host_port(realm)
+            );
+        }
+    }
+
     pub fn new(
         credentials: Credentials,
         transport: Arc<dyn Transport>,
@@ -83,6 +115,8 @@ impl RegistryAuth {
             credentials,
             fetcher: TokenFetcher::new(transport, recorder),
             scheme: RwLock::new(Scheme::Unknown),
+            registry_host: None,
+            warned_plain_realm: std::sync::atomic::AtomicBool::new(false),
             learned: RwLock::new(HashMap::new()),
             tokens: RwLock::new(HashMap::new()),
         }
@@ -149,7 +183,7 @@ impl RegistryAuth {
             .await?;
         let mut header = HeaderValue::from_str(&format!("Bearer {}", token.value.expose()))
             .map_err(|_| AuthError::TokenServer {
-                realm: realm.to_string(),
+                realm: crate::oci::redacted(realm),
                 reason: "token is not a valid header value".into(),
             })?;
         header.set_sensitive(true);
@@ -213,8 +247,12 @@ impl Authenticator for RegistryAuth {
                     .ok()
                     .filter(|u: &Url| matches!(u.scheme(), "http" | "https"))
                     .ok_or_else(|| {
-                        AuthError::Challenge(format!("realm '{realm_text}' is not an http(s) URL"))
+                        AuthError::Challenge(format!(
+                            "realm '{}' is not an http(s) URL",
+                            crate::oci::redact_userinfo(realm_text)
+                        ))
                     })?;
+                self.check_realm(&realm);
                 let next = Scheme::Bearer {
                     realm: realm.clone(),
                     service: bearer.param("service").map(str::to_owned),
@@ -253,9 +291,34 @@ impl Authenticator for RegistryAuth {
                 // Retry only if credentials exist and were not sent yet.
                 return Ok(self.basic.is_some() && was != Scheme::Basic);
             }
+            let offered = headers.get_all(http::header::WWW_AUTHENTICATE).iter().count();
+            if let Some(other) = challenges.first() {
+                return Err(AuthError::Challenge(format!(
+                    "the registry asks for {} authentication, which creb-rs does not speak \
+                     (Bearer and Basic)",
+                    other.scheme
+                )));
+            }
+            if offered > 0 {
+                // No credentials went out: say so, rather than that they were refused.
+                return Err(AuthError::Challenge(format!(
+                    "{offered} WWW-Authenticate header{} that could not be parsed; no \
+                     credentials were sent",
+                    if offered == 1 { "" } else { "s" }
+                )));
+            }
             Ok(false)
         })
     }
+}
+
+/// `host:port` of a URL (the port the scheme implies when none is given).
+fn host_port(url: &Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
 }
 
 #[cfg(test)]

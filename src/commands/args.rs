@@ -21,15 +21,67 @@ use crate::results::thresholds::MaxErrors;
 use crate::route::RouteKind;
 use crate::units::{parse_count, parse_duration, ByteSize};
 
-pub(crate) fn parse_url(s: &str) -> Result<Url, String> {
-    let with_scheme = if s.contains("://") {
-        s.to_owned()
-    } else {
-        format!("https://{s}")
-    };
-    let url = Url::parse(&with_scheme).map_err(|e| format!("'{s}' is not a URL: {e}"))?;
-    crate::oci::registry_base(&url)
+/// The parser of URL flags. clap quotes the value it refuses, so this one refuses in words
+/// of its own: a password in the value is shown as `redacted`, never as given. A registry
+/// URL (`--registry`, `--from`) is normalised to its base and must not carry credentials;
+/// another URL (`--metrics-push`, `--registry-metrics`) may, and is shown redacted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UrlParser {
+    /// A registry's URL: `https://` when no scheme is given, the API's base.
+    pub(crate) registry: bool,
 }
+
+/// [`UrlParser`] for a registry.
+pub(crate) const REGISTRY_URL: UrlParser = UrlParser { registry: true };
+
+/// [`UrlParser`] for any other endpoint.
+pub(crate) const ANY_URL: UrlParser = UrlParser { registry: false };
+
+impl UrlParser {
+    fn parse_text(self, s: &str) -> Result<Url, String> {
+        let with_scheme = if s.contains("://") || !self.registry {
+            s.to_owned()
+        } else {
+            format!("https://{s}")
+        };
+        let url = Url::parse(&with_scheme).map_err(|e| format!("not a URL: {e}"))?;
+        if self.registry {
+            crate::oci::registry_base(&url)
+        } else {
+            Ok(url)
+        }
+    }
+}
+
+impl clap::builder::TypedValueParser for UrlParser {
+    type Value = Url;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Url, clap::Error> {
+        let name = arg
+            .and_then(clap::Arg::get_long)
+            .map_or_else(|| "URL".to_owned(), |l| format!("--{l}"));
+        let fail = |why: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for {name}: {why}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| fail("not UTF-8".to_owned()))?;
+        self.parse_text(text).map_err(|why| {
+            let shown = crate::oci::redact_userinfo(text);
+            fail(format!("'{shown}': {}", crate::oci::redact_userinfo(&why)))
+        })
+    }
+}
+
 
 pub(crate) fn parse_count_u64(s: &str) -> Result<u64, String> {
     parse_count(s)
@@ -97,7 +149,7 @@ pub struct RegistryArgs {
     #[arg(
         long,
         value_name = "URL",
-        value_parser = parse_url,
+        value_parser = REGISTRY_URL,
         env = "CREB_REGISTRY",
         value_delimiter = ',',
         required = true
@@ -304,7 +356,7 @@ pub struct OutputArgs {
     ///
     /// What its counters grew by goes to registry-metrics.json, its request count and mean
     /// duration set beside creb-rs's (docs/metrics.md).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = ANY_URL)]
     pub registry_metrics: Vec<Url>,
 
     /// With --registry-metrics: read the registry's endpoints this often during the run too
@@ -314,7 +366,7 @@ pub struct OutputArgs {
 
     /// Push the live metrics to this Prometheus Pushgateway at the end of every interval
     /// and of the run (group job="creb-rs", shard=N unless the URL names one).
-    #[arg(hide_short_help = true, long, value_name = "URL")]
+    #[arg(hide_short_help = true, long, value_name = "URL", value_parser = ANY_URL)]
     pub metrics_push: Option<Url>,
 
     /// Under `creb-rs run`: the endpoint the cells feed in turn.

@@ -139,11 +139,10 @@ impl RegistryConfig {
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
         let transport: Arc<dyn Transport> = build_transport(transport)?;
-        let auth = Arc::new(RegistryAuth::new(
-            creds,
-            Arc::clone(&transport),
-            recorder.clone(),
-        ));
+        let auth = Arc::new(
+            RegistryAuth::new(creds, Arc::clone(&transport), recorder.clone())
+                .for_registry(&self.base),
+        );
         let client = RegistryClient::with_auth(
             transport,
             self.base.clone(),

@@ -105,15 +105,24 @@ impl Observation {
     }
 }
 
+/// The most of a registry's metrics page read: far more than any registry exposes.
+const SCRAPE_LIMIT: usize = 32 << 20;
+
 async fn scrape(client: &reqwest::Client, url: &Url) -> Result<Series, String> {
-    let response = client
+    let mut response = client
         .get(url.clone())
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| e.to_string())?;
-    let text = response.text().await.map_err(|e| e.to_string())?;
-    Ok(exposition::parse(&text))
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > SCRAPE_LIMIT {
+            return Err(format!("a metrics page larger than {SCRAPE_LIMIT} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(exposition::parse(&String::from_utf8_lossy(&body)))
 }
 
 /// One endpoint being watched.
@@ -151,7 +160,10 @@ impl RegistryWatch {
         for url in &output.registry_metrics {
             let before = scrape(&client, url).await;
             if let Err(e) = &before {
-                eprintln!("creb-rs: warning: --registry-metrics {url}: {e}");
+                eprintln!(
+                    "creb-rs: warning: --registry-metrics {}: {e}",
+                    crate::oci::redacted(url)
+                );
             }
             let first = before.as_ref().map(|s| point(s, 0.0)).ok();
             watched.push(Watched {
@@ -216,7 +228,7 @@ impl RegistryWatch {
             let registry_requests = exposition::requests(&delta);
             let registry_mean_duration_s =
                 exposition::duration(&delta).and_then(|(s, c)| mean(Some(s), Some(c)));
-            let url = w.url;
+            let url = crate::oci::redacted(&w.url);
             if !quiet {
                 match (&error, registry_requests) {
                     (Some(e), _) => eprintln!("creb-rs: warning: --registry-metrics {url}: {e}"),
@@ -230,7 +242,7 @@ impl RegistryWatch {
                 }
             }
             records.push(RegistryMetricsRecord {
-                url: url.to_string(),
+                url,
                 registry_requests,
                 creb_http_requests: http_requests,
                 registry_mean_duration_s,

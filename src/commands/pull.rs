@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 use url::Url;
 
-use super::args::{parse_concurrency, parse_count_u64, parse_url};
+use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs};
 use super::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
 use super::session::{Finished, Session};
@@ -88,7 +88,7 @@ pub struct PullArgs {
     /// Distributed pull: also fetch blobs from this registry (repeatable or
     /// comma-separated), which must hold the same images. Manifests come from the first
     /// `--registry`; each blob from the endpoint `--route` picks, all in parallel.
-    #[arg(help_heading = "Workload", long = "from", value_name = "URL", value_parser = parse_url, value_delimiter = ',')]
+    #[arg(help_heading = "Workload", long = "from", value_name = "URL", value_parser = REGISTRY_URL, value_delimiter = ',')]
     pub from: Vec<Url>,
 
     /// Distributed pull: which endpoint serves each blob: `round-robin` (by layer

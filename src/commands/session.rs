@@ -138,6 +138,9 @@ impl Session {
                 )
                 .await?;
         }
+        if let (Some(e), Some(_)) = (&run.aggregator.sink_error, &shown.dir) {
+            run.summary.warnings.push(cut_short(e));
+        }
         write_and_show(run, shown)?;
         Ok(report(&judged))
     }
@@ -198,10 +201,22 @@ pub fn exit_status(summary: &Summary, slow: bool, strict_failed: bool) -> ExitSt
     }
 }
 
+/// The warning of a run whose streamed files stopped at `error` (a full disk): which files
+/// end before the run did, and why.
+fn cut_short(error: &str) -> Warning {
+    Warning {
+        kind: "results_cut_short".into(),
+        message: format!(
+            "histograms.hlog and timeline.csv (with endpoints.csv and requests.csv when \
+             written) end before the run did: {error}"
+        ),
+    }
+}
+
 /// Writes a finished run into `shown.dir` (if any) and prints it. If the result directory
 /// cannot be written, the summary goes to stderr as JSON so nothing is lost, and the error
 /// is returned.
-fn write_and_show(run: &Finished, shown: &Shown) -> anyhow::Result<()> {
+fn write_and_show(run: &mut Finished, shown: &Shown) -> anyhow::Result<()> {
     if let Some(dir) = &shown.dir {
         write_dir(run, dir)?;
     }
@@ -216,7 +231,7 @@ fn write_and_show(run: &Finished, shown: &Shown) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_dir(run: &Finished, dir: &Path) -> anyhow::Result<()> {
+fn write_dir(run: &mut Finished, dir: &Path) -> anyhow::Result<()> {
     if let Some(e) = &run.aggregator.sink_error {
         eprintln!(
             "creb-rs: warning: writing {} during the run failed: {e}",
@@ -224,6 +239,14 @@ fn write_dir(run: &Finished, dir: &Path) -> anyhow::Result<()> {
         );
     }
     if let Err(e) = write_final(dir, &run.summary, &run.aggregator, &run.meta) {
+        // Nothing is lost: the summary goes to stderr, saying what the directory lacks.
+        run.summary.warnings.push(Warning {
+            kind: "results_not_written".into(),
+            message: format!(
+                "{e:#}; the files from that one on (counters.json, meta.json, summary.json, in \
+                 this order) are missing or older than this run"
+            ),
+        });
         if let Ok(json) = serde_json::to_string(&run.summary) {
             eprintln!("{json}");
         }
@@ -231,4 +254,18 @@ fn write_dir(run: &Finished, dir: &Path) -> anyhow::Result<()> {
     }
     tracing::info!(dir = %dir.display(), "results written");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_files_cut_short_are_named() {
+        let w = cut_short("No space left on device (os error 28)");
+        assert_eq!(w.kind, "results_cut_short");
+        for name in ["histograms.hlog", "timeline.csv", "No space left"] {
+            assert!(w.message.contains(name), "{}", w.message);
+        }
+    }
 }

@@ -121,7 +121,10 @@ impl Pusher {
                     ticks.tick().await;
                     if let Err(e) = push.once().await {
                         if failed.fetch_add(1, Ordering::Relaxed) == 0 && !quiet {
-                            eprintln!("creb-rs: warning: --metrics-push {}: {e}", push.url);
+                            eprintln!(
+                                "creb-rs: warning: --metrics-push {}: {e}",
+                                crate::oci::redacted(&push.url)
+                            );
                         }
                     }
                 }
@@ -142,7 +145,10 @@ impl Pusher {
                 "{failed} push(es) to {} failed during the run; the final one went through",
                 self.push.url
             )),
-            Err(e) => Err(format!("the final push to {} failed: {e}", self.push.url)),
+            Err(e) => Err(format!(
+                "the final push to {} failed: {e}",
+                crate::oci::redacted(&self.push.url)
+            )),
         }
     }
 }

@@ -25,13 +25,21 @@ pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<()> {
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
     let target = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f =
-        fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::rename(&tmp, &target).with_context(|| format!("cannot write {}", target.display()))?;
-    Ok(target)
+    let written = fs::File::create(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))
+        .and_then(|mut f| {
+            f.write_all(bytes)
+                .and_then(|()| f.sync_all())
+                .with_context(|| format!("cannot write {}", target.display()))
+        })
+        .and_then(|()| {
+            fs::rename(&tmp, &target).with_context(|| format!("cannot write {}", target.display()))
+        });
+    if written.is_err() {
+        // A full disk leaves no half-written temporary file behind.
+        let _ = fs::remove_file(&tmp);
+    }
+    written.map(|()| target)
 }
 
 /// Writes `summary.json` into `dir`.

@@ -208,13 +208,17 @@ impl ResultWriter {
         endpoints: usize,
     ) -> anyhow::Result<Self> {
         let mut hlog = create(dir, "histograms.hlog")?;
-        hlog::write_header(&mut hlog, anchor).context("cannot write histograms.hlog")?;
-        hlog.flush()?;
+        hlog::write_header(&mut hlog, anchor)
+            .and_then(|()| hlog.flush())
+            .with_context(|| format!("cannot write {}", dir.join("histograms.hlog").display()))?;
         let mut timeline = csv::Writer::from_writer(create(dir, "timeline.csv")?);
         let mut header = timeline_header();
         header.extend(endpoint_columns(endpoints));
-        timeline.write_record(header)?;
-        timeline.flush()?;
+        timeline
+            .write_record(header)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| timeline.flush().map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot write {}", dir.join("timeline.csv").display()))?;
         let requests = if record_requests {
             let mut w = csv::Writer::from_writer(create(dir, "requests.csv")?);
             w.write_record([
