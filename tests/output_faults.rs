@@ -123,7 +123,10 @@ fn a_failing_final_write_is_a_clear_error_with_the_summary_on_stderr() {
         .find(|w| w["kind"] == "results_not_written")
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(
-        warning["message"].as_str().unwrap().contains("summary.json"),
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("summary.json"),
         "{warning}"
     );
     assert!(

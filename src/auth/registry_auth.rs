@@ -291,7 +291,10 @@ impl Authenticator for RegistryAuth {
                 // Retry only if credentials exist and were not sent yet.
                 return Ok(self.basic.is_some() && was != Scheme::Basic);
             }
-            let offered = headers.get_all(http::header::WWW_AUTHENTICATE).iter().count();
+            let offered = headers
+                .get_all(http::header::WWW_AUTHENTICATE)
+                .iter()
+                .count();
             if let Some(other) = challenges.first() {
                 return Err(AuthError::Challenge(format!(
                     "the registry asks for {} authentication, which creb-rs does not speak \

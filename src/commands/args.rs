@@ -72,16 +72,13 @@ impl clap::builder::TypedValueParser for UrlParser {
             )
             .with_cmd(cmd)
         };
-        let text = value
-            .to_str()
-            .ok_or_else(|| fail("not UTF-8".to_owned()))?;
+        let text = value.to_str().ok_or_else(|| fail("not UTF-8".to_owned()))?;
         self.parse_text(text).map_err(|why| {
             let shown = crate::oci::redact_userinfo(text);
             fail(format!("'{shown}': {}", crate::oci::redact_userinfo(&why)))
         })
     }
 }
-
 
 pub(crate) fn parse_count_u64(s: &str) -> Result<u64, String> {
     parse_count(s)

@@ -116,12 +116,23 @@ impl Executor {
                 Next::Stop => break,
             }
         }
+        // The plan is over (or stopped): the tasks in flight end, or a stop gives them the
+        // grace period, also one that comes while they are awaited.
+        while !cancelled.is_cancelled() {
+            let next = tokio::select! {
+                biased;
+                () = cancelled.cancelled() => break,
+                next = dispatch.tasks.join_next_with_id() => next,
+            };
+            match next {
+                Some(res) => {
+                    dispatch.reap(res);
+                }
+                None => break,
+            }
+        }
         if cancelled.is_cancelled() {
             dispatch.stop(plan).await;
-        } else {
-            while let Some(res) = dispatch.tasks.join_next_with_id().await {
-                dispatch.reap(res);
-            }
         }
         let mut report = dispatch.report;
         report.duration = Instant::now().saturating_duration_since(dispatch.anchor);
@@ -566,6 +577,60 @@ mod tests {
         assert_eq!(
             agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
             4
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_after_the_plan_ended_still_ends_within_grace() {
+        // The last operations never get an answer; the plan is over before the stop comes.
+        let transport = ScriptedTransport::new(|_| {
+            ScriptedResponse::status(200).delay(Duration::from_secs(3600))
+        });
+        let (recorder, aggregator) = spawn_aggregator();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(16);
+        for seq in 0..2u64 {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::Ping,
+                folded: 0,
+                session: None,
+                client: 0,
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+        });
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency: 4,
+            max_lateness: None,
+            grace: Duration::from_secs(2),
+            precise_timer: false,
+        };
+        let started = Instant::now();
+        let report = Executor::single(client, options, shutdown).run(rx).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(3),
+            "stop at 1 s, grace 2 s"
+        );
+        assert_eq!(report.interrupted, 2);
+        let agg = aggregator.finish().await;
+        assert_eq!(
+            agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
+            2
         );
     }
 }

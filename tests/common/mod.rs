@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 pub mod faults;
+pub mod misbehaving;
 pub mod nginx;
 pub mod token_issuer;
 

@@ -127,11 +127,16 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let mut gaps = None;
     if cfg.phase == Phase::Run {
         let found = probe::probe(&context, &catalog).await;
+        if shutdown.is_cancelled() {
+            // Stopped before the run: its result is written all the same.
+            let unrun = Unrun::new(&cfg, &names, &connections, started_at);
+            return unrun.end(session, &shutdown, None).await;
+        }
         match probe::verdict(&cfg, &found) {
             Ok(warning) => gaps = warning,
             Err(message) => {
-                eprintln!("creb-rs: error: {message}");
-                return Ok(ExitStatus::Usage);
+                let unrun = Unrun::new(&cfg, &names, &connections, started_at);
+                return unrun.end(session, &shutdown, Some(message)).await;
             }
         }
     }

@@ -60,10 +60,11 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
         let repo = naming.repo(catalog, repo_sym);
         let digest = Digest::from_sha256(catalog.blob_sha256(d));
         let endpoint = first(context, Object::Blob(digest.as_str()));
-        match clients[endpoint]
-            .blob_head(&repo, &digest, OpCtx::default())
-            .await
-        {
+        let head = clients[endpoint].blob_head(&repo, &digest, OpCtx::default());
+        let Some(answer) = until_stopped(context, head).await else {
+            break;
+        };
+        match answer {
             Ok(Some(_)) => found.asked += 1,
             Ok(None) => {
                 found.asked += 1;
@@ -94,10 +95,12 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
                 reference: tag.as_str(),
             },
         );
-        match clients[endpoint]
-            .manifest_head(&repo, &Reference::Tag(tag.clone()), OpCtx::default())
-            .await
-        {
+        let reference = Reference::Tag(tag.clone());
+        let head = clients[endpoint].manifest_head(&repo, &reference, OpCtx::default());
+        let Some(answer) = until_stopped(context, head).await else {
+            break;
+        };
+        match answer {
             Ok(Some(head)) => {
                 found.asked += 1;
                 if head.digest.is_some_and(|d| d != expected) {
@@ -114,6 +117,18 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
     drop(clients);
     drop(aggregator.finish().await);
     found
+}
+
+/// `future`'s output, or `None` when a stop comes first (the probe then ends).
+async fn until_stopped<T>(
+    context: &Context<'_>,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = context.shutdown.token().cancelled() => None,
+        out = future => Some(out),
+    }
 }
 
 /// The endpoint a read of `object` goes to first.

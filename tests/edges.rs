@@ -1,0 +1,689 @@
+//! Trust at the edges: no server holds a command past its documented bounds or gets a wrong
+//! answer counted as a success, every stop leaves summary.json, and every load command's
+//! exit status is the one docs/cli.md gives.
+//!
+//! The misbehaving registry (tests/common/misbehaving.rs) is a raw TCP server of the test's
+//! own: a body that never ends, an HTML page for a manifest, a stall are what real proxies
+//! and portals do now and then and no real registry does on demand. Successes are measured
+//! against a real docker-registry.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::misbehaving::{Answer, Misbehaving, Request};
+use common::{run_bin, summary_json, Registry};
+
+/// Short timeouts, so each scenario's bound is a few seconds.
+const TIMEOUTS: [&str; 8] = [
+    "--request-timeout",
+    "2s",
+    "--body-idle-timeout",
+    "2s",
+    "--request-deadline",
+    "4s",
+    "--connect-timeout",
+    "2s",
+];
+
+/// The longest any scenario may take: its timeouts and a margin for a loaded machine.
+const BOUND: Duration = Duration::from_secs(20);
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// The digest of `bytes`, as the manifests below name it.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// The blob the test image references: 80 bytes.
+const BLOB: &[u8] = &[b'b'; 80];
+
+/// An OCI manifest of one 80-byte layer (and its config, the same bytes).
+fn manifest() -> String {
+    let d = sha256(BLOB);
+    format!(
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{d}","size":80}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"{d}","size":80}}]}}"#
+    )
+}
+
+/// A registry that answers `/v2/` and HEADs well, manifests with `manifests` and blobs with
+/// `blobs`.
+fn registry(
+    manifests: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+    blobs: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+) -> Misbehaving {
+    Misbehaving::start(move |r| {
+        if r.method == "HEAD" {
+            // Present, with no digest to compare: the replay's probe goes on to the run.
+            return Answer::status(200).header("Content-Type", OCI_MANIFEST);
+        }
+        if r.path.contains("/manifests/") {
+            manifests(r)
+        } else if r.path.contains("/blobs/") {
+            blobs(r)
+        } else {
+            Answer::ok("application/json", "{}")
+        }
+    })
+}
+
+fn good_manifest(_: &Request) -> Answer {
+    Answer::ok(OCI_MANIFEST, manifest())
+}
+
+fn good_blob(_: &Request) -> Answer {
+    Answer::ok("application/octet-stream", BLOB)
+}
+
+/// What a run left: its exit status, its summary and how long it took.
+struct Ran {
+    code: i32,
+    summary: serde_json::Value,
+    took: Duration,
+    stderr: String,
+}
+
+impl Ran {
+    /// The count of failures of `kind` in operation `op`.
+    fn errors(&self, op: &str, kind: &str) -> u64 {
+        self.summary["operations"][op]["errors_by_kind"][kind]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Asserts that `op` failed, every time with `kind`, and never succeeded.
+    fn failed_only_as(&self, op: &str, kind: &str) {
+        let o = &self.summary["operations"][op];
+        let errors = o["errors"].as_u64().unwrap_or(0);
+        assert!(errors > 0, "{op} did not fail: {}", self.summary);
+        assert_eq!(
+            self.errors(op, kind),
+            errors,
+            "{op}: {}",
+            o["errors_by_kind"]
+        );
+        assert_eq!(o["ok"], 0, "{op} succeeded: {}", self.summary);
+    }
+}
+
+fn run(args: &[&str], out: &Path) -> Ran {
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(TIMEOUTS);
+    a.extend(["--quiet", "--output-dir", out.to_str().unwrap()]);
+    let started = Instant::now();
+    let r = run_bin(&a, None, &[]);
+    let took = started.elapsed();
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(
+        out.join("summary.json").exists(),
+        "{args:?}: no summary.json (exit {}): {}",
+        r.code,
+        r.stderr
+    );
+    let summary = summary_json(out);
+    Ran {
+        code: r.code,
+        summary,
+        took,
+        stderr: r.stderr,
+    }
+}
+
+fn pull(server: &Misbehaving, out: &Path, extra: &[&str]) -> Ran {
+    let mut args = vec!["pull", "--registry", &server.url, "--repo", "edge/app"];
+    args.extend(extra);
+    run(&args, out)
+}
+
+/// A trace that reads the test image: its manifest, then its blob.
+fn trace(dir: &Path) -> PathBuf {
+    let record = |i: u32, uri: &str, written: u64| {
+        serde_json::json!({
+            "host": "h",
+            "http.request.duration": 0.001,
+            "http.request.method": "GET",
+            "http.request.remoteaddr": "client-1",
+            "http.request.uri": uri,
+            "http.response.status": 200,
+            "http.response.written": written,
+            "id": format!("r{i}"),
+            "timestamp": format!("2017-06-20T10:00:0{i}.000Z"),
+        })
+    };
+    let records = vec![
+        record(0, "v2/edge/app/manifests/latest", 500),
+        record(1, "v2/edge/app/blobs/abc123", 80),
+    ];
+    let path = dir.join("trace.json");
+    std::fs::write(&path, serde_json::to_vec(&records).unwrap()).unwrap();
+    path
+}
+
+fn replay(server: &Misbehaving, dir: &Path, out: &Path, extra: &[&str]) -> Ran {
+    let trace = trace(dir);
+    let mut args = vec![
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &server.url,
+        "--phase",
+        "run",
+        "--no-verify",
+    ];
+    args.extend(extra);
+    run(&args, out)
+}
+
+fn bounded(r: &Ran, what: &str) {
+    assert!(r.took < BOUND, "{what} took {:?}: {}", r.took, r.stderr);
+}
+
+#[test]
+fn a_blob_body_that_never_ends_is_cut_at_its_size_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(good_manifest, |_| Answer::Endless {
+        headers: vec![("Content-Type".into(), "application/octet-stream".into())],
+    });
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.failed_only_as("blob_get", "size_mismatch");
+    let r = replay(&server, dir.path(), &dir.path().join("replay"), &[]);
+    bounded(&r, "replay");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.failed_only_as("blob_get", "size_mismatch");
+}
+
+#[test]
+fn a_manifest_body_that_never_ends_is_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(
+        |_| Answer::Endless {
+            headers: vec![("Content-Type".into(), OCI_MANIFEST.into())],
+        },
+        good_blob,
+    );
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.errors("manifest_get", "too_large"), 1, "{}", r.summary);
+}
+
+#[test]
+fn a_body_shorter_than_promised_then_silent_is_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(good_manifest, |_| Answer::ShortThenStall {
+        promised: 80,
+        sent: 10,
+    });
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.failed_only_as("blob_get", "timeout");
+}
+
+#[test]
+fn no_answer_at_all_is_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(|_| Answer::Silent, good_blob);
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.errors("manifest_get", "timeout"), 1, "{}", r.summary);
+}
+
+#[test]
+fn a_body_trickling_forever_ends_at_the_request_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    // A byte every 500 ms never trips the 2 s idle timeout: only the deadline ends it.
+    let server = registry(good_manifest, |_| Answer::Trickle {
+        headers: Vec::new(),
+        every: Duration::from_millis(500),
+    });
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.failed_only_as("blob_get", "timeout");
+    assert!(r.took >= Duration::from_secs(4), "{:?}", r.took);
+}
+
+#[test]
+fn an_html_page_for_a_manifest_is_never_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(
+        |_| {
+            Answer::ok(
+                "text/html; charset=utf-8",
+                "<html><body>Sign in</body></html>",
+            )
+        },
+        good_blob,
+    );
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        r.errors("manifest_get", "not_a_manifest"),
+        1,
+        "{}",
+        r.summary
+    );
+    assert_eq!(r.summary["operations"]["manifest_get"]["ok"], 0);
+    let r = replay(&server, dir.path(), &dir.path().join("replay"), &[]);
+    bounded(&r, "replay");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        r.errors("manifest_get", "not_a_manifest"),
+        1,
+        "{}",
+        r.summary
+    );
+    // JSON that is not a manifest, under a manifest's type, is not one either.
+    let server = registry(
+        |_| Answer::ok(OCI_MANIFEST, r#"{"hello":"world"}"#),
+        good_blob,
+    );
+    let r = pull(&server, &dir.path().join("json"), &[]);
+    assert_eq!(
+        r.errors("manifest_get", "not_a_manifest"),
+        1,
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn a_digest_header_that_is_not_the_bodys_digest_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = sha256(b"another manifest");
+    let server = registry(
+        move |_| Answer::ok(OCI_MANIFEST, manifest()).header("Docker-Content-Digest", &wrong),
+        good_blob,
+    );
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        r.errors("manifest_get", "digest_header_mismatch"),
+        1,
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn a_tag_list_that_is_not_json_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Misbehaving::start(|r| {
+        if r.path.contains("/tags/list") {
+            Answer::ok("text/html", "<html>nope</html>")
+        } else {
+            Answer::ok("application/json", "{}")
+        }
+    });
+    let r = pull(&server, &dir.path().join("pull"), &["--all-tags"]);
+    bounded(&r, "pull");
+    // The images to pull are unknown: the registry is not usable for this pull.
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.errors("tag_list", "not_json"), 1, "{}", r.summary);
+}
+
+#[test]
+fn a_token_endpoint_that_never_ends_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
+    let realm = std::sync::Arc::clone(&url);
+    let server = Misbehaving::start(move |r| {
+        if r.path.starts_with("/token") {
+            return Answer::Trickle {
+                headers: vec![("Content-Type".into(), "application/json".into())],
+                every: Duration::from_millis(300),
+            };
+        }
+        let challenge = format!(
+            r#"Bearer realm="{}/token",service="edge""#,
+            realm.get().cloned().unwrap_or_default()
+        );
+        Answer::status(401).header("WWW-Authenticate", &challenge)
+    });
+    url.set(server.url.clone()).unwrap();
+    let r = pull(&server, &dir.path().join("pull"), &[]);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("token"), "{}", r.stderr);
+    assert!(
+        r.summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "registry_unusable"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn a_replay_against_an_unusable_registry_ends_in_seconds_with_a_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let out = dir.path().join("out");
+    let r = run(
+        &[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            "http://127.0.0.1:9",
+        ],
+        &out,
+    );
+    bounded(&r, "replay");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.summary["totals"]["requests"], 0);
+    assert_eq!(r.summary["warnings"][0]["kind"], "registry_unusable");
+}
+
+// ---------------------------------------------------------------------------------------
+// Stops: SIGTERM and SIGINT while a command is stuck, and while a trace is prepared.
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(args)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("CREB_REGISTRY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for `child` at most `limit`; its exit status, or a kill and a failure.
+fn wait_at_most(child: &mut Child, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running {limit:?} after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `args` against a registry that never answers what they wait for, signals `name`
+/// after a second, and checks the exit status and the interrupted result within the grace
+/// period and a few seconds.
+fn stop_stuck(args: &[&str], out: &Path, name: &str, code: i32) {
+    let mut a = args.to_vec();
+    a.extend([
+        "--grace",
+        "2s",
+        "--quiet",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    eprintln!("{}", a.join(" "));
+    let mut child = spawn(&a);
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, name);
+    let status = wait_at_most(&mut child, Duration::from_secs(10));
+    assert_eq!(status, code, "{args:?}");
+    let summary = summary_json(out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+}
+
+#[test]
+fn a_stuck_pull_push_and_replay_stop_within_grace_and_leave_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = registry(|_| Answer::Silent, |_| Answer::Silent);
+    let url = server.url.clone();
+    let pull = ["pull", "--registry", &url, "--repo", "edge/app"];
+    stop_stuck(&pull, &dir.path().join("pull-term"), "TERM", 143);
+    stop_stuck(&pull, &dir.path().join("pull-int"), "INT", 130);
+    // A push whose first HEAD is never answered.
+    let push = [
+        "push",
+        "--registry",
+        &url,
+        "--repo",
+        "edge/app",
+        "--layers",
+        "2",
+        "--layer-size",
+        "1KiB",
+    ];
+    stop_stuck(&push, &dir.path().join("push-term"), "TERM", 143);
+    let trace = trace(dir.path());
+    let replay = [
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &url,
+        "--phase",
+        "run",
+    ];
+    // The probe's HEADs are answered; the run's GETs are not.
+    stop_stuck(&replay, &dir.path().join("replay-term"), "TERM", 143);
+}
+
+#[test]
+fn a_stop_while_a_large_trace_is_prepared_leaves_an_interrupted_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("big.json");
+    // Enough content that hashing it takes far longer than the test waits.
+    let synth = run_bin(
+        &[
+            "trace",
+            "synth",
+            "--profile",
+            "dal",
+            "--requests",
+            "20k",
+            "-o",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(synth.code, 0, "{}", synth.stderr);
+    let server = registry(good_manifest, good_blob);
+    let out = dir.path().join("out");
+    let mut child = spawn(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &server.url,
+        "--quiet",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the preparation ended already"
+    );
+    let stopped = Instant::now();
+    signal(&child, "TERM");
+    let status = wait_at_most(&mut child, Duration::from_secs(10));
+    assert_eq!(status, 143);
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let summary = summary_json(&out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["totals"]["requests"], 0, "{summary}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The exit rule: command × outcome → status, as docs/cli.md gives it.
+
+#[test]
+fn every_load_command_exits_as_docs_cli_md_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = Registry::start();
+    let failing = registry(good_manifest, |_| Answer::status(500));
+    let mut case = 0;
+    let mut check = |what: &str, args: Vec<String>, want: i32| {
+        case += 1;
+        let out = dir.path().join(format!("case-{case}"));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        eprintln!("{what}: {}", a.join(" "));
+        let r = run(&a, &out);
+        assert_eq!(r.code, want, "{what}: {}", r.stderr);
+        if want == 1 {
+            assert!(r.summary["totals"]["errors"].as_u64() > Some(0), "{what}");
+        }
+    };
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let push = |url: &str, extra: &[&str]| {
+        let mut v = s(&[
+            "push",
+            "--registry",
+            url,
+            "--repo",
+            "matrix/app",
+            "--layers",
+            "1",
+            "--layer-size",
+            "1KiB",
+        ]);
+        v.extend(s(extra));
+        v
+    };
+    let pull = |url: &str, extra: &[&str]| {
+        let mut v = s(&["pull", "--registry", url, "--repo", "matrix/app"]);
+        v.extend(s(extra));
+        v
+    };
+    let trace = trace(dir.path());
+    let replay = |url: &str, extra: &[&str]| {
+        let mut v = s(&[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            url,
+            "--phase",
+            "run",
+            "--no-verify",
+        ]);
+        v.extend(s(extra));
+        v
+    };
+    // Completed, nothing failed: 0.
+    check("push ok", push(&real.url, &[]), 0);
+    check("pull ok", pull(&real.url, &[]), 0);
+    check(
+        "replay ok",
+        replay(&failing.url, &["--limit-requests", "1"]),
+        0,
+    );
+    // An operation failed: 1, for every command; tolerated with --max-errors: 0.
+    check("pull failed", pull(&failing.url, &[]), 1);
+    check("replay failed", replay(&failing.url, &[]), 1);
+    check(
+        "replay tolerated",
+        replay(&failing.url, &["--max-errors", "1"]),
+        0,
+    );
+    check(
+        "pull tolerated",
+        pull(&failing.url, &["--max-errors", "100%"]),
+        0,
+    );
+    // A threshold held and nothing failed: 3; a failure outranks it: 1.
+    check(
+        "pull slow",
+        pull(&real.url, &["--fail-if", "count(image_pull) > 0"]),
+        3,
+    );
+    check(
+        "replay failed and slow",
+        replay(&failing.url, &["--fail-if", "count(manifest_get) > 0"]),
+        1,
+    );
+    // The registry unusable: 2, with a result.
+    for command in [
+        push("http://127.0.0.1:9", &[]),
+        pull("http://127.0.0.1:9", &[]),
+    ] {
+        check("unusable", command, 2);
+    }
+    check("replay unusable", replay("http://127.0.0.1:9", &[]), 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Secrets: a password given in any way reaches no output and no result file.
+
+#[test]
+fn a_password_in_a_url_is_never_repeated() {
+    let dir = tempfile::tempdir().unwrap();
+    const SECRET: &str = "s3cr3t-in-the-url";
+    let out = dir.path().join("out");
+    let url = format!("http://me:{SECRET}@127.0.0.1:9");
+    for args in [
+        vec!["pull", "--registry", url.as_str(), "--repo", "x"],
+        vec![
+            "push",
+            "--registry",
+            "http://127.0.0.1:9",
+            "--repo",
+            "x",
+            "--layers",
+            "1",
+            "--layer-size",
+            "1",
+            "--metrics-push",
+            url.as_str(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let r = run_bin(&args, None, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains(SECRET), "{}", r.stderr);
+        assert!(!r.stdout.contains(SECRET), "{}", r.stdout);
+        assert!(r.stderr.contains("redacted") || r.stderr.contains("not usable"));
+    }
+    let r = run_bin(&["pull", "--repo", "x"], None, &[("CREB_REGISTRY", &url)]);
+    assert_eq!(r.code, 2);
+    assert!(!r.stderr.contains(SECRET), "{}", r.stderr);
+    // Nothing written anywhere holds it.
+    for entry in walk(dir.path()) {
+        let text = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&text).contains(SECRET),
+            "{} holds the password",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
