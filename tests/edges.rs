@@ -589,17 +589,17 @@ fn every_load_command_exits_as_docs_cli_md_says() {
     // Completed, nothing failed: 0.
     check("push ok", push(&real.url, &[]), 0);
     check("pull ok", pull(&real.url, &[]), 0);
-    check(
-        "replay ok",
-        replay(&failing.url, &["--limit-requests", "1"]),
-        0,
-    );
+    // Prewarmed, then read: every manifest is the one prewarm pushed.
+    let mut ok = s(&["replay", trace.to_str().unwrap(), "--registry", &real.url]);
+    ok.extend(s(&["--seed", "9"]));
+    check("replay ok", ok, 0);
     // An operation failed: 1, for every command; tolerated with --max-errors: 0.
     check("pull failed", pull(&failing.url, &[]), 1);
     check("replay failed", replay(&failing.url, &[]), 1);
     check(
         "replay tolerated",
-        replay(&failing.url, &["--max-errors", "1"]),
+        // The fake's manifest is not the prewarmed one, and its blob fails: two.
+        replay(&failing.url, &["--max-errors", "2"]),
         0,
     );
     check(
@@ -686,4 +686,20 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn a_replayed_read_of_a_prewarmed_manifest_must_find_that_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    // A well-formed manifest, but not the one this trace's prewarm pushes.
+    let server = registry(good_manifest, good_blob);
+    let r = replay(
+        &server,
+        dir.path(),
+        &dir.path().join("replay"),
+        &["--limit-requests", "1"],
+    );
+    bounded(&r, "replay");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.failed_only_as("manifest_get", "digest_mismatch");
 }

@@ -167,6 +167,20 @@ impl RegistryClient {
         reference: &Reference,
         ctx: OpCtx,
     ) -> Result<FetchedManifest, ClientError> {
+        self.manifest_get_expecting(repo, reference, None, ctx)
+            .await
+    }
+
+    /// [`RegistryClient::manifest_get`] of a manifest whose digest is known in advance (a
+    /// replay's read of a manifest its prewarm pushed): any other answer is a
+    /// `digest_mismatch`, whatever the registry says its digest is.
+    pub async fn manifest_get_expecting(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        expect: Option<&Sha256Sum>,
+        ctx: OpCtx,
+    ) -> Result<FetchedManifest, ClientError> {
         let mut m = Meter::new(Op::ManifestGet, ctx);
         let r = async {
             let request = self.manifest_request(Method::GET, repo, reference);
@@ -182,6 +196,12 @@ impl RegistryClient {
             let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
             m.bytes_received = bytes.len() as u64;
             let sha256 = Sha256Sum::of(&bytes);
+            if let Some(expected) = expect.filter(|e| **e != sha256) {
+                return Err(ClientError::DigestMismatch {
+                    expected: expected.digest().to_string(),
+                    actual: sha256.digest().to_string(),
+                });
+            }
             if self.inner.options.verify {
                 check_manifest_digest(reference, returned.as_ref(), &sha256)?;
             }

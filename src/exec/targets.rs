@@ -56,7 +56,9 @@ impl Targets {
         let reference;
         let (object, write) = match &op.action {
             Action::Ping => (Object::None, false),
-            Action::ManifestGet { repo, reference: r }
+            Action::ManifestGet {
+                repo, reference: r, ..
+            }
             | Action::ManifestHead { repo, reference: r } => {
                 reference = r.to_string();
                 (

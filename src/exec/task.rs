@@ -57,7 +57,10 @@ pub fn op_of(action: &Action) -> Op {
 fn describe(action: &Action) -> String {
     match action {
         Action::Ping => "GET /v2/".into(),
-        Action::ManifestGet { repo, reference } | Action::ManifestHead { repo, reference } => {
+        Action::ManifestGet {
+            repo, reference, ..
+        }
+        | Action::ManifestHead { repo, reference } => {
             format!("{repo}:{reference}")
         }
         Action::ManifestPut { repo, tag, .. } => format!("PUT {repo}:{tag}"),
@@ -73,8 +76,12 @@ fn describe(action: &Action) -> String {
 async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result<u64, ClientError> {
     match action {
         Action::Ping => client.ping(ctx).await.map(|()| 0),
-        Action::ManifestGet { repo, reference } => client
-            .manifest_get(repo, reference, ctx)
+        Action::ManifestGet {
+            repo,
+            reference,
+            expect,
+        } => client
+            .manifest_get_expecting(repo, reference, expect.as_ref(), ctx)
             .await
             .map(|m| m.bytes.len() as u64),
         Action::ManifestHead { repo, reference } => {

@@ -119,6 +119,9 @@ pub enum Action {
     ManifestGet {
         repo: Repository,
         reference: Reference,
+        /// The digest the answer must have: that of the manifest prewarm pushed, for a
+        /// manifest the run itself never pushes (`None` for the others).
+        expect: Option<crate::digest::Sha256Sum>,
     },
     ManifestHead {
         repo: Repository,

@@ -12,6 +12,7 @@ use super::{
     Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
 };
 use crate::client::UploadMode;
+use crate::digest::Sha256Sum;
 use crate::fast_hash::{fnv1a, FastHashMap};
 use crate::oci::Reference;
 use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
@@ -49,7 +50,14 @@ pub struct Planner<'c, I> {
     last_sweep_ms: i64,
     items_read: u64,
     done: bool,
+    /// The manifests the run pushes (sorted): a read of one of them may find the run's own.
+    pushed: Vec<(Sym, Sym)>,
+    /// The digests of the manifests prewarm pushed, as reads need them (a bounded cache).
+    expected: FastHashMap<(Sym, Sym), Sha256Sum>,
 }
+
+/// Digests of prewarmed manifests the planner keeps at most (reads concentrate on a few).
+const EXPECTED_KEPT: usize = 1 << 16;
 
 impl<'c, I> Planner<'c, I>
 where
@@ -71,7 +79,36 @@ where
             last_sweep_ms: i64::MIN,
             items_read: 0,
             done: false,
+            pushed: {
+                let mut pushed = catalog.pushed_manifests().to_vec();
+                pushed.sort_unstable();
+                pushed.dedup();
+                pushed
+            },
+            expected: FastHashMap::default(),
         }
+    }
+
+    /// The digest a read of the manifest `repo:reference` (trace names) must find: that of
+    /// the manifest prewarm pushed, unless the run pushes that tag itself (then either may
+    /// be there, or another host's) or the catalog does not know it.
+    fn expected_manifest(&mut self, repo: Sym, reference: Sym) -> Option<Sha256Sum> {
+        let key = (repo, reference);
+        if self.pushed.binary_search(&key).is_ok() || !self.catalog.manifests.contains_key(&key) {
+            return None;
+        }
+        if let Some(sha) = self.expected.get(&key) {
+            return Some(*sha);
+        }
+        let format = self.options.manifest_format;
+        let (_, _, manifest) =
+            super::prewarm::read_manifest_bytes(self.catalog, format, repo, reference);
+        let sha = Sha256Sum::of(&manifest);
+        if self.expected.len() >= EXPECTED_KEPT {
+            self.expected.clear();
+        }
+        self.expected.insert(key, sha);
+        Some(sha)
     }
 
     pub fn counts(&self) -> &PlanCounts {
@@ -248,6 +285,7 @@ where
                 Some(self.op(record, Action::TagList { repo }, 0, None))
             }
             (Method::Get | Method::Head, Target::Manifest { repo, reference }, role) => {
+                let (trace_repo, trace_reference) = (repo, reference);
                 let tag = self.naming.tag(catalog, repo, reference);
                 let repo = self.naming.repo(catalog, repo);
                 let reference = Reference::Tag(tag);
@@ -270,7 +308,13 @@ where
                         },
                     );
                 }
-                Some(self.op(record, Action::ManifestGet { repo, reference }, 0, session))
+                let expect = self.expected_manifest(trace_repo, trace_reference);
+                let get = Action::ManifestGet {
+                    repo,
+                    reference,
+                    expect,
+                };
+                Some(self.op(record, get, 0, session))
             }
             (Method::Put, Target::Manifest { repo, reference }, Role::ManifestPush(layers)) => {
                 let mut deps = Vec::new();
