@@ -445,6 +445,63 @@ fn headings(command: &str) -> std::collections::HashMap<String, String> {
     map
 }
 
+/// Every command and subcommand of the command line, as argument lists.
+fn every_command() -> Vec<Vec<String>> {
+    use clap::CommandFactory;
+    let mut out = vec![Vec::new()];
+    let cli = creb::Cli::command();
+    for sub in cli.get_subcommands() {
+        out.push(vec![sub.get_name().to_owned()]);
+        for verb in sub.get_subcommands() {
+            out.push(vec![sub.get_name().to_owned(), verb.get_name().to_owned()]);
+        }
+    }
+    out
+}
+
+#[test]
+fn h_of_every_command_fits_in_40_lines() {
+    let commands = every_command();
+    assert!(commands.len() > 15, "{commands:?}");
+    for mut command in commands {
+        command.push("-h".to_owned());
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let short = run_bin(&args, None, &[]);
+        assert_eq!(short.code, 0, "{args:?}: {}", short.stderr);
+        let lines = short.stdout.lines().count();
+        assert!(lines <= 40, "{args:?} is {lines} lines:\n{}", short.stdout);
+        // The rest is in --help.
+        let long = run_bin(&[&args[..args.len() - 1], &["--help"]].concat(), None, &[]);
+        assert!(long.stdout.lines().count() >= lines, "{args:?}");
+    }
+}
+
+#[test]
+fn the_top_level_help_names_every_verb_of_every_command() {
+    use clap::CommandFactory;
+    let top = run_bin(&["-h"], None, &[]).stdout;
+    let cli = creb::Cli::command();
+    for sub in cli.get_subcommands() {
+        let line = top
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(sub.get_name()))
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        for verb in sub.get_subcommands() {
+            if verb.get_name() == "help" {
+                continue;
+            }
+            assert!(
+                line.contains(verb.get_name()),
+                "`{}` in the top-level help does not name `{}`: {line}",
+                sub.get_name(),
+                verb.get_name()
+            );
+        }
+    }
+}
+
 #[test]
 fn help_groups_flags_by_what_they_do_and_h_is_short() {
     for command in ["push", "pull", "replay"] {
@@ -476,9 +533,7 @@ fn help_groups_flags_by_what_they_do_and_h_is_short() {
             }
         }
         let short = run_bin(&[command, "-h"], None, &[]);
-        let lines = short.stdout.lines().count();
-        assert!(lines <= 90, "{command} -h is {lines} lines");
-        assert!(short.stdout.contains("Examples:"), "{command} -h");
+        assert!(short.stdout.contains("Examples"), "{command} -h");
     }
     let h = headings("replay");
     assert_eq!(h["--mode"], "Timing");

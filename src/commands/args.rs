@@ -137,7 +137,7 @@ pub(crate) fn parse_start_at(s: &str) -> Result<std::time::SystemTime, String> {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Registry & TLS")]
 pub struct RegistryArgs {
-    /// Registry URL: `http://host:port` (plain HTTP) or `https://host` (TLS).
+    /// Registry URL: `http://host:port` or `https://host`.
     ///
     /// `http://` speaks plain HTTP, `https://` (the default when no scheme is given) speaks
     /// TLS. `replay` takes several endpoints of one distributed
@@ -154,7 +154,7 @@ pub struct RegistryArgs {
     pub registry: Vec<Url>,
 
     /// Skip TLS certificate verification (for registries with self-signed certificates).
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub insecure: bool,
 
     /// HTTP client library: `hyper` (bounded per-connection buffers, less CPU per request)
@@ -175,11 +175,11 @@ pub struct RegistryArgs {
     pub http1_read_buffer: ByteSize,
 
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
-    #[arg(long, value_name = "FILE")]
+    #[arg(hide_short_help = true, long, value_name = "FILE")]
     pub ca_cert: Vec<PathBuf>,
 
     /// Give up on connecting after this long.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
     /// Give up waiting for response headers this long after the request was sent.
@@ -199,7 +199,7 @@ pub struct RegistryArgs {
     ///
     /// A comma-separated list. Off by default: a benchmark reports failures rather than hiding them; every retry is
     /// counted (events.retry). PATCHes and the PUT that closes an upload are never retried.
-    #[arg(long, value_name = "LIST", value_parser = crate::client::retry::parse_retry_on)]
+    #[arg(hide_short_help = true, long, value_name = "LIST", value_parser = crate::client::retry::parse_retry_on)]
     pub retry: Option<std::collections::BTreeSet<crate::client::retry::RetryOn>>,
 
     /// Retries per request at most (with --retry).
@@ -253,7 +253,7 @@ pub struct StopArgs {
     ///
     /// It bounds how long the command runs, whatever the registry does; replay's
     /// --limit-duration instead selects the first D of the trace's records.
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[arg(hide_short_help = true, long, value_name = "D", value_parser = parse_duration)]
     pub max_run_time: Option<Duration>,
 }
 
@@ -289,7 +289,7 @@ pub struct AuthArgs {
     /// Run CMD with `sh -c` once and use what it prints as the password.
     ///
     /// E.g. `aws ecr get-login-password`.
-    #[arg(long, value_name = "CMD", requires = "username")]
+    #[arg(hide_short_help = true, long, value_name = "CMD", requires = "username")]
     pub password_cmd: Option<String>,
 
     /// Docker config directory holding config.json (default: $DOCKER_CONFIG or ~/.docker).
@@ -297,7 +297,7 @@ pub struct AuthArgs {
     pub docker_config: Option<PathBuf>,
 
     /// Use no credentials, even if the docker config has some.
-    #[arg(long, conflicts_with_all = ["username", "password_stdin", "password_cmd", "docker_config"])]
+    #[arg(hide_short_help = true, long, conflicts_with_all = ["username", "password_stdin", "password_cmd", "docker_config"])]
     pub anonymous: bool,
 
     /// Limit for --password-cmd and docker credential helpers.
@@ -341,19 +341,19 @@ pub struct OutputArgs {
 
     /// Serve the run's live metrics for Prometheus at http://ADDR/metrics while it goes
     /// (e.g. 127.0.0.1:9464; docs/metrics.md lists them).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(hide_short_help = true, long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
     /// With --metrics-listen: keep serving this long after the run, so that a last scrape
     /// sees the final counts.
-    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
     pub metrics_linger: Duration,
 
     /// The registry's own Prometheus endpoint (repeatable), read before, during and after.
     ///
     /// What its counters grew by goes to registry-metrics.json, its request count and mean
     /// duration set beside creb-rs's (docs/metrics.md).
-    #[arg(long, value_name = "URL", value_parser = ANY_URL)]
+    #[arg(hide_short_help = true, long, value_name = "URL", value_parser = ANY_URL)]
     pub registry_metrics: Vec<Url>,
 
     /// With --registry-metrics: read the registry's endpoints this often during the run too
@@ -392,7 +392,7 @@ pub struct RouteArgs {
     ///
     /// `round-robin`, `random` (from the seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
     /// of the blob digest or manifest repo:reference; prewarm places objects the same way).
-    #[arg(long, value_name = "RULE", default_value = "round-robin")]
+    #[arg(hide_short_help = true, long, value_name = "RULE", default_value = "round-robin")]
     pub route: RouteKindArg,
 
     /// `--route digest`: a read goes to one of the first R distinct ring successors of its

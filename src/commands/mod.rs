@@ -51,7 +51,7 @@ pub struct Cli {
     /// More diagnostics on stderr (-v info, -vv debug, -vvv trace).
     ///
     /// `RUST_LOG` (e.g. `RUST_LOG=creb=debug`) overrides it.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, hide_short_help = true)]
     pub verbose: u8,
 
     /// Print nothing on success.
@@ -65,7 +65,7 @@ pub struct Cli {
     ///
     /// `auto` colours a terminal, unless NO_COLOR is set. Results and tables never carry
     /// colour.
-    #[arg(long, value_enum, value_name = "WHEN", global = true, default_value_t = ColorArg::Auto)]
+    #[arg(long, value_enum, value_name = "WHEN", global = true, hide_short_help = true, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
 }
 
@@ -204,7 +204,7 @@ pub enum Command {
     Pull(pull::PullArgs),
     /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
     /// delay (open, trace timing) mode.
-    #[command(after_help = replay::EXAMPLES)]
+    #[command(after_help = replay::SHORT_EXAMPLES, after_long_help = replay::EXAMPLES)]
     Replay(Box<replay::ReplayArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
     #[command(after_help = MERGE_EXAMPLES)]
@@ -215,10 +215,10 @@ pub enum Command {
     /// Compare two result directories side by side.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(compare::CompareArgs),
-    /// Trace analysis: stats, sampling, synthetic traces, validation.
+    /// Traces: stats, sample, synth, validate, and import (access logs into a trace).
     #[command(after_help = TRACE_EXAMPLES)]
     Trace(trace::TraceArgs),
-    /// Offline simulations over traces: a two-level layer cache, prefetching after pushes.
+    /// Offline simulations over traces: cache (a two-level layer cache), prefetch.
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(simulate::SimulateArgs),
     /// Storage and egress cost of a measured run or a trace, from a pricing table.

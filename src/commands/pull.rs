@@ -88,12 +88,12 @@ pub struct PullArgs {
     /// Distributed pull: also fetch blobs from this registry (repeatable or
     /// comma-separated), which must hold the same images. Manifests come from the first
     /// `--registry`; each blob from the endpoint `--route` picks, all in parallel.
-    #[arg(help_heading = "Workload", long = "from", value_name = "URL", value_parser = REGISTRY_URL, value_delimiter = ',')]
+    #[arg(hide_short_help = true, help_heading = "Workload", long = "from", value_name = "URL", value_parser = REGISTRY_URL, value_delimiter = ',')]
     pub from: Vec<Url>,
 
     /// Distributed pull: which endpoint serves each blob: `round-robin` (by layer
     /// position), `random`, `digest` (consistent hashing of the blob digest).
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         long,
         value_name = "RULE",

@@ -110,7 +110,7 @@ pub struct PushArgs {
 
     /// Seed of the generated content (decimal or 0x-hex). Same seed, repository and tag
     /// give the same bytes and digests on every host.
-    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(hide_short_help = true, help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
     pub seed: u64,
 
     #[command(flatten)]

@@ -24,8 +24,10 @@ pub struct ReportArgs {
     #[arg(value_name = "RESULT_DIR")]
     pub dir: PathBuf,
 
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// The format; without it, the one `-o FILE` names by its extension (`.html`, `.json`,
+    /// `.csv`, `.txt`), else text.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
 
     /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
     #[arg(long, short, value_name = "FILE")]
@@ -44,8 +46,35 @@ pub struct ReportArgs {
     pub quiet: bool,
 }
 
+impl Format {
+    /// The format a file name asks for by its extension.
+    fn of_file(path: &std::path::Path) -> anyhow::Result<Format> {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        Ok(match ext.as_str() {
+            "html" | "htm" => Format::Html,
+            "json" => Format::Json,
+            "csv" => Format::Csv,
+            "txt" | "text" => Format::Text,
+            _ => anyhow::bail!(
+                "cannot tell the format of {} from its extension: name it .html, .json, .csv \
+                 or .txt, or give --format",
+                path.display()
+            ),
+        })
+    }
+}
+
 /// Runs `creb-rs report`.
 pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
+    let format = match (args.json, args.format, &args.output) {
+        (true, _, _) => Format::Json,
+        (false, Some(format), _) => format,
+        (false, None, Some(path)) => Format::of_file(path)?,
+        (false, None, None) => Format::Text,
+    };
     let set = load(&args.dir)?;
     if let Some(dir) = &args.charts {
         let files = crate::report::html::write_charts(&set, dir)?;
@@ -57,7 +86,6 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
-    let format = if args.json { Format::Json } else { args.format };
     let text = match format {
         Format::Text => {
             let mut t = String::new();
@@ -89,8 +117,13 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, text)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            if !args.quiet {
+                eprintln!("creb-rs: wrote {}", path.display());
+            }
+        }
         None if args.quiet => {}
         None => print!("{text}"),
     }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::config::TransportConfig;
-use super::transport::TransportError;
+use super::transport::{deadline_message, TransportError};
 use crate::content::ContentReader;
 use crate::metrics::ErrorKind;
 
@@ -109,14 +109,6 @@ impl Iterator for ProgressReader {
         }
         next
     }
-}
-
-/// Why an exchange that outlived `--request-deadline` failed.
-pub(crate) fn deadline_message(deadline: Duration) -> String {
-    format!(
-        "the exchange did not end within {} (--request-deadline)",
-        humantime::format_duration(deadline)
-    )
 }
 
 /// Awaits `send` (request out, response headers in) under the run's deadlines: the body

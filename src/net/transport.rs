@@ -184,7 +184,7 @@ impl HttpResponse {
             Ok(next) => next.transpose(),
             Err(_) => {
                 let why = match (deadline, self.idle_timeout) {
-                    (Some(d), _) => super::deadline::deadline_message(d),
+                    (Some(d), _) => deadline_message(d),
                     (None, Some(t)) => {
                         format!("no body data for {}", humantime::format_duration(t))
                     }
@@ -241,6 +241,14 @@ impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+}
+
+/// Why an exchange that outlived `--request-deadline` failed.
+pub(crate) fn deadline_message(deadline: Duration) -> String {
+    format!(
+        "the exchange did not end within {} (--request-deadline)",
+        humantime::format_duration(deadline)
+    )
 }
 
 /// The most of an answer [`HttpResponse::drain`] reads: bodies it discards are small (a

@@ -24,6 +24,12 @@ use crate::route::RouteOptions;
 use crate::trace::ReadOptions;
 use crate::units::{parse_duration, ByteSize};
 
+/// `replay -h` ends with these.
+pub const SHORT_EXAMPLES: &str = "\
+Examples (more with --help):
+  creb-rs replay fixtures/sample-trace.json --registry http://127.0.0.1:5000 --output-dir out
+  creb-rs replay trace.json --registry http://127.0.0.1:5000 --mode delay --speed 4";
+
 /// `replay --help` ends with these.
 pub const EXAMPLES: &str = "\
 Examples:
@@ -39,28 +45,33 @@ Examples:
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
-    /// Trace files or directories (JSON arrays or JSON lines; plain, .gz or .zst). Records
-    /// from several files are merged by timestamp.
+    /// Trace files or directories (JSON or JSON lines; plain, .gz or .zst).
+    ///
+    /// Records from several files are merged by timestamp.
     #[arg(help_heading = "Arguments", value_name = "TRACE", required = true)]
     pub traces: Vec<PathBuf>,
 
     #[command(flatten)]
     pub registry: RegistryArgs,
 
-    /// Operations in flight at most (in delay mode a cap: waiting for a slot is lag).
+    /// Operations in flight at most.
+    ///
+    /// In delay mode a cap: waiting for a slot is schedule lag.
     #[arg(help_heading = "Workload", long, value_name = "N", default_value = "16", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
+    /// prewarm, run, or all (both, reported apart).
+    ///
     /// prewarm pushes what the run reads; run replays; all does both, reported apart.
     #[arg(help_heading = "Workload", long, value_enum, default_value_t = Phase::All)]
     pub phase: Phase,
 
     /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
-    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
     pub seed: u64,
 
     /// Only the first N records of the merged trace.
-    #[arg(help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
+    #[arg(hide_short_help = true, help_heading = "Workload", long, value_name = "N", value_parser = parse_count_u64, conflicts_with = "limit_duration")]
     pub limit_requests: Option<u64>,
 
     /// Multiply every blob and upload size of the trace by F (0 < F ≤ 1).
@@ -68,11 +79,11 @@ pub struct ReplayArgs {
     /// So an IBM-scale trace fits a test rig: counts, timing and the object graph stay.
     /// Recorded and warned about: MiB/s and byte-dependent latencies are then not the
     /// trace's (docs/replay.md says when that is fair).
-    #[arg(help_heading = "Workload", long, value_name = "F", value_parser = parse_size_scale)]
+    #[arg(hide_short_help = true, help_heading = "Workload", long, value_name = "F", value_parser = parse_size_scale)]
     pub size_scale: Option<f64>,
 
     /// Cap every blob and upload size at SIZE (after --size-scale).
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -82,7 +93,7 @@ pub struct ReplayArgs {
 
     /// Keep the digests of the generated content in FILE, to reuse in the run phase and on
     /// other hosts (checked on load; rewritten when it grew).
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -97,7 +108,7 @@ pub struct ReplayArgs {
 
     /// Refuse to prewarm more bytes than DIR (the registry's storage, when it is on this
     /// machine) has free.
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -106,7 +117,7 @@ pub struct ReplayArgs {
     pub check_space: Option<PathBuf>,
 
     /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         long,
         value_name = "P",
@@ -161,25 +172,31 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long)]
     pub no_verify: bool,
 
-    /// stress: as fast as possible (closed model); delay: at the trace's timing (open model).
+    /// stress (closed model, as fast as it goes) or delay (open model, the trace's timing).
     ///
+    /// stress: as fast as possible (closed model); delay: at the trace's timing (open model).
     /// stress keeps --concurrency operations in flight; delay starts each at its trace time
     /// scaled by --speed and measures latency from then.
     #[arg(help_heading = "Timing", long, value_enum, default_value_t = ModeArg::Stress)]
     pub mode: ModeArg,
 
-    /// Time scaling for delay mode: 2 replays twice as fast, keeping bursts.
+    /// Delay mode's time scaling: 2 replays twice as fast.
+    ///
+    /// Bursts are kept: every gap between records is divided by X.
     #[arg(help_heading = "Timing", long, value_name = "X", default_value = "1", value_parser = parse_speed)]
     pub speed: f64,
 
     /// Start the schedule at this wall-clock instant (RFC 3339 or Unix seconds).
     ///
     /// Every host given the same instant starts together.
-    #[arg(help_heading = "Timing", long, value_name = "TIME", value_parser = parse_start_at)]
+    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "TIME", value_parser = parse_start_at)]
     pub start_at: Option<std::time::SystemTime>,
 
-    /// Only the first D of trace time.
-    #[arg(help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
+    /// Only the records of the first D of trace time.
+    ///
+    /// It selects records; how long the replay takes depends on --speed and the registry.
+    /// To bound the wall-clock time of the run itself, use --max-run-time.
+    #[arg(hide_short_help = true, help_heading = "Timing", long, value_name = "D", value_parser = parse_duration)]
     pub limit_duration: Option<Duration>,
 
     /// Delay mode: drop (and count) operations that cannot start within D of their time.
@@ -187,7 +204,7 @@ pub struct ReplayArgs {
     pub max_lateness: Option<Duration>,
 
     /// This host's shard I of N (0-based). Shards cover the trace exactly once.
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         help_heading = "Several hosts",
         long,
@@ -199,7 +216,7 @@ pub struct ReplayArgs {
     /// Take the shard index from environment variable VAR, out of N shards (a number or a
     /// variable) — `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job,
     /// `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT` in a Slurm job array.
-    #[arg(
+    #[arg(hide_short_help = true, 
         help_heading = "Workload",
         hide_short_help = true,
         help_heading = "Several hosts",
@@ -218,7 +235,7 @@ pub struct ReplayArgs {
 
     /// Exit 1 when a validity warning is raised (generator bottleneck, schedule slipped,
     /// clock skew).
-    #[arg(help_heading = "Output & thresholds", long)]
+    #[arg(hide_short_help = true, help_heading = "Output & thresholds", long)]
     pub strict: bool,
 
     #[command(flatten)]

@@ -38,7 +38,7 @@ use crate::units::ByteSize;
 
 pub use config::{
     shard_from_env, ModeArg, Phase, ReplayArgs, ReplayConfig, RoutingConfig, ShardByArg,
-    UploadChoice, EXAMPLES,
+    UploadChoice, EXAMPLES, SHORT_EXAMPLES,
 };
 use context::{connect, Context, Unrun};
 

@@ -83,7 +83,7 @@ pub struct RunArgs {
     pub every: Option<Duration>,
 
     /// With --every: start no round later than D after the first (e.g. 60d).
-    #[arg(long, value_name = "D", value_parser = parse_duration, requires = "every")]
+    #[arg(hide_short_help = true, long, value_name = "D", value_parser = parse_duration, requires = "every")]
     pub until: Option<Duration>,
 
     /// Run N rounds (back to back, or --every D apart).
@@ -105,16 +105,16 @@ pub struct RunArgs {
 
     /// Serve the live metrics of the cell running at http://ADDR/metrics for the whole run
     /// (each cell counts from zero; `creb_run_info{cell}` names it; docs/metrics.md).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(hide_short_help = true, long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
     /// With --metrics-listen: keep serving this long after the last cell.
-    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "0s", value_parser = parse_duration, requires = "metrics_listen")]
     pub metrics_linger: Duration,
 
     /// Push each cell's live metrics to this Prometheus Pushgateway at the end of every
     /// interval and of the cell.
-    #[arg(long, value_name = "URL")]
+    #[arg(hide_short_help = true, long, value_name = "URL")]
     pub metrics_push: Option<url::Url>,
 
     /// `--quiet` (a global flag).
