@@ -302,3 +302,49 @@ fn first_mistakes_get_answers_that_say_what_to_do() {
     assert!(r.stderr.contains("shard 1/2 got none"), "{}", r.stderr);
     assert!(out.join("summary.json").exists());
 }
+
+#[test]
+fn each_error_gives_its_cause_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let m = missing.to_str().unwrap();
+    let unwritable = "/proc/creb-rs-nowhere/out.json";
+    for args in [
+        vec!["trace", "stats", m],
+        vec!["trace", "validate", m],
+        vec!["replay", m, "--registry", "http://127.0.0.1:9", "--dry-run"],
+        vec!["simulate", "cache", m, "--memory", "1GiB"],
+        vec!["cost", m, "--provider", "ecr"],
+        vec!["report", m],
+        vec!["run", m],
+        vec![
+            "trace",
+            "import",
+            "--format",
+            "distribution",
+            m,
+            "-o",
+            unwritable,
+        ],
+        vec![
+            "pull",
+            "--registry",
+            "http://127.0.0.1:9",
+            "--repo",
+            "x",
+            "--ca-cert",
+            m,
+        ],
+    ] {
+        let r = run_bin(&args, None, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        for line in r.stderr.lines() {
+            for cause in ["No such file or directory", "os error"] {
+                assert!(
+                    line.matches(cause).count() <= 1,
+                    "{args:?} says its cause twice: {line}"
+                );
+            }
+        }
+    }
+}

@@ -546,3 +546,63 @@ fn help_groups_flags_by_what_they_do_and_h_is_short() {
         assert!(!headings(command).contains_key("--threads"), "{command}");
     }
 }
+
+/// Runs `args` with a stdout whose reader is gone before the first byte (as in
+/// `creb-rs man | head -0`): the exit status and stderr.
+fn with_closed_stdout(args: &[&str]) -> (i32, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (child.wait().unwrap().code().unwrap_or(-1), stderr)
+}
+
+#[test]
+fn a_closed_stdout_ends_every_command_quietly_with_status_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.json");
+    let synth = run_bin(
+        &[
+            "trace",
+            "synth",
+            "--profile",
+            "dal",
+            "--requests",
+            "2k",
+            "-o",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(synth.code, 0, "{}", synth.stderr);
+    let t = trace.to_str().unwrap();
+    for args in [
+        vec!["man"],
+        vec!["completions", "bash"],
+        vec!["--help"],
+        vec!["trace", "stats", t],
+        vec!["trace", "stats", t, "--json"],
+        vec!["simulate", "cache", t, "--sweep", "1%,2%"],
+    ] {
+        let (code, stderr) = with_closed_stdout(&args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

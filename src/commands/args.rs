@@ -289,7 +289,12 @@ pub struct AuthArgs {
     /// Run CMD with `sh -c` once and use what it prints as the password.
     ///
     /// E.g. `aws ecr get-login-password`.
-    #[arg(hide_short_help = true, long, value_name = "CMD", requires = "username")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "CMD",
+        requires = "username"
+    )]
     pub password_cmd: Option<String>,
 
     /// Docker config directory holding config.json (default: $DOCKER_CONFIG or ~/.docker).
@@ -392,7 +397,12 @@ pub struct RouteArgs {
     ///
     /// `round-robin`, `random` (from the seed), `client` (a trace client sticks to one node), `digest` (consistent hashing
     /// of the blob digest or manifest repo:reference; prewarm places objects the same way).
-    #[arg(hide_short_help = true, long, value_name = "RULE", default_value = "round-robin")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "RULE",
+        default_value = "round-robin"
+    )]
     pub route: RouteKindArg,
 
     /// `--route digest`: a read goes to one of the first R distinct ring successors of its

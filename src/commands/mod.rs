@@ -282,6 +282,7 @@ where
 /// runtime, Ctrl-C wired to a two-stage shutdown, the command; the exit code. The binary's
 /// `main` (and the heap-counting example) are this and nothing else.
 pub fn main_with(cli: Cli) -> u8 {
+    quiet_on_closed_stdout();
     let default_level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -315,6 +316,33 @@ pub fn main_with(cli: Cli) -> u8 {
     status.code()
 }
 
+/// Whether `e` is a write to a stdout nobody reads any more (EPIPE).
+fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A command whose stdout is closed under it (`creb-rs trace stats | head -1`) ends quietly
+/// with status 0, as other command-line tools do: `print!` panics on EPIPE, and this hook
+/// turns that panic into the quiet end (results on disk are written before the output).
+fn quiet_on_closed_stdout() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
+}
+
 /// Like [`run()`], with a caller-owned shutdown (the binary passes one wired to signals).
 pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     let stopped = shutdown.clone();
@@ -335,6 +363,8 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
     match result {
         Ok(ExitStatus::Interrupted) if stopped.by_sigterm() => ExitStatus::Terminated,
         Ok(status) => status,
+        // Whoever read stdout stopped reading (`creb-rs man | head`): not an error.
+        Err(e) if closed_stdout(&e) => ExitStatus::Success,
         Err(e) => {
             eprintln!("creb-rs: error: {e:#}");
             ExitStatus::Usage

@@ -93,7 +93,8 @@ pub struct PullArgs {
 
     /// Distributed pull: which endpoint serves each blob: `round-robin` (by layer
     /// position), `random`, `digest` (consistent hashing of the blob digest).
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         long,
         value_name = "RULE",

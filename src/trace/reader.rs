@@ -67,12 +67,10 @@ const ACTIVATION_SLACK_MS: i64 = 60_000;
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened, read or decompressed.
-    #[error("{}: cannot read: {source}", file.display())]
-    Io {
-        file: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is part of the message, not a source of its own, so that a chain of
+    /// causes shows it once.
+    #[error("{}: cannot read: {cause}", file.display())]
+    Io { file: PathBuf, cause: io::Error },
     /// Malformed JSON. Fatal: the reader cannot find the next record boundary. `offset` is in
     /// the decompressed stream; `record` is the number of the record being read.
     #[error("{}: record {record} (byte {offset}): malformed JSON: {reason}", file.display())]
@@ -242,7 +240,7 @@ impl TraceInput {
         for path in paths {
             let meta = fs::metadata(path).map_err(|source| TraceError::Io {
                 file: path.clone(),
-                source,
+                cause: source,
             })?;
             if meta.is_dir() {
                 let mut found = Vec::new();
@@ -274,7 +272,10 @@ impl TraceInput {
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), TraceError> {
     let io_err = |file: &Path| {
         let file = file.to_path_buf();
-        move |source| TraceError::Io { file, source }
+        move |source| TraceError::Io {
+            file,
+            cause: source,
+        }
     };
     for entry in fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
@@ -462,14 +463,14 @@ impl TraceReader {
         if u32::try_from(input.files.len()).is_err() {
             return Err(TraceError::Io {
                 file: first.clone(),
-                source: io::Error::other("more than 2^32 input files"),
+                cause: io::Error::other("more than 2^32 input files"),
             });
         }
         let mut waiting = Vec::with_capacity(input.files.len());
         for (index, path) in (0u32..).zip(&input.files) {
             let first_ms = first_time(path).map_err(|source| TraceError::Io {
                 file: path.clone(),
-                source,
+                cause: source,
             })?;
             let at = first_ms.map_or(i64::MIN, |t| t.saturating_sub(ACTIVATION_SLACK_MS));
             waiting.push((at, index));
@@ -537,7 +538,7 @@ impl TraceReader {
             Err(source) => self.pending.push_back((
                 Err(TraceError::Io {
                     file: path.clone(),
-                    source,
+                    cause: source,
                 }),
                 Extra::default(),
             )),
@@ -567,7 +568,7 @@ impl TraceReader {
             Ok(None) => None,
             Err(SplitError::Io(source)) => Some(TraceError::Io {
                 file: file(),
-                source,
+                cause: source,
             }),
             Err(SplitError::Syntax { offset, reason }) => Some(TraceError::Syntax {
                 file: file(),

@@ -141,7 +141,7 @@ impl Spool {
     pub fn items(&self) -> Result<SpoolItems, TraceError> {
         let file = self.file.try_clone().map_err(|source| TraceError::Io {
             file: PathBuf::from(SPOOL_NAME),
-            source,
+            cause: source,
         })?;
         Ok(SpoolItems::from_start(file, self.items))
     }
@@ -191,7 +191,7 @@ impl Iterator for SpoolItems {
                 self.left = 0;
                 Some(Err(TraceError::Io {
                     file: PathBuf::from(SPOOL_NAME),
-                    source,
+                    cause: source,
                 }))
             }
         }

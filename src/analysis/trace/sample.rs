@@ -71,11 +71,11 @@ impl SampleMethod {
 pub enum SampleError {
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("{}: cannot write: {source}", path.display())]
+    /// The cause is part of the message, shown once in a chain of causes.
+    #[error("{}: cannot write: {cause}", path.display())]
     Output {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The method's parameters or the trace do not allow a selection.
     #[error("{0}")]
@@ -496,7 +496,7 @@ pub fn sample(
 fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, SampleError> {
     let output = |source| SampleError::Output {
         path: out.to_path_buf(),
-        source,
+        cause: source,
     };
     let options = ReadOptions {
         keep_text: true,

@@ -83,7 +83,8 @@ pub struct ReplayArgs {
     pub size_scale: Option<f64>,
 
     /// Cap every blob and upload size at SIZE (after --size-scale).
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -93,7 +94,8 @@ pub struct ReplayArgs {
 
     /// Keep the digests of the generated content in FILE, to reuse in the run phase and on
     /// other hosts (checked on load; rewritten when it grew).
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -108,7 +110,8 @@ pub struct ReplayArgs {
 
     /// Refuse to prewarm more bytes than DIR (the registry's storage, when it is on this
     /// machine) has free.
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         hide_short_help = true,
         long,
@@ -117,7 +120,8 @@ pub struct ReplayArgs {
     pub check_space: Option<PathBuf>,
 
     /// Put every trace repository under this prefix (`bench` → `bench/<user>/<repo>`).
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         long,
         value_name = "P",
@@ -204,7 +208,8 @@ pub struct ReplayArgs {
     pub max_lateness: Option<Duration>,
 
     /// This host's shard I of N (0-based). Shards cover the trace exactly once.
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         help_heading = "Several hosts",
         long,
@@ -216,7 +221,8 @@ pub struct ReplayArgs {
     /// Take the shard index from environment variable VAR, out of N shards (a number or a
     /// variable) — `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job,
     /// `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT` in a Slurm job array.
-    #[arg(hide_short_help = true, 
+    #[arg(
+        hide_short_help = true,
         help_heading = "Workload",
         hide_short_help = true,
         help_heading = "Several hosts",
