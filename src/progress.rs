@@ -105,6 +105,9 @@ pub struct Progress {
     pub latency: LiveHistogram,
     /// How late operations started against their schedule (delay mode).
     pub lag: LiveHistogram,
+    /// When the work starts, if it waits for a shared start (`--start-at`): until then the
+    /// line counts down to it instead of showing a share and an ETA.
+    starts: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Progress {
@@ -125,6 +128,32 @@ impl Progress {
         let p = Progress::new(total);
         p.bytes_total.store(bytes, Ordering::Relaxed);
         p
+    }
+
+    /// The work starts at `at`: the line counts down until then.
+    pub fn starts_at(&self, at: tokio::time::Instant) {
+        if let Ok(mut s) = self.starts.lock() {
+            *s = Some(at);
+        }
+    }
+
+    /// How long the work has run, seen from a line shown since `shown`: from its start when
+    /// it waited for one.
+    fn running_for(&self, shown: tokio::time::Instant) -> Duration {
+        let from = self
+            .starts
+            .lock()
+            .ok()
+            .and_then(|s| *s)
+            .map_or(shown, |at| at.max(shown));
+        tokio::time::Instant::now().saturating_duration_since(from)
+    }
+
+    /// What is left before the work starts, while it waits for its start.
+    fn waiting(&self) -> Option<Duration> {
+        let at = (*self.starts.lock().ok()?)?;
+        let now = tokio::time::Instant::now();
+        (now < at).then(|| at - now)
     }
 
     pub fn add_done(&self, n: u64) {
@@ -320,9 +349,13 @@ impl ProgressLine {
                     drawn.set_length(total);
                 }
                 drawn.set_position(progress.done.load(Ordering::Relaxed));
+                if let Some(left) = progress.waiting() {
+                    drawn.set_message(format!("starts in {}", format_duration(left)));
+                    continue;
+                }
                 // The latency window is a second long; the counters move every tick.
                 if n % 4 == 0 {
-                    let status = progress.status(start.elapsed());
+                    let status = progress.status(progress.running_for(start));
                     figures = if unbounded {
                         status.figures()
                     } else {
@@ -345,7 +378,11 @@ impl ProgressLine {
             let mut tick = tokio::time::interval_at(start + every, every);
             loop {
                 tick.tick().await;
-                let status = progress.status(start.elapsed());
+                if let Some(left) = progress.waiting() {
+                    eprintln!("creb-rs: {phase} starts in {}", format_duration(left));
+                    continue;
+                }
+                let status = progress.status(progress.running_for(start));
                 if status.total == 0 && progress.bytes_total.load(Ordering::Relaxed) == 0 {
                     eprintln!(
                         "creb-rs: {phase} {} {unit}  {}",

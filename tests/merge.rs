@@ -385,6 +385,11 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
         "per-host table: {}",
         r.stdout
     );
+    // The merged table's header says what it holds, as does `report` of the merge.
+    assert!(r.stdout.contains("merged 3 shards"), "{}", r.stdout);
+    let shown = common::run_bin(&["report", merged.to_str().unwrap()], None, &[]);
+    assert!(shown.stdout.contains("merged 3 shards"), "{}", shown.stdout);
+    assert!(!shown.stdout.contains("shard 0/3"), "{}", shown.stdout);
 
     let m = summary_json(&merged);
     let w = summary_json(&whole);

@@ -494,8 +494,12 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
         }
         a
     };
-    let r = common::run_bin(&args(false), None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("first");
+    let mut first = args(false);
+    first.extend(["--output-dir", out.to_str().unwrap()]);
+    let r = common::run_bin(&first, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    registry.assert_exit_but_tag_races(r.code, &summary_json(&out), &r.stderr);
     let lines: Vec<&str> = r
         .stderr
         .lines()
@@ -506,9 +510,44 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
     for part in ["records", "/s", "errors", "p99≈", "lag p99≈", "ETA"] {
         assert!(last.contains(part), "'{part}' not in: {last}");
     }
-    let quiet = common::run_bin(&args(true), None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
-    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    let out = dir.path().join("quiet");
+    let mut quiet_args = args(true);
+    quiet_args.extend(["--output-dir", out.to_str().unwrap()]);
+    let quiet = common::run_bin(&quiet_args, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    registry.assert_exit_but_tag_races(quiet.code, &summary_json(&out), &quiet.stderr);
     assert_eq!(quiet.stderr, "");
+
+    // Waiting for --start-at, the line counts down to it instead of showing a share.
+    let start = std::time::SystemTime::now() + std::time::Duration::from_secs(3);
+    let start = humantime::format_rfc3339_millis(start).to_string();
+    let out = dir.path().join("later");
+    let mut later = args(false);
+    later.extend([
+        "--phase",
+        "run",
+        "--start-at",
+        &start,
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let r = common::run_bin(&later, None, &[("CREB_PROGRESS_INTERVAL", "500ms")]);
+    registry.assert_exit_but_tag_races(r.code, &summary_json(&out), &r.stderr);
+    let waiting: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("creb-rs: delay starts in "))
+        .collect();
+    assert!(waiting.len() >= 2, "{}", r.stderr);
+    // No share (nor ETA) is shown before the start.
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    let last_wait = lines.iter().rposition(|l| l.contains("starts in")).unwrap();
+    assert!(
+        !lines[..last_wait]
+            .iter()
+            .any(|l| l.starts_with("creb-rs: delay ") && l.contains('%')),
+        "{}",
+        r.stderr
+    );
 }
 
 /// The prewarm says before what it will push in the units it reports after.

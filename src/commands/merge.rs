@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::status::ExitStatus;
 use crate::merge::merge;
-use crate::report::{host_table, render_text};
+use crate::report::{host_table, render_text_with};
 
 #[derive(Debug, Clone, Args)]
 pub struct MergeArgs {
@@ -48,7 +48,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
     } else if !args.quiet {
         print!("{}", host_table(&hosts));
         println!();
-        print!("{}", render_text(&summary));
+        print!("{}", render_text_with(&summary, &[], &hosts));
     }
     Ok(ExitStatus::Success)
 }

@@ -93,7 +93,11 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 t.push_str(&host_table(&set.meta.hosts));
                 t.push('\n');
             }
-            t.push_str(&render_text_with(&set.summary, &set.meta.endpoints));
+            t.push_str(&render_text_with(
+                &set.summary,
+                &set.meta.endpoints,
+                &set.meta.hosts,
+            ));
             if !set.registry_metrics.is_empty() {
                 t.push('\n');
                 t.push_str(&crate::report::registry_table(&set.registry_metrics));

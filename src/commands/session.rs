@@ -226,7 +226,10 @@ fn write_and_show(run: &mut Finished, shown: &Shown) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&run.summary).context("cannot serialise the summary")?
         );
     } else if !shown.quiet && shown.table {
-        print!("{}", render_text_with(&run.summary, &run.meta.endpoints));
+        print!(
+            "{}",
+            render_text_with(&run.summary, &run.meta.endpoints, &run.meta.hosts)
+        );
     }
     Ok(())
 }

@@ -58,11 +58,27 @@ fn row(out: &mut String, name: &str, s: &OpSummary) {
 
 /// The human summary table.
 pub fn render_text(summary: &Summary) -> String {
-    render_text_with(summary, &[])
+    render_text_with(summary, &[], &[])
 }
 
-/// The human summary table, with how each endpoint was reached (from `meta.json`).
-pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
+/// Which shards a merged result holds, as its table's header says it: `shard I/N` for one
+/// host's result, `merged N shards` (or `merged K of N shards`) for a merge of `hosts`.
+fn shards_label(summary: &Summary, hosts: &[HostInfo]) -> String {
+    let count = summary.shard.count;
+    if hosts.is_empty() {
+        return format!("shard {}/{count}", summary.shard.index);
+    }
+    let held: std::collections::BTreeSet<u32> = hosts.iter().map(|h| h.shard.index).collect();
+    if held.len() as u32 == count {
+        format!("merged {count} shard{}", if count == 1 { "" } else { "s" })
+    } else {
+        format!("merged {} of {count} shards", held.len())
+    }
+}
+
+/// The human summary table, with how each endpoint was reached (from `meta.json`) and, for
+/// a merged result, the hosts it holds.
+pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[HostInfo]) -> String {
     let mut out = String::new();
     // A pull generates nothing, so its seed means nothing.
     let seed = if summary.command == "pull" {
@@ -72,12 +88,11 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink]) -> String {
     };
     let _ = writeln!(
         out,
-        "creb-rs {} → {}  [{}]{seed}  shard {}/{}",
+        "creb-rs {} → {}  [{}]{seed}  {}",
         summary.command,
         summary.registry,
         summary.model_label(),
-        summary.shard.index,
-        summary.shard.count
+        shards_label(summary, hosts)
     );
     let t = &summary.totals;
     let _ = writeln!(

@@ -170,6 +170,7 @@ async fn execute(
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
+    progress.starts_at(anchor);
     // Intervals are aligned to the anchor, the same instant on every host.
     let (recorder, aggregator) = session.output.start_watched(
         anchor,
