@@ -11,7 +11,9 @@
 //!   the bundled sample; `fixtures/` is the repository's;
 //! - `ssh HOST CMD` runs CMD here, `scp`/`rsync HOST:PATH DEST` copy PATH; `~` is the
 //!   scratch directory;
-//! - a start a few minutes ahead (`date … '+3 min'`) is a few seconds ahead.
+//! - a start a few minutes ahead (`date … '+3 min'`) is a few seconds ahead;
+//! - the example files (`examples/*.toml`) are the repository's, their registry URL the
+//!   local registry's.
 
 mod common;
 
@@ -132,6 +134,21 @@ fn site(dir: &Path) {
     .unwrap();
 }
 
+/// The repository's example files, where the recipes look for them, their registry URL
+/// the local registry's (as in the recipes themselves).
+fn examples(dir: &Path, registry: &str) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.file_name().unwrap();
+            std::fs::write(dir.join("examples").join(name), substitute(&text, registry)).unwrap();
+        }
+    }
+}
+
 fn summaries(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
@@ -154,6 +171,7 @@ fn run_document(doc: &str, at_least: usize) {
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
     site(dir.path());
+    examples(dir.path(), &registry.url);
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_creb-rs")).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -224,4 +242,9 @@ fn readme_recipes_run_as_written() {
 #[test]
 fn distributed_recipe_runs_as_written() {
     run_document("docs/distributed.md", 1);
+}
+
+#[test]
+fn the_example_experiment_runs_as_written() {
+    run_document("docs/experiments.md", 1);
 }
