@@ -314,6 +314,14 @@ async fn delay_replay_report_is_self_contained_and_renders_every_chart() {
 
     let charts: Vec<&str> = COMMON_CHARTS.iter().chain(&DELAY_CHARTS).copied().collect();
     check_self_contained(&html, &charts);
+    // Latency over time: one line per operation (its p99), no medians beside them.
+    let over_time = &html[html.find("data-chart=\"latency-over-time\"").unwrap()..];
+    let over_time = &over_time[..over_time.find("</svg>").unwrap()];
+    assert!(over_time.contains(" p99"), "no p99 line");
+    assert!(
+        !over_time.contains(" p50"),
+        "medians in the latency-over-time chart"
+    );
     // Header, accounting, checks and the delay-mode columns.
     for needle in [
         "delay (open)",
@@ -361,13 +369,24 @@ async fn push_report_renders_and_charts_export_as_svg_and_png() {
     .await;
     assert_eq!(status, ExitStatus::Success);
     let html = std::fs::read_to_string(result.join("report.html")).unwrap();
-    check_self_contained(&html, &COMMON_CHARTS);
+    // A push without a failure has no errors chart: a chart of nothing is left out.
+    assert_eq!(load(&result).unwrap().summary.totals.errors, 0);
+    let charts: Vec<&str> = COMMON_CHARTS
+        .iter()
+        .copied()
+        .filter(|c| *c != "errors")
+        .collect();
+    assert!(
+        !html.contains("data-chart=\"errors\""),
+        "an empty errors chart"
+    );
+    check_self_contained(&html, &charts);
     assert!(html.contains("push (closed, in-flight="), "model label");
     for absent in DELAY_CHARTS {
         assert!(!html.contains(absent), "{absent} is for delay mode only");
     }
     let (_, rendered) = probe(work.path(), &html, "push");
-    check_rendered(&rendered, &COMMON_CHARTS);
+    check_rendered(&rendered, &charts);
     screenshot(work.path(), &result.join("report.html"), "push");
 
     // One SVG and one PNG per chart, with the chart's name.
@@ -376,13 +395,13 @@ async fn push_report_renders_and_charts_export_as_svg_and_png() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    let mut want: Vec<String> = COMMON_CHARTS
+    let mut want: Vec<String> = charts
         .iter()
         .flat_map(|c| [format!("{c}.png"), format!("{c}.svg")])
         .collect();
     want.sort();
     assert_eq!(names, want);
-    for c in COMMON_CHARTS {
+    for &c in &charts {
         let svg = std::fs::read_to_string(chart_dir.join(format!("{c}.svg"))).unwrap();
         assert!(svg.starts_with("<?xml") && svg.contains("xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.contains(&format!("data-chart=\"{c}\"")));
@@ -393,7 +412,7 @@ async fn push_report_renders_and_charts_export_as_svg_and_png() {
 
     // The standalone SVGs load as images in a browser (a malformed one would not).
     let page = chart_dir.join("index.html");
-    let imgs: String = COMMON_CHARTS
+    let imgs: String = charts
         .iter()
         .map(|c| format!("<img data-chart=\"{c}\" src=\"{c}.svg\">"))
         .collect();
@@ -408,7 +427,7 @@ async fn push_report_renders_and_charts_export_as_svg_and_png() {
     )
     .unwrap();
     let dom = run_chromium(work.path(), &["--dump-dom".into()], &file_url(&page));
-    for c in COMMON_CHARTS {
+    for c in &charts {
         assert!(
             dom.contains(&format!("{c} 820")),
             "{c}.svg did not load: {dom}"
@@ -419,7 +438,7 @@ async fn push_report_renders_and_charts_export_as_svg_and_png() {
     let set = load(&result).unwrap();
     let again = work.path().join("again");
     let files = creb::report::html::write_charts(&set, &again).unwrap();
-    assert_eq!(files.len(), COMMON_CHARTS.len() * 2);
+    assert_eq!(files.len(), charts.len() * 2);
     assert!(files.iter().all(|f| f.starts_with(&again) && f.exists()));
 }
 

@@ -359,18 +359,14 @@ fn latency_over_time_chart(set: &ResultSet) -> Figure {
         if count <= 0.0 || !p99.iter().any(|p| p.1.is_finite()) {
             continue;
         }
-        let color = op_color(set, name);
+        // One line per operation, its 99th percentile: several operations' medians and
+        // tails on one chart were more lines than a reader can follow (the medians are in
+        // the tables, the whole distributions in the percentile spectrum).
         series.push(Series {
             name: format!("{name} p99"),
             points: p99,
-            color,
+            color: op_color(set, name),
             dashed: false,
-        });
-        series.push(Series {
-            name: format!("{name} p50"),
-            points: t.series(&format!("{name}_p50_ms")),
-            color,
-            dashed: true,
         });
     }
     let what = if is_delay(set) {
@@ -382,9 +378,10 @@ fn latency_over_time_chart(set: &ResultSet) -> Figure {
     Figure {
         id: "latency-over-time",
         title: title.into(),
-        caption: "Median (dashed) and 99th percentile (solid) of each operation family in every \
-                  interval, successes only. Gaps are intervals in which that operation did not \
-                  complete."
+        caption: "The 99th percentile of each operation family in every interval, one line \
+                  each, successes only. Gaps are intervals in which that operation did not \
+                  complete; medians are in the tables, whole distributions in the percentile \
+                  spectrum."
             .into(),
         svg: line_chart(&LineChart {
             id: "latency-over-time".into(),
@@ -673,7 +670,10 @@ pub fn figures(set: &ResultSet) -> anyhow::Result<Vec<Figure>> {
     }
     figs.push(throughput_chart(set));
     figs.push(latency_over_time_chart(set));
-    figs.push(errors_chart(set));
+    // A chart of nothing is left out: without a failure there is no errors chart.
+    if set.summary.totals.errors > 0 {
+        figs.push(errors_chart(set));
+    }
     if let Some(f) = lag_chart(set) {
         figs.push(f);
     }
