@@ -11,6 +11,7 @@ test:
 	scripts/test
 
 release:
+	rustup target add x86_64-unknown-linux-musl >/dev/null
 	cargo build --release --locked --target x86_64-unknown-linux-musl
 
 dist:
