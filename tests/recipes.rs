@@ -248,3 +248,42 @@ fn distributed_recipe_runs_as_written() {
 fn the_example_experiment_runs_as_written() {
     run_document("docs/experiments.md", 1);
 }
+
+/// `make demo` as a newcomer runs it (scripts/demo with this build instead of its own):
+/// it starts its own registry, replays the sample in both modes without an error, and ends
+/// by writing the HTML report and printing its path.
+#[test]
+fn the_demo_ends_with_its_report() {
+    let out = tempfile::TempDir::new().unwrap();
+    let results = out.path().join("demo-results");
+    let run = Command::new("timeout")
+        .args(["300", concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo")])
+        .env("CREB_BIN", env!("CARGO_BIN_EXE_creb-rs"))
+        .env("DEMO_OUT", &results)
+        .env_remove("REGISTRY")
+        .output()
+        .expect("run scripts/demo");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "scripts/demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let report = results.join("report.html");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with(&format!("report: {}", report.display())),
+        "the demo's last line names its report: {last}"
+    );
+    let html = std::fs::read_to_string(&report).expect("the report was written");
+    assert!(
+        html.starts_with("<!DOCTYPE html>"),
+        "{}",
+        &html[..html.len().min(80)]
+    );
+    for mode in ["stress", "delay"] {
+        let summary = common::summary_json(&results.join(mode));
+        assert_eq!(summary["totals"]["errors"], 0, "{mode}: {summary}");
+    }
+}
