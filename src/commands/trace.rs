@@ -25,6 +25,8 @@ use crate::analysis::trace::import::{
 use crate::analysis::trace::{
     compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
 };
+use crate::plan::capacity::Capacity;
+use crate::plan::catalog::SizeScale;
 use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use crate::trace::write::write_file_iter;
 use crate::trace::TraceInput;
@@ -88,102 +90,6 @@ pub struct StatsArgs {
     /// With --capacity: sizes capped at SIZE, as `replay --max-object-size`.
     #[arg(long, value_name = "SIZE", requires = "capacity")]
     pub max_object_size: Option<crate::units::ByteSize>,
-}
-
-/// What a replay of a trace needs, at a size scale (`trace stats --capacity`): computed by
-/// the replay's own first pass, so the figures are the ones a prewarm and a run meet.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Capacity {
-    pub size_scale: f64,
-    pub max_object_size: Option<u64>,
-    /// Distinct blobs the run reads (the prewarm pushes each to every repository reading it).
-    pub blobs: usize,
-    /// Bytes of those blobs: what the prewarm stores (a registry keeps one copy of a blob).
-    pub blob_bytes: u64,
-    /// (repository, blob) pairs the prewarm pushes, and their bytes (what it sends).
-    pub prewarm_pushes: usize,
-    pub prewarm_bytes: u64,
-    /// Uploads the run makes, and the bytes it stores and sends with them.
-    pub uploads: usize,
-    pub upload_bytes: u64,
-    /// Bytes the run's successful blob GETs receive.
-    pub read_bytes: u64,
-    /// Storage after the run: the prewarmed blobs plus the uploads.
-    pub storage_bytes: u64,
-}
-
-fn capacity(input: &TraceInput, a: &StatsArgs) -> anyhow::Result<Capacity> {
-    use crate::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
-    use crate::trace::{Interner, Item, Method, Target, TraceReader};
-    let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
-        .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
-    let mut reader = TraceReader::open(input, Default::default(), Interner::default())?;
-    let mut gets: crate::fast_hash::FastHashMap<crate::trace::Sym, u64> = Default::default();
-    let items = (&mut reader).inspect(|item| {
-        if let Ok(Item::Record(r)) = item {
-            if let (Method::Get, Target::Blob { digest, .. }) = (r.method, &r.target) {
-                if (200..400).contains(&r.status) {
-                    *gets.entry(*digest).or_default() += 1;
-                }
-            }
-        }
-    });
-    let content = ContentOptions {
-        sizes,
-        ..ContentOptions::default()
-    };
-    // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
-    let catalog = Catalog::build(items, 60_000, content, Keep::Prewarm)?.seal(reader.into_names());
-    let blob_bytes: u64 = catalog
-        .blobs
-        .keys()
-        .map(|d| catalog.blob_content(*d).size())
-        .sum();
-    let upload_bytes: u64 = catalog
-        .uploads()
-        .map(|(h, _)| catalog.upload_content(h).size())
-        .sum();
-    let read_bytes = gets
-        .iter()
-        .map(|(d, n)| n * catalog.blob_content(*d).size())
-        .sum();
-    let uploads = catalog.uploads().len();
-    Ok(Capacity {
-        size_scale: sizes.factor(),
-        max_object_size: sizes.max,
-        blobs: catalog.blobs.len(),
-        blob_bytes,
-        prewarm_pushes: catalog.blob_read_count(),
-        prewarm_bytes: catalog.prewarm_bytes(),
-        uploads,
-        upload_bytes,
-        read_bytes,
-        storage_bytes: blob_bytes + upload_bytes,
-    })
-}
-
-fn render_capacity(c: &Capacity) -> String {
-    use crate::units::ByteSize;
-    let scale = match (c.size_scale < 1.0, c.max_object_size) {
-        (false, None) => "sizes as recorded".to_string(),
-        (true, None) => format!("sizes ×{}", c.size_scale),
-        (false, Some(m)) => format!("sizes capped at {}", ByteSize(m)),
-        (true, Some(m)) => format!("sizes ×{}, capped at {}", c.size_scale, ByteSize(m)),
-    };
-    format!(
-        "capacity ({scale})\n  \
-         prewarm: {} blobs, {} stored; {} pushes, {} sent\n  \
-         run: {} uploads, {} sent and stored; {} received by blob GETs\n  \
-         registry storage after the run: {}\n",
-        grouped(c.blobs as u64),
-        ByteSize(c.blob_bytes),
-        grouped(c.prewarm_pushes as u64),
-        ByteSize(c.prewarm_bytes),
-        grouped(c.uploads as u64),
-        ByteSize(c.upload_bytes),
-        ByteSize(c.read_bytes),
-        ByteSize(c.storage_bytes),
-    )
 }
 
 /// How `trace sample` chooses records.
@@ -624,7 +530,13 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
     if stats.records == 0 {
         anyhow::bail!("{} holds no trace record", input.describe());
     }
-    let capacity = a.capacity.then(|| capacity(&input, a)).transpose()?;
+    let capacity = if a.capacity {
+        let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
+            .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
+        Some(Capacity::of(&input, sizes)?)
+    } else {
+        None
+    };
     if a.json {
         let mut value = serde_json::to_value(&stats)?;
         if let Some(c) = &capacity {
@@ -635,7 +547,7 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
         let mut text = render_text(&stats);
         if let Some(c) = &capacity {
             text.push('\n');
-            text.push_str(&render_capacity(c));
+            text.push_str(&c.to_string());
         }
         out.text(&text);
         out.note(&format!(

@@ -532,8 +532,14 @@ mod tests {
         assert_eq!(agg.events[Event::Failover.index()], 0);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn shutdown_counts_what_did_not_run() {
+    /// Replays `ops` pings, each folding `folded` records, against a registry that never
+    /// answers, with a stop 1 s in: what the executor reported, its cancelled pings, and
+    /// how long it took.
+    async fn stopped_while_hung(
+        ops: u64,
+        folded: u32,
+        grace: Duration,
+    ) -> (ExecReport, u64, Duration) {
         let transport = ScriptedTransport::new(|_| {
             ScriptedResponse::status(200).delay(Duration::from_secs(3600))
         });
@@ -545,12 +551,12 @@ mod tests {
             ClientOptions::default(),
         );
         let (tx, rx) = mpsc::channel(1000);
-        for seq in 0..10u64 {
+        for seq in 0..ops {
             let op = PlannedOp {
                 seq,
                 offset: Duration::ZERO,
                 action: Action::Ping,
-                folded: 2,
+                folded,
                 session: None,
                 client: 0,
             };
@@ -567,70 +573,31 @@ mod tests {
             mode: Mode::Stress,
             concurrency: 4,
             max_lateness: None,
-            grace: Duration::from_secs(5),
+            grace,
             precise_timer: false,
         };
+        let started = Instant::now();
         let report = Executor::single(client, options, shutdown).run(rx).await;
+        let took = started.elapsed();
+        let agg = aggregator.finish().await;
+        let cancelled = agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled];
+        (report, cancelled, took)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_counts_what_did_not_run() {
+        let (report, cancelled, _) = stopped_while_hung(10, 2, Duration::from_secs(5)).await;
         assert_eq!(report.replayed, 0);
         assert_eq!(report.interrupted, 30, "10 ops of 3 records each");
-        let agg = aggregator.finish().await;
-        assert_eq!(
-            agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
-            4
-        );
+        assert_eq!(cancelled, 4, "the four in flight");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_after_the_plan_ended_still_ends_within_grace() {
         // The last operations never get an answer; the plan is over before the stop comes.
-        let transport = ScriptedTransport::new(|_| {
-            ScriptedResponse::status(200).delay(Duration::from_secs(3600))
-        });
-        let (recorder, aggregator) = spawn_aggregator();
-        let client = RegistryClient::new(
-            Arc::new(transport),
-            "http://registry.test/".parse().unwrap(),
-            recorder,
-            ClientOptions::default(),
-        );
-        let (tx, rx) = mpsc::channel(16);
-        for seq in 0..2u64 {
-            let op = PlannedOp {
-                seq,
-                offset: Duration::ZERO,
-                action: Action::Ping,
-                folded: 0,
-                session: None,
-                client: 0,
-            };
-            tx.send(PlanItem::Op(op)).await.unwrap();
-        }
-        drop(tx);
-        let shutdown = Shutdown::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            stop.cancel();
-        });
-        let options = ExecOptions {
-            mode: Mode::Stress,
-            concurrency: 4,
-            max_lateness: None,
-            grace: Duration::from_secs(2),
-            precise_timer: false,
-        };
-        let started = Instant::now();
-        let report = Executor::single(client, options, shutdown).run(rx).await;
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(3),
-            "stop at 1 s, grace 2 s"
-        );
+        let (report, cancelled, took) = stopped_while_hung(2, 0, Duration::from_secs(2)).await;
+        assert_eq!(took, Duration::from_secs(3), "stop at 1 s, grace 2 s");
         assert_eq!(report.interrupted, 2);
-        let agg = aggregator.finish().await;
-        assert_eq!(
-            agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled],
-            2
-        );
+        assert_eq!(cancelled, 2);
     }
 }

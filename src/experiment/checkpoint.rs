@@ -114,6 +114,41 @@ pub struct ScheduleRecord {
     pub rounds: Option<u64>,
 }
 
+/// The flags that ask for it (`--every 1h --repeat 3`), or `one round`.
+impl std::fmt::Display for ScheduleRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        let every = |s: f64| humantime::format_duration(std::time::Duration::from_secs_f64(s));
+        if let Some(e) = self.every_s {
+            parts.push(format!("--every {}", every(e)));
+        }
+        if let Some(u) = self.until_s {
+            parts.push(format!("--until {}", every(u)));
+        }
+        if let (true, Some(n)) = (self.rounds_layout, self.rounds) {
+            parts.push(format!("--repeat {n}"));
+        }
+        if parts.is_empty() {
+            f.write_str("one round")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
+/// The slot to run next under `--every`: `next`, or — when slots were missed — the
+/// latest slot that is due (missed rounds are skipped, not run in a burst).
+pub fn due_slot(
+    anchor: std::time::SystemTime,
+    every: std::time::Duration,
+    next: u64,
+    now: std::time::SystemTime,
+) -> u64 {
+    let elapsed = now.duration_since(anchor).unwrap_or_default();
+    let due = (elapsed.as_secs_f64() / every.as_secs_f64().max(1e-9)).floor() as u64;
+    next.max(due)
+}
+
 /// `OUT/.creb-run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -213,6 +248,21 @@ pub fn is_complete(record: &CellRecord, out: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn missed_slots_are_skipped_not_bunched() {
+        let anchor = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let hour = std::time::Duration::from_secs(3600);
+        // On time: the next slot.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 2), 3);
+        // Overran a little: the next slot, at once.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 3 + hour / 2), 3);
+        // Down for a day: the latest due slot.
+        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 27 + hour / 2), 27);
+        // A clock before the anchor.
+        assert_eq!(due_slot(anchor, hour, 0, anchor - hour), 0);
+    }
+
     use super::*;
 
     fn record(status: CellStatus) -> CellRecord {

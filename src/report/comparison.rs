@@ -117,6 +117,63 @@ pub fn rows(file: &ExperimentFile, checkpoint: &Checkpoint, out: &Path) -> Vec<R
         .collect()
 }
 
+/// The table `run` prints at its end: one line per cell it ran (`ran` holds each cell's
+/// experiment, registry, round and repetition), then where the comparison was written.
+pub fn ran_text(
+    file: &ExperimentFile,
+    checkpoint: &Checkpoint,
+    out: &Path,
+    ran: &[(String, String, u64, u32)],
+) -> String {
+    let mut text = format!(
+        "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  result\n",
+        "experiment", "registry", "round", "rep", "status", "requests", "errors", "op/s"
+    );
+    let was_run = |c: &CellRecord| {
+        ran.iter().any(|(e, g, round, rep)| {
+            &c.experiment == e && &c.registry == g && c.round == *round && c.rep == *rep
+        })
+    };
+    for row in rows(file, checkpoint, out)
+        .iter()
+        .filter(|r| was_run(&r.record))
+    {
+        let c = &row.record;
+        let (req, err, rps) = match &row.summary {
+            Some(s) => (
+                s.totals.requests.to_string(),
+                s.totals.errors.to_string(),
+                format!("{:.1}", s.throughput.requests_per_s),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let result = match (&row.summary, &c.message) {
+            (None, Some(m)) => m.clone(),
+            _ => out.join(&c.dir).display().to_string(),
+        };
+        let _ = writeln!(
+            text,
+            "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  {}",
+            c.experiment,
+            c.registry,
+            c.round,
+            c.rep,
+            c.status.name(),
+            req,
+            err,
+            rps,
+            result
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\ncomparison: {}  {}",
+        out.join("comparison.csv").display(),
+        out.join("comparison.html").display()
+    );
+    text
+}
+
 fn num(v: f64) -> String {
     if v.is_finite() {
         let r = (v * 1000.0).round() / 1000.0;

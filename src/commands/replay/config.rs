@@ -401,6 +401,17 @@ fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
     })
 }
 
+impl ReplayConfig {
+    /// Why a trace can hold no record to replay beside having none: ` (--limit-requests 0)`.
+    pub fn limited_to_none(&self) -> &'static str {
+        if self.limit_requests == Some(0) {
+            " (--limit-requests 0)"
+        } else {
+            ""
+        }
+    }
+}
+
 impl TryFrom<&ReplayArgs> for ReplayConfig {
     type Error = anyhow::Error;
 

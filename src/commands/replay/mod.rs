@@ -59,16 +59,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let quiet = session.quiet();
     let spool_dir = args.output.output_dir.clone();
     if args.dry_run {
-        // Reads the trace and computes its digests (printing the figures); sends nothing.
-        let Some((_, _, preparation)) =
-            catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown).await?
-        else {
-            return Ok(ExitStatus::Interrupted);
-        };
-        if args.output.json {
-            println!("{}", serde_json::to_string_pretty(&preparation)?);
-        }
-        return Ok(ExitStatus::Success);
+        return dry_run(&input, &cfg, &args, &session, &shutdown).await;
     }
     // The registry first: an unusable one is known in seconds, before any content is hashed.
     let started_at = SystemTime::now();
@@ -93,11 +84,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         anyhow::bail!(
             "{} holds no replayable record{}",
             input.describe(),
-            if cfg.limit_requests == Some(0) {
-                " (--limit-requests 0)"
-            } else {
-                ""
-            }
+            cfg.limited_to_none()
         );
     }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
@@ -150,6 +137,27 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
     session.close().await;
     Ok(exit)
+}
+
+/// `--dry-run`: reads the trace and computes its digests (printing the figures); sends
+/// nothing.
+async fn dry_run(
+    input: &TraceInput,
+    cfg: &ReplayConfig,
+    args: &ReplayArgs,
+    session: &Session,
+    shutdown: &Shutdown,
+) -> anyhow::Result<ExitStatus> {
+    let spool_dir = args.output.output_dir.clone();
+    let Some((_, _, preparation)) =
+        catalog::prepare(input, cfg, spool_dir, session, shutdown).await?
+    else {
+        return Ok(ExitStatus::Interrupted);
+    };
+    if args.output.json {
+        println!("{}", serde_json::to_string_pretty(&preparation)?);
+    }
+    Ok(ExitStatus::Success)
 }
 
 /// `--check-space`: refuses a prewarm of `needed` bytes larger than `dir`'s free space, and

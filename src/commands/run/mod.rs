@@ -42,7 +42,7 @@ use crate::client::ClientOptions;
 use crate::commands::connect::{preflight, RegistryConfig};
 use crate::commands::status::ExitStatus;
 use crate::experiment::checkpoint::{
-    self, CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord,
+    self, due_slot, CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord,
 };
 use crate::experiment::config::{ExperimentFile, Kind};
 use crate::metrics::live::LiveSlot;
@@ -207,36 +207,10 @@ fn resumed_schedule(args: &RunArgs, recorded: ScheduleRecord) -> anyhow::Result<
     if asked && requested_schedule(args) != recorded {
         anyhow::bail!(
             "this run was started with {}; resume it with the same --every/--until/--repeat, or none",
-            describe_schedule(&recorded)
+            recorded
         );
     }
     Ok(recorded)
-}
-
-fn describe_schedule(s: &ScheduleRecord) -> String {
-    let mut parts = Vec::new();
-    if let Some(e) = s.every_s {
-        parts.push(format!(
-            "--every {}",
-            humantime::format_duration(Duration::from_secs_f64(e))
-        ));
-    }
-    if let Some(u) = s.until_s {
-        parts.push(format!(
-            "--until {}",
-            humantime::format_duration(Duration::from_secs_f64(u))
-        ));
-    }
-    if s.rounds_layout {
-        if let Some(n) = s.rounds {
-            parts.push(format!("--repeat {n}"));
-        }
-    }
-    if parts.is_empty() {
-        "one round".into()
-    } else {
-        parts.join(" ")
-    }
 }
 
 /// How a cell ended, as recorded.
@@ -745,66 +719,6 @@ async fn sleep_until(t: SystemTime, shutdown: &Shutdown) -> bool {
     }
 }
 
-/// The slot to run next under `--every`: `next`, or — when slots were missed — the
-/// latest slot that is due (missed rounds are skipped, not run in a burst).
-pub fn due_slot(anchor: SystemTime, every: Duration, next: u64, now: SystemTime) -> u64 {
-    let elapsed = now.duration_since(anchor).unwrap_or_default();
-    let due = (elapsed.as_secs_f64() / every.as_secs_f64().max(1e-9)).floor() as u64;
-    next.max(due)
-}
-
-fn print_table(
-    file: &ExperimentFile,
-    cp: &Checkpoint,
-    out: &Path,
-    ran: &[(String, String, u64, u32)],
-) {
-    let rows = comparison::rows(file, cp, out);
-    println!(
-        "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  result",
-        "experiment", "registry", "round", "rep", "status", "requests", "errors", "op/s"
-    );
-    for row in rows.iter().filter(|r| {
-        ran.iter().any(|(e, g, round, rep)| {
-            &r.record.experiment == e
-                && &r.record.registry == g
-                && r.record.round == *round
-                && r.record.rep == *rep
-        })
-    }) {
-        let c = &row.record;
-        let (req, err, rps) = match &row.summary {
-            Some(s) => (
-                s.totals.requests.to_string(),
-                s.totals.errors.to_string(),
-                format!("{:.1}", s.throughput.requests_per_s),
-            ),
-            None => ("-".into(), "-".into(), "-".into()),
-        };
-        let result = match (&row.summary, &c.message) {
-            (None, Some(m)) => m.clone(),
-            _ => out.join(&c.dir).display().to_string(),
-        };
-        println!(
-            "{:<20} {:<16} {:>5} {:>4} {:<12} {:>9} {:>7} {:>9}  {}",
-            c.experiment,
-            c.registry,
-            c.round,
-            c.rep,
-            c.status.name(),
-            req,
-            err,
-            rps,
-            result
-        );
-    }
-    println!(
-        "\ncomparison: {}  {}",
-        out.join("comparison.csv").display(),
-        out.join("comparison.html").display()
-    );
-}
-
 /// Runs `creb-rs run`.
 pub async fn run(args: RunArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let file = ExperimentFile::load(&args.experiment)?;
@@ -891,7 +805,7 @@ fn dry_run(args: &RunArgs, file: &ExperimentFile, out: &Path) -> anyhow::Result<
         file.experiments.len(),
         file.registries.len(),
         cells::round_cells(file, 0).len(),
-        describe_schedule(&schedule),
+        schedule,
         out.display()
     );
     for cell in cells::round_cells(file, 0) {
@@ -979,7 +893,10 @@ fn show_end(
     if runner.ran.is_empty() && !interrupted {
         println!("nothing left to run in {}", out.display());
     } else {
-        print_table(runner.file, &runner.cp, out, &runner.ran);
+        print!(
+            "{}",
+            comparison::ran_text(runner.file, &runner.cp, out, &runner.ran)
+        );
     }
     if interrupted {
         eprintln!(
@@ -994,20 +911,6 @@ fn show_end(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn missed_slots_are_skipped_not_bunched() {
-        let anchor = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let hour = Duration::from_secs(3600);
-        // On time: the next slot.
-        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 2), 3);
-        // Overran a little: the next slot, at once.
-        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 3 + hour / 2), 3);
-        // Down for a day: the latest due slot.
-        assert_eq!(due_slot(anchor, hour, 3, anchor + hour * 27 + hour / 2), 27);
-        // A clock before the anchor.
-        assert_eq!(due_slot(anchor, hour, 0, anchor - hour), 0);
-    }
 
     #[test]
     fn resume_keeps_the_recorded_schedule() {

@@ -1,0 +1,111 @@
+//! What a replay of a trace needs at a size scale (`trace stats --capacity`): storage,
+//! bytes sent and received, computed by the replay's own first pass so the figures are the
+//! ones a prewarm and a run meet.
+
+use crate::fast_hash::FastHashMap;
+use crate::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
+use crate::trace::{Interner, Item, Method, Sym, Target, TraceError, TraceInput, TraceReader};
+use crate::units::{grouped, ByteSize};
+
+/// The figures of `trace stats --capacity`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Capacity {
+    pub size_scale: f64,
+    pub max_object_size: Option<u64>,
+    /// Distinct blobs the run reads (the prewarm pushes each to every repository reading it).
+    pub blobs: usize,
+    /// Bytes of those blobs: what the prewarm stores (a registry keeps one copy of a blob).
+    pub blob_bytes: u64,
+    /// (repository, blob) pairs the prewarm pushes, and their bytes (what it sends).
+    pub prewarm_pushes: usize,
+    pub prewarm_bytes: u64,
+    /// Uploads the run makes, and the bytes it stores and sends with them.
+    pub uploads: usize,
+    pub upload_bytes: u64,
+    /// Bytes the run's successful blob GETs receive.
+    pub read_bytes: u64,
+    /// Storage after the run: the prewarmed blobs plus the uploads.
+    pub storage_bytes: u64,
+}
+
+impl Capacity {
+    /// Reads `input` once, as a replay's first pass does with its default session gap.
+    pub fn of(input: &TraceInput, sizes: SizeScale) -> Result<Capacity, TraceError> {
+        let mut reader = TraceReader::open(input, Default::default(), Interner::default())?;
+        let mut gets: FastHashMap<Sym, u64> = Default::default();
+        let items = (&mut reader).inspect(|item| {
+            if let Ok(Item::Record(r)) = item {
+                if let (Method::Get, Target::Blob { digest, .. }) = (r.method, &r.target) {
+                    if (200..400).contains(&r.status) {
+                        *gets.entry(*digest).or_default() += 1;
+                    }
+                }
+            }
+        });
+        let content = ContentOptions {
+            sizes,
+            ..ContentOptions::default()
+        };
+        // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
+        let catalog =
+            Catalog::build(items, 60_000, content, Keep::Prewarm)?.seal(reader.into_names());
+        let blob_bytes: u64 = catalog
+            .blobs
+            .keys()
+            .map(|d| catalog.blob_content(*d).size())
+            .sum();
+        let upload_bytes: u64 = catalog
+            .uploads()
+            .map(|(h, _)| catalog.upload_content(h).size())
+            .sum();
+        let read_bytes = gets
+            .iter()
+            .map(|(d, n)| n * catalog.blob_content(*d).size())
+            .sum();
+        let uploads = catalog.uploads().len();
+        Ok(Capacity {
+            size_scale: sizes.factor(),
+            max_object_size: sizes.max,
+            blobs: catalog.blobs.len(),
+            blob_bytes,
+            prewarm_pushes: catalog.blob_read_count(),
+            prewarm_bytes: catalog.prewarm_bytes(),
+            uploads,
+            upload_bytes,
+            read_bytes,
+            storage_bytes: blob_bytes + upload_bytes,
+        })
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scale = match (self.size_scale < 1.0, self.max_object_size) {
+            (false, None) => "sizes as recorded".to_string(),
+            (true, None) => format!("sizes ×{}", self.size_scale),
+            (false, Some(m)) => format!("sizes capped at {}", ByteSize(m)),
+            (true, Some(m)) => format!("sizes ×{}, capped at {}", self.size_scale, ByteSize(m)),
+        };
+        writeln!(f, "capacity ({scale})")?;
+        writeln!(
+            f,
+            "  prewarm: {} blobs, {} stored; {} pushes, {} sent",
+            grouped(self.blobs as u64),
+            ByteSize(self.blob_bytes),
+            grouped(self.prewarm_pushes as u64),
+            ByteSize(self.prewarm_bytes),
+        )?;
+        writeln!(
+            f,
+            "  run: {} uploads, {} sent and stored; {} received by blob GETs",
+            grouped(self.uploads as u64),
+            ByteSize(self.upload_bytes),
+            ByteSize(self.read_bytes),
+        )?;
+        writeln!(
+            f,
+            "  registry storage after the run: {}",
+            ByteSize(self.storage_bytes)
+        )
+    }
+}
