@@ -703,3 +703,43 @@ fn a_replayed_read_of_a_prewarmed_manifest_must_find_that_manifest() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     r.failed_only_as("manifest_get", "digest_mismatch");
 }
+
+/// `trace import --sizes-from` asks a registry too: stopped while its HEADs go unanswered,
+/// it ends within their 5 s grace with the signal's status and writes no trace.
+#[test]
+fn a_stop_while_import_asks_for_sizes_writes_nothing_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Misbehaving::start(|r| {
+        if r.path == "/v2/" {
+            Answer::ok("application/json", "{}")
+        } else {
+            Answer::Silent
+        }
+    });
+    let log = dir.path().join("registry.log");
+    let put = r#"{"http.request.method":"PUT","http.request.uri":"/v2/a/b/blobs/uploads/u1?digest=sha256%3A0000000000000000000000000000000000000000000000000000000000000000","http.request.remoteaddr":"10.0.0.1:5","http.response.status":201,"http.response.written":0,"http.response.duration":"2ms","level":"info","msg":"response completed","time":"2026-11-24T22:53:52.398Z"}"#;
+    std::fs::write(&log, format!("{put}\n")).unwrap();
+    let out = dir.path().join("t.json");
+    let mut child = spawn(&[
+        "trace",
+        "import",
+        log.to_str().unwrap(),
+        "--format",
+        "distribution",
+        "-o",
+        out.to_str().unwrap(),
+        "--sizes-from",
+        &server.url,
+    ]);
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, "INT");
+    let status = wait_at_most(&mut child, Duration::from_secs(10));
+    assert_eq!(status, 130);
+    assert!(!out.exists(), "no trace written");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("stopped while asking for sizes"),
+        "{stderr}"
+    );
+}

@@ -76,6 +76,7 @@ fn rec(
         written,
         id: format!("{t_ms:x}{method}{uri}{client}"),
         timestamp: format_ms(t_ms),
+        size_unknown: false,
         time_ms: t_ms,
     }
 }

@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::nginx::{Nginx, NginxOptions};
-use common::{run_bin, summary_json, Registry, RegistryOptions};
+use common::{run_bin, summary_json, tool, Registry, RegistryOptions};
 
-/// The `log_format` docs/traces.md gives for nginx: `combined`, then the times.
-const NGINX_FORMAT: &str = r#"'$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_time $upstream_response_time $msec'"#;
+/// The `log_format` docs/traces.md gives for nginx: `combined`, then the times and the
+/// request body's size.
+const NGINX_FORMAT: &str = r#"'$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_time $upstream_response_time $msec $content_length'"#;
 
 /// The JSON variant docs/traces.md gives.
-const NGINX_JSON_FORMAT: &str = r#"escape=json '{"msec":"$msec","remote_addr":"$remote_addr","request_method":"$request_method","request_uri":"$request_uri","status":"$status","body_bytes_sent":"$body_bytes_sent","request_time":"$request_time","http_user_agent":"$http_user_agent","host":"$host","request_id":"$request_id"}'"#;
+const NGINX_JSON_FORMAT: &str = r#"escape=json '{"msec":"$msec","remote_addr":"$remote_addr","request_method":"$request_method","request_uri":"$request_uri","status":"$status","body_bytes_sent":"$body_bytes_sent","request_time":"$request_time","http_user_agent":"$http_user_agent","host":"$host","request_id":"$request_id","content_length":"$content_length"}'"#;
 
 /// Names the workload uses, which an anonymized trace must not hold.
 const NAMES: [&str; 4] = ["rtmono", "rtchunk", "latest", "127.0.0.1"];
@@ -291,4 +292,365 @@ fn foreign_and_broken_lines_are_counted_and_named_and_strict_fails() {
         "{}",
         r.stderr
     );
+}
+
+/// The operation kind creb-rs gives the request a registry logged (method, URI, status),
+/// written apart from the import: what a faithful replay makes of it.
+fn kind_of(method: &str, uri: &str, status: u16) -> Option<&'static str> {
+    let path = uri.split('?').next().unwrap_or_default();
+    let mount = uri.contains("mount=") && status == 201;
+    Some(match method {
+        "GET" if path == "/v2/" => "ping",
+        "GET" if path.ends_with("/tags/list") => "tag_list",
+        "GET" if path.contains("/manifests/") => "manifest_get",
+        "HEAD" if path.contains("/manifests/") => "manifest_head",
+        "PUT" if path.contains("/manifests/") => "manifest_put",
+        "DELETE" if path.contains("/manifests/") => "manifest_delete",
+        "POST" if mount => "blob_mount",
+        "POST" if path.contains("/blobs/uploads") => "upload_post",
+        "PATCH" => "upload_patch",
+        "PUT" if path.contains("/blobs/uploads/") => "upload_put",
+        "GET" if path.contains("/blobs/") => "blob_get",
+        "HEAD" if path.contains("/blobs/") => "blob_head",
+        _ => return None,
+    })
+}
+
+/// Runs crane, which must succeed; its standard output.
+fn crane(bin: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .expect("run crane");
+    assert!(
+        out.status.success(),
+        "crane {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A tarball of one file of `size` random bytes (a layer crane cannot compress).
+fn layer(dir: &Path, name: &str, size: usize) -> PathBuf {
+    use rand::{RngCore as _, SeedableRng as _};
+    let mut bytes = vec![0u8; size];
+    rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(size as u64 ^ name.len() as u64)
+        .fill_bytes(&mut bytes);
+    let file = dir.join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let tar = dir.join(format!("{name}.tar"));
+    let ok = std::process::Command::new("tar")
+        .args([
+            "cf",
+            tar.to_str().unwrap(),
+            "-C",
+            dir.to_str().unwrap(),
+            name,
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tar {name}");
+    tar
+}
+
+/// What crane uploaded: the distinct blobs (configs and layers) of the images it pushed,
+/// by digest, with their sizes.
+fn blobs_of(crane_bin: &Path, images: &[String]) -> BTreeMap<String, u64> {
+    let mut blobs = BTreeMap::new();
+    for image in images {
+        let m: serde_json::Value =
+            serde_json::from_str(&crane(crane_bin, &["manifest", "--insecure", image])).unwrap();
+        let config = std::iter::once(&m["config"]);
+        for d in config.chain(m["layers"].as_array().unwrap()) {
+            blobs.insert(
+                d["digest"].as_str().unwrap().to_owned(),
+                d["size"].as_u64().unwrap(),
+            );
+        }
+    }
+    blobs
+}
+
+/// Imports `log` as `format` (with `extra` flags); the report.
+fn import_strict(log: &Path, format: &str, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "trace",
+        "import",
+        log.to_str().unwrap(),
+        "--format",
+        format,
+        "-o",
+        out.to_str().unwrap(),
+        "--strict",
+        "--json",
+    ];
+    args.extend(extra);
+    let r = run_bin(&args, None, &[]);
+    assert_eq!(r.code, 0, "{format}: --strict: {}{}", r.stdout, r.stderr);
+    serde_json::from_str(&r.stdout).unwrap()
+}
+
+/// Replays `trace` in delay mode against a fresh registry; its summary.
+fn replay_fresh(trace: &Path, what: &str) -> serde_json::Value {
+    let fresh = Registry::start();
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("r");
+    let r = run_bin(
+        &[
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            &fresh.url,
+            "--mode",
+            "delay",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    let summary = summary_json(&dir);
+    fresh.assert_exit_but_tag_races(r.code, &summary, &format!("{what}: {}", r.stderr));
+    summary
+}
+
+/// go-containerregistry's crane (pinned, installed by scripts/setup), a client nobody here
+/// wrote, drives docker-registry through nginx: appends with layers of known sizes, a copy
+/// from another registry (uploads), a copy across repositories (mounts), a pull, a tag
+/// list, a tag and a delete; `--insecure` on plain HTTP also probes TLS first, so nginx
+/// logs ClientHello bytes as it does in production. Each of the three logs (distribution's
+/// JSON log, nginx's two documented layouts) imports with `--strict`, and replays on a
+/// fresh registry with the operations the registry logged, per kind, the mounts made as
+/// mounts, the bytes crane uploaded (within 1%) and no error. A log without request sizes
+/// says so, and `--sizes-from` learns them from the registry.
+#[test]
+fn an_imported_crane_session_replays_what_crane_did() {
+    let Some(crane_bin) = tool("crane") else {
+        assert!(
+            std::env::var("CREB_REQUIRE_COMPAT").map_or(true, |v| v != "1"),
+            "crane is missing (scripts/setup installs it)"
+        );
+        eprintln!("skipped: crane is not installed");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let json_log = work.path().join("nginx-json.log");
+    let registry = Registry::start_with(RegistryOptions {
+        access_log: true,
+        ..RegistryOptions::default()
+    });
+    let nginx = Nginx::start(NginxOptions {
+        upstream_port: Some(registry.port),
+        log_format: Some(NGINX_FORMAT.to_owned()),
+        http_extra: format!(
+            "log_format creb_json {NGINX_JSON_FORMAT};\naccess_log {} creb_json;",
+            json_log.display()
+        ),
+        ..NginxOptions::default()
+    });
+    let other = Registry::start();
+    let host = nginx.url.trim_start_matches("http://").to_owned();
+    let elsewhere = other.url.trim_start_matches("http://").to_owned();
+    let (l1, l2, l3) = (
+        layer(work.path(), "one", 600_000),
+        layer(work.path(), "two", 1 << 20),
+        layer(work.path(), "three", 1 << 20),
+    );
+    let image = |r: &str| format!("{host}/crane/{r}");
+    let (v1, v2) = (image("app:v1"), image("app:v2"));
+    crane(
+        &crane_bin,
+        &[
+            "append",
+            "--insecure",
+            "-f",
+            l1.to_str().unwrap(),
+            "-t",
+            &v1,
+        ],
+    );
+    crane(
+        &crane_bin,
+        &[
+            "append",
+            "--insecure",
+            "-b",
+            &v1,
+            "-f",
+            l2.to_str().unwrap(),
+            "-f",
+            l3.to_str().unwrap(),
+            "-t",
+            &v2,
+        ],
+    );
+    let outside = format!("{elsewhere}/outside/img:1");
+    crane(
+        &crane_bin,
+        &[
+            "append",
+            "--insecure",
+            "-f",
+            l3.to_str().unwrap(),
+            "-t",
+            &outside,
+        ],
+    );
+    crane(
+        &crane_bin,
+        &["copy", "--insecure", &outside, &image("imported:1")],
+    );
+    crane(&crane_bin, &["copy", "--insecure", &v2, &image("other:v2")]);
+    let pulled = work.path().join("pulled.tar");
+    crane(
+        &crane_bin,
+        &[
+            "pull",
+            "--insecure",
+            &image("other:v2"),
+            pulled.to_str().unwrap(),
+        ],
+    );
+    crane(&crane_bin, &["ls", "--insecure", &image("app")]);
+    crane(&crane_bin, &["tag", "--insecure", &v2, "v3"]);
+    // Every blob crane pushed, by digest, before the delete takes v1 away.
+    let sizes = blobs_of(&crane_bin, &[v1.clone(), v2.clone(), image("imported:1")]);
+    let digest = crane(&crane_bin, &["digest", "--insecure", &v1]);
+    crane(
+        &crane_bin,
+        &[
+            "delete",
+            "--insecure",
+            &format!("{host}/crane/app@{digest}"),
+        ],
+    );
+
+    // The registry's own account: every request by kind, and the bytes of every upload it
+    // completed (the digest its closing PUT named, sized by crane's manifests).
+    let logged = registry.access_log();
+    let dist_log = work.path().join("registry.log");
+    std::fs::write(&dist_log, registry.log()).unwrap();
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut uploaded = 0u64;
+    for (method, uri, status) in &logged {
+        if let Some(kind) = kind_of(method, uri, *status) {
+            *expected.entry(kind.to_owned()).or_default() += 1;
+        }
+        if method == "PUT" && uri.contains("/blobs/uploads/") && *status == 201 {
+            let digest = uri
+                .split(['?', '&'])
+                .find_map(|p| p.strip_prefix("digest="))
+                .unwrap()
+                .replace("%3A", ":");
+            uploaded += sizes[&digest];
+        }
+    }
+    expected.insert("blob_upload".into(), expected["upload_put"]);
+    assert_eq!(
+        expected.get("blob_mount"),
+        Some(&4),
+        "crane mounted: {expected:?}"
+    );
+    assert_eq!(expected.get("manifest_delete"), Some(&1), "{expected:?}");
+    assert!(uploaded > 3_000_000, "crane uploaded {uploaded} bytes");
+
+    let check = |summary: &serde_json::Value, what: &str| {
+        assert_eq!(
+            &counts(summary),
+            &expected,
+            "{what}: replayed against logged"
+        );
+        assert_eq!(
+            summary["totals"]["errors"], 0,
+            "{what}: {}",
+            summary["errors"]
+        );
+        assert!(
+            summary["events"].get("mount_fallback").is_none(),
+            "{what}: every mount made as one: {}",
+            summary["events"]
+        );
+        let sent = summary["operations"]["blob_upload"]["bytes_sent"]
+            .as_u64()
+            .unwrap();
+        let off = (sent as f64 - uploaded as f64).abs() / uploaded as f64;
+        assert!(
+            off < 0.01,
+            "{what}: uploaded {sent} bytes, crane {uploaded}"
+        );
+    };
+    for (log, format) in [
+        (dist_log.clone(), "distribution"),
+        (nginx.access_log_path(), "nginx"),
+        (json_log.clone(), "nginx-json"),
+    ] {
+        let trace = work.path().join(format!("{format}.json"));
+        let report = import_strict(&log, format, &trace, &["--no-anonymize"]);
+        assert_eq!(report["malformed"], 0, "{format}: {report}");
+        assert_eq!(report["sizes"]["unknown"], 0, "{format}: {report}");
+        assert_eq!(report["sizes"]["mounts"], 4, "{format}: {report}");
+        if format != "distribution" {
+            // crane --insecure tried TLS on the plain port first.
+            assert!(
+                report["skipped"]["not_http"].as_u64().unwrap_or(0) > 0,
+                "{format}: {report}"
+            );
+        }
+        let summary = replay_fresh(&trace, format);
+        check(&summary, format);
+        assert!(summary["warnings"]
+            .as_array()
+            .is_none_or(|w| w.iter().all(|w| w["kind"] != "unsized_uploads")));
+    }
+
+    // A log without request sizes, as nginx without $content_length in front of a
+    // registry without distribution's upload state would write it: uploads of unknown
+    // size are counted, marked and warned about; --sizes-from asks the registry for them.
+    let bare = work.path().join("bare.log");
+    let text = std::fs::read_to_string(&json_log).unwrap();
+    let stripped: String = text
+        .lines()
+        .map(|l| {
+            let l = match l.find(",\"content_length\"") {
+                Some(i) => format!("{}}}", &l[..i]),
+                None => l.to_owned(),
+            };
+            let l = match (l.find("?_state="), l.find("&digest=")) {
+                (Some(a), Some(b)) => format!("{}?{}", &l[..a], &l[b + 1..]),
+                _ => l,
+            };
+            format!("{l}\n")
+        })
+        .collect();
+    std::fs::write(&bare, stripped).unwrap();
+    let trace = work.path().join("bare.json");
+    let report = import_strict(&bare, "nginx-json", &trace, &[]);
+    assert!(report["sizes"]["unknown"].as_u64().unwrap() > 0, "{report}");
+    assert!(std::fs::read_to_string(&trace)
+        .unwrap()
+        .contains("\"creb.size_unknown\":true"));
+    let summary = replay_fresh(&trace, "bare");
+    assert!(
+        summary["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["kind"] == "unsized_uploads")),
+        "{}",
+        summary["warnings"]
+    );
+    let report = import_strict(
+        &bare,
+        "nginx-json",
+        &trace,
+        &["--sizes-from", &registry.url],
+    );
+    assert_eq!(report["sizes"]["unknown"], 0, "{report}");
+    assert_eq!(
+        report["sizes"]["from_registry"], report["sizes"]["uploads"],
+        "{report}"
+    );
+    assert_eq!(report["sizes"]["mounts_unsized"], 0, "{report}");
+    check(&replay_fresh(&trace, "sizes-from"), "sizes-from");
+    drop(other);
 }

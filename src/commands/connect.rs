@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 use url::Url;
 
-use super::args::RegistryArgs;
+use super::args::{AuthArgs, RegistryArgs};
 use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, PasswordSource};
 use crate::auth::registry_auth::RegistryAuth;
 use crate::client::retry::RetryPolicy;
@@ -59,20 +59,7 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: &RegistryArgs) -> anyhow::Result<Self> {
-        let mut extra_roots_pem = Vec::new();
-        for path in &args.ca_cert {
-            let pem = fs::read(path)
-                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
-            extra_roots_pem.push(pem);
-        }
-        let a = &args.auth;
-        let password = if a.password_stdin {
-            Some(PasswordSource::Stdin)
-        } else if let Some(cmd) = &a.password_cmd {
-            Some(PasswordSource::Command(cmd.clone()))
-        } else {
-            a.username.as_ref().map(|_| PasswordSource::Environment)
-        };
+        let extra_roots_pem = extra_roots(&args.ca_cert)?;
         let base = args
             .registry
             .first()
@@ -111,18 +98,61 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 backoff: args.backoff,
                 max_backoff: args.max_backoff,
             },
-            credentials: CredentialOptions {
-                anonymous: a.anonymous,
-                username: a.username.clone(),
-                password,
-                docker_config: a.docker_config.clone(),
-                command_timeout: a.credential_timeout,
-            },
+            credentials: credential_options(&args.auth),
         })
     }
 }
 
+/// The PEM files of `--ca-cert`, read.
+fn extra_roots(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<Vec<u8>>> {
+    paths
+        .iter()
+        .map(|path| {
+            fs::read(path).with_context(|| format!("cannot read --ca-cert {}", path.display()))
+        })
+        .collect()
+}
+
+/// How the credential flags say to find credentials.
+fn credential_options(a: &AuthArgs) -> CredentialOptions {
+    let password = if a.password_stdin {
+        Some(PasswordSource::Stdin)
+    } else if let Some(cmd) = &a.password_cmd {
+        Some(PasswordSource::Command(cmd.clone()))
+    } else {
+        a.username.as_ref().map(|_| PasswordSource::Environment)
+    };
+    CredentialOptions {
+        anonymous: a.anonymous,
+        username: a.username.clone(),
+        password,
+        docker_config: a.docker_config.clone(),
+        command_timeout: a.credential_timeout,
+    }
+}
+
 impl RegistryConfig {
+    /// A registry read from outside a run (`trace import --sizes-from`): `url` with the
+    /// credential and TLS flags given, every other setting its default.
+    pub fn reading(
+        url: Url,
+        insecure: bool,
+        ca_cert: &[std::path::PathBuf],
+        auth: &AuthArgs,
+    ) -> anyhow::Result<RegistryConfig> {
+        Ok(RegistryConfig {
+            base: url.clone(),
+            endpoints: vec![url],
+            transport: TransportConfig {
+                insecure,
+                extra_roots_pem: extra_roots(ca_cert)?,
+                ..TransportConfig::default()
+            },
+            credentials: credential_options(auth),
+            retry: RetryPolicy::default(),
+        })
+    }
+
     /// Resolves credentials (running helpers or password commands once) and builds a
     /// client whose connection pool fits `concurrency`.
     pub async fn connect(

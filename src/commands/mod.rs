@@ -353,7 +353,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Merge(args) => merge::run(args).await,
         Command::Report(args) => report::run(args).await,
         Command::Compare(args) => compare::run(args).await,
-        Command::Trace(args) => trace::run(args).await,
+        Command::Trace(args) => trace::stoppable(args, shutdown).await,
         Command::Simulate(args) => simulate::run(args).await,
         Command::Cost(args) => cost::run(args).await,
         Command::Run(args) => on_worker(run::run(args, shutdown)).await,

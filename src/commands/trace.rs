@@ -20,13 +20,15 @@ use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use super::args::parse_seed;
 use super::status::ExitStatus;
 use crate::analysis::trace::import::{
-    import, render as render_import, Anonymizer, ImportOptions, LogFormat,
+    import, render as render_import, sized_objects, Anonymizer, ImportOptions, LearnedSizes,
+    LogFormat,
 };
 use crate::analysis::trace::{
     compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
 };
 use crate::plan::capacity::Capacity;
 use crate::plan::catalog::SizeScale;
+use crate::shutdown::Shutdown;
 use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use crate::trace::write::write_file_iter;
 use crate::trace::TraceInput;
@@ -353,6 +355,34 @@ pub struct ImportArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+
+    /// Ask the registry the logs came from for the size of every uploaded and mounted blob
+    /// (a HEAD each, before names are anonymized): access logs do not give a request's
+    /// size, so without it (or `$content_length` in an nginx log, or distribution's upload
+    /// state) an upload's size is unknown.
+    #[arg(long, value_name = "URL", value_parser = super::args::REGISTRY_URL)]
+    pub sizes_from: Option<url::Url>,
+
+    /// With --sizes-from: HEADs in flight at most.
+    #[arg(hide_short_help = true, long, value_name = "N", default_value = "8", requires = "sizes_from",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub sizes_concurrency: u16,
+
+    /// With --sizes-from: skip TLS certificate verification.
+    #[arg(hide_short_help = true, long, requires = "sizes_from")]
+    pub insecure: bool,
+
+    /// With --sizes-from: trust the PEM certificates in FILE too (repeatable).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "FILE",
+        requires = "sizes_from"
+    )]
+    pub ca_cert: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub auth: super::args::AuthArgs,
 }
 
 /// `--format` of `trace import`.
@@ -375,7 +405,42 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
-fn run_import(a: &ImportArgs, out: Out) -> anyhow::Result<ExitStatus> {
+/// `--sizes-from`: the sizes of the logs' uploaded and mounted blobs, asked of the registry.
+async fn learn_sizes(
+    a: &ImportArgs,
+    url: url::Url,
+    quiet: bool,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Option<LearnedSizes>> {
+    let (logs, format) = (a.logs.clone(), LogFormat::from(a.format));
+    let objects = tokio::task::spawn_blocking(move || sized_objects(&logs, format))
+        .await
+        .context("reading the logs stopped unexpectedly")??;
+    let config = super::connect::RegistryConfig::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
+    let concurrency = usize::from(a.sizes_concurrency);
+    let connection = config
+        .connect(
+            crate::metrics::Recorder::discard(),
+            crate::client::ClientOptions::default(),
+            concurrency,
+        )
+        .await?;
+    let asked = objects.len();
+    let found =
+        crate::exec::sizes::head_sizes(&connection.client, objects, concurrency, shutdown).await;
+    if !quiet {
+        eprintln!(
+            "creb-rs: trace import: {} of {asked} uploaded or mounted blobs sized by {} ({} not there, {} failed)",
+            found.sizes.len(),
+            config.display(),
+            found.missing,
+            found.failed + found.invalid
+        );
+    }
+    Ok((!shutdown.is_cancelled()).then_some(LearnedSizes(found.sizes)))
+}
+
+fn run_import(a: &ImportArgs, out: Out, learned: LearnedSizes) -> anyhow::Result<ExitStatus> {
     let anonymizer = if a.no_anonymize {
         Anonymizer::off()
     } else if let Some(path) = &a.anonymize_key_file {
@@ -395,6 +460,7 @@ fn run_import(a: &ImportArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let opts = ImportOptions {
         format: a.format.into(),
         anonymizer,
+        learned,
     };
     let report = import(&a.logs, &a.out, &opts)?;
     if a.json {
@@ -463,7 +529,26 @@ fn parse_time(s: &str) -> Result<i64, String> {
 
 /// Runs a `trace` command; the file work happens on the blocking pool.
 pub async fn run(args: TraceArgs) -> anyhow::Result<ExitStatus> {
+    stoppable(args, Shutdown::new()).await
+}
+
+/// [`run`], stopped by `shutdown` (the one `--sizes-from` heeds while it asks).
+pub(crate) async fn stoppable(args: TraceArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let quiet = args.quiet;
+    if let TraceCommand::Import(a) = &args.command {
+        if let Some(url) = a.sizes_from.clone() {
+            let Some(learned) = learn_sizes(a, url, quiet, &shutdown).await? else {
+                eprintln!("creb-rs: trace import: stopped while asking for sizes; nothing written");
+                return Ok(ExitStatus::Interrupted);
+            };
+            let TraceCommand::Import(a) = args.command else {
+                unreachable!("matched above")
+            };
+            return tokio::task::spawn_blocking(move || run_import(&a, Out { quiet }, learned))
+                .await
+                .context("the trace command stopped unexpectedly")?;
+        }
+    }
     tokio::task::spawn_blocking(move || run_blocking_with(args.command, quiet))
         .await
         .context("the trace command stopped unexpectedly")?
@@ -486,7 +571,7 @@ pub fn run_blocking_with(command: TraceCommand, quiet: bool) -> anyhow::Result<E
         TraceCommand::Sample(a) => run_sample(&a, out),
         TraceCommand::Synth(a) => run_synth(&a, out),
         TraceCommand::Validate(a) => run_validate(&a, out),
-        TraceCommand::Import(a) => run_import(&a, out),
+        TraceCommand::Import(a) => run_import(&a, out, LearnedSizes::default()),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Completion of uploads that a later manifest PUT may wait for.
+//! Completion of uploads (and mounts) that a later manifest PUT may wait for.
 //!
 //! Uploads register when dispatched and complete when done; a manifest PUT waits for the
 //! ones of its push. Completed entries are kept for a bounded number of uploads: an entry

@@ -212,7 +212,10 @@ impl Dispatch {
             let start = intended.unwrap_or(started);
             recorder.session(SessionMsg::Started { id, start }).await;
         }
-        if matches!(op.action, Action::BlobUpload { .. }) {
+        if matches!(
+            op.action,
+            Action::BlobUpload { .. } | Action::BlobMount { .. }
+        ) {
             self.env.deps.register(op.seq);
         }
         let choice = self.env.targets.choose(&op);

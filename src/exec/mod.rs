@@ -30,6 +30,7 @@ pub(crate) mod pacer;
 pub mod prewarm;
 pub mod pull;
 pub mod push;
+pub mod sizes;
 mod targets;
 mod task;
 

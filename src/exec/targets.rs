@@ -90,9 +90,16 @@ impl Targets {
                 },
                 true,
             ),
-            Action::BlobDelete { digest, .. } | Action::BlobUpload { digest, .. } => {
-                (Object::Blob(digest.as_str()), true)
-            }
+            Action::BlobDelete { digest, .. }
+            | Action::BlobUpload { digest, .. }
+            | Action::BlobMount { digest, .. } => (Object::Blob(digest.as_str()), true),
+            Action::ManifestDelete { repo, digest } => (
+                Object::Manifest {
+                    repo: repo.as_str(),
+                    reference: digest.as_str(),
+                },
+                true,
+            ),
             Action::TagList { repo } => (Object::Repository(repo.as_str()), false),
         };
         let candidates = self.router.candidates(&Request {

@@ -50,6 +50,8 @@ pub fn op_of(action: &Action) -> Op {
         Action::BlobDelete { .. } => Op::BlobDelete,
         Action::BlobUpload { .. } => Op::BlobUpload,
         Action::TagList { .. } => Op::TagList,
+        Action::BlobMount { .. } => Op::BlobMount,
+        Action::ManifestDelete { .. } => Op::ManifestDelete,
     }
 }
 
@@ -67,7 +69,9 @@ fn describe(action: &Action) -> String {
         Action::BlobGet { repo, digest, .. }
         | Action::BlobHead { repo, digest }
         | Action::BlobDelete { repo, digest }
-        | Action::BlobUpload { repo, digest, .. } => format!("{repo}@{digest}"),
+        | Action::BlobUpload { repo, digest, .. }
+        | Action::ManifestDelete { repo, digest } => format!("{repo}@{digest}"),
+        Action::BlobMount { repo, from, digest } => format!("{repo}@{digest} from {from}"),
         Action::TagList { repo } => format!("{repo} tags"),
     }
 }
@@ -126,6 +130,14 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             .tag_list(repo, None, ctx)
             .await
             .map(|t| t.len() as u64),
+        // A registry that does not mount answers with an upload session (202): counted as
+        // the mount_fallback event the client records, the blob is not uploaded.
+        Action::BlobMount { repo, from, digest } => {
+            client.mount_blob(repo, digest, from, ctx).await.map(|_| 0)
+        }
+        Action::ManifestDelete { repo, digest } => {
+            client.manifest_delete(repo, digest, ctx).await.map(|()| 0)
+        }
     }
 }
 
@@ -174,7 +186,10 @@ pub(super) async fn run_task(
         }
     };
     let end = Instant::now();
-    if matches!(op.action, Action::BlobUpload { .. }) {
+    if matches!(
+        op.action,
+        Action::BlobUpload { .. } | Action::BlobMount { .. }
+    ) {
         env.deps.complete(op.seq, error.is_none(), start);
     }
     if let Some(push) = push {

@@ -16,7 +16,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::digest_cache::DigestCache;
-use super::linker::{Position, PushedLayer, Role, SessionLinker};
+use super::linker::{mounted, Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
 use crate::content::ContentSpec;
 use crate::digest::Digest;
@@ -363,6 +363,17 @@ pub struct Catalog {
     filler_digests: HashMap<Sym, [u8; 32]>,
     keep: Keep,
     content: ContentOptions,
+    /// Uploads the trace gives no size for.
+    pub unsized_uploads: UnsizedUploads,
+}
+
+/// Uploads the trace gives no size for (no bytes recorded, or marked `creb.size_unknown` by
+/// `trace import`), and how they are sized instead.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct UnsizedUploads {
+    pub count: u64,
+    /// Sized as the blob a HEAD 404 named for them, which the trace reads.
+    pub from_reads: u64,
 }
 
 /// A manifest read while pass 1 runs: its layers in a vector of their own until sealed.
@@ -391,6 +402,8 @@ struct DraftUpload {
     repo: u32,
     /// The digest a HEAD 404 named for it.
     named: u32,
+    /// A record of it was marked `creb.size_unknown` by the import.
+    unknown: bool,
 }
 
 /// A push while pass 1 runs (its `facts.identity` holds the record's time until sealed).
@@ -589,12 +602,16 @@ impl Draft {
         );
         let drafts = std::mem::take(&mut self.uploads);
         let named = &mut self.named;
+        let mut unsized_count = 0;
         let mut uploads: SortedMap<u64, UploadFacts> = SortedMap::from_unique(
             drafts
                 .into_iter()
                 .map(|u| {
                     if u.bytes == 0 && u.named != NO_SYM {
                         named.push((u.key, Sym(u.named)));
+                    }
+                    if u.bytes == 0 || u.unknown {
+                        unsized_count += 1;
                     }
                     let facts = UploadFacts {
                         bytes: u.bytes,
@@ -623,6 +640,7 @@ impl Draft {
             }
         }
         let catalog = &mut self.catalog;
+        catalog.unsized_uploads.count = unsized_count;
         catalog.pushed = pushes.values().map(|p| (p.repo, p.reference)).collect();
         catalog.uploads = uploads;
         match self.keep {
@@ -684,6 +702,7 @@ impl Draft {
             let size = catalog.blobs.get(&digest).map_or(0, |b| b.size());
             if let Some(u) = catalog.uploads.get_mut(&key) {
                 u.bytes = size;
+                catalog.unsized_uploads.from_reads += u64::from(size > 0);
             }
         }
         catalog.filler_repos = std::mem::take(&mut self.filler_repos);
@@ -714,6 +733,7 @@ impl Draft {
                     client: pack_sym(r.client),
                     repo: pack_sym(r.target.repo()),
                     named: pack_sym(linker.take_upload_digest(pos)),
+                    unknown: r.size_unknown,
                 });
             }
             Role::UploadMember(head) => {
@@ -721,6 +741,7 @@ impl Draft {
                     *last = r.time_ms;
                     if let Some(u) = self.uploads.get_mut(*index as usize) {
                         u.members += 1;
+                        u.unknown |= r.size_unknown;
                         match r.method {
                             Method::Patch => {
                                 u.bytes += r.size;
@@ -767,7 +788,13 @@ impl Draft {
                     m.layers.push(digest);
                 }
             }
-            (Method::Get | Method::Head, Target::Manifest { repo, reference }, _) => {
+            // A DELETE removes a manifest prewarm pushed (its digest, a reference the run
+            // never pushes, is known only to prewarm).
+            (
+                Method::Get | Method::Head | Method::Delete,
+                Target::Manifest { repo, reference },
+                _,
+            ) => {
                 let m = self.manifests.entry((repo, reference)).or_default();
                 if r.method == Method::Get {
                     m.size = m.size.max(r.size);
@@ -781,12 +808,22 @@ impl Draft {
         if !(r.status > 0 && r.status < 400) {
             return;
         }
-        if let (Method::Get | Method::Head, Target::Blob { repo, digest }) = (r.method, r.target) {
-            self.blob_reads.insert((repo, digest));
-            let size = self.blob_sizes.entry(digest).or_insert(0);
-            if r.method == Method::Get {
+        match (r.method, r.target) {
+            (Method::Get | Method::Head, Target::Blob { repo, digest }) => {
+                self.blob_reads.insert((repo, digest));
+                let size = self.blob_sizes.entry(digest).or_insert(0);
+                if r.method == Method::Get {
+                    *size = (*size).max(r.size);
+                }
+            }
+            // A mount reads the blob from its source (the import gives the blob's size
+            // where it learned it).
+            (Method::Post, Target::Mount { digest, from, .. }) if mounted(r) => {
+                self.blob_reads.insert((from, digest));
+                let size = self.blob_sizes.entry(digest).or_insert(0);
                 *size = (*size).max(r.size);
             }
+            _ => {}
         }
     }
 }

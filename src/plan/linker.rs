@@ -7,8 +7,10 @@
 //!   out inside the head's operation (counted as `folded`). A PATCH or PUT without a POST
 //!   (the trace was cut) becomes a head itself. A `HEAD …/blobs/<d>` answered 404 just before
 //!   names the digest the upload pushes.
-//! - **pushes**: the uploads (and blobs found present by HEAD) of a session are the layers of
-//!   the manifest PUT that ends it.
+//! - **mounts**: a `POST …/blobs/uploads/?mount=<d>&from=<r>` answered 201 puts blob `<d>`
+//!   in the push without an upload; answered 202, it opens an upload as a plain POST does.
+//! - **pushes**: the uploads (and blobs found present by HEAD or mounted) of a session are
+//!   the layers of the manifest PUT that ends it.
 //! - **pulls**: blob GETs after a manifest GET are the layers of that manifest.
 //!
 //! The linker is deterministic and sees every record of the trace (all shards), so the
@@ -138,7 +140,15 @@ impl SessionLinker {
         s.uploads.retain(|u| now - u.last_ms <= gap);
 
         match (record.method, record.target) {
-            (Method::Post, Target::UploadStart { .. }) => {
+            (Method::Post, Target::Mount { digest, .. }) if mounted(record) => {
+                // The blob is the push's without an upload; the HEAD that missed it named it.
+                if let Some(i) = s.missing.iter().position(|d| *d == digest) {
+                    s.missing.remove(i);
+                }
+                push_layer(s, PushedLayer::Existing(digest));
+                Role::Single
+            }
+            (Method::Post, Target::UploadStart { .. } | Target::Mount { .. }) => {
                 s.uploads.push_back(OpenUpload {
                     head: pos,
                     session: None,
@@ -214,6 +224,13 @@ impl SessionLinker {
     }
 }
 
+/// A mount the registry made (201), not one it turned into an upload session (202).
+pub fn mounted(record: &Record) -> bool {
+    matches!(record.target, Target::Mount { .. })
+        && (200..300).contains(&record.status)
+        && record.status != 202
+}
+
 fn push_layer(s: &mut ClientRepo, layer: PushedLayer) {
     if s.pushed.len() < MAX_SESSION_LAYERS && !s.pushed.contains(&layer) {
         s.pushed.push(layer);
@@ -251,6 +268,7 @@ mod tests {
                 status,
                 duration_us: 0,
                 id: None,
+                size_unknown: false,
             }
         }
     }
@@ -282,6 +300,50 @@ mod tests {
         );
         assert_eq!(l.take_upload_digest((0, 3)), t.names.get("d1"));
         assert_eq!(l.take_upload_digest((0, 3)), None);
+    }
+
+    #[test]
+    fn a_mount_is_a_layer_without_an_upload_and_a_refused_one_opens_an_upload() {
+        let mut t = T {
+            names: Interner::default(),
+            n: 0,
+        };
+        let mut l = SessionLinker::new(60_000);
+        let recs = [
+            t.rec(0, "c", Method::Head, "v2/u/r/blobs/d1", 404),
+            t.rec(1, "c", Method::Head, "v2/u/r/blobs/d2", 404),
+            t.rec(
+                2,
+                "c",
+                Method::Post,
+                "v2/u/r/blobs/uploads/?mount=d1&from=u/s",
+                201,
+            ),
+            t.rec(
+                3,
+                "c",
+                Method::Post,
+                "v2/u/r/blobs/uploads/?mount=d2&from=u/s",
+                202,
+            ),
+            t.rec(4, "c", Method::Patch, "v2/u/r/blobs/uploads/s1", 202),
+            t.rec(5, "c", Method::Put, "v2/u/r/blobs/uploads/s1", 201),
+            t.rec(6, "c", Method::Put, "v2/u/r/manifests/latest", 201),
+        ];
+        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        assert_eq!(roles[2], Role::Single);
+        assert_eq!(roles[3], Role::UploadHead);
+        assert_eq!(
+            l.take_upload_digest((0, 4)),
+            t.names.get("d2"),
+            "the mounted d1 is not the digest of the upload"
+        );
+        assert_eq!(roles[4], Role::UploadMember((0, 4)));
+        let d1 = t.names.get("d1").unwrap();
+        assert_eq!(
+            roles[6],
+            Role::ManifestPush(vec![PushedLayer::Existing(d1), PushedLayer::Upload((0, 4))])
+        );
     }
 
     #[test]

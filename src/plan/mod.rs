@@ -161,6 +161,17 @@ pub enum Action {
     TagList {
         repo: Repository,
     },
+    /// A cross-repository mount of a blob prewarm put in `from`.
+    BlobMount {
+        repo: Repository,
+        from: Repository,
+        digest: Digest,
+    },
+    /// A manifest DELETE, of the manifest prewarm pushed for the trace's reference.
+    ManifestDelete {
+        repo: Repository,
+        digest: Digest,
+    },
 }
 
 /// Membership of an image session, for session latency.

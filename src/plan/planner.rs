@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::catalog::push_identity;
 use super::catalog::Catalog;
-use super::linker::{Position, PushedLayer, Role, SessionLinker};
+use super::linker::{mounted, Position, PushedLayer, Role, SessionLinker};
 use super::manifests::{recipe_over, ManifestBody};
 use super::{
     Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
 };
 use crate::client::UploadMode;
-use crate::digest::Sha256Sum;
+use crate::digest::{Digest, Sha256Sum};
 use crate::fast_hash::{fnv1a, FastHashMap};
 use crate::oci::Reference;
 use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
@@ -42,6 +42,9 @@ pub struct Planner<'c, I> {
     counts: PlanCounts,
     /// Upload heads of open pushes → their op sequence numbers and trace times.
     upload_seq: FastHashMap<Position, (u64, i64)>,
+    /// Mounts no manifest PUT has claimed yet: (repository, blob) → their op's sequence
+    /// number and time. A push's manifest waits for its mounts as for its uploads.
+    mount_seq: FastHashMap<(Sym, Sym), (u64, i64)>,
     /// Open image pulls by head position.
     pulls: FastHashMap<Position, OpenPull>,
     closing: VecDeque<u64>,
@@ -73,6 +76,7 @@ where
             seq: 0,
             counts: PlanCounts::default(),
             upload_seq: FastHashMap::default(),
+            mount_seq: FastHashMap::default(),
             pulls: FastHashMap::default(),
             closing: VecDeque::new(),
             pending_members: FastHashMap::default(),
@@ -120,6 +124,7 @@ where
     /// has passed. The naming cache is left out; it is bounded by a constant.
     pub fn held_entries(&self) -> usize {
         self.upload_seq.len()
+            + self.mount_seq.len()
             + self.pulls.len()
             + self.closing.len()
             + self.pending_members.len()
@@ -226,6 +231,7 @@ where
         }
         // Uploads no manifest PUT claimed within a gap never will be.
         self.upload_seq.retain(|_, (_, t)| now_ms - *t <= gap);
+        self.mount_seq.retain(|_, (_, t)| now_ms - *t <= gap);
     }
 
     /// Plans one record of this shard: an operation, or a fold, or a skip.
@@ -244,7 +250,13 @@ where
                 }
                 None
             }
-            (_, Target::UploadStart { repo } | Target::Upload { repo, .. }, Role::UploadHead) => {
+            (
+                _,
+                Target::UploadStart { repo }
+                | Target::Upload { repo, .. }
+                | Target::Mount { repo, .. },
+                Role::UploadHead,
+            ) => {
                 let (patches, members, push) = catalog
                     .upload(pos)
                     .map_or((0, 0, None), |f| (f.patches, f.members, f.push()));
@@ -319,11 +331,11 @@ where
             (Method::Put, Target::Manifest { repo, reference }, Role::ManifestPush(layers)) => {
                 let mut deps = Vec::new();
                 for layer in &layers {
-                    if let PushedLayer::Upload(head) = layer {
-                        if let Some((seq, _)) = self.upload_seq.remove(head) {
-                            deps.push(seq);
-                        }
-                    }
+                    let dep = match layer {
+                        PushedLayer::Upload(head) => self.upload_seq.remove(head),
+                        PushedLayer::Existing(blob) => self.mount_seq.remove(&(repo, *blob)),
+                    };
+                    deps.extend(dep.map(|(seq, _)| seq));
                 }
                 // From the record and its session, as pass 1 made the facts prewarm pushes
                 // the config of (the run's catalog need not keep them).
@@ -374,6 +386,32 @@ where
                 let action = Action::BlobHead {
                     repo: self.naming.repo(catalog, repo),
                     digest: catalog.blob_digest(digest),
+                };
+                Some(self.op(record, action, 0, None))
+            }
+            (Method::Post, Target::Mount { repo, digest, from }, Role::Single)
+                if mounted(record) =>
+            {
+                let action = Action::BlobMount {
+                    repo: self.naming.repo(catalog, repo),
+                    from: self.naming.repo(catalog, from),
+                    digest: catalog.blob_digest(digest),
+                };
+                let op = self.op(record, action, 0, None);
+                self.mount_seq
+                    .insert((repo, digest), (op.seq, record.time_ms));
+                Some(op)
+            }
+            (Method::Delete, Target::Manifest { repo, reference }, _) => {
+                let Some(sha) = self.expected_manifest(repo, reference) else {
+                    // A manifest the run pushes itself, deleted by tag: not known when
+                    // planned.
+                    self.skip("unsupported");
+                    return None;
+                };
+                let action = Action::ManifestDelete {
+                    repo: self.naming.repo(catalog, repo),
+                    digest: Digest::from_sha256(sha.0),
                 };
                 Some(self.op(record, action, 0, None))
             }

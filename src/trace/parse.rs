@@ -86,6 +86,8 @@ const F_DURATION: &str = "http.request.duration";
 const F_STATUS: &str = "http.response.status";
 const F_WRITTEN: &str = "http.response.written";
 const F_ID: &str = "id";
+/// Set by `trace import` on an upload's closing record when the log gave no size for it.
+const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
 
 /// The fields of a record object the replay uses; values are untyped until validation so
 /// that a bad value is reported with its field name.
@@ -99,6 +101,7 @@ pub(super) struct Fields<'a> {
     status: Val<'a>,
     written: Val<'a>,
     id: Val<'a>,
+    size_unknown: Val<'a>,
 }
 
 enum Key {
@@ -110,6 +113,7 @@ enum Key {
     Status,
     Written,
     Id,
+    SizeUnknown,
     Other,
 }
 
@@ -134,6 +138,7 @@ impl<'de> Deserialize<'de> for Key {
                     b if b == F_STATUS.as_bytes() => Key::Status,
                     b if b == F_WRITTEN.as_bytes() => Key::Written,
                     b if b == F_ID.as_bytes() => Key::Id,
+                    b if b == F_SIZE_UNKNOWN.as_bytes() => Key::SizeUnknown,
                     // Checked here, as serde_json would have: the known names are ASCII.
                     b if std::str::from_utf8(b).is_err() => {
                         return Err(E::custom("a field name that is not UTF-8"));
@@ -168,6 +173,7 @@ impl<'de> Deserialize<'de> for Fields<'de> {
                         Key::Status => &mut raw.status,
                         Key::Written => &mut raw.written,
                         Key::Id => &mut raw.id,
+                        Key::SizeUnknown => &mut raw.size_unknown,
                         Key::Other => {
                             map.next_value::<IgnoredAny>()?;
                             continue;
@@ -352,6 +358,16 @@ pub(super) fn build(
                 ))
             }
         };
+        let size_unknown = match raw.size_unknown {
+            Val::Absent | Val::Null => false,
+            Val::Bool(b) => b,
+            ref other => {
+                return Err(format!(
+                    "field `{F_SIZE_UNKNOWN}`: {} is not true or false",
+                    describe(other)
+                ))
+            }
+        };
         let target = parse_uri(uri, names);
         Ok(Record {
             file,
@@ -364,6 +380,7 @@ pub(super) fn build(
             status,
             duration_us,
             id,
+            size_unknown,
         })
     })();
     result.map_err(|reason| Invalid {

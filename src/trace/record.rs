@@ -420,6 +420,9 @@ pub enum Target {
     Blob { repo: Sym, digest: Sym },
     /// `v2/<repo>/blobs/uploads/` (a new upload session).
     UploadStart { repo: Sym },
+    /// `v2/<repo>/blobs/uploads/?mount=<digest>&from=<repository>`: a cross-repository
+    /// mount (answered 201), or an upload session where the registry did not mount (202).
+    Mount { repo: Sym, digest: Sym, from: Sym },
     /// `v2/<repo>/blobs/uploads/<session>` (a chunk, the closing PUT, a status or cancel).
     Upload { repo: Sym, session: SessionId },
     /// `v2/<repo>/tags/list`.
@@ -453,7 +456,9 @@ impl Target {
         match self {
             Target::Manifest { .. } => Kind::Manifest,
             Target::Blob { .. } => Kind::Blob,
-            Target::UploadStart { .. } | Target::Upload { .. } => Kind::Upload,
+            Target::UploadStart { .. } | Target::Upload { .. } | Target::Mount { .. } => {
+                Kind::Upload
+            }
             Target::Ping | Target::TagList { .. } | Target::Other => Kind::Other,
         }
     }
@@ -464,6 +469,7 @@ impl Target {
             | Target::Blob { repo, .. }
             | Target::UploadStart { repo }
             | Target::Upload { repo, .. }
+            | Target::Mount { repo, .. }
             | Target::TagList { repo } => Some(repo),
             Target::Ping | Target::Other => None,
         }
@@ -491,6 +497,9 @@ pub struct Record {
     pub duration_us: u64,
     /// Hash of the log `id`, for duplicate detection; `None` if absent.
     pub id: Option<u64>,
+    /// `creb.size_unknown`: the log this trace was imported from gave no size for this
+    /// upload (`size` is what the import knew, maybe 0).
+    pub size_unknown: bool,
 }
 
 impl Record {
@@ -562,7 +571,14 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         let repo = names.intern(repo);
         let session = trim_end_slashes(tail);
         return if session.is_empty() {
-            Target::UploadStart { repo }
+            match mount_query(&uri[end..]) {
+                Some((digest, from)) if valid_repo(&from) => Target::Mount {
+                    repo,
+                    digest: names.intern(&digest),
+                    from: names.intern(&from),
+                },
+                _ => Target::UploadStart { repo },
+            }
         } else if has_slash(session) {
             Target::Other
         } else {
@@ -592,6 +608,46 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         }
     }
     Target::Other
+}
+
+/// The `mount` and `from` of a query (`?mount=sha256%3A…&from=a%2Fb`, decoded), when it
+/// has both.
+pub fn mount_query(query: &str) -> Option<(String, String)> {
+    let query = query.strip_prefix('?')?;
+    let (mut digest, mut from) = (None, None);
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("mount", v)) => digest = Some(percent_decoded(v)),
+            Some(("from", v)) => from = Some(percent_decoded(v)),
+            _ => {}
+        }
+    }
+    Some((digest.filter(|d| !d.is_empty())?, from?))
+}
+
+/// `%XX` escapes decoded (a malformed escape stays as it is).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn valid_repo(repo: &str) -> bool {
@@ -872,11 +928,48 @@ mod tests {
             status,
             duration_us: 0,
             id: None,
+            size_unknown: false,
         };
         assert!(!r(Method::Head, 404).failed_in_trace());
         assert!(r(Method::Get, 404).failed_in_trace());
         assert!(r(Method::Put, 500).failed_in_trace());
         assert!(!r(Method::Get, 200).failed_in_trace());
+    }
+
+    #[test]
+    fn a_mount_keeps_its_digest_and_source_and_fits_the_target() {
+        let mut names = Interner::default();
+        let t = parse_uri(
+            "/v2/other/two/blobs/uploads/?from=app%2Fone&mount=sha256%3A3dd2&origin=r%3A5",
+            &mut names,
+        );
+        let Target::Mount { repo, digest, from } = t else {
+            panic!("{t:?}")
+        };
+        assert_eq!(
+            (names.resolve(repo).as_ref(), names.resolve(digest).as_ref()),
+            ("other/two", "sha256:3dd2")
+        );
+        assert_eq!(names.resolve(from), "app/one");
+        assert_eq!(t.kind(), Kind::Upload);
+        assert_eq!(t.repo(), Some(repo));
+        // As the import writes it: names as they are.
+        let t = parse_uri(
+            "v2/aa/bb/blobs/uploads/?mount=0123abcd&from=aa/cc",
+            &mut names,
+        );
+        assert!(matches!(t, Target::Mount { .. }), "{t:?}");
+        // Half a mount is a plain upload; so is an invalid source.
+        for uri in [
+            "v2/a/b/blobs/uploads/?mount=sha256:00",
+            "v2/a/b/blobs/uploads/?from=a/c",
+            "v2/a/b/blobs/uploads/?mount=&from=a/c",
+            "v2/a/b/blobs/uploads/?mount=d&from=/a",
+        ] {
+            let t = parse_uri(uri, &mut names);
+            assert!(matches!(t, Target::UploadStart { .. }), "{uri}: {t:?}");
+        }
+        assert!(std::mem::size_of::<Target>() <= 16, "records stay small");
     }
 
     /// `parse_uri` as it was written with `str` patterns, before the byte-level version: the

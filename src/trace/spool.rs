@@ -214,12 +214,11 @@ fn encode(item: &Item, out: &mut Vec<u8>) {
             put(out, r.size);
             put(out, u64::from(r.status));
             put(out, r.duration_us);
-            match r.id {
-                None => out.push(0),
-                Some(id) => {
-                    out.push(1);
-                    out.extend_from_slice(&id.to_le_bytes());
-                }
+            // Flags: bit 0 an id follows, bit 1 the size is unknown.
+            let flags = u8::from(r.id.is_some()) | u8::from(r.size_unknown) << 1;
+            out.push(flags);
+            if let Some(id) = r.id {
+                out.extend_from_slice(&id.to_le_bytes());
             }
         }
         Item::Skipped {
@@ -261,14 +260,16 @@ fn decode(input: &mut impl BufRead) -> io::Result<Item> {
             let size = get(input)?;
             let status = u16::try_from(get(input)?).map_err(|_| corrupt("status"))?;
             let duration_us = get(input)?;
-            let id = match byte(input)? {
-                0 => None,
-                1 => {
-                    let mut b = [0u8; 8];
-                    input.read_exact(&mut b)?;
-                    Some(u64::from_le_bytes(b))
-                }
-                _ => return Err(corrupt("id")),
+            let flags = byte(input)?;
+            if flags > 0b11 {
+                return Err(corrupt("flags"));
+            }
+            let id = if flags & 1 == 1 {
+                let mut b = [0u8; 8];
+                input.read_exact(&mut b)?;
+                Some(u64::from_le_bytes(b))
+            } else {
+                None
             };
             Item::Record(Record {
                 file,
@@ -281,6 +282,7 @@ fn decode(input: &mut impl BufRead) -> io::Result<Item> {
                 status,
                 duration_us,
                 id,
+                size_unknown: flags & 2 == 2,
             })
         }
         SKIPPED => {
@@ -348,6 +350,13 @@ fn encode_target(t: &Target, out: &mut Vec<u8>) {
         }
         Target::TagList { repo } => (5, Some(repo), None),
         Target::Other => (6, None, None),
+        Target::Mount { repo, digest, from } => {
+            out.push(7);
+            for sym in [repo, digest, from] {
+                put(out, u64::from(sym.0));
+            }
+            return;
+        }
     };
     out.push(code);
     for sym in [a, b].into_iter().flatten() {
@@ -382,6 +391,11 @@ fn decode_target(input: &mut impl BufRead) -> io::Result<Target> {
         }
         5 => Target::TagList { repo: sym()? },
         6 => Target::Other,
+        7 => Target::Mount {
+            repo: sym()?,
+            digest: sym()?,
+            from: sym()?,
+        },
         _ => return Err(corrupt("target")),
     })
 }
@@ -473,6 +487,11 @@ mod tests {
             (sym(), sym()).prop_map(|(repo, reference)| Target::Manifest { repo, reference }),
             (sym(), sym()).prop_map(|(repo, digest)| Target::Blob { repo, digest }),
             sym().prop_map(|repo| Target::UploadStart { repo }),
+            (sym(), sym(), sym()).prop_map(|(repo, digest, from)| Target::Mount {
+                repo,
+                digest,
+                from
+            }),
             (sym(), any::<u64>()).prop_map(|(repo, s)| Target::Upload {
                 repo,
                 session: SessionId(s)
@@ -502,10 +521,14 @@ mod tests {
                 any::<u16>(),
                 any::<u64>(),
                 proptest::option::of(any::<u64>()),
+                any::<bool>(),
             ),
         )
             .prop_map(
-                |((file, number, time_ms, method, target), (client, size, status, dur, id))| {
+                |(
+                    (file, number, time_ms, method, target),
+                    (client, size, status, dur, id, size_unknown),
+                )| {
                     Item::Record(Record {
                         file,
                         number,
@@ -517,6 +540,7 @@ mod tests {
                         status,
                         duration_us: dur,
                         id,
+                        size_unknown,
                     })
                 },
             );

@@ -32,6 +32,13 @@ pub struct RawRecord {
     pub written: u64,
     pub id: String,
     pub timestamp: String,
+    /// `creb.size_unknown` (written only when true): the log an upload was imported from
+    /// gave no size for it.
+    #[serde(
+        rename = "creb.size_unknown",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub size_unknown: bool,
     /// Unix ms, for sorting and splitting (not written).
     #[serde(skip)]
     pub time_ms: i64,

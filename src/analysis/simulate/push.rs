@@ -191,6 +191,7 @@ mod tests {
             status,
             duration_us: 0,
             id: None,
+            size_unknown: false,
         }
     }
 

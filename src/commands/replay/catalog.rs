@@ -268,6 +268,10 @@ pub(super) fn dataset_json(
         // Scaled sizes are another workload: results compare and merge only with the same.
         dataset["size_scale"] = serde_json::json!(cfg.sizes);
     }
+    if catalog.unsized_uploads.count > 0 {
+        // Uploads the trace gives no size for: their bytes are creb-rs's choice.
+        dataset["unsized_uploads"] = serde_json::json!(catalog.unsized_uploads);
+    }
     dataset
 }
 

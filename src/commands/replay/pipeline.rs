@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::config::ReplayConfig;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
-use super::validity::{validity_warnings, warn};
+use super::validity::{unsized_uploads_warning, validity_warnings, warn};
 use crate::client::RegistryClient;
 use crate::commands::args::OutputArgs;
 use crate::commands::connect::{config_json, endpoint_links};
@@ -217,6 +217,7 @@ async fn execute(
     let aggregator = aggregator.finish().await;
     let checks = checks_of(cfg, start_skew_ms, canary.as_ref(), cpu, &exec);
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
+    unsized_uploads_warning(&catalog, &mut warnings);
     Ok(Ran {
         exec,
         aggregator,

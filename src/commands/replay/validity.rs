@@ -6,6 +6,7 @@
 use super::ReplayConfig;
 use crate::exec::{ExecReport, Mode};
 use crate::metrics::Aggregator;
+use crate::plan::catalog::Catalog;
 use crate::results::summary::Checks;
 use crate::results::Warning;
 
@@ -42,6 +43,27 @@ pub(super) fn size_warning(cfg: &ReplayConfig, warnings: &mut Vec<Warning>) {
              timing and the object graph are the trace's, but MiB/s and latencies that grow \
              with size are not",
             how.join(" and ")
+        ),
+    );
+}
+
+/// The warning of uploads the trace gives no size for (an access log holds no request
+/// sizes): they move bytes of creb-rs's choosing.
+pub(super) fn unsized_uploads_warning(catalog: &Catalog, warnings: &mut Vec<Warning>) {
+    let u = catalog.unsized_uploads;
+    if u.count == 0 {
+        return;
+    }
+    warn(
+        warnings,
+        "unsized_uploads",
+        format!(
+            "{} uploads of the trace have no size (marked creb.size_unknown, or no bytes \
+             recorded): {} take the size of a read of their blob, the others {}; uploaded \
+             bytes are not the original's (trace import --sizes-from URL learns them)",
+            u.count,
+            u.from_reads,
+            crate::units::ByteSize(catalog.content_options().unknown_blob_size)
         ),
     );
 }

@@ -171,6 +171,7 @@ impl Gen {
             written,
             id: format!("{:010x}", self.rng.random::<u64>() & 0xff_ffff_ffff),
             timestamp: format_ms(t_ms),
+            size_unknown: false,
             time_ms: t_ms,
         };
         let failed = status >= 400 && !(method == "HEAD" && status == 404);

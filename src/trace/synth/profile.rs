@@ -639,6 +639,7 @@ impl ProfileGenerator {
             written,
             id: format!("{:016x}", permute64(self.next_id)),
             timestamp: format_ms(*at),
+            size_unknown: false,
             time_ms: *at,
         };
         self.next_id += 1;

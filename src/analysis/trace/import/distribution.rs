@@ -148,6 +148,7 @@ fn parse_json(line: &str) -> Parsed {
         useragent: l.useragent.map(Cow::into_owned).unwrap_or_default(),
         status,
         written: l.written.unwrap_or(0),
+        body: None,
         host: l.host.map(Cow::into_owned).unwrap_or_default(),
         id: l.id.map(Cow::into_owned),
         second_resolution: false,

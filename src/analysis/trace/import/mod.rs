@@ -11,6 +11,7 @@ mod anonymize;
 mod distribution;
 mod line;
 mod nginx;
+mod sizes;
 mod zot;
 
 use std::cmp::Reverse;
@@ -23,8 +24,9 @@ use serde::Serialize;
 
 pub use anonymize::Anonymizer;
 pub use line::{parse_go_duration, LogRequest, Parsed};
+pub use sizes::{LearnedSizes, SizeReport};
 
-use crate::trace::record::Method;
+use crate::trace::record::{mount_query, Method};
 use crate::trace::write::{ArrayWriter, RawRecord, TraceSink};
 
 /// Log time a request may be logged after one that started later: the reorder buffer.
@@ -51,6 +53,8 @@ pub enum LogFormat {
 pub struct ImportOptions {
     pub format: LogFormat,
     pub anonymizer: Anonymizer,
+    /// Blob sizes asked of the registry the logs came from (`--sizes-from`).
+    pub learned: LearnedSizes,
 }
 
 /// A line that could not be read, named.
@@ -85,6 +89,8 @@ pub struct ImportReport {
     pub anonymized: bool,
     /// Some timestamps are known to the second only (nginx without `$msec`).
     pub second_resolution: u64,
+    /// How uploads and mounts were sized.
+    pub sizes: SizeReport,
 }
 
 impl ImportReport {
@@ -117,8 +123,8 @@ impl Ord for Pending {
     }
 }
 
-/// The path of an API URI in the trace's form (`v2/…`, no query), names anonymized, or the
-/// reason it is not replayable.
+/// The path of an API URI in the trace's form (`v2/…`, names anonymized; no query but a
+/// mount's `?mount=<digest>&from=<repository>`), or the reason it is not replayable.
 fn trace_uri(uri: &str, a: &Anonymizer) -> Result<String, &'static str> {
     let path = uri.split(['?', '#']).next().unwrap_or_default();
     let path = path.trim_start_matches('/');
@@ -141,8 +147,17 @@ fn trace_uri(uri: &str, a: &Anonymizer) -> Result<String, &'static str> {
             rest[i + "/blobs/uploads".len()..].trim_matches('/'),
         );
         let repo = a.repository(repo);
+        let query = &uri[uri.find('?').unwrap_or(uri.len())..];
         return Ok(if tail.is_empty() {
-            format!("v2/{repo}/blobs/uploads/")
+            match mount_query(query) {
+                // A mount keeps what makes it one, named as the trace names them.
+                Some((digest, from)) => format!(
+                    "v2/{repo}/blobs/uploads/?mount={}&from={}",
+                    a.digest(&digest),
+                    a.repository(&from)
+                ),
+                None => format!("v2/{repo}/blobs/uploads/"),
+            }
         } else if tail.contains('/') {
             return Err("unsupported_endpoint");
         } else {
@@ -169,7 +184,11 @@ fn trace_uri(uri: &str, a: &Anonymizer) -> Result<String, &'static str> {
 
 /// The record of a request, or the reason it is skipped.
 fn record(r: &LogRequest, a: &Anonymizer, seq: u64) -> Result<(i64, RawRecord), &'static str> {
-    let method = Method::parse(&r.method).ok_or("unknown_method")?;
+    let method = Method::parse(&r.method).ok_or(if line::is_method(&r.method) {
+        "unknown_method"
+    } else {
+        line::NOT_HTTP
+    })?;
     let uri = trace_uri(&r.uri, a)?;
     let start_ms = (r.end_ms - r.duration_s * 1000.0).round() as i64;
     let timestamp = humantime::format_rfc3339_millis(
@@ -196,6 +215,7 @@ fn record(r: &LogRequest, a: &Anonymizer, seq: u64) -> Result<(i64, RawRecord), 
                 None => format!("{seq:010x}"),
             },
             timestamp,
+            size_unknown: false,
             time_ms: start_ms,
         },
     ))
@@ -233,83 +253,61 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
             .write_record(&p.record)
             .with_context(|| format!("cannot write {}", out.display()))
     };
-    for file in files {
-        let input = crate::trace::open_decoded(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let mut input = std::io::BufReader::with_capacity(256 * 1024, input);
-        let mut buf = Vec::new();
-        let mut line_no = 0u64;
-        loop {
-            buf.clear();
-            let n = input
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("{}: cannot read line {}", file.display(), line_no + 1))?;
-            if n == 0 {
+    let mut sizes = sizes::UploadSizes::default();
+    for_each_line(files, opts.format, |file, line_no, parsed| {
+        report.lines += 1;
+        let request = match parsed {
+            Parsed::Request(r) => r,
+            Parsed::Ignored(reason) => {
+                report.skip(reason);
+                return Ok(());
+            }
+            Parsed::Malformed(why) => {
+                report.malformed += 1;
+                if report.problems.len() < PROBLEMS_KEPT {
+                    report.problems.push(Problem {
+                        file: file.display().to_string(),
+                        line: line_no,
+                        why,
+                    });
+                }
+                return Ok(());
+            }
+        };
+        let (start_ms, mut record) = match record(&request, &opts.anonymizer, seq) {
+            Ok(r) => r,
+            Err(reason) => {
+                report.skip(reason);
+                return Ok(());
+            }
+        };
+        sizes.apply(&request, &mut record, &opts.learned);
+        seq += 1;
+        report.imported += 1;
+        report.second_resolution += u64::from(request.second_resolution);
+        *report.methods.entry(record.method.to_owned()).or_default() += 1;
+        *report
+            .statuses
+            .entry(format!("{}xx", record.status / 100))
+            .or_default() += 1;
+        latest_end = latest_end.max(request.end_ms);
+        pending.push(Reverse(Pending {
+            start_ms,
+            seq,
+            record,
+        }));
+        while let Some(Reverse(p)) = pending.peek() {
+            if (p.start_ms as f64) >= latest_end - REORDER_MS {
                 break;
             }
-            line_no += 1;
-            let text = String::from_utf8_lossy(&buf);
-            let line = text.trim_end_matches(['\n', '\r']);
-            if line.trim().is_empty() {
-                continue;
-            }
-            report.lines += 1;
-            let parsed = match opts.format {
-                LogFormat::Distribution => distribution::parse(line),
-                LogFormat::Nginx => nginx::parse_combined(line),
-                LogFormat::NginxJson => nginx::parse_json(line),
-                LogFormat::Zot => zot::parse(line),
+            let Some(Reverse(p)) = pending.pop() else {
+                break;
             };
-            let request = match parsed {
-                Parsed::Request(r) => r,
-                Parsed::Ignored(reason) => {
-                    report.skip(reason);
-                    continue;
-                }
-                Parsed::Malformed(why) => {
-                    report.malformed += 1;
-                    if report.problems.len() < PROBLEMS_KEPT {
-                        report.problems.push(Problem {
-                            file: file.display().to_string(),
-                            line: line_no,
-                            why,
-                        });
-                    }
-                    continue;
-                }
-            };
-            let (start_ms, record) = match record(&request, &opts.anonymizer, seq) {
-                Ok(r) => r,
-                Err(reason) => {
-                    report.skip(reason);
-                    continue;
-                }
-            };
-            seq += 1;
-            report.imported += 1;
-            report.second_resolution += u64::from(request.second_resolution);
-            *report.methods.entry(record.method.to_owned()).or_default() += 1;
-            *report
-                .statuses
-                .entry(format!("{}xx", record.status / 100))
-                .or_default() += 1;
-            latest_end = latest_end.max(request.end_ms);
-            pending.push(Reverse(Pending {
-                start_ms,
-                seq,
-                record,
-            }));
-            while let Some(Reverse(p)) = pending.peek() {
-                if (p.start_ms as f64) >= latest_end - REORDER_MS {
-                    break;
-                }
-                let Some(Reverse(p)) = pending.pop() else {
-                    break;
-                };
-                emit(p, &mut report, &mut writer)?;
-            }
+            emit(p, &mut report, &mut writer)?;
         }
-    }
+        Ok(())
+    })?;
+    report.sizes = sizes.report;
     while let Some(Reverse(p)) = pending.pop() {
         emit(p, &mut report, &mut writer)?;
     }
@@ -330,6 +328,67 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
         report.span_s = (last_ms - first_ms) as f64 / 1000.0;
     }
     Ok(report)
+}
+
+/// Reads every line of `files` (plain, gzip or zstd) in order, giving `f` each non-empty
+/// line as `format` parses it, with its file and line number.
+fn for_each_line(
+    files: &[PathBuf],
+    format: LogFormat,
+    mut f: impl FnMut(&Path, u64, Parsed) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for file in files {
+        let input = crate::trace::open_decoded(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let mut input = std::io::BufReader::with_capacity(256 * 1024, input);
+        let mut buf = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let n = input
+                .read_until(b'\n', &mut buf)
+                .with_context(|| format!("{}: cannot read line {}", file.display(), line_no + 1))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let text = String::from_utf8_lossy(&buf);
+            let line = text.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                continue;
+            }
+            let parsed = match format {
+                LogFormat::Distribution => distribution::parse(line),
+                LogFormat::Nginx => nginx::parse_combined(line),
+                LogFormat::NginxJson => nginx::parse_json(line),
+                LogFormat::Zot => zot::parse(line),
+            };
+            f(file, line_no, parsed)?;
+        }
+    }
+    Ok(())
+}
+
+/// The blobs whose sizes `--sizes-from` asks the registry for: (repository, digest) of
+/// every upload completed and every mount made in `files`, names as logged, each digest
+/// once.
+pub fn sized_objects(
+    files: &[PathBuf],
+    format: LogFormat,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for_each_line(files, format, |_, _, parsed| {
+        if let Parsed::Request(r) = parsed {
+            if let Some((repo, digest)) = sizes::sized_object(&r) {
+                if seen.insert(digest.clone()) {
+                    out.push((repo, digest));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The report for people.
@@ -367,10 +426,42 @@ pub fn render(r: &ImportReport) -> String {
         let _ = writeln!(out, "  skipped {skipped}: {}", list(&r.skipped));
     }
     if r.malformed > 0 {
-        let _ = writeln!(out, "  malformed {}:", r.malformed);
+        let listed = r.problems.len() as u64;
+        if listed < r.malformed {
+            let _ = writeln!(
+                out,
+                "  malformed {} (the first {listed} listed):",
+                r.malformed
+            );
+        } else {
+            let _ = writeln!(out, "  malformed {}:", r.malformed);
+        }
         for p in &r.problems {
             let _ = writeln!(out, "    {}:{}: {}", p.file, p.line, p.why);
         }
+    }
+    let z = &r.sizes;
+    if z.uploads > 0 {
+        let _ = writeln!(
+            out,
+            "  uploads {}: sized by the registry {}, by request bodies {}, by the upload state {}, unknown {}",
+            z.uploads, z.from_registry, z.from_bodies, z.from_upload_state, z.unknown
+        );
+    }
+    if z.unknown > 0 {
+        let _ = writeln!(
+            out,
+            "  {} uploads of unknown size (marked creb.size_unknown): the log gives no request size; \
+             --sizes-from URL asks the registry (docs/traces.md)",
+            z.unknown
+        );
+    }
+    if z.mounts > 0 {
+        let _ = writeln!(
+            out,
+            "  mounts {} ({} of a blob of unknown size)",
+            z.mounts, z.mounts_unsized
+        );
     }
     if r.out_of_order > 0 {
         let _ = writeln!(

@@ -54,6 +54,7 @@ pub fn parse(line: &str) -> Parsed {
         useragent,
         status: status as u16,
         written: v.get("bodySize").and_then(|b| b.as_u64()).unwrap_or(0),
+        body: None,
         host: String::new(),
         id: None,
         second_resolution: !time.contains('.'),
