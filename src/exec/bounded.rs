@@ -5,7 +5,7 @@
 //! On shutdown nothing new starts; jobs in flight get `grace` to finish, then they are
 //! dropped (their requests cancelled) and counted, as the replay executor counts its own.
 //! The jobs borrow what they use (clients, plans, the error log), so they are polled here
-//! rather than spawned: the replay executor ([`super::execute_on`]) spawns each operation
+//! rather than spawned: the replay executor ([`super::Executor::run`]) spawns each operation
 //! as a task instead, because it paces operations one by one against a schedule and spreads
 //! them over every worker, which a closed loop of a few images in flight does not need.
 

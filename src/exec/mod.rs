@@ -16,7 +16,7 @@
 //! grace period, and whatever was planned but not run is counted as `interrupted`.
 //!
 //! With several endpoints ([`Targets`]) the dispatcher picks each operation's endpoint by
-//! the [`Router`] and the endpoints' [`Health`]: the first candidate that is up, or — with
+//! the [`Router`](crate::route::Router) and the endpoints' [`Health`](crate::route::health::Health): the first candidate that is up, or — with
 //! failover off — a failure of kind `endpoint_down` recorded on the endpoint it was meant
 //! for, without a request. Each endpoint's client records through its own recorder, so the
 //! per-endpoint numbers add up to the totals.

@@ -1,5 +1,5 @@
 //! What the real transports share: their settings, the deadlines around one exchange, TLS
-//! roots and the mapping of low-level errors to an [`ErrorKind`].
+//! roots and the mapping of low-level errors to an [`ErrorKind`](crate::metrics::ErrorKind).
 //!
 //! Two transports implement [`Transport`] over real sockets: [`HyperTransport`] (hyper
 //! driven directly, with a bounded per-connection read buffer; the default) and

@@ -1,7 +1,7 @@
 //! `creb-rs run EXPERIMENT.toml`: every experiment of a file against every registry, in
 //! rounds, resumable, with a combined comparison.
 //!
-//! Stages: the file is read and every cell's command line is checked ([`config`],
+//! Stages: the file is read and every cell's command line is checked ([`crate::experiment::config`],
 //! [`cells`]) before anything is sent; then each round runs its cells one after another —
 //! experiments in file order, each against its registries in file order, each repetition —
 //! in-process, through the same `push`/`pull`/`replay` code as the commands, with the run's
