@@ -743,3 +743,208 @@ fn a_stop_while_import_asks_for_sizes_writes_nothing_and_says_so() {
         "{stderr}"
     );
 }
+
+/// What the verification proxy does to a blob GET's body on its way from the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alter {
+    Nothing,
+    /// One byte in the middle flipped.
+    Flip,
+    /// The last byte missing (and the length saying so).
+    Short,
+    /// One byte too many.
+    Long,
+    /// The other layer's body: the same size, other bytes.
+    Swap,
+}
+
+/// One exchange with the real registry at `addr` (HTTP/1.0: the answer ends when the
+/// connection does), with the request's `Accept`: status, headers (lower case), body.
+fn forward(
+    addr: &str,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, raw[end + 4..].to_vec())
+}
+
+/// Every `--verify` mode catches what it promises when a body comes back wrong from a real
+/// registry: content prewarm pushed to docker-registry, read back through a proxy of the
+/// test's own that alters each layer's body on the way (a flipped byte, one byte missing or
+/// extra, the other layer's body of the same size). `compare` and `sha256` catch all four;
+/// `none` the two wrong sizes; unaltered bodies pass in every mode.
+#[test]
+fn every_verify_mode_catches_what_it_promises() {
+    let real = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let record = |i: u32, uri: &str, written: u64| {
+        serde_json::json!({
+            "host": "h",
+            "http.request.duration": 0.001,
+            "http.request.method": "GET",
+            "http.request.remoteaddr": "client-1",
+            "http.request.uri": uri,
+            "http.response.status": 200,
+            "http.response.written": written,
+            "id": format!("v{i}"),
+            "timestamp": format!("2017-06-20T10:00:0{i}.000Z"),
+        })
+    };
+    // Two layers of one size, past one generator block, so a swap changes only the bytes.
+    let records = vec![
+        record(0, "v2/verify/app/manifests/latest", 600),
+        record(1, "v2/verify/app/blobs/aaa111", 300_001),
+        record(2, "v2/verify/app/blobs/bbb222", 300_001),
+    ];
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
+    let trace = trace.to_str().unwrap().to_owned();
+    let prewarm = run_bin(
+        &[
+            "replay",
+            &trace,
+            "--registry",
+            &real.url,
+            "--phase",
+            "prewarm",
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
+
+    let addr = format!("127.0.0.1:{}", real.port);
+    let (status, _, body) = forward(
+        &addr,
+        "GET",
+        "/v2/verify/app/manifests/latest",
+        Some(OCI_MANIFEST),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let manifest: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let layers: Vec<String> = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["digest"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(layers.len(), 2, "{manifest}");
+
+    let alter = std::sync::Arc::new(std::sync::Mutex::new(Alter::Nothing));
+    let proxy = {
+        let (alter, addr, layers) = (std::sync::Arc::clone(&alter), addr.clone(), layers.clone());
+        Misbehaving::start(move |r| {
+            let how = *alter.lock().unwrap();
+            let blob_get = r.method == "GET" && r.path.contains("/blobs/");
+            let path = match layers.iter().position(|l| r.path.ends_with(l.as_str())) {
+                Some(i) if blob_get && how == Alter::Swap => {
+                    r.path.replace(&layers[i], &layers[1 - i])
+                }
+                _ => r.path.clone(),
+            };
+            let (status, headers, mut body) = forward(&addr, &r.method, &path, r.header("accept"));
+            if blob_get && status == 200 {
+                let middle = body.len() / 2;
+                match how {
+                    Alter::Flip => body[middle] ^= 0x20,
+                    Alter::Short => {
+                        body.pop();
+                    }
+                    Alter::Long => body.push(b'!'),
+                    Alter::Nothing | Alter::Swap => {}
+                }
+            }
+            let kept = ["content-type", "docker-content-digest"];
+            Answer::Whole {
+                status,
+                headers: headers
+                    .into_iter()
+                    .filter(|(n, _)| kept.contains(&n.as_str()))
+                    .collect(),
+                body,
+            }
+        })
+    };
+
+    for (how, caught_by_all, kind) in [
+        (Alter::Nothing, false, ""),
+        (Alter::Flip, false, "digest_mismatch"),
+        (Alter::Short, true, "size_mismatch"),
+        (Alter::Long, true, "size_mismatch"),
+        (Alter::Swap, false, "digest_mismatch"),
+    ] {
+        *alter.lock().unwrap() = how;
+        for mode in ["compare", "sha256", "none"] {
+            let out = dir.path().join(format!("{how:?}-{mode}"));
+            let r = run(
+                &[
+                    "replay",
+                    &trace,
+                    "--registry",
+                    &proxy.url,
+                    "--phase",
+                    "run",
+                    "--mode",
+                    "stress",
+                    "--verify",
+                    mode,
+                ],
+                &out,
+            );
+            let what = format!("{how:?} with --verify {mode}");
+            let meta: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+            assert_eq!(meta["config"]["verify"], mode, "{what}: {}", meta["config"]);
+            assert_eq!(
+                r.summary["operations"]["manifest_get"]["ok"], 1,
+                "{what}: {}",
+                r.summary
+            );
+            if how != Alter::Nothing && (caught_by_all || mode != "none") {
+                r.failed_only_as("blob_get", kind);
+                assert_eq!(r.errors("blob_get", kind), 2, "{what}: {}", r.summary);
+                assert_eq!(r.code, 1, "{what}: {}", r.stderr);
+            } else {
+                assert_eq!(
+                    r.summary["operations"]["blob_get"]["ok"], 2,
+                    "{what}: {}",
+                    r.summary
+                );
+                assert_eq!(r.summary["totals"]["errors"], 0, "{what}: {}", r.summary);
+                assert_eq!(r.code, 0, "{what}: {}", r.stderr);
+            }
+        }
+    }
+}

@@ -60,8 +60,12 @@ const MAX_UNPROCESSED_RESENDS: u32 = 5;
 /// Behaviour switches of the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
-    /// Hash every downloaded blob and manifest and compare with its digest.
+    /// Check every downloaded blob and manifest against its digest.
     pub verify: bool,
+    /// With `verify`: a blob whose generated content the caller names
+    /// ([`RegistryClient::blob_get_generated`]) is compared with that content, regenerated
+    /// in step with the body, instead of hashed (`--verify compare`).
+    pub compare: bool,
     /// Redirect hops followed per request.
     pub max_redirects: u8,
     /// Ask for `pull,push` even for reads: a push HEADs before it uploads, and one token
@@ -75,6 +79,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             verify: true,
+            compare: true,
             max_redirects: 5,
             push_scopes: false,
             retry: RetryPolicy::default(),

@@ -7,6 +7,7 @@ use http::{HeaderValue, Method, StatusCode};
 use super::{content_length, status_error, ClientError, Exchange, FetchedManifest, HeadInfo};
 use super::{Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
+use crate::content::{ContentCheck, ContentSpec};
 use crate::digest::{Digest, Hasher, Sha256Sum};
 use crate::metrics::{ErrorKind, Event, Op};
 use crate::net::transport::{HttpRequest, HttpResponse};
@@ -34,17 +35,23 @@ impl RegistryClient {
         self.finish(&m, r).await
     }
 
-    /// Reads a body to its end, hashing it when verification is on. With an `expected`
-    /// size, a body that runs past it is cut off at its first extra byte (`size_mismatch`):
-    /// no server can stream more than it promised.
+    /// Reads a body to its end, checking it when verification is on: compared with
+    /// `content` (the bytes creb-rs generated for it) when given and `compare` is on, else
+    /// hashed. With an `expected` size, a body that runs past it is cut off at its first
+    /// extra byte (`size_mismatch`): no server can stream more than it promised.
     async fn read_verified(
         &self,
         mut response: HttpResponse,
         digest: &Digest,
         expected: Option<u64>,
+        content: Option<&ContentSpec>,
         m: &mut Meter,
     ) -> Result<u64, ClientError> {
-        let verify = self.inner.options.verify && digest.verifiable();
+        let options = &self.inner.options;
+        let mut compare = content
+            .filter(|_| options.verify && options.compare)
+            .map(|c| ContentCheck::new(*c));
+        let verify = options.verify && compare.is_none() && digest.verifiable();
         let mut hasher = verify.then(Hasher::new);
         let mut n = 0u64;
         let limit = expected.unwrap_or(u64::MAX);
@@ -60,11 +67,26 @@ impl RegistryClient {
             if let Some(h) = hasher.as_mut() {
                 h.update(&chunk);
             }
+            if let Some(c) = compare.as_mut() {
+                if let Err(at) = c.check(&chunk) {
+                    m.bytes_received += n;
+                    return Err(ClientError::DigestMismatch {
+                        expected: digest.to_string(),
+                        actual: format!("other bytes (the body differs from byte {at} on)"),
+                    });
+                }
+            }
         }
         m.bytes_received += n;
         if let Some(expected) = expected.filter(|&e| e != n) {
             return Err(ClientError::SizeMismatch {
                 expected,
+                actual: n,
+            });
+        }
+        if let Some(c) = compare.filter(|c| !c.complete()) {
+            return Err(ClientError::SizeMismatch {
+                expected: c.checked() + 1,
                 actual: n,
             });
         }
@@ -89,6 +111,31 @@ impl RegistryClient {
         expected_size: Option<u64>,
         ctx: OpCtx,
     ) -> Result<u64, ClientError> {
+        self.get_blob(repo, digest, expected_size, None, ctx).await
+    }
+
+    /// [`Self::blob_get`] of a blob whose content creb-rs generated (`content`, whose digest
+    /// is `digest`): the body is compared with that content as it arrives (`--verify
+    /// compare`), or hashed (`sha256`).
+    pub async fn blob_get_generated(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        content: &ContentSpec,
+        ctx: OpCtx,
+    ) -> Result<u64, ClientError> {
+        self.get_blob(repo, digest, Some(content.size()), Some(content), ctx)
+            .await
+    }
+
+    async fn get_blob(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        expected_size: Option<u64>,
+        content: Option<&ContentSpec>,
+        ctx: OpCtx,
+    ) -> Result<u64, ClientError> {
         let mut m = Meter::new(Op::BlobGet, ctx);
         m.size_hint = expected_size.unwrap_or(0);
         let r = async {
@@ -98,7 +145,7 @@ impl RegistryClient {
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
             }
-            self.read_verified(ex.response, digest, expected_size, &mut m)
+            self.read_verified(ex.response, digest, expected_size, content, &mut m)
                 .await
         }
         .await;

@@ -491,3 +491,36 @@ impl From<RouteKindArg> for RouteKind {
         }
     }
 }
+
+/// `--verify`: how a downloaded blob is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyArg {
+    /// Content creb-rs generated is compared with the same bytes generated in step with the
+    /// body (memory speed); other content is hashed.
+    Compare,
+    /// Every body is hashed with SHA-256 and compared with its digest.
+    Sha256,
+    /// Nothing is compared: bodies are still read to the end and their sizes checked.
+    None,
+}
+
+impl VerifyArg {
+    /// The mode `--verify` asks for, or `none` with the older `--no-verify`.
+    pub fn or_none(self, no_verify: bool) -> VerifyArg {
+        if no_verify {
+            VerifyArg::None
+        } else {
+            self
+        }
+    }
+
+    /// The client switches of this mode.
+    pub fn client_options(self) -> crate::client::ClientOptions {
+        crate::client::ClientOptions {
+            verify: self != VerifyArg::None,
+            compare: self == VerifyArg::Compare,
+            ..crate::client::ClientOptions::default()
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! `creb-rs pull`: fetch manifests, then every blob they reference, read to the end and
-//! verified against its digest (unless `--no-verify`). This file holds the flags, their
+//! verified against its digest (unless `--verify none`). This file holds the flags, their
 //! validation into [`PullConfig`] and the wiring; [`crate::exec::pull`] drives the pull.
 //!
 //! Distributed pull (`--from`): manifests come from the first `--registry`, each blob from
@@ -15,11 +15,10 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
-use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs};
+use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
 use super::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
 use super::session::{Finished, Session};
 use super::status::ExitStatus;
-use crate::client::ClientOptions;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
 use crate::metrics::live::RunInfoLabels;
@@ -75,8 +74,19 @@ pub struct PullArgs {
     #[arg(help_heading = "Workload", long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
-    /// Do not hash downloaded blobs (bodies are still read to the end).
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    /// How a blob read is checked: `sha256` (hashed and compared with its digest), or
+    /// `none` (read to the end, its size checked). `compare`, replay's default, hashes
+    /// here too: a pull reads images whose content it did not generate.
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Sha256)]
+    pub verify: VerifyArg,
+
+    /// The same as `--verify none`.
+    #[arg(
+        help_heading = "Workload",
+        hide = true,
+        long,
+        conflicts_with = "verify"
+    )]
     pub no_verify: bool,
 
     /// Also list each image's referrers (OCI 1.1: signatures, SBOMs, what `push --attach`
@@ -119,7 +129,7 @@ pub struct PullConfig {
     pub repo: Repository,
     pub targets: PullTargets,
     pub concurrency: usize,
-    pub verify: bool,
+    pub verify: VerifyArg,
     /// List and fetch each image's referrers (`--referrers`).
     pub referrers: bool,
     /// Several endpoints: how blobs are spread over them.
@@ -163,7 +173,7 @@ impl TryFrom<&PullArgs> for PullConfig {
             repo: a.repo.clone(),
             targets,
             concurrency: a.concurrency.get(),
-            verify: !a.no_verify,
+            verify: a.verify.or_none(a.no_verify),
             referrers: a.referrers,
         })
     }
@@ -241,10 +251,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
 
 /// One connection per endpoint when blobs are routed over several, else one.
 async fn connect(cfg: &PullConfig, recorder: &Recorder) -> anyhow::Result<Vec<Connection>> {
-    let options = ClientOptions {
-        verify: cfg.verify,
-        ..ClientOptions::default()
-    };
+    let options = cfg.verify.client_options();
     if cfg.route.is_none() {
         let connection = cfg
             .registry

@@ -173,6 +173,105 @@ impl ContentSpec {
     }
 }
 
+/// Checks a body against the content it should be, as its bytes arrive: each chunk is
+/// compared with the same bytes generated in step (the generator runs at memory speed, far
+/// faster than SHA-256), so a read of content creb-rs generated is verified without hashing.
+/// Equal bytes mean an equal digest. Nothing is buffered: words are generated and compared
+/// one at a time.
+#[derive(Debug, Clone)]
+pub struct ContentCheck {
+    spec: ContentSpec,
+    /// Bytes checked so far.
+    pos: u64,
+    /// The generator of the block `pos` is in.
+    rng: Option<Xoshiro256PlusPlus>,
+    /// The word in progress when a chunk ended inside one, and how much of it was used.
+    word: [u8; 8],
+    used: usize,
+}
+
+impl ContentCheck {
+    pub fn new(spec: ContentSpec) -> Self {
+        ContentCheck {
+            spec,
+            pos: 0,
+            rng: None,
+            word: [0; 8],
+            used: 8,
+        }
+    }
+
+    /// Bytes checked so far.
+    pub fn checked(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether every byte of the content has been seen (and matched).
+    pub fn complete(&self) -> bool {
+        self.pos == self.spec.size
+    }
+
+    /// Checks the next bytes of the body; `Err(offset)` at the first byte that differs from
+    /// the content, or that lies past its end.
+    pub fn check(&mut self, mut chunk: &[u8]) -> Result<(), u64> {
+        while !chunk.is_empty() {
+            if self.pos >= self.spec.size {
+                return Err(self.pos);
+            }
+            if self.used == 8 && self.pos % BLOCK == 0 {
+                self.rng = Some(self.spec.block_rng(self.pos / BLOCK));
+            }
+            let rng = self.rng.get_or_insert_with(|| {
+                // Only reached when checking resumes mid-block, which `check` never leaves.
+                let mut rng = self.spec.block_rng(self.pos / BLOCK);
+                for _ in 0..(self.pos % BLOCK) / 8 {
+                    rng.next_u64();
+                }
+                rng
+            });
+            // Never past the content's end: what remains of it bounds every comparison.
+            let left = (self.spec.size - self.pos) as usize;
+            if self.used < 8 {
+                let n = (8 - self.used).min(chunk.len()).min(left);
+                if chunk[..n] != self.word[self.used..self.used + n] {
+                    let at = first_difference(&chunk[..n], &self.word[self.used..]);
+                    return Err(self.pos + at as u64);
+                }
+                self.used += n;
+                self.pos += n as u64;
+                chunk = &chunk[n..];
+                continue;
+            }
+            let to_block_end = (BLOCK - self.pos % BLOCK) as usize;
+            let words = chunk.len().min(left).min(to_block_end) / 8;
+            for (i, got) in chunk[..words * 8].chunks_exact(8).enumerate() {
+                let want = rng.next_u64();
+                let got = u64::from_le_bytes(got.try_into().unwrap_or_default());
+                if got != want {
+                    let at = first_difference(&got.to_le_bytes(), &want.to_le_bytes());
+                    return Err(self.pos + (i * 8 + at) as u64);
+                }
+            }
+            self.pos += (words * 8) as u64;
+            chunk = &chunk[words * 8..];
+            if !chunk.is_empty() && words * 8 < to_block_end {
+                // A word the chunk (or the content) ends inside: keep what is left of it.
+                self.word = rng.next_u64().to_le_bytes();
+                self.used = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where two byte strings first differ (their common length when one is a prefix).
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
+}
+
 /// Writes the block stream from byte `within` on into `out`. The stream is defined as the
 /// little-endian bytes of successive `next_u64` outputs, so it does not depend on where
 /// reads start or end (`fill_bytes` takes a short tail from `next_u32`, which would).
@@ -339,7 +438,65 @@ mod tests {
         assert_eq!(spec.reader(0..0).count(), 0);
     }
 
+    #[test]
+    fn a_check_finds_every_way_a_body_can_be_wrong() {
+        let spec = ContentSpec::new(5, b"check", 3 * BLOCK + 13);
+        let good = all_bytes(&spec);
+        let whole = |bytes: &[u8]| {
+            let mut c = ContentCheck::new(spec);
+            c.check(bytes).map(|()| c.complete())
+        };
+        assert_eq!(whole(&good), Ok(true));
+        for at in [0usize, 7, 8, BLOCK as usize, good.len() - 1] {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x40;
+            assert_eq!(whole(&flipped), Err(at as u64), "a byte flipped at {at}");
+        }
+        assert_eq!(
+            whole(&good[..good.len() - 1]),
+            Ok(false),
+            "the last byte missing"
+        );
+        let mut extra = good.clone();
+        extra.push(0);
+        assert_eq!(whole(&extra), Err(good.len() as u64), "one byte too many");
+        let other = all_bytes(&ContentSpec::new(5, b"other", 3 * BLOCK + 13));
+        assert!(whole(&other).is_err(), "another blob's body");
+    }
+
     proptest! {
+        #[test]
+        fn a_check_is_the_same_however_the_body_is_cut(
+            size in 1u64..200_000,
+            cuts in proptest::collection::vec(1usize..20_000, 1..40),
+            flip in proptest::option::of(0u64..200_000),
+        ) {
+            let spec = ContentSpec::new(11, b"cut", size);
+            let mut body = all_bytes(&spec);
+            let flipped = flip.map(|f| f % size);
+            if let Some(f) = flipped {
+                body[f as usize] ^= 1;
+            }
+            let mut check = ContentCheck::new(spec);
+            let mut rest = &body[..];
+            let mut result = Ok(());
+            for cut in cuts.iter().cycle() {
+                if rest.is_empty() || result.is_err() {
+                    break;
+                }
+                let n = (*cut).min(rest.len());
+                result = check.check(&rest[..n]);
+                rest = &rest[n..];
+            }
+            match flipped {
+                Some(f) => prop_assert_eq!(result, Err(f)),
+                None => {
+                    prop_assert_eq!(result, Ok(()));
+                    prop_assert!(check.complete());
+                }
+            }
+        }
+
         #[test]
         fn random_access_equals_sequential(size in 1u64..200_000, a in 0u64..200_000, len in 0u64..70_000) {
             let spec = ContentSpec::new(9, b"ra", size);

@@ -106,9 +106,11 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
                 .await
                 .map(|_| len)
         }
-        Action::BlobGet { repo, digest, size } => {
-            client.blob_get(repo, digest, Some(*size), ctx).await
-        }
+        Action::BlobGet {
+            repo,
+            digest,
+            content,
+        } => client.blob_get_generated(repo, digest, content, ctx).await,
         Action::BlobHead { repo, digest } => client.blob_head(repo, digest, ctx).await.map(|_| 0),
         Action::BlobDelete { repo, digest } => {
             client.blob_delete(repo, digest, ctx).await.map(|()| 0)

@@ -217,6 +217,8 @@ pub struct ExperimentSpec {
     pub manifest_format: Option<String>,
     // replay and pull
     #[serde(default)]
+    pub verify: Option<String>,
+    #[serde(default)]
     pub no_verify: Option<bool>,
     // push and pull
     #[serde(default)]
@@ -263,6 +265,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("strict", &[Kind::Replay]),
     ("chunk_size", &[Kind::Replay, Kind::Push]),
     ("manifest_format", &[Kind::Replay, Kind::Push]),
+    ("verify", &[Kind::Replay, Kind::Pull]),
     ("no_verify", &[Kind::Replay, Kind::Pull]),
     ("repo", &[Kind::Push, Kind::Pull]),
     ("tag", &[Kind::Push, Kind::Pull]),
@@ -278,7 +281,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
 impl ExperimentSpec {
     /// The kind-specific keys this table sets.
     fn keys_set(&self) -> Vec<&'static str> {
-        let set: [(&'static str, bool); 28] = [
+        let set: [(&'static str, bool); 29] = [
             ("seed", self.seed.is_some()),
             ("traces", self.traces.is_some()),
             ("mode", self.mode.is_some()),
@@ -297,6 +300,7 @@ impl ExperimentSpec {
             ("strict", self.strict.is_some()),
             ("chunk_size", self.chunk_size.is_some()),
             ("manifest_format", self.manifest_format.is_some()),
+            ("verify", self.verify.is_some()),
             ("no_verify", self.no_verify.is_some()),
             ("repo", self.repo.is_some()),
             ("tag", self.tag.is_some()),

@@ -136,10 +136,12 @@ pub enum Action {
         media_type: &'static str,
         deps: Vec<u64>,
     },
+    /// A read of a blob whose content creb-rs generated (`content`, whose digest is
+    /// `digest`): verified by comparing the body with it, or by its digest.
     BlobGet {
         repo: Repository,
         digest: Digest,
-        size: u64,
+        content: ContentSpec,
     },
     BlobHead {
         repo: Repository,

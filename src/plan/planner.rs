@@ -374,11 +374,10 @@ where
                     }),
                     _ => None,
                 };
-                let size = catalog.blob_content(digest).size();
                 let action = Action::BlobGet {
                     repo: self.naming.repo(catalog, repo),
                     digest: catalog.blob_digest(digest),
-                    size,
+                    content: catalog.blob_content(digest),
                 };
                 Some(self.op(record, action, 0, session))
             }

@@ -17,6 +17,18 @@ use std::time::Duration;
 pub struct Request {
     pub method: String,
     pub path: String,
+    /// Its headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Request {
+    /// The value of header `name` (lower case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// What the server does with a request.
@@ -128,21 +140,28 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let method = parts.next()?.to_owned();
     let path = parts.next()?.to_owned();
     let mut length = 0usize;
+    let mut headers = Vec::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 || header == "\r\n" {
             break;
         }
         if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
+            let (name, value) = (name.to_ascii_lowercase(), value.trim().to_owned());
+            if name == "content-length" {
+                length = value.parse().unwrap_or(0);
             }
+            headers.push((name, value));
         }
     }
     // The request body, if any, read and dropped.
     let mut body = vec![0u8; length.min(64 << 20)];
     reader.read_exact(&mut body).ok()?;
-    Some(Request { method, path })
+    Some(Request {
+        method,
+        path,
+        headers,
+    })
 }
 
 fn head(status: u16, headers: &[(String, String)]) -> Vec<u8> {

@@ -12,7 +12,7 @@ use crate::commands::args::{
     parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
 };
 use crate::commands::args::{
-    ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs,
+    ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs, VerifyArg,
 };
 use crate::commands::connect::RegistryConfig;
 use crate::content::DEFAULT_SEED;
@@ -172,8 +172,21 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", value_parser = parse_concurrency)]
     pub prewarm_concurrency: Option<NonZeroUsize>,
 
-    /// Do not hash downloaded blobs (bodies are still read to the end).
-    #[arg(help_heading = "Workload", hide_short_help = true, long)]
+    /// How a blob read is checked: `compare` (the body against the content creb-rs
+    /// generated for it, regenerated in step: memory speed), `sha256` (hashed and compared
+    /// with its digest), `none` (read to the end, its size checked). `compare` and `sha256`
+    /// catch a flipped byte, a short or long body and another blob's body; `none` only the
+    /// wrong sizes.
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Compare)]
+    pub verify: VerifyArg,
+
+    /// The same as `--verify none`.
+    #[arg(
+        help_heading = "Workload",
+        hide = true,
+        long,
+        conflicts_with = "verify"
+    )]
     pub no_verify: bool,
 
     /// stress (closed model, as fast as it goes) or delay (open model, the trace's timing).
@@ -354,7 +367,7 @@ pub struct ReplayConfig {
     pub start_at: Option<String>,
     #[serde(skip)]
     pub start_at_time: Option<SystemTime>,
-    pub verify: bool,
+    pub verify: VerifyArg,
     pub strict: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingConfig>,
@@ -489,7 +502,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
                 .start_at
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
             start_at_time: a.start_at,
-            verify: !a.no_verify,
+            verify: a.verify.or_none(a.no_verify),
             strict: a.strict,
         })
     }

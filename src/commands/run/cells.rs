@@ -216,6 +216,7 @@ pub fn cell_argv(
             push_flag(&mut argv, "--skip-invalid", s.skip_invalid);
             push_flag(&mut argv, "--replay-failed", s.replay_failed);
             push_flag(&mut argv, "--strict", s.strict);
+            push_text(&mut argv, "--verify", &s.verify);
             push_flag(&mut argv, "--no-verify", s.no_verify);
             if let Some(p) = reg.repo_prefix.as_deref().map(|p| p.trim_matches('/')) {
                 if !p.is_empty() {
@@ -248,6 +249,7 @@ pub fn cell_argv(
             push_text(&mut argv, "--tag", &s.tag);
             push_value(&mut argv, "--images", &s.images);
             push_flag(&mut argv, "--all-tags", s.all_tags);
+            push_text(&mut argv, "--verify", &s.verify);
             push_flag(&mut argv, "--no-verify", s.no_verify);
         }
     }

@@ -176,6 +176,9 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
     fact(out, "actual start", &m.actual_start);
     fact(out, "tool", &format!("{} {}", s.tool.name, s.tool.version));
     fact(out, "in-flight limit", &s.concurrency.to_string());
+    if let Some(verify) = m.config.get("verify").and_then(|v| v.as_str()) {
+        fact(out, "blob verification", verify);
+    }
     fact(out, "config hash", &m.config_hash);
     fact(out, "dataset hash", &m.dataset_hash);
     fact(out, "result directory", &set.dir.display().to_string());
