@@ -286,4 +286,17 @@ fn the_demo_ends_with_its_report() {
         let summary = common::summary_json(&results.join(mode));
         assert_eq!(summary["totals"]["errors"], 0, "{mode}: {summary}");
     }
+    // A run that was not sharded says nothing of shards (a newcomer's `shard 0/1` is noise).
+    let headers: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("creb-rs replay → "))
+        .collect();
+    assert_eq!(
+        headers.len(),
+        3,
+        "prewarm, stress and delay tables:\n{stdout}"
+    );
+    for header in headers {
+        assert!(!header.contains("shard"), "{header}");
+    }
 }

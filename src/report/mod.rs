@@ -61,18 +61,25 @@ pub fn render_text(summary: &Summary) -> String {
     render_text_with(summary, &[], &[])
 }
 
-/// Which shards a merged result holds, as its table's header says it: `shard I/N` for one
-/// host's result, `merged N shards` (or `merged K of N shards`) for a merge of `hosts`.
+/// Which shards a result holds, as its table's header says it (with its leading space):
+/// nothing for a run that was not sharded, `shard I/N` for one host's share,
+/// `merged N shards` (or `merged K of N shards`) for a merge of `hosts`.
 fn shards_label(summary: &Summary, hosts: &[HostInfo]) -> String {
     let count = summary.shard.count;
     if hosts.is_empty() {
-        return format!("shard {}/{count}", summary.shard.index);
+        if count <= 1 {
+            return String::new();
+        }
+        return format!("  shard {}/{count}", summary.shard.index);
     }
     let held: std::collections::BTreeSet<u32> = hosts.iter().map(|h| h.shard.index).collect();
     if held.len() as u32 == count {
-        format!("merged {count} shard{}", if count == 1 { "" } else { "s" })
+        format!(
+            "  merged {count} shard{}",
+            if count == 1 { "" } else { "s" }
+        )
     } else {
-        format!("merged {} of {count} shards", held.len())
+        format!("  merged {} of {count} shards", held.len())
     }
 }
 
@@ -88,7 +95,7 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
     };
     let _ = writeln!(
         out,
-        "creb-rs {} → {}  [{}]{seed}  {}",
+        "creb-rs {} → {}  [{}]{seed}{}",
         summary.command,
         summary.registry,
         summary.model_label(),
