@@ -156,6 +156,11 @@ impl Progress {
         (now < at).then(|| at - now)
     }
 
+    /// More work than first counted (a later stage, planned when the first ends).
+    pub fn add_total(&self, n: u64) {
+        self.total.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub fn add_done(&self, n: u64) {
         self.done.fetch_add(n, Ordering::Relaxed);
     }

@@ -503,11 +503,15 @@ fn a_stop_while_a_large_trace_is_prepared_leaves_an_interrupted_result() {
     assert_eq!(synth.code, 0, "{}", synth.stderr);
     let server = registry(good_manifest, good_blob);
     let out = dir.path().join("out");
+    // A run alone hashes every content before its first request (a prewarm would hash
+    // while it sends instead).
     let mut child = spawn(&[
         "replay",
         trace.to_str().unwrap(),
         "--registry",
         &server.url,
+        "--phase",
+        "run",
         "--quiet",
         "--output-dir",
         out.to_str().unwrap(),
@@ -529,6 +533,41 @@ fn a_stop_while_a_large_trace_is_prepared_leaves_an_interrupted_result() {
     let summary = summary_json(&out);
     assert_eq!(summary["interrupted"], true, "{summary}");
     assert_eq!(summary["totals"]["requests"], 0, "{summary}");
+
+    // With --phase all the prewarm starts at once; stopped, it leaves its own result and
+    // the run's (no operation, interrupted).
+    let real = Registry::start();
+    let out = dir.path().join("all");
+    let mut child = spawn(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &real.url,
+        "--size-scale",
+        "0.01",
+        "--prewarm-concurrency",
+        "1",
+        "--quiet",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the prewarm ended already"
+    );
+    signal(&child, "TERM");
+    let status = wait_at_most(&mut child, Duration::from_secs(15));
+    assert_eq!(status, 143);
+    let prewarm = summary_json(&out.join("prewarm"));
+    assert_eq!(prewarm["interrupted"], true, "{prewarm}");
+    assert!(
+        prewarm["totals"]["requests"].as_u64() > Some(0),
+        "{prewarm}"
+    );
+    let run = summary_json(&out);
+    assert_eq!(run["interrupted"], true, "{run}");
+    assert_eq!(run["totals"]["requests"], 0, "{run}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -286,6 +286,19 @@ fn the_demo_ends_with_its_report() {
         let summary = common::summary_json(&results.join(mode));
         assert_eq!(summary["totals"]["errors"], 0, "{mode}: {summary}");
     }
+    // The stress run follows its prewarm: no digest computed before the first request, the
+    // content hashed while prewarm sent it, the run's own uploads after.
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(results.join("stress/meta.json")).expect("stress meta.json"),
+    )
+    .unwrap();
+    let prep = &meta["preparation"];
+    assert_eq!(prep["digests"]["computed"], 0, "{prep}");
+    assert!(prep["digests"]["deferred"].as_u64() > Some(50), "{prep}");
+    assert!(
+        prep["prewarm_digests"]["while_sending"].as_u64() > Some(50),
+        "{prep}"
+    );
     // A run that was not sharded says nothing of shards (a newcomer's `shard 0/1` is noise).
     let headers: Vec<&str> = stdout
         .lines()

@@ -584,15 +584,21 @@ fn prewarm_counts_the_same_objects_before_and_after() {
         .lines()
         .find(|l| l.contains("manifests to push"))
         .expect("the plan line");
+    // The content the run reads goes first (hashed as it is sent), then the rest.
+    let first = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("blobs the run reads"))
+        .expect("the first stage's line");
     let done = r
         .stdout
         .lines()
         .find(|l| l.starts_with("prewarm: "))
         .expect("the tally line");
     assert_eq!(
-        number_before(planned, " blobs (layers"),
+        number_before(first, " blobs the run reads") + number_before(planned, " blobs (layers"),
         number_before(done, " blobs pushed") + number_before(done, " present;"),
-        "{planned}\n{done}"
+        "{first}\n{planned}\n{done}"
     );
     assert_eq!(
         number_before(planned, " manifests to push"),

@@ -172,9 +172,23 @@ fn the_digest_cache_is_reused_and_found_stale() {
             &[],
         )
     };
+    // Nothing is hashed before the first upload: the prewarm hashes what it sends, then
+    // the run's uploads, and writes every digest to the cache as it learns it.
     let r = replay("prewarm", "prewarm");
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains(", 0 from the cache)"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(": 0 computed over 0 B") && r.stderr.contains(", 0 from the cache, "),
+        "{}",
+        r.stderr
+    );
+    let meta = read_json(&scratch.path().join("prewarm/meta.json"));
+    let deferred = n(&meta["preparation"]["digests"]["deferred"]);
+    assert!(deferred > 100, "{meta}");
+    assert!(
+        r.stdout.contains(" computed while sending, "),
+        "{}",
+        r.stdout
+    );
     assert!(cache.is_file());
 
     // The run phase computes nothing: every digest comes from the cache.
@@ -215,6 +229,107 @@ fn the_digest_cache_is_reused_and_found_stale() {
     let summary = summary_json(&scratch.path().join("again"));
     registry.assert_exit_but_tag_races(r.code, &summary, &format!("again: {}", r.stderr));
     assert!(r.stderr.contains(": 0 computed over 0 B"), "{}", r.stderr);
+}
+
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The entries of a digest cache file (after its header line).
+fn cache_entries(path: &std::path::Path) -> usize {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let header = bytes.iter().position(|b| *b == b'\n').map_or(0, |p| p + 1);
+    bytes.len().saturating_sub(header) / 72
+}
+
+/// A prewarm stopped after its first uploads leaves every digest it learned in the cache:
+/// the next prewarm takes them (and hashes only what it sends), the run after it computes
+/// nothing; a cache whose entries were altered is found stale and its digests computed.
+#[test]
+fn a_stopped_prewarm_leaves_the_digests_it_learned() {
+    let registry = Registry::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let cache = scratch.path().join("digests.cache");
+    let cache_arg = cache.to_str().unwrap().to_owned();
+    let args = |phase: &str, out: &str| -> Vec<String> {
+        [
+            "replay",
+            TRACE,
+            "--registry",
+            &registry.url,
+            "--phase",
+            phase,
+            "--seed",
+            "13",
+            "--prewarm-concurrency",
+            "1",
+            "--digest-cache",
+            &cache_arg,
+            "--output-dir",
+            scratch.path().join(out).to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run =
+        |a: Vec<String>| run_bin(&a.iter().map(String::as_str).collect::<Vec<_>>(), None, &[]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(args("prewarm", "stopped"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while cache_entries(&cache) < 5 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "no digest learned in 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the prewarm ended first"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    let learned = cache_entries(&cache);
+    assert!(learned >= 5, "{learned}");
+
+    // Taken, checked, and the rest hashed while sent.
+    let r = run(args("prewarm", "again"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let prep = &read_json(&scratch.path().join("again/meta.json"))["preparation"];
+    assert_eq!(n(&prep["digests"]["cached"]), learned as u64, "{prep}");
+    assert_eq!(prep["digests"]["computed"], 0, "{prep}");
+    assert!(prep["digests"]["stale"].is_null(), "{prep}");
+    assert!(cache_entries(&cache) > learned);
+    let r = run(args("run", "run"));
+    let summary = summary_json(&scratch.path().join("run"));
+    registry.assert_exit_but_tag_races(r.code, &summary, &format!("run: {}", r.stderr));
+    let prep = &read_json(&scratch.path().join("run/meta.json"))["preparation"];
+    assert_eq!(prep["digests"]["computed"], 0, "{prep}");
+
+    // Every entry altered: the run finds the cache stale and computes its digests.
+    let mut bytes = std::fs::read(&cache).unwrap();
+    let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    for entry in bytes[header..].chunks_exact_mut(72) {
+        entry[41] ^= 0x10;
+    }
+    std::fs::write(&cache, &bytes).unwrap();
+    let r = run(args("run", "stale"));
+    assert!(r.stderr.contains("stale"), "{}", r.stderr);
+    let summary = summary_json(&scratch.path().join("stale"));
+    registry.assert_exit_but_tag_races(r.code, &summary, "stale cache");
+    let prep = &read_json(&scratch.path().join("stale/meta.json"))["preparation"];
+    assert!(n(&prep["digests"]["computed"]) > 100, "{prep}");
 }
 
 #[test]

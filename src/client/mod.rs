@@ -35,7 +35,7 @@ pub use upload::{MountOutcome, UploadMode, UploadReport};
 
 use crate::auth::challenge::challenges_of;
 use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
-use crate::content::ContentSpec;
+use crate::content::{ContentSpec, SendHash};
 use crate::digest::{Digest, Sha256Sum};
 use crate::metrics::{
     ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing,
@@ -101,6 +101,9 @@ pub enum BlobSource {
     Content(ContentSpec),
     /// Small bytes held in memory (configs, manifests).
     Bytes(Bytes),
+    /// Generated content whose digest is computed as it is sent
+    /// ([`RegistryClient::upload_hashing`]).
+    Hashing(Arc<SendHash>),
 }
 
 impl BlobSource {
@@ -108,6 +111,7 @@ impl BlobSource {
         match self {
             BlobSource::Content(spec) => spec.size(),
             BlobSource::Bytes(b) => b.len() as u64,
+            BlobSource::Hashing(tap) => tap.spec().size(),
         }
     }
 
@@ -119,6 +123,12 @@ impl BlobSource {
             BlobSource::Content(spec) => RequestBody::Content {
                 spec: *spec,
                 range: start..start + len,
+                tap: None,
+            },
+            BlobSource::Hashing(tap) => RequestBody::Content {
+                spec: *tap.spec(),
+                range: start..start + len,
+                tap: Some(Arc::clone(tap)),
             },
             BlobSource::Bytes(b) => {
                 RequestBody::Bytes(b.slice(start as usize..(start + len) as usize))

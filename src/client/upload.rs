@@ -2,6 +2,8 @@
 //! recorded on its own and the session as a whole, cross-repository mounts, and manifest
 //! PUTs. Chunks are always sent in order, from the offset the registry confirms.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, LOCATION};
 use http::{HeaderValue, Method, StatusCode};
@@ -10,7 +12,8 @@ use url::Url;
 use super::{check_returned_digest, octet_stream, status_error, BlobSource, ClientError};
 use super::{Meter, OpCtx, RegistryClient, Step};
 use crate::auth::AccessScope;
-use crate::digest::Digest;
+use crate::content::{ContentSpec, SendHash};
+use crate::digest::{Digest, Sha256Sum};
 use crate::metrics::{Event, Op, Outcome};
 use crate::net::transport::{HttpRequest, RequestBody};
 use crate::oci::headers::{content_range, parse_upload_range, resolve_location, with_query_param};
@@ -320,6 +323,44 @@ impl RegistryClient {
         report.bytes_sent = m.bytes_sent;
         report.requests = m.requests.total();
         self.finish(&m, r).await.map(|()| report)
+    }
+
+    /// Uploads generated content whose digest is not known yet, computing it from the bytes
+    /// as they are sent: POST, one PATCH with the whole content (hashed as it is generated,
+    /// [`SendHash`]), then the closing PUT with the digest (`blob_upload`, each request
+    /// recorded too). No byte is generated twice unless the registry asks for it again.
+    pub async fn upload_hashing(
+        &self,
+        repo: &Repository,
+        spec: ContentSpec,
+        ctx: OpCtx,
+    ) -> Result<(Sha256Sum, UploadReport), ClientError> {
+        let mut m = Meter::new(Op::BlobUpload, ctx);
+        m.size_hint = spec.size();
+        let scope = AccessScope::push(repo);
+        let mut report = UploadReport {
+            bytes_sent: 0,
+            requests: 0,
+            single_post_fallback: false,
+            patches: 0,
+        };
+        let tap = SendHash::new(spec);
+        let source = BlobSource::Hashing(Arc::clone(&tap));
+        let r = async {
+            let (location, _) = self.start_session(repo, &scope, &mut m).await?;
+            let whole = spec.size().max(1);
+            let location = self
+                .patch_chunks(&scope, location, &source, whole, &mut m, &mut report)
+                .await?;
+            let sha = Sha256Sum(tap.finish());
+            self.put_final(&location, &sha.digest(), RequestBody::Empty, &scope, &mut m)
+                .await?;
+            Ok(sha)
+        }
+        .await;
+        report.bytes_sent = m.bytes_sent;
+        report.requests = m.requests.total();
+        self.finish(&m, r).await.map(|digest| (digest, report))
     }
 
     /// `POST /v2/<repo>/blobs/uploads/?mount=<digest>&from=<from>`.

@@ -14,6 +14,7 @@
 //! digest, which the golden test below guards.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use rand::{RngCore, SeedableRng};
@@ -141,6 +142,7 @@ impl ContentSpec {
             spec: *self,
             pos: range.start,
             end: range.end,
+            tap: None,
         }
     }
 
@@ -305,11 +307,85 @@ pub struct ContentReader {
     spec: ContentSpec,
     pos: u64,
     end: u64,
+    /// Hears every chunk as it is generated (a digest computed while the bytes are sent).
+    tap: Option<Arc<SendHash>>,
 }
 
 impl ContentReader {
     pub fn remaining(&self) -> u64 {
         self.end - self.pos
+    }
+
+    /// The same reader, telling `tap` every chunk it yields.
+    pub fn tapped(mut self, tap: Option<Arc<SendHash>>) -> ContentReader {
+        self.tap = tap;
+        self
+    }
+}
+
+/// The SHA-256 of generated content, computed from the bytes as they are generated to be
+/// sent (an upload whose closing request carries the digest), so no content is hashed
+/// before its upload starts. The bytes are hashed in order, once: a range generated again
+/// (a request sent again after a challenge or a lost chunk) or out of order is skipped,
+/// and whatever was never seen in order is generated at [`SendHash::finish`]. The content
+/// is deterministic, so the digest is always the content's, however the sending went.
+#[derive(Debug)]
+pub struct SendHash {
+    spec: ContentSpec,
+    state: std::sync::Mutex<(u64, Sha256)>,
+}
+
+/// Two are equal when they hash the same content (they end with the same digest).
+impl PartialEq for SendHash {
+    fn eq(&self, other: &SendHash) -> bool {
+        self.spec == other.spec
+    }
+}
+
+impl Eq for SendHash {}
+
+impl SendHash {
+    pub fn new(spec: ContentSpec) -> Arc<SendHash> {
+        Arc::new(SendHash {
+            spec,
+            state: std::sync::Mutex::new((0, Sha256::new())),
+        })
+    }
+
+    /// The content this hashes.
+    pub fn spec(&self) -> &ContentSpec {
+        &self.spec
+    }
+
+    /// Bytes `at..at + bytes.len()` of the content were generated.
+    pub fn saw(&self, at: u64, bytes: &[u8]) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let (next, hasher) = &mut *state;
+        let end = at + bytes.len() as u64;
+        if at <= *next && *next < end {
+            hasher.update(&bytes[(*next - at) as usize..]);
+            *next = end;
+        }
+    }
+
+    /// Bytes hashed in order so far.
+    pub fn hashed(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.0)
+    }
+
+    /// The content's SHA-256: what was seen, and the rest generated now.
+    pub fn finish(&self) -> [u8; 32] {
+        let Ok(state) = self.state.lock() else {
+            return self.spec.sha256();
+        };
+        let (next, mut hasher) = (state.0, state.1.clone());
+        drop(state);
+        for chunk in self.spec.reader(next..self.spec.size) {
+            hasher.update(&chunk);
+        }
+        hasher.finalize().into()
     }
 }
 
@@ -324,6 +400,9 @@ impl Iterator for ContentReader {
         let take = to_boundary.min(self.end - self.pos) as usize;
         let mut buf = BytesMut::zeroed(take);
         self.spec.fill(self.pos, &mut buf);
+        if let Some(tap) = &self.tap {
+            tap.saw(self.pos, &buf);
+        }
         self.pos += take as u64;
         Some(buf.freeze())
     }
@@ -462,6 +541,44 @@ mod tests {
         assert_eq!(whole(&extra), Err(good.len() as u64), "one byte too many");
         let other = all_bytes(&ContentSpec::new(5, b"other", 3 * BLOCK + 13));
         assert!(whole(&other).is_err(), "another blob's body");
+    }
+
+    #[test]
+    fn a_digest_while_sending_is_the_contents_however_the_bytes_went() {
+        let spec = ContentSpec::new(3, b"send", 2 * BLOCK + 77);
+        let want = spec.sha256();
+        // Sent once, in order.
+        let tap = SendHash::new(spec);
+        assert_eq!(
+            spec.reader(0..spec.size())
+                .tapped(Some(tap.clone()))
+                .count(),
+            3
+        );
+        assert_eq!(tap.hashed(), spec.size());
+        assert_eq!(tap.finish(), want);
+        // A first request cut short and sent again (a challenge), then the rest in a second
+        // request: every byte hashed once.
+        let tap = SendHash::new(spec);
+        let _ = spec.reader(0..spec.size()).tapped(Some(tap.clone())).next();
+        let _ = spec.reader(0..BLOCK + 10).tapped(Some(tap.clone())).count();
+        let _ = spec
+            .reader(BLOCK + 10..spec.size())
+            .tapped(Some(tap.clone()))
+            .count();
+        assert_eq!(tap.finish(), want);
+        // Out of order, or never sent: what is missing is generated at the end.
+        let tap = SendHash::new(spec);
+        let _ = spec
+            .reader(BLOCK..spec.size())
+            .tapped(Some(tap.clone()))
+            .count();
+        assert_eq!(tap.hashed(), 0);
+        assert_eq!(tap.finish(), want);
+        assert_eq!(
+            SendHash::new(ContentSpec::new(3, b"e", 0)).finish(),
+            ContentSpec::new(3, b"e", 0).sha256()
+        );
     }
 
     proptest! {

@@ -1,5 +1,8 @@
 //! The prewarm driver: the jobs [`crate::plan::prewarm`] lists, carried out with at most
-//! `concurrency` in flight: every blob (HEAD, upload when missing), then every manifest
+//! `concurrency` in flight: first the content the run reads ([`Prewarm::contents`]: a blob
+//! whose digest is known is HEADed and uploaded when missing; one whose digest is not is
+//! uploaded at once, its digest computed from the bytes as they are sent and kept in the
+//! catalog and the digest cache), then every other blob (configs), then every manifest
 //! (HEAD, PUT when the tag does not point at it already). Idempotent, so prewarming twice,
 //! or from several hosts, is harmless. Stops as every bounded driver does: nothing new
 //! starts, in-flight jobs get the grace period, the rest are recorded as cancelled.
@@ -11,7 +14,11 @@ use crate::metrics::{ErrorKind, Event, Op, Sample};
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Reference, Repository};
 use crate::plan::catalog::Catalog;
-use crate::plan::prewarm::{blob_source, read_manifest_bytes, BlobJob, ManifestJob, PrewarmJobs};
+use crate::plan::catalog::KEEP_DIGEST_ABOVE;
+use crate::plan::digest_cache::Appender;
+use crate::plan::prewarm::{
+    blob_source, read_manifest_bytes, BlobJob, ContentJob, ManifestJob, PrewarmJobs,
+};
 
 /// What prewarm did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,6 +30,10 @@ pub struct PrewarmReport {
     pub failed: u64,
     /// Jobs a stop cancelled in flight or kept from starting.
     pub stopped: u64,
+    /// Digests computed from the bytes as they were uploaded.
+    pub digests_learned: u64,
+    /// Digests computed after the first stage (the run's uploads, content not sent).
+    pub digests_computed: u64,
 }
 
 /// What every prewarm job reads: the catalog its bytes come from, one client per endpoint.
@@ -33,6 +44,8 @@ pub struct Prewarm<'a> {
     pub format: ManifestFormat,
     pub bounds: Bounds,
     pub env: JobEnv<'a>,
+    /// `--digest-cache`: where digests learned while sending are added as they come.
+    pub cache: Option<&'a Appender>,
 }
 
 enum Done {
@@ -59,10 +72,73 @@ async fn ensure_blob(
 }
 
 impl Prewarm<'_> {
+    /// The first stage: the content the run reads, on every endpoint, uploaded (when not
+    /// present) whether its digest is known yet or not.
+    pub async fn contents(&self, jobs: Vec<ContentJob>, report: &mut PrewarmReport) {
+        let driven = drive(
+            jobs,
+            self.bounds,
+            self.env.shutdown,
+            |job| job.endpoint,
+            |job| self.content(job),
+            |(outcome, bytes, learned)| {
+                self.env.progress.add_bytes(bytes);
+                report.digests_learned += u64::from(learned);
+                self.tally(report, outcome, false);
+            },
+        )
+        .await;
+        self.cancelled(report, Op::BlobUpload, driven).await;
+    }
+
+    /// One content job: its outcome, its bytes, and whether its digest was learned while
+    /// sending.
+    async fn content(&self, job: ContentJob) -> (Done, u64, bool) {
+        let spec = self.catalog.content_of(job.key);
+        let client = &self.clients[job.endpoint];
+        let known = self
+            .catalog
+            .known_digest(job.key)
+            .or_else(|| (spec.size() <= KEEP_DIGEST_ABOVE).then(|| spec.sha256()));
+        let result = match known {
+            Some(sha) => {
+                let digest = Digest::from_sha256(sha);
+                ensure_blob(client, &job.repo, &digest, BlobSource::Content(spec))
+                    .await
+                    .map(|pushed| (pushed, false))
+            }
+            None => client
+                .upload_hashing(&job.repo, spec, OpCtx::default())
+                .await
+                .map(|(sum, _)| {
+                    self.catalog.learn(job.key, sum.0);
+                    if let Some(cache) = self.cache {
+                        if let Err(e) = cache.append(&spec, &sum.0) {
+                            self.env
+                                .errors
+                                .note(format!("--digest-cache: cannot add to it: {e}"));
+                        }
+                    }
+                    (true, true)
+                }),
+        };
+        match result {
+            Ok((pushed, learned)) => {
+                let done = if pushed { Done::Pushed } else { Done::Present };
+                (done, spec.size(), learned)
+            }
+            Err(e) => {
+                self.env
+                    .errors
+                    .note(format!("prewarm {} ({} bytes): {e}", job.repo, spec.size()));
+                (Done::Failed, spec.size(), false)
+            }
+        }
+    }
+
     /// Pushes what the run reads, each object to the endpoints `jobs` places it on: every
-    /// blob, then every manifest.
-    pub async fn run(&self, jobs: PrewarmJobs) -> PrewarmReport {
-        let mut report = PrewarmReport::default();
+    /// blob, then every manifest. `report` holds what an earlier stage did.
+    pub async fn run(&self, jobs: PrewarmJobs, mut report: PrewarmReport) -> PrewarmReport {
         let PrewarmJobs { blobs, manifests } = jobs;
         let driven = drive(
             blobs,
@@ -400,8 +476,9 @@ mod tests {
                         errors: &errors,
                         progress: &progress,
                     },
+                    cache: None,
                 };
-                prewarm.run(jobs).await
+                prewarm.run(jobs, PrewarmReport::default()).await
             }
         };
         let first = run().await;

@@ -177,9 +177,10 @@ impl Transport for HyperTransport {
             let (body, shared) = match body {
                 RequestBody::Empty => (BodyKind::Empty, None),
                 RequestBody::Bytes(b) => (BodyKind::Bytes(Some(b)), None),
-                RequestBody::Content { spec, range } => {
+                RequestBody::Content { spec, range, tap } => {
                     let progress = Arc::new(Progress::start(true));
-                    let chunks = ProgressReader::new(spec.reader(range), Arc::clone(&progress));
+                    let reader = spec.reader(range).tapped(tap);
+                    let chunks = ProgressReader::new(reader, Arc::clone(&progress));
                     let body = BodyKind::Content {
                         chunks,
                         remaining: length,

@@ -58,8 +58,8 @@ fn body_of(request: &mut HttpRequest, progress: &Arc<Progress>) -> Option<reqwes
     match std::mem::replace(&mut request.body, RequestBody::Empty) {
         RequestBody::Empty => None,
         RequestBody::Bytes(b) => Some(reqwest::Body::from(b)),
-        RequestBody::Content { spec, range } => {
-            let reader = ProgressReader::new(spec.reader(range), Arc::clone(progress));
+        RequestBody::Content { spec, range, tap } => {
+            let reader = ProgressReader::new(spec.reader(range).tapped(tap), Arc::clone(progress));
             let stream = futures_util::stream::iter(reader.map(Ok::<Bytes, std::io::Error>));
             Some(reqwest::Body::wrap_stream(stream))
         }

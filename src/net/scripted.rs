@@ -108,9 +108,12 @@ impl Transport for ScriptedTransport {
         Box::pin(async move {
             let response = (self.handler)(&request);
             let body_len = match &request.body {
-                RequestBody::Content { spec, range } => {
+                RequestBody::Content { spec, range, tap } => {
                     // Produce the bytes like a real send would, so content bugs surface.
-                    spec.reader(range.clone()).map(|c| c.len() as u64).sum()
+                    spec.reader(range.clone())
+                        .tapped(tap.clone())
+                        .map(|c| c.len() as u64)
+                        .sum()
                 }
                 other => other.len(),
             };

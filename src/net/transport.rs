@@ -32,10 +32,12 @@ use crate::metrics::ErrorKind;
 pub enum RequestBody {
     Empty,
     Bytes(Bytes),
-    /// A range of generated content, produced while it is sent.
+    /// A range of generated content, produced while it is sent; `tap` hears each chunk
+    /// (the content's digest, computed as it is sent).
     Content {
         spec: ContentSpec,
         range: Range<u64>,
+        tap: Option<std::sync::Arc<crate::content::SendHash>>,
     },
 }
 

@@ -309,6 +309,8 @@ pub struct DigestStats {
     pub bytes_hashed: u64,
     /// Threads that hashed.
     pub threads: usize,
+    /// Digests left to the prewarm, which computes them from the bytes as it sends them.
+    pub deferred: usize,
     /// Digests of content up to [`KEEP_DIGEST_ABOVE`], left to compute when used.
     pub on_use: usize,
     /// Why the cache was found stale, if it was.
@@ -322,6 +324,45 @@ pub struct DigestStats {
 
 /// Layers per manifest remembered at most.
 const MAX_MANIFEST_LAYERS: usize = 128;
+
+/// A piece of generated content of the catalog, by what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContentKey {
+    /// A blob the run reads.
+    Blob(Sym),
+    /// The content of an upload, by the packed position of its head ([`position_key`]).
+    Upload(u64),
+    /// A repository's filler layer.
+    Filler(Sym),
+}
+
+/// Which content's digests are computed before anything is sent (the rest is taken from a
+/// digest cache, or learned by the prewarm as it sends it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpFront {
+    /// Blobs the run reads and fillers: what prewarm uploads.
+    pub reads: bool,
+    /// The content of the run's uploads.
+    pub uploads: bool,
+}
+
+impl UpFront {
+    pub const ALL: UpFront = UpFront {
+        reads: true,
+        uploads: true,
+    };
+    pub const NONE: UpFront = UpFront {
+        reads: false,
+        uploads: false,
+    };
+
+    fn covers(self, key: ContentKey) -> bool {
+        match key {
+            ContentKey::Blob(_) | ContentKey::Filler(_) => self.reads,
+            ContentKey::Upload(_) => self.uploads,
+        }
+    }
+}
 
 /// The result of pass 1.
 #[derive(Debug, Default)]
@@ -361,6 +402,9 @@ pub struct Catalog {
     blob_digests: SortedMap<Sym, [u8; 32]>,
     upload_digests: SortedMap<u64, [u8; 32]>,
     filler_digests: HashMap<Sym, [u8; 32]>,
+    /// Digests learned after the catalog was sealed: while a prewarm sent the content
+    /// ([`Catalog::learn`]), or computed after it ([`Catalog::learn_missing`]).
+    learned: std::sync::RwLock<HashMap<ContentKey, [u8; 32]>>,
     keep: Keep,
     content: ContentOptions,
     /// Uploads the trace gives no size for.
@@ -881,6 +925,11 @@ impl Catalog {
         &self.blob_reads
     }
 
+    /// Whether the run reads blob `digest` in `repo` (a binary search of the sorted reads).
+    pub fn reads_blob(&self, repo: Sym, digest: Sym) -> bool {
+        self.blob_reads.binary_search(&(repo, digest)).is_ok()
+    }
+
     /// How many (repository, blob) reads prewarm pushes.
     pub fn blob_read_count(&self) -> usize {
         self.blob_read_count
@@ -940,40 +989,116 @@ impl Catalog {
     /// Computes the digest of every piece of generated content larger than
     /// [`KEEP_DIGEST_ABOVE`], on `threads` threads (smaller content is hashed when used).
     pub fn compute_digests(&mut self, threads: usize) -> DigestStats {
-        self.compute_digests_with(threads, None, &Unwatched)
+        self.compute_digests_with(threads, None, &Unwatched, UpFront::ALL)
     }
 
     /// [`Catalog::compute_digests`], taking what `cache` holds (after checking a sample of
-    /// it) and adding what it did not. `watch` hears what is to be hashed, then the bytes
-    /// of every block hashed (on every thread), and stops the hashing when it answers
-    /// `false` (`stopped` is then set).
+    /// it) and adding what it did not; only the content `up_front` names is hashed now, the
+    /// rest is counted as `deferred` (a prewarm learns those digests as it sends the
+    /// content, [`Catalog::learn`], then [`Catalog::learn_missing`]). `watch` hears what is
+    /// to be hashed, then the bytes of every block hashed (on every thread), and stops the
+    /// hashing when it answers `false` (`stopped` is then set).
     pub fn compute_digests_with(
         &mut self,
         threads: usize,
+        cache: Option<&mut DigestCache>,
+        watch: &dyn HashWatch,
+        up_front: UpFront,
+    ) -> DigestStats {
+        let (stats, digests) = self.hash_contents(threads, cache, watch, up_front);
+        let (mut blobs, mut uploads) = (Vec::new(), Vec::new());
+        for (key, digest) in digests {
+            match key {
+                ContentKey::Blob(d) => blobs.push((d, digest)),
+                ContentKey::Upload(p) => uploads.push((p, digest)),
+                ContentKey::Filler(r) => {
+                    self.filler_digests.insert(r, digest);
+                }
+            }
+        }
+        self.blob_digests = blobs.into_iter().collect();
+        self.upload_digests = uploads.into_iter().collect();
+        stats
+    }
+
+    /// The digests still unknown after a prewarm sent what it could (content whose upload
+    /// failed, the uploads of the run), computed on `threads` threads and kept as learned;
+    /// returned too, for the digest cache.
+    pub fn learn_missing(
+        &self,
+        threads: usize,
+        watch: &dyn HashWatch,
+    ) -> (DigestStats, Vec<(ContentSpec, [u8; 32])>) {
+        let (stats, digests) = self.hash_contents(threads, None, watch, UpFront::ALL);
+        let specs = digests
+            .iter()
+            .map(|&(key, sha)| (self.content_of(key), sha))
+            .collect();
+        if let Ok(mut learned) = self.learned.write() {
+            learned.extend(digests);
+        }
+        (stats, specs)
+    }
+
+    /// Keeps the digest of a piece of content, learned while it was sent.
+    pub fn learn(&self, key: ContentKey, sha256: [u8; 32]) {
+        if let Ok(mut learned) = self.learned.write() {
+            learned.insert(key, sha256);
+        }
+    }
+
+    /// The digest of `key`'s content if it is known (computed, cached or learned).
+    pub fn known_digest(&self, key: ContentKey) -> Option<[u8; 32]> {
+        let sealed = match key {
+            ContentKey::Blob(d) => self.blob_digests.get(&d),
+            ContentKey::Upload(p) => self.upload_digests.get(&p),
+            ContentKey::Filler(r) => self.filler_digests.get(&r),
+        };
+        sealed
+            .copied()
+            .or_else(|| self.learned.read().ok()?.get(&key).copied())
+    }
+
+    /// The content `key` names.
+    pub fn content_of(&self, key: ContentKey) -> ContentSpec {
+        match key {
+            ContentKey::Blob(d) => self.blob_content(d),
+            ContentKey::Upload(p) => self.upload_content(key_position(p)),
+            ContentKey::Filler(r) => self.filler_content(r),
+        }
+    }
+
+    /// The digests of the content larger than [`KEEP_DIGEST_ABOVE`] that no table holds
+    /// yet: from `cache`, or computed when `up_front` names their kind.
+    fn hash_contents(
+        &self,
+        threads: usize,
         mut cache: Option<&mut DigestCache>,
         watch: &dyn HashWatch,
-    ) -> DigestStats {
-        enum Key {
-            Blob(Sym),
-            Upload(Position),
-            Filler(Sym),
-        }
+        up_front: UpFront,
+    ) -> (DigestStats, Vec<(ContentKey, [u8; 32])>) {
         let mut stats = DigestStats::default();
-        let mut jobs: Vec<(Key, ContentSpec)> = Vec::new();
-        let mut add = |key: Key, spec: ContentSpec| match spec.size() > KEEP_DIGEST_ABOVE {
-            true => jobs.push((key, spec)),
-            false => stats.on_use += 1,
+        let mut jobs: Vec<(ContentKey, ContentSpec)> = Vec::new();
+        let mut add = |key: ContentKey, spec: ContentSpec| {
+            if spec.size() <= KEEP_DIGEST_ABOVE {
+                stats.on_use += 1;
+            } else if self.known_digest(key).is_none() {
+                jobs.push((key, spec));
+            }
         };
         for d in self.blobs.keys() {
-            add(Key::Blob(*d), self.blob_content(*d));
+            add(ContentKey::Blob(*d), self.blob_content(*d));
         }
         for (head, _) in self.uploads() {
-            add(Key::Upload(head), self.upload_content(head));
+            add(
+                ContentKey::Upload(position_key(head)),
+                self.upload_content(head),
+            );
         }
         for repo in &self.filler_repos {
-            add(Key::Filler(*repo), self.filler_content(*repo));
+            add(ContentKey::Filler(*repo), self.filler_content(*repo));
         }
-        let mut known: Vec<(Key, [u8; 32])> = Vec::new();
+        let mut known: Vec<(ContentKey, [u8; 32])> = Vec::new();
         if let Some(cache) = cache.as_deref_mut() {
             if let Err(why) = cache.check(jobs.iter().map(|(_, spec)| spec)) {
                 stats.stale = Some(why);
@@ -987,6 +1112,9 @@ impl Catalog {
             }
             jobs = rest;
         }
+        let before = jobs.len();
+        jobs.retain(|(key, _)| up_front.covers(*key));
+        stats.deferred = before - jobs.len();
         stats.cached = known.len();
         stats.computed = jobs.len();
         stats.bytes_hashed = jobs.iter().map(|(_, spec)| spec.size()).sum();
@@ -995,14 +1123,15 @@ impl Catalog {
         jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
         let threads = threads.max(1);
         stats.threads = threads;
-        let mut buckets: Vec<Vec<(Key, ContentSpec)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut buckets: Vec<Vec<(ContentKey, ContentSpec)>> =
+            (0..threads).map(|_| Vec::new()).collect();
         let mut loads = vec![0u64; threads];
         for job in jobs {
             let lightest = (0..threads).min_by_key(|i| loads[*i]).unwrap_or(0);
             loads[lightest] += job.1.size();
             buckets[lightest].push(job);
         }
-        let results: Vec<Vec<(Key, ContentSpec, [u8; 32])>> = std::thread::scope(|scope| {
+        let results: Vec<Vec<(ContentKey, ContentSpec, [u8; 32])>> = std::thread::scope(|scope| {
             let handles: Vec<_> = buckets
                 .into_iter()
                 .filter(|bucket| !bucket.is_empty())
@@ -1030,20 +1159,8 @@ impl Catalog {
             }
             (key, sha)
         });
-        let all: Vec<(Key, [u8; 32])> = computed.chain(known).collect();
-        let (mut blobs, mut uploads) = (Vec::new(), Vec::new());
-        for (key, digest) in all {
-            match key {
-                Key::Blob(d) => blobs.push((d, digest)),
-                Key::Upload(p) => uploads.push((position_key(p), digest)),
-                Key::Filler(r) => {
-                    self.filler_digests.insert(r, digest);
-                }
-            }
-        }
-        self.blob_digests = blobs.into_iter().collect();
-        self.upload_digests = uploads.into_iter().collect();
-        stats
+        let all: Vec<(ContentKey, [u8; 32])> = computed.chain(known).collect();
+        (stats, all)
     }
 
     /// The digest of a trace blob's content (kept, or computed now).
@@ -1055,15 +1172,24 @@ impl Catalog {
     pub fn blob_sha256(&self, digest: Sym) -> [u8; 32] {
         match self.blob_digests.get(&digest) {
             Some(sha) => *sha,
-            None => self.blob_content(digest).sha256(),
+            None => self.digest_now(ContentKey::Blob(digest)),
         }
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
         Digest::from_sha256(match self.upload_digests.get(&position_key(head)) {
             Some(sha) => *sha,
-            None => self.upload_content(head).sha256(),
+            None => self.digest_now(ContentKey::Upload(position_key(head))),
         })
+    }
+
+    /// A digest no sealed table holds: learned, or computed now (small content, or content
+    /// whose digest was left to a prewarm that did not send it).
+    fn digest_now(&self, key: ContentKey) -> [u8; 32] {
+        match self.learned.read().ok().and_then(|l| l.get(&key).copied()) {
+            Some(sha) => sha,
+            None => self.content_of(key).sha256(),
+        }
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
@@ -1072,10 +1198,10 @@ impl Catalog {
 
     /// [`Catalog::filler_digest`] as raw SHA-256 bytes.
     pub fn filler_sha256(&self, repo: Sym) -> [u8; 32] {
-        self.filler_digests
-            .get(&repo)
-            .copied()
-            .unwrap_or_else(|| self.filler_content(repo).sha256())
+        match self.filler_digests.get(&repo) {
+            Some(sha) => *sha,
+            None => self.digest_now(ContentKey::Filler(repo)),
+        }
     }
 
     /// Total bytes of content prewarm pushes (blobs only), for progress and reports.

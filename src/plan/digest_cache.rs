@@ -61,10 +61,7 @@ impl DigestCache {
             ));
             return cache;
         };
-        if body.len() % ENTRY != 0 {
-            cache.set_aside = Some("truncated".into());
-            return cache;
-        }
+        // A last entry cut short (a writer stopped mid-entry) is dropped; the whole ones stand.
         cache.entries.reserve(body.len() / ENTRY);
         for entry in body.chunks_exact(ENTRY) {
             let mut spec = [0u8; 40];
@@ -157,6 +154,59 @@ impl DigestCache {
     }
 }
 
+/// Adds digests to a cache file as they are learned (a prewarm hashing what it sends), so
+/// a prewarm stopped halfway leaves every digest it learned, for the run phase and other
+/// hosts. Entries are appended whole (72 bytes, one write each); a file of another scheme
+/// is left alone (nothing is appended), a last entry cut short is cut off first.
+#[derive(Debug)]
+pub struct Appender {
+    file: std::sync::Mutex<std::fs::File>,
+}
+
+impl Appender {
+    pub fn open(path: &Path) -> std::io::Result<Appender> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
+        let header = header();
+        let len = file.metadata()?.len();
+        if len == 0 {
+            file.write_all(header.as_bytes())?;
+        } else {
+            let mut start = vec![0u8; header.len()];
+            let whole = len >= header.len() as u64 && file.read_exact(&mut start).is_ok();
+            if !whole || start != header.as_bytes() {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a digest cache of {SCHEME}",
+                    path.display()
+                )));
+            }
+            let body = len - header.len() as u64;
+            let partial = body % ENTRY as u64;
+            if partial != 0 {
+                file.set_len(len - partial)?;
+            }
+        }
+        Ok(Appender {
+            file: std::sync::Mutex::new(file),
+        })
+    }
+
+    /// Appends one digest.
+    pub fn append(&self, spec: &ContentSpec, sha256: &[u8; 32]) -> std::io::Result<()> {
+        let mut entry = [0u8; ENTRY];
+        entry[..40].copy_from_slice(&spec.to_bytes());
+        entry[40..].copy_from_slice(sha256);
+        let mut file = self
+            .file
+            .lock()
+            .map_err(|_| std::io::Error::other("the digest cache's writer failed"))?;
+        file.write_all(&entry)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +247,44 @@ mod tests {
         std::fs::write(&path, b"creb-rs digest cache creb-rs/content/v0\n").unwrap();
         let other = DigestCache::load(&path);
         assert!(other.set_aside.unwrap().contains("not a digest cache"));
+        assert!(
+            Appender::open(&path).is_err(),
+            "another scheme's file is left alone"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"creb-rs digest cache creb-rs/content/v0\n"
+        );
+    }
+
+    #[test]
+    fn appended_entries_load_and_a_cut_entry_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests");
+        let specs: Vec<ContentSpec> = (0..3u64)
+            .map(|i| ContentSpec::new(7, format!("sent/{i}").as_bytes(), 5000 + i))
+            .collect();
+        let appender = Appender::open(&path).unwrap();
+        appender.append(&specs[0], &specs[0].sha256()).unwrap();
+        appender.append(&specs[1], &specs[1].sha256()).unwrap();
+        drop(appender);
+        // A writer stopped in the middle of its third entry.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        file.write_all(&specs[2].to_bytes()[..30]).unwrap();
+        drop(file);
+        let cache = DigestCache::load(&path);
+        assert!(cache.set_aside.is_none(), "{:?}", cache.set_aside);
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&specs[1]), Some(specs[1].sha256()));
+        // Appending again first cuts the partial entry off, so what follows stays aligned.
+        let appender = Appender::open(&path).unwrap();
+        appender.append(&specs[2], &specs[2].sha256()).unwrap();
+        drop(appender);
+        let cache = DigestCache::load(&path);
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(&specs[2]), Some(specs[2].sha256()));
     }
 }

@@ -22,7 +22,7 @@ use crate::oci::{Repository, Tag};
 use crate::route::{Object, Router};
 use crate::trace::Sym;
 
-use super::catalog::Catalog;
+use super::catalog::{Catalog, ContentKey};
 use super::linker::{Position, PushedLayer};
 use super::{manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming};
 
@@ -43,9 +43,23 @@ pub enum Origin {
 #[derive(Debug)]
 pub struct BlobJob {
     pub repo: Repository,
+    /// The trace's name of the repository.
+    pub repo_sym: Sym,
     pub sha256: [u8; 32],
     pub origin: Origin,
     pub endpoint: usize,
+}
+
+impl BlobJob {
+    /// Whether prewarm's first stage ([`content_jobs`]) uploads this blob already: a blob
+    /// the run reads in this repository, or a filler.
+    pub fn sent_first(&self, catalog: &Catalog) -> bool {
+        match self.origin {
+            Origin::Filler(_) => true,
+            Origin::Read(d) => catalog.reads_blob(self.repo_sym, d),
+            Origin::PushConfig(_) | Origin::ReadConfig(..) => false,
+        }
+    }
 }
 
 /// One manifest PUT: the trace's names, the registry's, and its endpoint.
@@ -56,6 +70,48 @@ pub struct ManifestJob {
     pub repo: Repository,
     pub tag: Tag,
     pub endpoint: usize,
+}
+
+/// One upload of generated content the run reads (a blob, a filler), in prewarm's first
+/// stage, before its digest need be known: the upload computes it from the bytes it sends.
+#[derive(Debug)]
+pub struct ContentJob {
+    pub repo: Repository,
+    pub key: ContentKey,
+    pub endpoint: usize,
+}
+
+/// Prewarm's first stage: every blob the run reads and every repository's filler, each on
+/// every endpoint it goes to. `None` when where a blob goes depends on its digest
+/// (`--route digest` over several endpoints): the digests are then computed first.
+pub fn content_jobs(
+    catalog: &Catalog,
+    router: &Router,
+    naming: &mut Naming,
+) -> Option<Vec<ContentJob>> {
+    let endpoints = router.placement_of_any_blob()?;
+    let mut jobs = Vec::with_capacity(
+        (catalog.blob_reads().len() + catalog.filler_repos.len()) * endpoints.len(),
+    );
+    let reads = catalog
+        .blob_reads()
+        .iter()
+        .map(|&(repo, d)| (repo, ContentKey::Blob(d)));
+    let fillers = catalog
+        .filler_repos
+        .iter()
+        .map(|&repo| (repo, ContentKey::Filler(repo)));
+    for (repo, key) in reads.chain(fillers) {
+        let name = naming.repo(catalog, repo);
+        for &endpoint in &endpoints {
+            jobs.push(ContentJob {
+                repo: name.clone(),
+                key,
+                endpoint,
+            });
+        }
+    }
+    Some(jobs)
 }
 
 /// What prewarm will do: each blob upload once per endpoint and repository, then each
@@ -94,11 +150,12 @@ impl PrewarmJobs {
     /// Every blob the run reads, and every repository's filler, where the router places the
     /// blob.
     fn place_reads(&mut self, catalog: &Catalog, router: &Router, naming: &mut Naming) {
-        let mut place = |repo: &Repository, sha256, origin| {
+        let mut place = |repo: &Repository, repo_sym, sha256, origin| {
             let digest = Digest::from_sha256(sha256);
             for endpoint in router.placement(Object::Blob(digest.as_str())) {
                 self.blobs.push(BlobJob {
                     repo: repo.clone(),
+                    repo_sym,
                     sha256,
                     origin,
                     endpoint,
@@ -107,11 +164,16 @@ impl PrewarmJobs {
         };
         for &(repo, d) in catalog.blob_reads() {
             let name = naming.repo(catalog, repo);
-            place(&name, catalog.blob_sha256(d), Origin::Read(d));
+            place(&name, repo, catalog.blob_sha256(d), Origin::Read(d));
         }
         for &repo in &catalog.filler_repos {
             let name = naming.repo(catalog, repo);
-            place(&name, catalog.filler_sha256(repo), Origin::Filler(repo));
+            place(
+                &name,
+                repo,
+                catalog.filler_sha256(repo),
+                Origin::Filler(repo),
+            );
         }
     }
 
@@ -146,7 +208,7 @@ impl PrewarmJobs {
                 reference: tag.as_str(),
             });
             for endpoint in endpoints {
-                self.need(&name, &needs, endpoint);
+                self.need(&name, facts.repo, &needs, endpoint);
             }
         }
     }
@@ -182,7 +244,7 @@ impl PrewarmJobs {
                 Origin::ReadConfig(repo_sym, reference_sym),
             ));
             for &endpoint in &endpoints {
-                self.need(&repo, &needs, endpoint);
+                self.need(&repo, repo_sym, &needs, endpoint);
                 self.manifests.push(ManifestJob {
                     repo_sym,
                     reference_sym,
@@ -195,10 +257,17 @@ impl PrewarmJobs {
     }
 
     /// Blob jobs for what a manifest in `repo` on `endpoint` needs.
-    fn need(&mut self, repo: &Repository, needs: &[([u8; 32], Origin)], endpoint: usize) {
+    fn need(
+        &mut self,
+        repo: &Repository,
+        repo_sym: Sym,
+        needs: &[([u8; 32], Origin)],
+        endpoint: usize,
+    ) {
         for &(sha256, origin) in needs {
             self.blobs.push(BlobJob {
                 repo: repo.clone(),
+                repo_sym,
                 sha256,
                 origin,
                 endpoint,

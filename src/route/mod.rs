@@ -264,6 +264,18 @@ impl Router {
         }
     }
 
+    /// Where the prewarm puts every blob when that does not depend on the blob's digest
+    /// (every endpoint; the one with a single endpoint), so it can upload a blob before it
+    /// knows the digest; `None` with `digest` routing over several endpoints.
+    pub fn placement_of_any_blob(&self) -> Option<Vec<usize>> {
+        let n = self.ring.nodes();
+        match self.options.kind {
+            RouteKind::Digest if n > 1 => None,
+            RouteKind::Digest => Some(vec![0]),
+            _ => Some((0..n).collect()),
+        }
+    }
+
     /// How many endpoints [`Router::placement`] names for an object with a key.
     pub fn copies(&self) -> usize {
         match self.options.kind {

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::{Phase, ReplayConfig};
 use crate::commands::session::Session;
 use crate::exec::canary::available_cores;
-use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep};
-use crate::plan::digest_cache::DigestCache;
+use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep, UpFront};
+use crate::plan::digest_cache::{Appender, DigestCache};
 use crate::progress::Progress;
 use crate::shutdown::Shutdown;
 use crate::trace::{Interner, Spool, SpoolWriter, TraceError, TraceInput, TraceReader};
@@ -66,6 +66,7 @@ pub(super) async fn prepare(
     spool_dir: Option<PathBuf>,
     session: &Session,
     stop: &Shutdown,
+    up_front: UpFront,
 ) -> anyhow::Result<Option<(Arc<Catalog>, Option<Spool>, Preparation)>> {
     let quiet = session.quiet();
     let prepared = Instant::now();
@@ -84,7 +85,7 @@ pub(super) async fn prepare(
         progress: Progress::new(0),
     };
     let line = session.progress_line("digests", "contents", &watch.progress);
-    let hashed = hash_catalog(catalog, cfg.digest_cache.clone(), watch).await;
+    let hashed = hash_catalog(catalog, cfg.digest_cache.clone(), watch, up_front).await;
     line.finish();
     let Some((catalog, mut prep)) = hashed? else {
         return Ok(None);
@@ -103,7 +104,7 @@ pub(super) async fn prepare(
     if !quiet {
         let d = &prep.digests;
         eprintln!(
-            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{})",
+            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{}{})",
             catalog.items,
             (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
             catalog.blob_read_count(),
@@ -119,6 +120,11 @@ pub(super) async fn prepare(
             d.on_use,
             if cfg.digest_cache.is_some() {
                 format!(", {} from the cache", d.cached)
+            } else {
+                String::new()
+            },
+            if d.deferred > 0 {
+                format!(", {} left to the prewarm, which hashes them as it sends them", d.deferred)
             } else {
                 String::new()
             }
@@ -193,6 +199,7 @@ async fn hash_catalog(
     mut catalog: Catalog,
     cache_path: Option<PathBuf>,
     watch: Watch,
+    up_front: UpFront,
 ) -> anyhow::Result<Option<(Catalog, Preparation)>> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
@@ -202,7 +209,8 @@ async fn hash_catalog(
                 tracing::warn!("--digest-cache {}: {why}; it is rewritten", path.display());
             }
         }
-        let digests = catalog.compute_digests_with(available_cores(), cache.as_mut(), &watch);
+        let digests =
+            catalog.compute_digests_with(available_cores(), cache.as_mut(), &watch, up_front);
         if digests.stopped {
             return None;
         }
@@ -229,6 +237,37 @@ async fn hash_catalog(
     })
     .await
     .context("the digests stopped unexpectedly")
+}
+
+/// After prewarm's first stage: the digests it did not learn while sending (the run's
+/// uploads, content whose upload failed) computed on every core with a progress line, kept
+/// in the catalog and added to `cache`. `None` when a stop ended the hashing.
+pub(super) async fn learn_missing(
+    catalog: &Arc<Catalog>,
+    cache: Option<&Appender>,
+    session: &Session,
+    stop: &Shutdown,
+) -> anyhow::Result<Option<DigestStats>> {
+    let watch = Watch {
+        stop: stop.clone(),
+        progress: Progress::new(0),
+    };
+    let line = session.progress_line("digests", "contents", &watch.progress);
+    let shared = Arc::clone(catalog);
+    let (stats, learned) =
+        tokio::task::spawn_blocking(move || shared.learn_missing(available_cores(), &watch))
+            .await
+            .context("the digests stopped unexpectedly")?;
+    line.finish();
+    if let Some(cache) = cache {
+        for (spec, sha) in &learned {
+            if let Err(e) = cache.append(spec, sha) {
+                tracing::warn!("--digest-cache: cannot add to it: {e}");
+                break;
+            }
+        }
+    }
+    Ok((!stats.stopped).then_some(stats))
 }
 
 /// What the workload requests: runs compare (and merge) only when this matches. The trace is

@@ -31,6 +31,7 @@ use crate::commands::session::Session;
 use crate::commands::status::ExitStatus;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
+use crate::plan::catalog::UpFront;
 use crate::route::Router;
 use crate::shutdown::Shutdown;
 use crate::trace::TraceInput;
@@ -68,7 +69,15 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, Some(message)).await;
     }
-    let prepared = catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown).await?;
+    let prepared = catalog::prepare(
+        &input,
+        &cfg,
+        spool_dir,
+        &session,
+        &shutdown,
+        up_front(&cfg, &names),
+    )
+    .await?;
     let Some((catalog, spool, preparation)) = prepared else {
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, None).await;
@@ -103,14 +112,33 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         preparation: &preparation,
     };
     let mut exit = ExitStatus::Success;
+    let mut after_prewarm = None;
     if cfg.phase != Phase::Run {
-        exit = prewarm::phase(&context, &catalog).await?;
+        let (status, report) = prewarm::phase(&context, &catalog).await?;
+        exit = status;
         if shutdown.is_cancelled() {
-            // A stop, or --max-run-time, during the prewarm: the run does not start.
+            // A stop, or --max-run-time, during the prewarm: the run does not start. With
+            // --phase all its result is written all the same (no operation, interrupted),
+            // beside the prewarm's in OUT/prewarm/.
+            if cfg.phase == Phase::All {
+                let unrun = Unrun::new(&cfg, &names, &connections, started_at);
+                return unrun.end(session, &shutdown, None).await;
+            }
             session.close().await;
             return Ok(exit);
         }
+        // The digests the run uses were learned by the prewarm: its meta.json says so.
+        let mut p = preparation.clone();
+        p["prewarm_digests"] = serde_json::json!({
+            "while_sending": report.digests_learned,
+            "after": report.digests_computed,
+        });
+        after_prewarm = Some(p);
     }
+    let context = Context {
+        preparation: after_prewarm.as_ref().unwrap_or(&preparation),
+        ..context
+    };
     let mut gaps = None;
     if cfg.phase == Phase::Run {
         let found = probe::probe(&context, &catalog).await;
@@ -150,7 +178,7 @@ async fn dry_run(
 ) -> anyhow::Result<ExitStatus> {
     let spool_dir = args.output.output_dir.clone();
     let Some((_, _, preparation)) =
-        catalog::prepare(input, cfg, spool_dir, session, shutdown).await?
+        catalog::prepare(input, cfg, spool_dir, session, shutdown, UpFront::ALL).await?
     else {
         return Ok(ExitStatus::Interrupted);
     };
@@ -158,6 +186,21 @@ async fn dry_run(
         println!("{}", serde_json::to_string_pretty(&preparation)?);
     }
     Ok(ExitStatus::Success)
+}
+
+/// Which digests are computed before the first request: none when a prewarm comes first
+/// (it hashes the content it uploads as it sends it, and the rest after that), unless
+/// `--route digest` places blobs over several endpoints by their digests; every one for a
+/// run alone (or read from `--digest-cache`).
+fn up_front(cfg: &ReplayConfig, names: &[String]) -> UpFront {
+    let by_digest = cfg
+        .routing
+        .is_some_and(|r| r.route.kind == crate::route::RouteKind::Digest);
+    if cfg.phase != Phase::Run && !(by_digest && names.len() > 1) {
+        UpFront::NONE
+    } else {
+        UpFront::ALL
+    }
 }
 
 /// `--check-space`: refuses a prewarm of `needed` bytes larger than `dir`'s free space, and

@@ -3,10 +3,12 @@
 //! measured, summarized and published apart from the run (`OUT/prewarm/` when the run
 //! follows).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::catalog::learn_missing;
 use super::config::Phase;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
@@ -18,7 +20,8 @@ use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::prewarm::{Prewarm, PrewarmReport};
 use crate::metrics::Aggregator;
 use crate::plan::catalog::Catalog;
-use crate::plan::prewarm::PrewarmJobs;
+use crate::plan::digest_cache::Appender;
+use crate::plan::prewarm::{content_jobs, PrewarmJobs};
 use crate::plan::{Naming, ShardSpec};
 use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Summary};
@@ -26,7 +29,10 @@ use crate::results::{Meta, MetaInput, RunInfo, Summary};
 /// The prewarm phase: every object the run reads pushed, measured and reported apart (in
 /// `OUT/prewarm/` when the run follows). Fails (exit 1) when an object could not be
 /// prewarmed, and, with `--phase prewarm`, when a `--fail-if` threshold holds.
-pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::Result<ExitStatus> {
+pub(super) async fn phase(
+    context: &Context<'_>,
+    catalog: &Arc<Catalog>,
+) -> anyhow::Result<(ExitStatus, PrewarmReport)> {
     let cfg = context.cfg;
     let output = &context.session.output;
     let out = if cfg.phase == Phase::All {
@@ -38,7 +44,7 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     let start = Instant::now();
     let (recorder, aggregator) = out.start_over(start, started_at, context.connections.len())?;
     let clients = clients_for(context.connections, &recorder);
-    let report = push_all(context, catalog, &clients).await;
+    let report = push_all(context, catalog, &clients).await?;
     let duration = start.elapsed();
     drop(clients);
     let aggregator = aggregator.finish().await;
@@ -56,8 +62,16 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
     };
     let slow = context.session.publish(&mut finished, None, &shown).await?;
     if !shown.quiet && !shown.json {
+        let digests = if report.digests_learned + report.digests_computed > 0 {
+            format!(
+                "; digests: {} computed while sending, {} after",
+                report.digests_learned, report.digests_computed
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed\n",
+            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed{digests}\n",
             report.blobs_pushed,
             report.blobs_present,
             report.manifests_pushed,
@@ -66,36 +80,35 @@ pub(super) async fn phase(context: &Context<'_>, catalog: &Catalog) -> anyhow::R
         );
     }
     // Objects that could not be prewarmed fail the phase as failed operations fail a run.
-    Ok(exit_status(&finished.summary, slow, false))
+    Ok((exit_status(&finished.summary, slow, false), report))
 }
 
-/// Plans the prewarm's jobs and carries them out with the phase's progress line.
+/// Plans the prewarm's jobs and carries them out with the phase's progress line, in
+/// stages: the content the run reads, uploaded at once and hashed as it is sent (unless
+/// `--route digest` needs its digests first); then the digests still missing, computed on
+/// every core; then the configs and every other blob; then the manifests.
 async fn push_all(
     context: &Context<'_>,
-    catalog: &Catalog,
+    catalog: &Arc<Catalog>,
     clients: &[RegistryClient],
-) -> PrewarmReport {
+) -> anyhow::Result<PrewarmReport> {
     let cfg = context.cfg;
     let mut naming = Naming::new(cfg.plan.repos.clone());
     let format = cfg.plan.manifest_format;
-    let jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format);
     let flags = &context.session.flags;
-    if !flags.quiet && !flags.json {
-        // The same units as the line after it: pushes, not the trace's distinct objects.
-        eprintln!(
-            "creb-rs: prewarm: {} blobs (layers, configs and fillers, per repository and node) and {} manifests to push",
-            jobs.blobs.len(),
-            jobs.manifests.len()
-        );
-    }
-    // Blobs are most of the time a prewarm takes: the ETA follows their bytes.
+    let talk = !flags.quiet && !flags.json;
+    let contents = content_jobs(catalog, context.router, &mut naming);
+    let cache = cfg.digest_cache.as_deref().and_then(|path| {
+        Appender::open(path)
+            .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
+            .ok()
+    });
+    // Blobs are most of the time a prewarm takes: the ETA follows their bytes. The count
+    // is the first stage's until the rest is planned.
     let progress = Progress::with_bytes(
-        jobs.len(),
+        contents.as_ref().map_or(0, |c| c.len() as u64),
         catalog.prewarm_bytes() * context.router.copies() as u64,
     );
-    let line = context
-        .session
-        .progress_line("prewarm", "objects", &progress);
     let prewarm = Prewarm {
         catalog,
         clients,
@@ -109,10 +122,51 @@ async fn push_all(
             errors: context.errors,
             progress: &progress,
         },
+        cache: cache.as_ref(),
     };
-    let report = prewarm.run(jobs).await;
+    let mut report = PrewarmReport::default();
+    let staged = contents.is_some();
+    if let Some(contents) = contents {
+        if talk {
+            eprintln!(
+                "creb-rs: prewarm: {} blobs the run reads (per repository and node) first, each hashed as it is sent",
+                contents.len()
+            );
+        }
+        let line = context
+            .session
+            .progress_line("prewarm", "objects", &progress);
+        prewarm.contents(contents, &mut report).await;
+        line.finish();
+        if context.shutdown.is_cancelled() {
+            return Ok(report);
+        }
+        let shutdown = context.shutdown;
+        let Some(stats) = learn_missing(catalog, cache.as_ref(), context.session, shutdown).await?
+        else {
+            return Ok(report);
+        };
+        report.digests_computed = stats.computed as u64;
+    }
+    let mut jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format);
+    if staged {
+        jobs.blobs.retain(|job| !job.sent_first(catalog));
+    }
+    if talk {
+        // The same units as the line after it: pushes, not the trace's distinct objects.
+        eprintln!(
+            "creb-rs: prewarm: {} blobs (layers, configs and fillers, per repository and node) and {} manifests to push",
+            jobs.blobs.len(),
+            jobs.manifests.len()
+        );
+    }
+    progress.add_total(jobs.len());
+    let line = context
+        .session
+        .progress_line("prewarm", "objects", &progress);
+    let report = prewarm.run(jobs, report).await;
     line.finish();
-    report
+    Ok(report)
 }
 
 /// The prewarm's summary and metadata, ready to publish.
