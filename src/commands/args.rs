@@ -165,14 +165,10 @@ pub struct RegistryArgs {
 
     /// Largest read buffer of one HTTP/1 connection (hyper client; at least 8KiB). Bodies
     /// are read through it; a larger buffer costs fewer reads per GiB, a smaller one less
-    /// memory per pooled connection.
-    #[arg(
-        hide_short_help = true,
-        long,
-        value_name = "SIZE",
-        default_value = "16KiB"
-    )]
-    pub http1_read_buffer: ByteSize,
+    /// memory per pooled connection. Default: 4MiB shared by the operations in flight,
+    /// between 16KiB (256 or more) and 256KiB (16 or fewer).
+    #[arg(hide_short_help = true, long, value_name = "SIZE")]
+    pub http1_read_buffer: Option<ByteSize>,
 
     /// Trust the PEM certificates in FILE in addition to the system roots (repeatable).
     #[arg(hide_short_help = true, long, value_name = "FILE")]

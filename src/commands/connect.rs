@@ -81,9 +81,12 @@ impl TryFrom<&RegistryArgs> for RegistryConfig {
                 body_idle_timeout: args.body_idle_timeout,
                 request_deadline: args.request_deadline,
                 client: args.http_client.into(),
-                read_buffer_max: usize::try_from(args.http1_read_buffer.bytes())
-                    .unwrap_or(usize::MAX)
-                    .max(crate::net::MIN_READ_BUFFER),
+                // Not given: 0, sized by the operations in flight when connecting.
+                read_buffer_max: args.http1_read_buffer.map_or(0, |b| {
+                    usize::try_from(b.bytes())
+                        .unwrap_or(usize::MAX)
+                        .max(crate::net::MIN_READ_BUFFER)
+                }),
                 insecure: args.insecure,
                 extra_roots_pem,
                 ..TransportConfig::default()
@@ -168,6 +171,9 @@ impl RegistryConfig {
         tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
+        if transport.read_buffer_max == 0 {
+            transport.read_buffer_max = crate::net::read_buffer_for(concurrency);
+        }
         let transport: Arc<dyn Transport> = build_transport(transport)?;
         let auth = Arc::new(
             RegistryAuth::new(creds, Arc::clone(&transport), recorder.clone())

@@ -326,7 +326,10 @@ mod tests {
         assert_eq!(p.concurrency.get(), 8);
         assert_eq!(p.seed, DEFAULT_SEED);
         assert_eq!(p.registry.http_client, HttpClientArg::Hyper);
-        assert_eq!(p.registry.http1_read_buffer.bytes(), 16 << 10);
+        assert_eq!(
+            p.registry.http1_read_buffer, None,
+            "sized by what is in flight"
+        );
     }
 
     #[test]

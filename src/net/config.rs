@@ -36,6 +36,7 @@ pub struct TransportConfig {
     pub pool_max_idle_per_host: usize,
     /// Largest read buffer of one HTTP/1 connection (hyper transport). Bodies stream through
     /// it in chunks of at most this size; it bounds the memory of idle pooled connections.
+    /// 0: sized by the operations in flight ([`read_buffer_for`]).
     pub read_buffer_max: usize,
     pub user_agent: String,
 }
@@ -55,6 +56,20 @@ impl Default for TransportConfig {
             user_agent: concat!("creb-rs/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }
+}
+
+/// The read buffers of all connections together, when `--http1-read-buffer` is not given.
+pub const READ_BUFFERS_BUDGET: usize = 4 << 20;
+
+/// Largest read buffer [`read_buffer_for`] gives a connection.
+pub const READ_BUFFER_CEILING: usize = 256 << 10;
+
+/// The read buffer of each of `in_flight` connections when the user did not choose one: the
+/// budget shared by them, between 16 KiB (256 in flight or more: the memory of a large
+/// replay stays what it was) and 256 KiB (16 or fewer: a large blob is read in a quarter
+/// of the system calls and copies of 16 KiB reads, half the CPU per GiB received).
+pub fn read_buffer_for(in_flight: usize) -> usize {
+    (READ_BUFFERS_BUDGET / in_flight.max(1)).clamp(16 << 10, READ_BUFFER_CEILING)
 }
 
 #[derive(Debug, thiserror::Error)]

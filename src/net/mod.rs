@@ -33,7 +33,9 @@ use std::sync::Arc;
 
 use url::Url;
 
-pub use config::{extra_roots, HttpClient, TransportBuildError, TransportConfig, MIN_READ_BUFFER};
+pub use config::{
+    extra_roots, read_buffer_for, HttpClient, TransportBuildError, TransportConfig, MIN_READ_BUFFER,
+};
 use hyper_transport::HyperTransport;
 use reqwest_transport::ReqwestTransport;
 use transport::Transport;

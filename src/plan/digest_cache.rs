@@ -21,6 +21,11 @@ const ENTRY: usize = 72;
 /// How many entries a load recomputes, at most.
 pub const SAMPLE: usize = 16;
 
+/// How many bytes of content a load recomputes, at most, beyond its smallest entry: a
+/// cache of large blobs is checked on its smallest one or few, not on 16 of them (16 x
+/// 128 MiB would cost a core a second, every run).
+pub const SAMPLE_BYTES: u64 = 64 << 20;
+
 fn header() -> String {
     format!("creb-rs digest cache {SCHEME}\n")
 }
@@ -87,9 +92,10 @@ impl DigestCache {
         self.entries.get(spec).copied()
     }
 
-    /// Recomputes the smallest [`SAMPLE`] entries among `used` that the cache holds; the
-    /// first that differs makes the cache stale: emptied and set aside. Keeps only the
-    /// sample, never a list of everything used.
+    /// Recomputes the smallest [`SAMPLE`] entries among `used` that the cache holds (no more
+    /// of them than fit in [`SAMPLE_BYTES`], the smallest always); the first that differs
+    /// makes the cache stale: emptied and set aside. Keeps only the sample, never a list
+    /// of everything used.
     pub fn check<'a>(
         &mut self,
         used: impl IntoIterator<Item = &'a ContentSpec>,
@@ -105,7 +111,12 @@ impl DigestCache {
                 sample.truncate(SAMPLE);
             }
         }
-        for spec in sample {
+        let mut bytes = 0u64;
+        for (i, spec) in sample.into_iter().enumerate() {
+            bytes += spec.size();
+            if i > 0 && bytes > SAMPLE_BYTES {
+                break;
+            }
             if self.entries.get(spec) != Some(&spec.sha256()) {
                 let why = format!(
                     "stale: the digest it holds for a {} byte blob is not that blob's",
