@@ -74,7 +74,11 @@ async fn ensure_blob(
 impl Prewarm<'_> {
     /// The first stage: the content the run reads, on every endpoint, uploaded (when not
     /// present) whether its digest is known yet or not.
-    pub async fn contents(&self, jobs: Vec<ContentJob>, report: &mut PrewarmReport) {
+    pub async fn contents(
+        &self,
+        jobs: impl IntoIterator<Item = ContentJob>,
+        report: &mut PrewarmReport,
+    ) {
         let driven = drive(
             jobs,
             self.bounds,
@@ -456,6 +460,7 @@ mod tests {
                 &router,
                 &mut Naming::new(RepoMap::Keep { prefix: None }),
                 format,
+                false,
             );
             let clients = &clients;
             let catalog = &catalog;

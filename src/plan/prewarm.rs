@@ -82,17 +82,17 @@ pub struct ContentJob {
 }
 
 /// Prewarm's first stage: every blob the run reads and every repository's filler, each on
-/// every endpoint it goes to. `None` when where a blob goes depends on its digest
-/// (`--route digest` over several endpoints): the digests are then computed first.
-pub fn content_jobs(
-    catalog: &Catalog,
+/// every endpoint it goes to, as an iterator (nothing is listed: the jobs are made as the
+/// driver takes them), with how many there are. `None` when where a blob goes depends on
+/// its digest (`--route digest` over several endpoints): the digests are then computed
+/// first.
+pub fn content_jobs<'a>(
+    catalog: &'a Catalog,
     router: &Router,
-    naming: &mut Naming,
-) -> Option<Vec<ContentJob>> {
+    mut naming: Naming,
+) -> Option<(usize, impl Iterator<Item = ContentJob> + 'a)> {
     let endpoints = router.placement_of_any_blob()?;
-    let mut jobs = Vec::with_capacity(
-        (catalog.blob_reads().len() + catalog.filler_repos.len()) * endpoints.len(),
-    );
+    let count = (catalog.blob_reads().len() + catalog.filler_repos.len()) * endpoints.len();
     let reads = catalog
         .blob_reads()
         .iter()
@@ -101,17 +101,18 @@ pub fn content_jobs(
         .filler_repos
         .iter()
         .map(|&repo| (repo, ContentKey::Filler(repo)));
-    for (repo, key) in reads.chain(fillers) {
+    let jobs = reads.chain(fillers).flat_map(move |(repo, key)| {
         let name = naming.repo(catalog, repo);
-        for &endpoint in &endpoints {
-            jobs.push(ContentJob {
+        endpoints
+            .clone()
+            .into_iter()
+            .map(move |endpoint| ContentJob {
                 repo: name.clone(),
                 key,
                 endpoint,
-            });
-        }
-    }
-    Some(jobs)
+            })
+    });
+    Some((count, jobs))
 }
 
 /// What prewarm will do: each blob upload once per endpoint and repository, then each
@@ -124,19 +125,27 @@ pub struct PrewarmJobs {
 
 impl PrewarmJobs {
     /// The jobs for `catalog` placed by `router`.
+    /// With `staged`, what [`content_jobs`] uploaded first is left out (the blobs the run
+    /// reads and the fillers: [`BlobJob::sent_first`]).
     pub fn plan(
         catalog: &Catalog,
         router: &Router,
         naming: &mut Naming,
         format: ManifestFormat,
+        staged: bool,
     ) -> PrewarmJobs {
         let mut jobs = PrewarmJobs {
             blobs: Vec::new(),
             manifests: Vec::with_capacity(catalog.manifests.len() * router.copies()),
         };
-        jobs.place_reads(catalog, router, naming);
+        if !staged {
+            jobs.place_reads(catalog, router, naming);
+        }
         jobs.place_pushes(catalog, router, naming, format);
         jobs.place_manifests(catalog, router, naming, format);
+        if staged {
+            jobs.blobs.retain(|job| !job.sent_first(catalog));
+        }
         // Once per (repository, blob, endpoint); the order interleaves the endpoints.
         let blobs = &mut jobs.blobs;
         blobs.sort_unstable_by(|a, b| {

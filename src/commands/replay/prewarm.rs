@@ -97,7 +97,7 @@ async fn push_all(
     let format = cfg.plan.manifest_format;
     let flags = &context.session.flags;
     let talk = !flags.quiet && !flags.json;
-    let contents = content_jobs(catalog, context.router, &mut naming);
+    let contents = content_jobs(catalog, context.router, Naming::new(cfg.plan.repos.clone()));
     let cache = cfg.digest_cache.as_deref().and_then(|path| {
         Appender::open(path)
             .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
@@ -106,7 +106,7 @@ async fn push_all(
     // Blobs are most of the time a prewarm takes: the ETA follows their bytes. The count
     // is the first stage's until the rest is planned.
     let progress = Progress::with_bytes(
-        contents.as_ref().map_or(0, |c| c.len() as u64),
+        contents.as_ref().map_or(0, |c| c.0 as u64),
         catalog.prewarm_bytes() * context.router.copies() as u64,
     );
     let prewarm = Prewarm {
@@ -126,11 +126,10 @@ async fn push_all(
     };
     let mut report = PrewarmReport::default();
     let staged = contents.is_some();
-    if let Some(contents) = contents {
+    if let Some((count, contents)) = contents {
         if talk {
             eprintln!(
-                "creb-rs: prewarm: {} blobs the run reads (per repository and node) first, each hashed as it is sent",
-                contents.len()
+                "creb-rs: prewarm: {count} blobs the run reads (per repository and node) first, each hashed as it is sent"
             );
         }
         let line = context
@@ -148,10 +147,7 @@ async fn push_all(
         };
         report.digests_computed = stats.computed as u64;
     }
-    let mut jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format);
-    if staged {
-        jobs.blobs.retain(|job| !job.sent_first(catalog));
-    }
+    let jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format, staged);
     if talk {
         // The same units as the line after it: pushes, not the trace's distinct objects.
         eprintln!(
