@@ -69,32 +69,15 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, Some(message)).await;
     }
-    let prepared = catalog::prepare(
-        &input,
-        &cfg,
-        spool_dir,
-        &session,
-        &shutdown,
-        up_front(&cfg, &names),
-    )
-    .await?;
+    let up = up_front(&cfg, &names);
+    let prepared = catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown, up).await?;
     let Some((catalog, spool, preparation)) = prepared else {
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, None).await;
     };
     let preparation = serde_json::to_value(&preparation).unwrap_or_default();
-    if let (Some(dir), true) = (&cfg.check_space, cfg.phase != Phase::Run) {
-        if let Err(message) = check_space(dir, catalog.prewarm_bytes(), quiet) {
-            eprintln!("creb-rs: error: {message}");
-            return Ok(ExitStatus::Usage);
-        }
-    }
-    if catalog.items == 0 {
-        anyhow::bail!(
-            "{} holds no replayable record{}",
-            input.describe(),
-            cfg.limited_to_none()
-        );
+    if let Some(status) = refused(&cfg, &input, &catalog, quiet)? {
+        return Ok(status);
     }
     let dataset = catalog::dataset_json(&cfg, &input, &catalog);
     let router = Router::new(&names, cfg.routing.map(|r| r.route).unwrap_or_default());
@@ -127,13 +110,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             session.close().await;
             return Ok(exit);
         }
-        // The digests the run uses were learned by the prewarm: its meta.json says so.
-        let mut p = preparation.clone();
-        p["prewarm_digests"] = serde_json::json!({
-            "while_sending": report.digests_learned,
-            "after": report.digests_computed,
-        });
-        after_prewarm = Some(p);
+        after_prewarm = Some(prewarm::with_digests(&preparation, &report));
     }
     let context = Context {
         preparation: after_prewarm.as_ref().unwrap_or(&preparation),
@@ -165,6 +142,30 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
     session.close().await;
     Ok(exit)
+}
+
+/// What stops a replay once its trace is read, before anything is sent: `--check-space`
+/// (exit 2 when the prewarm would not fit), or a trace with nothing to replay (an error).
+fn refused(
+    cfg: &ReplayConfig,
+    input: &TraceInput,
+    catalog: &crate::plan::catalog::Catalog,
+    quiet: bool,
+) -> anyhow::Result<Option<ExitStatus>> {
+    if let (Some(dir), true) = (&cfg.check_space, cfg.phase != Phase::Run) {
+        if let Err(message) = check_space(dir, catalog.prewarm_bytes(), quiet) {
+            eprintln!("creb-rs: error: {message}");
+            return Ok(Some(ExitStatus::Usage));
+        }
+    }
+    if catalog.items == 0 {
+        anyhow::bail!(
+            "{} holds no replayable record{}",
+            input.describe(),
+            cfg.limited_to_none()
+        );
+    }
+    Ok(None)
 }
 
 /// `--dry-run`: reads the trace and computes its digests (printing the figures); sends

@@ -83,6 +83,20 @@ pub(super) async fn phase(
     Ok((exit_status(&finished.summary, slow, false), report))
 }
 
+/// The run's preparation (meta.json) after a prewarm: the digests the run uses were learned
+/// by the prewarm, while sending and after.
+pub(super) fn with_digests(
+    preparation: &serde_json::Value,
+    report: &PrewarmReport,
+) -> serde_json::Value {
+    let mut p = preparation.clone();
+    p["prewarm_digests"] = serde_json::json!({
+        "while_sending": report.digests_learned,
+        "after": report.digests_computed,
+    });
+    p
+}
+
 /// Plans the prewarm's jobs and carries them out with the phase's progress line, in
 /// stages: the content the run reads, uploaded at once and hashed as it is sent (unless
 /// `--route digest` needs its digests first); then the digests still missing, computed on
