@@ -403,6 +403,46 @@ fn a_threshold_that_holds_exits_3_with_its_verdict_in_the_summary() {
         html.contains("Thresholds: 1 of 2 held"),
         "thresholds section missing"
     );
+    // Without --format, `-o FILE` names the format by its extension; another is refused and
+    // nothing is written.
+    let report_to = |name: &str| {
+        let file = dir.path().join(name);
+        let r = run_bin(
+            &[
+                "report",
+                out.to_str().unwrap(),
+                "-o",
+                file.to_str().unwrap(),
+            ],
+            None,
+            &[],
+        );
+        (r, std::fs::read_to_string(&file).ok())
+    };
+    let (r, page) = report_to("by-extension.html");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(page.unwrap().starts_with("<!DOCTYPE html>"));
+    let (r, json) = report_to("by-extension.json");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let json: serde_json::Value = serde_json::from_str(&json.unwrap()).unwrap();
+    assert_eq!(json["command"], summary["command"]);
+    let (r, csv) = report_to("by-extension.csv");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(csv.unwrap().lines().count() > 1);
+    let (r, text) = report_to("by-extension.txt");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(text.unwrap().contains("threshold 'rps < 1000000000'"));
+    let (r, nothing) = report_to("by-extension.pdf");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot tell the format") && r.stderr.contains("--format"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        nothing.is_none(),
+        "nothing is written for an unknown extension"
+    );
 
     // A failed operation outranks a threshold: a dead registry is exit 2, never 3.
     let dead = format!("http://127.0.0.1:{}", common::free_port());
