@@ -139,21 +139,23 @@ fn pull(server: &Misbehaving, out: &Path, extra: &[&str]) -> Ran {
     run(&args, out)
 }
 
+/// A successful GET of `uri` by one client, `written` bytes, at second `i` of the trace.
+fn record(i: u32, uri: &str, written: u64) -> serde_json::Value {
+    serde_json::json!({
+        "host": "h",
+        "http.request.duration": 0.001,
+        "http.request.method": "GET",
+        "http.request.remoteaddr": "client-1",
+        "http.request.uri": uri,
+        "http.response.status": 200,
+        "http.response.written": written,
+        "id": format!("r{i}"),
+        "timestamp": format!("2017-06-20T10:00:0{i}.000Z"),
+    })
+}
+
 /// A trace that reads the test image: its manifest, then its blob.
 fn trace(dir: &Path) -> PathBuf {
-    let record = |i: u32, uri: &str, written: u64| {
-        serde_json::json!({
-            "host": "h",
-            "http.request.duration": 0.001,
-            "http.request.method": "GET",
-            "http.request.remoteaddr": "client-1",
-            "http.request.uri": uri,
-            "http.response.status": 200,
-            "http.response.written": written,
-            "id": format!("r{i}"),
-            "timestamp": format!("2017-06-20T10:00:0{i}.000Z"),
-        })
-    };
     let records = vec![
         record(0, "v2/edge/app/manifests/latest", 500),
         record(1, "v2/edge/app/blobs/abc123", 80),
@@ -847,19 +849,6 @@ fn forward(
 fn every_verify_mode_catches_what_it_promises() {
     let real = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let record = |i: u32, uri: &str, written: u64| {
-        serde_json::json!({
-            "host": "h",
-            "http.request.duration": 0.001,
-            "http.request.method": "GET",
-            "http.request.remoteaddr": "client-1",
-            "http.request.uri": uri,
-            "http.response.status": 200,
-            "http.response.written": written,
-            "id": format!("v{i}"),
-            "timestamp": format!("2017-06-20T10:00:0{i}.000Z"),
-        })
-    };
     // Two layers of one size, past one generator block, so a swap changes only the bytes.
     let records = vec![
         record(0, "v2/verify/app/manifests/latest", 600),

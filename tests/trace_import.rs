@@ -157,25 +157,7 @@ fn round_trip(log_text: &str, format: &str, original: &BTreeMap<String, u64>) {
         "same key, same trace"
     );
 
-    let fresh = Registry::start();
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("r");
-    let r = run_bin(
-        &[
-            "replay",
-            trace.to_str().unwrap(),
-            "--registry",
-            &fresh.url,
-            "--output-dir",
-            dir.to_str().unwrap(),
-            "--quiet",
-        ],
-        None,
-        &[],
-    );
-    let replayed = summary_json(&dir);
-    fresh.assert_exit_but_tag_races(r.code, &replayed, &format!("{format}: {}", r.stderr));
-    let replayed = counts(&replayed);
+    let replayed = counts(&replay_fresh(&trace, "stress", format));
     // Every kind the workload made is there (the test cannot pass on an empty map).
     for op in [
         "manifest_put",
@@ -391,8 +373,8 @@ fn import_strict(log: &Path, format: &str, out: &Path, extra: &[&str]) -> serde_
     serde_json::from_str(&r.stdout).unwrap()
 }
 
-/// Replays `trace` in delay mode against a fresh registry; its summary.
-fn replay_fresh(trace: &Path, what: &str) -> serde_json::Value {
+/// Replays `trace` in `mode` against a fresh registry; its summary.
+fn replay_fresh(trace: &Path, mode: &str, what: &str) -> serde_json::Value {
     let fresh = Registry::start();
     let out = tempfile::tempdir().unwrap();
     let dir = out.path().join("r");
@@ -403,7 +385,7 @@ fn replay_fresh(trace: &Path, what: &str) -> serde_json::Value {
             "--registry",
             &fresh.url,
             "--mode",
-            "delay",
+            mode,
             "--output-dir",
             dir.to_str().unwrap(),
             "--quiet",
@@ -612,7 +594,7 @@ fn an_imported_crane_session_replays_what_crane_did() {
                 "{format}: {report}"
             );
         }
-        let summary = replay_fresh(&trace, format);
+        let summary = replay_fresh(&trace, "delay", format);
         check(&summary, format);
         assert!(summary["warnings"]
             .as_array()
@@ -645,7 +627,7 @@ fn an_imported_crane_session_replays_what_crane_did() {
     assert!(std::fs::read_to_string(&trace)
         .unwrap()
         .contains("\"creb.size_unknown\":true"));
-    let summary = replay_fresh(&trace, "bare");
+    let summary = replay_fresh(&trace, "delay", "bare");
     assert!(
         summary["warnings"]
             .as_array()
@@ -665,6 +647,6 @@ fn an_imported_crane_session_replays_what_crane_did() {
         "{report}"
     );
     assert_eq!(report["sizes"]["mounts_unsized"], 0, "{report}");
-    check(&replay_fresh(&trace, "sizes-from"), "sizes-from");
+    check(&replay_fresh(&trace, "delay", "sizes-from"), "sizes-from");
     drop(other);
 }

@@ -35,7 +35,7 @@ pub enum UploadMode {
 }
 
 /// What an upload did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UploadReport {
     pub bytes_sent: u64,
     pub requests: u32,
@@ -268,12 +268,7 @@ impl RegistryClient {
         let mut m = Meter::new(Op::BlobUpload, ctx);
         m.size_hint = source.size();
         let scope = AccessScope::push(repo);
-        let mut report = UploadReport {
-            bytes_sent: 0,
-            requests: 0,
-            single_post_fallback: false,
-            patches: 0,
-        };
+        let mut report = UploadReport::default();
         let size = source.size();
         let r = async {
             match (mode, session) {
@@ -338,12 +333,7 @@ impl RegistryClient {
         let mut m = Meter::new(Op::BlobUpload, ctx);
         m.size_hint = spec.size();
         let scope = AccessScope::push(repo);
-        let mut report = UploadReport {
-            bytes_sent: 0,
-            requests: 0,
-            single_post_fallback: false,
-            patches: 0,
-        };
+        let mut report = UploadReport::default();
         let tap = SendHash::new(spec);
         let source = BlobSource::Hashing(Arc::clone(&tap));
         let r = async {

@@ -223,14 +223,10 @@ impl ContentCheck {
             if self.used == 8 && self.pos % BLOCK == 0 {
                 self.rng = Some(self.spec.block_rng(self.pos / BLOCK));
             }
-            let rng = self.rng.get_or_insert_with(|| {
-                // Only reached when checking resumes mid-block, which `check` never leaves.
-                let mut rng = self.spec.block_rng(self.pos / BLOCK);
-                for _ in 0..(self.pos % BLOCK) / 8 {
-                    rng.next_u64();
-                }
-                rng
-            });
+            // Set at every block's start, the first included: checking starts at byte 0.
+            let Some(rng) = self.rng.as_mut() else {
+                return Err(self.pos);
+            };
             // Never past the content's end: what remains of it bounds every comparison.
             let left = (self.spec.size - self.pos) as usize;
             if self.used < 8 {

@@ -14,7 +14,7 @@ use crate::metrics::{ErrorKind, Event, Op, Sample};
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Reference, Repository};
 use crate::plan::catalog::Catalog;
-use crate::plan::catalog::KEEP_DIGEST_ABOVE;
+use crate::plan::catalog::{ContentKey, KEEP_DIGEST_ABOVE};
 use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{
     blob_source, read_manifest_bytes, BlobJob, ContentJob, ManifestJob, PrewarmJobs,
@@ -132,9 +132,16 @@ impl Prewarm<'_> {
                 (done, spec.size(), learned)
             }
             Err(e) => {
-                self.env
-                    .errors
-                    .note(format!("prewarm {} ({} bytes): {e}", job.repo, spec.size()));
+                // Named as the trace names it: its digest may be what never got computed.
+                let what = match job.key {
+                    ContentKey::Blob(d) => format!("blob {}", self.catalog.names.resolve(d)),
+                    ContentKey::Filler(_) | ContentKey::Upload(_) => "filler layer".to_owned(),
+                };
+                self.env.errors.note(format!(
+                    "prewarm {}: {what} ({} bytes): {e}",
+                    job.repo,
+                    spec.size()
+                ));
                 (Done::Failed, spec.size(), false)
             }
         }

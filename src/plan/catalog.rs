@@ -1186,9 +1186,15 @@ impl Catalog {
     /// A digest no sealed table holds: learned, or computed now (small content, or content
     /// whose digest was left to a prewarm that did not send it).
     fn digest_now(&self, key: ContentKey) -> [u8; 32] {
+        let spec = self.content_of(key);
+        // Only content above the threshold is ever learned: small content, what most
+        // lookups of a scaled run are, is hashed without taking the lock.
+        if spec.size() <= KEEP_DIGEST_ABOVE {
+            return spec.sha256();
+        }
         match self.learned.read().ok().and_then(|l| l.get(&key).copied()) {
             Some(sha) => sha,
-            None => self.content_of(key).sha256(),
+            None => spec.sha256(),
         }
     }
 
