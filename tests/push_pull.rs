@@ -168,6 +168,78 @@ async fn chunked_upload_sends_patches_of_the_chunk_size() {
     assert_eq!(status, ExitStatus::Success);
 }
 
+/// A chunked push hashes each layer as its PATCHes send it, so no layer is HEADed (only the
+/// config, whose digest is known once the layers are); the digests it learns are the ones
+/// the same images hashed first have: pushing them again with `--hash first` finds every
+/// blob present and puts the same manifest.
+#[tokio::test]
+async fn a_chunked_push_hashes_each_layer_while_sending_it_and_agrees_with_hashing_first() {
+    let registry = Registry::start();
+    let out = tempfile::tempdir().unwrap();
+    let push = |dir: &str, extra: &[&str]| {
+        let dir = out.path().join(dir);
+        let mut args = vec![
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "hashing/app",
+            "--images",
+            "2",
+            "--layers",
+            "3",
+            "--layer-size",
+            "300KiB",
+            "--chunk-size",
+            "128KiB",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let status = creb(&args).await;
+            let summary = summary_json(&dir);
+            let hash = summary["config"]["hash"].clone();
+            (status, summary, hash)
+        }
+    };
+    let (status, summary, hash) = push("sending", &[]).await;
+    assert_eq!(status, ExitStatus::Success);
+    assert_eq!(hash, "while_sending");
+    // Two images: the configs are HEADed, the six layers are not.
+    assert_eq!(op_count(&summary, "blob_head", "count"), 2, "{summary}");
+    // Three PATCHes per 300 KiB layer, one per config.
+    assert_eq!(op_count(&summary, "upload_patch", "ok"), 2 * (3 * 3 + 1));
+    assert_eq!(op_count(&summary, "blob_upload", "ok"), 2 * 4);
+    assert_eq!(summary["totals"]["errors"], 0);
+
+    let (status, summary, hash) = push("first", &["--hash", "first"]).await;
+    assert_eq!(status, ExitStatus::Success);
+    assert_eq!(hash, "first");
+    assert_eq!(summary["events"]["blob_exists"], 2 * 4, "{summary}");
+    assert_eq!(op_count(&summary, "blob_upload", "count"), 0);
+    assert_eq!(summary["totals"]["errors"], 0);
+
+    // What was stored hashes to the digests the manifests name: a verified pull.
+    let status = creb(&[
+        "pull",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "hashing/app",
+        "--images",
+        "2",
+        "--verify",
+        "sha256",
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+}
+
 #[tokio::test]
 async fn single_post_falls_back_when_distribution_ignores_the_body() {
     let registry = Registry::start();

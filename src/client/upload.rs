@@ -321,13 +321,15 @@ impl RegistryClient {
     }
 
     /// Uploads generated content whose digest is not known yet, computing it from the bytes
-    /// as they are sent: POST, one PATCH with the whole content (hashed as it is generated,
-    /// [`SendHash`]), then the closing PUT with the digest (`blob_upload`, each request
-    /// recorded too). No byte is generated twice unless the registry asks for it again.
+    /// as they are sent: POST, PATCHes of `chunk_size` bytes (`None`: one with the whole
+    /// content), each hashed as it is generated ([`SendHash`]), then the closing PUT with
+    /// the digest (`blob_upload`, each request recorded too). No byte is generated twice
+    /// unless the registry asks for it again.
     pub async fn upload_hashing(
         &self,
         repo: &Repository,
         spec: ContentSpec,
+        chunk_size: Option<u64>,
         ctx: OpCtx,
     ) -> Result<(Sha256Sum, UploadReport), ClientError> {
         let mut m = Meter::new(Op::BlobUpload, ctx);
@@ -338,9 +340,9 @@ impl RegistryClient {
         let source = BlobSource::Hashing(Arc::clone(&tap));
         let r = async {
             let (location, _) = self.start_session(repo, &scope, &mut m).await?;
-            let whole = spec.size().max(1);
+            let chunk = chunk_size.unwrap_or(spec.size()).max(1);
             let location = self
-                .patch_chunks(&scope, location, &source, whole, &mut m, &mut report)
+                .patch_chunks(&scope, location, &source, chunk, &mut m, &mut report)
                 .await?;
             let sha = Sha256Sum(tap.finish());
             self.put_final(&location, &sha.digest(), RequestBody::Empty, &scope, &mut m)

@@ -17,7 +17,7 @@ use super::status::ExitStatus;
 use crate::client::{ClientOptions, UploadMode};
 use crate::content::DEFAULT_SEED;
 use crate::exec::bounded::{Bounds, JobEnv};
-use crate::exec::push::{push_images, PushWork};
+use crate::exec::push::{push_images, HashWhen, PushWork};
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{ErrorLog, Event};
 use crate::oci::{Repository, Tag};
@@ -71,6 +71,21 @@ pub struct PushArgs {
     #[arg(help_heading = "Workload", long, value_name = "SIZE", conflicts_with_all = ["monolithic", "single_post"])]
     pub chunk_size: Option<ByteSize>,
 
+    /// When each layer's digest is computed: `first` (before the image's first request;
+    /// each layer HEADed before its upload, as a client whose layers are hashed already) or
+    /// `while-sending` (as its PATCHes send it: every byte generated and hashed once, no
+    /// HEAD before a layer). Default: `while-sending` with --chunk-size, else `first` (a
+    /// monolithic or single-POST upload names its digest before its body; a mount names
+    /// it too).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_enum,
+        value_name = "WHEN"
+    )]
+    pub hash: Option<HashArg>,
+
     /// Upload each blob with one PUT after the POST (the default).
     #[arg(
         help_heading = "Workload",
@@ -123,6 +138,13 @@ pub struct PushArgs {
     pub runtime: RuntimeArgs,
 }
 
+/// `--hash`: when a layer's digest is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HashArg {
+    First,
+    WhileSending,
+}
+
 /// Validated settings of a push.
 #[derive(Debug, Clone, Serialize)]
 pub struct PushConfig {
@@ -150,6 +172,19 @@ impl TryFrom<&PushArgs> for PushConfig {
         if a.mount_from.as_ref() == Some(&a.repo) {
             anyhow::bail!("--mount-from names the repository being pushed to");
         }
+        let chunked = matches!(upload, UploadMode::Chunked { .. });
+        let hash = match a.hash {
+            Some(HashArg::First) => HashWhen::First,
+            Some(HashArg::WhileSending) if !chunked => anyhow::bail!(
+                "--hash while-sending needs --chunk-size: a monolithic or single-POST upload names its digest before its body"
+            ),
+            Some(HashArg::WhileSending) if a.mount_from.is_some() => anyhow::bail!(
+                "--hash while-sending cannot go with --mount-from: a mount names the blob's digest before anything is sent"
+            ),
+            Some(HashArg::WhileSending) => HashWhen::WhileSending,
+            None if chunked && a.mount_from.is_none() => HashWhen::WhileSending,
+            None => HashWhen::First,
+        };
         Ok(PushConfig {
             registry: RegistryConfig::try_from(&a.registry)?.single("push")?,
             work: PushWork {
@@ -164,6 +199,7 @@ impl TryFrom<&PushArgs> for PushConfig {
                     seed: a.seed,
                 },
                 upload,
+                hash,
                 attach: a.attach,
             },
             concurrency: a.concurrency.get(),
@@ -330,6 +366,60 @@ mod tests {
             p.registry.http1_read_buffer, None,
             "sized by what is in flight"
         );
+    }
+
+    /// Layers are hashed while sending where the upload allows it (PATCHes, no mount);
+    /// asked for where it cannot be, the push is refused with the reason.
+    #[test]
+    fn hashing_while_sending_is_the_default_where_the_upload_allows_it() {
+        let config = |extra: &[&str]| {
+            let mut args = vec![
+                "creb-rs",
+                "push",
+                "--registry",
+                "http://h",
+                "--repo",
+                "x",
+                "--layers",
+                "1",
+                "--layer-size",
+                "1",
+            ];
+            args.extend_from_slice(extra);
+            let Command::Push(p) = Cli::try_parse_from(args).unwrap().command else {
+                panic!("not push")
+            };
+            PushConfig::try_from(&p).map(|c| c.work.hash)
+        };
+        assert_eq!(config(&[]).unwrap(), HashWhen::First);
+        assert_eq!(config(&["--single-post"]).unwrap(), HashWhen::First);
+        assert_eq!(
+            config(&["--chunk-size", "1KiB"]).unwrap(),
+            HashWhen::WhileSending
+        );
+        assert_eq!(
+            config(&["--chunk-size", "1KiB", "--hash", "first"]).unwrap(),
+            HashWhen::First
+        );
+        assert_eq!(
+            config(&["--chunk-size", "1KiB", "--mount-from", "y"]).unwrap(),
+            HashWhen::First
+        );
+        let refused = config(&["--hash", "while-sending"])
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("--chunk-size"), "{refused}");
+        let refused = config(&[
+            "--chunk-size",
+            "1KiB",
+            "--mount-from",
+            "y",
+            "--hash",
+            "while-sending",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(refused.contains("--mount-from"), "{refused}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::plan::catalog::Catalog;
 use crate::plan::catalog::{ContentKey, KEEP_DIGEST_ABOVE};
 use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{
-    blob_source, read_manifest_bytes, BlobJob, ContentJob, ManifestJob, PrewarmJobs,
+    blob_of, read_manifest_bytes, BlobJob, ContentJob, ManifestJob, PrewarmJobs,
 };
 
 /// What prewarm did.
@@ -112,7 +112,7 @@ impl Prewarm<'_> {
                     .map(|pushed| (pushed, false))
             }
             None => client
-                .upload_hashing(&job.repo, spec, OpCtx::default())
+                .upload_hashing(&job.repo, spec, None, OpCtx::default())
                 .await
                 .map(|(sum, _)| {
                     self.catalog.learn(job.key, sum.0);
@@ -149,10 +149,9 @@ impl Prewarm<'_> {
 
     /// Pushes what the run reads, each object to the endpoints `jobs` places it on: every
     /// blob, then every manifest. `report` holds what an earlier stage did.
-    pub async fn run(&self, jobs: PrewarmJobs, mut report: PrewarmReport) -> PrewarmReport {
-        let PrewarmJobs { blobs, manifests } = jobs;
+    pub async fn run(&self, jobs: &PrewarmJobs<'_>, mut report: PrewarmReport) -> PrewarmReport {
         let driven = drive(
-            blobs,
+            jobs.blobs(),
             self.bounds,
             self.env.shutdown,
             |job| job.endpoint,
@@ -165,11 +164,11 @@ impl Prewarm<'_> {
         .await;
         self.cancelled(&mut report, Op::BlobUpload, driven).await;
         if self.env.shutdown.is_cancelled() {
-            report.stopped += manifests.len() as u64;
+            report.stopped += jobs.manifest_count();
             return report;
         }
         let driven = drive(
-            manifests,
+            jobs.manifests(),
             self.bounds,
             self.env.shutdown,
             |job| job.endpoint,
@@ -212,8 +211,7 @@ impl Prewarm<'_> {
 
     /// One blob job: its outcome and its bytes (the progress share follows them).
     async fn blob(&self, job: BlobJob) -> (Done, u64) {
-        let digest = Digest::from_sha256(job.sha256);
-        let source = blob_source(self.catalog, self.format, job.origin);
+        let (digest, source) = blob_of(self.catalog, self.format, job.origin);
         let bytes = source.size();
         let client = &self.clients[job.endpoint];
         let done = match ensure_blob(client, &job.repo, &digest, source).await {
@@ -279,7 +277,6 @@ mod tests {
     use crate::net::transport::RequestBody;
     use crate::oci::manifest::ManifestFormat;
     use crate::plan::catalog::ContentOptions;
-    use crate::plan::Naming;
     use crate::plan::RepoMap;
     use crate::progress::Progress;
     use crate::route::Router;
@@ -462,13 +459,7 @@ mod tests {
         );
         let format = ManifestFormat::Oci;
         let run = || {
-            let jobs = PrewarmJobs::plan(
-                &catalog,
-                &router,
-                &mut Naming::new(RepoMap::Keep { prefix: None }),
-                format,
-                false,
-            );
+            let jobs = PrewarmJobs::plan(&catalog, &router, RepoMap::Keep { prefix: None }, false);
             let clients = &clients;
             let catalog = &catalog;
             async move {
@@ -490,7 +481,7 @@ mod tests {
                     },
                     cache: None,
                 };
-                prewarm.run(jobs, PrewarmReport::default()).await
+                prewarm.run(&jobs, PrewarmReport::default()).await
             }
         };
         let first = run().await;

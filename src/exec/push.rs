@@ -15,7 +15,7 @@ use crate::digest::Digest;
 use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Sample};
 use crate::oci::manifest::{build_artifact, Descriptor, OCI_MANIFEST};
 use crate::oci::Reference;
-use crate::plan::image::{plan_image, ImagePlan, ImageSpec};
+use crate::plan::image::{image_layers, plan_image, plan_over, ImagePlan, ImageSpec};
 
 /// What `push` sends.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -23,8 +23,24 @@ pub struct PushWork {
     #[serde(flatten)]
     pub images: ImageSpec,
     pub upload: UploadMode,
+    /// When a layer's digest is computed (`--hash`).
+    pub hash: HashWhen,
     /// Artifacts pushed per image, referring to it (`--attach`).
     pub attach: u64,
+}
+
+/// When `push` computes a layer's digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashWhen {
+    /// Before the image's first request, as a client whose layers are hashed already: each
+    /// layer is HEADed (and mounted, with `--mount-from`) before it is uploaded.
+    First,
+    /// As the layer's bytes are generated and sent (POST, PATCHes, then the PUT carrying
+    /// the digest): every byte generated and hashed once, no HEAD before a layer (there is
+    /// no digest to ask about yet). The config, which names the layers' digests, follows
+    /// them. Needs an upload whose digest comes after its body (`--chunk-size`).
+    WhileSending,
 }
 
 /// What `--attach` pushes.
@@ -146,38 +162,113 @@ async fn plan_of(work: &PushWork, index: u64) -> Result<ImagePlan, String> {
     }
 }
 
-/// Uploads the config and layers of `plan`, each holding one of `permits`; the first
-/// failure, if any.
-async fn push_layers(
+/// Holds one of `permits` for an upload; `Cancelled` once a stop began.
+async fn permit<'p>(
+    permits: &'p Semaphore,
+    env: JobEnv<'_>,
+) -> Result<tokio::sync::SemaphorePermit<'p>, ClientError> {
+    let permit = permits
+        .acquire()
+        .await
+        .map_err(|_| ClientError::Cancelled)?;
+    if env.shutdown.is_cancelled() {
+        return Err(ClientError::Cancelled);
+    }
+    Ok(permit)
+}
+
+/// Uploads `blobs` (HEAD first), each holding one of `permits`; the first failure, if any.
+async fn push_blobs(
     client: &RegistryClient,
     work: &PushWork,
-    plan: &ImagePlan,
+    blobs: &[(Digest, BlobSource)],
     permits: &Semaphore,
     env: JobEnv<'_>,
-) -> Option<ClientError> {
+) -> Result<(), ClientError> {
     let repo = &work.images.repo;
-    let mut blobs: Vec<(Digest, BlobSource)> = Vec::with_capacity(plan.layers.len() + 1);
-    blobs.push((
-        plan.config.1.digest.clone(),
-        BlobSource::Bytes(plan.config.0.clone()),
-    ));
-    for (spec, d) in &plan.layers {
-        blobs.push((d.digest.clone(), BlobSource::Content(*spec)));
-    }
     let uploads = blobs.iter().map(|(digest, source)| async move {
-        let Ok(_permit) = permits.acquire().await else {
-            return Err(ClientError::Cancelled);
-        };
-        if env.shutdown.is_cancelled() {
-            return Err(ClientError::Cancelled);
-        }
+        let _permit = permit(permits, env).await?;
         push_blob(client, work, digest, source).await.map_err(|e| {
             env.errors.note(format!("{repo}@{digest}: {e}"));
             e
         })
     });
     let results = futures_util::future::join_all(uploads).await;
-    results.into_iter().find_map(Result::err)
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
+/// Image `index`'s layers and config in the registry: when its first request left, and its
+/// plan or the first failure; `None` when the image could not be planned. With
+/// [`HashWhen::First`] the plan is made first, then the config and layers go side by side;
+/// with [`HashWhen::WhileSending`] the layers are uploaded as they are hashed, then the plan
+/// is made over the digests they gave, then the config goes.
+async fn push_image_blobs(
+    client: &RegistryClient,
+    work: &PushWork,
+    index: u64,
+    permits: &Semaphore,
+    env: JobEnv<'_>,
+) -> Option<(Instant, Result<ImagePlan, ClientError>)> {
+    let config = |plan: &ImagePlan| {
+        (
+            plan.config.1.digest.clone(),
+            BlobSource::Bytes(plan.config.0.clone()),
+        )
+    };
+    let unplanned = |e: String| env.errors.note(format!("image {index}: {e}"));
+    if let (HashWhen::WhileSending, UploadMode::Chunked { chunk_size }) = (work.hash, work.upload) {
+        let (tag, layers) = image_layers(&work.images, index).map_err(unplanned).ok()?;
+        let start = Instant::now();
+        let pushed = async {
+            let digests = push_hashing(client, work, &layers, chunk_size, permits, env).await?;
+            let plan = plan_over(&work.images, tag, layers.into_iter().zip(digests).collect());
+            push_blobs(client, work, &[config(&plan)], permits, env).await?;
+            Ok(plan)
+        };
+        return Some((start, pushed.await));
+    }
+    let plan = plan_of(work, index).await.map_err(unplanned).ok()?;
+    let start = Instant::now();
+    let mut blobs = vec![config(&plan)];
+    for (spec, d) in &plan.layers {
+        blobs.push((d.digest.clone(), BlobSource::Content(*spec)));
+    }
+    let pushed = push_blobs(client, work, &blobs, permits, env).await;
+    Some((start, pushed.map(|()| plan)))
+}
+
+/// Uploads `layers` in PATCHes of `chunk_size`, each hashed as it is sent and holding one
+/// of `permits`: their digests, or the first failure.
+async fn push_hashing(
+    client: &RegistryClient,
+    work: &PushWork,
+    layers: &[ContentSpec],
+    chunk_size: u64,
+    permits: &Semaphore,
+    env: JobEnv<'_>,
+) -> Result<Vec<Digest>, ClientError> {
+    let repo = &work.images.repo;
+    let uploads = layers.iter().enumerate().map(|(j, &spec)| async move {
+        let _permit = permit(permits, env).await?;
+        let uploaded = client
+            .upload_hashing(repo, spec, Some(chunk_size), OpCtx::default())
+            .await;
+        match uploaded {
+            Ok((sum, _)) => Ok(sum.digest()),
+            Err(e) => {
+                env.errors
+                    .note(format!("{repo}: layer {j} ({} bytes): {e}", spec.size()));
+                Err(e)
+            }
+        }
+    });
+    futures_util::future::join_all(uploads)
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// Pushes image `index`; records the `image_push` session.
@@ -189,20 +280,19 @@ async fn push_image(
     env: JobEnv<'_>,
 ) {
     let repo = &work.images.repo;
-    let plan = match plan_of(work, index).await {
-        Ok(plan) => plan,
-        Err(e) => {
-            env.errors.note(format!("image {index}: {e}"));
-            return;
-        }
-    };
-    let start = Instant::now();
-    let mut outcome = Outcome::Ok;
-    if let Some(e) = push_layers(client, work, &plan, permits, env).await {
-        outcome = Outcome::Error(e.kind());
-    } else if env.shutdown.is_cancelled() {
+    let Some((start, pushed)) = push_image_blobs(client, work, index, permits, env).await else {
         return;
-    } else {
+    };
+    let mut outcome = Outcome::Ok;
+    let plan = match pushed {
+        Err(e) => {
+            outcome = Outcome::Error(e.kind());
+            None
+        }
+        Ok(_) if env.shutdown.is_cancelled() => return,
+        Ok(plan) => Some(plan),
+    };
+    if let Some(plan) = &plan {
         let reference = Reference::Tag(plan.tag.clone());
         let put = client
             .manifest_put(
@@ -226,7 +316,7 @@ async fn push_image(
                     size: plan.manifest.len() as u64,
                     platform: None,
                 };
-                attach_artifacts(client, work, &plan, &subject, env.errors).await;
+                attach_artifacts(client, work, plan, &subject, env.errors).await;
             }
             Ok(_) => {}
         }
@@ -238,8 +328,11 @@ async fn push_image(
     if !outcome.is_ok() {
         env.progress.add_error();
     }
-    let layers: u64 = plan.layers.iter().map(|(spec, _)| spec.size()).sum();
-    let sent = layers + plan.config.0.len() as u64 + plan.manifest.len() as u64;
+    // What the image sends when it all goes (a failed image: its layers).
+    let sent = plan.map_or(work.images.image_bytes(), |plan| {
+        let layers: u64 = plan.layers.iter().map(|(spec, _)| spec.size()).sum();
+        layers + plan.config.0.len() as u64 + plan.manifest.len() as u64
+    });
     let sample = Sample::session(Op::ImagePush, outcome, start, sent, 0);
     client.recorder().record(sample).await;
 }

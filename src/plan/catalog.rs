@@ -914,6 +914,20 @@ impl Catalog {
         self.pushes.iter().map(|(k, p)| (key_position(*k), p))
     }
 
+    /// Drops what only a prewarm reads (every push's layers, every blob read but a spread
+    /// sample), leaving what a [`Keep::Run`] catalog holds: `--phase all` calls it between
+    /// its phases, so its run is as small as `--phase run`'s.
+    pub fn keep_run_only(&mut self) {
+        if self.keep == Keep::Run {
+            return;
+        }
+        self.pushes = SortedMap::default();
+        self.push_layers = Box::default();
+        let step = self.blob_read_count.div_ceil(READ_SAMPLE).max(1);
+        self.blob_reads = self.blob_reads.iter().copied().step_by(step).collect();
+        self.keep = Keep::Run;
+    }
+
     /// What the catalog kept.
     pub fn keeps(&self) -> Keep {
         self.keep

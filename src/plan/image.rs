@@ -5,6 +5,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::content::ContentSpec;
+use crate::digest::Digest;
 use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
 use crate::oci::{Repository, Tag};
 
@@ -51,16 +52,37 @@ pub struct ImagePlan {
 /// The content of image `index`: a pure function of (seed, source repository, tag, index).
 /// The source repository is `mount_from` when given, so mounted blobs match.
 pub fn plan_image(spec: &ImageSpec, index: u64) -> Result<ImagePlan, String> {
-    let tag_name = spec.image_tag(index);
-    let tag: Tag = tag_name.parse()?;
+    let (tag, layers) = image_layers(spec, index)?;
+    let layers = layers
+        .into_iter()
+        .map(|content| (content, content.digest()))
+        .collect();
+    Ok(plan_over(spec, tag, layers))
+}
+
+/// The tag and layers of image `index`, no digest computed (an upload that hashes what it
+/// sends learns them; [`plan_over`] then makes the config and manifest).
+pub fn image_layers(spec: &ImageSpec, index: u64) -> Result<(Tag, Vec<ContentSpec>), String> {
+    let tag: Tag = spec.image_tag(index).parse()?;
     let origin = spec.mount_from.as_ref().unwrap_or(&spec.repo);
-    let layers: Vec<(ContentSpec, Descriptor)> = (0..spec.layers)
+    let layers = (0..spec.layers)
         .map(|j| {
-            let identity = format!("push/{origin}:{tag_name}/layer/{j}");
-            let content = ContentSpec::new(spec.seed, identity.as_bytes(), spec.layer_size);
+            let identity = format!("push/{origin}:{tag}/layer/{j}");
+            ContentSpec::new(spec.seed, identity.as_bytes(), spec.layer_size)
+        })
+        .collect();
+    Ok((tag, layers))
+}
+
+/// Image `tag` of `spec` over its layers and their digests: the config and the manifest.
+pub fn plan_over(spec: &ImageSpec, tag: Tag, layers: Vec<(ContentSpec, Digest)>) -> ImagePlan {
+    let origin = spec.mount_from.as_ref().unwrap_or(&spec.repo);
+    let layers: Vec<(ContentSpec, Descriptor)> = layers
+        .into_iter()
+        .map(|(content, digest)| {
             let descriptor = Descriptor {
                 media_type: spec.manifest_format.layer_type().to_owned(),
-                digest: content.digest(),
+                digest,
                 size: content.size(),
                 platform: None,
             };
@@ -68,14 +90,14 @@ pub fn plan_image(spec: &ImageSpec, index: u64) -> Result<ImagePlan, String> {
         })
         .collect();
     let descriptors: Vec<Descriptor> = layers.iter().map(|(_, d)| d.clone()).collect();
-    let identity = format!("push/{origin}:{tag_name}/seed/{}", spec.seed);
+    let identity = format!("push/{origin}:{tag}/seed/{}", spec.seed);
     let config = build_config(spec.manifest_format, &identity, &descriptors);
     let manifest = build_manifest(spec.manifest_format, &config.1, &descriptors, None);
-    Ok(ImagePlan {
+    ImagePlan {
         tag,
         layers,
         config,
         manifest,
         media_type: spec.manifest_format.manifest_type(),
-    })
+    }
 }

@@ -722,7 +722,7 @@ mod tests {
             seed: 3,
             ..catalog::ContentOptions::default()
         };
-        let full = Catalog::build(&mut reader, 60_000, content, catalog::Keep::Prewarm)
+        let mut full = Catalog::build(&mut reader, 60_000, content, catalog::Keep::Prewarm)
             .unwrap()
             .seal(reader.into_names());
         // One reading building every table, or one per stage: the same facts.
@@ -755,25 +755,29 @@ mod tests {
             })
             .collect();
         assert!(configs.len() > 10, "{}", configs.len());
-        let reader =
-            TraceReader::open(&input, ReadOptions::default(), run_catalog.names.clone()).unwrap();
-        let planned: std::collections::BTreeSet<String> = Planner::new(
-            &run_catalog,
-            reader,
-            options(ShardSpec::ALL, ShardBy::Client),
-        )
-        .filter_map(|item| match item.unwrap() {
-            PlanItem::Op(PlannedOp {
-                action: Action::ManifestPut { manifest, .. },
-                ..
-            }) => match manifest {
-                ManifestBody::Recipe(r) => Some(r.build().config.digest.to_string()),
-                ManifestBody::Bytes(_) => None,
-            },
-            _ => None,
-        })
-        .collect();
-        assert_eq!(planned, configs);
+        let configs_planned = |catalog: &Catalog| -> std::collections::BTreeSet<String> {
+            let reader =
+                TraceReader::open(&input, ReadOptions::default(), catalog.names.clone()).unwrap();
+            Planner::new(catalog, reader, options(ShardSpec::ALL, ShardBy::Client))
+                .filter_map(|item| match item.unwrap() {
+                    PlanItem::Op(PlannedOp {
+                        action: Action::ManifestPut { manifest, .. },
+                        ..
+                    }) => match manifest {
+                        ManifestBody::Recipe(r) => Some(r.build().config.digest.to_string()),
+                        ManifestBody::Bytes(_) => None,
+                    },
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(configs_planned(&run_catalog), configs);
+        // `--phase all` between its phases: the prewarm's catalog keeps what a run's does.
+        full.keep_run_only();
+        assert_eq!(full.keeps(), catalog::Keep::Run);
+        assert_eq!(full.blob_reads(), run_catalog.blob_reads());
+        assert_eq!(full.pushes().len(), 0);
+        assert_eq!(configs_planned(&full), configs);
     }
 
     #[test]

@@ -15,8 +15,10 @@
 //! it is rewritten is refused (`DIGEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`). Manifests that
 //! share a layer or a repository's filler would otherwise upload it side by side.
 
+use std::collections::HashSet;
+
 use crate::client::BlobSource;
-use crate::digest::{Digest, Sha256Sum};
+use crate::digest::Digest;
 use crate::oci::manifest::{Descriptor, ManifestFormat};
 use crate::oci::{Repository, Tag};
 use crate::route::{Object, Router};
@@ -24,7 +26,9 @@ use crate::trace::Sym;
 
 use super::catalog::{Catalog, ContentKey};
 use super::linker::{Position, PushedLayer};
-use super::{manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming};
+use super::{
+    manifest_over, push_manifest, read_manifest_identity, read_manifest_layers, Naming, RepoMap,
+};
 
 /// Where a blob's bytes come from. Rebuilt when its upload runs, so a job stays small.
 #[derive(Debug, Clone, Copy)]
@@ -39,27 +43,13 @@ pub enum Origin {
     ReadConfig(Sym, Sym),
 }
 
-/// One blob upload: its repository, digest, where its bytes come from and its endpoint.
+/// One blob upload: its repository, where its bytes come from and its endpoint. Its digest
+/// is found when it runs ([`blob_of`]).
 #[derive(Debug)]
 pub struct BlobJob {
     pub repo: Repository,
-    /// The trace's name of the repository.
-    pub repo_sym: Sym,
-    pub sha256: [u8; 32],
     pub origin: Origin,
     pub endpoint: usize,
-}
-
-impl BlobJob {
-    /// Whether prewarm's first stage ([`content_jobs`]) uploads this blob already: a blob
-    /// the run reads in this repository, or a filler.
-    pub fn sent_first(&self, catalog: &Catalog) -> bool {
-        match self.origin {
-            Origin::Filler(_) => true,
-            Origin::Read(d) => catalog.reads_blob(self.repo_sym, d),
-            Origin::PushConfig(_) | Origin::ReadConfig(..) => false,
-        }
-    }
 }
 
 /// One manifest PUT: the trace's names, the registry's, and its endpoint.
@@ -115,182 +105,230 @@ pub fn content_jobs<'a>(
     Some((count, jobs))
 }
 
-/// What prewarm will do: each blob upload once per endpoint and repository, then each
-/// manifest on its endpoints.
-#[derive(Debug)]
-pub struct PrewarmJobs {
-    pub blobs: Vec<BlobJob>,
-    pub manifests: Vec<ManifestJob>,
+/// A blob a manifest needs in its repository on one endpoint: a layer of the trace
+/// (`Some`) or the repository's filler (`None`). 12 bytes, so the list of them stays small
+/// at any trace size.
+type Need = (Sym, Option<Sym>, u32);
+
+/// What prewarm will do after its first stage, made as the driver takes it: the blobs the
+/// manifests need that the first stage did not send (listed: the only part that must be
+/// deduplicated), then every config, then every manifest on its endpoints (both made from
+/// the catalog as they are taken). Without a first stage (`--route digest` over several
+/// endpoints) the list also holds every blob the run reads and every filler.
+#[allow(missing_debug_implementations)] // holds the router, which is not `Debug`
+pub struct PrewarmJobs<'a> {
+    catalog: &'a Catalog,
+    router: &'a Router,
+    repos: RepoMap,
+    /// Distinct and sorted by repository, so a repository's blobs go out together and the
+    /// endpoints interleave.
+    needs: Vec<Need>,
 }
 
-impl PrewarmJobs {
+impl<'a> PrewarmJobs<'a> {
     /// The jobs for `catalog` placed by `router`.
     /// With `staged`, what [`content_jobs`] uploaded first is left out (the blobs the run
-    /// reads and the fillers: [`BlobJob::sent_first`]).
-    pub fn plan(
-        catalog: &Catalog,
-        router: &Router,
-        naming: &mut Naming,
-        format: ManifestFormat,
-        staged: bool,
-    ) -> PrewarmJobs {
-        let mut jobs = PrewarmJobs {
-            blobs: Vec::new(),
-            manifests: Vec::with_capacity(catalog.manifests.len() * router.copies()),
+    /// reads and the fillers, on every endpoint).
+    pub fn plan(catalog: &'a Catalog, router: &'a Router, repos: RepoMap, staged: bool) -> Self {
+        let mut naming = Naming::new(repos.clone());
+        let sent_first = |repo: Sym, blob: Option<Sym>| {
+            staged && blob.is_none_or(|d| catalog.reads_blob(repo, d))
         };
-        if !staged {
-            jobs.place_reads(catalog, router, naming);
-        }
-        jobs.place_pushes(catalog, router, naming, format);
-        jobs.place_manifests(catalog, router, naming, format);
-        if staged {
-            jobs.blobs.retain(|job| !job.sent_first(catalog));
-        }
-        // Once per (repository, blob, endpoint); the order interleaves the endpoints.
-        let blobs = &mut jobs.blobs;
-        blobs.sort_unstable_by(|a, b| {
-            (a.repo.as_str(), a.sha256, a.endpoint).cmp(&(b.repo.as_str(), b.sha256, b.endpoint))
-        });
-        blobs.dedup_by(|a, b| a.repo == b.repo && a.sha256 == b.sha256 && a.endpoint == b.endpoint);
-        blobs.shrink_to_fit();
-        jobs
-    }
-
-    /// Every blob the run reads, and every repository's filler, where the router places the
-    /// blob.
-    fn place_reads(&mut self, catalog: &Catalog, router: &Router, naming: &mut Naming) {
-        let mut place = |repo: &Repository, repo_sym, sha256, origin| {
-            let digest = Digest::from_sha256(sha256);
-            for endpoint in router.placement(Object::Blob(digest.as_str())) {
-                self.blobs.push(BlobJob {
-                    repo: repo.clone(),
-                    repo_sym,
-                    sha256,
-                    origin,
-                    endpoint,
-                });
+        let mut needs: Vec<Need> = Vec::new();
+        let mut need = |repo: Sym, blob: Option<Sym>, endpoints: &[usize]| {
+            if !sent_first(repo, blob) {
+                needs.extend(endpoints.iter().map(|&e| (repo, blob, e as u32)));
             }
         };
-        for &(repo, d) in catalog.blob_reads() {
-            let name = naming.repo(catalog, repo);
-            place(&name, repo, catalog.blob_sha256(d), Origin::Read(d));
+        if !staged {
+            // Every blob the run reads, and every filler, where the router places the blob.
+            for &(repo, d) in catalog.blob_reads() {
+                let digest = Digest::from_sha256(catalog.blob_sha256(d));
+                need(
+                    repo,
+                    Some(d),
+                    &router.placement(Object::Blob(digest.as_str())),
+                );
+            }
+            for &repo in &catalog.filler_repos {
+                let digest = Digest::from_sha256(catalog.filler_sha256(repo));
+                need(repo, None, &router.placement(Object::Blob(digest.as_str())));
+            }
         }
-        for &repo in &catalog.filler_repos {
-            let name = naming.repo(catalog, repo);
-            place(
-                &name,
-                repo,
-                catalog.filler_sha256(repo),
-                Origin::Filler(repo),
-            );
-        }
-    }
-
-    /// A manifest the run pushes lands where routing sends its PUT, with the uploads of
-    /// its push (`Action::BlobUpload::push`); everything else it references must be there
-    /// already: its config, the layers it found present, or its repository's filler.
-    fn place_pushes(
-        &mut self,
-        catalog: &Catalog,
-        router: &Router,
-        naming: &mut Naming,
-        format: ManifestFormat,
-    ) {
-        for (position, facts) in catalog.pushes() {
-            let name = naming.repo(catalog, facts.repo);
-            let tag = naming.tag(catalog, facts.repo, facts.reference);
-            let config = push_manifest(catalog, facts, format).config_bytes;
-            let mut needs = vec![(Sha256Sum::of(&config).0, Origin::PushConfig(position))];
+        // A manifest the run pushes lands where routing sends its PUT, with the uploads of
+        // its push (`Action::BlobUpload::push`); what else it references must be there
+        // already: the layers it found present, or its repository's filler.
+        for (_, facts) in catalog.pushes() {
+            let endpoints =
+                manifest_endpoints(catalog, router, &mut naming, facts.repo, facts.reference);
             for layer in catalog.push_layers(facts) {
                 if let PushedLayer::Existing(d) = layer {
-                    needs.push((catalog.blob_sha256(d), Origin::Read(d)));
+                    need(facts.repo, Some(d), &endpoints);
                 }
             }
             if facts.layers.is_empty() {
-                needs.push((
-                    catalog.filler_sha256(facts.repo),
-                    Origin::Filler(facts.repo),
-                ));
+                need(facts.repo, None, &endpoints);
             }
-            let endpoints = router.placement(Object::Manifest {
-                repo: name.as_str(),
-                reference: tag.as_str(),
-            });
-            for endpoint in endpoints {
-                self.need(&name, facts.repo, &needs, endpoint);
+        }
+        // Every manifest the run reads needs its layers, or its filler, where it lands.
+        for (&(repo, reference), facts) in catalog.manifests.iter() {
+            let endpoints = manifest_endpoints(catalog, router, &mut naming, repo, reference);
+            let layers = catalog.manifest_layers(facts);
+            if layers.is_empty() {
+                need(repo, None, &endpoints);
             }
+            for &d in layers {
+                need(repo, Some(d), &endpoints);
+            }
+        }
+        needs.sort_unstable();
+        needs.dedup();
+        dedup_same_bytes(catalog, &mut needs);
+        needs.shrink_to_fit();
+        PrewarmJobs {
+            catalog,
+            router,
+            repos,
+            needs,
         }
     }
 
-    /// Every manifest the run reads, on its endpoints, with what it references there too.
-    fn place_manifests(
-        &mut self,
-        catalog: &Catalog,
-        router: &Router,
-        naming: &mut Naming,
-        format: ManifestFormat,
-    ) {
-        for (&(repo_sym, reference_sym), facts) in &catalog.manifests {
-            let repo = naming.repo(catalog, repo_sym);
-            let tag = naming.tag(catalog, repo_sym, reference_sym);
-            let endpoints = router.placement(Object::Manifest {
-                repo: repo.as_str(),
-                reference: tag.as_str(),
+    /// Blob uploads: the needs listed, then a config for every manifest on each of its
+    /// endpoints (a config is its manifest's own, so none repeats).
+    pub fn blobs(&self) -> impl Iterator<Item = BlobJob> + '_ {
+        let catalog = self.catalog;
+        let mut naming = Naming::new(self.repos.clone());
+        let needs = self
+            .needs
+            .iter()
+            .map(move |&(repo, blob, endpoint)| BlobJob {
+                repo: naming.repo(catalog, repo),
+                origin: blob.map_or(Origin::Filler(repo), Origin::Read),
+                endpoint: endpoint as usize,
             });
-            // What the manifest references must be where the manifest is.
-            let mut needs: Vec<([u8; 32], Origin)> = if facts.layers.is_empty() {
-                vec![(catalog.filler_sha256(repo_sym), Origin::Filler(repo_sym))]
-            } else {
-                catalog
-                    .manifest_layers(facts)
-                    .iter()
-                    .map(|&d| (catalog.blob_sha256(d), Origin::Read(d)))
-                    .collect()
-            };
-            let (config, _, _) = read_manifest_bytes(catalog, format, repo_sym, reference_sym);
-            needs.push((
-                Sha256Sum::of(&config).0,
-                Origin::ReadConfig(repo_sym, reference_sym),
-            ));
-            for &endpoint in &endpoints {
-                self.need(&repo, repo_sym, &needs, endpoint);
-                self.manifests.push(ManifestJob {
+        let pushes = catalog
+            .pushes()
+            .map(|(position, facts)| (facts.repo, facts.reference, Origin::PushConfig(position)));
+        let reads = catalog
+            .manifests
+            .iter()
+            .map(|(&(repo, reference), _)| (repo, reference, Origin::ReadConfig(repo, reference)));
+        let mut naming = Naming::new(self.repos.clone());
+        let router = self.router;
+        let configs = pushes
+            .chain(reads)
+            .flat_map(move |(repo, reference, origin)| {
+                let endpoints = manifest_endpoints(catalog, router, &mut naming, repo, reference);
+                let name = naming.repo(catalog, repo);
+                endpoints.into_iter().map(move |endpoint| BlobJob {
+                    repo: name.clone(),
+                    origin,
+                    endpoint,
+                })
+            });
+        needs.chain(configs)
+    }
+
+    /// Every manifest the run reads, on each of its endpoints.
+    pub fn manifests(&self) -> impl Iterator<Item = ManifestJob> + '_ {
+        let (catalog, router) = (self.catalog, self.router);
+        let mut naming = Naming::new(self.repos.clone());
+        catalog
+            .manifests
+            .iter()
+            .flat_map(move |(&(repo_sym, reference_sym), _)| {
+                let repo = naming.repo(catalog, repo_sym);
+                let tag = naming.tag(catalog, repo_sym, reference_sym);
+                let endpoints = router.placement(Object::Manifest {
+                    repo: repo.as_str(),
+                    reference: tag.as_str(),
+                });
+                endpoints.into_iter().map(move |endpoint| ManifestJob {
                     repo_sym,
                     reference_sym,
                     repo: repo.clone(),
                     tag: tag.clone(),
                     endpoint,
-                });
-            }
-        }
+                })
+            })
     }
 
-    /// Blob jobs for what a manifest in `repo` on `endpoint` needs.
-    fn need(
-        &mut self,
-        repo: &Repository,
-        repo_sym: Sym,
-        needs: &[([u8; 32], Origin)],
-        endpoint: usize,
-    ) {
-        for &(sha256, origin) in needs {
-            self.blobs.push(BlobJob {
-                repo: repo.clone(),
-                repo_sym,
-                sha256,
-                origin,
-                endpoint,
-            });
-        }
+    /// Blob uploads [`PrewarmJobs::blobs`] makes.
+    pub fn blob_count(&self) -> u64 {
+        let manifests = self.catalog.pushes().len() + self.catalog.manifests.len();
+        (self.needs.len() + manifests * self.router.copies()) as u64
+    }
+
+    /// Manifest PUTs [`PrewarmJobs::manifests`] makes.
+    pub fn manifest_count(&self) -> u64 {
+        (self.catalog.manifests.len() * self.router.copies()) as u64
     }
 
     /// Objects to prewarm: blob uploads and manifest PUTs, each counted per endpoint.
     pub fn len(&self) -> u64 {
-        (self.blobs.len() + self.manifests.len()) as u64
+        self.blob_count() + self.manifest_count()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Where the manifest `repo:reference` of the trace lands.
+fn manifest_endpoints(
+    catalog: &Catalog,
+    router: &Router,
+    naming: &mut Naming,
+    repo: Sym,
+    reference: Sym,
+) -> Vec<usize> {
+    let name = naming.repo(catalog, repo);
+    let tag = naming.tag(catalog, repo, reference);
+    router.placement(Object::Manifest {
+        repo: name.as_str(),
+        reference: tag.as_str(),
+    })
+}
+
+/// Drops a need whose bytes another need of the same repository and endpoint has already
+/// (scaled-down blobs of a byte or two often share a digest): a registry that stores blob
+/// links as plain files (distribution) rewrites the link when the same blob is uploaded
+/// again, and a HEAD that reads it meanwhile fails. `needs` is sorted by repository, and the
+/// set only ever holds one repository's digests.
+fn dedup_same_bytes(catalog: &Catalog, needs: &mut Vec<Need>) {
+    let mut seen: HashSet<([u8; 32], u32)> = HashSet::new();
+    let mut repo = None;
+    needs.retain(|&(r, blob, endpoint)| {
+        if repo != Some(r) {
+            repo = Some(r);
+            seen.clear();
+        }
+        let sha = blob.map_or_else(|| catalog.filler_sha256(r), |d| catalog.blob_sha256(d));
+        seen.insert((sha, endpoint))
+    });
+}
+
+/// The digest and the bytes of the blob `origin` names.
+pub fn blob_of(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> (Digest, BlobSource) {
+    let bytes = |b: bytes::Bytes| (Digest::sha256_of(&b), BlobSource::Bytes(b));
+    match origin {
+        Origin::Read(d) => (
+            Digest::from_sha256(catalog.blob_sha256(d)),
+            BlobSource::Content(catalog.blob_content(d)),
+        ),
+        Origin::Filler(repo) => (
+            Digest::from_sha256(catalog.filler_sha256(repo)),
+            BlobSource::Content(catalog.filler_content(repo)),
+        ),
+        Origin::PushConfig(position) => bytes(
+            catalog
+                .push(position)
+                .map(|facts| push_manifest(catalog, facts, format).config_bytes)
+                .unwrap_or_default(),
+        ),
+        Origin::ReadConfig(repo, reference) => {
+            bytes(read_manifest_bytes(catalog, format, repo, reference).0)
+        }
     }
 }
 
@@ -318,21 +356,4 @@ pub fn read_manifest_digest(
     reference: Sym,
 ) -> Digest {
     Digest::sha256_of(&read_manifest_bytes(catalog, format, repo, reference).2)
-}
-
-/// The bytes of the blob `origin` names.
-pub fn blob_source(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> BlobSource {
-    match origin {
-        Origin::Read(d) => BlobSource::Content(catalog.blob_content(d)),
-        Origin::Filler(repo) => BlobSource::Content(catalog.filler_content(repo)),
-        Origin::PushConfig(position) => BlobSource::Bytes(
-            catalog
-                .push(position)
-                .map(|facts| push_manifest(catalog, facts, format).config_bytes)
-                .unwrap_or_default(),
-        ),
-        Origin::ReadConfig(repo, reference) => {
-            BlobSource::Bytes(read_manifest_bytes(catalog, format, repo, reference).0)
-        }
-    }
 }

@@ -71,7 +71,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
     let up = up_front(&cfg, &names);
     let prepared = catalog::prepare(&input, &cfg, spool_dir, &session, &shutdown, up).await?;
-    let Some((catalog, spool, preparation)) = prepared else {
+    let Some((mut catalog, spool, preparation)) = prepared else {
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, None).await;
     };
@@ -111,6 +111,10 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
             return Ok(exit);
         }
         after_prewarm = Some(prewarm::with_digests(&preparation, &report));
+        // What only the prewarm read goes before the run starts.
+        if let Some(catalog) = std::sync::Arc::get_mut(&mut catalog) {
+            catalog.keep_run_only();
+        }
     }
     let context = Context {
         preparation: after_prewarm.as_ref().unwrap_or(&preparation),

@@ -107,7 +107,6 @@ async fn push_all(
     clients: &[RegistryClient],
 ) -> anyhow::Result<PrewarmReport> {
     let cfg = context.cfg;
-    let mut naming = Naming::new(cfg.plan.repos.clone());
     let format = cfg.plan.manifest_format;
     let flags = &context.session.flags;
     let talk = !flags.quiet && !flags.json;
@@ -161,20 +160,20 @@ async fn push_all(
         };
         report.digests_computed = stats.computed as u64;
     }
-    let jobs = PrewarmJobs::plan(catalog, context.router, &mut naming, format, staged);
+    let jobs = PrewarmJobs::plan(catalog, context.router, cfg.plan.repos.clone(), staged);
     if talk {
         // The same units as the line after it: pushes, not the trace's distinct objects.
         eprintln!(
             "creb-rs: prewarm: {} blobs (layers, configs and fillers, per repository and node) and {} manifests to push",
-            jobs.blobs.len(),
-            jobs.manifests.len()
+            jobs.blob_count(),
+            jobs.manifest_count()
         );
     }
     progress.add_total(jobs.len());
     let line = context
         .session
         .progress_line("prewarm", "objects", &progress);
-    let report = prewarm.run(jobs, report).await;
+    let report = prewarm.run(&jobs, report).await;
     line.finish();
     Ok(report)
 }
