@@ -183,6 +183,7 @@ async fn write_result_dir(dir: &Path, index: u32, wall: SystemTime) {
         interval: INTERVAL,
         record_requests: false,
         live: None,
+        split_by: None,
     };
     // An hour ahead: the aggregator's ticker never fires, so intervals are flushed in order
     // by `finish`, whatever the machine's speed.

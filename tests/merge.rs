@@ -27,6 +27,8 @@ struct Raw {
     latency_us: u64,
     failed: bool,
     big: bool,
+    /// The value its answer gave `--split-by-header` (`v1`, `v2`, …; 0: no header).
+    value: u8,
 }
 
 fn raw() -> impl Strategy<Value = Raw> {
@@ -36,13 +38,15 @@ fn raw() -> impl Strategy<Value = Raw> {
         1u64..2_000_000,
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.2),
+        0u8..6,
     )
-        .prop_map(|(op, end_ms, latency_us, failed, big)| Raw {
+        .prop_map(|(op, end_ms, latency_us, failed, big, value)| Raw {
             op,
             end_ms,
             latency_us,
             failed,
             big,
+            value,
         })
 }
 
@@ -62,33 +66,42 @@ async fn write_dir(
         interval: Duration::from_secs(1),
         record_requests: false,
         live: None,
+        split_by: Some(http::HeaderName::from_static("x-cache-status")),
     };
     let (recorder, aggregator) = output.start(anchor, wall).unwrap();
     for r in samples {
         let end = anchor + Duration::from_millis(r.end_ms);
+        let mut headers = http::HeaderMap::new();
+        if r.value > 0 {
+            headers.insert("x-cache-status", format!("v{}", r.value).parse().unwrap());
+        }
+        let label = recorder.split().map(|s| s.label(&headers));
         recorder
-            .record(Sample {
-                op: OPS[r.op as usize],
-                outcome: if r.failed {
-                    Outcome::Error(ErrorKind::Http(503))
-                } else {
-                    Outcome::Ok
+            .record_labeled(
+                Sample {
+                    op: OPS[r.op as usize],
+                    outcome: if r.failed {
+                        Outcome::Error(ErrorKind::Http(503))
+                    } else {
+                        Outcome::Ok
+                    },
+                    size_class: if r.big {
+                        SizeClass::To100MiB
+                    } else {
+                        SizeClass::Under1MiB
+                    },
+                    timing: Timing {
+                        intended: Some(end - Duration::from_micros(r.latency_us)),
+                        sent: end - Duration::from_micros(r.latency_us / 2),
+                        first_byte: Some(end - Duration::from_micros(r.latency_us / 4)),
+                        end,
+                    },
+                    bytes_sent: 10,
+                    bytes_received: if r.big { 20 << 20 } else { 100 },
+                    http: creb::metrics::HttpStatuses::one(Some(200)),
                 },
-                size_class: if r.big {
-                    SizeClass::To100MiB
-                } else {
-                    SizeClass::Under1MiB
-                },
-                timing: Timing {
-                    intended: Some(end - Duration::from_micros(r.latency_us)),
-                    sent: end - Duration::from_micros(r.latency_us / 2),
-                    first_byte: Some(end - Duration::from_micros(r.latency_us / 4)),
-                    end,
-                },
-                bytes_sent: 10,
-                bytes_received: if r.big { 20 << 20 } else { 100 },
-                http: creb::metrics::HttpStatuses::one(Some(200)),
-            })
+                label,
+            )
             .await;
     }
     let aggregator = aggregator.finish().await;
@@ -157,6 +170,11 @@ fn check_merge_equals_union(samples: Vec<Raw>, assignment: Vec<u32>, count: u32)
         assert_eq!(merged.summary.operations, whole.summary.operations);
         assert_eq!(merged.summary.totals, whole.summary.totals);
         assert_eq!(merged.summary.errors, whole.summary.errors);
+        // And split by header value (matched by name: each shard met them in its order).
+        assert_eq!(
+            merged.summary.split_by_header,
+            whole.summary.split_by_header
+        );
         // Interval by interval, tag by tag, the histograms are identical.
         assert_eq!(merged.hlog.intervals, whole.hlog.intervals);
         // The timeline's counts add up to the union's.
@@ -199,6 +217,7 @@ async fn shards(root: &Path, count: u32) -> Vec<std::path::PathBuf> {
         latency_us: 500,
         failed: false,
         big: false,
+        value: 1,
     }];
     let mut dirs = Vec::new();
     for i in 0..count {
@@ -207,6 +226,47 @@ async fn shards(root: &Path, count: u32) -> Vec<std::path::PathBuf> {
         dirs.push(d);
     }
     dirs
+}
+
+/// Two shards that met 10 header values each: the merge keeps the 16 most counted apart,
+/// as a run does, and folds the rest into `(other)`, counters and histograms alike.
+#[tokio::test]
+async fn a_merged_split_keeps_sixteen_values_and_folds_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (anchor, wall) = (Instant::now(), SystemTime::now());
+    let mut dirs = Vec::new();
+    for shard in 0..2u32 {
+        // Value k (1–20) answers k operations.
+        let samples: Vec<Raw> = (1..=10u8)
+            .map(|i| i + 10 * shard as u8)
+            .flat_map(|value| {
+                (0..u64::from(value)).map(move |j| Raw {
+                    op: 0,
+                    end_ms: 10 + j,
+                    latency_us: 100 * u64::from(value),
+                    failed: false,
+                    big: false,
+                    value,
+                })
+            })
+            .collect();
+        let dir = tmp.path().join(format!("s{shard}"));
+        write_dir(&dir, &samples, shard, 2, anchor, wall).await;
+        dirs.push(dir);
+    }
+    let out = tmp.path().join("merged");
+    creb::merge::merge(&dirs, &out, false).unwrap();
+    let merged = load(&out).unwrap();
+    let split = merged.summary.split_by_header.unwrap();
+    assert_eq!(split.header, "x-cache-status");
+    assert_eq!(split.values.len(), 17, "{:?}", split.values.keys());
+    let other = &split.values["(other)"]["blob_get"];
+    assert_eq!(other.count, 1 + 2 + 3 + 4);
+    assert_eq!(other.latency_ms.as_ref().unwrap().max, 0.4);
+    assert!(!split.values.contains_key("v4") && split.values.contains_key("v5"));
+    assert_eq!(split.values["v20"]["blob_get"].count, 20);
+    // counters.json says the same (split.hlog's histograms were read against it).
+    assert_eq!(merged.counters.split.unwrap().values.len(), 17);
 }
 
 fn edit_json(path: &Path, edit: impl Fn(&mut serde_json::Value)) {

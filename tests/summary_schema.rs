@@ -47,6 +47,8 @@ async fn push_and_pull_summaries_match_the_schema() {
         "2MiB",
         "--chunk-size",
         "1MiB",
+        "--split-by-header",
+        "Docker-Distribution-Api-Version",
         "--output-dir",
         push_dir.to_str().unwrap(),
         "--quiet",
@@ -55,6 +57,15 @@ async fn push_and_pull_summaries_match_the_schema() {
     assert_eq!(status, ExitStatus::Success);
     let push = summary_json(&push_dir);
     assert_valid(&push);
+    // distribution says its API version on every answer: each operation under one value.
+    let split = &push["split_by_header"];
+    assert_eq!(split["header"], "docker-distribution-api-version");
+    for (op, s) in push["operations"].as_object().unwrap() {
+        assert_eq!(
+            split["values"]["registry/2.0"][op]["count"], s["count"],
+            "{op}: {split}"
+        );
+    }
     assert_eq!(push["command"], "push");
     assert_eq!(push["model"], "closed");
     assert!(

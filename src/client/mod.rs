@@ -170,6 +170,8 @@ pub struct HeadInfo {
 /// A response after credentials and redirects.
 struct Exchange {
     response: HttpResponse,
+    /// The label its `--split-by-header` value gets, if the run splits by one.
+    label: Option<u8>,
     /// When the last request that was not an auth failure was sent.
     sent: Instant,
     headers_at: Instant,
@@ -185,6 +187,8 @@ struct Meter {
     requests: HttpStatuses,
     size_hint: u64,
     sent_set: bool,
+    /// The `--split-by-header` label of the latest answer.
+    label: Option<u8>,
 }
 
 impl Meter {
@@ -197,6 +201,7 @@ impl Meter {
             requests: HttpStatuses::NONE,
             size_hint: 0,
             sent_set: false,
+            label: None,
         }
     }
 
@@ -207,6 +212,7 @@ impl Meter {
         }
         self.timing.first_byte = Some(ex.headers_at);
         self.requests.add(ex.requests);
+        self.label = ex.label.or(self.label);
     }
 
     fn sample(&self, outcome: Outcome) -> Sample {
@@ -379,7 +385,11 @@ impl RegistryClient {
     }
 
     async fn record(&self, meter: &Meter, outcome: Outcome) {
-        self.inner.recorder.record(meter.sample(outcome)).await;
+        let sample = meter.sample(outcome);
+        self.inner
+            .recorder
+            .record_labeled(sample, meter.label)
+            .await;
     }
 
     async fn finish<T>(
@@ -452,8 +462,14 @@ impl RegistryClient {
             else {
                 continue;
             };
+            let label = self
+                .inner
+                .recorder
+                .split()
+                .map(|s| s.label(&response.headers));
             return Ok(Exchange {
                 response,
+                label,
                 sent: sent_for_op,
                 headers_at,
                 requests: state.requests,

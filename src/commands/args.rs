@@ -374,6 +374,18 @@ pub struct OutputArgs {
     /// Also write requests.csv: one row per request, streamed (large for long runs).
     #[arg(hide_short_help = true, long, requires = "output_dir")]
     pub record_requests: bool,
+
+    /// Count and time every operation also by the value its answer gave this response
+    /// header (e.g. `X-Cache-Status`, `X-Cache`, `CF-Cache-Status`, `X-Served-By`): per
+    /// operation and value in summary.json, the reports and the live metrics. At most 16
+    /// distinct values; later ones are counted as `(other)`, no header as `(none)`.
+    #[arg(hide_short_help = true, long, value_name = "NAME", value_parser = parse_header_name)]
+    pub split_by_header: Option<http::HeaderName>,
+}
+
+fn parse_header_name(s: &str) -> Result<http::HeaderName, String> {
+    http::HeaderName::from_bytes(s.trim().as_bytes())
+        .map_err(|_| format!("'{s}' is not a header name"))
 }
 
 pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {

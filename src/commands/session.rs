@@ -72,6 +72,7 @@ impl Session {
             interval: flags.interval,
             record_requests: flags.record_requests,
             live: None,
+            split_by: flags.split_by_header.clone(),
         };
         let observation = observe::start(flags, labels, endpoints, shard, &mut output).await?;
         Ok(Session {

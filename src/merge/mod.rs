@@ -18,14 +18,18 @@ use anyhow::{bail, Context};
 use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::metrics::hist::add_exact;
+use crate::metrics::split::{ABSENT_NAME, MAX_VALUES, OTHER_NAME};
 use crate::metrics::EndpointCounters;
-use crate::metrics::{new_histogram, Level};
+use crate::metrics::{new_histogram, Level, StatsTable};
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
 use crate::results::store::{
-    self, aggregator_of, endpoint_tables, load, write_endpoint_histograms, Counters, HostInfo,
-    Meta, ResultSet, ENDPOINTS_CSV,
+    self, aggregator_of, cells_of, endpoint_tables, load, split_tables, write_endpoint_histograms,
+    write_split_histograms, Counters, HostInfo, Meta, ResultSet, SplitCells, ValueCells,
+    ENDPOINTS_CSV, SPLIT_HLOG,
 };
-use crate::results::summary::{EndpointSummary, RunInfo, Shard, Summary, TraceCounts, Warning};
+use crate::results::summary::{
+    EndpointSummary, HeaderSplitSummary, RunInfo, Shard, Summary, TraceCounts, Warning,
+};
 use crate::results::writer::{
     endpoint_columns, endpoint_row, endpoint_values, parse_endpoint_row, timeline_header,
     ENDPOINTS_HEADER, TIMELINE_FAMILIES,
@@ -447,6 +451,75 @@ fn write_timeline(
     Ok(())
 }
 
+/// The header a merged result is split by, and each value's table.
+type MergedSplit = (String, Vec<(String, StatsTable)>);
+
+/// The merged `--split-by-header` tables (values matched by name), bounded as a run's are:
+/// past [`MAX_VALUES`] values (shards may each have met others), the least counted are
+/// folded into `(other)`; `counters` follows. `None` when no result split its operations.
+fn merge_split(sets: &[ResultSet], counters: &mut Counters) -> anyhow::Result<Option<MergedSplit>> {
+    let Some(split) = &counters.split else {
+        return Ok(None);
+    };
+    let mut histograms = IntervalHistograms::new();
+    for s in sets {
+        let name = s.dir.display();
+        let (Some(theirs), Some(h)) = (&s.counters.split, &s.split_histograms) else {
+            bail!(
+                "{name} has no --split-by-header numbers ({SPLIT_HLOG} or its counters are missing): it cannot be merged with results split by {}",
+                split.header
+            );
+        };
+        if theirs.header != split.header {
+            bail!(
+                "{name} is split by {}, another result by {}: they are not parts of one run",
+                theirs.header,
+                split.header
+            );
+        }
+        for (tag, v) in h {
+            histograms.entry(tag.clone()).or_default().add(v);
+        }
+    }
+    let header = split.header.clone();
+    let mut tables = split_tables(split, &histograms)?;
+    let count = |t: &StatsTable| t.cells().map(|(_, s)| s.count).sum::<u64>();
+    let special = |v: &str| v == ABSENT_NAME || v == OTHER_NAME;
+    let mut named: Vec<(u64, String)> = tables
+        .iter()
+        .filter(|(v, _)| !special(v))
+        .map(|(v, t)| (count(t), v.clone()))
+        .collect();
+    if named.len() > MAX_VALUES {
+        named.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let folded: BTreeSet<String> = named
+            .split_off(MAX_VALUES)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let mut other = StatsTable::default();
+        tables.retain(|(v, t)| {
+            let fold = folded.contains(v) || v == OTHER_NAME;
+            if fold {
+                other.add(t);
+            }
+            !fold
+        });
+        tables.push((OTHER_NAME.to_owned(), other));
+    }
+    counters.split = Some(SplitCells {
+        header: header.clone(),
+        values: tables
+            .iter()
+            .map(|(value, table)| ValueCells {
+                value: value.clone(),
+                cells: cells_of(table),
+            })
+            .collect(),
+    });
+    Ok(Some((header, tables)))
+}
+
 /// What a merge writes.
 struct Merged<'a> {
     counters: &'a Counters,
@@ -454,6 +527,8 @@ struct Merged<'a> {
     interval: Duration,
     duration: Duration,
     endpoints: Option<&'a MergedEndpoints>,
+    /// `--split-by-header`: each value's merged table.
+    split: Option<&'a [(String, StatsTable)]>,
     meta: &'a Meta,
     summary: &'a Summary,
 }
@@ -478,6 +553,11 @@ fn write_merged(out: &Path, sets: &[ResultSet], merged: &Merged<'_>) -> anyhow::
         if !endpoint_rows.is_empty() {
             write_endpoint_rows(out, &endpoint_rows)?;
         }
+    }
+    if let Some(tables) = merged.split {
+        let refs: Vec<(String, &StatsTable)> = tables.iter().map(|(v, t)| (v.clone(), t)).collect();
+        let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();
+        write_split_histograms(out, start, merged.duration, &refs)?;
     }
     let mut json = serde_json::to_vec_pretty(merged.counters)?;
     json.push(b'\n');
@@ -556,6 +636,13 @@ pub fn merge(
         &aggregator,
     );
     summary.endpoints = endpoints.as_ref().map(|e| e.summaries.clone());
+    let split = merge_split(&sets, &mut counters)?;
+    summary.split_by_header = split.as_ref().map(|(header, tables)| {
+        HeaderSplitSummary::from_tables(
+            header,
+            tables.iter().map(|(v, t)| (v.clone(), t)).collect(),
+        )
+    });
     let mut meta: Meta = first.meta.clone();
     meta.host = store::hostname();
     meta.shard = Shard { index: 0, count };
@@ -568,6 +655,7 @@ pub fn merge(
         interval,
         duration: Duration::from_secs_f64(duration),
         endpoints: endpoints.as_ref(),
+        split: split.as_ref().map(|(_, tables)| tables.as_slice()),
         meta: &meta,
         summary: &summary,
     };

@@ -11,11 +11,13 @@
 
 use crate::fast_hash::FastHashMap;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::split::HeaderSplit;
 use super::{
     ErrorKind, Event, HttpStatuses, Level, Op, Outcome, Sample, SizeClass, SparseHistogram,
     StatsTable, Timing,
@@ -27,6 +29,9 @@ pub(crate) enum Msg {
     Sample(Sample),
     /// A sample of an operation sent to endpoint `.0` (runs over several endpoints).
     EndpointSample(u16, Sample),
+    /// A sample whose answer gave `--split-by-header` the value labelled `.0`
+    /// ([`super::split::HeaderSplit::label`]), sent to endpoint `.1` if several.
+    Labeled(u8, Option<u16>, Sample),
     /// Endpoint `.0` exists (sent when its recorder is made, before any of its samples), so
     /// every interval has a row for it.
     Endpoint(u16),
@@ -75,6 +80,8 @@ pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     /// Runs over several endpoints: the endpoint whose client records here.
     endpoint: Option<u16>,
+    /// `--split-by-header`: the header whose value labels each sample.
+    split: Option<Arc<HeaderSplit>>,
 }
 
 impl Recorder {
@@ -89,6 +96,22 @@ impl Recorder {
         let _ = self.tx.send(msg).await;
     }
 
+    /// A sample with the label its answer gave `--split-by-header` (`None` without one).
+    pub async fn record_labeled(&self, sample: Sample, label: Option<u8>) {
+        let Some(label) = label.filter(|_| self.split.is_some()) else {
+            return self.record(sample).await;
+        };
+        let _ = self
+            .tx
+            .send(Msg::Labeled(label, self.endpoint, sample))
+            .await;
+    }
+
+    /// `--split-by-header`: the header whose value labels the samples, if any.
+    pub fn split(&self) -> Option<&HeaderSplit> {
+        self.split.as_deref()
+    }
+
     /// The same aggregator, with every sample also counted for endpoint `index`
     /// ([`Aggregator::endpoints`]).
     pub fn for_endpoint(&self, index: usize) -> Recorder {
@@ -99,13 +122,18 @@ impl Recorder {
         Recorder {
             tx: self.tx.clone(),
             endpoint: Some(endpoint),
+            split: self.split.clone(),
         }
     }
 
     /// A recorder whose measurements go nowhere (health probes, which are not workload).
     pub fn discard() -> Recorder {
         let (tx, _) = mpsc::channel(1);
-        Recorder { tx, endpoint: None }
+        Recorder {
+            tx,
+            endpoint: None,
+            split: None,
+        }
     }
 
     /// Counts an event.
@@ -225,6 +253,14 @@ pub struct Aggregator {
     /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
     /// list). Every sample recorded through an endpoint's recorder is in exactly one.
     pub endpoints: Vec<StatsTable>,
+    /// `--split-by-header`: the header and the names of its values, by label.
+    pub split: Option<Arc<HeaderSplit>>,
+    /// The whole run per label of `split` (index: the label). Every sample an answer
+    /// labelled is in exactly one.
+    pub splits: Vec<StatsTable>,
+    /// The names of `split`'s labels as the live metrics label them (copied once per new
+    /// value, not per sample).
+    split_names: Vec<Arc<str>>,
     /// Per-endpoint counters of the open intervals, by interval index.
     endpoint_open: FastHashMap<u64, Vec<EndpointCounters>>,
     sessions: FastHashMap<u64, OpenSession>,
@@ -360,6 +396,21 @@ impl Aggregator {
                 self.sample(&s, Some(endpoint), sink);
             }
             Msg::Sample(s) => self.sample(&s, None, sink),
+            Msg::Labeled(label, endpoint, s) => {
+                let l = usize::from(label);
+                if self.splits.len() <= l {
+                    self.splits.resize_with(l + 1, StatsTable::default);
+                }
+                self.splits[l].record(&s);
+                if let (Some(live), Some(name)) = (self.live.clone(), self.split_name(label)) {
+                    live.observe_split(&s, name);
+                }
+                let msg = match endpoint {
+                    Some(e) => Msg::EndpointSample(e, s),
+                    None => Msg::Sample(s),
+                };
+                return self.handle(msg, sink);
+            }
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => {
                 // A finished image pull is a sample like any other, in requests.csv too.
@@ -391,6 +442,31 @@ impl Aggregator {
             }
         }
         true
+    }
+
+    /// The name of `split`'s label `label`.
+    fn split_name(&mut self, label: u8) -> Option<Arc<str>> {
+        let l = usize::from(label);
+        if self.split_names.len() <= l {
+            let split = self.split.as_ref()?;
+            self.split_names = split.names().into_iter().map(Arc::from).collect();
+        }
+        self.split_names.get(l).cloned()
+    }
+
+    /// The names of `split`'s labels, by label, with their tables: what the results say
+    /// of `--split-by-header` (`None` without it).
+    pub fn split_tables(&self) -> Option<(&str, Vec<(String, &StatsTable)>)> {
+        let split = self.split.as_ref()?;
+        let names = split.names();
+        let tables = self
+            .splits
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.cells().next().is_some())
+            .filter_map(|(l, t)| Some((names.get(l)?.clone(), t)))
+            .collect();
+        Some((split.header(), tables))
     }
 
     /// Flushes every open interval with an index below `limit`, in order. Intervals in
@@ -585,17 +661,20 @@ pub fn spawn_aggregator_live(
     sink: Option<Box<dyn IntervalSink>>,
     live: Option<std::sync::Arc<super::live::LiveMetrics>>,
 ) -> (Recorder, AggregatorHandle) {
-    spawn_aggregator_watched(config, sink, live, None)
+    spawn_aggregator_watched(config, sink, live, None, None)
 }
 
 /// [`spawn_aggregator_live`], also feeding the latency and lag of the progress line, so it
-/// shows what the metrics and the results hold.
+/// shows what the metrics and the results hold, and splitting the samples by a response
+/// header (`--split-by-header`) when `split` names one.
 pub(crate) fn spawn_aggregator_watched(
     config: AggregatorConfig,
     sink: Option<Box<dyn IntervalSink>>,
     live: Option<std::sync::Arc<super::live::LiveMetrics>>,
     progress: Option<std::sync::Arc<crate::progress::Progress>>,
+    split: Option<Arc<HeaderSplit>>,
 ) -> (Recorder, AggregatorHandle) {
+    let recorder_split = split.clone();
     let (tx, mut rx) = mpsc::channel::<Msg>(CHANNEL_CAPACITY);
     let (done_tx, done) = tokio::sync::oneshot::channel();
     // A plain thread, not `spawn_blocking`: it lives for the whole run, and under a paused
@@ -606,6 +685,7 @@ pub(crate) fn spawn_aggregator_watched(
             let mut aggregator = Aggregator::new(config);
             aggregator.live = live;
             aggregator.progress = progress;
+            aggregator.split = split;
             let mut sink = sink;
             // Under load, drain what arrived and sleep: parked on the channel, the thread
             // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,
@@ -665,6 +745,7 @@ pub(crate) fn spawn_aggregator_watched(
         Recorder {
             tx: tx.clone(),
             endpoint: None,
+            split: recorder_split,
         },
         AggregatorHandle { tx, done, ticker },
     )

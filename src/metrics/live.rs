@@ -2,13 +2,16 @@
 //! histograms in the OpenMetrics text format, fed by the aggregator from the same samples
 //! as the HDR histograms (which stay the exact record), never by the requests themselves.
 //! Label values come from closed sets (operations, outcomes, status classes, directions, the
-//! run's endpoints), so the number of series is bounded.
+//! run's endpoints, the bounded values of `--split-by-header`), so the number of series is
+//! bounded.
 //!
 //! The contract dashboards and alerts rely on (docs/metrics.md):
 //! `creb_operations_total{operation,outcome,endpoint}`,
 //! `creb_http_requests_total{operation,status,endpoint}`, `creb_bytes_total{direction}`,
 //! `creb_in_flight`, `creb_schedule_lag_seconds`, `creb_response_seconds{operation,endpoint}`,
-//! `creb_service_seconds{operation,endpoint}`, `creb_run_info{command,mode,seed,shard,cell}`.
+//! `creb_service_seconds{operation,endpoint}`, `creb_run_info{command,mode,seed,shard,cell}`,
+//! and with `--split-by-header`, `creb_header_operations_total{operation,outcome,header_value}`
+//! and `creb_header_response_seconds{operation,header_value}` (at most 18 values).
 
 use std::sync::{Arc, Mutex};
 
@@ -28,7 +31,7 @@ pub const LATENCY_BUCKETS: [f64; 17] = [
 ];
 
 /// Every metric name the endpoint serves (the Grafana dashboard's test checks against it).
-pub const METRIC_NAMES: [&str; 8] = [
+pub const METRIC_NAMES: [&str; 10] = [
     "creb_operations_total",
     "creb_http_requests_total",
     "creb_bytes_total",
@@ -36,11 +39,13 @@ pub const METRIC_NAMES: [&str; 8] = [
     "creb_schedule_lag_seconds",
     "creb_response_seconds",
     "creb_service_seconds",
+    "creb_header_operations_total",
+    "creb_header_response_seconds",
     "creb_run_info",
 ];
 
 /// Every label name the endpoint's series carry (`le` is the histograms' bucket bound).
-pub const LABEL_NAMES: [&str; 11] = [
+pub const LABEL_NAMES: [&str; 12] = [
     "operation",
     "outcome",
     "endpoint",
@@ -52,6 +57,7 @@ pub const LABEL_NAMES: [&str; 11] = [
     "seed",
     "shard",
     "cell",
+    "header_value",
 ];
 
 /// An outcome as a label value: `ok` or the error kind's key (`http_404`, `timeout`, …).
@@ -68,7 +74,8 @@ impl EncodeLabelValue for OutcomeLabel {
     }
 }
 
-/// An endpoint as a label value: its `host:port`, shared (no copy per sample).
+/// An endpoint as a label value: its `host:port`, shared (no copy per sample); also a
+/// `--split-by-header` value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct EndpointLabel(Arc<str>);
 
@@ -97,6 +104,21 @@ struct OpStatus {
 struct OpLabel {
     operation: &'static str,
     endpoint: EndpointLabel,
+}
+
+/// An operation and the value its answer gave `--split-by-header`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OpHeaderValue {
+    operation: &'static str,
+    header_value: EndpointLabel,
+}
+
+/// [`OpHeaderValue`] with the outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OpOutcomeHeaderValue {
+    operation: &'static str,
+    outcome: OutcomeLabel,
+    header_value: EndpointLabel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -172,6 +194,9 @@ pub struct LiveMetrics {
     lag: Histogram,
     response: Family<OpLabel, Histogram, fn() -> Histogram>,
     service: Family<OpLabel, Histogram, fn() -> Histogram>,
+    /// `--split-by-header`: operations and latency by the header's value.
+    header_operations: Family<OpOutcomeHeaderValue, Counter>,
+    header_response: Family<OpHeaderValue, Histogram, fn() -> Histogram>,
     /// The `endpoint` label of each endpoint, by index.
     endpoints: Vec<EndpointLabel>,
     /// The `endpoint` label of samples not sent through one endpoint's client (image
@@ -195,6 +220,11 @@ impl LiveMetrics {
         let service = Family::<OpLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
         );
+        let header_operations = Family::<OpOutcomeHeaderValue, Counter>::default();
+        let header_response =
+            Family::<OpHeaderValue, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            );
         let run_info = Family::<RunInfoLabels, Gauge>::default();
         run_info.get_or_create(&info).set(1);
         registry.register(
@@ -233,6 +263,16 @@ impl LiveMetrics {
             service.clone(),
         );
         registry.register(
+            "creb_header_operations",
+            "Operations finished, by operation, outcome and the value of the --split-by-header header in their answer",
+            header_operations.clone(),
+        );
+        registry.register(
+            "creb_header_response_seconds",
+            "Latency of successful operations by the value of the --split-by-header header in their answer",
+            header_response.clone(),
+        );
+        registry.register(
             "creb_run_info",
             "The run: command, mode, seed, shard, and its cell under creb-rs run",
             run_info,
@@ -246,6 +286,8 @@ impl LiveMetrics {
             lag,
             response,
             service,
+            header_operations,
+            header_response,
             endpoints: endpoints
                 .iter()
                 .map(|e| EndpointLabel(Arc::from(e.as_str())))
@@ -326,6 +368,34 @@ impl LiveMetrics {
         }
     }
 
+    /// Counts a finished sample under the value `value` its answer gave `--split-by-header`
+    /// (bounded: [`crate::metrics::split::MAX_VALUES`] values and two more labels).
+    pub fn observe_split(&self, s: &Sample, value: Arc<str>) {
+        let operation = s.op.name();
+        let value = EndpointLabel(value);
+        let outcome = OutcomeLabel(match s.outcome {
+            Outcome::Ok => None,
+            Outcome::Error(kind) => Some(kind),
+        });
+        self.header_operations
+            .get_or_create(&OpOutcomeHeaderValue {
+                operation,
+                outcome,
+                header_value: value.clone(),
+            })
+            .inc();
+        if s.outcome.is_ok() {
+            let t = &s.timing;
+            let from = t.intended.unwrap_or(t.sent);
+            self.header_response
+                .get_or_create(&OpHeaderValue {
+                    operation,
+                    header_value: value,
+                })
+                .observe(t.end.saturating_duration_since(from).as_secs_f64());
+        }
+    }
+
     /// Operations offered and not finished.
     pub fn set_in_flight(&self, n: u64) {
         self.in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -391,9 +461,12 @@ mod tests {
             &sample(Op::BlobGet, Outcome::Error(ErrorKind::Http(404)), true),
             None,
         );
+        m.observe_split(&sample(Op::BlobGet, Outcome::Ok, true), Arc::from("HIT"));
         m.set_in_flight(3);
         let text = m.encode();
         for line in [
+            r#"creb_header_operations_total{operation="blob_get",outcome="ok",header_value="HIT"} 1"#,
+            r#"creb_header_response_seconds_count{operation="blob_get",header_value="HIT"} 1"#,
             r#"creb_operations_total{operation="blob_get",outcome="ok",endpoint="127.0.0.1:5000"} 2"#,
             r#"creb_operations_total{operation="blob_get",outcome="http_404",endpoint="127.0.0.1:5000"} 1"#,
             r#"creb_http_requests_total{operation="blob_get",status="2xx",endpoint="127.0.0.1:5000"} 2"#,

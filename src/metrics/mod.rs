@@ -18,6 +18,7 @@ pub mod exposition;
 pub mod hist;
 pub mod live;
 pub mod op;
+pub mod split;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

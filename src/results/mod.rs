@@ -34,6 +34,8 @@ pub struct RunOutput {
     pub record_requests: bool,
     /// The live metrics every sample of the run also feeds (`--metrics-listen`).
     pub live: Option<Live>,
+    /// `--split-by-header`: the response header whose value labels every sample.
+    pub split_by: Option<http::HeaderName>,
 }
 
 /// The live metrics of a run, shared with the endpoint that serves them.
@@ -113,6 +115,9 @@ impl RunOutput {
             sink,
             self.live.as_ref().map(|l| std::sync::Arc::clone(&l.0)),
             progress,
+            self.split_by
+                .clone()
+                .map(|name| std::sync::Arc::new(crate::metrics::split::HeaderSplit::new(name))),
         ))
     }
 }

@@ -47,6 +47,24 @@ pub struct Counters {
     /// exactly one endpoint).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<EndpointCells>,
+    /// `--split-by-header`: the header, and each of its values' cells (every labelled
+    /// operation counted under exactly one value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitCells>,
+}
+
+/// The counters of `--split-by-header`, in `counters.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitCells {
+    pub header: String,
+    pub values: Vec<ValueCells>,
+}
+
+/// One value's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueCells {
+    pub value: String,
+    pub cells: Vec<CellCounters>,
 }
 
 /// One endpoint's counters, in `counters.json`.
@@ -58,7 +76,8 @@ pub struct EndpointCells {
     pub cells: Vec<CellCounters>,
 }
 
-fn cells_of(table: &StatsTable) -> Vec<CellCounters> {
+/// The counters of every cell of `table`.
+pub fn cells_of(table: &StatsTable) -> Vec<CellCounters> {
     table
         .cells()
         .map(|((op, class), s)| CellCounters {
@@ -102,6 +121,18 @@ impl Counters {
                     .unwrap_or_default(),
             })
             .collect();
+        let split = aggregator
+            .split_tables()
+            .map(|(header, tables)| SplitCells {
+                header: header.to_owned(),
+                values: tables
+                    .into_iter()
+                    .map(|(value, table)| ValueCells {
+                        value,
+                        cells: cells_of(table),
+                    })
+                    .collect(),
+            });
         Counters {
             schema_version: COUNTERS_VERSION,
             interval_s: interval.as_secs_f64(),
@@ -109,6 +140,7 @@ impl Counters {
             cells: cells_of(&aggregator.table),
             events: aggregator.event_counts(),
             endpoints,
+            split,
         }
     }
 
@@ -123,6 +155,19 @@ impl Counters {
             match self.endpoints.iter_mut().find(|m| m.url == e.url) {
                 Some(m) => add_cells(&mut m.cells, &e.cells),
                 None => self.endpoints.push(e.clone()),
+            }
+        }
+        // Values match by name (each run labels them in the order it met them).
+        if let Some(theirs) = &other.split {
+            let ours = self.split.get_or_insert_with(|| SplitCells {
+                header: theirs.header.clone(),
+                values: Vec::new(),
+            });
+            for v in &theirs.values {
+                match ours.values.iter_mut().find(|m| m.value == v.value) {
+                    Some(m) => add_cells(&mut m.cells, &v.cells),
+                    None => ours.values.push(v.clone()),
+                }
             }
         }
     }
@@ -239,6 +284,9 @@ pub struct ResultSet {
     /// `endpoints.hlog` (runs over several endpoints): tag `INDEX/OP.CLASS.METRIC` →
     /// whole-run histogram.
     pub endpoint_histograms: Option<IntervalHistograms>,
+    /// `split.hlog` (`--split-by-header`): tag `HEXVALUE/OP.CLASS.METRIC` → whole-run
+    /// histogram.
+    pub split_histograms: Option<IntervalHistograms>,
     /// `endpoints.csv` rows (header excluded), as written; empty without the file.
     pub endpoint_rows: Vec<Vec<String>>,
     /// `registry-metrics.json` (`--registry-metrics`); empty without the file.
@@ -288,16 +336,13 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
     let timeline = read_csv_rows(&dir.join("timeline.csv"))?;
     let endpoints_path = dir.join(ENDPOINTS_HLOG);
     let endpoint_histograms = if endpoints_path.exists() {
-        let bytes = fs::read(&endpoints_path)
-            .with_context(|| format!("cannot read {}", endpoints_path.display()))?;
-        // One entry per series at offset 0: any interval length puts them in one slot.
-        let contents = hlog::read(&bytes, Duration::from_secs(u32::MAX.into()))
-            .with_context(|| format!("{} is not valid", endpoints_path.display()))?;
-        let mut all = IntervalHistograms::new();
-        for (tag, h) in contents.intervals.into_values().flatten() {
-            all.entry(tag).or_default().add(&h);
-        }
-        Some(all)
+        Some(read_whole_run(&endpoints_path)?)
+    } else {
+        None
+    };
+    let split_path = dir.join(SPLIT_HLOG);
+    let split_histograms = if split_path.exists() {
+        Some(read_whole_run(&split_path)?)
     } else {
         None
     };
@@ -321,6 +366,7 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         hlog,
         timeline,
         endpoint_histograms,
+        split_histograms,
         endpoint_rows,
         registry_metrics,
     })
@@ -397,6 +443,81 @@ pub fn endpoint_tables(
     Ok(tables)
 }
 
+/// The whole-run histograms of each `--split-by-header` value (runs with the flag).
+pub const SPLIT_HLOG: &str = "split.hlog";
+
+/// The `split.hlog` tag of a value's histogram: the value in hex (any bytes a header
+/// carries, none a tag may not), then the cell's tag.
+pub fn split_tag(value: &str, op: Op, class: SizeClass, metric: &str) -> String {
+    format!("{}/{}", hex::encode(value), hlog::tag_of(op, class, metric))
+}
+
+/// Each `--split-by-header` value's table, from its counters and whole-run histograms
+/// (tags as [`split_tag`] makes them), in the counters' order.
+pub fn split_tables(
+    split: &SplitCells,
+    histograms: &IntervalHistograms,
+) -> anyhow::Result<Vec<(String, StatsTable)>> {
+    let mut tables: Vec<(String, StatsTable)> = split
+        .values
+        .iter()
+        .map(|v| Ok((v.value.clone(), table_of(&v.cells)?)))
+        .collect::<anyhow::Result<_>>()?;
+    for (tag, h) in histograms {
+        let parsed = tag.split_once('/').and_then(|(value, rest)| {
+            let value = String::from_utf8(hex::decode(value).ok()?).ok()?;
+            Some((value, hlog::parse_tag(rest)?))
+        });
+        let Some((value, (op, class, metric))) = parsed else {
+            anyhow::bail!("unknown {SPLIT_HLOG} tag '{tag}'");
+        };
+        let Some((_, table)) = tables.iter_mut().find(|(v, _)| *v == value) else {
+            anyhow::bail!("{SPLIT_HLOG} has '{value}', which counters.json does not count");
+        };
+        hlog::set_cell_histogram(table.cell_mut(op, class), metric, h);
+    }
+    Ok(tables)
+}
+
+/// Writes `split.hlog`: each `--split-by-header` value's whole-run histograms, one entry
+/// per series spanning the run (offset 0, length `duration`).
+pub fn write_split_histograms(
+    dir: &Path,
+    anchor: std::time::SystemTime,
+    duration: Duration,
+    tables: &[(String, &StatsTable)],
+) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    hlog::write_header(&mut out, anchor)?;
+    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    for (value, table) in tables {
+        hlog::write_table(
+            &mut out,
+            &mut serializer,
+            Duration::ZERO,
+            duration,
+            *table,
+            &mut None,
+            |op, class, metric| split_tag(value, op, class, metric),
+        )?;
+    }
+    super::files::write_atomic(dir, SPLIT_HLOG, &out)?;
+    Ok(())
+}
+
+/// Reads a file of whole-run histograms (`endpoints.hlog`, `split.hlog`): tag → histogram.
+fn read_whole_run(path: &Path) -> anyhow::Result<IntervalHistograms> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // One entry per series at offset 0: any interval length puts them in one slot.
+    let contents = hlog::read(&bytes, Duration::from_secs(u32::MAX.into()))
+        .with_context(|| format!("{} is not valid", path.display()))?;
+    let mut all = IntervalHistograms::new();
+    for (tag, h) in contents.intervals.into_values().flatten() {
+        all.entry(tag).or_default().add(&h);
+    }
+    Ok(all)
+}
+
 /// Writes `endpoints.hlog`: each endpoint's whole-run histograms, one entry per series
 /// spanning the run (offset 0, length `duration`).
 pub fn write_endpoint_histograms(
@@ -445,6 +566,11 @@ pub fn write_final(
             Duration::from_secs_f64(summary.duration_s.max(0.0)),
             &tables,
         )?;
+    }
+    if let Some((_, tables)) = aggregator.split_tables() {
+        let anchor = humantime::parse_rfc3339_weak(&meta.anchor).unwrap_or(std::time::UNIX_EPOCH);
+        let duration = Duration::from_secs_f64(summary.duration_s.max(0.0));
+        write_split_histograms(dir, anchor, duration, &tables)?;
     }
     let mut json = serde_json::to_vec_pretty(&counters)?;
     json.push(b'\n');

@@ -201,6 +201,61 @@ pub struct Summary {
     /// results of commands that do not send requests, and in older ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_errors: Option<MaxErrors>,
+    /// `--split-by-header`: every operation also counted by the value its answer gave the
+    /// header (absent without the flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_by_header: Option<HeaderSplitSummary>,
+}
+
+/// `--split-by-header NAME`: each operation's counts and latency by the header's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeaderSplitSummary {
+    /// The header, lower case.
+    pub header: String,
+    /// Value → operation → its numbers. `(none)`: answers without the header; `(other)`:
+    /// values after the first 16 distinct ones.
+    pub values: BTreeMap<String, BTreeMap<String, ClassSummary>>,
+}
+
+impl HeaderSplitSummary {
+    /// The split an aggregator holds, if the run had one.
+    pub fn of(aggregator: &Aggregator) -> Option<HeaderSplitSummary> {
+        let (header, tables) = aggregator.split_tables()?;
+        Some(HeaderSplitSummary::from_tables(header, tables))
+    }
+
+    /// The split of `header` whose values have these tables (a run's, or merged ones).
+    pub fn from_tables(
+        header: &str,
+        tables: Vec<(String, &crate::metrics::StatsTable)>,
+    ) -> HeaderSplitSummary {
+        let values = tables
+            .into_iter()
+            .map(|(value, table)| {
+                let ops = table
+                    .ops()
+                    .into_iter()
+                    .filter_map(|op| Some((op.name().to_owned(), table.op_total(op)?)))
+                    .map(|(name, s)| (name, class_summary(&s)))
+                    .collect();
+                (value, ops)
+            })
+            .collect();
+        HeaderSplitSummary {
+            header: header.to_owned(),
+            values,
+        }
+    }
+}
+
+fn class_summary(s: &Stats) -> ClassSummary {
+    ClassSummary {
+        count: s.count,
+        ok: s.ok,
+        errors: s.errors,
+        bytes: s.bytes_sent + s.bytes_received,
+        latency_ms: Percentiles::of(&s.latency),
+    }
 }
 
 /// One endpoint of a run over several.
@@ -379,18 +434,7 @@ fn op_summary(stats: &Stats, classes: Vec<(String, &Stats)>, duration: Duration)
             .collect(),
         size_classes: classes
             .into_iter()
-            .map(|(name, s)| {
-                (
-                    name,
-                    ClassSummary {
-                        count: s.count,
-                        ok: s.ok,
-                        errors: s.errors,
-                        bytes: s.bytes_sent + s.bytes_received,
-                        latency_ms: Percentiles::of(&s.latency),
-                    },
-                )
-            })
+            .map(|(name, s)| (name, class_summary(s)))
             .collect(),
     }
 }
@@ -435,6 +479,7 @@ impl Summary {
             endpoints: None,
             thresholds: Vec::new(),
             max_errors: None,
+            split_by_header: HeaderSplitSummary::of(aggregator),
         }
     }
 

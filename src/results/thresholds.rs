@@ -488,6 +488,7 @@ mod tests {
             endpoints: None,
             thresholds: Vec::new(),
             max_errors: None,
+            split_by_header: None,
         }
     }
 

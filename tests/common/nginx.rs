@@ -1,6 +1,6 @@
 //! Debian's nginx as the tests' front: TLS with or without HTTP/2 in front of a registry,
-//! connection rotation (`keepalive_requests`), a real rate limiter, a static origin, and an
-//! access log in the format a test asks for. Each instance runs in the foreground from its
+//! connection rotation (`keepalive_requests`), a real rate limiter, a cache (`proxy_cache`),
+//! a static origin, and an access log in the format a test asks for. Each instance runs in the foreground from its
 //! own prefix in a temporary directory and is killed (by its PID) when dropped.
 
 use std::path::{Path, PathBuf};
@@ -30,6 +30,9 @@ pub struct NginxOptions {
     pub location_extra: String,
     /// Extra directives at the `http` level.
     pub http_extra: String,
+    /// Buffer the upstream's answers (what `proxy_cache` needs); off by default, so a
+    /// front streams bodies as the registry sends them.
+    pub buffered: bool,
 }
 
 /// A running nginx.
@@ -77,6 +80,7 @@ impl Nginx {
         let keepalive = options
             .keepalive_requests
             .map_or(String::new(), |n| format!("keepalive_requests {n};\n"));
+        let buffering = if options.buffered { "on" } else { "off" };
         let content = match (&options.root, options.upstream_port) {
             (Some(root), _) => format!("root {};\n", root.display()),
             (None, Some(upstream)) => format!(
@@ -85,7 +89,7 @@ impl Nginx {
                  proxy_set_header Host $host:$server_port;\n\
                  proxy_set_header X-Forwarded-Proto $scheme;\n\
                  proxy_set_header Connection \"\";\n\
-                 proxy_buffering off;\n\
+                 proxy_buffering {buffering};\n\
                  proxy_request_buffering off;\n\
                  proxy_read_timeout 120s;\n"
             ),
@@ -198,4 +202,29 @@ pub fn openssl_self_signed(dir: &Path, name: &str, subject_alt_name: &str) -> Tl
         String::from_utf8_lossy(&out.stderr)
     );
     TlsFiles { cert, key }
+}
+
+/// An nginx cache in front of the registry on `upstream_port`, as a registry's operator
+/// puts one: blob GETs (immutable, by digest) cached on disk in `cache_dir` up to
+/// `max_size` (`proxy_cache_path … max_size`, evicting the least recently used), everything
+/// else passed through (`BYPASS`); every answer says `X-Cache-Status`.
+pub fn blob_cache(upstream_port: u16, cache_dir: &Path, max_size: &str) -> NginxOptions {
+    NginxOptions {
+        upstream_port: Some(upstream_port),
+        buffered: true,
+        http_extra: format!(
+            "proxy_cache_path {} levels=1:2 keys_zone=blobs:4m max_size={max_size} \
+             inactive=1d use_temp_path=off;\n\
+             map $uri $not_blob {{ ~/blobs/sha256: 0; default 1; }}\n",
+            cache_dir.display()
+        ),
+        location_extra: "proxy_cache blobs;\n\
+             proxy_cache_key $uri;\n\
+             proxy_cache_valid 200 1d;\n\
+             proxy_no_cache $not_blob;\n\
+             proxy_cache_bypass $not_blob;\n\
+             add_header X-Cache-Status $upstream_cache_status always;\n"
+            .to_owned(),
+        ..NginxOptions::default()
+    }
 }

@@ -19,9 +19,9 @@ use crate::results::ResultSet;
 
 pub use figures::{class_label, figures, write_charts, Figure};
 use sections::{
-    charts_section, endpoints_section, errors_section, header_section, metadata_section, nav,
-    operations_section, registry_metrics_section, run_section, size_class_section,
-    thresholds_section, warnings_section,
+    charts_section, endpoints_section, errors_section, header_section, header_split_section,
+    metadata_section, nav, operations_section, registry_metrics_section, run_section,
+    size_class_section, thresholds_section, warnings_section,
 };
 
 /// Renders the HTML report of a result directory.
@@ -46,6 +46,7 @@ pub fn render(set: &ResultSet) -> anyhow::Result<String> {
     run_section(&mut out, set);
     operations_section(&mut out, set);
     endpoints_section(&mut out, set);
+    header_split_section(&mut out, set);
     registry_metrics_section(&mut out, set);
     errors_section(&mut out, set);
     charts_section(&mut out, &figs);

@@ -1,6 +1,6 @@
 //! The sections of the HTML report, in page order: header and navigation, validity
-//! warnings, the run's facts, operations, endpoints, errors, charts, size classes and the
-//! metadata. Every text from the results is escaped.
+//! warnings, the run's facts, operations, endpoints, the split by a response header, errors,
+//! charts, size classes and the metadata. Every text from the results is escaped.
 
 use std::fmt::Write as _;
 
@@ -358,6 +358,49 @@ pub(super) fn registry_metrics_section(out: &mut String, set: &ResultSet) {
         td(out, escape(&l.mean_duration));
         td(out, escape(&l.busiest));
         out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div></section>");
+}
+
+/// `--split-by-header`: each operation's count and latency by the header's value (a cache's
+/// hits beside its misses).
+pub(super) fn header_split_section(out: &mut String, set: &ResultSet) {
+    let Some(split) = &set.summary.split_by_header else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "<section id=\"split\"><h2>By <code>{}</code></h2><p class=\"muted\">Every operation also counted by the value its last answer gave this header (--split-by-header): each line's latency is of that value's successes only. (none): answers without the header; (other): values after the first 16 distinct ones.</p>",
+        escape(&split.header)
+    );
+    out.push_str("<div class=\"scroll\"><table class=\"ops\"><thead><tr><th>operation</th><th>value</th><th>count</th><th>share</th><th>ok</th><th>errors</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr></thead><tbody>");
+    for (op, total) in &set.summary.operations {
+        for (value, ops) in &split.values {
+            let Some(c) = ops.get(op) else { continue };
+            let _ = write!(
+                out,
+                "<tr><td class=\"name\">{}</td><td class=\"name\">{}</td>",
+                escape(op),
+                escape(value)
+            );
+            td(out, c.count);
+            td(
+                out,
+                format!("{:.1}%", c.count as f64 * 100.0 / total.count.max(1) as f64),
+            );
+            td(out, c.ok);
+            if c.errors > 0 {
+                let _ = write!(out, "<td class=\"bad\">{}</td>", c.errors);
+            } else {
+                td(out, 0);
+            }
+            let l = c.latency_ms.as_ref();
+            td(out, opt_ms(l, |p| p.p50));
+            td(out, opt_ms(l, |p| p.p90));
+            td(out, opt_ms(l, |p| p.p99));
+            td(out, opt_ms(l, |p| p.max));
+            out.push_str("</tr>");
+        }
     }
     out.push_str("</tbody></table></div></section>");
 }

@@ -1,0 +1,227 @@
+//! Caches in front of a registry, as they are deployed: Debian's nginx with `proxy_cache`
+//! in front of Debian's docker-registry, caching blob GETs and saying `X-Cache-Status`.
+//!
+//! - `--split-by-header X-Cache-Status`: the first GET of each blob is a `MISS` and the
+//!   next a `HIT`, in summary.json and in the live metrics (`--metrics-listen`); what no
+//!   cache answers (manifests pass through) is `BYPASS`, and the values of a header with
+//!   many of them stay bounded.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::nginx::{blob_cache, Nginx, NginxOptions};
+use common::{free_port, run_bin, summary_json, Registry};
+
+fn http_get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `summary.split_by_header.values.<value>.<op>.<field>` (0 when absent).
+fn split_count(summary: &serde_json::Value, value: &str, op: &str, field: &str) -> u64 {
+    summary["split_by_header"]["values"][value][op][field]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn push(registry: &str, repo: &str, layers: &str) {
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            registry,
+            "--repo",
+            repo,
+            "--layers",
+            layers,
+            "--layer-size",
+            "64KiB",
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "push: {}", r.stderr);
+}
+
+/// Pulls `repo` through `url` split by `X-Cache-Status`, serving the live metrics on
+/// `metrics_port` until a scrape after the run got them: the summary and that scrape.
+fn pull_split(url: &str, repo: &str, dir: &std::path::Path) -> (serde_json::Value, String) {
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let summary_path = dir.join("summary.json");
+    let scraper = std::thread::spawn(move || {
+        // The summary is written before the endpoint lingers: a scrape then sees it all.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !summary_path.exists() {
+            assert!(Instant::now() < deadline, "the pull wrote no summary");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        http_get(&format!("http://127.0.0.1:{metrics_port}/metrics")).expect("scrape")
+    });
+    let r = run_bin(
+        &[
+            "pull",
+            "--registry",
+            url,
+            "--repo",
+            repo,
+            "--split-by-header",
+            "X-Cache-Status",
+            "--metrics-listen",
+            &listen,
+            "--metrics-linger",
+            "5s",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "pull: {}", r.stderr);
+    (summary_json(dir), scraper.join().unwrap())
+}
+
+/// The value of the live series `name{labels…}` whose labels include every `want`.
+fn scraped(metrics: &str, name: &str, want: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| want.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+#[test]
+fn through_an_nginx_cache_the_first_get_of_a_blob_misses_and_the_next_hits() {
+    let registry = Registry::start();
+    let cache = tempfile::tempdir().unwrap();
+    let nginx = Nginx::start(blob_cache(registry.port, cache.path(), "64m"));
+    push(&registry.url, "cached/app", "3");
+    let out = tempfile::tempdir().unwrap();
+
+    // Cold: every blob (three layers and the config) is fetched from the registry.
+    let (cold, metrics) = pull_split(&nginx.url, "cached/app", &out.path().join("cold"));
+    assert_eq!(cold["split_by_header"]["header"], "x-cache-status");
+    assert_eq!(split_count(&cold, "MISS", "blob_get", "ok"), 4, "{cold}");
+    assert_eq!(split_count(&cold, "HIT", "blob_get", "count"), 0, "{cold}");
+    // Manifests are not cached: they pass by the cache.
+    assert_eq!(split_count(&cold, "BYPASS", "manifest_get", "ok"), 1);
+    // Each value's latency is of its own samples.
+    assert!(cold["split_by_header"]["values"]["MISS"]["blob_get"]["latency_ms"]["p50"].is_number());
+    let live = "creb_header_operations_total";
+    let miss = [
+        "operation=\"blob_get\"",
+        "header_value=\"MISS\"",
+        "outcome=\"ok\"",
+    ];
+    assert_eq!(scraped(&metrics, live, &miss), 4, "{metrics}");
+
+    // Warm: every blob comes from the cache.
+    let (warm, metrics) = pull_split(&nginx.url, "cached/app", &out.path().join("warm"));
+    assert_eq!(split_count(&warm, "HIT", "blob_get", "ok"), 4, "{warm}");
+    assert_eq!(split_count(&warm, "MISS", "blob_get", "count"), 0, "{warm}");
+    let hit = [
+        "operation=\"blob_get\"",
+        "header_value=\"HIT\"",
+        "outcome=\"ok\"",
+    ];
+    assert_eq!(scraped(&metrics, live, &hit), 4, "{metrics}");
+    let hist = "creb_header_response_seconds_count";
+    let hit_latency = ["operation=\"blob_get\"", "header_value=\"HIT\""];
+    assert_eq!(scraped(&metrics, hist, &hit_latency), 4, "{metrics}");
+    // The text report has a line per operation and value.
+    let report = run_bin(
+        &["report", out.path().join("warm").to_str().unwrap()],
+        None,
+        &[],
+    );
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let line = report
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("blob_get") && l.contains(" HIT "))
+        .unwrap_or_else(|| panic!("no HIT line: {}", report.stdout));
+    assert!(line.contains(" 4 ") && line.contains("100.0%"), "{line}");
+    // So has the HTML report, in its own section.
+    let html = out.path().join("warm.html");
+    let r = run_bin(
+        &[
+            "report",
+            out.path().join("warm").to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let page = std::fs::read_to_string(&html).unwrap();
+    let section = &page[page.find("id=\"split\"").expect("a split section")..];
+    assert!(section.contains("<code>x-cache-status</code>"));
+    assert!(section.contains("<td class=\"name\">HIT</td>"), "{section}");
+    // The split adds up to the operations it splits.
+    let total: u64 = warm["split_by_header"]["values"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|ops| ops["blob_get"]["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        total,
+        warm["operations"]["blob_get"]["count"].as_u64().unwrap()
+    );
+}
+
+/// A header with a new value on every answer (`X-Request-Id`-like): 16 values kept apart,
+/// the rest `(other)`, however many requests there are.
+#[test]
+fn a_header_with_many_values_stays_bounded() {
+    let registry = Registry::start();
+    let nginx = Nginx::start(NginxOptions {
+        upstream_port: Some(registry.port),
+        location_extra: "add_header X-Served-By $request_id always;\n".to_owned(),
+        ..NginxOptions::default()
+    });
+    push(&registry.url, "many/app", "30");
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("pull");
+    let r = run_bin(
+        &[
+            "pull",
+            "--registry",
+            &nginx.url,
+            "--repo",
+            "many/app",
+            "--split-by-header",
+            "x-served-by",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "pull: {}", r.stderr);
+    let summary = summary_json(&dir);
+    let values = summary["split_by_header"]["values"].as_object().unwrap();
+    // 33 answers (the ping, the manifest, the config, 30 layers), each its own value: 16
+    // kept apart, 17 other.
+    assert_eq!(values.len(), 17, "{values:?}");
+    let other: u64 = values["(other)"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(other, 33 - 16, "{summary}");
+}
