@@ -5,6 +5,8 @@
 //!   next a `HIT`, in summary.json and in the live metrics (`--metrics-listen`); what no
 //!   cache answers (manifests pass through) is `BYPASS`, and the values of a header with
 //!   many of them stay bounded.
+//! - The cache simulation (`simulate cache`, LRU) held against the real cache at two
+//!   capacities, the measured hit ratio within a few points of the predicted one.
 
 mod common;
 
@@ -224,4 +226,123 @@ fn a_header_with_many_values_stays_bounded() {
         .map(|s| s["count"].as_u64().unwrap())
         .sum();
     assert_eq!(other, 33 - 16, "{summary}");
+}
+
+/// `simulate cache` at `percents` of the working set, one LRU tier as big as each: for
+/// each, the capacity it simulated (bytes, at the trace's sizes) and its hit ratio.
+fn simulated(trace: &std::path::Path, percents: &str) -> Vec<(u64, f64)> {
+    let r = run_bin(
+        &[
+            "simulate",
+            "cache",
+            trace.to_str().unwrap(),
+            "--sweep",
+            percents,
+            "--ssd-factor",
+            "0",
+            "--memory-max-object",
+            "1TiB",
+            "--json",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "simulate: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    v["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let t = &p["two_tier"];
+            (
+                t["config"]["memory_bytes"].as_u64().unwrap(),
+                t["overall"]["hit_ratio"]["overall"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The cache simulation held against a real cache: a synthetic dal trace replayed in trace
+/// order (one operation at a time) through nginx caches as big as 5% and 20% of the
+/// layers it reads (scaled as the replay scales sizes), each measured hit ratio beside what
+/// `simulate cache` predicts for the same capacity and policy (LRU).
+#[test]
+fn the_cache_simulation_holds_against_a_real_nginx_cache() {
+    let work = tempfile::tempdir().unwrap();
+    let trace = work.path().join("dal.json");
+    let r = run_bin(
+        &[
+            "trace",
+            "synth",
+            "--profile",
+            "dal",
+            "--requests",
+            "4000",
+            "--seed",
+            "3",
+            "-o",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "synth: {}", r.stderr);
+    let scale = 0.01;
+    let registry = Registry::start();
+    let replay = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            trace.to_str().unwrap(),
+            "--registry",
+            url,
+            "--size-scale",
+            "0.01",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        run_bin(&args, None, &[])
+    };
+    let r = replay(&registry.url, &["--phase", "prewarm"]);
+    assert_eq!(r.code, 0, "prewarm: {}", r.stderr);
+    for (capacity, predicted) in simulated(&trace, "5%,20%") {
+        let cache = tempfile::tempdir().unwrap();
+        let max_size = format!("{}k", ((capacity as f64 * scale) as u64 / 1024).max(1));
+        let nginx = Nginx::start(blob_cache(registry.port, cache.path(), &max_size));
+        let dir = work.path().join(format!("run-{capacity}"));
+        let r = replay(
+            &nginx.url,
+            &[
+                "--phase",
+                "run",
+                "--mode",
+                "stress",
+                "--concurrency",
+                "1",
+                "--split-by-header",
+                "X-Cache-Status",
+                "--output-dir",
+                dir.to_str().unwrap(),
+            ],
+        );
+        let summary = summary_json(&dir);
+        registry.assert_exit_but_tag_races(r.code, &summary, &r.stderr);
+        let hits = split_count(&summary, "HIT", "blob_get", "ok") as f64;
+        let misses = split_count(&summary, "MISS", "blob_get", "ok") as f64;
+        let measured = hits / (hits + misses);
+        eprintln!(
+            "capacity {max_size}: measured {measured:.3} ({hits} hits, {misses} misses), simulated {predicted:.3}"
+        );
+        // Within a few points (docs/caching.md says what separates them).
+        assert!(
+            (measured - predicted).abs() <= 0.05,
+            "capacity {max_size}: measured {measured:.3}, simulated {predicted:.3}"
+        );
+        // Hits and misses each have their latency.
+        for value in ["HIT", "MISS"] {
+            let latency = &summary["split_by_header"]["values"][value]["blob_get"]["latency_ms"];
+            assert!(latency["p50"].is_number(), "{value}: {summary}");
+        }
+    }
 }

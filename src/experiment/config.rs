@@ -179,6 +179,9 @@ pub struct ExperimentSpec {
     pub interval: Option<FlagValue>,
     #[serde(default)]
     pub record_requests: Option<bool>,
+    /// `--split-by-header`: the response header whose value labels every operation.
+    #[serde(default)]
+    pub split_by_header: Option<String>,
     // replay
     #[serde(default)]
     pub traces: Option<Paths>,

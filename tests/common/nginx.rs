@@ -33,11 +33,15 @@ pub struct NginxOptions {
     /// Buffer the upstream's answers (what `proxy_cache` needs); off by default, so a
     /// front streams bodies as the registry sends them.
     pub buffered: bool,
+    /// Run a master process with one worker, as deployed (its cache manager is what keeps
+    /// a cache within `max_size`); stopped with SIGTERM. Off: one process, killed.
+    pub master: bool,
 }
 
 /// A running nginx.
 pub struct Nginx {
     child: Child,
+    master: bool,
     pub port: u16,
     pub url: String,
     dir: TempDir,
@@ -95,8 +99,15 @@ impl Nginx {
             ),
             (None, None) => "return 404;\n".to_owned(),
         };
+        let master = if options.master {
+            // As root, workers would run as nobody, who cannot write the test's temporary
+            // directories (a warning, ignored, when the tests do not run as root).
+            "master_process on;\nworker_processes 1;\nuser root;\n"
+        } else {
+            "master_process off;\n"
+        };
         let config = format!(
-            "master_process off;\n\
+            "{master}\
              daemon off;\n\
              pid {p}/nginx.pid;\n\
              error_log {p}/logs/error.log warn;\n\
@@ -138,6 +149,7 @@ impl Nginx {
         };
         let mut nginx = Nginx {
             child,
+            master: options.master,
             port,
             url: format!("{scheme}://127.0.0.1:{port}"),
             dir,
@@ -173,6 +185,20 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        if self.master {
+            // A master stops its worker and cache processes on SIGTERM (SIGKILL would
+            // leave them behind, holding the port).
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -205,21 +231,25 @@ pub fn openssl_self_signed(dir: &Path, name: &str, subject_alt_name: &str) -> Tl
 }
 
 /// An nginx cache in front of the registry on `upstream_port`, as a registry's operator
-/// puts one: blob GETs (immutable, by digest) cached on disk in `cache_dir` up to
-/// `max_size` (`proxy_cache_path … max_size`, evicting the least recently used), everything
-/// else passed through (`BYPASS`); every answer says `X-Cache-Status`.
+/// puts one: blob GETs (immutable) cached on disk in `cache_dir` by digest (a layer read
+/// from two repositories is one object, as in `simulate cache`) up to `max_size`
+/// (`proxy_cache_path … max_size`: the cache manager evicts the least recently used),
+/// everything else passed through (`BYPASS`: manifests, and blob HEADs, which nginx would
+/// otherwise turn into GETs that fill the cache); every answer says `X-Cache-Status`.
 pub fn blob_cache(upstream_port: u16, cache_dir: &Path, max_size: &str) -> NginxOptions {
     NginxOptions {
         upstream_port: Some(upstream_port),
         buffered: true,
+        master: true,
         http_extra: format!(
             "proxy_cache_path {} levels=1:2 keys_zone=blobs:4m max_size={max_size} \
-             inactive=1d use_temp_path=off;\n\
-             map $uri $not_blob {{ ~/blobs/sha256: 0; default 1; }}\n",
+             inactive=1d use_temp_path=off manager_sleep=10ms;\n\
+             map $request_method:$uri $not_blob {{ ~^GET:.*/blobs/sha256: 0; default 1; }}\n\
+             map $uri $blob_key {{ ~/blobs/(sha256:[0-9a-f]+)$ $1; default $uri; }}\n",
             cache_dir.display()
         ),
         location_extra: "proxy_cache blobs;\n\
-             proxy_cache_key $uri;\n\
+             proxy_cache_key $blob_key;\n\
              proxy_cache_valid 200 1d;\n\
              proxy_no_cache $not_blob;\n\
              proxy_cache_bypass $not_blob;\n\

@@ -189,6 +189,7 @@ pub fn cell_argv(
     argv.push("--quiet".into());
     push_value(&mut argv, "--interval", &s.interval);
     push_flag(&mut argv, "--record-requests", s.record_requests);
+    push_text(&mut argv, "--split-by-header", &s.split_by_header);
     for expr in &s.fail_if {
         argv.push("--fail-if".into());
         argv.push(expr.clone());
