@@ -5,7 +5,8 @@
 //! go-containerregistry's registry, installed by `scripts/setup` with `go install` at
 //! pinned versions; distribution v3 with token auth (the tests' own issuer);
 //! docker-registry behind nginx with TLS and HTTP/2; docker-registry with blob GETs
-//! redirected to a second origin (nginx serving its storage directory).
+//! redirected to a second origin (nginx serving its storage directory); docker-registry as
+//! a pull-through cache (distribution's `proxy`) of another, read cold and then warm.
 //!
 //! Families: pushes (monolithic, chunked, single POST, cross-repository mount), a verified
 //! pull, tag listing in pages, OCI 1.1 referrers, deletes, and a trace replay in stress and
@@ -43,6 +44,9 @@ struct Running {
     flags: Vec<String>,
     /// The distribution process, whose log tells its own 500s (the tag race) apart.
     registry: Option<Registry>,
+    /// A read-only target's upstream (a pull-through cache's): where content to read is
+    /// pushed first.
+    upstream: Option<Registry>,
     /// Whatever else must live as long as the test (nginx, the token issuer, ggcr).
     _parts: Vec<Box<dyn std::any::Any>>,
     _dir: tempfile::TempDir,
@@ -56,6 +60,7 @@ enum Target {
     Ggcr,
     TlsHttp2Front,
     RedirectToStorage,
+    PullThrough,
 }
 
 impl Target {
@@ -68,6 +73,7 @@ impl Target {
             Target::Ggcr => "ggcr",
             Target::TlsHttp2Front => "tls-http2-front",
             Target::RedirectToStorage => "redirect-to-storage",
+            Target::PullThrough => "pull-through-cache",
         }
     }
 
@@ -80,6 +86,7 @@ impl Target {
             Target::Ggcr => "go-containerregistry registry",
             Target::TlsHttp2Front => "distribution 2.8 behind nginx, TLS + HTTP/2",
             Target::RedirectToStorage => "distribution 2.8, blob GETs redirected to storage",
+            Target::PullThrough => "distribution 2.8, pull-through cache of distribution 2.8",
         }
     }
 
@@ -104,6 +111,7 @@ impl Target {
             };
         let mut parts: Vec<Box<dyn std::any::Any>> = Vec::new();
         let mut flags = Vec::new();
+        let mut upstream = None;
         let (url, registry) = match self {
             Target::Distribution28 => {
                 let r = Registry::start();
@@ -177,11 +185,21 @@ impl Target {
                 parts.push(Box::new(origin));
                 (r.url.clone(), Some(r))
             }
+            Target::PullThrough => {
+                let origin = Registry::start();
+                let r = Registry::start_with(RegistryOptions {
+                    proxy_remote: Some(origin.url.clone()),
+                    ..RegistryOptions::default()
+                });
+                upstream = Some(origin);
+                (r.url.clone(), Some(r))
+            }
         };
         Ok(Running {
             url,
             flags,
             registry,
+            upstream,
             _parts: parts,
             _dir: dir,
         })
@@ -197,6 +215,7 @@ impl Target {
                 match self {
                     Target::TlsHttp2Front => format!("{v}, nginx {}", nginx_version()),
                     Target::RedirectToStorage => format!("{v}, nginx {}", nginx_version()),
+                    Target::PullThrough => format!("{v}, in front of {v}"),
                     _ => v,
                 }
             }
@@ -237,6 +256,31 @@ impl Running {
         summary_json(out)
     }
 
+    /// [`Running::run`] against where content to read goes first: a read-only target's
+    /// upstream, else the target itself.
+    fn run_upstream(&self, args: &[&str], out: &Path) -> serde_json::Value {
+        match &self.upstream {
+            Some(origin) => {
+                let mut full = args.to_vec();
+                full.extend(["--registry", &origin.url]);
+                self.run(&full, out)
+            }
+            None => self.run(args, out),
+        }
+    }
+
+    /// A read-only target's cell for a push `summary` it refused: every upload and manifest
+    /// PUT failed, with these error kinds.
+    fn refused(&self, summary: &serde_json::Value) -> String {
+        for op in ["blob_upload", "manifest_put"] {
+            assert_eq!(u(&summary["operations"][op]["ok"]), 0, "{op}: {summary}");
+        }
+        let kinds: Vec<&String> = summary["errors"].as_object().unwrap().keys().collect();
+        assert!(!kinds.is_empty(), "{summary}");
+        let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        format!("refused, read-only ({})", kinds.join(", "))
+    }
+
     /// Asserts `summary` has no error but the registry's own tag race (distribution's
     /// filesystem driver reading a tag link while a PUT rewrites it).
     fn no_errors(&self, summary: &serde_json::Value, what: &str) {
@@ -271,6 +315,9 @@ fn push_monolithic(t: &Running, dir: &Path) -> String {
         ],
         &dir.join("push"),
     );
+    if t.upstream.is_some() {
+        return t.refused(&s);
+    }
     t.no_errors(&s, "push --monolithic");
     assert_eq!(u(&s["sessions"]["image_push"]["ok"]), 2);
     "works".into()
@@ -291,6 +338,9 @@ fn push_chunked(t: &Running, dir: &Path) -> String {
         ],
         &dir.join("push"),
     );
+    if t.upstream.is_some() {
+        return t.refused(&s);
+    }
     t.no_errors(&s, "push --chunk-size");
     let patches = u(&s["operations"]["upload_patch"]["ok"]);
     // Two layers of three chunks each and the small config in one, unless the registry
@@ -316,6 +366,9 @@ fn push_single_post(t: &Running, dir: &Path) -> String {
         ],
         &dir.join("push"),
     );
+    if t.upstream.is_some() {
+        return t.refused(&s);
+    }
     t.no_errors(&s, "push --single-post");
     if u(&s["events"]["single_post_fallback"]) > 0 {
         "body ignored (202), sent again".into()
@@ -328,7 +381,7 @@ fn push_mount(t: &Running, dir: &Path) -> String {
     let common = ["--layers", "2", "--layer-size", "16KiB", "--seed", "5"];
     let mut first = vec!["push", "--repo", "compat/source"];
     first.extend(common);
-    let s = t.run(&first, &dir.join("source"));
+    let s = t.run_upstream(&first, &dir.join("source"));
     t.no_errors(&s, "push (source)");
     let mut second = vec![
         "push",
@@ -339,6 +392,9 @@ fn push_mount(t: &Running, dir: &Path) -> String {
     ];
     second.extend(common);
     let s = t.run(&second, &dir.join("target"));
+    if t.upstream.is_some() {
+        return t.refused(&s);
+    }
     t.no_errors(&s, "push --mount-from");
     assert_eq!(u(&s["sessions"]["image_push"]["ok"]), 1);
     if u(&s["events"]["mount_fallback"]) > 0 {
@@ -357,7 +413,7 @@ fn push_mount(t: &Running, dir: &Path) -> String {
 }
 
 fn pull_verified(t: &Running, dir: &Path) -> String {
-    let s = t.run(
+    let s = t.run_upstream(
         &[
             "push",
             "--repo",
@@ -392,6 +448,16 @@ fn pull_verified(t: &Running, dir: &Path) -> String {
         "{}",
         s["operations"]
     );
+    if t.upstream.is_some() {
+        // Cold, the cache fetched from its upstream; warm, it serves what it kept.
+        let warm = t.run(
+            &["pull", "--repo", "compat/pull", "--images", "2"],
+            &dir.join("warm"),
+        );
+        t.no_errors(&warm, "pull, warm");
+        assert_eq!(u(&warm["operations"]["blob_get"]["ok"]), 8);
+        return "works, cold and warm".into();
+    }
     if u(&s["operations"]["redirect"]["ok"]) > 0 {
         "works, via 307 to storage".into()
     } else {
@@ -400,7 +466,7 @@ fn pull_verified(t: &Running, dir: &Path) -> String {
 }
 
 fn tag_pages(t: &Running, dir: &Path) -> String {
-    let s = t.run(
+    let s = t.run_upstream(
         &[
             "push",
             "--repo",
@@ -439,7 +505,7 @@ fn tag_pages(t: &Running, dir: &Path) -> String {
 }
 
 fn referrers(t: &Running, dir: &Path) -> String {
-    let s = t.run(
+    let s = t.run_upstream(
         &[
             "push",
             "--repo",
@@ -479,7 +545,7 @@ fn referrers(t: &Running, dir: &Path) -> String {
 }
 
 fn delete(t: &Running, dir: &Path) -> String {
-    let s = t.run(
+    let s = t.run_upstream(
         &[
             "push",
             "--repo",
@@ -583,6 +649,9 @@ fn accounted(s: &serde_json::Value) {
 }
 
 fn replay(t: &Running, dir: &Path, mode: &[&str]) -> String {
+    if t.upstream.is_some() {
+        return replay_through_cache(t, dir, mode);
+    }
     let trace = trace(dir);
     let mut args = vec!["replay", trace.to_str().unwrap(), "--concurrency", "8"];
     args.extend_from_slice(mode);
@@ -600,6 +669,53 @@ fn replay(t: &Running, dir: &Path, mode: &[&str]) -> String {
         return "works, single POST sent again".into();
     }
     "works".into()
+}
+
+/// A read-only target (a pull-through cache): the trace's content prewarmed into the
+/// upstream, then the run replayed through the cache cold and again warm. Its reads must
+/// all work; its pushes are refused.
+fn replay_through_cache(t: &Running, dir: &Path, mode: &[&str]) -> String {
+    let trace = trace(dir);
+    let trace = trace.to_str().unwrap();
+    let prewarm = t.run_upstream(
+        &["replay", trace, "--phase", "prewarm"],
+        &dir.join("prewarm"),
+    );
+    t.no_errors(&prewarm, "prewarm of the upstream");
+    let mut cells = Vec::new();
+    for round in ["cold", "warm"] {
+        let mut args = vec!["replay", trace, "--phase", "run", "--concurrency", "8"];
+        args.extend_from_slice(mode);
+        let run = t.run(&args, &dir.join(round));
+        accounted(&run);
+        let ops = run["operations"].as_object().unwrap();
+        for (op, o) in ops {
+            let errors = u(&o["errors"]);
+            if op.starts_with("blob_get") || op.starts_with("manifest_get") {
+                // Reads of what the run itself pushed (refused) are 404s, nothing else.
+                let kinds = o["errors_by_kind"].as_object().unwrap();
+                assert!(kinds.keys().all(|k| k == "http_404"), "{round}: {op}: {o}");
+            } else if errors > 0 {
+                assert!(
+                    ["blob_upload", "manifest_put", "upload_post", "blob_mount"]
+                        .contains(&op.as_str()),
+                    "{round}: {op} failed: {o}"
+                );
+            }
+        }
+        let read = |op: &str| u(&run["operations"][op]["ok"]);
+        assert!(
+            read("blob_get") > 0 && read("manifest_get") > 0,
+            "{round}: {ops:?}"
+        );
+        assert_eq!(
+            read("manifest_put"),
+            0,
+            "{round}: a push went through a read-only cache"
+        );
+        cells.push(round);
+    }
+    format!("reads work {}; its pushes refused", cells.join(" and "))
 }
 
 fn replay_stress(t: &Running, dir: &Path) -> String {
@@ -752,4 +868,5 @@ suite! {
     ggcr => Target::Ggcr;
     tls_http2_front => Target::TlsHttp2Front;
     redirect_to_storage => Target::RedirectToStorage;
+    pull_through_cache => Target::PullThrough;
 }

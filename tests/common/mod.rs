@@ -58,6 +58,9 @@ pub struct RegistryOptions {
     /// Store blobs here instead of the registry's own temporary directory (e.g. a
     /// directory another server serves, for redirects).
     pub storage_root: Option<PathBuf>,
+    /// Run as a pull-through cache of this upstream registry (distribution's `proxy`):
+    /// reads fetch what it lacks from the upstream and keep it; it accepts no push.
+    pub proxy_remote: Option<String>,
 }
 
 /// A PEM certificate and its private key.
@@ -190,6 +193,9 @@ fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
             .unwrap_or_else(|| dir.join("data"))
             .display(),
     );
+    if let Some(remote) = &options.proxy_remote {
+        yaml.push_str(&format!("proxy:\n  remoteurl: {remote}\n"));
+    }
     if let Some(base) = &options.redirect_base {
         yaml.push_str(&format!(
             "middleware:\n  storage:\n    - name: redirect\n      options:\n        baseurl: {base}\n"
