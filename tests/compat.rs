@@ -5,8 +5,10 @@
 //! go-containerregistry's registry, installed by `scripts/setup` with `go install` at
 //! pinned versions; distribution v3 with token auth (the tests' own issuer);
 //! docker-registry behind nginx with TLS and HTTP/2; docker-registry with blob GETs
-//! redirected to a second origin (nginx serving its storage directory); docker-registry as
-//! a pull-through cache (distribution's `proxy`) of another, read cold and then warm.
+//! redirected to a second origin (nginx serving its storage directory); distribution v3 on
+//! S3 (its `s3` driver on gofakes3, an S3 server scripts/setup installs), blob GETs answered
+//! 307 to presigned URLs; docker-registry as a pull-through cache (distribution's `proxy`)
+//! of another, read cold and then warm.
 //!
 //! Families: pushes (monolithic, chunked, single POST, cross-repository mount), a verified
 //! pull, tag listing in pages, OCI 1.1 referrers, deletes, and a trace replay in stress and
@@ -26,7 +28,9 @@ use std::path::{Path, PathBuf};
 
 use common::nginx::{openssl_self_signed, Nginx, NginxOptions};
 use common::token_issuer::{IssuerConfig, TokenIssuer};
-use common::{run_bin, summary_json, tool, tool_version, GgcrRegistry, Registry, RegistryOptions};
+use common::{
+    run_bin, summary_json, tool, tool_version, GgcrRegistry, Registry, RegistryOptions, S3Server,
+};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 
@@ -61,6 +65,7 @@ enum Target {
     TlsHttp2Front,
     RedirectToStorage,
     PullThrough,
+    S3Redirect,
 }
 
 impl Target {
@@ -74,6 +79,7 @@ impl Target {
             Target::TlsHttp2Front => "tls-http2-front",
             Target::RedirectToStorage => "redirect-to-storage",
             Target::PullThrough => "pull-through-cache",
+            Target::S3Redirect => "distribution-3-s3",
         }
     }
 
@@ -87,13 +93,16 @@ impl Target {
             Target::TlsHttp2Front => "distribution 2.8 behind nginx, TLS + HTTP/2",
             Target::RedirectToStorage => "distribution 2.8, blob GETs redirected to storage",
             Target::PullThrough => "distribution 2.8, pull-through cache of distribution 2.8",
+            Target::S3Redirect => "distribution v3 on S3 (gofakes3), blob GETs redirected",
         }
     }
 
     /// The Go-installed binary it needs, if any.
     fn tool(self) -> Option<&'static str> {
         match self {
-            Target::Distribution3 | Target::Distribution3Token => Some("registry"),
+            Target::Distribution3 | Target::Distribution3Token | Target::S3Redirect => {
+                Some("registry")
+            }
             Target::Ggcr => Some("crane"),
             _ => None,
         }
@@ -185,6 +194,18 @@ impl Target {
                 parts.push(Box::new(origin));
                 (r.url.clone(), Some(r))
             }
+            Target::S3Redirect => {
+                let server = tool("gofakes3")
+                    .ok_or("gofakes3 is not installed (scripts/setup: go install)")?;
+                let s3 = S3Server::start(&server);
+                let r = Registry::start_with(RegistryOptions {
+                    binary,
+                    s3_endpoint: Some(s3.endpoint.clone()),
+                    ..RegistryOptions::default()
+                });
+                parts.push(Box::new(s3));
+                (r.url.clone(), Some(r))
+            }
             Target::PullThrough => {
                 let origin = Registry::start();
                 let r = Registry::start_with(RegistryOptions {
@@ -209,6 +230,13 @@ impl Target {
     fn version(self) -> String {
         match self.tool() {
             Some("crane") => tool_version(&tool("crane").unwrap(), &["version"]),
+            Some(name) if matches!(self, Target::S3Redirect) => {
+                let v = tool_version(&tool(name).unwrap(), &["--version"]);
+                let s3 = std::fs::read_to_string(tool("gofakes3.version").unwrap_or_default())
+                    .unwrap_or_default();
+                let s3 = s3.trim().rsplit('@').next().unwrap_or_default().to_owned();
+                format!("{v}, gofakes3 {s3}")
+            }
             Some(name) => tool_version(&tool(name).unwrap(), &["--version"]),
             None => {
                 let v = tool_version(Path::new("docker-registry"), &["--version"]);
@@ -459,6 +487,24 @@ fn pull_verified(t: &Running, dir: &Path) -> String {
         return "works, cold and warm".into();
     }
     if u(&s["operations"]["redirect"]["ok"]) > 0 {
+        // Each redirected read's two hops timed apart: the registry's answer (`redirect`)
+        // and the storage's (`storage_get`, which carried every byte).
+        assert_eq!(
+            u(&s["operations"]["redirect"]["ok"]),
+            8,
+            "{}",
+            s["operations"]
+        );
+        assert_eq!(
+            u(&s["operations"]["storage_get"]["ok"]),
+            8,
+            "{}",
+            s["operations"]
+        );
+        assert_eq!(
+            u(&s["operations"]["storage_get"]["bytes_received"]),
+            u(&s["operations"]["blob_get"]["bytes_received"])
+        );
         "works, via 307 to storage".into()
     } else {
         "works".into()
@@ -869,4 +915,5 @@ suite! {
     tls_http2_front => Target::TlsHttp2Front;
     redirect_to_storage => Target::RedirectToStorage;
     pull_through_cache => Target::PullThrough;
+    distribution_3_s3 => Target::S3Redirect;
 }

@@ -8,3 +8,8 @@ DISTRIBUTION_VERSION=v3.1.2
 # go-containerregistry: `crane registry serve --address ADDR --disk DIR`.
 GGCR_MODULE=github.com/google/go-containerregistry/cmd/crane
 GGCR_VERSION=v0.22.1
+# An S3 server for distribution's S3 storage driver: gofakes3 (`-backend fs -fs.path DIR`),
+# the S3 protocol served from a directory (SeaweedFS's module cannot be `go install`ed: its
+# go.mod has replace directives; MinIO is AGPL).
+S3_MODULE=github.com/johannesboyne/gofakes3/cmd/gofakes3
+S3_VERSION=v1.2.0

@@ -172,6 +172,9 @@ struct Exchange {
     response: HttpResponse,
     /// The label its `--split-by-header` value gets, if the run splits by one.
     label: Option<u8>,
+    /// After a redirect to another origin (blob storage): when the request to it was sent,
+    /// so its hop is timed apart from the registry's ([`RegistryClient::storage_hop`]).
+    storage_sent: Option<Instant>,
     /// When the last request that was not an auth failure was sent.
     sent: Instant,
     headers_at: Instant,
@@ -384,6 +387,26 @@ impl RegistryClient {
         self.url(&["/v2/", repo.as_str(), "/blobs/uploads/"])
     }
 
+    /// The storage's hop of a redirected read, apart from the registry's (`redirect`): a
+    /// `storage_get` from sending to the storage to the end of its body, `bytes` long.
+    async fn storage_hop(&self, sent: Instant, headers_at: Instant, outcome: Outcome, bytes: u64) {
+        let sample = Sample {
+            op: Op::StorageGet,
+            outcome,
+            size_class: SizeClass::of(bytes),
+            timing: Timing {
+                intended: None,
+                sent,
+                first_byte: Some(headers_at),
+                end: Instant::now(),
+            },
+            bytes_sent: 0,
+            bytes_received: bytes,
+            http: HttpStatuses::NONE,
+        };
+        self.inner.recorder.record(sample).await;
+    }
+
     async fn record(&self, meter: &Meter, outcome: Outcome) {
         let sample = meter.sample(outcome);
         self.inner
@@ -467,9 +490,11 @@ impl RegistryClient {
                 .recorder
                 .split()
                 .map(|s| s.label(&response.headers));
+            let storage_sent = (state.redirects > 0 && !on_origin).then_some(sent);
             return Ok(Exchange {
                 response,
                 label,
+                storage_sent,
                 sent: sent_for_op,
                 headers_at,
                 requests: state.requests,

@@ -142,11 +142,23 @@ impl RegistryClient {
             let request = HttpRequest::new(Method::GET, self.blob_url(repo, digest));
             let ex = self.exchange(request, &self.read_scope(repo), true).await?;
             m.exchanged(&ex);
+            let storage = ex.storage_sent.map(|sent| (sent, ex.headers_at));
             if ex.response.status != StatusCode::OK {
                 return Err(status_error(ex).await);
             }
-            self.read_verified(ex.response, digest, expected_size, content, &mut m)
-                .await
+            let received = m.bytes_received;
+            let read = self
+                .read_verified(ex.response, digest, expected_size, content, &mut m)
+                .await;
+            if let Some((sent, headers_at)) = storage {
+                let outcome = match &read {
+                    Ok(_) => crate::metrics::Outcome::Ok,
+                    Err(e) => crate::metrics::Outcome::Error(e.kind()),
+                };
+                let bytes = m.bytes_received - received;
+                self.storage_hop(sent, headers_at, outcome, bytes).await;
+            }
+            read
         }
         .await;
         self.finish(&m, r).await

@@ -57,6 +57,7 @@ ops! {
     UploadPut = "upload_put", Request;
     UploadStatus = "upload_status", Request;
     Redirect = "redirect", Request;
+    StorageGet = "storage_get", Request;
     TokenFetch = "token_fetch", Request;
     ImagePull = "image_pull", Session;
     ImagePush = "image_push", Session;

@@ -61,6 +61,9 @@ pub struct RegistryOptions {
     /// Run as a pull-through cache of this upstream registry (distribution's `proxy`):
     /// reads fetch what it lacks from the upstream and keep it; it accepts no push.
     pub proxy_remote: Option<String>,
+    /// Store in this S3 endpoint's bucket [`S3_BUCKET`] (distribution's `s3` driver)
+    /// instead of the file system, blob GETs redirected to presigned URLs there.
+    pub s3_endpoint: Option<String>,
 }
 
 /// A PEM certificate and its private key.
@@ -181,17 +184,29 @@ fn config_yaml(dir: &Path, port: u16, options: &RegistryOptions) -> String {
     } else {
         "log:\n  level: warn\n  accesslog:\n    disabled: true\n"
     };
+    let driver = match &options.s3_endpoint {
+        // Credentials the server does not check; path-style URLs on loopback.
+        Some(endpoint) => format!(
+            "  s3:\n    accesskey: creb-rs-test\n    secretkey: creb-rs-test-secret\n    \
+             region: us-east-1\n    regionendpoint: {endpoint}\n    bucket: {S3_BUCKET}\n    \
+             forcepathstyle: true\n    secure: false\n    v4auth: true\n    rootdirectory: /\n  \
+             redirect:\n    disable: false\n"
+        ),
+        None => format!(
+            "  filesystem:\n    rootdirectory: {}\n",
+            options
+                .storage_root
+                .clone()
+                .unwrap_or_else(|| dir.join("data"))
+                .display()
+        ),
+    };
     let mut yaml = format!(
         "version: 0.1\n\
          {log}\
-         storage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\n  \
+         storage:\n{driver}  delete:\n    enabled: true\n  \
          maintenance:\n    uploadpurging:\n      enabled: false\n\
          http:\n  addr: 127.0.0.1:{port}\n  secret: creb-rs-test-http-secret\n",
-        root = options
-            .storage_root
-            .clone()
-            .unwrap_or_else(|| dir.join("data"))
-            .display(),
     );
     if let Some(remote) = &options.proxy_remote {
         yaml.push_str(&format!("proxy:\n  remoteurl: {remote}\n"));
@@ -548,6 +563,55 @@ impl GgcrRegistry {
 }
 
 impl Drop for GgcrRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An S3 server on loopback for distribution's S3 driver: gofakes3 (scripts/setup installs
+/// it) serving the bucket `registry` from a temporary directory, killed when dropped.
+pub struct S3Server {
+    child: Child,
+    pub endpoint: String,
+    _dir: TempDir,
+}
+
+/// The bucket [`S3Server`] creates.
+pub const S3_BUCKET: &str = "registry";
+
+impl S3Server {
+    pub fn start(binary: &Path) -> S3Server {
+        let dir = TempDir::new().expect("temp dir");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("s3.log")).unwrap();
+        let mut child = Command::new(binary)
+            .args(["-backend", "fs", "-fs.create", "-initialbucket", S3_BUCKET])
+            .arg("-fs.path")
+            .arg(dir.path().join("data"))
+            .args(["-host", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start gofakes3");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("gofakes3 exited with {status}");
+            }
+            assert!(Instant::now() < deadline, "gofakes3 did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
