@@ -199,31 +199,7 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             );
         }
     }
-    if let Some(split) = &summary.split_by_header {
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:<16} {:<20} {:>8} {:>7} {:>9} {:>9} {:>9}",
-            "operation", split.header, "count", "share", "p50", "p99", "max"
-        );
-        for (op, total) in &summary.operations {
-            for (value, ops) in &split.values {
-                let Some(s) = ops.get(op) else { continue };
-                let (p50, p99, max) = s
-                    .latency_ms
-                    .as_ref()
-                    .map_or(("-".into(), "-".into(), "-".into()), |p| {
-                        (ms(p.p50), ms(p.p99), ms(p.max))
-                    });
-                let _ = writeln!(
-                    out,
-                    "{op:<16} {value:<20} {:>8} {:>6.1}% {p50:>9} {p99:>9} {max:>9}",
-                    s.count,
-                    s.count as f64 * 100.0 / total.count.max(1) as f64,
-                );
-            }
-        }
-    }
+    split_lines(&mut out, summary);
     if !summary.errors.is_empty() {
         let _ = writeln!(out);
         let parts: Vec<String> = summary
@@ -258,6 +234,37 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
         );
     }
     out
+}
+
+/// `--split-by-header`: a line per operation and header value, with its share of the
+/// operation's count and its latency.
+fn split_lines(out: &mut String, summary: &Summary) {
+    let Some(split) = &summary.split_by_header else {
+        return;
+    };
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<16} {:<20} {:>8} {:>7} {:>9} {:>9} {:>9}",
+        "operation", split.header, "count", "share", "p50", "p99", "max"
+    );
+    for (op, total) in &summary.operations {
+        for (value, ops) in &split.values {
+            let Some(s) = ops.get(op) else { continue };
+            let (p50, p99, max) = s
+                .latency_ms
+                .as_ref()
+                .map_or(("-".into(), "-".into(), "-".into()), |p| {
+                    (ms(p.p50), ms(p.p99), ms(p.max))
+                });
+            let _ = writeln!(
+                out,
+                "{op:<16} {value:<20} {:>8} {:>6.1}% {p50:>9} {p99:>9} {max:>9}",
+                s.count,
+                s.count as f64 * 100.0 / total.count.max(1) as f64,
+            );
+        }
+    }
 }
 
 /// One registry metrics endpoint in a line of its table: its request count beside

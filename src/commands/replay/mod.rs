@@ -47,15 +47,8 @@ use context::{connect, Context, Unrun};
 pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = ReplayConfig::try_from(&args)?;
     let input = TraceInput::resolve(&cfg.traces)?;
-    let labels = RunInfoLabels::new(
-        "replay",
-        cfg.mode.name(),
-        Some(cfg.seed),
-        cfg.plan.shard.index,
-        cfg.plan.shard.count,
-    );
     let names = cfg.registry.endpoint_names();
-    let session = Session::open(&args.output, labels, &names, cfg.plan.shard.index).await?;
+    let session = Session::open(&args.output, labels(&cfg), &names, cfg.plan.shard.index).await?;
     args.stop.arm(&shutdown);
     let quiet = session.quiet();
     let spool_dir = args.output.output_dir.clone();
@@ -146,6 +139,18 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
     session.close().await;
     Ok(exit)
+}
+
+/// What the live metrics' `creb_run_info` says of a replay.
+fn labels(cfg: &ReplayConfig) -> RunInfoLabels {
+    let shard = cfg.plan.shard;
+    RunInfoLabels::new(
+        "replay",
+        cfg.mode.name(),
+        Some(cfg.seed),
+        shard.index,
+        shard.count,
+    )
 }
 
 /// What stops a replay once its trace is read, before anything is sent: `--check-space`
