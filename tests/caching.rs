@@ -10,21 +10,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::nginx::{blob_cache, Nginx, NginxOptions};
-use common::{free_port, run_bin, summary_json, Registry};
-
-fn http_get(url: &str) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", url])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use common::{free_port, http_get, run_bin, summary_json, Registry};
 
 /// `summary.split_by_header.values.<value>.<op>.<field>` (0 when absent).
 fn split_count(summary: &serde_json::Value, value: &str, op: &str, field: &str) -> u64 {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, run_bin, summary_json, Registry};
+use common::{free_port, http_get, run_bin, summary_json, Registry};
 
 /// A server the test started (Prometheus, a Pushgateway), with its data directory; killed
 /// when dropped.
@@ -33,16 +33,6 @@ fn prometheus_binary() -> Option<&'static str> {
     ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
         .into_iter()
         .find(|p| Path::new(p).is_file())
-}
-
-fn http_get(url: &str) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", url])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn start_prometheus(target_port: u16) -> Option<Daemon> {

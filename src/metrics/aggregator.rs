@@ -402,8 +402,10 @@ impl Aggregator {
                     self.splits.resize_with(l + 1, StatsTable::default);
                 }
                 self.splits[l].record(&s);
-                if let (Some(live), Some(name)) = (self.live.clone(), self.split_name(label)) {
-                    live.observe_split(&s, name);
+                if self.live.is_some() {
+                    if let (Some(name), Some(live)) = (self.split_name(label), &self.live) {
+                        live.observe_split(&s, name);
+                    }
                 }
                 let msg = match endpoint {
                     Some(e) => Msg::EndpointSample(e, s),

@@ -727,6 +727,17 @@ pub fn summary_json(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("summary.json is JSON")
 }
 
+/// The body of a GET of `url` with curl (5 s at most), `None` unless it answered 2xx.
+pub fn http_get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `summary.operations.<op>.<field>` as u64 (0 when absent).
 pub fn op_count(summary: &serde_json::Value, op: &str, field: &str) -> u64 {
     summary["operations"][op][field].as_u64().unwrap_or(0)
