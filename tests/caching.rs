@@ -57,28 +57,35 @@ fn pull_split(url: &str, repo: &str, dir: &std::path::Path) -> (serde_json::Valu
         }
         http_get(&format!("http://127.0.0.1:{metrics_port}/metrics")).expect("scrape")
     });
-    let r = run_bin(
-        &[
-            "pull",
-            "--registry",
-            url,
-            "--repo",
-            repo,
-            "--split-by-header",
-            "X-Cache-Status",
-            "--metrics-listen",
-            &listen,
-            "--metrics-linger",
-            "5s",
-            "--output-dir",
-            dir.to_str().unwrap(),
-            "--quiet",
-        ],
-        None,
-        &[],
-    );
+    let extra = ["--metrics-listen", &listen, "--metrics-linger", "5s"];
+    let summary = pull(url, repo, "X-Cache-Status", dir, &extra);
+    (summary, scraper.join().unwrap())
+}
+
+/// Pulls `repo` through `url` split by `header`, results in `dir`: the summary.
+fn pull(
+    url: &str,
+    repo: &str,
+    header: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> serde_json::Value {
+    let mut args = vec![
+        "pull",
+        "--registry",
+        url,
+        "--repo",
+        repo,
+        "--split-by-header",
+        header,
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    let r = run_bin(&args, None, &[]);
     assert_eq!(r.code, 0, "pull: {}", r.stderr);
-    (summary_json(dir), scraper.join().unwrap())
+    summary_json(dir)
 }
 
 /// The value of the live series `name{labels…}` whose labels include every `want`.
@@ -185,25 +192,13 @@ fn a_header_with_many_values_stays_bounded() {
     });
     push(&registry.url, "many/app", "30");
     let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("pull");
-    let r = run_bin(
-        &[
-            "pull",
-            "--registry",
-            &nginx.url,
-            "--repo",
-            "many/app",
-            "--split-by-header",
-            "x-served-by",
-            "--output-dir",
-            dir.to_str().unwrap(),
-            "--quiet",
-        ],
-        None,
+    let summary = pull(
+        &nginx.url,
+        "many/app",
+        "x-served-by",
+        &out.path().join("pull"),
         &[],
     );
-    assert_eq!(r.code, 0, "pull: {}", r.stderr);
-    let summary = summary_json(&dir);
     let values = summary["split_by_header"]["values"].as_object().unwrap();
     // 33 answers (the ping, the manifest, the config, 30 layers), each its own value: 16
     // kept apart, 17 other.

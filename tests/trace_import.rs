@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::nginx::{Nginx, NginxOptions};
-use common::{run_bin, summary_json, tool, Registry, RegistryOptions};
+use common::{link_race_500s, run_bin, summary_json, tool, Registry, RegistryOptions};
 
 /// The `log_format` docs/traces.md gives for nginx: `combined`, then the times and the
 /// request body's size.
@@ -547,20 +547,7 @@ fn an_imported_crane_session_replays_what_crane_did() {
         // No error but docker-registry's link race, which `replay_fresh` matched to the
         // registry's log (a real 500 of the registry when two requests meet on one link).
         let errors = summary["totals"]["errors"].as_u64().unwrap_or(0);
-        let races: u64 = [
-            "manifest_get",
-            "manifest_head",
-            "manifest_put",
-            "blob_head",
-            "blob_get",
-        ]
-        .iter()
-        .map(|op| {
-            summary["operations"][op]["errors_by_kind"]["http_500"]
-                .as_u64()
-                .unwrap_or(0)
-        })
-        .sum();
+        let races = link_race_500s(summary);
         assert_eq!(errors, races, "{what}: {}", summary["errors"]);
         assert!(errors <= 2, "{what}: {}", summary["errors"]);
         assert!(

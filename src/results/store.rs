@@ -487,21 +487,40 @@ pub fn write_split_histograms(
     duration: Duration,
     tables: &[(String, &StatsTable)],
 ) -> anyhow::Result<()> {
+    let tagged = tables.iter().map(|(value, table)| {
+        let tag = move |op, class, metric: &str| split_tag(value, op, class, metric);
+        (tag, *table)
+    });
+    write_whole_run(dir, SPLIT_HLOG, anchor, duration, tagged)
+}
+
+/// Writes `file`: whole-run histograms of tables, each series tagged by its table's
+/// function, one entry per series spanning the run (offset 0, length `duration`).
+fn write_whole_run<'a, F>(
+    dir: &Path,
+    file: &str,
+    anchor: std::time::SystemTime,
+    duration: Duration,
+    tables: impl Iterator<Item = (F, &'a StatsTable)>,
+) -> anyhow::Result<()>
+where
+    F: Fn(Op, SizeClass, &str) -> String,
+{
     let mut out = Vec::new();
     hlog::write_header(&mut out, anchor)?;
     let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
-    for (value, table) in tables {
+    for (tag, table) in tables {
         hlog::write_table(
             &mut out,
             &mut serializer,
             Duration::ZERO,
             duration,
-            *table,
+            table,
             &mut None,
-            |op, class, metric| split_tag(value, op, class, metric),
+            tag,
         )?;
     }
-    super::files::write_atomic(dir, SPLIT_HLOG, &out)?;
+    super::files::write_atomic(dir, file, &out)?;
     Ok(())
 }
 
@@ -526,22 +545,11 @@ pub fn write_endpoint_histograms(
     duration: Duration,
     tables: &[(usize, &StatsTable)],
 ) -> anyhow::Result<()> {
-    let mut out = Vec::new();
-    hlog::write_header(&mut out, anchor)?;
-    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
-    for (index, table) in tables {
-        hlog::write_table(
-            &mut out,
-            &mut serializer,
-            Duration::ZERO,
-            duration,
-            *table,
-            &mut None,
-            |op, class, metric| endpoint_tag(*index, op, class, metric),
-        )?;
-    }
-    super::files::write_atomic(dir, ENDPOINTS_HLOG, &out)?;
-    Ok(())
+    let tagged = tables.iter().map(|&(index, table)| {
+        let tag = move |op, class, metric: &str| endpoint_tag(index, op, class, metric);
+        (tag, table)
+    });
+    write_whole_run(dir, ENDPOINTS_HLOG, anchor, duration, tagged)
 }
 
 /// Writes the end-of-run files: `counters.json`, `meta.json`, then `summary.json` last (its

@@ -120,6 +120,38 @@ fn link_race(line: &str, method: &str) -> bool {
         || (line.contains("/blobs/sha256:") && reads)
 }
 
+/// The 500s of `summary` in the operations docker-registry's link race can meet (reads of
+/// a manifest or a blob, a manifest PUT): at most as many as [`Registry::tag_race_500s`].
+pub fn link_race_500s(summary: &serde_json::Value) -> u64 {
+    [
+        "manifest_get",
+        "manifest_head",
+        "manifest_put",
+        "blob_head",
+        "blob_get",
+    ]
+    .iter()
+    .map(|op| {
+        summary["operations"][op]["errors_by_kind"]["http_500"]
+            .as_u64()
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+/// Waits up to 15 s for `child`, started as `what`, to listen on `port` on loopback; panics
+/// if it exits first or never does.
+pub fn wait_listening(child: &mut Child, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited with {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A registry binary scripts/setup installs with `go install` (`registry`, `crane`) in
 /// `$CREB_TOOLS/bin` (default `~/.cache/creb-rs/tools/bin`), if it is there.
 pub fn tool(name: &str) -> Option<PathBuf> {
@@ -444,16 +476,7 @@ impl Registry {
             )
         };
         let races = self.tag_race_500s();
-        let link_500s: u64 = [
-            "manifest_get",
-            "manifest_head",
-            "manifest_put",
-            "blob_head",
-            "blob_get",
-        ]
-        .iter()
-        .map(|op| n(&summary["operations"][op]["errors_by_kind"]["http_500"]))
-        .sum();
+        let link_500s = link_race_500s(summary);
         assert_eq!(errors, link_500s, "{}", explain());
         assert!(link_500s <= races, "{}", explain());
         eprintln!("{what}: {link_500s} link-race 500s of docker-registry (tolerated)");
@@ -546,14 +569,7 @@ impl GgcrRegistry {
             .stderr(log)
             .spawn()
             .expect("start crane registry serve");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("crane registry exited with {status}");
-            }
-            assert!(Instant::now() < deadline, "crane registry did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_listening(&mut child, port, "crane registry");
         GgcrRegistry {
             child,
             url: format!("http://127.0.0.1:{port}"),
@@ -595,14 +611,7 @@ impl S3Server {
             .stderr(log)
             .spawn()
             .expect("start gofakes3");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("gofakes3 exited with {status}");
-            }
-            assert!(Instant::now() < deadline, "gofakes3 did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_listening(&mut child, port, "gofakes3");
         S3Server {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
