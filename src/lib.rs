@@ -6,7 +6,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress` |
+//! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress`, `outfile` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
 //! | engines | `exec`, `analysis`, `merge`, `experiment`, `report` |
 //! | commands | `commands` |
@@ -29,6 +29,7 @@ pub mod merge;
 pub mod metrics;
 pub mod net;
 pub mod oci;
+pub mod outfile;
 pub mod plan;
 mod progress;
 pub mod report;
@@ -39,3 +40,4 @@ pub mod trace;
 mod units;
 
 pub use commands::{run, Cli, ExitStatus};
+pub use shutdown::Shutdown;

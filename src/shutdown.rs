@@ -67,6 +67,22 @@ impl Shutdown {
         self.token.cancel();
     }
 
+    /// Runs `work` until it ends or the stop comes (a signal, `--max-run-time`), whichever
+    /// is first; `None` when the stop came first (`work` is dropped: its requests are
+    /// abandoned, its child processes killed). A stage that waits on anything outside the
+    /// process (a registry, a token server, a credential helper) waits through this, so a
+    /// stop is honoured at every stage.
+    pub async fn race<F: std::future::Future>(&self, work: F) -> Option<F::Output> {
+        if self.token.is_cancelled() {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            () = self.token.cancelled() => None,
+            out = work => Some(out),
+        }
+    }
+
     /// Ends the run after `limit` (`--max-run-time`) the way a stop does (nothing new
     /// starts, in-flight work gets its grace, results are written), but as the run's
     /// planned end: not an interruption.

@@ -630,7 +630,8 @@ fn delete(t: &Running, dir: &Path) -> String {
             push_scopes: true,
             ..ClientOptions::default()
         };
-        let connection = config.connect(recorder, options, 2).await.unwrap();
+        let stop = creb::Shutdown::new();
+        let connection = config.connect(recorder, options, 2, &stop).await.unwrap();
         let client = connection.client;
         let repo: Repository = "compat/delete".parse().unwrap();
         let tag = Reference::Tag("latest".parse().unwrap());

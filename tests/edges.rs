@@ -446,6 +446,14 @@ fn stop_stuck(args: &[&str], out: &Path, name: &str, code: i32) {
     assert_eq!(status, code, "{args:?}");
     let summary = summary_json(out);
     assert_eq!(summary["interrupted"], true, "{summary}");
+    assert!(
+        summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "interrupted"),
+        "{args:?}: no interrupted warning: {summary}"
+    );
 }
 
 #[test]
@@ -975,4 +983,444 @@ fn every_verify_mode_catches_what_it_promises() {
             }
         }
     }
+}
+
+// Files the user named: creb-rs never writes over one of a command's inputs, nor over a file
+// of another kind without --force; a digest cache replaces only a digest cache.
+
+/// Runs the binary; returns its exit status and standard error.
+fn exit_of(args: &[&str]) -> (i32, String) {
+    let r = run_bin(args, None, &[]);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    (r.code, r.stderr)
+}
+
+#[test]
+fn a_digest_cache_never_replaces_the_trace_another_file_or_a_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let trace_bytes = std::fs::read(&trace).unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"my notes").unwrap();
+    let out = dir.path().join("out");
+    let t = trace.to_str().unwrap();
+    // Refused before the registry is asked: nothing listens on port 9.
+    let replay = ["replay", t, "--registry", "http://127.0.0.1:9", "--quiet"];
+    for cache in [t, notes.to_str().unwrap()] {
+        let (code, stderr) = exit_of(&[&replay[..], &["--digest-cache", cache]].concat());
+        assert_eq!(code, 2, "--digest-cache {cache}: {stderr}");
+        assert!(stderr.contains("--digest-cache"), "{stderr}");
+    }
+    let (code, stderr) = exit_of(
+        &[
+            &replay[..],
+            &[
+                "--digest-cache",
+                out.join("summary.json").to_str().unwrap(),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("one of the run's results"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        trace_bytes,
+        "the trace is untouched"
+    );
+    assert_eq!(std::fs::read(&notes).unwrap(), b"my notes");
+    assert!(!out.join("summary.json").exists());
+}
+
+#[test]
+fn trace_outputs_never_replace_an_input_and_another_kind_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let trace_bytes = std::fs::read(&trace).unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"my notes").unwrap();
+    let (t, n) = (trace.to_str().unwrap(), notes.to_str().unwrap());
+    let sample = [
+        "trace",
+        "sample",
+        t,
+        "--method",
+        "first-n",
+        "--requests",
+        "1",
+    ];
+    let import = ["trace", "import", t, "--format", "distribution"];
+    for args in [
+        [&sample[..], &["--out", t, "--force"]].concat(),
+        [&import[..], &["-o", t, "--force"]].concat(),
+    ] {
+        let (code, stderr) = exit_of(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains("one of the command's inputs"), "{stderr}");
+    }
+    let synth = ["trace", "synth", "--requests", "10", "--quiet", "--out", n];
+    let (code, stderr) = exit_of(&synth);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read(&trace).unwrap(), trace_bytes);
+    assert_eq!(std::fs::read(&notes).unwrap(), b"my notes");
+    // A trace over a trace needs nothing; another kind of file with --force.
+    let other = dir.path().join("other.json");
+    std::fs::copy(&trace, &other).unwrap();
+    let (code, stderr) = exit_of(&[&sample[..], &["--out", other.to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = exit_of(&[&synth[..], &["--force"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(std::fs::read(&notes).unwrap().starts_with(b"["));
+}
+
+#[test]
+fn a_reused_output_dir_holds_only_the_new_result_and_reports_spare_the_inputs() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let push = [
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "files/app",
+        "--layers",
+        "1",
+        "--layer-size",
+        "1KiB",
+        "--quiet",
+        "--output-dir",
+        o,
+    ];
+    let (code, stderr) = exit_of(&[&push[..], &["--record-requests"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(out.join("requests.csv").exists());
+    let (code, stderr) = exit_of(&push);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !out.join("requests.csv").exists(),
+        "the earlier result's requests.csv stayed beside the new result"
+    );
+    assert!(out.join("summary.json").exists());
+
+    // The result's own files are inputs of report and merge; a file of another kind is
+    // replaced only with --force.
+    let summary = std::fs::read(out.join("summary.json")).unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"my notes").unwrap();
+    for args in [
+        vec![
+            "report",
+            o,
+            "--format",
+            "json",
+            "-o",
+            out.join("summary.json").to_str().unwrap(),
+        ],
+        vec![
+            "report",
+            o,
+            "--format",
+            "csv",
+            "-o",
+            notes.to_str().unwrap(),
+        ],
+        vec!["merge", o, "--output-dir", o],
+    ] {
+        let (code, stderr) = exit_of(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+    }
+    assert_eq!(std::fs::read(out.join("summary.json")).unwrap(), summary);
+    assert_eq!(std::fs::read(&notes).unwrap(), b"my notes");
+    let (code, stderr) = exit_of(&[
+        "report",
+        o,
+        "--format",
+        "csv",
+        "--force",
+        "-o",
+        notes.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+
+    // A directory whose files have a result's names but are not creb-rs's: refused.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("timeline.csv"), b"mine").unwrap();
+    let f = foreign.to_str().unwrap();
+    let elsewhere = [&push[..push.len() - 1], &[f]].concat();
+    let (code, stderr) = exit_of(&elsewhere);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(
+        std::fs::read(foreign.join("timeline.csv")).unwrap(),
+        b"mine"
+    );
+    let (code, stderr) = exit_of(&[&elsewhere[..], &["--force"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+}
+
+// First contact: a stop and --max-run-time are honoured while GET /v2/ or a token is awaited,
+// not after the 60 s request timeout.
+
+/// A registry whose `GET /v2/` is never answered, or (`token`) one that sends every request
+/// to a token server that never answers.
+fn unanswered_first_contact(token: bool) -> Misbehaving {
+    let url = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
+    let realm = std::sync::Arc::clone(&url);
+    let server = Misbehaving::start(move |r| {
+        if !token || r.path.starts_with("/token") {
+            return Answer::Silent;
+        }
+        let challenge = format!(
+            r#"Bearer realm="{}/token",service="edge""#,
+            realm.get().cloned().unwrap_or_default()
+        );
+        Answer::status(401).header("WWW-Authenticate", &challenge)
+    });
+    url.set(server.url.clone()).unwrap();
+    server
+}
+
+/// The three load commands against `url`, with the default 60 s request timeout.
+fn load_commands(url: &str, trace: &Path) -> Vec<Vec<String>> {
+    let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    vec![
+        words(&format!("pull --registry {url} --repo edge/app")),
+        words(&format!(
+            "push --registry {url} --repo edge/app --layers 1 --layer-size 1KiB"
+        )),
+        words(&format!(
+            "replay {} --registry {url} --phase all",
+            trace.display()
+        )),
+    ]
+}
+
+#[test]
+fn a_stop_during_an_unanswered_first_contact_or_token_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    for (token, signal_name, code) in [(false, "TERM", 143), (true, "INT", 130)] {
+        let server = unanswered_first_contact(token);
+        for (i, args) in load_commands(&server.url, &trace).iter().enumerate() {
+            let out = dir.path().join(format!("{signal_name}-{i}"));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            stop_stuck(&args, &out, signal_name, code);
+            assert_eq!(summary_json(&out)["totals"]["ok"], 0);
+        }
+    }
+}
+
+#[test]
+fn max_run_time_ends_an_unanswered_first_contact_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let server = unanswered_first_contact(false);
+    for (i, args) in load_commands(&server.url, &trace).iter().enumerate() {
+        let out = dir.path().join(format!("limit-{i}"));
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend(["--max-run-time", "3s", "--grace", "1s", "--quiet"]);
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        let started = Instant::now();
+        let r = run_bin(&args, None, &[]);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(15), "{args:?} took {took:?}");
+        // Nothing was measured: the registry did not answer in the run's time.
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--max-run-time"), "{}", r.stderr);
+        let summary = summary_json(&out);
+        let kinds: Vec<&str> = summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| w["kind"].as_str())
+            .collect();
+        assert!(kinds.contains(&"registry_unusable"), "{summary}");
+    }
+}
+
+// A cut-off operation is a counted failure: what a stop's grace ended is `cancelled` in the
+// totals and the errors, and the exit status is the one for failed operations.
+
+#[test]
+fn an_operation_cut_off_by_max_run_time_is_a_counted_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = ["--max-run-time", "1s", "--grace", "300ms"];
+    // The manifest is served, its blob never is.
+    let server = registry(good_manifest, |_| Answer::Silent);
+    let r = pull(&server, &dir.path().join("pull"), &stop);
+    bounded(&r, "pull");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.summary["interrupted"], false);
+    assert!(
+        r.summary["totals"]["errors"].as_u64().unwrap() >= 1,
+        "{}",
+        r.summary
+    );
+    // Both blobs of the image (its config and its layer) were being read.
+    assert_eq!(r.errors("blob_get", "cancelled"), 2, "{}", r.summary);
+    assert!(r.summary["errors"]["cancelled"].as_u64().unwrap() >= 1);
+    // A push whose manifest PUT is never answered (its blobs are present).
+    let server = registry(|_| Answer::Silent, good_blob);
+    let mut push = vec!["push", "--registry", &server.url, "--repo", "edge/app"];
+    push.extend(["--layers", "1", "--layer-size", "80", "--monolithic"]);
+    push.extend(stop);
+    let r = run(&push, &dir.path().join("push"));
+    bounded(&r, "push");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.errors("manifest_put", "cancelled"), 1, "{}", r.summary);
+    assert!(
+        r.summary["totals"]["errors"].as_u64().unwrap() >= 1,
+        "{}",
+        r.summary
+    );
+}
+
+// Sizes a registry claims: believed up to the documented ceiling (64 GiB), the rest left
+// unknown and counted; a trace that claims more is invalid.
+
+/// A distribution log line of an upload's closing PUT of `digest`, without its size.
+fn upload_put(digest: &str) -> String {
+    format!(
+        r#"{{"http.request.method":"PUT","http.request.uri":"/v2/a/b/blobs/uploads/u{}?digest=sha256%3A{digest}","http.request.remoteaddr":"10.0.0.1:5","http.response.status":201,"http.response.written":0,"http.response.duration":"2ms","level":"info","msg":"response completed","time":"2026-11-24T22:53:52.398Z"}}"#,
+        &digest[..4]
+    )
+}
+
+/// `trace import LOG --format distribution -o OUT --sizes-from URL EXTRA...`.
+fn import_sizing(
+    log: &Path,
+    out: &Path,
+    url: &str,
+    extra: &[&str],
+    stdin: Option<&str>,
+) -> common::BinOutput {
+    let (log, out) = (log.to_str().unwrap(), out.to_str().unwrap());
+    let mut args = vec![
+        "trace",
+        "import",
+        log,
+        "--format",
+        "distribution",
+        "-o",
+        out,
+    ];
+    args.extend(["--sizes-from", url]);
+    args.extend(extra);
+    run_bin(&args, stdin, &[])
+}
+
+#[test]
+fn absurd_sizes_from_a_registry_or_a_trace_are_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let [eib, pib, fine] = ["e", "f", "a"].map(|c| c.repeat(64));
+    let claims = [
+        (eib.clone(), u64::MAX.to_string()),
+        (pib.clone(), (1u64 << 50).to_string()),
+        (fine.clone(), "1000".to_string()),
+    ];
+    let server = Misbehaving::start(move |r| {
+        let claim = claims.iter().find(|(d, _)| r.path.ends_with(d.as_str()));
+        match claim {
+            Some((_, size)) if r.method == "HEAD" => {
+                Answer::status(200).header("Content-Length", size).header(
+                    "Docker-Content-Digest",
+                    &format!("sha256:{}", &r.path[r.path.len() - 64..]),
+                )
+            }
+            _ => Answer::ok("application/json", "{}"),
+        }
+    });
+    let log = dir.path().join("registry.log");
+    let lines: Vec<String> = [&eib, &pib, &fine].iter().map(|d| upload_put(d)).collect();
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("t.json");
+    let r = import_sizing(&log, &out, &server.url, &["--no-anonymize"], None);
+    // Written, the two claims left unknown and counted, and the exit says sizing failed.
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("2 beyond 64 GiB"), "{}", r.stderr);
+    let trace = std::fs::read_to_string(&out).unwrap();
+    assert!(!trace.contains(&u64::MAX.to_string()), "{trace}");
+    assert!(!trace.contains(&(1u64 << 50).to_string()), "{trace}");
+    assert_eq!(
+        trace.matches("\"creb.size_unknown\":true").count(),
+        2,
+        "{trace}"
+    );
+    let validated = run_bin(&["trace", "validate", out.to_str().unwrap()], None, &[]);
+    assert_eq!(validated.code, 0, "{}", validated.stderr);
+
+    // A trace that claims a 16 EiB blob is invalid, named by file, record and field.
+    let claimed = dir.path().join("claimed.json");
+    let records = vec![record(0, &format!("v2/a/b/blobs/sha256:{eib}"), u64::MAX)];
+    std::fs::write(&claimed, serde_json::to_vec(&records).unwrap()).unwrap();
+    let validated = run_bin(&["trace", "validate", claimed.to_str().unwrap()], None, &[]);
+    assert_eq!(validated.code, 2, "{}", validated.stderr);
+    assert!(
+        validated.stderr.contains("http.response.written") && validated.stderr.contains("64 GiB"),
+        "{}",
+        validated.stderr
+    );
+}
+
+#[test]
+fn sizes_from_a_registry_with_credentials_sizes_every_upload() {
+    const USER: &str = "sizer";
+    const PASS: &str = "sizing-secret";
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start_with(common::RegistryOptions {
+        access_log: true,
+        auth: common::RegistryAuth::Htpasswd {
+            path: common::token_issuer::write_htpasswd(dir.path(), &[(USER, PASS)]),
+        },
+        ..common::RegistryOptions::default()
+    });
+    let push = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "sized/app",
+            "--images",
+            "4",
+            "--layers",
+            "4",
+            "--layer-size",
+            "2KiB",
+            "--monolithic",
+            "--quiet",
+            "--username",
+            USER,
+            "--password-stdin",
+        ],
+        Some(PASS),
+        &[],
+    );
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    // The log without distribution's upload state: every upload's size must be asked for.
+    let log = dir.path().join("registry.log");
+    let stripped: String = registry
+        .log()
+        .lines()
+        .map(|l| match (l.find("?_state="), l.find("&digest=")) {
+            (Some(a), Some(b)) => format!("{}?{}\n", &l[..a], &l[b + 1..]),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&log, stripped).unwrap();
+    let out = dir.path().join("t.json");
+    let creds = ["--json", "--username", USER, "--password-stdin"];
+    let r = import_sizing(&log, &out, &registry.url, &creds, Some(PASS));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let uploads = report["sizes"]["uploads"].as_u64().unwrap();
+    assert!(uploads >= 17, "{report}");
+    assert_eq!(report["sizes"]["from_registry"], uploads, "{report}");
+    assert_eq!(report["sizes"]["unknown"], 0, "{report}");
 }

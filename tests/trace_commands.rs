@@ -492,10 +492,7 @@ fn first_n_copies_records_verbatim() {
         "3",
     ])
     .unwrap_err();
-    assert!(
-        e.to_string().contains("the output is one of the inputs"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("one of the command's inputs"), "{e}");
 }
 
 #[test]

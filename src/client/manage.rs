@@ -36,7 +36,7 @@ impl RegistryClient {
         }
         let mut tags = Vec::new();
         for _ in 0..MAX_PAGES {
-            let mut m = Meter::new(Op::TagList, ctx);
+            let mut m = self.meter(Op::TagList, ctx);
             let r = async {
                 let request = HttpRequest::new(Method::GET, url.clone());
                 let ex = self.exchange(request, &self.read_scope(repo), true).await?;
@@ -46,7 +46,7 @@ impl RegistryClient {
                 Ok((page.tags.unwrap_or_default(), next))
             }
             .await;
-            let (page, next) = self.finish(&m, r).await?;
+            let (page, next) = self.finish(&mut m, r).await?;
             // Exactly `n`: a registry that ignores `n` sends more, and is done.
             let full = page_size.is_some_and(|n| n > 0 && page.len() as u64 == u64::from(n));
             let last = page.last().cloned();
@@ -92,7 +92,7 @@ impl RegistryClient {
         let mut url = self.url(&["/v2/", repo.as_str(), "/referrers/", digest.as_str()]);
         let mut found = Vec::new();
         for _ in 0..MAX_PAGES {
-            let mut m = Meter::new(Op::Referrers, ctx);
+            let mut m = self.meter(Op::Referrers, ctx);
             let r = async {
                 let mut request = HttpRequest::new(Method::GET, url.clone());
                 request.headers.insert(
@@ -110,7 +110,7 @@ impl RegistryClient {
                 Ok(Some((index.manifests, next)))
             }
             .await;
-            match self.finish(&m, r).await? {
+            match self.finish(&mut m, r).await? {
                 None => {
                     self.inner.recorder.event(Event::ReferrersUnsupported).await;
                     return Ok(None);
@@ -158,7 +158,7 @@ impl RegistryClient {
         url: Url,
         ctx: OpCtx,
     ) -> Result<(), ClientError> {
-        let mut m = Meter::new(op, ctx);
+        let mut m = self.meter(op, ctx);
         let r = async {
             let request = HttpRequest::new(Method::DELETE, url);
             let scope = AccessScope::delete(repo);
@@ -171,7 +171,7 @@ impl RegistryClient {
             Ok(())
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 }
 

@@ -181,9 +181,20 @@ struct Exchange {
     requests: HttpStatuses,
 }
 
-/// Measures one operation and records it once.
+/// Operations of one client cut off before they were recorded: their future dropped (a
+/// stop's grace ran out, a stage raced the stop), counted by operation. A command that
+/// drops work reads them back ([`RegistryClient::record_cut_off`]) so that a cut-off
+/// operation is a counted failure. One relaxed add when an operation is dropped unfinished;
+/// nothing for one that is recorded.
+#[derive(Debug, Default)]
+struct CutOff([std::sync::atomic::AtomicU32; Op::COUNT]);
+
+/// Measures one operation and records it once; dropped unrecorded, it counts itself as cut
+/// off.
 struct Meter {
     op: Op,
+    /// Where it counts itself if dropped before it is recorded; `None` once recorded.
+    cut_off: Option<Arc<CutOff>>,
     timing: Timing,
     bytes_sent: u64,
     bytes_received: u64,
@@ -195,9 +206,10 @@ struct Meter {
 }
 
 impl Meter {
-    fn new(op: Op, ctx: OpCtx) -> Self {
+    fn new(op: Op, ctx: OpCtx, cut_off: &Arc<CutOff>) -> Self {
         Meter {
             op,
+            cut_off: Some(Arc::clone(cut_off)),
             timing: Timing::start(ctx.intended),
             bytes_sent: 0,
             bytes_received: 0,
@@ -218,7 +230,9 @@ impl Meter {
         self.label = ex.label.or(self.label);
     }
 
-    fn sample(&self, outcome: Outcome) -> Sample {
+    /// Its sample, once: the meter no longer counts itself as cut off.
+    fn sample(&mut self, outcome: Outcome) -> Sample {
+        self.cut_off = None;
         let mut timing = self.timing;
         timing.end = Instant::now();
         if !self.sent_set {
@@ -247,6 +261,8 @@ struct Inner {
     /// The HTTP version of the registry's latest answer (shared by every copy of the
     /// client; one relaxed store per response).
     version: Arc<AtomicU8>,
+    /// Operations dropped before they were recorded.
+    cut_off: Arc<CutOff>,
 }
 
 /// A client for one registry. Cheap to clone.
@@ -274,6 +290,14 @@ fn is_redirect(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
 }
 
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if let Some(cut_off) = &self.cut_off {
+            cut_off.0[self.op.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl RegistryClient {
     pub fn new(
         transport: Arc<dyn Transport>,
@@ -299,6 +323,7 @@ impl RegistryClient {
                 auth,
                 options,
                 version: Arc::new(AtomicU8::new(0)),
+                cut_off: Arc::default(),
             }),
         }
     }
@@ -317,6 +342,7 @@ impl RegistryClient {
                 auth: Arc::clone(&self.inner.auth),
                 options: self.inner.options.clone(),
                 version: Arc::clone(&self.inner.version),
+                cut_off: Arc::default(),
             }),
         }
     }
@@ -407,7 +433,29 @@ impl RegistryClient {
         self.inner.recorder.record(sample).await;
     }
 
-    async fn record(&self, meter: &Meter, outcome: Outcome) {
+    /// A meter for `op`, counted as cut off if it is dropped unrecorded.
+    fn meter(&self, op: Op, ctx: OpCtx) -> Meter {
+        Meter::new(op, ctx, &self.inner.cut_off)
+    }
+
+    /// Records every operation cut off since the last call (dropped before it was recorded)
+    /// as a failure of kind `cancelled`, so that it counts in the totals and the errors;
+    /// returns how many there were. Called by a command once its work was dropped.
+    pub async fn record_cut_off(&self) -> u64 {
+        let mut total = 0;
+        for &op in Op::ALL {
+            let n = self.inner.cut_off.0[op.index()].swap(0, Ordering::Relaxed);
+            for _ in 0..n {
+                let now = Instant::now();
+                let sample = Sample::unanswered(op, ErrorKind::Cancelled, None, now);
+                self.inner.recorder.record(sample).await;
+            }
+            total += u64::from(n);
+        }
+        total
+    }
+
+    async fn record(&self, meter: &mut Meter, outcome: Outcome) {
         let sample = meter.sample(outcome);
         self.inner
             .recorder
@@ -417,7 +465,7 @@ impl RegistryClient {
 
     async fn finish<T>(
         &self,
-        meter: &Meter,
+        meter: &mut Meter,
         result: Result<T, ClientError>,
     ) -> Result<T, ClientError> {
         let outcome = match &result {

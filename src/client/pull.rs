@@ -18,7 +18,7 @@ use crate::oci::reference::{Reference, Repository};
 impl RegistryClient {
     /// `GET /v2/`: the API version check every client starts with.
     pub async fn ping(&self, ctx: OpCtx) -> Result<(), ClientError> {
-        let mut m = Meter::new(Op::Ping, ctx);
+        let mut m = self.meter(Op::Ping, ctx);
         let r = async {
             let request = HttpRequest::new(Method::GET, self.url(&["/v2/"]));
             let ex = self
@@ -32,7 +32,7 @@ impl RegistryClient {
             Ok(())
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     /// Reads a body to its end, checking it when verification is on: compared with
@@ -136,7 +136,7 @@ impl RegistryClient {
         content: Option<&ContentSpec>,
         ctx: OpCtx,
     ) -> Result<u64, ClientError> {
-        let mut m = Meter::new(Op::BlobGet, ctx);
+        let mut m = self.meter(Op::BlobGet, ctx);
         m.size_hint = expected_size.unwrap_or(0);
         let r = async {
             let request = HttpRequest::new(Method::GET, self.blob_url(repo, digest));
@@ -161,7 +161,7 @@ impl RegistryClient {
             read
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     /// `HEAD /v2/<repo>/blobs/<digest>`: `Some` if it exists, `None` on 404 (the normal
@@ -172,7 +172,7 @@ impl RegistryClient {
         digest: &Digest,
         ctx: OpCtx,
     ) -> Result<Option<HeadInfo>, ClientError> {
-        let mut m = Meter::new(Op::BlobHead, ctx);
+        let mut m = self.meter(Op::BlobHead, ctx);
         let r = async {
             let request = HttpRequest::new(Method::HEAD, self.blob_url(repo, digest));
             let ex = self.exchange(request, &self.read_scope(repo), true).await?;
@@ -180,7 +180,7 @@ impl RegistryClient {
             self.head_result(ex).await
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     async fn head_result(&self, ex: Exchange) -> Result<Option<HeadInfo>, ClientError> {
@@ -240,7 +240,7 @@ impl RegistryClient {
         expect: Option<&Sha256Sum>,
         ctx: OpCtx,
     ) -> Result<FetchedManifest, ClientError> {
-        let mut m = Meter::new(Op::ManifestGet, ctx);
+        let mut m = self.meter(Op::ManifestGet, ctx);
         let r = async {
             let request = self.manifest_request(Method::GET, repo, reference);
             let ex = self.exchange(request, &self.read_scope(repo), true).await?;
@@ -278,7 +278,7 @@ impl RegistryClient {
             })
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     /// `HEAD /v2/<repo>/manifests/<reference>`: `None` on 404.
@@ -288,7 +288,7 @@ impl RegistryClient {
         reference: &Reference,
         ctx: OpCtx,
     ) -> Result<Option<HeadInfo>, ClientError> {
-        let mut m = Meter::new(Op::ManifestHead, ctx);
+        let mut m = self.meter(Op::ManifestHead, ctx);
         let r = async {
             let request = self.manifest_request(Method::HEAD, repo, reference);
             let ex = self.exchange(request, &self.read_scope(repo), true).await?;
@@ -296,7 +296,7 @@ impl RegistryClient {
             self.head_result(ex).await
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 }
 

@@ -67,7 +67,7 @@ impl RegistryClient {
         media_type: &str,
         ctx: OpCtx,
     ) -> Result<Digest, ClientError> {
-        let mut m = Meter::new(Op::ManifestPut, ctx);
+        let mut m = self.meter(Op::ManifestPut, ctx);
         m.size_hint = manifest.len() as u64;
         let r = async {
             let digest = Digest::sha256_of(&manifest);
@@ -90,7 +90,7 @@ impl RegistryClient {
             Ok(digest)
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     /// One request of an upload session, recorded as its own `op` sample and counted into
@@ -103,7 +103,7 @@ impl RegistryClient {
         expected: &[u16],
         session: &mut Meter,
     ) -> Result<Step, ClientError> {
-        let mut m = Meter::new(op, OpCtx::default());
+        let mut m = self.meter(op, OpCtx::default());
         let body_len = request.body.len();
         m.size_hint = body_len;
         let r = async {
@@ -121,7 +121,7 @@ impl RegistryClient {
             Ok(Step { status, headers })
         }
         .await;
-        self.finish(&m, r).await
+        self.finish(&mut m, r).await
     }
 
     /// POST to open an upload session: the session URL and the registry's minimum chunk.
@@ -265,7 +265,7 @@ impl RegistryClient {
         session: Option<Url>,
         ctx: OpCtx,
     ) -> Result<UploadReport, ClientError> {
-        let mut m = Meter::new(Op::BlobUpload, ctx);
+        let mut m = self.meter(Op::BlobUpload, ctx);
         m.size_hint = source.size();
         let scope = AccessScope::push(repo);
         let mut report = UploadReport::default();
@@ -317,7 +317,7 @@ impl RegistryClient {
         .await;
         report.bytes_sent = m.bytes_sent;
         report.requests = m.requests.total();
-        self.finish(&m, r).await.map(|()| report)
+        self.finish(&mut m, r).await.map(|()| report)
     }
 
     /// Uploads generated content whose digest is not known yet, computing it from the bytes
@@ -332,7 +332,7 @@ impl RegistryClient {
         chunk_size: Option<u64>,
         ctx: OpCtx,
     ) -> Result<(Sha256Sum, UploadReport), ClientError> {
-        let mut m = Meter::new(Op::BlobUpload, ctx);
+        let mut m = self.meter(Op::BlobUpload, ctx);
         m.size_hint = spec.size();
         let scope = AccessScope::push(repo);
         let mut report = UploadReport::default();
@@ -352,7 +352,7 @@ impl RegistryClient {
         .await;
         report.bytes_sent = m.bytes_sent;
         report.requests = m.requests.total();
-        self.finish(&m, r).await.map(|digest| (digest, report))
+        self.finish(&mut m, r).await.map(|digest| (digest, report))
     }
 
     /// `POST /v2/<repo>/blobs/uploads/?mount=<digest>&from=<from>`.
@@ -367,7 +367,7 @@ impl RegistryClient {
         from: &Repository,
         ctx: OpCtx,
     ) -> Result<MountOutcome, ClientError> {
-        let mut m = Meter::new(Op::BlobMount, ctx);
+        let mut m = self.meter(Op::BlobMount, ctx);
         let scope = AccessScope::mount(repo, from);
         let r = async {
             let mut url = self.uploads_url(repo);
@@ -404,16 +404,16 @@ impl RegistryClient {
                 if !matches!(outcome, MountOutcome::Mounted) {
                     self.inner.recorder.event(Event::MountFallback).await;
                 }
-                self.record(&m, Outcome::Ok).await;
+                self.record(&mut m, Outcome::Ok).await;
                 Ok(outcome)
             }
             Err(e @ ClientError::Status { .. }) => {
-                self.record(&m, Outcome::Error(e.kind())).await;
+                self.record(&mut m, Outcome::Error(e.kind())).await;
                 self.inner.recorder.event(Event::MountFallback).await;
                 Ok(MountOutcome::Refused)
             }
             Err(e) => {
-                self.record(&m, Outcome::Error(e.kind())).await;
+                self.record(&mut m, Outcome::Error(e.kind())).await;
                 Err(e)
             }
         }

@@ -312,9 +312,15 @@ pub struct AuthArgs {
 pub struct OutputArgs {
     /// Write the result directory (summary.json, ...) here.
     ///
-    /// Created if missing; checked for writability before the run starts.
+    /// Created if missing; checked for writability before the run starts. An earlier result
+    /// there is replaced whole (its files removed first, other files left alone).
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+
+    /// Replace files that have a result's names in --output-dir though creb-rs did not
+    /// write them (refused without it).
+    #[arg(hide_short_help = true, long, requires = "output_dir")]
+    pub force: bool,
 
     /// Print the summary JSON on stdout instead of the table.
     #[arg(long)]

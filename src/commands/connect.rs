@@ -12,12 +12,14 @@ use url::Url;
 use super::args::{AuthArgs, RegistryArgs};
 use crate::auth::credentials::{self, CredentialInfo, CredentialOptions, PasswordSource};
 use crate::auth::registry_auth::RegistryAuth;
+use crate::auth::secret::Credentials;
 use crate::client::retry::RetryPolicy;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::metrics::Recorder;
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
 use crate::results::store::EndpointLink;
+use crate::shutdown::Shutdown;
 
 /// Validated registry settings.
 #[derive(Debug, Clone, Serialize)]
@@ -157,17 +159,29 @@ impl RegistryConfig {
     }
 
     /// Resolves credentials (running helpers or password commands once) and builds a
-    /// client whose connection pool fits `concurrency`.
+    /// client whose connection pool fits `concurrency`. A stop while the credentials are
+    /// resolved ends the resolution: the connection is then anonymous, its credentials'
+    /// source says so, and the caller's stopped run starts nothing with it.
     pub async fn connect(
         &self,
         recorder: Recorder,
         mut options: ClientOptions,
         concurrency: usize,
+        stop: &Shutdown,
     ) -> anyhow::Result<Connection> {
         options.retry = self.retry.clone();
-        let (creds, info) = credentials::resolve(&self.credentials, &self.base)
+        let resolved = stop
+            .race(credentials::resolve(&self.credentials, &self.base))
             .await
+            .transpose()
             .with_context(|| format!("credentials for {}", self.display()))?;
+        let (creds, info) = resolved.unwrap_or_else(|| {
+            let info = CredentialInfo {
+                source: "not resolved (stopped first)".into(),
+                username: None,
+            };
+            (Credentials::Anonymous, info)
+        });
         tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);
@@ -237,9 +251,25 @@ impl RegistryConfig {
 /// `GET /v2/` before the workload: proves the registry answers, and teaches the client the
 /// authentication scheme so credentials go out with the first real request. The error is
 /// one line a person can act on.
-pub async fn preflight(connection: &Connection, registry: &str) -> Result<(), String> {
+///
+/// It races `stop`: a signal ends it with `Ok` (the caller's stopped run starts nothing and
+/// is marked interrupted, 130/143 outranking 2); `--max-run-time` ends it with the error
+/// that the registry did not answer in time.
+pub async fn preflight(
+    connection: &Connection,
+    registry: &str,
+    stop: &Shutdown,
+) -> Result<(), String> {
     let anonymous = connection.credentials.source == "anonymous";
-    match connection.client.ping(OpCtx::default()).await {
+    let Some(answer) = stop.race(connection.client.ping(OpCtx::default())).await else {
+        if stop.by_limit() {
+            return Err(format!(
+                "{registry} did not answer GET /v2/ before --max-run-time ended the run"
+            ));
+        }
+        return Ok(());
+    };
+    match answer {
         Ok(()) => {
             tracing::info!(registry, "the registry answers GET /v2/");
             Ok(())

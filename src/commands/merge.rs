@@ -1,5 +1,5 @@
 //! `creb-rs merge DIR... --output-dir OUT`: the results of many hosts as one, merged by
-//! [`crate::merge::merge`] on the blocking pool; prints the per-host table and the merged
+//! [`crate::merge::merge_into`] on the blocking pool; prints the per-host table and the merged
 //! summary.
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::status::ExitStatus;
-use crate::merge::merge;
+use crate::merge::merge_into;
 use crate::report::{host_table, render_text_with};
 
 #[derive(Debug, Clone, Args)]
@@ -26,6 +26,11 @@ pub struct MergeArgs {
     #[arg(long)]
     pub partial: bool,
 
+    /// Replace files in --output-dir that have a result's names but were not written by
+    /// creb-rs (an earlier result of creb-rs there is always replaced).
+    #[arg(long)]
+    pub force: bool,
+
     /// Print the merged summary JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
@@ -39,9 +44,11 @@ pub struct MergeArgs {
 pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
     let (summary, hosts) = {
         let args = args.clone();
-        tokio::task::spawn_blocking(move || merge(&args.dirs, &args.output_dir, args.partial))
-            .await
-            .context("the merge stopped unexpectedly")??
+        tokio::task::spawn_blocking(move || {
+            merge_into(&args.dirs, &args.output_dir, args.partial, args.force)
+        })
+        .await
+        .context("the merge stopped unexpectedly")??
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

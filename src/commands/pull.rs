@@ -191,12 +191,12 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let start = Instant::now();
     let endpoints = if cfg.route.is_some() { names.len() } else { 1 };
     let (recorder, aggregator) = session.output.start_over(start, started_at, endpoints)?;
-    let connections = connect(&cfg, &recorder).await?;
+    let connections = connect(&cfg, &recorder, &shutdown).await?;
     let errors = ErrorLog::default();
 
     let mut fatal: Option<String> = None;
     for (connection, name) in connections.iter().zip(&names) {
-        if let Err(message) = preflight(connection, name).await {
+        if let Err(message) = preflight(connection, name, &shutdown).await {
             fatal = Some(message);
             break;
         }
@@ -215,8 +215,16 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         repo: cfg.repo.clone(),
         referrers: cfg.referrers,
     };
-    if fatal.is_none() {
-        match references(&sources, &cfg.repo, &cfg.targets).await {
+    let listed = match fatal {
+        None => {
+            shutdown
+                .race(references(&sources, &cfg.repo, &cfg.targets))
+                .await
+        }
+        Some(_) => None,
+    };
+    if let Some(listed) = listed {
+        match listed {
             Err(message) => fatal = Some(message),
             Ok(references) => {
                 let progress = Progress::new(references.len() as u64);
@@ -235,6 +243,11 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             }
         }
     }
+    // What a stop cut off (a download in flight past the grace, the tag listing, the first
+    // GET /v2/) is a failure like any other.
+    for client in &sources.clients {
+        client.record_cut_off().await;
+    }
     let duration = start.elapsed();
     drop(sources);
     let aggregator = aggregator.finish().await;
@@ -250,12 +263,16 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
 }
 
 /// One connection per endpoint when blobs are routed over several, else one.
-async fn connect(cfg: &PullConfig, recorder: &Recorder) -> anyhow::Result<Vec<Connection>> {
+async fn connect(
+    cfg: &PullConfig,
+    recorder: &Recorder,
+    stop: &Shutdown,
+) -> anyhow::Result<Vec<Connection>> {
     let options = cfg.verify.client_options();
     if cfg.route.is_none() {
         let connection = cfg
             .registry
-            .connect(recorder.clone(), options, cfg.concurrency)
+            .connect(recorder.clone(), options, cfg.concurrency, stop)
             .await?;
         return Ok(vec![connection]);
     }
@@ -264,7 +281,12 @@ async fn connect(cfg: &PullConfig, recorder: &Recorder) -> anyhow::Result<Vec<Co
         let connection = cfg
             .registry
             .for_endpoint(i)
-            .connect(recorder.for_endpoint(i), options.clone(), cfg.concurrency)
+            .connect(
+                recorder.for_endpoint(i),
+                options.clone(),
+                cfg.concurrency,
+                stop,
+            )
             .await?;
         connections.push(connection);
     }

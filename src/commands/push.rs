@@ -224,11 +224,11 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     };
     let connection = cfg
         .registry
-        .connect(recorder, options, cfg.concurrency)
+        .connect(recorder, options, cfg.concurrency, &shutdown)
         .await?;
     let errors = ErrorLog::default();
 
-    let preflight = preflight(&connection, &cfg.registry.display()).await;
+    let preflight = preflight(&connection, &cfg.registry.display(), &shutdown).await;
     let client = connection.client.clone();
     if preflight.is_ok() {
         let progress = Progress::new(images.images);
@@ -245,6 +245,9 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         push_images(&client, &cfg.work, bounds, env).await;
         line.finish();
     }
+    // What a stop cut off (an upload in flight past the grace, the first GET /v2/) is a
+    // failure like any other.
+    client.record_cut_off().await;
     let duration = start.elapsed();
     drop(client);
     let links = endpoint_links(&[cfg.registry.display()], std::slice::from_ref(&connection));

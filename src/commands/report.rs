@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::status::ExitStatus;
+use crate::outfile::Kind;
 use crate::report::{host_table, render_csv, render_text_with};
 use crate::results::store::load;
 
@@ -32,6 +33,10 @@ pub struct ReportArgs {
     /// Write to FILE instead of stdout (HTML defaults to RESULT_DIR/report.html).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Replace an existing `-o` FILE that is not a report of creb-rs (refused without it).
+    #[arg(long, requires = "output")]
+    pub force: bool,
 
     /// Also write every chart of the HTML report to DIR, as SVG and as PNG (for papers).
     #[arg(long, value_name = "DIR")]
@@ -75,6 +80,15 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         (false, None, Some(path)) => Format::of_file(path)?,
         (false, None, None) => Format::Text,
     };
+    if let Some(path) = &args.output {
+        // The result's own files are inputs; its report page is an output.
+        let inputs: Vec<PathBuf> = crate::results::RESULT_FILES
+            .iter()
+            .filter(|name| **name != "report.html")
+            .map(|name| args.dir.join(name))
+            .collect();
+        crate::outfile::check(path, "-o", Kind::Report, &inputs, args.force)?;
+    }
     let set = load(&args.dir)?;
     if let Some(dir) = &args.charts {
         let files = crate::report::html::write_charts(&set, dir)?;

@@ -18,7 +18,7 @@ use crate::progress::{self, Progress, ProgressLine};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
-use crate::results::{prepare_output_dir, Meta, RunOutput, Summary, Warning};
+use crate::results::{prepare_result_dir, Meta, RunOutput, Summary, Warning};
 
 /// A finished run, ready to be written and shown.
 #[derive(Debug)]
@@ -65,7 +65,14 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let thresholds = parse_all(&flags.fail_if)?;
         if let Some(dir) = &flags.output_dir {
-            prepare_output_dir(dir)?;
+            let removed = prepare_result_dir(dir, flags.force)?;
+            if !(removed.is_empty() || flags.quiet || flags.json) {
+                eprintln!(
+                    "creb-rs: {} held an earlier result; its files were removed ({})",
+                    dir.display(),
+                    removed.join(", ")
+                );
+            }
         }
         let mut output = RunOutput {
             dir: flags.output_dir.clone(),
@@ -122,6 +129,7 @@ impl Session {
         shown: &Shown,
     ) -> anyhow::Result<bool> {
         run.summary.max_errors = Some(self.flags.max_errors);
+        mark_interrupted(&mut run.summary);
         let judged = if shown.judge {
             run.summary.thresholds =
                 verdicts(&self.thresholds, &run.summary, &run.aggregator.table);
@@ -199,6 +207,17 @@ pub fn exit_status(summary: &Summary, slow: bool, strict_failed: bool) -> ExitSt
         ExitStatus::ThresholdFailed
     } else {
         ExitStatus::Success
+    }
+}
+
+/// Gives an interrupted result (push, pull, a prewarm, a replay stopped at any stage) the
+/// documented `interrupted` warning, once.
+fn mark_interrupted(summary: &mut Summary) {
+    if summary.interrupted && !summary.warnings.iter().any(|w| w.kind == "interrupted") {
+        summary.warnings.push(Warning {
+            kind: "interrupted".into(),
+            message: "stopped by a signal; the numbers cover what ran".into(),
+        });
     }
 }
 

@@ -126,6 +126,11 @@ pub struct SampleArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
 
+    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// the inputs is never replaced.
+    #[arg(long)]
+    pub force: bool,
+
     /// How to choose records.
     #[arg(long, value_enum)]
     pub method: SampleMethodArg,
@@ -242,6 +247,11 @@ pub struct SynthArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
 
+    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// the inputs is never replaced.
+    #[arg(long)]
+    pub force: bool,
+
     /// Generate exactly this many records (`1M` works).
     #[arg(long, value_name = "N", value_parser = parse_count)]
     pub requests: Option<u64>,
@@ -333,6 +343,11 @@ pub struct ImportArgs {
     #[arg(short, long, value_name = "FILE")]
     pub out: PathBuf,
 
+    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// the inputs is never replaced.
+    #[arg(long)]
+    pub force: bool,
+
     /// The anonymization key (its bytes, at least 16): the same key gives the same names,
     /// so traces imported on several days line up. Default: a random key, never written.
     #[arg(long, value_name = "FILE", conflicts_with = "no_anonymize")]
@@ -405,17 +420,21 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
-/// `--sizes-from`: the sizes of the logs' uploaded and mounted blobs, asked of the registry.
+/// `--sizes-from`: the sizes of the logs' uploaded and mounted blobs, asked of the registry,
+/// and how many could not be learned (HEADs that failed, sizes not believed). `None` when a
+/// stop came first, at any stage.
 async fn learn_sizes(
     a: &ImportArgs,
     url: url::Url,
     quiet: bool,
     shutdown: &Shutdown,
-) -> anyhow::Result<Option<LearnedSizes>> {
+) -> anyhow::Result<Option<(LearnedSizes, u64)>> {
     let (logs, format) = (a.logs.clone(), LogFormat::from(a.format));
-    let objects = tokio::task::spawn_blocking(move || sized_objects(&logs, format))
-        .await
-        .context("reading the logs stopped unexpectedly")??;
+    let reading = tokio::task::spawn_blocking(move || sized_objects(&logs, format));
+    let Some(objects) = shutdown.race(reading).await else {
+        return Ok(None);
+    };
+    let objects = objects.context("reading the logs stopped unexpectedly")??;
     let config = super::connect::RegistryConfig::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
     let concurrency = usize::from(a.sizes_concurrency);
     let connection = config
@@ -423,24 +442,37 @@ async fn learn_sizes(
             crate::metrics::Recorder::discard(),
             crate::client::ClientOptions::default(),
             concurrency,
+            shutdown,
         )
         .await?;
+    // GET /v2/ first, as pull and replay do: the client learns the registry's scheme, so
+    // every HEAD carries credentials from the start instead of meeting the challenge at once.
+    super::connect::preflight(&connection, &config.display(), shutdown)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if shutdown.is_cancelled() {
+        return Ok(None);
+    }
     let asked = objects.len();
     let found =
         crate::exec::sizes::head_sizes(&connection.client, objects, concurrency, shutdown).await;
     if !quiet {
         eprintln!(
-            "creb-rs: trace import: {} of {asked} uploaded or mounted blobs sized by {} ({} not there, {} failed)",
+            "creb-rs: trace import: {} of {asked} uploaded or mounted blobs sized by {} ({} not there, {} failed, {} beyond {} GiB and not believed)",
             found.sizes.len(),
             config.display(),
             found.missing,
-            found.failed + found.invalid
+            found.failed + found.invalid,
+            found.absurd,
+            crate::trace::record::MAX_OBJECT_SIZE >> 30,
         );
     }
-    Ok((!shutdown.is_cancelled()).then_some(LearnedSizes(found.sizes)))
+    let not_sized = found.failed + found.absurd;
+    Ok((!shutdown.is_cancelled()).then_some((LearnedSizes(found.sizes), not_sized)))
 }
 
 fn run_import(a: &ImportArgs, out: Out, learned: LearnedSizes) -> anyhow::Result<ExitStatus> {
+    check_out(&a.out, &a.inputs(), a.force)?;
     let anonymizer = if a.no_anonymize {
         Anonymizer::off()
     } else if let Some(path) = &a.anonymize_key_file {
@@ -537,16 +569,28 @@ pub(crate) async fn stoppable(args: TraceArgs, shutdown: Shutdown) -> anyhow::Re
     let quiet = args.quiet;
     if let TraceCommand::Import(a) = &args.command {
         if let Some(url) = a.sizes_from.clone() {
-            let Some(learned) = learn_sizes(a, url, quiet, &shutdown).await? else {
+            // Before the registry is asked: a refused output is known at once.
+            check_out(&a.out, &a.inputs(), a.force)?;
+            let Some((learned, not_sized)) = learn_sizes(a, url, quiet, &shutdown).await? else {
                 eprintln!("creb-rs: trace import: stopped while asking for sizes; nothing written");
                 return Ok(ExitStatus::Interrupted);
             };
             let TraceCommand::Import(a) = args.command else {
                 unreachable!("matched above")
             };
-            return tokio::task::spawn_blocking(move || run_import(&a, Out { quiet }, learned))
-                .await
-                .context("the trace command stopped unexpectedly")?;
+            let status =
+                tokio::task::spawn_blocking(move || run_import(&a, Out { quiet }, learned))
+                    .await
+                    .context("the trace command stopped unexpectedly")??;
+            if not_sized > 0 && status == ExitStatus::Success {
+                // The trace is written, their uploads marked size unknown; the run says so.
+                eprintln!(
+                    "creb-rs: trace import: {not_sized} blob(s) could not be sized (failed HEADs \
+                     or sizes not believed); exit 1"
+                );
+                return Ok(ExitStatus::Failed);
+            }
+            return Ok(status);
         }
     }
     tokio::task::spawn_blocking(move || run_blocking_with(args.command, quiet))
@@ -644,25 +688,27 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
-/// Refuses to write over one of the inputs (it would be truncated before it is read).
-fn check_not_an_input(out: &Path, input: &TraceInput) -> anyhow::Result<()> {
-    let Ok(out) = out.canonicalize() else {
-        return Ok(());
-    };
-    if input
-        .files
-        .iter()
-        .any(|f| f.canonicalize().is_ok_and(|f| f == out))
-    {
-        anyhow::bail!("{}: the output is one of the inputs", out.display());
+/// Refuses to write the trace `out` over one of `inputs` (it would be truncated before it
+/// is read) or over an existing file that is not a trace (unless `force`).
+fn check_out(out: &Path, inputs: &[PathBuf], force: bool) -> anyhow::Result<()> {
+    crate::outfile::check(out, "--out", crate::outfile::Kind::Trace, inputs, force)
+}
+
+impl ImportArgs {
+    /// What `trace import` reads: the logs and the key.
+    fn inputs(&self) -> Vec<PathBuf> {
+        self.logs
+            .iter()
+            .chain(&self.anonymize_key_file)
+            .cloned()
+            .collect()
     }
-    Ok(())
 }
 
 fn run_sample(a: &SampleArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let method = SampleMethod::try_from(a)?;
     let input = resolve(&a.traces)?;
-    check_not_an_input(&a.out, &input)?;
+    check_out(&a.out, &input.files, a.force)?;
     let report = sample_trace(&input, &method, &a.out)?;
     if a.json {
         out.json(&serde_json::json!({
@@ -707,6 +753,7 @@ fn run_synth(a: &SynthArgs, out: Out) -> anyhow::Result<ExitStatus> {
         max_object_size: a.max_object_size.map(|s| s.bytes()),
         ..ProfileOptions::new(a.profile.into(), length, a.seed)
     };
+    check_out(&a.out, &[], a.force)?;
     let started = Instant::now();
     let mut generator = ProfileGenerator::new(&opts);
     let mut first = None;

@@ -1,7 +1,7 @@
 //! `trace import --sizes-from`: the size of every uploaded and mounted blob, asked of the
 //! registry the logs came from (a HEAD each, a few in flight), before names are
-//! anonymized. A blob the registry no longer has, or a HEAD that fails, stays unsized and
-//! is counted as such by the import.
+//! anonymized. A blob the registry no longer has, a HEAD that fails, or one that claims
+//! more than [`MAX_OBJECT_SIZE`] stays unsized and is counted as such by the import.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use crate::client::{OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::oci::Repository;
 use crate::shutdown::Shutdown;
+use crate::trace::record::MAX_OBJECT_SIZE;
 
 /// What the HEADs found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Sized {
     pub missing: u64,
     pub failed: u64,
     pub invalid: u64,
+    /// Answers whose size is beyond [`MAX_OBJECT_SIZE`]: not believed, left unknown.
+    pub absurd: u64,
 }
 
 /// HEADs `objects` ((repository, digest) as logged) on `client`, `concurrency` at once; a
@@ -55,6 +58,7 @@ pub async fn head_sizes(
         },
         |(digest, head)| match head {
             Ok(Some(info)) => match info.size {
+                Some(size) if size > MAX_OBJECT_SIZE => out.absurd += 1,
                 Some(size) => {
                     out.sizes.insert(digest.to_string(), size);
                 }

@@ -21,6 +21,7 @@ use crate::metrics::hist::add_exact;
 use crate::metrics::split::{ABSENT_NAME, MAX_VALUES, OTHER_NAME};
 use crate::metrics::EndpointCounters;
 use crate::metrics::{new_histogram, Level, StatsTable};
+use crate::outfile::same_path;
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
 use crate::results::store::{
     self, aggregator_of, cells_of, endpoint_tables, load, split_tables, write_endpoint_histograms,
@@ -34,7 +35,7 @@ use crate::results::writer::{
     endpoint_columns, endpoint_row, endpoint_values, parse_endpoint_row, timeline_header,
     ENDPOINTS_HEADER, TIMELINE_FAMILIES,
 };
-use crate::results::{prepare_output_dir, write_atomic};
+use crate::results::{prepare_result_dir, write_atomic};
 
 /// The shards a result covers: its own, or its hosts' for a merged result.
 fn shards_of(set: &ResultSet) -> Vec<Shard> {
@@ -534,8 +535,13 @@ struct Merged<'a> {
 }
 
 /// Writes the merged result directory `out` (summary.json last).
-fn write_merged(out: &Path, sets: &[ResultSet], merged: &Merged<'_>) -> anyhow::Result<()> {
-    prepare_output_dir(out)?;
+fn write_merged(
+    out: &Path,
+    sets: &[ResultSet],
+    merged: &Merged<'_>,
+    force: bool,
+) -> anyhow::Result<()> {
+    prepare_result_dir(out, force)?;
     write_hlog(out, merged.hlog, merged.interval)?;
     let endpoint_rows = merge_endpoint_rows(sets);
     write_timeline(
@@ -575,8 +581,30 @@ pub fn merge(
     out: &Path,
     partial: bool,
 ) -> anyhow::Result<(Summary, Vec<HostInfo>)> {
+    merge_into(dirs, out, partial, false)
+}
+
+/// [`merge`]; an earlier result in `out` is replaced (never one being merged), and with
+/// `force` files of a result's names that creb-rs did not write too.
+pub fn merge_into(
+    dirs: &[PathBuf],
+    out: &Path,
+    partial: bool,
+    force: bool,
+) -> anyhow::Result<(Summary, Vec<HostInfo>)> {
     if dirs.is_empty() {
         bail!("nothing to merge");
+    }
+    let prewarm = out.join(crate::results::PREWARM_DIR);
+    if let Some(d) = dirs
+        .iter()
+        .find(|d| same_path(d, out) || same_path(d, &prewarm))
+    {
+        bail!(
+            "--output-dir {}: {} is one of the results being merged; write the merge elsewhere",
+            out.display(),
+            d.display()
+        );
     }
     let sets: Vec<ResultSet> = dirs
         .iter()
@@ -659,7 +687,7 @@ pub fn merge(
         meta: &meta,
         summary: &summary,
     };
-    write_merged(out, &sets, &merged)?;
+    write_merged(out, &sets, &merged, force)?;
     let covered: BTreeSet<u32> = hosts.iter().map(|h| h.shard.index).collect();
     if covered.len() as u32 != count {
         eprintln!(

@@ -27,7 +27,8 @@ pub const SAMPLE: usize = 16;
 pub const SAMPLE_BYTES: u64 = 64 << 20;
 
 fn header() -> String {
-    format!("creb-rs digest cache {SCHEME}\n")
+    let magic = String::from_utf8_lossy(crate::outfile::DIGEST_CACHE_MAGIC);
+    format!("{magic}{SCHEME}\n")
 }
 
 /// The cache of one run.
@@ -147,6 +148,15 @@ impl DigestCache {
     pub fn save(&self) -> std::io::Result<bool> {
         if self.added == 0 && self.set_aside.is_none() {
             return Ok(false);
+        }
+        // Another file may have come to stand there since the load: it is never replaced.
+        if let Some(head) = crate::outfile::head(&self.path)? {
+            if !crate::outfile::Kind::DigestCache.matches(&head) {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a digest cache; it is left as it is",
+                    self.path.display()
+                )));
+            }
         }
         let tmp = self
             .path

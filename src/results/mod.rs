@@ -22,7 +22,10 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::metrics::{AggregatorConfig, AggregatorHandle, Recorder};
-pub use files::{prepare_output_dir, read_summary, write_atomic, write_summary};
+pub use files::{
+    prepare_output_dir, prepare_result_dir, read_summary, write_atomic, write_summary, PREWARM_DIR,
+    RESULT_FILES,
+};
 pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};
 

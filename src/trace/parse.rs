@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym};
+use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym, MAX_OBJECT_SIZE};
 use crate::fast_hash::fnv1a;
 
 /// Any JSON value, kept only as far as a record field needs it.
@@ -341,8 +341,20 @@ pub(super) fn build(
                 .ok_or_else(|| format!("field `{F_STATUS}`: {s} is not an HTTP status"))?,
         };
         let size = count_field(&raw.written, F_WRITTEN)?.unwrap_or(0);
+        if size > MAX_OBJECT_SIZE {
+            return Err(format!(
+                "field `{F_WRITTEN}`: {size} bytes is beyond the {} GiB any object is \
+                 believed to have (a broken log or answer)",
+                MAX_OBJECT_SIZE >> 30
+            ));
+        }
         let duration_us = match float_field(&raw.duration, F_DURATION)? {
-            // Saturating float-to-int conversion: negative and NaN become 0.
+            Some(secs) if secs < 0.0 => {
+                return Err(format!(
+                    "field `{F_DURATION}`: {secs} is negative; a request takes no less than 0 s"
+                ))
+            }
+            // Saturating float-to-int conversion: NaN becomes 0.
             Some(secs) => (secs * 1e6).round() as u64,
             None => 0,
         };

@@ -848,7 +848,7 @@ mod tests {
         let text = r#"[
   {"host": "033292e5", "http.request.duration": 1.40929383, "http.request.method": "PUT", "http.request.remoteaddr": "e1852826", "http.request.uri": "v2/503550a5/d1002b86/manifests/817c8a39", "http.request.useragent": "docker/17.04.0-ce go/go1.7.5", "http.response.status": 201, "http.response.written": 524, "id": "baeef7c1eb", "timestamp": "2017-09-05T17:23:42.900Z"},
   {"timestamp": "2017-09-05T17:23:43.000Z", "http.request.method": "HEAD", "http.request.uri": "/v2/a/b/blobs/sha256:c3", "http.response.status": "200", "http.response.written": "1024", "http.request.duration": "0.5", "extra": {"nested": [1, {"x": "}"}]}},
-  {"timestamp": "2017-09-05T17:23:44Z", "http.request.method": "GET", "http.request.uri": "v2/a/b/manifests/l\u0061test", "http.request.duration": -3, "http.response.status": 200.0, "id": 12345}
+  {"timestamp": "2017-09-05T17:23:44Z", "http.request.method": "GET", "http.request.uri": "v2/a/b/manifests/l\u0061test", "http.request.duration": 0, "http.response.status": 200.0, "id": 12345}
 ]"#;
         let file = write(dir.path(), "t.json", text);
         let mut reader = reader(&[&file], ReadOptions::default());
@@ -883,7 +883,7 @@ mod tests {
         assert_eq!((r.size, r.status, r.duration_us), (1024, 200, 500_000));
         assert_eq!((r.client, r.id), (None, None));
 
-        // Escaped strings, `written` absent, negative duration, float status, numeric id.
+        // Escaped strings, `written` absent, zero duration, float status, numeric id.
         let r = rs[2];
         let Target::Manifest { reference, .. } = r.target else {
             panic!("{r:?}")
@@ -897,6 +897,23 @@ mod tests {
         assert_eq!(stats.bytes_read, text.len() as u64);
         assert_eq!(stats.out_of_order, 0);
         assert!(format!("{reader:?}").contains("TraceReader"));
+    }
+
+    #[test]
+    fn a_negative_duration_or_an_absurd_size_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        for (field, value, why) in [
+            ("http.request.duration", "-3", "is negative"),
+            ("http.response.written", "18446744073709551615", "64 GiB"),
+        ] {
+            let text = format!(
+                r#"[{{"timestamp": "2017-09-05T17:23:44Z", "http.request.method": "GET", "http.request.uri": "v2/a/b/blobs/sha256:c3", "{field}": {value}}}]"#
+            );
+            let file = write(dir.path(), "t.json", &text);
+            let mut reader = reader(&[&file], ReadOptions::default());
+            let e = reader.next().unwrap().unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(why), "{e}");
+        }
     }
 
     #[test]

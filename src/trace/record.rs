@@ -15,6 +15,12 @@ use std::hash::BuildHasher;
 
 use crate::fast_hash::FastState;
 
+/// The largest object a trace record is believed to describe: 64 GiB, far above any layer
+/// of the IBM traces (their sizes end near 2 GiB). A larger `http.response.written` (a
+/// broken log, or a registry's absurd `Content-Length` taken in by `trace import
+/// --sizes-from`) makes the record invalid: no replay could prewarm it in a lifetime.
+pub const MAX_OBJECT_SIZE: u64 = 64 << 30;
+
 /// An interned string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym(pub u32);

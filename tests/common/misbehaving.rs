@@ -189,7 +189,15 @@ fn serve(mut stream: TcpStream, answer: &dyn Fn(&Request) -> Answer, stop: &Atom
             body,
         } => {
             let mut out = head(status, &headers);
-            out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+            // A HEAD may claim any length: a Content-Length among the headers stands.
+            if !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            {
+                out.extend_from_slice(format!("Content-Length: {}", body.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
             if request.method != "HEAD" {
                 out.extend_from_slice(&body);
             }

@@ -18,6 +18,7 @@ use crate::commands::connect::RegistryConfig;
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
 use crate::oci::Repository;
+use crate::outfile::Kind;
 use crate::plan::catalog::{ContentOptions, SizeScale};
 use crate::plan::{PlanOptions, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use crate::route::RouteOptions;
@@ -415,6 +416,44 @@ fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
 }
 
 impl ReplayConfig {
+    /// Refuses a `--digest-cache` that would replace a file of another kind, one of the
+    /// traces, or one of the run's results in `output_dir` (all left untouched), before any
+    /// work.
+    pub fn check_paths(
+        &self,
+        input: &crate::trace::TraceInput,
+        output_dir: Option<&std::path::Path>,
+    ) -> anyhow::Result<()> {
+        let Some(cache) = &self.digest_cache else {
+            return Ok(());
+        };
+        let flag = "--digest-cache";
+        crate::outfile::check(cache, flag, Kind::DigestCache, &input.files, false)?;
+        let Some(out) = output_dir else {
+            return Ok(());
+        };
+        let result_name = cache
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| crate::results::RESULT_FILES.contains(&n));
+        let parent = match cache.parent() {
+            Some(p) if p.as_os_str().is_empty() => std::path::Path::new("."),
+            Some(p) => p,
+            None => return Ok(()),
+        };
+        let in_results = crate::outfile::same_path(parent, out)
+            || crate::outfile::same_path(parent, &out.join(crate::results::PREWARM_DIR));
+        if result_name && in_results {
+            anyhow::bail!(
+                "{flag} {}: that is one of the run's results (--output-dir {}); choose \
+                 another path",
+                cache.display(),
+                out.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Why a trace can hold no record to replay beside having none: ` (--limit-requests 0)`.
     pub fn limited_to_none(&self) -> &'static str {
         if self.limit_requests == Some(0) {

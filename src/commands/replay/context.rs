@@ -44,6 +44,7 @@ pub(super) struct Context<'a> {
 pub(super) async fn connect(
     cfg: &ReplayConfig,
     names: &[String],
+    stop: &Shutdown,
 ) -> anyhow::Result<(Vec<Connection>, Result<(), String>)> {
     let options = cfg.verify.client_options();
     let (first_recorder, first_aggregator) = spawn_aggregator();
@@ -54,16 +55,20 @@ pub(super) async fn connect(
             let endpoint = cfg.registry.for_endpoint(i);
             connections.push(
                 endpoint
-                    .connect(first_recorder.clone(), options.clone(), pool)
+                    .connect(first_recorder.clone(), options.clone(), pool, stop)
                     .await?,
             );
         }
     } else {
-        connections.push(cfg.registry.connect(first_recorder, options, pool).await?);
+        connections.push(
+            cfg.registry
+                .connect(first_recorder, options, pool, stop)
+                .await?,
+        );
     }
     let mut checked = Ok(());
     for (connection, name) in connections.iter().zip(names) {
-        checked = preflight(connection, name).await;
+        checked = preflight(connection, name, stop).await;
         if checked.is_err() {
             break;
         }

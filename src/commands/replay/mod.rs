@@ -47,6 +47,7 @@ use context::{connect, Context, Unrun};
 pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = ReplayConfig::try_from(&args)?;
     let input = TraceInput::resolve(&cfg.traces)?;
+    cfg.check_paths(&input, args.output.output_dir.as_deref())?;
     let names = cfg.registry.endpoint_names();
     let session = Session::open(&args.output, labels(&cfg), &names, cfg.plan.shard.index).await?;
     args.stop.arm(&shutdown);
@@ -57,7 +58,7 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     }
     // The registry first: an unusable one is known in seconds, before any content is hashed.
     let started_at = SystemTime::now();
-    let (connections, checked) = connect(&cfg, &names).await?;
+    let (connections, checked) = connect(&cfg, &names, &shutdown).await?;
     if let Err(message) = checked {
         let unrun = Unrun::new(&cfg, &names, &connections, started_at);
         return unrun.end(session, &shutdown, Some(message)).await;

@@ -353,12 +353,15 @@ impl Runner<'_> {
         let args = cells::registry_args(reg)?;
         let config = RegistryConfig::try_from(&args).map_err(|e| format!("{e:#}"))?;
         let (recorder, aggregator) = crate::metrics::spawn_aggregator();
-        let checked = match config.connect(recorder, ClientOptions::default(), 1).await {
+        let checked = match config
+            .connect(recorder, ClientOptions::default(), 1, &self.shutdown)
+            .await
+        {
             Ok(connection) => {
                 let display = config.display();
-                tokio::select! {
-                    r = preflight(&connection, &display) => r,
-                    _ = self.shutdown.token().cancelled() => Err("interrupted".into()),
+                match preflight(&connection, &display, &self.shutdown).await {
+                    Ok(()) if self.shutdown.is_cancelled() => Err("interrupted".into()),
+                    r => r,
                 }
             }
             Err(e) => Err(format!("{e:#}")),
@@ -694,7 +697,7 @@ impl Runner<'_> {
             verify: false,
             ..ClientOptions::default()
         };
-        match config.connect(recorder, options, 4).await {
+        match config.connect(recorder, options, 4, &self.shutdown).await {
             Ok(connection) => Ok((connection.client, aggregator)),
             Err(e) => {
                 drop(aggregator.finish().await);
