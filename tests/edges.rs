@@ -1281,7 +1281,7 @@ fn an_operation_cut_off_by_max_run_time_is_a_counted_failure() {
     );
 }
 
-// Sizes a registry claims: believed up to the documented ceiling (64 GiB), the rest left
+// Sizes a registry claims: believed up to the documented ceiling (1 TiB), the rest left
 // unknown and counted; a trace that claims more is invalid.
 
 /// A distribution log line of an upload's closing PUT of `digest`, without its size.
@@ -1343,7 +1343,7 @@ fn absurd_sizes_from_a_registry_or_a_trace_are_not_believed() {
     let r = import_sizing(&log, &out, &server.url, &["--no-anonymize"], None);
     // Written, the two claims left unknown and counted, and the exit says sizing failed.
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stderr.contains("2 beyond 64 GiB"), "{}", r.stderr);
+    assert!(r.stderr.contains("2 beyond 1 TiB"), "{}", r.stderr);
     let trace = std::fs::read_to_string(&out).unwrap();
     assert!(!trace.contains(&u64::MAX.to_string()), "{trace}");
     assert!(!trace.contains(&(1u64 << 50).to_string()), "{trace}");
@@ -1362,7 +1362,7 @@ fn absurd_sizes_from_a_registry_or_a_trace_are_not_believed() {
     let validated = run_bin(&["trace", "validate", claimed.to_str().unwrap()], None, &[]);
     assert_eq!(validated.code, 2, "{}", validated.stderr);
     assert!(
-        validated.stderr.contains("http.response.written") && validated.stderr.contains("64 GiB"),
+        validated.stderr.contains("http.response.written") && validated.stderr.contains("1 TiB"),
         "{}",
         validated.stderr
     );

@@ -423,7 +423,16 @@ fn cost_of_a_result_directory_on_ecr() {
 fn month_trace(dir: &Path, egress: u64, stored_extra: u64) -> PathBuf {
     let path = dir.join("month.json");
     let end = T0 + 730 * HOUR;
-    let mut records = vec![rec(T0, "c", "GET", "v2/u/r/blobs/big", 200, egress)];
+    // The egress as one blob read once, or as several when one would be beyond the size
+    // any record may claim (1 TiB).
+    let blobs = egress.div_ceil(1 << 40).max(1);
+    assert_eq!(egress % blobs, 0);
+    let mut records: Vec<_> = (0..blobs)
+        .map(|i| {
+            let uri = format!("v2/u/r/blobs/big{i}");
+            rec(T0, "c", "GET", &uri, 200, egress / blobs)
+        })
+        .collect();
     if stored_extra > 0 {
         records.push(rec(
             T0 + 1,

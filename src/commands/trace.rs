@@ -458,13 +458,13 @@ async fn learn_sizes(
         crate::exec::sizes::head_sizes(&connection.client, objects, concurrency, shutdown).await;
     if !quiet {
         eprintln!(
-            "creb-rs: trace import: {} of {asked} uploaded or mounted blobs sized by {} ({} not there, {} failed, {} beyond {} GiB and not believed)",
+            "creb-rs: trace import: {} of {asked} uploaded or mounted blobs sized by {} ({} not there, {} failed, {} beyond {} and not believed)",
             found.sizes.len(),
             config.display(),
             found.missing,
             found.failed + found.invalid,
             found.absurd,
-            crate::trace::record::MAX_OBJECT_SIZE >> 30,
+            crate::trace::record::MAX_OBJECT_SIZE_TEXT,
         );
     }
     let not_sized = found.failed + found.absurd;

@@ -7,7 +7,10 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::record::{parse_timestamp, parse_uri, Interner, Method, Record, Sym, MAX_OBJECT_SIZE};
+use super::record::{
+    parse_timestamp, parse_uri, Interner, Method, Record, Sym, MAX_OBJECT_SIZE,
+    MAX_OBJECT_SIZE_TEXT,
+};
 use crate::fast_hash::fnv1a;
 
 /// Any JSON value, kept only as far as a record field needs it.
@@ -343,9 +346,8 @@ pub(super) fn build(
         let size = count_field(&raw.written, F_WRITTEN)?.unwrap_or(0);
         if size > MAX_OBJECT_SIZE {
             return Err(format!(
-                "field `{F_WRITTEN}`: {size} bytes is beyond the {} GiB any object is \
-                 believed to have (a broken log or answer)",
-                MAX_OBJECT_SIZE >> 30
+                "field `{F_WRITTEN}`: {size} bytes is beyond the {MAX_OBJECT_SIZE_TEXT} any \
+                 object is believed to have (a broken log or answer)"
             ));
         }
         let duration_us = match float_field(&raw.duration, F_DURATION)? {

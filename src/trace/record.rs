@@ -15,11 +15,15 @@ use std::hash::BuildHasher;
 
 use crate::fast_hash::FastState;
 
-/// The largest object a trace record is believed to describe: 64 GiB, far above any layer
-/// of the IBM traces (their sizes end near 2 GiB). A larger `http.response.written` (a
+/// The largest object a trace record is believed to describe: 1 TiB, far above any layer
+/// of the IBM traces (their sizes end near 2 GiB) and above a month's traffic written as one
+/// record (what `cost` examples do). A larger `http.response.written` (a
 /// broken log, or a registry's absurd `Content-Length` taken in by `trace import
 /// --sizes-from`) makes the record invalid: no replay could prewarm it in a lifetime.
-pub const MAX_OBJECT_SIZE: u64 = 64 << 30;
+pub const MAX_OBJECT_SIZE: u64 = 1 << 40;
+
+/// [`MAX_OBJECT_SIZE`] as people read it.
+pub const MAX_OBJECT_SIZE_TEXT: &str = "1 TiB";
 
 /// An interned string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
