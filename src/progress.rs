@@ -197,10 +197,13 @@ impl Progress {
             0 => (objects_done, objects),
             // Each object also costs a round trip, worth OBJECT_BYTES of transfer: many
             // small objects (scaled sizes, manifests after the blobs) still take time.
+            // Saturating: however large the sizes, the share never wraps to a false 100%.
             bytes => (
-                self.bytes_done.load(Ordering::Relaxed).min(bytes)
-                    + objects_done.min(objects).saturating_mul(OBJECT_BYTES),
-                bytes + objects.saturating_mul(OBJECT_BYTES),
+                self.bytes_done
+                    .load(Ordering::Relaxed)
+                    .min(bytes)
+                    .saturating_add(objects_done.min(objects).saturating_mul(OBJECT_BYTES)),
+                bytes.saturating_add(objects.saturating_mul(OBJECT_BYTES)),
             ),
         };
         if total == 0 {
@@ -486,6 +489,10 @@ mod tests {
         p.add_bytes(1000);
         let (share, _) = p.share_and_eta(Duration::from_secs(9));
         assert!((share - 0.5).abs() < 0.01, "{share}");
+        // Sizes near the top of u64 (claims no one should believe): nothing done is 0%.
+        let p = Progress::with_bytes(4, u64::MAX - 1);
+        let (share, _) = p.share_and_eta(Duration::from_secs(9));
+        assert!(share < 0.001, "{share}");
         // Without bytes, objects count.
         let p = Progress::new(4);
         p.add_done(1);

@@ -1424,3 +1424,113 @@ fn sizes_from_a_registry_with_credentials_sizes_every_upload() {
     assert_eq!(report["sizes"]["from_registry"], uploads, "{report}");
     assert_eq!(report["sizes"]["unknown"], 0, "{report}");
 }
+
+/// `--concurrency` above the open-file limit: the soft limit is raised as far as the hard one
+/// allows, and said; beyond the hard limit the run is refused before it starts, with the
+/// numbers (25,000 in flight under a 20,000 limit once ran without a word).
+#[test]
+fn a_concurrency_above_the_open_file_limit_is_raised_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let bin = env!("CARGO_BIN_EXE_creb-rs");
+    let under_limits = |concurrency: &str| {
+        // Nothing listens on port 9: past the limits, the run ends as unusable (exit 2).
+        let script = format!(
+            "ulimit -Sn 256 && ulimit -Hn 1024 && exec {bin} push --registry http://127.0.0.1:9 \
+             --repo limits/app --layers 1 --layer-size 1KiB --concurrency {concurrency} \
+             --output-dir {}",
+            out.display()
+        );
+        let r = Command::new("sh").args(["-c", &script]).output().unwrap();
+        (
+            r.status.code(),
+            String::from_utf8_lossy(&r.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = under_limits("500");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("raised the open-file limit from 256 to 1024 for --concurrency 500"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not usable"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out);
+    let (code, stderr) = under_limits("2000");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("needs about 2064 open files") && stderr.contains("at most 1024"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "refused before anything was written");
+}
+
+/// `--max-run-time` holds at the stages after first contact too: while a large trace's
+/// content is hashed before a run, and during a prewarm; each ends within seconds of it,
+/// with a result that says where it stopped.
+#[test]
+fn max_run_time_ends_the_preparation_and_the_prewarm_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("big.json");
+    let t = trace.to_str().unwrap();
+    let synth = run_bin(
+        &["trace", "synth", "--requests", "20k", "-o", t, "--quiet"],
+        None,
+        &[],
+    );
+    assert_eq!(synth.code, 0, "{}", synth.stderr);
+    let server = registry(good_manifest, good_blob);
+    let real = Registry::start();
+    let stages: [(&str, Vec<&str>); 2] = [
+        ("hashing", vec!["--registry", &server.url, "--phase", "run"]),
+        (
+            "prewarm",
+            vec![
+                "--registry",
+                &real.url,
+                "--size-scale",
+                "0.01",
+                "--prewarm-concurrency",
+                "1",
+            ],
+        ),
+    ];
+    for (stage, flags) in stages {
+        let out = dir.path().join(stage);
+        let mut args = vec![
+            "replay",
+            t,
+            "--max-run-time",
+            "3s",
+            "--grace",
+            "1s",
+            "--quiet",
+        ];
+        args.extend(flags);
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        let started = Instant::now();
+        let r = run_bin(&args, None, &[]);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(12), "{stage}: took {took:?}");
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let summary = summary_json(&out);
+        assert_eq!(summary["interrupted"], false, "{stage}: {summary}");
+        assert_eq!(
+            summary["totals"]["requests"], 0,
+            "{stage}: the run never started"
+        );
+        // Nothing failed while hashing; a prewarm upload the grace cut off is a failure.
+        let allowed: &[i32] = if stage == "hashing" { &[0] } else { &[0, 1] };
+        assert!(
+            allowed.contains(&r.code),
+            "{stage}: exit {}: {}",
+            r.code,
+            r.stderr
+        );
+        let limited = summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "max_run_time");
+        assert!(limited, "{stage}: {summary}");
+    }
+}

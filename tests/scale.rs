@@ -231,6 +231,75 @@ fn the_digest_cache_is_reused_and_found_stale() {
     assert!(r.stderr.contains(": 0 computed over 0 B"), "{}", r.stderr);
 }
 
+/// A digest the cache holds wrongly, which its sample check (the smallest entries) misses:
+/// the registry refuses the upload by its digest, and the cache is found stale by name and
+/// emptied, so the next run computes every digest afresh.
+#[test]
+fn a_cached_digest_the_registry_refuses_marks_the_cache_stale() {
+    let scratch = tempfile::tempdir().unwrap();
+    let cache = scratch.path().join("digests.cache");
+    let prewarm = |registry: &Registry, out: &str| {
+        let out = scratch.path().join(out);
+        run_bin(
+            &[
+                "replay",
+                TRACE,
+                "--registry",
+                &registry.url,
+                "--phase",
+                "prewarm",
+                "--seed",
+                "14",
+                "--digest-cache",
+                cache.to_str().unwrap(),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            None,
+            &[],
+        )
+    };
+    let first = Registry::start();
+    let r = prewarm(&first, "first");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Every digest altered but those of the smallest entries, which the load checks: the
+    // content the prewarm sends first is hashed as it goes, the rest is sent by the cache's
+    // digests.
+    let mut bytes = std::fs::read(&cache).unwrap();
+    let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let size = |e: &[u8]| u64::from_le_bytes(e[32..40].try_into().unwrap());
+    let mut sizes: Vec<u64> = bytes[header..].chunks_exact(72).map(size).collect();
+    sizes.sort_unstable();
+    let kept = sizes[32.min(sizes.len() - 1)];
+    for entry in bytes[header..].chunks_exact_mut(72) {
+        if size(entry) > kept {
+            entry[40] ^= 0xff;
+        }
+    }
+    std::fs::write(&cache, &bytes).unwrap();
+
+    let fresh = Registry::start();
+    let r = prewarm(&fresh, "second");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--digest-cache") && r.stderr.contains("digests.cache"),
+        "the error names the cache: {}",
+        r.stderr
+    );
+    let summary = summary_json(&scratch.path().join("second"));
+    let stale = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["kind"] == "digest_cache_stale");
+    assert!(stale, "{summary}");
+    assert_eq!(
+        std::fs::read(&cache).unwrap().len(),
+        header,
+        "emptied to its header"
+    );
+}
+
 fn read_json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

@@ -15,6 +15,7 @@ pub mod args;
 pub mod compare;
 pub mod connect;
 pub mod cost;
+pub mod limits;
 pub mod merge;
 pub mod observe;
 pub mod pull;

@@ -182,6 +182,13 @@ impl TryFrom<&PullArgs> for PullConfig {
 /// Runs `creb-rs pull`.
 pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PullConfig::try_from(&args)?;
+    let quiet = args.output.quiet || args.output.json;
+    let endpoints = if cfg.route.is_some() {
+        cfg.registry.endpoints.len()
+    } else {
+        1
+    };
+    super::limits::prepare(cfg.concurrency, endpoints, "--concurrency", quiet)?;
     let labels = RunInfoLabels::new("pull", "pull", None, 0, 1);
     let names = cfg.registry.endpoint_names();
     let session = Session::open(&args.output, labels, &names, 0).await?;

@@ -210,6 +210,8 @@ impl TryFrom<&PushArgs> for PushConfig {
 /// Runs `creb-rs push`.
 pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
     let cfg = PushConfig::try_from(&args)?;
+    let quiet = args.output.quiet || args.output.json;
+    super::limits::prepare(cfg.concurrency, 1, "--concurrency", quiet)?;
     let images = &cfg.work.images;
     let labels = RunInfoLabels::new("push", "push", Some(images.seed), 0, 1);
     let session = Session::open(&args.output, labels, &cfg.registry.endpoint_names(), 0).await?;

@@ -59,5 +59,6 @@ pub struct ExecReport {
     pub cap_wait: Duration,
     /// From the anchor to the last completion.
     pub duration: Duration,
+    /// The most slots held at once (operations in flight), never above the concurrency.
     pub max_in_flight: usize,
 }

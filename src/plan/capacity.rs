@@ -49,19 +49,21 @@ impl Capacity {
         // Uploads are linked to their pushes as replay's default --session-gap (60 s) does.
         let catalog =
             Catalog::build(items, 60_000, content, Keep::Prewarm)?.seal(reader.into_names());
+        // Saturating sums: a trace of many huge objects shows the ceiling, never a figure
+        // that wrapped around and disagrees with the others.
         let blob_bytes: u64 = catalog
             .blobs
             .keys()
             .map(|d| catalog.blob_content(*d).size())
-            .sum();
+            .fold(0, u64::saturating_add);
         let upload_bytes: u64 = catalog
             .uploads()
             .map(|(h, _)| catalog.upload_content(h).size())
-            .sum();
+            .fold(0, u64::saturating_add);
         let read_bytes = gets
             .iter()
-            .map(|(d, n)| n * catalog.blob_content(*d).size())
-            .sum();
+            .map(|(d, n)| n.saturating_mul(catalog.blob_content(*d).size()))
+            .fold(0, u64::saturating_add);
         let uploads = catalog.uploads().len();
         Ok(Capacity {
             size_scale: sizes.factor(),
@@ -73,7 +75,7 @@ impl Capacity {
             uploads,
             upload_bytes,
             read_bytes,
-            storage_bytes: blob_bytes + upload_bytes,
+            storage_bytes: blob_bytes.saturating_add(upload_bytes),
         })
     }
 }
@@ -107,5 +109,42 @@ impl std::fmt::Display for Capacity {
             "  registry storage after the run: {}",
             ByteSize(self.storage_bytes)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_agree_with_each_other_at_the_largest_sizes() {
+        const TIB: u64 = 1 << 40;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        let record = |t: u32, method: &str, uri: &str, status: u16| {
+            format!(
+                r#"{{"timestamp": "2017-06-20T10:00:{t:02}Z", "http.request.method": "{method}", "http.request.uri": "{uri}", "http.request.remoteaddr": "c", "http.response.status": {status}, "http.response.written": {TIB}}}"#
+            )
+        };
+        let records = [
+            record(0, "GET", "v2/a/b/blobs/sha256:aa", 200),
+            record(1, "GET", "v2/a/b/blobs/sha256:aa", 200),
+            record(2, "GET", "v2/a/b/blobs/sha256:bb", 200),
+            record(3, "PUT", "v2/a/b/blobs/uploads/u1?digest=sha256:cc", 201),
+        ];
+        std::fs::write(&path, format!("[{}]", records.join(",\n"))).unwrap();
+        let input = TraceInput { files: vec![path] };
+        let c = Capacity::of(&input, SizeScale::default()).unwrap();
+        assert_eq!((c.blobs, c.blob_bytes), (2, 2 * TIB));
+        assert_eq!(
+            c.read_bytes,
+            3 * TIB,
+            "two reads of one blob, one of the other"
+        );
+        assert_eq!(c.storage_bytes, c.blob_bytes + c.upload_bytes);
+        assert_eq!(
+            c.prewarm_bytes, c.blob_bytes,
+            "one repository reads each blob"
+        );
     }
 }

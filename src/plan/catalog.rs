@@ -728,7 +728,10 @@ impl Draft {
         );
         let reads = std::mem::take(&mut self.blob_reads);
         catalog.blob_read_count = reads.len();
-        catalog.blob_read_bytes = reads.iter().map(|(_, d)| catalog.known_blob_size(*d)).sum();
+        catalog.blob_read_bytes = reads
+            .iter()
+            .map(|(_, d)| catalog.known_blob_size(*d))
+            .fold(0, u64::saturating_add);
         catalog.blob_reads = match self.keep {
             Keep::Prewarm => reads.into_iter().collect(),
             Keep::Run => {

@@ -40,6 +40,9 @@ pub struct DigestCache {
     added: usize,
     /// Why the file was set aside, if it was (another scheme, unreadable, stale).
     pub set_aside: Option<String>,
+    /// Trailing bytes that are not a whole entry, ignored (a writer stopped mid-entry, or
+    /// another program wrote there): said by the caller, never passed over in silence.
+    pub cut: u64,
 }
 
 impl DigestCache {
@@ -68,6 +71,7 @@ impl DigestCache {
             return cache;
         };
         // A last entry cut short (a writer stopped mid-entry) is dropped; the whole ones stand.
+        cache.cut = (body.len() % ENTRY) as u64;
         cache.entries.reserve(body.len() / ENTRY);
         for entry in body.chunks_exact(ENTRY) {
             let mut spec = [0u8; 40];
@@ -175,6 +179,19 @@ impl DigestCache {
     }
 }
 
+/// Empties the cache at `path` (its header alone stays) when a registry refused a digest it
+/// held: the next run computes every digest afresh. A file that is not a digest cache is left
+/// alone.
+pub fn mark_stale(path: &Path) -> std::io::Result<()> {
+    match crate::outfile::head(path)? {
+        Some(head) if crate::outfile::Kind::DigestCache.matches(&head) => {}
+        _ => return Ok(()),
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&tmp, header())?;
+    std::fs::rename(&tmp, path)
+}
+
 /// Adds digests to a cache file as they are learned (a prewarm hashing what it sends), so
 /// a prewarm stopped halfway leaves every digest it learned, for the run phase and other
 /// hosts. Entries are appended whole (72 bytes, one write each); a file of another scheme
@@ -182,6 +199,9 @@ impl DigestCache {
 #[derive(Debug)]
 pub struct Appender {
     file: std::sync::Mutex<std::fs::File>,
+    /// Trailing bytes that were not a whole entry, cut off before the first append; the
+    /// caller says so.
+    pub cut: u64,
 }
 
 impl Appender {
@@ -193,6 +213,7 @@ impl Appender {
             .open(path)?;
         let header = header();
         let len = file.metadata()?.len();
+        let mut cut = 0;
         if len == 0 {
             file.write_all(header.as_bytes())?;
         } else {
@@ -205,13 +226,14 @@ impl Appender {
                 )));
             }
             let body = len - header.len() as u64;
-            let partial = body % ENTRY as u64;
-            if partial != 0 {
-                file.set_len(len - partial)?;
+            cut = body % ENTRY as u64;
+            if cut != 0 {
+                file.set_len(len - cut)?;
             }
         }
         Ok(Appender {
             file: std::sync::Mutex::new(file),
+            cut,
         })
     }
 
@@ -299,9 +321,11 @@ mod tests {
         let cache = DigestCache::load(&path);
         assert!(cache.set_aside.is_none(), "{:?}", cache.set_aside);
         assert_eq!(cache.len(), 2);
+        assert_eq!(cache.cut, 30, "the partial entry is counted, to be said");
         assert_eq!(cache.get(&specs[1]), Some(specs[1].sha256()));
         // Appending again first cuts the partial entry off, so what follows stays aligned.
         let appender = Appender::open(&path).unwrap();
+        assert_eq!(appender.cut, 30);
         appender.append(&specs[2], &specs[2].sha256()).unwrap();
         drop(appender);
         let cache = DigestCache::load(&path);

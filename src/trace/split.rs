@@ -1,7 +1,7 @@
 //! Framing: the top-level JSON objects of a decompressed trace stream, whatever holds them
 //! (one array, several arrays, JSON lines, concatenated objects). Between objects only
-//! whitespace, commas and balanced array brackets are accepted, and a UTF-8 byte order mark
-//! at the very start. Each object is deserialized in place from the read buffer, so its
+//! whitespace, commas and balanced array brackets (never one array inside another) are
+//! accepted, and a UTF-8 byte order mark at the very start. Each object is deserialized in place from the read buffer, so its
 //! bytes are scanned once and nothing more than one chunk plus the current object is held.
 
 use std::io::{self, Read};
@@ -111,6 +111,15 @@ impl<R: Read> Splitter<R> {
             }
             match self.buf[self.pos] {
                 b' ' | b'\t' | b'\n' | b'\r' | b',' => self.pos += 1,
+                b'[' if self.arrays > 0 => {
+                    // A trace is records side by side; `[[` is some other JSON, and a deep
+                    // one would otherwise read as a trace with no record at all.
+                    return Err(self.syntax(
+                        self.pos,
+                        "an array inside an array: a trace holds records (JSON objects) in \
+                         one array, in several side by side, or one per line",
+                    ));
+                }
                 b'[' => {
                     self.arrays += 1;
                     self.pos += 1;
@@ -221,5 +230,12 @@ mod tests {
             Err(SplitError::Syntax { offset: 0, .. })
         ));
         assert!(split(b"", 4, 32).unwrap().is_empty());
+        // Deeply nested arrays are not a trace with no record: they are said to be no trace.
+        let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        let Err(SplitError::Syntax { offset, reason }) = split(deep.as_bytes(), 4, 32) else {
+            panic!("nested arrays accepted")
+        };
+        assert_eq!(offset, 1);
+        assert!(reason.contains("an array inside an array"), "{reason}");
     }
 }

@@ -207,6 +207,15 @@ async fn hash_catalog(
             if let Some(why) = &c.set_aside {
                 tracing::warn!("--digest-cache {}: {why}; it is rewritten", path.display());
             }
+            if c.cut > 0 {
+                eprintln!(
+                    "creb-rs: warning: --digest-cache {}: its last {} bytes are not a whole \
+                     entry (a writer stopped mid-entry, or another program wrote there); they \
+                     are ignored",
+                    path.display(),
+                    c.cut
+                );
+            }
         }
         let digests =
             catalog.compute_digests_with(available_cores(), cache.as_mut(), &watch, up_front);

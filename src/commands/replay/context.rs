@@ -17,7 +17,7 @@ use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
 use crate::plan::ShardSpec;
 use crate::results::summary::EndpointSummary;
 use crate::results::Shard;
-use crate::results::{Meta, MetaInput, RunInfo, Summary};
+use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
 use crate::route::health::Transition;
 use crate::route::Router;
 use crate::shutdown::Shutdown;
@@ -166,7 +166,16 @@ impl<'a> Unrun<'a> {
                 duration: self.started_at.elapsed().unwrap_or_default(),
                 interrupted: stop.interrupted(),
                 trace: None,
-                warnings: Vec::new(),
+                warnings: stop
+                    .by_limit()
+                    .then(|| Warning {
+                        kind: "max_run_time".into(),
+                        message: "ended at --max-run-time before the run started: nothing of \
+                                  the trace was replayed"
+                            .into(),
+                    })
+                    .into_iter()
+                    .collect(),
                 checks: None,
                 config: config_json(cfg, &self.connections[0].credentials),
             },

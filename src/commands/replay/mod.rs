@@ -49,6 +49,9 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let input = TraceInput::resolve(&cfg.traces)?;
     cfg.check_paths(&input, args.output.output_dir.as_deref())?;
     let names = cfg.registry.endpoint_names();
+    let in_flight = cfg.concurrency.max(cfg.prewarm_concurrency);
+    let quiet = args.output.quiet || args.output.json;
+    crate::commands::limits::prepare(in_flight, names.len(), "--concurrency", quiet)?;
     let session = Session::open(&args.output, labels(&cfg), &names, cfg.plan.shard.index).await?;
     args.stop.arm(&shutdown);
     let quiet = session.quiet();

@@ -18,13 +18,13 @@ use crate::commands::session::{exit_status, Finished, Shown};
 use crate::commands::status::ExitStatus;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::prewarm::{Prewarm, PrewarmReport};
-use crate::metrics::Aggregator;
+use crate::metrics::{Aggregator, ErrorKind, Op};
 use crate::plan::catalog::Catalog;
 use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{content_jobs, PrewarmJobs};
 use crate::plan::{Naming, ShardSpec};
 use crate::progress::Progress;
-use crate::results::{Meta, MetaInput, RunInfo, Summary};
+use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
 
 /// The prewarm phase: every object the run reads pushed, measured and reported apart (in
 /// `OUT/prewarm/` when the run follows). Fails (exit 1) when an object could not be
@@ -83,6 +83,44 @@ pub(super) async fn phase(
     Ok((exit_status(&finished.summary, slow, false), report))
 }
 
+/// A prewarm that took digests from `--digest-cache` and saw the registry refuse uploads by
+/// their digest (400 on the closing PUT or a monolithic upload): the cache held wrong digests
+/// its sample check missed. It is emptied (the next run computes every digest afresh) and
+/// the warning, also said on stderr, names it.
+fn stale_cache(
+    path: Option<&std::path::Path>,
+    preparation: &serde_json::Value,
+    aggregator: &Aggregator,
+) -> Option<Warning> {
+    let path = path?;
+    let cached = preparation["digests"]["cached"].as_u64().unwrap_or(0);
+    let refused: u64 = [Op::UploadPut, Op::BlobUpload]
+        .iter()
+        .filter_map(|op| aggregator.table.op_total(*op))
+        .map(|s| {
+            let refused = s.counts.errors_by_kind.get(&ErrorKind::Http(400));
+            refused.copied().unwrap_or(0)
+        })
+        .sum();
+    if cached == 0 || refused == 0 {
+        return None;
+    }
+    let emptied = match crate::plan::digest_cache::mark_stale(path) {
+        Ok(()) => "it is emptied: the next run computes every digest afresh".to_string(),
+        Err(e) => format!("it could not be emptied ({e}): remove it"),
+    };
+    let message = format!(
+        "--digest-cache {}: the registry refused {refused} upload(s) by their digest (400) \
+         after {cached} digests were taken from it: it holds wrong digests; {emptied}",
+        path.display()
+    );
+    eprintln!("creb-rs: error: {message}");
+    Some(Warning {
+        kind: "digest_cache_stale".into(),
+        message,
+    })
+}
+
 /// The run's preparation (meta.json) after a prewarm: the digests the run uses were learned
 /// by the prewarm, while sending and after.
 pub(super) fn with_digests(
@@ -112,9 +150,19 @@ async fn push_all(
     let talk = !flags.quiet && !flags.json;
     let contents = content_jobs(catalog, context.router, Naming::new(cfg.plan.repos.clone()));
     let cache = cfg.digest_cache.as_deref().and_then(|path| {
-        Appender::open(path)
+        let opened = Appender::open(path)
             .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
-            .ok()
+            .ok()?;
+        if opened.cut > 0 {
+            eprintln!(
+                "creb-rs: warning: --digest-cache {}: its last {} bytes were not a whole entry \
+                 (a writer stopped mid-entry, or another program wrote there); cut off before \
+                 appending",
+                path.display(),
+                opened.cut
+            );
+        }
+        Some(opened)
     });
     // Blobs are most of the time a prewarm takes: the ETA follows their bytes. The count
     // is the first stage's until the rest is planned.
@@ -201,6 +249,12 @@ fn summarize(
             ),
         );
     }
+    let stale = stale_cache(
+        cfg.digest_cache.as_deref(),
+        context.preparation,
+        &aggregator,
+    );
+    warnings.extend(stale);
     let mut summary = Summary::build(
         RunInfo {
             command: "replay".into(),

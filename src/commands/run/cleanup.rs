@@ -187,72 +187,88 @@ pub async fn clean(
         registry: registry.to_owned(),
         ..CleanupRecord::default()
     };
-    let ctx = OpCtx::default();
     for target in targets {
-        if shutdown.is_cancelled() {
+        // Every request of a target races the stop: a registry that stops answering never
+        // holds the run past it.
+        let Some(go_on) = shutdown
+            .race(clean_target(client, target, &mut record))
+            .await
+        else {
+            note(&mut record, "stopped before the cleanup ended".into());
             break;
-        }
-        let repo = &target.repo;
-        let tags: Vec<Tag> = match &target.tags {
-            Tags::Known(t) => t.clone(),
-            Tags::Listed => match client.tag_list(repo, None, ctx).await {
-                Ok(list) => list.iter().filter_map(|t| t.parse().ok()).collect(),
-                Err(ClientError::Status { status: 404, .. }) => Vec::new(),
-                Err(e) => {
-                    record.errors += 1;
-                    note(&mut record, format!("{repo}: listing tags: {e}"));
-                    if matches!(e, ClientError::Transport(_)) {
-                        // Unreachable: the other repositories would fail the same way.
-                        break;
-                    }
-                    continue;
-                }
-            },
         };
-        let mut manifests: BTreeSet<Digest> = BTreeSet::new();
-        let mut blobs: BTreeSet<Digest> = BTreeSet::new();
-        for tag in tags {
-            let reference = Reference::Tag(tag.clone());
-            match client.manifest_get(repo, &reference, ctx).await {
-                Ok(m) => {
-                    manifests.insert(m.digest());
-                    match ParsedManifest::parse(&m.bytes, m.media_type()) {
-                        Ok(ParsedManifest::Index {
-                            manifests: children,
-                        }) => {
-                            for child in children {
-                                let r = Reference::Digest(child.digest.clone());
-                                if let Ok(c) = client.manifest_get(repo, &r, ctx).await {
-                                    if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
-                                        blobs.extend(p.blobs().into_iter().map(|d| d.digest));
-                                    }
-                                }
-                                manifests.insert(child.digest);
-                            }
-                        }
-                        Ok(image) => blobs.extend(image.blobs().into_iter().map(|d| d.digest)),
-                        Err(e) => note(&mut record, format!("{repo}:{tag}: {e}")),
-                    }
-                }
-                Err(ClientError::Status { status: 404, .. }) => record.not_found += 1,
-                Err(e) => {
-                    record.errors += 1;
-                    note(&mut record, format!("{repo}:{tag}: {e}"));
-                }
-            }
-        }
-        for digest in &manifests {
-            let o = outcome(client.manifest_delete(repo, digest, ctx).await);
-            if count(&mut record, "manifest", o) {
-                record.manifests_deleted += 1;
-            }
-        }
-        for digest in &blobs {
-            let o = outcome(client.blob_delete(repo, digest, ctx).await);
-            if count(&mut record, "blob", o) {
-                record.blobs_deleted += 1;
-            }
+        if !go_on {
+            break;
         }
     }
     record
+}
+
+/// Deletes one target's manifests, then its blobs; `false` when the registry cannot be
+/// reached (the other targets would fail the same way).
+async fn clean_target(
+    client: &RegistryClient,
+    target: &Target,
+    record: &mut CleanupRecord,
+) -> bool {
+    let ctx = OpCtx::default();
+    let repo = &target.repo;
+    let tags: Vec<Tag> = match &target.tags {
+        Tags::Known(t) => t.clone(),
+        Tags::Listed => match client.tag_list(repo, None, ctx).await {
+            Ok(list) => list.iter().filter_map(|t| t.parse().ok()).collect(),
+            Err(ClientError::Status { status: 404, .. }) => Vec::new(),
+            Err(e) => {
+                record.errors += 1;
+                note(record, format!("{repo}: listing tags: {e}"));
+                // Unreachable: the other repositories would fail the same way.
+                return !matches!(e, ClientError::Transport(_));
+            }
+        },
+    };
+    let mut manifests: BTreeSet<Digest> = BTreeSet::new();
+    let mut blobs: BTreeSet<Digest> = BTreeSet::new();
+    for tag in tags {
+        let reference = Reference::Tag(tag.clone());
+        match client.manifest_get(repo, &reference, ctx).await {
+            Ok(m) => {
+                manifests.insert(m.digest());
+                match ParsedManifest::parse(&m.bytes, m.media_type()) {
+                    Ok(ParsedManifest::Index {
+                        manifests: children,
+                    }) => {
+                        for child in children {
+                            let r = Reference::Digest(child.digest.clone());
+                            if let Ok(c) = client.manifest_get(repo, &r, ctx).await {
+                                if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
+                                    blobs.extend(p.blobs().into_iter().map(|d| d.digest));
+                                }
+                            }
+                            manifests.insert(child.digest);
+                        }
+                    }
+                    Ok(image) => blobs.extend(image.blobs().into_iter().map(|d| d.digest)),
+                    Err(e) => note(record, format!("{repo}:{tag}: {e}")),
+                }
+            }
+            Err(ClientError::Status { status: 404, .. }) => record.not_found += 1,
+            Err(e) => {
+                record.errors += 1;
+                note(record, format!("{repo}:{tag}: {e}"));
+            }
+        }
+    }
+    for digest in &manifests {
+        let o = outcome(client.manifest_delete(repo, digest, ctx).await);
+        if count(record, "manifest", o) {
+            record.manifests_deleted += 1;
+        }
+    }
+    for digest in &blobs {
+        let o = outcome(client.blob_delete(repo, digest, ctx).await);
+        if count(record, "blob", o) {
+            record.blobs_deleted += 1;
+        }
+    }
+    true
 }
