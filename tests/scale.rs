@@ -143,6 +143,21 @@ fn scaled_sizes_agree_across_shards_and_are_recorded_everywhere() {
     assert_ne!(r.code, 0, "{}", r.stderr);
 }
 
+/// `replay TRACE --phase PHASE --seed SEED --mode stress --digest-cache CACHE` into `out`.
+fn replay_cached(
+    registry: &str,
+    phase: &str,
+    seed: &str,
+    cache: &str,
+    out: &std::path::Path,
+) -> common::BinOutput {
+    let out = out.to_str().unwrap();
+    let mut args = vec!["replay", TRACE, "--registry", registry, "--phase", phase];
+    args.extend(["--seed", seed, "--mode", "stress", "--digest-cache", cache]);
+    args.extend(["--output-dir", out]);
+    run_bin(&args, None, &[])
+}
+
 #[test]
 fn the_digest_cache_is_reused_and_found_stale() {
     let registry = Registry::start();
@@ -151,26 +166,7 @@ fn the_digest_cache_is_reused_and_found_stale() {
     let cache_arg = cache.to_str().unwrap().to_owned();
     let replay = |phase: &str, out: &str| {
         let out = scratch.path().join(out);
-        run_bin(
-            &[
-                "replay",
-                TRACE,
-                "--registry",
-                &registry.url,
-                "--phase",
-                phase,
-                "--seed",
-                "12",
-                "--mode",
-                "stress",
-                "--digest-cache",
-                &cache_arg,
-                "--output-dir",
-                out.to_str().unwrap(),
-            ],
-            None,
-            &[],
-        )
+        replay_cached(&registry.url, phase, "12", &cache_arg, &out)
     };
     // Nothing is hashed before the first upload: the prewarm hashes what it sends, then
     // the run's uploads, and writes every digest to the cache as it learns it.
@@ -240,23 +236,12 @@ fn a_cached_digest_the_registry_refuses_marks_the_cache_stale() {
     let cache = scratch.path().join("digests.cache");
     let prewarm = |registry: &Registry, out: &str| {
         let out = scratch.path().join(out);
-        run_bin(
-            &[
-                "replay",
-                TRACE,
-                "--registry",
-                &registry.url,
-                "--phase",
-                "prewarm",
-                "--seed",
-                "14",
-                "--digest-cache",
-                cache.to_str().unwrap(),
-                "--output-dir",
-                out.to_str().unwrap(),
-            ],
-            None,
-            &[],
+        replay_cached(
+            &registry.url,
+            "prewarm",
+            "14",
+            cache.to_str().unwrap(),
+            &out,
         )
     };
     let first = Registry::start();
