@@ -114,40 +114,71 @@ fn module_of(rel: &str) -> Vec<String> {
 }
 
 /// The code of a file without comments and string contents, line for line; without its
-/// test module (everything from the first `#[cfg(test)]`) when `library` is set, so only
-/// what builds the library counts.
+/// test items (each item under a `#[cfg(test)]` attribute, wherever it stands: the inline
+/// `mod tests`, a test-only helper in the middle of production code) when `library` is set,
+/// so only what builds the library counts. A skipped line stays as an empty one.
 fn blank(text: &str, library: bool) -> String {
     let mut out = String::new();
+    // Inside a test item: the brace depth of the item, and whether it opened one yet.
+    let mut skipping: Option<(i32, bool)> = None;
     for line in text.lines() {
-        if library && line.trim_start().starts_with("#[cfg(test)]") {
-            break;
+        let blanked = blank_line(code_of(line));
+        if library && skipping.is_none() && blanked.trim_start().starts_with("#[cfg(test)]") {
+            skipping = Some((0, false));
         }
-        let code = code_of(line);
-        let mut blanked = String::with_capacity(code.len());
-        let mut in_string = false;
-        let mut escaped = false;
-        for c in code.chars() {
-            if in_string {
+        if let Some((depth, opened)) = skipping.as_mut() {
+            let after_attribute = blanked
+                .trim_start()
+                .strip_prefix("#[cfg(test)]")
+                .unwrap_or(&blanked);
+            for c in after_attribute.chars() {
                 match c {
-                    _ if escaped => escaped = false,
-                    '\\' => escaped = true,
-                    '"' => {
-                        in_string = false;
-                        blanked.push('"');
+                    '{' => {
+                        *depth += 1;
+                        *opened = true;
                     }
+                    '}' => *depth -= 1,
                     _ => {}
                 }
-            } else {
-                if c == '"' {
-                    in_string = true;
-                }
-                blanked.push(c);
             }
+            let ended =
+                (*opened && *depth <= 0) || (!*opened && after_attribute.trim_end().ends_with(';'));
+            if ended {
+                skipping = None;
+            }
+            out.push('\n');
+            continue;
         }
         out.push_str(&blanked);
         out.push('\n');
     }
     out
+}
+
+/// One line's code with the contents of its strings taken out.
+fn blank_line(code: &str) -> String {
+    let mut blanked = String::with_capacity(code.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in code.chars() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    in_string = false;
+                    blanked.push('"');
+                }
+                _ => {}
+            }
+        } else {
+            if c == '"' {
+                in_string = true;
+            }
+            blanked.push(c);
+        }
+    }
+    blanked
 }
 
 /// Splits the inside of a `{…}` group at its top-level commas.
@@ -305,7 +336,14 @@ fn the_checker_reads_grouped_and_climbing_paths() {
         blank("let s = \"crate::x\"; // crate::y\n", true),
         "let s = \"\"; \n"
     );
-    assert_eq!(blank("f();\n#[cfg(test)]\nmod tests {}\n", true), "f();\n");
+    assert_eq!(
+        blank("f();\n#[cfg(test)]\nmod tests {}\n", true),
+        "f();\n\n\n"
+    );
+    // A test-only item in the middle of production code hides only itself.
+    let code = "#[cfg(test)]\nuse crate::a;\n#[cfg(test)]\nfn t() {\n  crate::b();\n}\nfn g() { crate::c(); }\n";
+    let kept = blank(code, true);
+    assert_eq!(crate_refs(&kept), ["c"], "{kept}");
 }
 
 #[test]
@@ -691,5 +729,96 @@ fn the_cycle_check_finds_a_cycle_and_only_then() {
     assert_eq!(
         reexports("pub use a::{B, C};\nuse d::E;\npub(crate) use f::G;").len(),
         2
+    );
+}
+
+/// Every place in the library code of the files under `folder` (a module path like
+/// `plan`) where one of `names` stands, but for the files `allowed` names (with why).
+fn uses_in(folder: &str, names: &[&str], allowed: &[(&str, &str)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (module, code) in library_files() {
+        let path = module.join("::");
+        if module.first().map(String::as_str) != Some(folder)
+            || allowed.iter().any(|(m, _)| *m == path)
+        {
+            continue;
+        }
+        for (n, line) in code.lines().enumerate() {
+            for name in names {
+                if line.contains(name) {
+                    found.push(format!("{path}:{}: {name}", n + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The plan is pure: the same trace, seed, shard and options give the same operations on
+/// every host, so it names no client, network, file system, thread or clock API. The digest
+/// store (the cache file, digests computed on threads) still lives in the plan until it
+/// becomes a type of its own beside the catalog: those two files are the only exceptions.
+#[test]
+fn the_plan_names_no_client_network_file_thread_or_clock_api() {
+    let forbidden = [
+        "crate::client",
+        "crate::net",
+        "crate::exec",
+        "crate::auth",
+        "std::fs",
+        "std::net",
+        "std::thread",
+        "tokio",
+        "Instant::now",
+        "SystemTime::now",
+    ];
+    let allowed = [
+        ("plan::digest_cache", "the --digest-cache file, read and written"),
+        ("plan::catalog", "Catalog::compute_digests hashes on every core"),
+    ];
+    let found = uses_in("plan", &forbidden, &allowed);
+    assert!(found.is_empty(), "the plan is not pure:\n{}", found.join("\n"));
+    // The exceptions are still exceptions (remove one from the list when it is not).
+    for (module, why) in allowed {
+        let again = uses_in("plan", &forbidden, &[]);
+        assert!(
+            again.iter().any(|f| f.starts_with(&format!("{module}:"))),
+            "{module} ({why}) is pure now: take it off the list"
+        );
+    }
+}
+
+/// Load requests are driven in `exec/`: the command layer sends none itself, but for the
+/// connection check every load command makes (`GET /v2/`, in `commands::connect`). Two
+/// stages are still in the command layer until the replay engine and the experiment runner
+/// move below it: the replay's probe and the run's cleanup.
+#[test]
+fn the_command_layer_issues_no_load_requests() {
+    let requests = [
+        ".blob_get(",
+        ".blob_get_generated(",
+        ".blob_head(",
+        ".blob_mount(",
+        ".blob_delete(",
+        ".manifest_get(",
+        ".manifest_head(",
+        ".manifest_put(",
+        ".manifest_delete(",
+        ".upload_blob(",
+        ".upload_hashing(",
+        ".tag_list(",
+        ".referrers(",
+        ".ping(",
+    ];
+    let allowed = [
+        ("commands::connect", "the connection check, GET /v2/"),
+        ("commands::replay::probe", "what a run alone finds absent"),
+        ("commands::run::cleanup", "--cleanup deletes what a round pushed"),
+    ];
+    let found = uses_in("commands", &requests, &allowed);
+    assert!(
+        found.is_empty(),
+        "the command layer sends load requests (drive them in exec/):\n{}",
+        found.join("\n")
     );
 }

@@ -60,12 +60,8 @@ const MAX_UNPROCESSED_RESENDS: u32 = 5;
 /// Behaviour switches of the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
-    /// Check every downloaded blob and manifest against its digest.
-    pub verify: bool,
-    /// With `verify`: a blob whose generated content the caller names
-    /// ([`RegistryClient::blob_get_generated`]) is compared with that content, regenerated
-    /// in step with the body, instead of hashed (`--verify compare`).
-    pub compare: bool,
+    /// How every downloaded blob and manifest is checked against its digest.
+    pub verify: Verify,
     /// Redirect hops followed per request.
     pub max_redirects: u8,
     /// Ask for `pull,push` even for reads: a push HEADs before it uploads, and one token
@@ -78,11 +74,52 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
-            verify: true,
-            compare: true,
+            verify: Verify::Compare,
             max_redirects: 5,
             push_scopes: false,
             retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults, checking downloads as `verify` says.
+    pub fn verifying(verify: Verify) -> ClientOptions {
+        ClientOptions {
+            verify,
+            ..ClientOptions::default()
+        }
+    }
+}
+
+/// How a downloaded body is checked (`--verify`); one of three, so no pair of switches can
+/// say something meaningless. Written into results by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// A blob whose generated content the caller names
+    /// ([`RegistryClient::blob_get_generated`]) is compared with that content, regenerated in
+    /// step with the body (memory speed); other content is hashed.
+    #[default]
+    Compare,
+    /// Every body is hashed with SHA-256 and compared with its digest.
+    Sha256,
+    /// Nothing is compared: bodies are still read to the end and their sizes checked.
+    None,
+}
+
+impl Verify {
+    /// Whether bodies are checked against their digests at all.
+    pub fn checks(self) -> bool {
+        self != Verify::None
+    }
+
+    /// The name results and `--verify` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verify::Compare => "compare",
+            Verify::Sha256 => "sha256",
+            Verify::None => "none",
         }
     }
 }

@@ -5,7 +5,7 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, StatusCode};
 
 use super::{content_length, status_error, ClientError, Exchange, FetchedManifest, HeadInfo};
-use super::{Meter, OpCtx, RegistryClient, MANIFEST_LIMIT};
+use super::{Meter, OpCtx, RegistryClient, Verify, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::content::{ContentCheck, ContentSpec};
 use crate::digest::{Digest, Hasher, Sha256Sum};
@@ -49,9 +49,9 @@ impl RegistryClient {
     ) -> Result<u64, ClientError> {
         let options = &self.inner.options;
         let mut compare = content
-            .filter(|_| options.verify && options.compare)
+            .filter(|_| options.verify == Verify::Compare)
             .map(|c| ContentCheck::new(*c));
-        let verify = options.verify && compare.is_none() && digest.verifiable();
+        let verify = options.verify.checks() && compare.is_none() && digest.verifiable();
         let mut hasher = verify.then(Hasher::new);
         let mut n = 0u64;
         let limit = expected.unwrap_or(u64::MAX);
@@ -261,7 +261,7 @@ impl RegistryClient {
                     actual: sha256.digest().to_string(),
                 });
             }
-            if self.inner.options.verify {
+            if self.inner.options.verify.checks() {
                 check_manifest_digest(reference, returned.as_ref(), &sha256)?;
             }
             let media_type = content_type.as_ref().and_then(|v| v.to_str().ok());

@@ -22,17 +22,7 @@ use crate::oci::reference::{Reference, Repository};
 /// Times a session may go back to the registry's offset before it gives up.
 const MAX_UPLOAD_RESUMES: u32 = 3;
 
-/// How a blob is uploaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum UploadMode {
-    /// POST, then PUT with the whole body.
-    Monolithic,
-    /// POST, PATCH per chunk, then an empty PUT.
-    Chunked { chunk_size: u64 },
-    /// POST with `?digest=` and the body; falls back to a PUT when the registry answers 202.
-    SinglePost,
-}
+pub use crate::oci::UploadMode;
 
 /// What an upload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

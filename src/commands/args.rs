@@ -528,13 +528,14 @@ impl VerifyArg {
             self
         }
     }
+}
 
-    /// The client switches of this mode.
-    pub fn client_options(self) -> crate::client::ClientOptions {
-        crate::client::ClientOptions {
-            verify: self != VerifyArg::None,
-            compare: self == VerifyArg::Compare,
-            ..crate::client::ClientOptions::default()
+impl From<VerifyArg> for crate::client::Verify {
+    fn from(a: VerifyArg) -> Self {
+        match a {
+            VerifyArg::Compare => crate::client::Verify::Compare,
+            VerifyArg::Sha256 => crate::client::Verify::Sha256,
+            VerifyArg::None => crate::client::Verify::None,
         }
     }
 }

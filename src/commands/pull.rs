@@ -19,6 +19,7 @@ use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs,
 use super::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
 use super::session::{Finished, Session};
 use super::status::ExitStatus;
+use crate::client::{ClientOptions, Verify};
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
 use crate::metrics::live::RunInfoLabels;
@@ -129,7 +130,7 @@ pub struct PullConfig {
     pub repo: Repository,
     pub targets: PullTargets,
     pub concurrency: usize,
-    pub verify: VerifyArg,
+    pub verify: Verify,
     /// List and fetch each image's referrers (`--referrers`).
     pub referrers: bool,
     /// Several endpoints: how blobs are spread over them.
@@ -173,7 +174,7 @@ impl TryFrom<&PullArgs> for PullConfig {
             repo: a.repo.clone(),
             targets,
             concurrency: a.concurrency.get(),
-            verify: a.verify.or_none(a.no_verify),
+            verify: a.verify.or_none(a.no_verify).into(),
             referrers: a.referrers,
         })
     }
@@ -275,7 +276,7 @@ async fn connect(
     recorder: &Recorder,
     stop: &Shutdown,
 ) -> anyhow::Result<Vec<Connection>> {
-    let options = cfg.verify.client_options();
+    let options = ClientOptions::verifying(cfg.verify);
     if cfg.route.is_none() {
         let connection = cfg
             .registry

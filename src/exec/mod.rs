@@ -35,6 +35,6 @@ mod targets;
 mod task;
 
 pub use executor::Executor;
-pub use options::{ExecOptions, ExecReport, Mode};
+pub use options::{ExecOptions, ExecReport, Mode, Phase};
 pub use targets::Targets;
 pub use task::op_of;

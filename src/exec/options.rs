@@ -29,6 +29,18 @@ impl Mode {
     }
 }
 
+/// The phases of a replay: what a run of it carries out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Prewarm, then run, each with its own results.
+    All,
+    /// Only push what the run will read.
+    Prewarm,
+    /// Only replay (the registry was prewarmed before).
+    Run,
+}
+
 /// How to execute.
 #[derive(Debug, Clone, Copy)]
 pub struct ExecOptions {

@@ -17,7 +17,7 @@ use crate::plan::catalog::Catalog;
 use crate::plan::catalog::{ContentKey, KEEP_DIGEST_ABOVE};
 use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{
-    blob_of, read_manifest_bytes, BlobJob, ContentJob, ManifestJob, PrewarmJobs,
+    blob_of, read_manifest_bytes, BlobJob, Body, ContentJob, ManifestJob, PrewarmJobs,
 };
 
 /// What prewarm did.
@@ -211,7 +211,11 @@ impl Prewarm<'_> {
 
     /// One blob job: its outcome and its bytes (the progress share follows them).
     async fn blob(&self, job: BlobJob) -> (Done, u64) {
-        let (digest, source) = blob_of(self.catalog, self.format, job.origin);
+        let (digest, body) = blob_of(self.catalog, self.format, job.origin);
+        let source = match body {
+            Body::Content(spec) => BlobSource::Content(spec),
+            Body::Bytes(bytes) => BlobSource::Bytes(bytes),
+        };
         let bytes = source.size();
         let client = &self.clients[job.endpoint];
         let done = match ensure_blob(client, &job.repo, &digest, source).await {

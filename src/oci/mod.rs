@@ -6,10 +6,12 @@ pub mod error;
 pub mod headers;
 pub mod manifest;
 pub mod reference;
+pub mod upload;
 
 use url::Url;
 
 pub use reference::{Reference, Repository, Tag};
+pub use upload::UploadMode;
 
 /// `url` as it may be shown anywhere (a message, a log line, a result file): its password,
 /// if it has one, replaced by `redacted`.

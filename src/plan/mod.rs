@@ -25,10 +25,10 @@ pub mod sorted_map;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::client::UploadMode;
 use crate::content::ContentSpec;
 use crate::digest::Digest;
 use crate::oci::manifest::ManifestFormat;
+use crate::oci::UploadMode;
 use crate::oci::{Reference, Repository, Tag};
 
 pub use manifests::{

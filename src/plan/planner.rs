@@ -11,10 +11,10 @@ use super::manifests::{recipe_over, ManifestBody};
 use super::{
     Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
 };
-use crate::client::UploadMode;
 use crate::digest::{Digest, Sha256Sum};
 use crate::fast_hash::{fnv1a, FastHashMap};
 use crate::oci::Reference;
+use crate::oci::UploadMode;
 use crate::trace::{Item, Method, Record, Sym, Target, TraceError};
 
 fn position_key(pos: Position) -> u64 {

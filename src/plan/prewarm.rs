@@ -17,7 +17,6 @@
 
 use std::collections::HashSet;
 
-use crate::client::BlobSource;
 use crate::digest::Digest;
 use crate::oci::manifest::{Descriptor, ManifestFormat};
 use crate::oci::{Repository, Tag};
@@ -308,17 +307,27 @@ fn dedup_same_bytes(catalog: &Catalog, needs: &mut Vec<Need>) {
     });
 }
 
+/// What a prewarmed blob's bytes are: generated content, or small bytes made by the plan
+/// (configs). The executor turns it into what the client sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Generated content, produced while it is sent.
+    Content(crate::content::ContentSpec),
+    /// Small bytes held in memory.
+    Bytes(bytes::Bytes),
+}
+
 /// The digest and the bytes of the blob `origin` names.
-pub fn blob_of(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> (Digest, BlobSource) {
-    let bytes = |b: bytes::Bytes| (Digest::sha256_of(&b), BlobSource::Bytes(b));
+pub fn blob_of(catalog: &Catalog, format: ManifestFormat, origin: Origin) -> (Digest, Body) {
+    let bytes = |b: bytes::Bytes| (Digest::sha256_of(&b), Body::Bytes(b));
     match origin {
         Origin::Read(d) => (
             Digest::from_sha256(catalog.blob_sha256(d)),
-            BlobSource::Content(catalog.blob_content(d)),
+            Body::Content(catalog.blob_content(d)),
         ),
         Origin::Filler(repo) => (
             Digest::from_sha256(catalog.filler_sha256(repo)),
-            BlobSource::Content(catalog.filler_content(repo)),
+            Body::Content(catalog.filler_content(repo)),
         ),
         Origin::PushConfig(position) => bytes(
             catalog

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::client::Verify;
 use crate::commands::args::{
     parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
 };
@@ -64,8 +65,8 @@ pub struct ReplayArgs {
     /// prewarm, run, or all (both, reported apart).
     ///
     /// prewarm pushes what the run reads; run replays; all does both, reported apart.
-    #[arg(help_heading = "Workload", long, value_enum, default_value_t = Phase::All)]
-    pub phase: Phase,
+    #[arg(help_heading = "Workload", long, value_enum, default_value_t = PhaseArg::All)]
+    pub phase: PhaseArg,
 
     /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
@@ -304,16 +305,27 @@ impl From<ShardByArg> for ShardBy {
     }
 }
 
-/// The phases of a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
+pub use crate::exec::Phase;
+
+/// `--phase`: the phases of a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PhaseArg {
     /// Prewarm, then run, each with its own results.
     All,
     /// Only push what the run will read.
     Prewarm,
     /// Only replay (the registry was prewarmed before).
     Run,
+}
+
+impl From<PhaseArg> for Phase {
+    fn from(a: PhaseArg) -> Self {
+        match a {
+            PhaseArg::All => Phase::All,
+            PhaseArg::Prewarm => Phase::Prewarm,
+            PhaseArg::Run => Phase::Run,
+        }
+    }
 }
 
 /// How blobs are uploaded during a replay.
@@ -368,7 +380,7 @@ pub struct ReplayConfig {
     pub start_at: Option<String>,
     #[serde(skip)]
     pub start_at_time: Option<SystemTime>,
-    pub verify: VerifyArg,
+    pub verify: Verify,
     pub strict: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingConfig>,
@@ -508,7 +520,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             speed: a.speed,
             concurrency: a.concurrency.get(),
             prewarm_concurrency: a.prewarm_concurrency.unwrap_or(a.concurrency).get(),
-            phase: a.phase,
+            phase: a.phase.into(),
             seed: a.seed,
             read,
             limit_requests: a.limit_requests,
@@ -541,7 +553,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
                 .start_at
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
             start_at_time: a.start_at,
-            verify: a.verify.or_none(a.no_verify),
+            verify: a.verify.or_none(a.no_verify).into(),
             strict: a.strict,
         })
     }

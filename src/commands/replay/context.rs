@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::config::{ReplayArgs, ReplayConfig};
-use crate::client::RegistryClient;
+use crate::client::{ClientOptions, RegistryClient};
 use crate::commands::connect::{config_json, endpoint_links};
 use crate::commands::connect::{preflight, Connection};
 use crate::commands::session::{Finished, Session};
@@ -46,7 +46,7 @@ pub(super) async fn connect(
     names: &[String],
     stop: &Shutdown,
 ) -> anyhow::Result<(Vec<Connection>, Result<(), String>)> {
-    let options = cfg.verify.client_options();
+    let options = ClientOptions::verifying(cfg.verify);
     let (first_recorder, first_aggregator) = spawn_aggregator();
     let pool = cfg.concurrency.max(cfg.prewarm_concurrency);
     let mut connections = Vec::with_capacity(names.len());

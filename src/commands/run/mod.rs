@@ -38,7 +38,7 @@ use clap::Args;
 
 use self::cells::Command;
 use self::cells::{Cell, Layout};
-use crate::client::ClientOptions;
+use crate::client::{ClientOptions, Verify};
 use crate::commands::connect::{preflight, RegistryConfig};
 use crate::commands::status::ExitStatus;
 use crate::experiment::checkpoint::{
@@ -694,7 +694,7 @@ impl Runner<'_> {
         let (recorder, aggregator) = crate::metrics::spawn_aggregator();
         let options = ClientOptions {
             push_scopes: true,
-            verify: false,
+            verify: Verify::None,
             ..ClientOptions::default()
         };
         match config.connect(recorder, options, 4, &self.shutdown).await {
