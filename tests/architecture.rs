@@ -773,11 +773,21 @@ fn the_plan_names_no_client_network_file_thread_or_clock_api() {
         "SystemTime::now",
     ];
     let allowed = [
-        ("plan::digest_cache", "the --digest-cache file, read and written"),
-        ("plan::catalog", "Catalog::compute_digests hashes on every core"),
+        (
+            "plan::digest_cache",
+            "the --digest-cache file, read and written",
+        ),
+        (
+            "plan::catalog",
+            "Catalog::compute_digests hashes on every core",
+        ),
     ];
     let found = uses_in("plan", &forbidden, &allowed);
-    assert!(found.is_empty(), "the plan is not pure:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "the plan is not pure:\n{}",
+        found.join("\n")
+    );
     // The exceptions are still exceptions (remove one from the list when it is not).
     for (module, why) in allowed {
         let again = uses_in("plan", &forbidden, &[]);
@@ -789,9 +799,9 @@ fn the_plan_names_no_client_network_file_thread_or_clock_api() {
 }
 
 /// Load requests are driven in `exec/`: the command layer sends none itself, but for the
-/// connection check every load command makes (`GET /v2/`, in `commands::connect`). Two
-/// stages are still in the command layer until the replay engine and the experiment runner
-/// move below it: the replay's probe and the run's cleanup.
+/// connection check every load command makes (`GET /v2/`, in `commands::connect`). One
+/// stage is still in the command layer until the replay engine moves below it: the replay's
+/// probe.
 #[test]
 fn the_command_layer_issues_no_load_requests() {
     let requests = [
@@ -813,7 +823,6 @@ fn the_command_layer_issues_no_load_requests() {
     let allowed = [
         ("commands::connect", "the connection check, GET /v2/"),
         ("commands::replay::probe", "what a run alone finds absent"),
-        ("commands::run::cleanup", "--cleanup deletes what a round pushed"),
     ];
     let found = uses_in("commands", &requests, &allowed);
     assert!(

@@ -23,6 +23,7 @@
 
 pub mod bounded;
 pub mod canary;
+pub mod cleanup;
 mod deps;
 mod executor;
 mod options;

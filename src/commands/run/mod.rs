@@ -646,11 +646,11 @@ impl Runner<'_> {
             }
             let record = match self.cleanup_client(r).await {
                 Ok((client, aggregator)) => {
-                    let record = cleanup::clean(&client, &reg.name, &targets, &self.shutdown).await;
+                    let cleaned = cleanup::clean(&client, &targets, &self.shutdown).await;
                     drop(client);
                     // The samples of deletions are not a measurement; they are dropped.
                     drop(aggregator.finish().await);
-                    record
+                    record_of(&reg.name, cleaned)
                 }
                 Err(message) => checkpoint::CleanupRecord {
                     registry: reg.name.clone(),
@@ -909,6 +909,19 @@ fn show_end(
         );
     }
     Ok(())
+}
+
+/// A cleanup's counts as the checkpoint keeps them, by registry.
+fn record_of(registry: &str, c: cleanup::Cleaned) -> checkpoint::CleanupRecord {
+    checkpoint::CleanupRecord {
+        registry: registry.to_owned(),
+        manifests_deleted: c.manifests_deleted,
+        blobs_deleted: c.blobs_deleted,
+        refused: c.refused,
+        not_found: c.not_found,
+        errors: c.errors,
+        messages: c.messages,
+    }
 }
 
 #[cfg(test)]
