@@ -21,8 +21,6 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use creb::Cli;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -64,7 +62,7 @@ fn sample_forever(path: String, every: Duration) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = creb::commands::parse_or_exit();
     let path = std::env::var("CREB_HEAP_CSV").unwrap_or_else(|_| "heap.csv".into());
     let every = std::env::var("CREB_HEAP_EVERY_S")
         .ok()

@@ -4,9 +4,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use creb::Cli;
-
 /// The static musl build allocates with jemalloc (musl's allocator is slow under threads);
 /// other builds keep the system's.
 #[cfg(all(target_env = "musl", target_pointer_width = "64"))]
@@ -14,5 +11,5 @@ use creb::Cli;
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    ExitCode::from(creb::commands::main_with(Cli::parse()))
+    ExitCode::from(creb::commands::main_with(creb::commands::parse_or_exit()))
 }

@@ -646,3 +646,49 @@ fn a_closed_stdout_ends_every_command_quietly_with_status_0() {
         );
     }
 }
+
+/// A flag given to a command that does not take it, but others do, is said to be theirs:
+/// `push --verify` once got clap's nearest spelling, `--version`, in its tip and its usage.
+#[test]
+fn a_flag_of_other_commands_is_said_to_be_theirs() {
+    let r = run_bin(
+        &[
+            "push",
+            "--registry",
+            "http://127.0.0.1:9",
+            "--repo",
+            "a/b",
+            "--layers",
+            "1",
+        ]
+        .iter()
+        .chain(&["--layer-size", "1KiB", "--verify", "none"])
+        .copied()
+        .collect::<Vec<_>>(),
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("'--verify' is a flag of `pull`, `replay`, not of `push`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("--version"), "{}", r.stderr);
+    let r = run_bin(
+        &["trace", "stats", "t.json", "--sizes-from", "x"],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("is a flag of `trace import`, not of `trace stats`"),
+        "{}",
+        r.stderr
+    );
+    // A misspelling no command takes keeps clap's tip.
+    let r = run_bin(&["pull", "--registy", "http://127.0.0.1:9"], None, &[]);
+    assert!(r.stderr.contains("--registry"), "{}", r.stderr);
+}

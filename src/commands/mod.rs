@@ -279,6 +279,89 @@ where
     }
 }
 
+/// The command line parsed, or the process ended with clap's message (exit 2; 0 for
+/// `--help` and `--version`). A flag that belongs to other commands is said to be theirs,
+/// instead of clap's guess at a similar spelling (`push --verify` is pull's and replay's,
+/// not a misspelt `--version`).
+pub fn parse_or_exit() -> Cli {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => with_owners(e, &argv).exit(),
+    }
+}
+
+/// `e`, for an unknown flag that other subcommands take, with a tip naming them in place of
+/// clap's nearest spelling.
+fn with_owners(mut e: clap::Error, argv: &[std::ffi::OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let Some(long) = arg
+        .strip_prefix("--")
+        .map(|a| a.split('=').next().unwrap_or(a).to_owned())
+    else {
+        return e;
+    };
+    let words: Vec<String> = argv
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    let mut owners = Vec::new();
+    let mut used = None;
+    let root = Cli::command();
+    let mut stack: Vec<(String, &clap::Command)> = root
+        .get_subcommands()
+        .map(|c| (c.get_name().to_owned(), c))
+        .collect();
+    while let Some((path, command)) = stack.pop() {
+        let names: Vec<&str> = path.split(' ').collect();
+        if names.iter().all(|n| words.iter().any(|w| w == n)) {
+            used = Some(path.clone()).filter(|u| u.len() >= used.as_ref().map_or(0, String::len));
+        }
+        if command
+            .get_arguments()
+            .any(|a| a.get_long() == Some(long.as_str()))
+        {
+            owners.push(format!("`{path}`"));
+        }
+        for sub in command.get_subcommands() {
+            stack.push((format!("{path} {}", sub.get_name()), sub));
+        }
+    }
+    if owners.is_empty() {
+        return e;
+    }
+    owners.sort();
+    if let Some(usage) = used.as_deref().and_then(usage_of) {
+        // Clap's usage line carried its guess; this one the command's own.
+        e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+    }
+    let here = used.map_or(String::new(), |u| format!(", not of `{u}`"));
+    let tip = clap::builder::StyledStr::from(format!(
+        "'--{long}' is a flag of {}{here}",
+        owners.join(", ")
+    ));
+    e.remove(ContextKind::SuggestedArg);
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip]));
+    e
+}
+
+/// The usage line of the subcommand `path` (`trace import`).
+fn usage_of(path: &str) -> Option<clap::builder::StyledStr> {
+    let mut command = Cli::command().bin_name("creb-rs");
+    command.build();
+    let mut at = &mut command;
+    for name in path.split(' ') {
+        at = at.find_subcommand_mut(name)?;
+    }
+    Some(at.render_usage())
+}
+
 /// The whole process for parsed flags: diagnostics to stderr (`-v`, `RUST_LOG`), the async
 /// runtime, Ctrl-C wired to a two-stage shutdown, the command; the exit code. The binary's
 /// `main` (and the heap-counting example) are this and nothing else.
