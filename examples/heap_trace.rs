@@ -21,7 +21,6 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 

@@ -348,3 +348,35 @@ fn each_error_gives_its_cause_once() {
         }
     }
 }
+
+/// A log of another layout is said to be one on its first lines, not after the whole file,
+/// and leaves no trace file behind.
+#[test]
+fn a_log_in_the_wrong_format_is_refused_on_its_first_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nginx.log");
+    let line = "127.0.0.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /v2/a/b/manifests/latest HTTP/1.1\" 200 500 \"-\" \"docker/20\" 0.010 0.009 1764151200.000 -\n";
+    std::fs::write(&log, line.repeat(5000)).unwrap();
+    let out = dir.path().join("t.json");
+    let (log, o) = (log.to_str().unwrap(), out.to_str().unwrap());
+    for format in ["distribution", "zot", "nginx-json"] {
+        let r = common::run_bin(
+            &["trace", "import", log, "--format", format, "-o", o],
+            None,
+            &[],
+        );
+        assert_eq!(r.code, 2, "{format}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("the first 1000 lines") && r.stderr.contains("is --format right?"),
+            "{format}: {}",
+            r.stderr
+        );
+        assert!(!out.exists(), "{format}: a trace was left behind");
+    }
+    let r = common::run_bin(
+        &["trace", "import", log, "--format", "nginx", "-o", o],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

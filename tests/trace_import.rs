@@ -637,3 +637,63 @@ fn an_imported_crane_session_replays_what_crane_did() {
     check(&replay_fresh(&trace, "delay", "sizes-from"), "sizes-from");
     drop(other);
 }
+
+/// `--sizes-from` asks the registry whose log is imported, which logs those HEADs: an
+/// import of the same live log again leaves them out (they carry creb-rs's sizing
+/// User-Agent), gives the same records, and `--stats` says what it left out.
+#[test]
+fn importing_a_live_log_again_leaves_out_creb_rs_own_heads() {
+    let registry = Registry::start_with(RegistryOptions {
+        access_log: true,
+        ..RegistryOptions::default()
+    });
+    ok(&[
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "live/app",
+        "--images",
+        "2",
+        "--layers",
+        "2",
+        "--layer-size",
+        "8KiB",
+        "--monolithic",
+    ]);
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("registry.log");
+    let import_live = |out: &str| {
+        std::fs::write(&log, registry.log()).unwrap();
+        let out = work.path().join(out);
+        let r = run_bin(
+            &[
+                "trace",
+                "import",
+                log.to_str().unwrap(),
+                "--format",
+                "distribution",
+                "--no-anonymize",
+                "--stats",
+                "-o",
+                out.to_str().unwrap(),
+                "--sizes-from",
+                &registry.url,
+            ],
+            None,
+            &[],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        (std::fs::read_to_string(&out).unwrap(), r.stdout)
+    };
+    let (first, _) = import_live("first.json");
+    let (again, stats) = import_live("again.json");
+    assert!(
+        registry
+            .log()
+            .contains(creb::analysis::trace::import::SIZING_MARK),
+        "the registry logged the sizing HEADs"
+    );
+    assert_eq!(first, again, "the second import took in the first's HEADs");
+    assert!(stats.contains("left out"), "{stats}");
+}

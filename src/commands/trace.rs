@@ -333,9 +333,8 @@ pub struct ImportArgs {
     #[arg(required = true, value_name = "LOG")]
     pub logs: Vec<PathBuf>,
 
-    /// The log layout: `distribution` (2.x or v3, `log.formatter: json`), `nginx`
-    /// (`combined` plus `$request_time $upstream_response_time $msec`), `nginx-json`, `zot`
-    /// (its JSON "HTTP API" lines).
+    /// The log layout: `distribution` (`log.formatter: json`), `nginx` (`combined`, then
+    /// `$request_time $upstream_response_time $msec $content_length`), `nginx-json`, `zot`.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: LogFormatArg,
 
@@ -435,7 +434,9 @@ async fn learn_sizes(
         return Ok(None);
     };
     let objects = objects.context("reading the logs stopped unexpectedly")??;
-    let config = super::connect::RegistryConfig::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
+    let mut config = super::connect::RegistryConfig::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
+    // Its own User-Agent, so that an import of this very log later leaves these HEADs out.
+    config.transport.user_agent = crate::analysis::trace::import::sizing_user_agent();
     let concurrency = usize::from(a.sizes_concurrency);
     let connection = config
         .connect(

@@ -34,6 +34,24 @@ const REORDER_MS: f64 = 60_000.0;
 /// Malformed lines named in the report, at most.
 const PROBLEMS_KEPT: usize = 20;
 
+/// The end of the User-Agent of creb-rs's own `--sizes-from` HEADs: an import leaves the
+/// requests that carry it out (skipped as [`OWN_SIZING`]), so importing a live log again
+/// does not import the HEADs the last import sent. The rest of creb-rs's traffic (a push or
+/// a replay whose log is imported on purpose) is imported like any client's.
+pub const SIZING_MARK: &str = "(trace import --sizes-from)";
+
+/// Why a request is left out: it is one of creb-rs's own `--sizes-from` HEADs.
+pub const OWN_SIZING: &str = "creb_rs_sizes_from";
+
+/// The User-Agent `--sizes-from` sends.
+pub fn sizing_user_agent() -> String {
+    format!("creb-rs/{} {SIZING_MARK}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Lines read before a log in which none is a request of the format is refused: a log of
+/// another layout is said to be one on its first lines, not after the whole file.
+pub const FIRST_LINES: u64 = 1000;
+
 /// The log layouts `trace import` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -46,6 +64,18 @@ pub enum LogFormat {
     NginxJson,
     /// zot's JSON log (`"HTTP API"` lines).
     Zot,
+}
+
+impl LogFormat {
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Distribution => "distribution",
+            LogFormat::Nginx => "nginx",
+            LogFormat::NginxJson => "nginx-json",
+            LogFormat::Zot => "zot",
+        }
+    }
 }
 
 /// Settings of an import.
@@ -254,10 +284,27 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
             .with_context(|| format!("cannot write {}", out.display()))
     };
     let mut sizes = sizes::UploadSizes::default();
-    for_each_line(files, opts.format, |file, line_no, parsed| {
+    let mut requests = 0u64;
+    let read = for_each_line(files, opts.format, |file, line_no, parsed| {
         report.lines += 1;
+        if report.lines == FIRST_LINES && requests == 0 && !matches!(parsed, Parsed::Request(_)) {
+            anyhow::bail!(
+                "the first {FIRST_LINES} lines ({}, up to line {line_no}) hold no request in \
+                 the {} layout ({} not of it): is --format right?",
+                file.display(),
+                opts.format.name(),
+                report.malformed,
+            );
+        }
         let request = match parsed {
-            Parsed::Request(r) => r,
+            Parsed::Request(r) => {
+                requests += 1;
+                if r.useragent.starts_with("creb-rs/") && r.useragent.ends_with(SIZING_MARK) {
+                    report.skip(OWN_SIZING);
+                    return Ok(());
+                }
+                r
+            }
             Parsed::Ignored(reason) => {
                 report.skip(reason);
                 return Ok(());
@@ -306,7 +353,13 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
             emit(p, &mut report, &mut writer)?;
         }
         Ok(())
-    })?;
+    });
+    if let Err(e) = read {
+        // Nothing half-written stays behind a refused log.
+        drop(writer);
+        let _ = std::fs::remove_file(out);
+        return Err(e);
+    }
     report.sizes = sizes.report;
     while let Some(Reverse(p)) = pending.pop() {
         emit(p, &mut report, &mut writer)?;
@@ -424,6 +477,12 @@ pub fn render(r: &ImportReport) -> String {
     let skipped: u64 = r.skipped.values().sum();
     if skipped > 0 {
         let _ = writeln!(out, "  skipped {skipped}: {}", list(&r.skipped));
+    }
+    if let Some(n) = r.skipped.get(OWN_SIZING) {
+        let _ = writeln!(
+            out,
+            "  left out {n} HEADs creb-rs itself sent (an earlier import's --sizes-from)"
+        );
     }
     if r.malformed > 0 {
         let listed = r.problems.len() as u64;
