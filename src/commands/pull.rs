@@ -75,10 +75,13 @@ pub struct PullArgs {
     #[arg(help_heading = "Workload", long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
-    /// How a blob read is checked: `sha256` (hashed and compared with its digest), or
-    /// `none` (read to the end, its size checked). `compare`, replay's default, hashes
-    /// here too: a pull reads images whose content it did not generate.
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Sha256)]
+    /// How a blob read is checked: sha256 or none.
+    ///
+    /// `sha256`: hashed and compared with its digest; pick it to check a registry end to
+    /// end. `none`: read to the end, its size checked; pick it only to find creb-rs's own
+    /// ceiling. `compare`, replay's default, hashes here too: a pull reads images whose
+    /// content it did not generate.
+    #[arg(help_heading = "Workload", long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Sha256, hide_possible_values = true)]
     pub verify: VerifyArg,
 
     /// The same as `--verify none`.

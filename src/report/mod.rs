@@ -93,9 +93,15 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
     } else {
         format!("  seed {}", summary.seed)
     };
+    // How downloads were checked changes what a read costs creb-rs: said with the model.
+    // (A prewarm and a push read nothing back.)
+    let verify = summary.config["verify"]
+        .as_str()
+        .filter(|_| summary.mode != "prewarm")
+        .map_or(String::new(), |v| format!("  verify {v}"));
     let _ = writeln!(
         out,
-        "creb-rs {} → {}  [{}]{seed}{}",
+        "creb-rs {} → {}  [{}]{seed}{verify}{}",
         summary.command,
         summary.registry,
         summary.model_label(),

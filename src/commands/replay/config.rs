@@ -65,7 +65,7 @@ pub struct ReplayArgs {
     /// prewarm, run, or all (both, reported apart).
     ///
     /// prewarm pushes what the run reads; run replays; all does both, reported apart.
-    #[arg(help_heading = "Workload", long, value_enum, default_value_t = PhaseArg::All)]
+    #[arg(help_heading = "Workload", long, value_enum, default_value_t = PhaseArg::All, hide_possible_values = true)]
     pub phase: PhaseArg,
 
     /// Seed of the generated content (decimal or 0x-hex); hosts sharing it agree on digests.
@@ -174,12 +174,15 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", value_parser = parse_concurrency)]
     pub prewarm_concurrency: Option<NonZeroUsize>,
 
-    /// How a blob read is checked: `compare` (the body against the content creb-rs
-    /// generated for it, regenerated in step: memory speed), `sha256` (hashed and compared
-    /// with its digest), `none` (read to the end, its size checked). `compare` and `sha256`
-    /// catch a flipped byte, a short or long body and another blob's body; `none` only the
-    /// wrong sizes.
-    #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Compare)]
+    /// How a blob read is checked: compare, sha256 or none.
+    ///
+    /// `compare`: the body against the content creb-rs generated for it, regenerated in step
+    /// (memory speed); pick it for load, where creb-rs's own CPU must stay far below the
+    /// registry's. `sha256`: hashed and compared with its digest, as a client would; pick it
+    /// to check a registry end to end. `none`: read to the end, its size checked; pick it
+    /// only to find creb-rs's own ceiling. `compare` and `sha256` catch a flipped byte, a
+    /// short or long body and another blob's body; `none` only wrong sizes.
+    #[arg(help_heading = "Workload", long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Compare, hide_possible_values = true)]
     pub verify: VerifyArg,
 
     /// The same as `--verify none`.
