@@ -108,6 +108,7 @@ fn stream(mode: Mode, base: Instant) -> Vec<Sample> {
                 size_class: SizeClass::of(bytes),
                 timing: Timing {
                     intended,
+                    ready: None,
                     sent,
                     first_byte: Some(sent + latency / 4),
                     end,

@@ -93,6 +93,7 @@ fn sample(rng: &mut Rng, op: Op, class: SizeClass, end: Instant) -> Sample {
         size_class: class,
         timing: Timing {
             intended: Some(sent - lag),
+            ready: None,
             sent,
             first_byte: Some(sent + latency / 5),
             end,

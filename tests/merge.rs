@@ -92,6 +92,7 @@ async fn write_dir(
                     },
                     timing: Timing {
                         intended: Some(end - Duration::from_micros(r.latency_us)),
+                        ready: None,
                         sent: end - Duration::from_micros(r.latency_us / 2),
                         first_byte: Some(end - Duration::from_micros(r.latency_us / 4)),
                         end,

@@ -129,6 +129,9 @@ impl Verify {
 pub struct OpCtx {
     /// When the plan wanted this operation to start (delay mode); `None` in closed loops.
     pub intended: Option<Instant>,
+    /// When it could start, if it waited for other operations first (a manifest PUT for
+    /// its uploads): its schedule lag runs from here.
+    pub ready: Option<Instant>,
 }
 
 /// Where a blob's bytes come from.
@@ -247,7 +250,10 @@ impl Meter {
         Meter {
             op,
             cut_off: Some(Arc::clone(cut_off)),
-            timing: Timing::start(ctx.intended),
+            timing: Timing {
+                ready: ctx.ready,
+                ..Timing::start(ctx.intended)
+            },
             bytes_sent: 0,
             bytes_received: 0,
             requests: HttpStatuses::NONE,
@@ -459,6 +465,7 @@ impl RegistryClient {
             size_class: SizeClass::of(bytes),
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent,
                 first_byte: Some(headers_at),
                 end: Instant::now(),
@@ -742,6 +749,7 @@ impl RegistryClient {
             size_class: SizeClass::Under1MiB,
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent: hop.sent,
                 first_byte: Some(hop.headers_at),
                 end: Instant::now(),

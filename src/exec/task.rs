@@ -162,6 +162,9 @@ pub(super) async fn run_task(
 ) -> TaskDone {
     let _permit = permit;
     let push = wait_for_uploads(&op, &env).await;
+    // A manifest PUT could start only once its uploads ended: its schedule lag runs from
+    // then (its latency still from the intended instant).
+    let ready = push.is_some().then(Instant::now);
     if let Action::ManifestPut { manifest, .. } = &mut op.action {
         // Built now, not when planned: queued and waiting PUTs stay small.
         manifest.materialize();
@@ -171,7 +174,10 @@ pub(super) async fn run_task(
         Choice::Use {
             endpoint,
             failed_over,
-        } => send(&op, endpoint, failed_over, intended, &env).await,
+        } => {
+            let ctx = OpCtx { intended, ready };
+            send(&op, endpoint, failed_over, ctx, &env).await
+        }
         Choice::Down { endpoint } => {
             // Not sent: counted as a failure of the endpoint it was meant for.
             let now = Instant::now();
@@ -242,7 +248,7 @@ async fn send(
     op: &PlannedOp,
     endpoint: usize,
     failed_over: bool,
-    intended: Option<Instant>,
+    ctx: OpCtx,
     env: &TaskEnv,
 ) -> (u64, Option<ErrorKind>) {
     let targets = &env.targets;
@@ -252,7 +258,7 @@ async fn send(
     }
     // The progress line's latency and lag come from the aggregator, which sees this
     // operation's sample.
-    let result = perform(client, &op.action, OpCtx { intended }).await;
+    let result = perform(client, &op.action, ctx).await;
     let error = result.as_ref().err().map(ClientError::kind);
     if targets.health.observe(endpoint, error) {
         env.recorder.event(Event::EndpointDown).await;

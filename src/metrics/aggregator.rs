@@ -585,6 +585,7 @@ impl Aggregator {
             size_class: SizeClass::of(s.bytes),
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent: s.start,
                 first_byte: None,
                 end: s.end,
@@ -792,6 +793,7 @@ mod tests {
             size_class: SizeClass::of(service_us * 100),
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent,
                 first_byte: Some(sent + Duration::from_micros(service_us / 2)),
                 end,

@@ -347,9 +347,8 @@ impl LiveMetrics {
                 .inc_by(s.bytes_received);
         }
         let t = &s.timing;
-        if let Some(intended) = t.intended {
-            self.lag
-                .observe(t.sent.saturating_duration_since(intended).as_secs_f64());
+        if let Some(lag) = t.schedule_lag() {
+            self.lag.observe(lag.as_secs_f64());
         }
         if s.outcome.is_ok() {
             let from = t.intended.unwrap_or(t.sent);
@@ -439,6 +438,7 @@ mod tests {
             size_class: SizeClass::of(10),
             timing: Timing {
                 intended: intended.then(|| now - Duration::from_millis(30)),
+                ready: None,
                 sent: now - Duration::from_millis(20),
                 first_byte: None,
                 end: now,

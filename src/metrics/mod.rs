@@ -53,6 +53,9 @@ impl Outcome {
 pub struct Timing {
     /// When the plan wanted it to start (delay mode only).
     pub intended: Option<Instant>,
+    /// When it could start, if later than `intended`: a manifest PUT's uploads ended then
+    /// (its session's dependency). Schedule lag runs from here; latency from `intended`.
+    pub ready: Option<Instant>,
     /// When the first request of it was handed to the transport.
     pub sent: Instant,
     /// When the response headers of the (last) exchange arrived.
@@ -66,6 +69,7 @@ impl Timing {
         let now = Instant::now();
         Timing {
             intended,
+            ready: None,
             sent: now,
             first_byte: None,
             end: now,
@@ -87,9 +91,13 @@ impl Timing {
         self.end.saturating_duration_since(self.sent)
     }
 
+    /// From when it could start (its intended instant, or its dependencies' end if later)
+    /// to when it was sent: the schedule slipping, never the wait for its own session.
     pub fn schedule_lag(&self) -> Option<Duration> {
-        self.intended
-            .map(|i| self.sent.saturating_duration_since(i))
+        self.intended.map(|i| {
+            let from = self.ready.map_or(i, |r| r.max(i));
+            self.sent.saturating_duration_since(from)
+        })
     }
 
     pub fn ttfb(&self) -> Option<Duration> {
@@ -128,6 +136,7 @@ impl Sample {
             size_class: SizeClass::of(bytes_sent.max(bytes_received)),
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent,
                 first_byte: None,
                 end: Instant::now(),
@@ -147,6 +156,7 @@ impl Sample {
             size_class: SizeClass::Under1MiB,
             timing: Timing {
                 intended,
+                ready: None,
                 sent,
                 first_byte: None,
                 end: Instant::now(),
@@ -537,6 +547,7 @@ mod tests {
             size_class: SizeClass::Under1MiB,
             timing: Timing {
                 intended: intended_ago_ms.map(|ms| sent - Duration::from_millis(ms)),
+                ready: None,
                 sent,
                 first_byte: Some(sent + Duration::from_millis(1)),
                 end,
@@ -576,6 +587,23 @@ mod tests {
         assert!((9_900..=10_100).contains(&svc), "{svc}");
         assert!((49_900..=50_100).contains(&lag), "{lag}");
         assert_eq!(stats.late_starts, [1, 1, 0]);
+    }
+
+    #[test]
+    fn a_wait_for_dependencies_is_latency_not_schedule_lag() {
+        // A manifest PUT due 50 ms ago whose uploads ended 4 ms before it was sent.
+        let mut put = sample(Op::ManifestPut, Outcome::Ok, Some(50), 10);
+        put.timing.ready = Some(put.timing.sent - Duration::from_millis(4));
+        let mut stats: Stats = Stats::default();
+        stats.record(&put);
+        let lat = stats.latency.max();
+        let lag = stats.schedule_lag.as_ref().unwrap().max();
+        assert!((59_000..=61_000).contains(&lat), "from the intended instant: {lat}");
+        assert!((3_900..=4_100).contains(&lag), "from when it could start: {lag}");
+        assert_eq!(stats.late_starts, [1, 0, 0], "late by the one rule");
+        // Ready before its intended instant: the lag runs from the intended one.
+        put.timing.ready = Some(put.timing.sent - Duration::from_millis(80));
+        assert_eq!(put.timing.schedule_lag(), Some(Duration::from_millis(50)));
     }
 
     #[test]

@@ -302,6 +302,7 @@ mod tests {
             size_class: SizeClass::Under1MiB,
             timing: Timing {
                 intended: None,
+                ready: None,
                 sent: end - Duration::from_millis(ms),
                 first_byte: None,
                 end,

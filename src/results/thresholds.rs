@@ -448,6 +448,7 @@ mod tests {
                 size_class: SizeClass::Under1MiB,
                 timing: Timing {
                     intended: Some(end - Duration::from_millis(i * 10 + 5)),
+                    ready: None,
                     sent: end - Duration::from_millis(i * 10),
                     first_byte: None,
                     end,

@@ -104,12 +104,10 @@ pub(super) fn validity_warnings(
     if cfg.mode == Mode::Delay {
         let mut late = 0u64;
         let mut ops = 0u64;
+        // One rule for the table, the warning and the report (docs/measurement.md): an
+        // operation is late when it was sent more than 10 ms after it could start, its
+        // intended instant or, for a manifest PUT, the end of its uploads if later.
         for op in aggregator.table.ops() {
-            // A manifest PUT waits for its push's uploads: that wait is the session's
-            // dependency, not the schedule slipping.
-            if op == crate::metrics::Op::ManifestPut {
-                continue;
-            }
             if let Some(s) = aggregator.table.op_total(op) {
                 late += s.late_starts[1];
                 if s.schedule_lag.is_some() {
