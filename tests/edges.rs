@@ -995,13 +995,19 @@ fn exit_of(args: &[&str]) -> (i32, String) {
     (r.code, r.stderr)
 }
 
+/// A trace in `dir` with its bytes, and a file of the user's own beside it.
+fn trace_and_notes(dir: &Path) -> (PathBuf, Vec<u8>, PathBuf) {
+    let trace = trace(dir);
+    let bytes = std::fs::read(&trace).unwrap();
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, b"my notes").unwrap();
+    (trace, bytes, notes)
+}
+
 #[test]
 fn a_digest_cache_never_replaces_the_trace_another_file_or_a_result() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = trace(dir.path());
-    let trace_bytes = std::fs::read(&trace).unwrap();
-    let notes = dir.path().join("notes.txt");
-    std::fs::write(&notes, b"my notes").unwrap();
+    let (trace, trace_bytes, notes) = trace_and_notes(dir.path());
     let out = dir.path().join("out");
     let t = trace.to_str().unwrap();
     // Refused before the registry is asked: nothing listens on port 9.
@@ -1037,10 +1043,7 @@ fn a_digest_cache_never_replaces_the_trace_another_file_or_a_result() {
 #[test]
 fn trace_outputs_never_replace_an_input_and_another_kind_only_with_force() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = trace(dir.path());
-    let trace_bytes = std::fs::read(&trace).unwrap();
-    let notes = dir.path().join("notes.txt");
-    std::fs::write(&notes, b"my notes").unwrap();
+    let (trace, trace_bytes, notes) = trace_and_notes(dir.path());
     let (t, n) = (trace.to_str().unwrap(), notes.to_str().unwrap());
     let sample = [
         "trace",

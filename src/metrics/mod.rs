@@ -598,8 +598,14 @@ mod tests {
         stats.record(&put);
         let lat = stats.latency.max();
         let lag = stats.schedule_lag.as_ref().unwrap().max();
-        assert!((59_000..=61_000).contains(&lat), "from the intended instant: {lat}");
-        assert!((3_900..=4_100).contains(&lag), "from when it could start: {lag}");
+        assert!(
+            (59_000..=61_000).contains(&lat),
+            "from the intended instant: {lat}"
+        );
+        assert!(
+            (3_900..=4_100).contains(&lag),
+            "from when it could start: {lag}"
+        );
         assert_eq!(stats.late_starts, [1, 0, 0], "late by the one rule");
         // Ready before its intended instant: the lag runs from the intended one.
         put.timing.ready = Some(put.timing.sent - Duration::from_millis(80));
