@@ -818,3 +818,36 @@ fn validate_names_file_record_and_field() {
         ExitStatus::Success
     );
 }
+
+/// `--reads-only` writes only the GETs and HEADs of what the method selects (a trace a
+/// pull-through cache can replay whole); `first-n` then counts reads.
+#[test]
+fn a_sample_of_reads_only_holds_every_read_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = fixture("sample-trace.json");
+    let text = std::fs::read_to_string(&sample).unwrap();
+    let all: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let is_read =
+        |r: &serde_json::Value| matches!(r["http.request.method"].as_str(), Some("GET" | "HEAD"));
+    let reads = all.iter().filter(|r| is_read(r)).count();
+    assert!(reads > 0 && reads < all.len());
+    let written = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = dir.path().join("reads.json");
+        let mut argv = vec![
+            "sample",
+            sample.to_str().unwrap(),
+            "--reads-only",
+            "--force",
+        ];
+        argv.extend(args);
+        argv.extend(["--out", out.to_str().unwrap()]);
+        assert_eq!(exec(&argv).unwrap(), ExitStatus::Success);
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap()
+    };
+    let every = written(&["--method", "first-duration", "--duration", "1h"]);
+    assert_eq!(every.len(), reads, "every read of the trace");
+    assert!(every.iter().all(is_read));
+    let first = written(&["--method", "first-n", "--requests", "40"]);
+    assert_eq!(first.len(), 40, "first-n counts reads");
+    assert!(first.iter().all(is_read));
+}

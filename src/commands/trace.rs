@@ -24,7 +24,7 @@ use crate::analysis::trace::import::{
     LogFormat,
 };
 use crate::analysis::trace::{
-    compute_stats, render_text, sample_trace, validate_trace, SampleMethod, StatsOptions,
+    compute_stats, render_text, sample_records, validate_trace, Records, SampleMethod, StatsOptions,
 };
 use crate::plan::capacity::Capacity;
 use crate::plan::catalog::SizeScale;
@@ -134,6 +134,11 @@ pub struct SampleArgs {
     /// How to choose records.
     #[arg(long, value_enum)]
     pub method: SampleMethodArg,
+
+    /// Of what --method selects, write only the reads (GET and HEAD): a trace a read-only
+    /// registry (a pull-through cache) replays whole. first-n counts reads.
+    #[arg(long)]
+    pub reads_only: bool,
 
     /// first-n: how many records.
     #[arg(long, value_name = "N", value_parser = parse_count,
@@ -710,7 +715,12 @@ fn run_sample(a: &SampleArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let method = SampleMethod::try_from(a)?;
     let input = resolve(&a.traces)?;
     check_out(&a.out, &input.files, a.force)?;
-    let report = sample_trace(&input, &method, &a.out)?;
+    let records = if a.reads_only {
+        Records::Reads
+    } else {
+        Records::All
+    };
+    let report = sample_records(&input, &method, &a.out, records)?;
     if a.json {
         out.json(&serde_json::json!({
             "method": method.name(),

@@ -6,6 +6,8 @@ pub mod sample;
 pub mod stats;
 pub mod validate;
 
-pub use sample::{sample as sample_trace, SampleError, SampleMethod, SampleReport};
+pub use sample::{
+    sample as sample_trace, sample_records, Records, SampleError, SampleMethod, SampleReport,
+};
 pub use stats::{compute_stats, render_text, StatsOptions, TraceStats};
 pub use validate::{validate as validate_trace, Validation};

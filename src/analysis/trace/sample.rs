@@ -364,11 +364,32 @@ enum Decision {
     Stop,
 }
 
+/// Which records of a selection are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Records {
+    /// Every record the method selects.
+    #[default]
+    All,
+    /// Only reads (GET and HEAD): a trace that a read-only registry, such as a pull-through
+    /// cache, can replay whole. A method that counts records (`first-n`) counts reads.
+    Reads,
+}
+
 /// Samples `input` into `out` by `method`. See the module documentation.
 pub fn sample(
     input: &TraceInput,
     method: &SampleMethod,
     out: &Path,
+) -> Result<SampleReport, SampleError> {
+    sample_records(input, method, out, Records::All)
+}
+
+/// [`sample`], writing only the `records` asked for of what `method` selects.
+pub fn sample_records(
+    input: &TraceInput,
+    method: &SampleMethod,
+    out: &Path,
+    records: Records,
 ) -> Result<SampleReport, SampleError> {
     let (rule, mut selection) = match *method {
         SampleMethod::FirstN { requests } => (
@@ -478,7 +499,10 @@ pub fn sample(
             )
         }
     };
-    let report = copy(input, rule, out)?;
+    let report = copy(input, rule, out, records)?;
+    if records == Records::Reads {
+        selection.push_str(", reads (GET, HEAD) only");
+    }
     if !report.selection.is_empty() {
         selection = format!("{selection}: {}", report.selection);
     }
@@ -493,7 +517,12 @@ pub fn sample(
 
 /// The copying pass: the reader's detailed view gives every item with its text; the kept
 /// ones are written.
-fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, SampleError> {
+fn copy(
+    input: &TraceInput,
+    rule: Rule,
+    out: &Path,
+    records: Records,
+) -> Result<SampleReport, SampleError> {
     let output = |source| SampleError::Output {
         path: out.to_path_buf(),
         cause: source,
@@ -522,6 +551,9 @@ fn copy(input: &TraceInput, rule: Rule, out: &Path) -> Result<SampleReport, Samp
             continue;
         };
         report.read += 1;
+        if records == Records::Reads && !matches!(r.method, Method::Get | Method::Head) {
+            continue;
+        }
         let t = r.time_ms;
         let first = *first_ms.get_or_insert(t);
         let decision = match &rule {
