@@ -155,6 +155,7 @@ concurrency = 2
     assert!(matches!(out.code, 0 | 1), "{}\n{}", out.stdout, out.stderr);
     eprintln!("four cells in {:.1}s", started.elapsed().as_secs_f64());
     let mut failed_cells = 0;
+    let mut raced: Vec<String> = Vec::new();
     // The default output directory: results/<stem> next to the file.
     let results = dir.path().join("results/bench");
     for exp in ["replay-small", "push-small"] {
@@ -164,7 +165,10 @@ concurrency = 2
             assert!(s["totals"]["requests"].as_u64().unwrap() > 0, "{exp}/{reg}");
             let registry = if reg == "plain" { &plain } else { &auth };
             registry.assert_no_errors_but_tag_races(&s, &format!("{exp}/{reg}"));
-            failed_cells += u64::from(s["totals"]["errors"].as_u64() > Some(0));
+            if s["totals"]["errors"].as_u64() > Some(0) {
+                failed_cells += 1;
+                raced.push(format!("{exp}/{reg}"));
+            }
         }
     }
     assert_eq!(out.code == 1, failed_cells > 0, "{}", out.stderr);
@@ -174,7 +178,15 @@ concurrency = 2
     assert_eq!(s["config"]["repo"], "creb/push-small");
     let rows = comparison_rows(&results);
     assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|r| &r[6] == "ok"), "{rows:?}");
+    // Every cell ok, but one whose only errors were docker-registry's tag race (checked
+    // above against its log): that one failed, as its exit status says.
+    for r in &rows {
+        let cell = format!("{}/{}", &r[0], &r[2]);
+        assert!(
+            &r[6] == "ok" || (&r[6] == "failed" && raced.contains(&cell)),
+            "{rows:?}"
+        );
+    }
     let html = std::fs::read_to_string(results.join("comparison.html")).unwrap();
     assert!(html.contains("data-chart=\"compare-replay-small\""));
     assert!(html.contains(">auth<") && html.contains(">plain<"));

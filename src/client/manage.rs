@@ -181,7 +181,7 @@ impl RegistryClient {
 async fn read_page<T: serde::de::DeserializeOwned>(
     ex: Exchange,
     url: &Url,
-    m: &mut Meter,
+    m: &mut Meter<'_>,
     what: &str,
 ) -> Result<(T, Option<Url>), ClientError> {
     if ex.response.status != StatusCode::OK {

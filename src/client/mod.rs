@@ -231,10 +231,11 @@ struct CutOff([std::sync::atomic::AtomicU32; Op::COUNT]);
 
 /// Measures one operation and records it once; dropped unrecorded, it counts itself as cut
 /// off.
-struct Meter {
+struct Meter<'c> {
     op: Op,
-    /// Where it counts itself if dropped before it is recorded; `None` once recorded.
-    cut_off: Option<Arc<CutOff>>,
+    /// Where it counts itself if dropped before it is recorded (its client's counts, borrowed:
+    /// no reference count moves per operation); `None` once recorded.
+    cut_off: Option<&'c CutOff>,
     timing: Timing,
     bytes_sent: u64,
     bytes_received: u64,
@@ -245,11 +246,11 @@ struct Meter {
     label: Option<u8>,
 }
 
-impl Meter {
-    fn new(op: Op, ctx: OpCtx, cut_off: &Arc<CutOff>) -> Self {
+impl<'c> Meter<'c> {
+    fn new(op: Op, ctx: OpCtx, cut_off: &'c CutOff) -> Self {
         Meter {
             op,
-            cut_off: Some(Arc::clone(cut_off)),
+            cut_off: Some(cut_off),
             timing: Timing {
                 ready: ctx.ready,
                 ..Timing::start(ctx.intended)
@@ -305,7 +306,7 @@ struct Inner {
     /// client; one relaxed store per response).
     version: Arc<AtomicU8>,
     /// Operations dropped before they were recorded.
-    cut_off: Arc<CutOff>,
+    cut_off: CutOff,
 }
 
 /// A client for one registry. Cheap to clone.
@@ -333,7 +334,7 @@ fn is_redirect(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
 }
 
-impl Drop for Meter {
+impl Drop for Meter<'_> {
     fn drop(&mut self) {
         if let Some(cut_off) = &self.cut_off {
             cut_off.0[self.op.index()].fetch_add(1, Ordering::Relaxed);
@@ -366,7 +367,7 @@ impl RegistryClient {
                 auth,
                 options,
                 version: Arc::new(AtomicU8::new(0)),
-                cut_off: Arc::default(),
+                cut_off: CutOff::default(),
             }),
         }
     }
@@ -385,7 +386,7 @@ impl RegistryClient {
                 auth: Arc::clone(&self.inner.auth),
                 options: self.inner.options.clone(),
                 version: Arc::clone(&self.inner.version),
-                cut_off: Arc::default(),
+                cut_off: CutOff::default(),
             }),
         }
     }
@@ -478,7 +479,7 @@ impl RegistryClient {
     }
 
     /// A meter for `op`, counted as cut off if it is dropped unrecorded.
-    fn meter(&self, op: Op, ctx: OpCtx) -> Meter {
+    fn meter(&self, op: Op, ctx: OpCtx) -> Meter<'_> {
         Meter::new(op, ctx, &self.inner.cut_off)
     }
 
@@ -499,7 +500,7 @@ impl RegistryClient {
         total
     }
 
-    async fn record(&self, meter: &mut Meter, outcome: Outcome) {
+    async fn record(&self, meter: &mut Meter<'_>, outcome: Outcome) {
         let sample = meter.sample(outcome);
         self.inner
             .recorder
@@ -509,7 +510,7 @@ impl RegistryClient {
 
     async fn finish<T>(
         &self,
-        meter: &mut Meter,
+        meter: &mut Meter<'_>,
         result: Result<T, ClientError>,
     ) -> Result<T, ClientError> {
         let outcome = match &result {

@@ -45,7 +45,7 @@ impl RegistryClient {
         digest: &Digest,
         expected: Option<u64>,
         content: Option<&ContentSpec>,
-        m: &mut Meter,
+        m: &mut Meter<'_>,
     ) -> Result<u64, ClientError> {
         let options = &self.inner.options;
         let mut compare = content

@@ -91,7 +91,7 @@ impl RegistryClient {
         request: HttpRequest,
         scope: &AccessScope,
         expected: &[u16],
-        session: &mut Meter,
+        session: &mut Meter<'_>,
     ) -> Result<Step, ClientError> {
         let mut m = self.meter(op, OpCtx::default());
         let body_len = request.body.len();
@@ -119,7 +119,7 @@ impl RegistryClient {
         &self,
         repo: &Repository,
         scope: &AccessScope,
-        session: &mut Meter,
+        session: &mut Meter<'_>,
     ) -> Result<(Url, Option<u64>), ClientError> {
         let url = self.uploads_url(repo);
         let request = HttpRequest::new(Method::POST, url.clone());
@@ -140,7 +140,7 @@ impl RegistryClient {
         &self,
         location: &Url,
         scope: &AccessScope,
-        session: &mut Meter,
+        session: &mut Meter<'_>,
     ) -> Result<(Url, u64), ClientError> {
         let request = HttpRequest::new(Method::GET, location.clone());
         let step = self
@@ -166,7 +166,7 @@ impl RegistryClient {
         mut location: Url,
         source: &BlobSource,
         chunk_size: u64,
-        session: &mut Meter,
+        session: &mut Meter<'_>,
         report: &mut UploadReport,
     ) -> Result<Url, ClientError> {
         let size = source.size();
@@ -231,7 +231,7 @@ impl RegistryClient {
         digest: &Digest,
         body: RequestBody,
         scope: &AccessScope,
-        session: &mut Meter,
+        session: &mut Meter<'_>,
     ) -> Result<(), ClientError> {
         let url = with_query_param(location, "digest", digest.as_str());
         let mut request = HttpRequest::new(Method::PUT, url);
