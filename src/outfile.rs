@@ -65,7 +65,8 @@ fn starts_with_ignore_case(text: &[u8], prefix: &[u8]) -> bool {
     text.len() >= prefix.len() && text[..prefix.len()].eq_ignore_ascii_case(prefix)
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+/// Whether `needle` stands somewhere in `hay`.
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 

@@ -320,8 +320,10 @@ fn with_owners(mut e: clap::Error, argv: &[std::ffi::OsString]) -> clap::Error {
         .collect();
     while let Some((path, command)) = stack.pop() {
         let names: Vec<&str> = path.split(' ').collect();
-        if names.iter().all(|n| words.iter().any(|w| w == n)) {
-            used = Some(path.clone()).filter(|u| u.len() >= used.as_ref().map_or(0, String::len));
+        // The deepest subcommand the command line names (`trace import` over `trace`).
+        let named = names.iter().all(|n| words.iter().any(|w| w == n));
+        if named && path.len() > used.as_ref().map_or(0, String::len) {
+            used = Some(path.clone());
         }
         if command
             .get_arguments()

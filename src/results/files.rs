@@ -19,10 +19,10 @@ pub const RESULT_FILES: &[&str] = &[
     "histograms.hlog",
     "timeline.csv",
     "requests.csv",
-    "endpoints.hlog",
-    "endpoints.csv",
-    "split.hlog",
-    "registry-metrics.json",
+    super::store::ENDPOINTS_HLOG,
+    super::store::ENDPOINTS_CSV,
+    super::store::SPLIT_HLOG,
+    super::registry_metrics::REGISTRY_METRICS_JSON,
     "report.html",
 ];
 
@@ -45,7 +45,8 @@ pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<()> {
 /// timeline has creb-rs's header.
 fn holds_a_result(dir: &Path) -> bool {
     let head = |name: &str| crate::outfile::head(&dir.join(name)).ok().flatten();
-    let names_creb = |name: &str| head(name).is_some_and(|h| h.windows(7).any(|w| w == b"creb-rs"));
+    let names_creb =
+        |name: &str| head(name).is_some_and(|h| crate::outfile::contains(&h, b"creb-rs"));
     ["summary.json", "meta.json", "histograms.hlog"]
         .into_iter()
         .any(names_creb)
