@@ -11,7 +11,9 @@ use anyhow::Context;
 use super::summary::Summary;
 
 /// The files of a result directory, every one creb-rs may write there (the report's page
-/// included), and its prewarm's subdirectory.
+/// included). Spelled out, not taken from the constants of `store` and `registry_metrics`
+/// (which write through this file: the folder would turn in a circle); a unit test holds
+/// the two lists together.
 pub const RESULT_FILES: &[&str] = &[
     "summary.json",
     "meta.json",
@@ -19,10 +21,10 @@ pub const RESULT_FILES: &[&str] = &[
     "histograms.hlog",
     "timeline.csv",
     "requests.csv",
-    super::store::ENDPOINTS_HLOG,
-    super::store::ENDPOINTS_CSV,
-    super::store::SPLIT_HLOG,
-    super::registry_metrics::REGISTRY_METRICS_JSON,
+    "endpoints.hlog",
+    "endpoints.csv",
+    "split.hlog",
+    "registry-metrics.json",
     "report.html",
 ];
 
@@ -135,4 +137,24 @@ pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
     let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a valid summary", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_result_files_are_the_ones_written() {
+        for name in [
+            super::super::store::ENDPOINTS_HLOG,
+            super::super::store::ENDPOINTS_CSV,
+            super::super::store::SPLIT_HLOG,
+            super::super::registry_metrics::REGISTRY_METRICS_JSON,
+        ] {
+            assert!(
+                RESULT_FILES.contains(&name),
+                "{name} is not in RESULT_FILES"
+            );
+        }
+    }
 }
