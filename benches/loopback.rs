@@ -129,7 +129,7 @@ fn start_server() -> (tokio::runtime::Runtime, SocketAddr) {
     (rt, addr)
 }
 
-/// The client as `RegistryConfig::connect` builds it (src/commands/session.rs), anonymous.
+/// The client as `RegistryConfig::connect` builds it (src/session/mod.rs), anonymous.
 fn client(addr: SocketAddr, recorder: Recorder, http: HttpClient) -> RegistryClient {
     let transport = build_transport(TransportConfig {
         client: http,

@@ -8,7 +8,7 @@
 //! `catalog_100k/*` and `planner_100k/*` feed the passes records already parsed, so they
 //! measure the planning itself (parsing is `benches/trace_parse.rs`); `*_from_file` run each
 //! pass over a `TraceReader` of the file, parsing included; `catalog_100k_spooling/dal` is
-//! pass 1 as `replay` runs it (`src/commands/replay/catalog.rs`: reading the file and writing the items to
+//! pass 1 as `replay` runs it (`src/replay/catalog.rs`: reading the file and writing the items to
 //! the spool) and `planner_100k_from_spool/dal` pass 2 as `replay` runs it (reading them
 //! back). Digests are computed once in setup, as replay does before pass 2.
 //! Goal: the planner thread never limits a replay — pass 2 from the file (parsing included)
@@ -81,7 +81,7 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
         .collect::<Result<_, _>>()
         .expect("valid trace");
     assert_eq!(items.len() as u64, RECORDS);
-    // As `build_catalog` in src/commands/replay/catalog.rs.
+    // As `build_catalog` in src/replay/catalog.rs.
     let mut names = reader.into_names();
     names.freeze();
     let mut catalog = Catalog::build(

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress`, `outfile` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
-//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report` |
+//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay` |
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
@@ -32,9 +32,11 @@ pub mod oci;
 pub mod outfile;
 pub mod plan;
 mod progress;
+pub mod replay;
 pub mod report;
 pub mod results;
 pub mod route;
+pub mod session;
 mod shutdown;
 pub mod trace;
 mod units;

@@ -608,10 +608,10 @@ fn delete(t: &Running, dir: &Path) -> String {
     runtime.block_on(async {
         use clap::Parser as _;
         use creb::client::{ClientOptions, OpCtx};
-        use creb::commands::connect::RegistryConfig;
         use creb::commands::{Cli, Command};
         use creb::oci::manifest::ParsedManifest;
         use creb::oci::{Reference, Repository};
+        use creb::session::connect::RegistryConfig;
         let mut argv = vec![
             "creb-rs",
             "pull",
@@ -739,9 +739,17 @@ fn replay_through_cache(t: &Running, dir: &Path, mode: &[&str]) -> String {
         for (op, o) in ops {
             let errors = u(&o["errors"]);
             if op.starts_with("blob_get") || op.starts_with("manifest_get") {
-                // Reads of what the run itself pushed (refused) are 404s, nothing else.
+                // Reads of what the run itself pushed (refused) are 404s, nothing else; but
+                // for the cold round, where distribution's proxy may answer a read 500 while
+                // another request of the same blob fills its cache (its population race;
+                // distribution/distribution#1006 made concurrent fills not block, not join).
+                // The warm round reads a filled cache: 404s only.
                 let kinds = o["errors_by_kind"].as_object().unwrap();
-                assert!(kinds.keys().all(|k| k == "http_404"), "{round}: {op}: {o}");
+                let race = |k: &str| round == "cold" && k == "http_500";
+                assert!(
+                    kinds.keys().all(|k| k == "http_404" || race(k)),
+                    "{round}: {op}: {o}"
+                );
             } else if errors > 0 {
                 assert!(
                     ["blob_upload", "manifest_put", "upload_post", "blob_mount"]

@@ -143,7 +143,7 @@ fn a_streamed_file_that_cannot_be_written_is_named_before_the_run() {
     std::fs::create_dir(&out).unwrap();
     // The run's timeline cannot take even its header (ENOSPC): refused before the run,
     // naming the file (a failure later in the run is a warning of the summary:
-    // `results_cut_short`, unit-tested in src/commands/session.rs). The file is not
+    // `results_cut_short`, unit-tested in src/session/mod.rs). The file is not
     // creb-rs's: written over only with --force.
     std::os::unix::fs::symlink("/dev/full", out.join("timeline.csv")).unwrap();
     let r = run_bin(

@@ -607,3 +607,89 @@ fn prewarm_counts_the_same_objects_before_and_after() {
         "{planned}\n{done}"
     );
 }
+
+/// The replay engine below the command layer: one prepared replay (connected, read, hashed,
+/// prewarmed once) measured again at other speeds and over a window of the trace's time,
+/// each a function call returning its own unpublished result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_replay_runs_again_at_another_speed_and_window_as_a_library_call() {
+    use clap::Parser as _;
+    use creb::commands::{Cli, Command};
+    use creb::replay::{Engine, Ready, ReplayConfig, Window};
+    use creb::results::RunOutput;
+    use creb::session::{OutputOptions, Session};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, stats, span_ms) = write_trace(dir.path(), &small_trace());
+    let registry = Registry::start();
+    let mut argv = vec!["creb-rs", "replay"];
+    argv.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    argv.extend(["--registry", &registry.url, "--mode", "delay"]);
+    let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
+        unreachable!()
+    };
+    let cfg = ReplayConfig::try_from(&*args).unwrap();
+    let input = creb::trace::TraceInput::resolve(&cfg.traces).unwrap();
+    let options = OutputOptions {
+        quiet: true,
+        ..OutputOptions::default()
+    };
+    let names = cfg.registry.endpoint_names();
+    let labels = creb::replay::labels(&cfg);
+    let session = Session::open(&options, labels, &names, 0).await.unwrap();
+    let stop = creb::Shutdown::new();
+    let (mut engine, checked) = Engine::connect(cfg, input, &stop).await.unwrap();
+    checked.unwrap();
+    assert_eq!(engine.prepare(&session, &stop).await.unwrap(), Ready::Yes);
+    assert_eq!(
+        engine.prewarm(&session, &stop).await.unwrap(),
+        ExitStatus::Success
+    );
+    let output = RunOutput {
+        dir: None,
+        ..session.output.clone()
+    };
+    let whole = engine
+        .measure(40.0, None, &session, &output, &stop)
+        .await
+        .unwrap();
+    let records = |s: &creb::results::Summary| s.trace.as_ref().unwrap().records;
+    assert_eq!(records(&whole.summary), stats.records);
+    assert_eq!(whole.summary.config["speed"], 40.0);
+    // The third quarter of the trace's time, at half that speed: fewer records, every one
+    // accounted for, its schedule starting at the window's start (not half the trace late).
+    let quarter = Duration::from_millis(span_ms as u64 / 4);
+    let window = Window {
+        from: quarter * 2,
+        length: Some(quarter),
+    };
+    let part = engine
+        .measure(20.0, Some(window), &session, &output, &stop)
+        .await
+        .unwrap();
+    let n = records(&part.summary);
+    assert!(
+        n > stats.records / 8 && n < stats.records / 2,
+        "{n} of {} records in the third quarter",
+        stats.records
+    );
+    let json = serde_json::to_value(&part.summary).unwrap();
+    assert_reconciled(&json);
+    assert_eq!(part.summary.config["speed"], 20.0);
+    assert_eq!(
+        part.summary.config["window"]["from_s"].as_f64().unwrap(),
+        window.from.as_secs_f64()
+    );
+    // Scheduled from the window's start: it lasts about a quarter of the trace at 20×,
+    // not the three quarters a schedule from the trace's start would take.
+    let late = (quarter * 2).div_f64(20.0);
+    assert!(
+        part.summary.duration_s < late.as_secs_f64(),
+        "{} s for a window a quarter of the trace long at 20x (from its start: {:?})",
+        part.summary.duration_s,
+        (quarter * 3).div_f64(20.0)
+    );
+    drop(engine);
+    session.close().await;
+}

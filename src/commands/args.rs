@@ -389,6 +389,28 @@ pub struct OutputArgs {
     pub split_by_header: Option<http::HeaderName>,
 }
 
+impl From<&OutputArgs> for crate::session::OutputOptions {
+    fn from(a: &OutputArgs) -> Self {
+        crate::session::OutputOptions {
+            output_dir: a.output_dir.clone(),
+            force: a.force,
+            json: a.json,
+            quiet: a.quiet,
+            fail_if: a.fail_if.clone(),
+            max_errors: a.max_errors,
+            interval: a.interval,
+            metrics_listen: a.metrics_listen,
+            metrics_linger: a.metrics_linger,
+            registry_metrics: a.registry_metrics.clone(),
+            registry_metrics_every: a.registry_metrics_every,
+            metrics_push: a.metrics_push.clone(),
+            live: a.live.clone(),
+            record_requests: a.record_requests,
+            split_by_header: a.split_by_header.clone(),
+        }
+    }
+}
+
 fn parse_header_name(s: &str) -> Result<http::HeaderName, String> {
     http::HeaderName::from_bytes(s.trim().as_bytes())
         .map_err(|_| format!("'{s}' is not a header name"))

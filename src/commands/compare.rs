@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::status::ExitStatus;
 use crate::report::compare::{compare_runs, render};
 use crate::results::store::load;
+use crate::session::status::ExitStatus;
 
 #[derive(Debug, Clone, Args)]
 pub struct CompareArgs {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::status::ExitStatus;
 use crate::analysis::cost::{estimate, load_table, measure, text, Estimate};
+use crate::session::status::ExitStatus;
 use crate::units::ByteSize;
 
 /// Flags of `cost`.

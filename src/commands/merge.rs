@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::status::ExitStatus;
 use crate::merge::merge_into;
 use crate::report::{host_table, render_text_with};
+use crate::session::status::ExitStatus;
 
 #[derive(Debug, Clone, Args)]
 pub struct MergeArgs {

@@ -13,27 +13,24 @@
 
 pub mod args;
 pub mod compare;
-pub mod connect;
 pub mod cost;
 pub mod limits;
 pub mod merge;
-pub mod observe;
 pub mod pull;
 pub mod push;
+pub mod registry;
 pub mod replay;
 pub mod report;
 pub mod run;
-pub mod session;
 pub mod shell;
 pub mod simulate;
-pub mod status;
 pub mod trace;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use url::Url;
 
+pub use crate::session::ExitStatus;
 use crate::shutdown::Shutdown;
-pub use status::ExitStatus;
 
 /// Container registry benchmark: trace replay and synthetic push/pull against any OCI
 /// Distribution registry, with latency you can trust.

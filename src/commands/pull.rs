@@ -16,9 +16,6 @@ use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
-use super::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
-use super::session::{Finished, Session};
-use super::status::ExitStatus;
 use crate::client::{ClientOptions, Verify};
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
@@ -29,6 +26,9 @@ use crate::progress::Progress;
 use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::route::{RouteKind, RouteOptions, Router};
+use crate::session::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
+use crate::session::status::ExitStatus;
+use crate::session::{Finished, Session};
 use crate::shutdown::Shutdown;
 
 /// `pull --help` ends with these.
@@ -195,7 +195,7 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     super::limits::prepare(cfg.concurrency, endpoints, "--concurrency", quiet)?;
     let labels = RunInfoLabels::new("pull", "pull", None, 0, 1);
     let names = cfg.registry.endpoint_names();
-    let session = Session::open(&args.output, labels, &names, 0).await?;
+    let session = Session::open(&(&args.output).into(), labels, &names, 0).await?;
     let watch = session.watch_registry().await?;
     args.stop.arm(&shutdown);
     let started_at = SystemTime::now();

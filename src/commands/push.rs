@@ -11,9 +11,6 @@ use tokio::time::Instant;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
-use super::connect::{config_json, endpoint_links, preflight, RegistryConfig};
-use super::session::{Finished, Session};
-use super::status::ExitStatus;
 use crate::client::{ClientOptions, UploadMode};
 use crate::content::DEFAULT_SEED;
 use crate::exec::bounded::{Bounds, JobEnv};
@@ -24,6 +21,9 @@ use crate::oci::{Repository, Tag};
 use crate::plan::image::ImageSpec;
 use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
+use crate::session::connect::{config_json, endpoint_links, preflight, RegistryConfig};
+use crate::session::status::ExitStatus;
+use crate::session::{Finished, Session};
 use crate::shutdown::Shutdown;
 use crate::units::ByteSize;
 
@@ -214,7 +214,13 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     super::limits::prepare(cfg.concurrency, 1, "--concurrency", quiet)?;
     let images = &cfg.work.images;
     let labels = RunInfoLabels::new("push", "push", Some(images.seed), 0, 1);
-    let session = Session::open(&args.output, labels, &cfg.registry.endpoint_names(), 0).await?;
+    let session = Session::open(
+        &(&args.output).into(),
+        labels,
+        &cfg.registry.endpoint_names(),
+        0,
+    )
+    .await?;
     let watch = session.watch_registry().await?;
     args.stop.arm(&shutdown);
     let started_at = SystemTime::now();

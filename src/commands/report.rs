@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::status::ExitStatus;
 use crate::outfile::Kind;
 use crate::report::{host_table, render_csv, render_text_with};
 use crate::results::store::load;
+use crate::session::status::ExitStatus;
 
 /// Output formats of `creb-rs report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use clap_complete::Shell;
 
-use super::status::ExitStatus;
+use crate::session::status::ExitStatus;
 
 /// `creb-rs completions`.
 #[derive(Debug, Clone, Args)]

@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::status::ExitStatus;
 use crate::analysis::simulate::{
     cache_text, prefetch_text, simulate_cache_files, simulate_prefetch_files, PrefetchConfig,
     TraceInfo, PAPER_RETENTIONS,
 };
+use crate::session::status::ExitStatus;
 use crate::units::{parse_duration, ByteSize};
 
 /// `simulate`: offline cache and prefetch experiments on traces.

@@ -18,7 +18,6 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
 use super::args::parse_seed;
-use super::status::ExitStatus;
 use crate::analysis::trace::import::{
     import, render as render_import, sized_objects, Anonymizer, ImportOptions, LearnedSizes,
     LogFormat,
@@ -28,6 +27,7 @@ use crate::analysis::trace::{
 };
 use crate::plan::capacity::Capacity;
 use crate::plan::catalog::SizeScale;
+use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
 use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use crate::trace::write::write_file_iter;
@@ -439,7 +439,7 @@ async fn learn_sizes(
         return Ok(None);
     };
     let objects = objects.context("reading the logs stopped unexpectedly")??;
-    let mut config = super::connect::RegistryConfig::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
+    let mut config = super::registry::reading(url, a.insecure, &a.ca_cert, &a.auth)?;
     // Its own User-Agent, so that an import of this very log later leaves these HEADs out.
     config.transport.user_agent = crate::analysis::trace::import::sizing_user_agent();
     let concurrency = usize::from(a.sizes_concurrency);
@@ -453,7 +453,7 @@ async fn learn_sizes(
         .await?;
     // GET /v2/ first, as pull and replay do: the client learns the registry's scheme, so
     // every HEAD carries credentials from the start instead of meeting the challenge at once.
-    super::connect::preflight(&connection, &config.display(), shutdown)
+    crate::session::connect::preflight(&connection, &config.display(), shutdown)
         .await
         .map_err(anyhow::Error::msg)?;
     if shutdown.is_cancelled() {

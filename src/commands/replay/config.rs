@@ -3,26 +3,24 @@
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 
-use crate::client::Verify;
 use crate::commands::args::{
     parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
 };
 use crate::commands::args::{
     ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs, VerifyArg,
 };
-use crate::commands::connect::RegistryConfig;
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
 use crate::oci::Repository;
-use crate::outfile::Kind;
 use crate::plan::catalog::{ContentOptions, SizeScale};
 use crate::plan::{PlanOptions, RepoMap, ShardBy, ShardSpec, UploadPolicy};
+use crate::replay::{ReplayConfig, RoutingConfig};
 use crate::route::RouteOptions;
+use crate::session::connect::RegistryConfig;
 use crate::trace::ReadOptions;
 use crate::units::{parse_duration, ByteSize};
 
@@ -308,7 +306,7 @@ impl From<ShardByArg> for ShardBy {
     }
 }
 
-pub use crate::exec::Phase;
+use crate::exec::Phase;
 
 /// `--phase`: the phases of a replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -339,54 +337,6 @@ pub enum UploadChoice {
     Monolithic,
     /// PATCH chunks of --chunk-size.
     Chunked,
-}
-
-/// Several endpoints: routing and failure handling (absent with one endpoint, so a
-/// single-registry run's configuration is what it always was).
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct RoutingConfig {
-    pub route: RouteOptions,
-    pub endpoint_down_after: u32,
-    pub probe_interval_s: f64,
-    pub failover: bool,
-}
-
-/// Validated settings of a replay.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReplayConfig {
-    pub registry: RegistryConfig,
-    pub traces: Vec<PathBuf>,
-    pub mode: Mode,
-    pub speed: f64,
-    pub concurrency: usize,
-    pub prewarm_concurrency: usize,
-    pub phase: Phase,
-    pub seed: u64,
-    #[serde(skip)]
-    pub read: ReadOptions,
-    pub limit_requests: Option<u64>,
-    pub limit_duration_s: Option<f64>,
-    pub skip_invalid: bool,
-    pub replay_failed: bool,
-    pub plan: PlanOptions,
-    #[serde(skip)]
-    pub content: ContentOptions,
-    /// Blob and upload sizes relative to the trace's (`--size-scale`, `--max-object-size`).
-    #[serde(skip_serializing_if = "SizeScale::is_identity")]
-    pub sizes: SizeScale,
-    #[serde(skip)]
-    pub digest_cache: Option<PathBuf>,
-    #[serde(skip)]
-    pub check_space: Option<PathBuf>,
-    pub max_lateness_ms: Option<u64>,
-    pub grace_s: f64,
-    pub start_at: Option<String>,
-    #[serde(skip)]
-    pub start_at_time: Option<SystemTime>,
-    pub verify: Verify,
-    pub strict: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub routing: Option<RoutingConfig>,
 }
 
 /// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
@@ -428,55 +378,6 @@ fn repo_map(args: &ReplayArgs) -> anyhow::Result<RepoMap> {
     Ok(RepoMap::Keep {
         prefix: args.repo_prefix.clone(),
     })
-}
-
-impl ReplayConfig {
-    /// Refuses a `--digest-cache` that would replace a file of another kind, one of the
-    /// traces, or one of the run's results in `output_dir` (all left untouched), before any
-    /// work.
-    pub fn check_paths(
-        &self,
-        input: &crate::trace::TraceInput,
-        output_dir: Option<&std::path::Path>,
-    ) -> anyhow::Result<()> {
-        let Some(cache) = &self.digest_cache else {
-            return Ok(());
-        };
-        let flag = "--digest-cache";
-        crate::outfile::check(cache, flag, Kind::DigestCache, &input.files, false)?;
-        let Some(out) = output_dir else {
-            return Ok(());
-        };
-        let result_name = cache
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| crate::results::RESULT_FILES.contains(&n));
-        let parent = match cache.parent() {
-            Some(p) if p.as_os_str().is_empty() => std::path::Path::new("."),
-            Some(p) => p,
-            None => return Ok(()),
-        };
-        let in_results = crate::outfile::same_path(parent, out)
-            || crate::outfile::same_path(parent, &out.join(crate::results::PREWARM_DIR));
-        if result_name && in_results {
-            anyhow::bail!(
-                "{flag} {}: that is one of the run's results (--output-dir {}); choose \
-                 another path",
-                cache.display(),
-                out.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// Why a trace can hold no record to replay beside having none: ` (--limit-requests 0)`.
-    pub fn limited_to_none(&self) -> &'static str {
-        if self.limit_requests == Some(0) {
-            " (--limit-requests 0)"
-        } else {
-            ""
-        }
-    }
 }
 
 impl TryFrom<&ReplayArgs> for ReplayConfig {
@@ -558,6 +459,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             start_at_time: a.start_at,
             verify: a.verify.or_none(a.no_verify).into(),
             strict: a.strict,
+            window: None,
         })
     }
 }

@@ -39,8 +39,6 @@ use clap::Args;
 use self::cells::Command;
 use self::cells::{Cell, Layout};
 use crate::client::{ClientOptions, Verify};
-use crate::commands::connect::{preflight, RegistryConfig};
-use crate::commands::status::ExitStatus;
 use crate::experiment::checkpoint::{
     self, due_slot, CellRecord, CellStatus, Checkpoint, RoundRecord, ScheduleRecord,
 };
@@ -50,6 +48,8 @@ use crate::metrics::live::SharedLive;
 use crate::net::serve::MetricsServer;
 use crate::report::comparison;
 use crate::results::prepare_output_dir;
+use crate::session::connect::{preflight, RegistryConfig};
+use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
 use crate::units::parse_duration;
 

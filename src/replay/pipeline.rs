@@ -11,14 +11,10 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::config::ReplayConfig;
-use super::context::{clients_for, endpoint_summaries, shard_of, Context};
+use super::config::{ReplayConfig, Window};
+use super::context::{clients_for, endpoint_summaries, shard_of, Context, Prepared};
 use super::validity::{unsized_uploads_warning, validity_warnings, warn};
 use crate::client::RegistryClient;
-use crate::commands::args::OutputArgs;
-use crate::commands::connect::{config_json, endpoint_links};
-use crate::commands::session::{exit_status, Finished};
-use crate::commands::status::ExitStatus;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport};
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
@@ -30,7 +26,12 @@ use crate::progress::Progress;
 use crate::results::summary::Checks;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
-use crate::trace::{Spool, TraceInput, TraceReader};
+use crate::session::connect::{config_json, endpoint_links};
+use crate::session::status::ExitStatus;
+use crate::session::OutputOptions;
+use crate::session::{exit_status, Finished};
+use crate::trace::spool::SpoolItems;
+use crate::trace::{Item, TraceError, TraceInput, TraceReader};
 
 /// Planned operations buffered between the planner and the executor.
 const PLAN_QUEUE: usize = 1024;
@@ -103,34 +104,17 @@ struct Ran {
 /// checked and published.
 pub(super) async fn run_phase(
     context: &Context<'_>,
-    catalog: Arc<Catalog>,
-    input: TraceInput,
-    spool: Option<Spool>,
+    prepared: &Prepared,
+    input: &TraceInput,
     prewarm_gaps: Option<String>,
 ) -> anyhow::Result<ExitStatus> {
     let session = context.session;
     // The registry's own counters before the run (before the anchor is set, so a slow
     // endpoint cannot make the run start late).
     let registry_watch = session.watch_registry().await?;
-    let mut ran = execute(context, catalog, input, spool).await?;
+    let mut ran = execute(context, prepared, input).await?;
     if let Some(message) = prewarm_gaps {
         warn(&mut ran.warnings, "prewarm_missing", message);
-    }
-    if context.shutdown.by_signal() {
-        warn(
-            &mut ran.warnings,
-            "interrupted",
-            "stopped by a signal; the numbers cover what ran".into(),
-        );
-    }
-    if context.shutdown.by_limit() {
-        warn(
-            &mut ran.warnings,
-            "max_run_time",
-            "ended at --max-run-time; the numbers cover what ran, the rest of the trace is \
-             counted as interrupted"
-                .into(),
-        );
     }
     let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
     let mut finished = summarize(context, ran, planner.as_ref().ok());
@@ -141,38 +125,75 @@ pub(super) async fn run_phase(
         eprintln!("creb-rs: error: {e:#}");
         return Ok(ExitStatus::Usage);
     }
-    judge(context.cfg, &context.args.output, &finished.summary, slow)
+    judge(context.cfg, &session.flags, &finished.summary, slow)
+}
+
+/// One run measured and summarized, not published: the replay engine's library call.
+pub(super) async fn measure(
+    context: &Context<'_>,
+    prepared: &Prepared,
+    input: &TraceInput,
+) -> anyhow::Result<Finished> {
+    let mut ran = execute(context, prepared, input).await?;
+    let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
+    let end = planner?;
+    Ok(summarize(context, ran, Some(&end)))
+}
+
+/// The warnings of how the run ended: by a signal, or at `--max-run-time`.
+fn stop_warnings(context: &Context<'_>, warnings: &mut Vec<Warning>) {
+    if context.shutdown.by_signal() {
+        warn(
+            warnings,
+            "interrupted",
+            "stopped by a signal; the numbers cover what ran".into(),
+        );
+    }
+    if context.shutdown.by_limit() {
+        warn(
+            warnings,
+            "max_run_time",
+            "ended at --max-run-time; the numbers cover what ran, the rest of the trace is \
+             counted as interrupted"
+                .into(),
+        );
+    }
 }
 
 /// Plans pass 2 on a blocking thread and executes it from the shared anchor, while a
 /// canary and the process CPU clock watch the generator.
 async fn execute(
     context: &Context<'_>,
-    catalog: Arc<Catalog>,
-    input: TraceInput,
-    spool: Option<Spool>,
+    prepared: &Prepared,
+    input: &TraceInput,
 ) -> anyhow::Result<Ran> {
     let &Context {
         cfg,
         session,
+        output,
         connections,
         shutdown,
         errors,
         ..
     } = context;
+    let catalog = &prepared.catalog;
+    let items = match &prepared.spool {
+        Some(spool) => Items::Spool(spool.items()?),
+        None => Items::Trace(input.clone()),
+    };
     // Pass 2 on a blocking thread, feeding a bounded channel: enough to cover the planner's
     // hiccups (it plans far faster than any registry serves), small enough that the planned
     // manifests waiting in it stay a few megabytes.
     let (tx, rx) = mpsc::channel::<PlanItem>(PLAN_QUEUE);
     let progress = Progress::new(catalog.items);
     let line = session.progress_line(cfg.mode.name(), "records", &progress);
-    let planner = spawn_planner(cfg, &catalog, input, spool, tx, &progress);
+    let planner = spawn_planner(cfg, catalog, items, tx, &progress);
     // The shared start: every host begins its schedule at --start-at.
     let mut warnings = Vec::new();
     let (anchor, anchor_wall) = anchor_of(cfg, &mut warnings);
     progress.starts_at(anchor);
     // Intervals are aligned to the anchor, the same instant on every host.
-    let (recorder, aggregator) = session.output.start_watched(
+    let (recorder, aggregator) = output.start_watched(
         anchor,
         anchor_wall,
         connections.len(),
@@ -217,7 +238,8 @@ async fn execute(
     let aggregator = aggregator.finish().await;
     let checks = checks_of(cfg, start_skew_ms, canary.as_ref(), cpu, &exec);
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
-    unsized_uploads_warning(&catalog, &mut warnings);
+    unsized_uploads_warning(catalog, &mut warnings);
+    stop_warnings(context, &mut warnings);
     Ok(Ran {
         exec,
         aggregator,
@@ -267,7 +289,6 @@ fn signed_ms(at: SystemTime, reference: SystemTime) -> f64 {
 fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> Finished {
     let &Context {
         cfg,
-        session,
         dataset,
         connections,
         names,
@@ -310,7 +331,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
             start_at: cfg.start_at.clone(),
             actual_start: ran.started_at,
             start_skew_ms: ran.start_skew_ms,
-            interval: session.output.interval,
+            interval: context.output.interval,
         },
     );
     meta.preparation = Some(context.preparation.clone());
@@ -326,7 +347,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
 /// run that sent nothing is a usage error (unless the partition left this shard empty).
 fn judge(
     cfg: &ReplayConfig,
-    output: &OutputArgs,
+    output: &OutputOptions,
     summary: &Summary,
     slow: bool,
 ) -> anyhow::Result<ExitStatus> {
@@ -391,8 +412,7 @@ fn nothing_replayed(summary: &Summary) -> String {
 fn spawn_planner(
     cfg: &ReplayConfig,
     catalog: &Arc<Catalog>,
-    input: TraceInput,
-    spool: Option<Spool>,
+    items: Items,
     tx: mpsc::Sender<PlanItem>,
     progress: &Arc<Progress>,
 ) -> tokio::task::JoinHandle<anyhow::Result<PlannerEnd>> {
@@ -400,19 +420,35 @@ fn spawn_planner(
     let progress = Arc::clone(progress);
     let read = cfg.read.clone();
     let options = cfg.plan.clone();
+    let window = cfg.window;
     let runtime = tokio::runtime::Handle::current();
     #[allow(clippy::while_let_on_iterator)]
     tokio::task::spawn_blocking(move || -> anyhow::Result<PlannerEnd> {
-        let items: Box<dyn Iterator<Item = _>> = match spool {
-            Some(spool) => Box::new(spool.into_items()),
-            None => Box::new(TraceReader::open(&input, read, catalog.names.clone())?),
+        let items: Box<dyn Iterator<Item = _>> = match items {
+            Items::Spool(items) => Box::new(items),
+            Items::Trace(input) => {
+                Box::new(TraceReader::open(&input, read, catalog.names.clone())?)
+            }
+        };
+        // A window: only its records, their schedule starting at its start.
+        let (items, shift) = match window {
+            Some(w) => {
+                let origin = catalog.origin_ms.unwrap_or(0);
+                let items: Box<dyn Iterator<Item = _>> = Box::new(Windowed::new(items, w, origin));
+                (items, w.from.div_f64(options.speed.max(1e-9)))
+            }
+            None => (items, Duration::ZERO),
         };
         let mut planner = Planner::new(&catalog, items, options);
         let mut sender = BatchSender::new(&tx, runtime);
         let mut unsent = 0;
         let mut counted = 0u64;
         while let Some(item) = planner.next() {
-            let sent = sender.send(item?);
+            let mut item = item?;
+            if let PlanItem::Op(op) = &mut item {
+                op.offset = op.offset.saturating_sub(shift);
+            }
+            let sent = sender.send(item);
             let counts = planner.counts();
             let settled =
                 planner.items_read() - counts.records + counts.skipped.values().sum::<u64>();
@@ -503,5 +539,63 @@ fn trace_counts(end: &PlannerEnd, exec: &ExecReport) -> TraceCounts {
         replayed: exec.replayed,
         folded: exec.folded,
         skipped,
+    }
+}
+
+/// What pass 2 reads: pass 1's spool, or the trace again.
+enum Items {
+    Spool(SpoolItems),
+    Trace(TraceInput),
+}
+
+/// The items of a [`Window`] of the trace: those before it are passed over, the stream ends
+/// at the first record after it (the reader yields records in time order). A skipped item
+/// without a time belongs where the stream is.
+struct Windowed<I> {
+    items: I,
+    window: Window,
+    origin_ms: i64,
+    inside: bool,
+    done: bool,
+}
+
+impl<I> Windowed<I> {
+    fn new(items: I, window: Window, origin_ms: i64) -> Windowed<I> {
+        Windowed {
+            items,
+            window,
+            origin_ms,
+            inside: window.from.is_zero(),
+            done: false,
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<Item, TraceError>>> Iterator for Windowed<I> {
+    type Item = Result<Item, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let item = match self.items.next()? {
+                Ok(item) => item,
+                Err(e) => return Some(Err(e)),
+            };
+            let time = match &item {
+                Item::Record(r) => Some(r.time_ms),
+                Item::Skipped { time_ms, .. } => *time_ms,
+            };
+            if let Some(t) = time {
+                let at = t - self.origin_ms;
+                if self.window.past(at) {
+                    self.done = true;
+                    return None;
+                }
+                self.inside = self.window.holds(at);
+            }
+            if self.inside {
+                return Some(Ok(item));
+            }
+        }
+        None
     }
 }

@@ -1,5 +1,5 @@
-//! The life of a load command's results, the same for push, pull and replay: a [`Session`]
-//! is opened from the output flags before any work (thresholds parsed, the output directory
+//! The life of a load run's results, the same for push, pull and replay: a [`Session`]
+//! is opened from the output settings before any work (thresholds parsed, the output directory
 //! checked, the live metrics started) and finished into an exit status (thresholds judged,
 //! the registry's own metrics read a last time, results written and shown, the live side
 //! stopped).
@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::args::OutputArgs;
-use super::observe::{self, Observation, RegistryWatch};
-use super::status::ExitStatus;
+pub mod connect;
+pub mod observe;
+mod output;
+pub mod status;
+
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog};
 use crate::progress::{self, Progress, ProgressLine};
@@ -19,6 +21,9 @@ use crate::report::render_text_with;
 use crate::results::store::write_final;
 use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
 use crate::results::{prepare_result_dir, Meta, RunOutput, Summary, Warning};
+use observe::{Observation, RegistryWatch};
+pub use output::OutputOptions;
+pub use status::ExitStatus;
 
 /// A finished run, ready to be written and shown.
 #[derive(Debug)]
@@ -45,8 +50,8 @@ pub struct Shown {
 /// One load command's results, from its flags to its exit status.
 #[derive(Debug)]
 pub struct Session {
-    /// The output flags as given.
-    pub flags: OutputArgs,
+    /// The output settings as given.
+    pub flags: OutputOptions,
     /// Where and how the run's results go (the aggregator's settings).
     pub output: RunOutput,
     thresholds: Vec<Threshold>,
@@ -58,7 +63,7 @@ impl Session {
     /// that cannot be written or a `--metrics-listen` that cannot bind is an error now,
     /// never after a long run. `endpoints` names the registries the live metrics label.
     pub async fn open(
-        flags: &OutputArgs,
+        flags: &OutputOptions,
         labels: RunInfoLabels,
         endpoints: &[String],
         shard: u32,

@@ -1,4 +1,4 @@
-//! What a load command shows of itself while it runs, and of the registry beside its
+//! What a load run shows of itself while it runs, and of the registry beside its
 //! results: the live metrics (`--metrics-listen`, or the endpoint of `creb-rs run`),
 //! pushes to a Pushgateway (`--metrics-push`), and the registry's own Prometheus metrics
 //! (`--registry-metrics`) read at the start, every `--registry-metrics-every` and at the
@@ -12,7 +12,7 @@ use anyhow::Context;
 use tokio::time::Instant;
 use url::Url;
 
-use super::args::OutputArgs;
+use super::OutputOptions;
 use crate::metrics::exposition::{self, Series};
 use crate::metrics::live::{LiveMetrics, LiveSlot, RunInfoLabels};
 use crate::net::pushgateway::{group_url, Pusher};
@@ -42,7 +42,7 @@ fn tls() -> anyhow::Result<rustls::ClientConfig> {
 /// before anything is sent), the endpoint of `creb-rs run` (the slot it hands its cells)
 /// and pushes (`--metrics-push`).
 pub async fn start(
-    output: &OutputArgs,
+    output: &OutputOptions,
     mut info: RunInfoLabels,
     endpoints: &[String],
     shard: u32,
@@ -145,7 +145,7 @@ pub struct RegistryWatch {
 impl RegistryWatch {
     /// Scrapes every `--registry-metrics` endpoint now (the run's start) and then every
     /// `--registry-metrics-every`. `None` without any.
-    pub async fn start(output: &OutputArgs) -> anyhow::Result<Option<RegistryWatch>> {
+    pub async fn start(output: &OutputOptions) -> anyhow::Result<Option<RegistryWatch>> {
         if output.registry_metrics.is_empty() {
             return Ok(None);
         }

@@ -9,15 +9,12 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::catalog::learn_missing;
-use super::config::Phase;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
 use crate::client::RegistryClient;
-use crate::commands::connect::{config_json, endpoint_links};
-use crate::commands::session::{exit_status, Finished, Shown};
-use crate::commands::status::ExitStatus;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::prewarm::{Prewarm, PrewarmReport};
+use crate::exec::Phase;
 use crate::metrics::{Aggregator, ErrorKind, Op};
 use crate::plan::catalog::Catalog;
 use crate::plan::digest_cache::Appender;
@@ -25,6 +22,9 @@ use crate::plan::prewarm::{content_jobs, PrewarmJobs};
 use crate::plan::{Naming, ShardSpec};
 use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
+use crate::session::connect::{config_json, endpoint_links};
+use crate::session::status::ExitStatus;
+use crate::session::{exit_status, Finished, Shown};
 
 /// The prewarm phase: every object the run reads pushed, measured and reported apart (in
 /// `OUT/prewarm/` when the run follows). Fails (exit 1) when an object could not be
@@ -34,7 +34,7 @@ pub(super) async fn phase(
     catalog: &Arc<Catalog>,
 ) -> anyhow::Result<(ExitStatus, PrewarmReport)> {
     let cfg = context.cfg;
-    let output = &context.session.output;
+    let output = context.output;
     let out = if cfg.phase == Phase::All {
         output.in_subdir("prewarm")
     } else {

@@ -11,12 +11,13 @@ use anyhow::Context as _;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{Phase, ReplayConfig};
-use crate::commands::session::Session;
+use super::ReplayConfig;
 use crate::exec::canary::available_cores;
+use crate::exec::Phase;
 use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep, UpFront};
 use crate::plan::digest_cache::{Appender, DigestCache};
 use crate::progress::Progress;
+use crate::session::Session;
 use crate::shutdown::Shutdown;
 use crate::trace::{Interner, Spool, SpoolWriter, TraceError, TraceInput, TraceReader};
 use crate::units::ByteSize;

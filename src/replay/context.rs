@@ -7,27 +7,28 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::config::{ReplayArgs, ReplayConfig};
+use super::config::ReplayConfig;
 use crate::client::{ClientOptions, RegistryClient};
-use crate::commands::connect::{config_json, endpoint_links};
-use crate::commands::connect::{preflight, Connection};
-use crate::commands::session::{Finished, Session};
-use crate::commands::status::ExitStatus;
 use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
 use crate::plan::ShardSpec;
 use crate::results::summary::EndpointSummary;
-use crate::results::Shard;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
+use crate::results::{RunOutput, Shard};
 use crate::route::health::Transition;
 use crate::route::Router;
+use crate::session::connect::{config_json, endpoint_links};
+use crate::session::connect::{preflight, Connection};
+use crate::session::status::ExitStatus;
+use crate::session::{Finished, Session};
 use crate::shutdown::Shutdown;
 
 /// What the phases share: the settings, where results go, the connections, and the
 /// identity of the workload.
 pub(super) struct Context<'a> {
     pub(super) cfg: &'a ReplayConfig,
-    pub(super) args: &'a ReplayArgs,
     pub(super) session: &'a Session,
+    /// Where this phase's results go (the session's, or a measured run's own).
+    pub(super) output: &'a RunOutput,
     pub(super) dataset: &'a serde_json::Value,
     pub(super) connections: &'a [Connection],
     pub(super) names: &'a [String],
@@ -36,6 +37,17 @@ pub(super) struct Context<'a> {
     pub(super) errors: &'a ErrorLog,
     /// How pass 1 spent its time (meta.json `preparation`).
     pub(super) preparation: &'a serde_json::Value,
+}
+
+/// The trace as pass 1 left it for the runs.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    pub(super) catalog: std::sync::Arc<crate::plan::catalog::Catalog>,
+    /// Pass 1's items, read again by every run (the trace itself when absent).
+    pub(super) spool: Option<crate::trace::Spool>,
+    pub(super) dataset: serde_json::Value,
+    /// How pass 1 (and the prewarm's hashing) spent their time (meta.json `preparation`).
+    pub(super) preparation: serde_json::Value,
 }
 
 /// Connects to every endpoint (one client, connection pool and credential cache each when
