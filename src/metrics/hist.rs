@@ -124,6 +124,11 @@ impl SparseHistogram {
         }
     }
 
+    /// The values as (lowest value of the bucket, count) pairs, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.counts.iter().map(|(&v, &c)| (v, c))
+    }
+
     /// Distinct buckets held.
     pub fn buckets(&self) -> usize {
         self.counts.len()

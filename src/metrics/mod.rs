@@ -19,6 +19,7 @@ pub mod hist;
 pub mod live;
 pub mod op;
 pub mod split;
+pub mod uncertainty;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
