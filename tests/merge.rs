@@ -208,6 +208,54 @@ proptest! {
     }
 }
 
+/// Twenty seconds of samples, two shards: the merge recomputes every percentile's interval
+/// from the merged interval histograms, the same as the one instance's (never an average),
+/// and each holds its percentile.
+#[test]
+fn a_merge_recomputes_the_percentiles_intervals_from_the_merged_histograms() {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let samples: Vec<Raw> = (0..6_000u64)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            Raw {
+                op: 0,
+                end_ms: i * 20_000 / 6_000,
+                latency_us: 1_000 + x % 50_000,
+                failed: false,
+                big: false,
+                value: 0,
+            }
+        })
+        .collect();
+    let assignment: Vec<u32> = (0..samples.len() as u32).collect();
+    check_merge_equals_union(samples.clone(), assignment, 2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("one");
+    rt.block_on(write_dir(
+        &dir,
+        &samples,
+        0,
+        1,
+        Instant::now(),
+        SystemTime::now(),
+    ));
+    let whole = load(&dir).unwrap();
+    let latency = whole.summary.operations["blob_get"].latency_ms.unwrap();
+    for (p, ci) in [
+        (latency.p50, latency.p50_ci),
+        (latency.p90, latency.p90_ci),
+        (latency.p99, latency.p99_ci),
+    ] {
+        let [low, high] = ci.unwrap_or_else(|| panic!("no interval: {latency:?}"));
+        assert!(low <= p && p <= high, "{p} outside [{low}, {high}]");
+    }
+    // 6,000 samples: a p99.9 has too few beyond it to bound.
+    assert_eq!(latency.p999_ci, None, "{latency:?}");
+}
+
 /// Writes `count` shard directories of a few samples each.
 async fn shards(root: &Path, count: u32) -> Vec<std::path::PathBuf> {
     let anchor = Instant::now();

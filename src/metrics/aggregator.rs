@@ -248,6 +248,8 @@ pub struct Aggregator {
     pub events: [u64; Event::COUNT],
     /// Number of intervals flushed.
     pub intervals: u64,
+    /// The flushed intervals in consecutive batches: what the percentiles' intervals read.
+    pub batches: super::uncertainty::Batches,
     /// The first sink failure, if writing the result directory failed mid-run.
     pub sink_error: Option<String>,
     /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
@@ -492,6 +494,7 @@ impl Aggregator {
                     endpoints: &idle,
                 };
                 Self::write(&interval, &mut self.intervals, &mut self.sink_error, sink);
+                self.batches.end_interval();
                 self.flushed_upto += 1;
             }
             let Some((index, mut table, mut counters)) = self.open.pop_front() else {
@@ -499,6 +502,8 @@ impl Aggregator {
             };
             counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
             table.add_to(&mut self.table);
+            self.batches.add_sparse_table(&table);
+            self.batches.end_interval();
             let mut endpoints = self.endpoint_open.remove(&index).unwrap_or_default();
             if endpoints.len() < self.endpoints.len() {
                 endpoints.resize(self.endpoints.len(), EndpointCounters::default());

@@ -206,7 +206,9 @@ impl Recording for SparseHistogram {
     }
 }
 
-/// Latency percentiles in milliseconds, the shape used throughout results.
+/// Latency percentiles in milliseconds, the shape used throughout results; beside each its
+/// 95% confidence interval (`null` where it cannot be established, see
+/// [`super::uncertainty`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Percentiles {
     pub mean: f64,
@@ -215,6 +217,14 @@ pub struct Percentiles {
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
+    #[serde(default)]
+    pub p50_ci: Option<[f64; 2]>,
+    #[serde(default)]
+    pub p90_ci: Option<[f64; 2]>,
+    #[serde(default)]
+    pub p99_ci: Option<[f64; 2]>,
+    #[serde(default)]
+    pub p999_ci: Option<[f64; 2]>,
 }
 
 fn ms(us: u64) -> f64 {
@@ -233,7 +243,18 @@ impl Percentiles {
             p99: ms(h.value_at_quantile(0.99)),
             p999: ms(h.value_at_quantile(0.999)),
             max: ms(h.max()),
+            ..Percentiles::default()
         })
+    }
+
+    /// The intervals of the four percentiles, µs (in the order of
+    /// [`super::uncertainty::QUANTILES`]), set in milliseconds.
+    pub fn set_intervals(&mut self, intervals: [Option<[f64; 2]>; 4]) {
+        let to_ms = |ci: Option<[f64; 2]>| ci.map(|[lo, hi]| [ms(lo as u64), ms(hi.ceil() as u64)]);
+        self.p50_ci = to_ms(intervals[0]);
+        self.p90_ci = to_ms(intervals[1]);
+        self.p99_ci = to_ms(intervals[2]);
+        self.p999_ci = to_ms(intervals[3]);
     }
 }
 

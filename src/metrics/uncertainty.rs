@@ -151,16 +151,6 @@ impl Batches {
         }
     }
 
-    /// Adds one interval's dense histogram of `op`'s `metric` (read back from a file).
-    pub fn add_dense(&mut self, op: Op, metric: Metric, h: &Histogram<u64>) {
-        self.add(
-            op,
-            metric,
-            h.iter_recorded()
-                .map(|v| (v.value_iterated_to(), v.count_at_value())),
-        );
-    }
-
     /// Ends the open interval; closes the batch when it has its length.
     pub fn end_interval(&mut self) {
         self.open_intervals += 1;
@@ -356,8 +346,8 @@ pub fn t_quantile(df: f64) -> f64 {
 }
 
 /// The ranks (1-based) that bound the `q` quantile of `n` independent samples with
-/// `CONFIDENCE`, by the normal approximation of the binomial; `None` when the upper one lies
-/// beyond the samples (the tail cannot be established).
+/// `CONFIDENCE`, by the normal approximation of the binomial; `None` when the upper one is
+/// the largest sample or beyond (the tail cannot be established).
 fn order_ranks(n: u64, q: f64) -> Option<(u64, u64)> {
     let z = Normal::new(0.0, 1.0)
         .map(|d| d.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0))
@@ -366,7 +356,7 @@ fn order_ranks(n: u64, q: f64) -> Option<(u64, u64)> {
     let spread = z * (nf * q * (1.0 - q)).sqrt();
     let lo = (nf * q - spread).floor().max(1.0) as u64;
     let hi = (nf * q + spread).ceil() as u64 + 1;
-    (hi <= n).then_some((lo, hi))
+    (hi < n).then_some((lo, hi))
 }
 
 #[cfg(test)]

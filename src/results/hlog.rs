@@ -51,6 +51,19 @@ pub fn set_cell_histogram(stats: &mut Stats, metric: &str, h: &SparseHistogram) 
     h.add_to(slot.get_or_insert_with(new_histogram));
 }
 
+/// The latency a tag's metric names, as the run's batches keep it.
+pub fn batch_metric(metric: &str) -> Option<crate::metrics::uncertainty::Metric> {
+    use crate::metrics::uncertainty::Metric;
+    Some(match metric {
+        "latency" => Metric::Latency,
+        "service" => Metric::Service,
+        "lag" => Metric::ScheduleLag,
+        "ttfb" => Metric::Ttfb,
+        "error" => Metric::ErrorLatency,
+        _ => return None,
+    })
+}
+
 pub fn tag_of(op: Op, class: SizeClass, metric: &str) -> String {
     format!("{}.{}.{metric}", op.name(), class.name())
 }

@@ -400,12 +400,24 @@ fn table_of(cells: &[CellCounters]) -> anyhow::Result<StatsTable> {
 /// Rebuilds the aggregator state (totals and events) from counters and interval histograms.
 pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result<Aggregator> {
     let mut table = table_of(&counters.cells)?;
-    for histograms in hlog.intervals.values() {
+    let mut batches = crate::metrics::uncertainty::Batches::default();
+    let mut next = 0;
+    for (index, histograms) in &hlog.intervals {
+        // Intervals that saw nothing are not in the log, but they are in the run's batches.
+        while next < *index {
+            batches.end_interval();
+            next += 1;
+        }
         for (tag, h) in histograms {
             let (op, class, metric) =
                 hlog::parse_tag(tag).with_context(|| format!("unknown histogram tag '{tag}'"))?;
             hlog::set_cell_histogram(table.cell_mut(op, class), metric, h);
+            if let Some(m) = hlog::batch_metric(metric) {
+                batches.add(op, m, h.iter());
+            }
         }
+        batches.end_interval();
+        next = index + 1;
     }
     let mut events = [0u64; Event::COUNT];
     for (name, n) in &counters.events {
@@ -413,7 +425,9 @@ pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result
             events[e.index()] = *n;
         }
     }
-    Ok(Aggregator::from_parts(table, events, counters.intervals))
+    let mut aggregator = Aggregator::from_parts(table, events, counters.intervals);
+    aggregator.batches = batches;
+    Ok(aggregator)
 }
 
 /// Rebuilds each endpoint's whole-run table from the `endpoints` cells of the counters

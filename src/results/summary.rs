@@ -248,6 +248,33 @@ impl HeaderSplitSummary {
     }
 }
 
+/// Sets the confidence interval beside every percentile of every operation's latencies,
+/// from the run's batches and the operation's histograms (all size classes).
+fn with_intervals(operations: &mut BTreeMap<String, OpSummary>, aggregator: &Aggregator) {
+    use crate::metrics::uncertainty::{Metric, QUANTILES};
+    for op in aggregator.table.ops() {
+        let (Some(summary), Some(stats)) =
+            (operations.get_mut(op.name()), aggregator.table.op_total(op))
+        else {
+            continue;
+        };
+        let fields = [
+            (Metric::Latency, &mut summary.latency_ms),
+            (Metric::Ttfb, &mut summary.ttfb_ms),
+            (Metric::Service, &mut summary.service_ms),
+            (Metric::ScheduleLag, &mut summary.schedule_lag_ms),
+            (Metric::ErrorLatency, &mut summary.error_latency_ms),
+        ];
+        for (metric, field) in fields {
+            let (Some(p), Some(h)) = (field.as_mut(), metric.of(&stats)) else {
+                continue;
+            };
+            let batches = &aggregator.batches;
+            p.set_intervals(QUANTILES.map(|q| batches.interval(op, metric, q, h)));
+        }
+    }
+}
+
 fn class_summary(s: &Stats) -> ClassSummary {
     ClassSummary {
         count: s.count,
@@ -444,10 +471,11 @@ impl Summary {
     pub fn build(info: RunInfo, aggregator: &Aggregator) -> Summary {
         let TableSummary {
             totals,
-            operations,
+            mut operations,
             sessions,
             errors,
         } = summarize_table(&aggregator.table, info.duration);
+        with_intervals(&mut operations, aggregator);
         let throughput = Throughput {
             requests_per_s: per_second(totals.requests, info.duration),
             bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, info.duration),
