@@ -14,15 +14,19 @@ fn repetitions_give_medians_spread_and_a_noise_verdict() {
     for i in 0..3 {
         for (s, side) in sides.iter_mut().enumerate() {
             let out = dir.path().join(format!("{s}-{i}"));
+            // Fresh bytes every run (as `run --repeat` pushes): every blob is uploaded.
+            let seed = (10 * s + i + 1).to_string();
             let r = run_bin(
                 &[
                     "push",
+                    "--seed",
+                    &seed,
                     "--registry",
                     &registry.url,
                     "--repo",
                     "compare/app",
                     "--images",
-                    "3",
+                    "50",
                     "--layers",
                     "2",
                     "--layer-size",
@@ -39,13 +43,14 @@ fn repetitions_give_medians_spread_and_a_noise_verdict() {
         }
     }
     let (a, b) = (sides[0].join(","), sides[1].join(","));
-    let text = run_bin(&["compare", &a, &b], None, &[]);
+    // Other seeds are other datasets: --force says they are repetitions all the same.
+    let text = run_bin(&["compare", &a, &b, "--force"], None, &[]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     for part in [
         "3 runs",
         "median p99 ms A/B",
         "spread (min–max)",
-        "within the noise",
+        "within the run-to-run noise",
     ] {
         assert!(
             text.stdout.contains(part),
@@ -53,40 +58,128 @@ fn repetitions_give_medians_spread_and_a_noise_verdict() {
             text.stdout
         );
     }
-    let json = run_bin(&["compare", &a, &b, "--json"], None, &[]);
+    let json = run_bin(&["compare", &a, &b, "--json", "--force"], None, &[]);
     assert_eq!(json.code, 0, "{}", json.stderr);
     let c: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(c["runs"], serde_json::json!([3, 3]));
-    let push = c["operations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "image_push")
-        .expect("image_push compared");
-    let spread = &push["p99_spread"][0];
+    let op = |name: &str| {
+        c["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["op"] == name)
+            .unwrap_or_else(|| panic!("{name} compared"))
+            .clone()
+    };
+    // 100 blob uploads a run: a p99 each, compared by the test.
+    let blob = op("blob_upload");
+    let spread = &blob["p99_spread"][0];
     let (min, median, max) = (
         spread["min"].as_f64().unwrap(),
         spread["median"].as_f64().unwrap(),
         spread["max"].as_f64().unwrap(),
     );
     assert!(min <= median && median <= max, "{spread}");
-    assert_eq!(push["p99_ms"][0].as_f64().unwrap(), median);
-    assert!(push["p99_within_noise"].is_boolean(), "{push}");
-    assert_eq!(push["count"], serde_json::json!([3, 3]));
+    assert_eq!(blob["p99_ms"][0].as_f64().unwrap(), median);
+    assert!(blob["p99_within_noise"].is_boolean(), "{blob}");
+    let [lo, hi] = [0, 1].map(|i| blob["p99_ratio_ci"][i].as_f64().unwrap());
+    assert!(lo > 0.0 && lo <= hi, "{blob}");
+    assert!(blob["p99_p_value"].as_f64().is_some(), "{blob}");
+    // 50 image pushes a run: too few for a p99, nothing to test.
+    let push = op("image_push");
+    assert!(
+        push["p99_ms"][0].is_null() && push["p99_within_noise"].is_null(),
+        "{push}"
+    );
+    assert_eq!(push["count"], serde_json::json!([50, 50]));
 
     // One run a side: the deltas, and a word that noise is unknown.
-    let single = run_bin(&["compare", &sides[0][0], &sides[1][0]], None, &[]);
+    let single = run_bin(
+        &["compare", &sides[0][0], &sides[1][0], "--force"],
+        None,
+        &[],
+    );
     assert_eq!(single.code, 0, "{}", single.stderr);
     assert!(
-        single.stdout.contains("no measure of noise"),
+        single
+            .stdout
+            .contains("A has 1 run, B has 1: telling noise needs at least 2 a side"),
         "{}",
         single.stdout
     );
     let json = run_bin(
-        &["compare", &sides[0][0], &sides[1][0], "--json"],
+        &["compare", &sides[0][0], &sides[1][0], "--json", "--force"],
         None,
         &[],
     );
     let c: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert!(c["operations"][0]["p99_within_noise"].is_null());
+    // Three runs against one: counted as they are.
+    let uneven = run_bin(&["compare", &a, &sides[1][0], "--force"], None, &[]);
+    assert!(
+        uneven.stdout.contains("A has 3 runs, B has 1"),
+        "{}",
+        uneven.stdout
+    );
+}
+
+/// The runs of one side must be repetitions of one configuration: runs made with different
+/// `--verify` modes are refused as one side, with what differs.
+#[test]
+fn a_side_of_runs_with_different_settings_is_refused_with_what_differs() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let push = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "compare/mixed",
+            "--images",
+            "2",
+            "--layers",
+            "1",
+            "--layer-size",
+            "4KiB",
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    let mut dirs = Vec::new();
+    for verify in ["sha256", "none", "sha256"] {
+        let out = dir.path().join(verify).join(dirs.len().to_string());
+        let r = run_bin(
+            &[
+                "pull",
+                "--registry",
+                &registry.url,
+                "--repo",
+                "compare/mixed",
+                "--images",
+                "2",
+                "--verify",
+                verify,
+                "--output-dir",
+                out.to_str().unwrap(),
+                "--quiet",
+            ],
+            None,
+            &[],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        dirs.push(out.to_str().unwrap().to_owned());
+    }
+    let mixed = format!("{},{}", dirs[0], dirs[1]);
+    let r = run_bin(&["compare", &mixed, &dirs[2]], None, &[]);
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("A's runs are not repetitions of one configuration")
+            && r.stderr.contains("verify: \"sha256\" vs \"none\""),
+        "{}",
+        r.stderr
+    );
 }

@@ -250,6 +250,7 @@ fn a_merge_recomputes_the_percentiles_intervals_from_the_merged_histograms() {
         (latency.p99, latency.p99_ci),
     ] {
         let [low, high] = ci.unwrap_or_else(|| panic!("no interval: {latency:?}"));
+        let p = p.unwrap();
         assert!(low <= p && p <= high, "{p} outside [{low}, {high}]");
     }
     // 6,000 samples: a p99.9 has too few beyond it to bound.

@@ -212,10 +212,12 @@ impl Recording for SparseHistogram {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Percentiles {
     pub mean: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub p999: f64,
+    /// `None` (null) where fewer than one sample is expected beyond it: the maximum in
+    /// disguise ([`super::uncertainty::estimable`]).
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
     pub max: f64,
     #[serde(default)]
     pub p50_ci: Option<[f64; 2]>,
@@ -231,6 +233,11 @@ fn ms(us: u64) -> f64 {
     (us as f64 / 1000.0 * 1000.0).round() / 1000.0
 }
 
+/// The `q` quantile of `h` in ms, where its samples estimate it.
+fn quantile(h: &Histogram<u64>, q: f64) -> Option<f64> {
+    super::uncertainty::estimable(h.len(), q).then(|| ms(h.value_at_quantile(q)))
+}
+
 impl Percentiles {
     pub fn of(h: &Histogram<u64>) -> Option<Percentiles> {
         if h.is_empty() {
@@ -238,10 +245,10 @@ impl Percentiles {
         }
         Some(Percentiles {
             mean: (h.mean() / 1000.0 * 1000.0).round() / 1000.0,
-            p50: ms(h.value_at_quantile(0.50)),
-            p90: ms(h.value_at_quantile(0.90)),
-            p99: ms(h.value_at_quantile(0.99)),
-            p999: ms(h.value_at_quantile(0.999)),
+            p50: quantile(h, 0.50),
+            p90: quantile(h, 0.90),
+            p99: quantile(h, 0.99),
+            p999: quantile(h, 0.999),
             max: ms(h.max()),
             ..Percentiles::default()
         })
@@ -339,9 +346,27 @@ mod tests {
             h.record(v * 1000).unwrap();
         }
         let p = Percentiles::of(&h).unwrap();
-        assert!((p.p50 - 500.0).abs() < 1.0, "{p:?}");
-        assert!((p.p99 - 990.0).abs() < 1.5, "{p:?}");
+        assert!((p.p50.unwrap() - 500.0).abs() < 1.0, "{p:?}");
+        assert!((p.p99.unwrap() - 990.0).abs() < 1.5, "{p:?}");
         assert!((p.max - 1000.0).abs() < 1.0, "{p:?}");
+        // 1,000 samples: one expected beyond the p99.9, which is not the maximum.
+        assert!(p.p999.unwrap() < p.max, "{p:?}");
         assert!(Percentiles::of(&new_histogram()).is_none());
+    }
+
+    #[test]
+    fn a_percentile_without_a_sample_beyond_it_is_not_shown() {
+        let mut h = new_histogram();
+        for v in 1..=300u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let p = Percentiles::of(&h).unwrap();
+        // A p99.9 of 300 samples would be the maximum in disguise.
+        assert_eq!(p.p999, None, "{p:?}");
+        assert!(p.p99.is_some() && p.p90.is_some() && p.p50.is_some());
+        h.reset();
+        h.record(7_000).unwrap();
+        let one = Percentiles::of(&h).unwrap();
+        assert_eq!((one.p50, one.max), (None, 7.0));
     }
 }

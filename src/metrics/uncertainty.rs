@@ -337,6 +337,52 @@ pub fn interval(all: &Histogram<u64>, batches: Vec<Histogram<u32>>, q: f64) -> O
     Some([low, high])
 }
 
+/// Welch's two-sample t-test of the means of `a` and `b` (unequal variances): the
+/// difference b − a, its `CONFIDENCE` interval, and the two-sided p-value. `None` with
+/// fewer than two values on either side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Welch {
+    pub difference: f64,
+    pub interval: [f64; 2],
+    pub p_value: f64,
+}
+
+/// See [`Welch`].
+pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
+    let moments = |x: &[f64]| {
+        let n = x.len() as f64;
+        let mean = x.iter().sum::<f64>() / n;
+        let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (n, mean, var)
+    };
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (na, ma, va) = moments(a);
+    let (nb, mb, vb) = moments(b);
+    let (sa, sb) = (va / na, vb / nb);
+    let se = (sa + sb).sqrt();
+    let difference = mb - ma;
+    if se <= 0.0 {
+        // No spread on either side: any difference is certain, none is none.
+        let p_value = if difference == 0.0 { 1.0 } else { 0.0 };
+        return Some(Welch {
+            difference,
+            interval: [difference, difference],
+            p_value,
+        });
+    }
+    let df = (sa + sb).powi(2) / (sa * sa / (na - 1.0) + sb * sb / (nb - 1.0));
+    let t = StudentsT::new(0.0, 1.0, df.max(1.0)).ok()?;
+    let half = t_quantile(df) * se;
+    let p_value = 2.0 * (1.0 - t.cdf((difference / se).abs()));
+    Some(Welch {
+        difference,
+        interval: [difference - half, difference + half],
+        p_value,
+    })
+}
+
 /// The two-sided `CONFIDENCE` quantile of Student's t with `df` degrees of freedom.
 pub fn t_quantile(df: f64) -> f64 {
     let upper = 1.0 - (1.0 - CONFIDENCE) / 2.0;
@@ -536,6 +582,32 @@ mod tests {
         assert_eq!(
             batches.estimates(Op::BlobGet, Metric::Latency, 0.5).len(),
             closed
+        );
+    }
+
+    #[test]
+    fn welch_tells_a_shift_from_noise_at_its_stated_rate() {
+        // Textbook case: means 20.0 and 22.0, equal spread.
+        let a = [19.0, 20.0, 21.0, 20.0, 20.0];
+        let b = [21.0, 22.0, 23.0, 22.0, 22.0];
+        let w = welch(&a, &b).unwrap();
+        assert!((w.difference - 2.0).abs() < 1e-9);
+        assert!(w.p_value < 0.01 && w.interval[0] > 0.0, "{w:?}");
+        assert!(welch(&a, &a).unwrap().p_value > 0.99);
+        assert_eq!(welch(&a[..1], &b), None);
+        // Same distribution on both sides: about 5% of the pairs called different.
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(17);
+        let mut alarms = 0;
+        for _ in 0..2_000 {
+            let x: Vec<f64> = (0..3).map(|_| normal(&mut rng)).collect();
+            let y: Vec<f64> = (0..3).map(|_| normal(&mut rng)).collect();
+            if welch(&x, &y).unwrap().p_value < 0.05 {
+                alarms += 1;
+            }
+        }
+        assert!(
+            (40..=130).contains(&alarms),
+            "{alarms} false alarms of 2,000"
         );
     }
 

@@ -1,6 +1,10 @@
 //! Result directories side by side, with relative deltas (`creb-rs compare A B`), and with
 //! repetitions on either side (`compare A1,A2,A3 B1,B2,B3`) the median of each figure,
-//! its spread (min to max), and whether the difference is within that noise.
+//! its spread (min to max), and whether the difference is real: Welch's t-test on the
+//! logarithms of the runs' figures, at a 5% false-alarm rate, with the ratio's interval.
+//! With one run a side, only the runs' own intervals speak (disjoint or not); run-to-run
+//! noise is then unknown. The runs of one side must share every setting that changes a
+//! number.
 //!
 //! Comparing only makes sense when both ran the same workload: the dataset fingerprints
 //! (trace identity, seed, content options) must match unless `--force`, and the workload
@@ -12,8 +16,12 @@ use std::fmt::Write as _;
 use anyhow::bail;
 use serde::Serialize;
 
+use crate::metrics::uncertainty::welch;
 use crate::results::summary::OpSummary;
 use crate::results::ResultSet;
+
+/// The false-alarm rate of a difference called real.
+pub const ALPHA: f64 = 0.05;
 
 /// One figure over the repetitions of one side.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -42,12 +50,6 @@ impl Spread {
             max: v[n - 1],
         })
     }
-
-    /// Whether the ranges of two sides overlap: the difference of the medians is then no
-    /// larger than what repeating the same run already shows.
-    fn overlaps(&self, other: &Spread) -> bool {
-        self.min <= other.max && other.min <= self.max
-    }
 }
 
 /// One operation on both sides.
@@ -67,10 +69,45 @@ pub struct OpComparison {
     /// Min, median and max of p99 and of req/s on each side.
     pub p99_spread: (Option<Spread>, Option<Spread>),
     pub rps_spread: (Option<Spread>, Option<Spread>),
-    /// With repetitions on both sides: whether the ranges overlap (the difference is within
-    /// the run-to-run noise). `None` with a single run on either side: unknown.
+    /// With at least two runs a side: whether the difference is within the run-to-run noise
+    /// (Welch's t-test on the logarithms not significant at [`ALPHA`]). `None` with fewer
+    /// runs: unknown.
     pub p99_within_noise: Option<bool>,
     pub rps_within_noise: Option<bool>,
+    /// With at least two runs a side: the 95% interval of the ratio B/A of the p99s and of
+    /// the rates (geometric means), and the test's p-value.
+    pub p99_ratio_ci: Option<[f64; 2]>,
+    pub p99_p_value: Option<f64>,
+    pub rps_ratio_ci: Option<[f64; 2]>,
+    pub rps_p_value: Option<f64>,
+    /// With one run a side: each run's own 95% interval of its p99, and whether they are
+    /// disjoint (a difference beyond the runs' sampling; run-to-run noise still unknown).
+    pub p99_intervals: (Option<[f64; 2]>, Option<[f64; 2]>),
+    pub p99_intervals_disjoint: Option<bool>,
+}
+
+/// A difference tested: within the noise or not, the ratio's interval, the p-value.
+struct Tested {
+    within_noise: Option<bool>,
+    ratio_ci: Option<[f64; 2]>,
+    p_value: Option<f64>,
+}
+
+/// Welch's t-test on the logarithms of the positive values of each side.
+fn tested(a: &[f64], b: &[f64]) -> Tested {
+    let logs = |v: &[f64]| -> Vec<f64> { v.iter().filter(|x| **x > 0.0).map(|x| x.ln()).collect() };
+    match welch(&logs(a), &logs(b)) {
+        Some(w) => Tested {
+            within_noise: Some(w.p_value >= ALPHA),
+            ratio_ci: Some(w.interval.map(f64::exp)),
+            p_value: Some(w.p_value),
+        },
+        None => Tested {
+            within_noise: None,
+            ratio_ci: None,
+            p_value: None,
+        },
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -119,12 +156,80 @@ fn check_comparable(first: &ResultSet, all: &[&ResultSet], force: bool) -> anyho
     Ok(())
 }
 
+/// Settings of a run's configuration that change none of its numbers: where its
+/// credentials came from, when it was told to start, and the seed of its content (fresh
+/// bytes of the same sizes; a different dataset is refused on its own, see
+/// `check_comparable`).
+const NOT_A_NUMBER: [&str; 4] = ["credentials", "start_at", "start_at_time", "seed"];
+
+/// The settings in which two configurations differ, as `path: a vs b` (those of
+/// [`NOT_A_NUMBER`] left out).
+fn differences(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                if path.is_empty() && NOT_A_NUMBER.contains(&k.as_str()) {
+                    continue;
+                }
+                let null = Value::Null;
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                differences(
+                    &sub,
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        _ if a != b => out.push(format!("{path}: {a} vs {b}")),
+        _ => {}
+    }
+}
+
+/// The runs of one side are repetitions of one configuration: refused, with what differs,
+/// when any setting that changes a number differs (verify mode, sizes, mode, concurrency…).
+fn check_one_configuration(side: &str, runs: &[ResultSet]) -> anyhow::Result<()> {
+    let Some(first) = runs.first() else {
+        return Ok(());
+    };
+    for r in &runs[1..] {
+        let mut found = Vec::new();
+        if r.summary.concurrency != first.summary.concurrency {
+            found.push(format!(
+                "concurrency: {} vs {}",
+                first.summary.concurrency, r.summary.concurrency
+            ));
+        }
+        differences("", &first.summary.config, &r.summary.config, &mut found);
+        if !found.is_empty() {
+            bail!(
+                "{side}'s runs are not repetitions of one configuration: {} and {} differ in {}; \
+                 compare them as two sides, or give each side runs of one configuration",
+                first.dir.display(),
+                r.dir.display(),
+                found.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Compares the repetitions `a` of one configuration with the repetitions `b` of another.
 pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Result<Comparison> {
     let (Some(first), false) = (a.first(), b.is_empty()) else {
         bail!("nothing to compare: each side needs at least one result directory");
     };
     let all: Vec<&ResultSet> = a.iter().chain(b).collect();
+    check_one_configuration("A", a)?;
+    check_one_configuration("B", b)?;
     check_comparable(first, &all, force)?;
     let mut names: Vec<&String> = all
         .iter()
@@ -151,12 +256,18 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
             .collect();
         Spread::of(&values)
     };
-    let repeated = a.len() > 1 && b.len() > 1;
+    let single = a.len() == 1 && b.len() == 1;
+    // Every run's value of one figure, for the test.
+    let values = |sets: &[ResultSet], name: &str, f: &dyn Fn(&OpSummary) -> Option<f64>| {
+        sets.iter()
+            .filter_map(|s| get(s, name).as_ref().and_then(f))
+            .collect::<Vec<f64>>()
+    };
     let operations = names
         .into_iter()
         .map(|name| {
-            let p50 = |s: &OpSummary| s.latency_ms.map(|l| l.p50);
-            let p99 = |s: &OpSummary| s.latency_ms.map(|l| l.p99);
+            let p50 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p50);
+            let p99 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p99);
             let rps = |s: &OpSummary| Some(s.requests_per_s);
             let count = |s: &OpSummary| Some(s.count as f64);
             let errors = |s: &OpSummary| Some(s.errors as f64);
@@ -170,9 +281,20 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
             let (p50a, p50b) = both(&p50, None);
             let (ca, cb) = both(&count, Some(0.0));
             let (ea, eb) = both(&errors, Some(0.0));
-            let noise = |x: Option<Spread>, y: Option<Spread>| {
-                x.zip(y).filter(|_| repeated).map(|(x, y)| x.overlaps(&y))
+            let p99_test = tested(&values(a, name, &p99), &values(b, name, &p99));
+            let rps_test = tested(&values(a, name, &rps), &values(b, name, &rps));
+            let own = |sets: &[ResultSet]| {
+                get(&sets[0], name).and_then(|o| o.latency_ms.and_then(|l| l.p99_ci))
             };
+            let intervals = if single {
+                (own(a), own(b))
+            } else {
+                (None, None)
+            };
+            let disjoint = intervals
+                .0
+                .zip(intervals.1)
+                .map(|(x, y)| x[1] < y[0] || y[1] < x[0]);
             OpComparison {
                 op: name.clone(),
                 count: (whole(ca), whole(cb)),
@@ -186,8 +308,14 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
                 rps_delta: delta(median(rpsa).unwrap_or(0.0), median(rpsb).unwrap_or(0.0)),
                 p99_spread: (p99a, p99b),
                 rps_spread: (rpsa, rpsb),
-                p99_within_noise: noise(p99a, p99b),
-                rps_within_noise: noise(rpsa, rpsb),
+                p99_within_noise: p99_test.within_noise,
+                rps_within_noise: rps_test.within_noise,
+                p99_ratio_ci: p99_test.ratio_ci,
+                p99_p_value: p99_test.p_value,
+                rps_ratio_ci: rps_test.ratio_ci,
+                rps_p_value: rps_test.p_value,
+                p99_intervals: intervals,
+                p99_intervals_disjoint: disjoint,
             }
         })
         .collect();
@@ -214,10 +342,22 @@ fn show(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-/// A relative change, with `~` when it is within the run-to-run noise.
+/// A relative change: `~` when it is within the run-to-run noise, `*` when the test calls
+/// it real.
 fn pct(v: Option<f64>, within_noise: Option<bool>) -> String {
-    let mark = if within_noise == Some(true) { "~" } else { "" };
+    let mark = match within_noise {
+        Some(true) => "~",
+        Some(false) => "*",
+        None => "",
+    };
     v.map_or("".into(), |v| format!("{mark}{:+.1}%", v * 100.0))
+}
+
+/// A ratio's interval as percent changes: `+3.1%…+12.0%`.
+fn ratio_range(ci: Option<[f64; 2]>) -> String {
+    ci.map_or("-".into(), |[lo, hi]| {
+        format!("{:+.1}%…{:+.1}%", (lo - 1.0) * 100.0, (hi - 1.0) * 100.0)
+    })
 }
 
 fn range(s: Option<Spread>) -> String {
@@ -289,13 +429,51 @@ pub fn render(c: &Comparison) -> String {
         }
         let _ = writeln!(
             out,
-            "\n~ marks a difference within the noise: the ranges of the runs on each side overlap."
+            "\n{:<16} {:>23} {:>9} {:>23} {:>9}",
+            "B vs A (95%)", "p99 change", "p", "req/s change", "p"
         );
-    } else {
+        for o in &c.operations {
+            let p = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
+            let _ = writeln!(
+                out,
+                "{:<16} {:>23} {:>9} {:>23} {:>9}",
+                o.op,
+                ratio_range(o.p99_ratio_ci),
+                p(o.p99_p_value),
+                ratio_range(o.rps_ratio_ci),
+                p(o.rps_p_value)
+            );
+        }
         let _ = writeln!(
             out,
-            "\nOne run a side: no measure of noise. Repeat each (creb-rs run --repeat N, or N \
-             runs by hand) and compare A1,A2,… B1,B2,… for medians, spread and what is noise."
+            "\n* marks a real difference, ~ one within the run-to-run noise: Welch's t-test on the \
+             logarithms of the runs' figures, {:.0}% false alarms when runs vary log-normally \
+             (docs/results.md).",
+            ALPHA * 100.0
+        );
+    } else {
+        let disjoint: Vec<&str> = c
+            .operations
+            .iter()
+            .filter(|o| o.p99_intervals_disjoint == Some(true))
+            .map(|o| o.op.as_str())
+            .collect();
+        if !disjoint.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nThe runs' own 95% p99 intervals are disjoint for {}: a difference beyond \
+                 each run's sampling, though run-to-run noise is unknown.",
+                disjoint.join(", ")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nA has {} run{}, B has {}: telling noise needs at least 2 a side. Repeat each \
+             (creb-rs run --repeat N, or N runs by hand) and compare A1,A2,… B1,B2,… for \
+             medians, spread and what is noise.",
+            c.runs.0,
+            if c.runs.0 == 1 { "" } else { "s" },
+            c.runs.1
         );
     }
     out
@@ -312,12 +490,39 @@ mod tests {
         let even = Spread::of(&[1.0, 4.0, 2.0, 3.0]).unwrap();
         assert_eq!(even.median, 2.5);
         assert!(Spread::of(&[]).is_none());
-        let b = Spread::of(&[11.5, 13.0, 14.0]).unwrap();
-        assert!(a.overlaps(&b), "10–12 and 11.5–14 overlap");
-        let c = Spread::of(&[12.5, 13.0]).unwrap();
-        assert!(!a.overlaps(&c), "10–12 and 12.5–13 do not");
         assert_eq!(pct(Some(0.05), Some(true)), "~+5.0%");
-        assert_eq!(pct(Some(-0.2), Some(false)), "-20.0%");
+        assert_eq!(pct(Some(-0.2), Some(false)), "*-20.0%");
         assert_eq!(pct(Some(0.1), None), "+10.0%");
+    }
+
+    #[test]
+    fn a_difference_is_real_only_beyond_the_noise() {
+        // Overlapping runs: within the noise.
+        let t = tested(&[10.0, 12.0, 11.0], &[11.5, 13.0, 10.5]);
+        assert_eq!(t.within_noise, Some(true));
+        // A clear shift: real, and the ratio's interval holds the 1.3× change.
+        let t = tested(&[10.0, 10.2, 9.9], &[13.0, 13.1, 12.9]);
+        assert_eq!(t.within_noise, Some(false));
+        let [lo, hi] = t.ratio_ci.unwrap();
+        assert!(lo < 1.3 && 1.3 < hi, "{lo}..{hi}");
+        // One run a side: unknown.
+        assert_eq!(tested(&[10.0], &[20.0]).within_noise, None);
+    }
+
+    #[test]
+    fn settings_that_change_a_number_are_found_and_the_others_not() {
+        let a = serde_json::json!({"verify": "digest", "sizes": {"scale": 1.0},
+            "credentials": {"source": "env"}, "start_at": "x"});
+        let b = serde_json::json!({"verify": "none", "sizes": {"scale": 0.5},
+            "credentials": {"source": "docker"}, "start_at": "y"});
+        let mut found = Vec::new();
+        differences("", &a, &b, &mut found);
+        assert_eq!(
+            found,
+            vec![
+                "sizes.scale: 1.0 vs 0.5".to_owned(),
+                "verify: \"digest\" vs \"none\"".to_owned()
+            ]
+        );
     }
 }

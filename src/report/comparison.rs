@@ -25,7 +25,7 @@ use crate::results::summary::OpSummary;
 use crate::results::{read_summary, write_atomic, Summary};
 
 /// A line of the over-time chart: its label, whether it is dashed, and its percentile.
-type Quantile = (&'static str, bool, fn(&Percentiles) -> f64);
+type Quantile = (&'static str, bool, fn(&Percentiles) -> Option<f64>);
 
 /// The lowest and highest value of a bar's repetitions.
 type Range = Option<(f64, f64)>;
@@ -255,13 +255,15 @@ fn csv_row(row: &Row) -> Vec<String> {
                         v.push(
                             o.latency_ms
                                 .as_ref()
-                                .map(|p| num(p.p50))
+                                .and_then(|p| p.p50)
+                                .map(num)
                                 .unwrap_or_default(),
                         );
                         v.push(
                             o.latency_ms
                                 .as_ref()
-                                .map(|p| num(p.p99))
+                                .and_then(|p| p.p99)
+                                .map(num)
                                 .unwrap_or_default(),
                         );
                     }
@@ -455,12 +457,12 @@ fn registries_chart(
             ranges,
         }
     };
-    let lat = |r: &Row, f: fn(&Percentiles) -> f64| {
+    let lat = |r: &Row, f: fn(&Percentiles) -> Option<f64>| {
         r.summary
             .as_ref()
             .and_then(|s| op(s, op_name))
             .and_then(|o| o.latency_ms.as_ref())
-            .map(f)
+            .and_then(f)
     };
     let labels = bars.labels(repetitions);
     let repeated = bars.repeated;
@@ -595,7 +597,9 @@ fn over_time_chart(
                 let Some(s) = &r.summary else { continue };
                 let (Some(x), Some(y)) = (
                     seconds_since(t0, &s.started_at),
-                    op(s, op_name).and_then(|o| o.latency_ms.as_ref()).map(f),
+                    op(s, op_name)
+                        .and_then(|o| o.latency_ms.as_ref())
+                        .and_then(f),
                 ) else {
                     continue;
                 };
@@ -678,8 +682,8 @@ fn cells_table(out: &mut String, rows: &[&Row]) {
                     let _ = write!(
                         out,
                         "<td>{}</td><td>{}</td>",
-                        fmt_ms(p.map(|p| p.p50)),
-                        fmt_ms(p.map(|p| p.p99))
+                        fmt_ms(p.and_then(|p| p.p50)),
+                        fmt_ms(p.and_then(|p| p.p99))
                     );
                 }
             }

@@ -34,6 +34,47 @@ fn ms(v: f64) -> String {
     }
 }
 
+/// Under the operations table: each latency percentile with its 95% interval, where the run
+/// establishes one (`p99 783ms (760ms–810ms)`), and what `-` means when a percentile is not
+/// shown.
+fn intervals(out: &mut String, summary: &Summary) {
+    let mut lines = Vec::new();
+    let mut too_few = false;
+    for (name, s) in &summary.operations {
+        let Some(l) = &s.latency_ms else { continue };
+        too_few |= l.p50.is_none() || l.p90.is_none() || l.p99.is_none();
+        let shown: Vec<String> = [
+            ("p50", l.p50, l.p50_ci),
+            ("p90", l.p90, l.p90_ci),
+            ("p99", l.p99, l.p99_ci),
+            ("p99.9", l.p999, l.p999_ci),
+        ]
+        .into_iter()
+        .filter_map(|(label, v, ci)| {
+            let [lo, hi] = ci?;
+            Some(format!("{label} {} ({}–{})", ms(v?), ms(lo), ms(hi)))
+        })
+        .collect();
+        if !shown.is_empty() {
+            lines.push(format!("{name:<16} {}", shown.join("  ")));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\n95% intervals (docs/measurement.md)");
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if too_few {
+        let _ = writeln!(out, "- : too few samples to estimate that percentile");
+    }
+}
+
+/// A percentile for a table column, `-` where the run has too few samples to estimate it.
+fn oms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), ms)
+}
+
 fn rate(bytes_per_s: f64) -> String {
     format!("{:.1}", bytes_per_s / (1024.0 * 1024.0))
 }
@@ -42,7 +83,7 @@ fn row(out: &mut String, name: &str, s: &OpSummary) {
     let (p50, p90, p99, max) = match &s.latency_ms {
         Some(Percentiles {
             p50, p90, p99, max, ..
-        }) => (ms(*p50), ms(*p90), ms(*p99), ms(*max)),
+        }) => (oms(*p50), oms(*p90), oms(*p99), ms(*max)),
         None => ("-".into(), "-".into(), "-".into(), "-".into()),
     };
     let _ = writeln!(
@@ -144,6 +185,7 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
     for (name, s) in &summary.sessions {
         row(&mut out, name, s);
     }
+    intervals(&mut out, summary);
     let delay: Vec<_> = summary
         .operations
         .iter()
@@ -160,13 +202,13 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             let (sp50, sp99) = s
                 .service_ms
                 .as_ref()
-                .map_or(("-".into(), "-".into()), |p| (ms(p.p50), ms(p.p99)));
+                .map_or(("-".into(), "-".into()), |p| (oms(p.p50), oms(p.p99)));
             let late = s.late_starts.map_or(0, |l| l.over_10ms);
             let _ = writeln!(
                 out,
                 "{name:<16} {sp50:>9} {sp99:>9} {:>9} {:>9} {:>9} {late:>10}",
-                ms(lag.p50),
-                ms(lag.p99),
+                oms(lag.p50),
+                oms(lag.p99),
                 ms(lag.max)
             );
         }
@@ -186,7 +228,7 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             let op = main.map_or("-", |(name, _)| name);
             let (p50, p99) = main
                 .and_then(|(_, o)| o.latency_ms.as_ref())
-                .map_or(("-".into(), "-".into()), |p| (ms(p.p50), ms(p.p99)));
+                .map_or(("-".into(), "-".into()), |p| (oms(p.p50), oms(p.p99)));
             let state = match e.transitions.as_slice() {
                 [] => "up".to_owned(),
                 list => list
@@ -261,7 +303,7 @@ fn split_lines(out: &mut String, summary: &Summary) {
                 .latency_ms
                 .as_ref()
                 .map_or(("-".into(), "-".into(), "-".into()), |p| {
-                    (ms(p.p50), ms(p.p99), ms(p.max))
+                    (oms(p.p50), oms(p.p99), ms(p.max))
                 });
             let _ = writeln!(
                 out,
@@ -411,13 +453,13 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
             format!("{}", s.requests_per_s),
             format!("{}", s.bytes_per_s),
             num(l.map(|l| l.mean)),
-            num(l.map(|l| l.p50)),
-            num(l.map(|l| l.p90)),
-            num(l.map(|l| l.p99)),
-            num(l.map(|l| l.p999)),
+            num(l.and_then(|l| l.p50)),
+            num(l.and_then(|l| l.p90)),
+            num(l.and_then(|l| l.p99)),
+            num(l.and_then(|l| l.p999)),
             num(l.map(|l| l.max)),
-            num(s.service_ms.map(|l| l.p99)),
-            num(s.schedule_lag_ms.map(|l| l.p99)),
+            num(s.service_ms.and_then(|l| l.p99)),
+            num(s.schedule_lag_ms.and_then(|l| l.p99)),
         ])?;
     }
     Ok(String::from_utf8(w.into_inner()?)?)

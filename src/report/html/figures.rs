@@ -620,7 +620,10 @@ fn size_class_chart(set: &ResultSet) -> Figure {
         },
         Panel {
             title: "p99 latency (ms)".into(),
-            values: rows.iter().map(|r| r.2.latency_ms.map(|l| l.p99)).collect(),
+            values: rows
+                .iter()
+                .map(|r| r.2.latency_ms.and_then(|l| l.p99))
+                .collect(),
             log_ratio: 100.0,
             color: 1,
             integer: false,

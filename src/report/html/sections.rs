@@ -270,7 +270,12 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
             fact(
                 out,
                 "canary wake-up (10 ms sleep)",
-                &format!("p50 {} · p99 {} · max {}", ms(p.p50), ms(p.p99), ms(p.max)),
+                &format!(
+                    "p50 {} · p99 {} · max {}",
+                    p.p50.map_or_else(|| "–".into(), ms),
+                    p.p99.map_or_else(|| "–".into(), ms),
+                    ms(p.max)
+                ),
             );
         }
         match (c.cpu_seconds, c.cpu_share) {
@@ -398,7 +403,7 @@ pub(super) fn header_split_section(out: &mut String, set: &ResultSet) {
             td(out, opt_ms(l, |p| p.p50));
             td(out, opt_ms(l, |p| p.p90));
             td(out, opt_ms(l, |p| p.p99));
-            td(out, opt_ms(l, |p| p.max));
+            td(out, opt_ms(l, |p| Some(p.max)));
             out.push_str("</tr>");
         }
     }
@@ -547,7 +552,7 @@ pub(super) fn size_class_section(out: &mut String, set: &ResultSet, figs: &[Figu
         let l = c.latency_ms.as_ref();
         td(out, opt_ms(l, |p| p.p50));
         td(out, opt_ms(l, |p| p.p99));
-        td(out, opt_ms(l, |p| p.max));
+        td(out, opt_ms(l, |p| Some(p.max)));
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table></div></section>");

@@ -8,8 +8,33 @@ use crate::report::chart::escape;
 use crate::report::ms;
 use crate::results::summary::OpSummary;
 
-pub(super) fn opt_ms(p: Option<&Percentiles>, f: impl Fn(&Percentiles) -> f64) -> String {
-    p.map(|p| ms(f(p))).unwrap_or_else(|| "–".into())
+pub(super) fn opt_ms(p: Option<&Percentiles>, f: impl Fn(&Percentiles) -> Option<f64>) -> String {
+    p.and_then(f).map_or_else(|| "–".into(), ms)
+}
+
+/// A percentile's cell: its value over its 95% interval (where established); `–` with a
+/// tooltip where the run has too few samples to estimate it.
+fn td_ci(
+    out: &mut String,
+    p: Option<&Percentiles>,
+    f: impl Fn(&Percentiles) -> (Option<f64>, Option<[f64; 2]>),
+) {
+    match p.map(f) {
+        Some((Some(v), Some([lo, hi]))) => {
+            let _ = write!(
+                out,
+                "<td title=\"95% interval\">{}<br><small>{}–{}</small></td>",
+                escape(&ms(v)),
+                escape(&ms(lo)),
+                escape(&ms(hi))
+            );
+        }
+        Some((Some(v), None)) => td(out, ms(v)),
+        Some((None, _)) => {
+            out.push_str("<td title=\"too few samples to estimate it\">–</td>");
+        }
+        None => td(out, "–"),
+    }
 }
 
 pub(super) fn mib(bytes_per_s: f64) -> String {
@@ -62,12 +87,12 @@ pub(super) fn ops_table(
         } else {
             td(out, 0);
         }
-        td(out, opt_ms(l, |p| p.p50));
-        td(out, opt_ms(l, |p| p.p90));
-        td(out, opt_ms(l, |p| p.p99));
-        td(out, opt_ms(l, |p| p.p999));
-        td(out, opt_ms(l, |p| p.max));
-        td(out, opt_ms(l, |p| p.mean));
+        td_ci(out, l, |p| (p.p50, p.p50_ci));
+        td_ci(out, l, |p| (p.p90, p.p90_ci));
+        td_ci(out, l, |p| (p.p99, p.p99_ci));
+        td_ci(out, l, |p| (p.p999, p.p999_ci));
+        td(out, opt_ms(l, |p| Some(p.max)));
+        td(out, opt_ms(l, |p| Some(p.mean)));
         td(out, format!("{:.1}", s.requests_per_s));
         td(out, mib(s.bytes_per_s));
         if any_errors {
