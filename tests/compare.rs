@@ -183,3 +183,129 @@ fn a_side_of_runs_with_different_settings_is_refused_with_what_differs() {
         r.stderr
     );
 }
+
+/// `--baseline DIR` with thresholds relative to it: a rerun of the same workload passes the
+/// documented gate, with both runs' intervals in its verdict; a limit far below the
+/// baseline holds (exit 3); a relative threshold without a baseline, or a baseline of
+/// another workload, is refused before any work.
+#[test]
+fn a_baseline_gate_fails_only_beyond_both_runs_intervals() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let push = run_bin(
+        &[
+            "push",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "gate/app",
+            "--images",
+            "100",
+            "--layers",
+            "3",
+            "--layer-size",
+            "16KiB",
+            "--output-dir",
+            dir.path().join("push").to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    // Short intervals: enough batches for the intervals of a run of a second or two.
+    let pull = |out: &str, extra: &[&str]| {
+        let out = dir.path().join(out);
+        let mut args = vec![
+            "pull",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "gate/app",
+            "--images",
+            "100",
+            "--concurrency",
+            "2",
+            "--interval",
+            "20ms",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let r = run_bin(&args, None, &[]);
+        let summary = if out.join("summary.json").exists() {
+            common::summary_json(&out)
+        } else {
+            serde_json::Value::Null
+        };
+        (r, summary)
+    };
+    let (base, _) = pull("base", &[]);
+    assert_eq!(base.code, 0, "{}", base.stderr);
+    let base_dir = dir.path().join("base");
+    let base_dir = base_dir.to_str().unwrap();
+    // A factor of 2: a rerun on a loaded machine never doubles its p90, intervals or not.
+    let gate = "p90(blob_get) > baseline * 2";
+    let (again, s) = pull("again", &["--baseline", base_dir, "--fail-if", gate]);
+    let verdict = &s["thresholds"][0];
+    assert_eq!(again.code, 0, "{verdict}\n{}", again.stderr);
+    assert_eq!(verdict["verdict"], "clear", "{verdict}");
+    let b = &verdict["baseline"];
+    assert!(b["value"].as_f64().unwrap() > 0.0, "{verdict}");
+    assert!(
+        b["interval"].is_array() && b["baseline_interval"].is_array(),
+        "{verdict}"
+    );
+    // Half the baseline's p50: far below what this run measures, beyond both intervals.
+    let (low, s) = pull(
+        "low",
+        &[
+            "--baseline",
+            base_dir,
+            "--fail-if",
+            "p50(blob_get) > baseline * 0.5",
+        ],
+    );
+    assert_eq!(low.code, 3, "{}\n{}", s["thresholds"], low.stderr);
+    assert!(
+        low.stderr.contains("against a baseline limit"),
+        "{}",
+        low.stderr
+    );
+    // The same gate between two finished runs: compare with A as the baseline.
+    let again_dir = dir.path().join("again");
+    let again_dir = again_dir.to_str().unwrap();
+    let c = run_bin(
+        &["compare", base_dir, again_dir, "--fail-if", gate, "--quiet"],
+        None,
+        &[],
+    );
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let half = "p50(blob_get) > baseline * 0.5";
+    let c = run_bin(
+        &["compare", base_dir, again_dir, "--fail-if", half, "--quiet"],
+        None,
+        &[],
+    );
+    assert_eq!(c.code, 3, "{}", c.stderr);
+    // Refused before any work.
+    let (none, _) = pull("none", &["--fail-if", gate]);
+    assert_eq!(none.code, 2);
+    assert!(
+        none.stderr.contains("give --baseline DIR"),
+        "{}",
+        none.stderr
+    );
+    let push_dir = dir.path().join("push");
+    let (other, _) = pull(
+        "other",
+        &["--baseline", push_dir.to_str().unwrap(), "--fail-if", gate],
+    );
+    assert_eq!(other.code, 2);
+    assert!(
+        other.stderr.contains("must run the same workload"),
+        "{}",
+        other.stderr
+    );
+}

@@ -337,6 +337,11 @@ pub struct OutputArgs {
     #[arg(long, value_name = "EXPR")]
     pub fail_if: Vec<String>,
 
+    /// A result directory of the same workload that --fail-if compares with: e.g.
+    /// 'p99(blob_get) > baseline * 1.10', which holds only beyond both runs' 95% intervals.
+    #[arg(long, value_name = "DIR")]
+    pub baseline: Option<PathBuf>,
+
     /// Failed operations tolerated before the exit status is 1: a count (5) or a share of
     /// the operations (1%). Recorded in summary.json (`max_errors`).
     #[arg(hide_short_help = true, long, value_name = "N|P%", default_value = "0")]
@@ -397,6 +402,7 @@ impl From<&OutputArgs> for crate::session::OutputOptions {
             json: a.json,
             quiet: a.quiet,
             fail_if: a.fail_if.clone(),
+            baseline: a.baseline.clone(),
             max_errors: a.max_errors,
             interval: a.interval,
             metrics_listen: a.metrics_listen,

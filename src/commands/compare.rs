@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::report::compare::{compare_runs, render};
-use crate::results::store::load;
+use crate::results::store::{aggregator_of, load};
+use crate::results::thresholds::{parse_all, report, verdicts, Baseline};
 use crate::session::status::ExitStatus;
 
 #[derive(Debug, Clone, Args)]
@@ -24,6 +25,10 @@ pub struct CompareArgs {
     /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Exit 3 when EXPR holds for B with A as its baseline (one run a side), e.g.
+    /// 'p99(blob_get) > baseline * 1.10': beyond both runs' 95% intervals (docs/results.md).
+    #[arg(long, value_name = "EXPR")]
+    pub fail_if: Vec<String>,
     /// `--quiet` (a global flag).
     #[arg(skip)]
     pub quiet: bool,
@@ -35,13 +40,39 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
     let a = load_all(&args.a)?;
     let b = load_all(&args.b)?;
     let comparison = compare_runs(&a, &b, args.force)?;
-    if args.quiet {
-        return Ok(ExitStatus::Success);
+    let held = gate(&args.fail_if, &a, &b)?;
+    if !args.quiet {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&comparison)?);
+        } else {
+            print!("{}", render(&comparison));
+        }
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    Ok(if held {
+        ExitStatus::ThresholdFailed
     } else {
-        print!("{}", render(&comparison));
+        ExitStatus::Success
+    })
+}
+
+/// `--fail-if` on B with A as the baseline: whether one held (said on stderr).
+fn gate(
+    texts: &[String],
+    a: &[crate::results::ResultSet],
+    b: &[crate::results::ResultSet],
+) -> anyhow::Result<bool> {
+    if texts.is_empty() {
+        return Ok(false);
     }
-    Ok(ExitStatus::Success)
+    let thresholds = parse_all(texts)?;
+    let ([base], [run]) = (a, b) else {
+        anyhow::bail!("--fail-if compares one run with its baseline: give one directory a side");
+    };
+    let baseline = Baseline {
+        summary: base.summary.clone(),
+        table: aggregator_of(&base.counters, &base.hlog)?.table,
+    };
+    let table = aggregator_of(&run.counters, &run.hlog)?.table;
+    let judged = verdicts(&thresholds, &run.summary, &table, Some(&baseline));
+    Ok(report(&judged))
 }

@@ -531,6 +531,23 @@ pub struct ThresholdVerdict {
     pub measured: Option<String>,
     /// `held` (the run fails), `clear`, or `no_data` (not checked).
     pub verdict: String,
+    /// A threshold relative to a baseline run (`--baseline`): what the baseline measured,
+    /// the limit it gave, and both runs' intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineVerdict>,
+}
+
+/// The baseline side of a threshold's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineVerdict {
+    /// The same metric in the baseline run.
+    pub value: Option<f64>,
+    /// The baseline's value times the factor.
+    pub limit: Option<f64>,
+    /// This run's 95% interval of the figure, where it has one.
+    pub interval: Option<[f64; 2]>,
+    /// The baseline's.
+    pub baseline_interval: Option<[f64; 2]>,
 }
 
 impl ThresholdVerdict {

@@ -17,13 +17,21 @@
 //! `OP` is an operation or session name (`blob_get`, `image_pull`, …) or `all` (every
 //! workload operation together). Percentiles come from the exact histograms, not from the
 //! rounded numbers of `summary.json`.
+//!
+//! `VALUE` may be relative to a baseline run (`--baseline DIR`): `baseline * 1.10`,
+//! `baseline`, the same metric measured in that run times the factor. Such a threshold
+//! holds only beyond the uncertainty of both runs: for `>`, the lower bound of this run's
+//! 95% interval above the baseline's upper bound times the factor (for `<`, this run's
+//! upper bound below the baseline's lower bound times the factor); where a run has no
+//! interval of that figure (only percentiles of one operation have them), its value
+//! stands for both bounds.
 
 use std::fmt;
 
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
-pub use super::summary::{MaxErrors, ThresholdVerdict};
+pub use super::summary::{BaselineVerdict, MaxErrors, ThresholdVerdict};
 use crate::metrics::{new_histogram, ErrorKind, Level, Op, Stats, StatsTable};
 use crate::units::{parse_count, parse_duration, parse_size};
 
@@ -94,8 +102,39 @@ pub struct Threshold {
     pub text: String,
     metric: Metric,
     cmp: Cmp,
+    limit: Limit,
+}
+
+/// What a threshold compares with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Limit {
     /// In the metric's unit: ms for latencies, a fraction for rates, a count, bytes/s.
-    limit: f64,
+    Value(f64),
+    /// The same metric in the baseline run, times this factor.
+    Baseline(f64),
+}
+
+/// A finished run thresholds compare with (`--baseline DIR`): its summary and its
+/// whole-run histograms.
+#[derive(Debug)]
+pub struct Baseline {
+    pub summary: Summary,
+    pub table: StatsTable,
+}
+
+/// `baseline`, `baseline * F`: the factor; `None` when `value` is not relative to one.
+fn baseline_factor(value: &str) -> Option<Result<f64, String>> {
+    let rest = value.strip_prefix("baseline")?.trim();
+    if rest.is_empty() {
+        return Some(Ok(1.0));
+    }
+    Some(
+        rest.strip_prefix('*')
+            .map(str::trim)
+            .and_then(|f| f.parse::<f64>().ok())
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| format!("'{value}': use baseline or baseline * FACTOR (e.g. 1.10)")),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,6 +245,9 @@ impl Threshold {
             }
         };
         let stat = stat_of(name).map_err(err)?;
+        // Relative to a baseline: the metric's own unit does not matter.
+        let relative = baseline_factor(rhs).transpose().map_err(err)?;
+        let rhs = if relative.is_some() { "0" } else { rhs };
         let (metric, limit) = match (stat, name) {
             (Some(stat), _) => {
                 if arg.is_none() {
@@ -249,7 +291,7 @@ impl Threshold {
             text: text.to_owned(),
             metric,
             cmp,
-            limit,
+            limit: relative.map_or(Limit::Value(limit), Limit::Baseline),
         })
     }
 
@@ -325,10 +367,89 @@ impl Threshold {
     }
 
     pub fn evaluate(&self, summary: &Summary, table: &StatsTable) -> Verdict {
-        match self.measure(summary, table) {
-            None => Verdict::NoData,
-            Some(v) if self.cmp.holds(v, self.limit) => Verdict::Holds(v),
-            Some(v) => Verdict::Clear(v),
+        match (self.measure(summary, table), self.limit) {
+            (None, _) => Verdict::NoData,
+            (Some(v), Limit::Value(limit)) if self.cmp.holds(v, limit) => Verdict::Holds(v),
+            (Some(v), _) => Verdict::Clear(v),
+        }
+    }
+
+    /// Whether the threshold compares with a baseline run.
+    pub fn needs_baseline(&self) -> bool {
+        matches!(self.limit, Limit::Baseline(_))
+    }
+
+    /// The 95% interval of the measured figure in `summary`, where the run has one: a
+    /// standard percentile (p50, p90, p99, p99.9) of one operation.
+    fn interval(&self, summary: &Summary) -> Option<[f64; 2]> {
+        let Metric::Latency {
+            stat: Stat::Quantile(q),
+            scope: Scope::Op(op),
+            series,
+        } = &self.metric
+        else {
+            return None;
+        };
+        let o = summary
+            .operations
+            .get(op.name())
+            .or_else(|| summary.sessions.get(op.name()))?;
+        let p = match series {
+            Series::Latency => o.latency_ms,
+            Series::Service => o.service_ms,
+            Series::Lag => o.schedule_lag_ms,
+            Series::Ttfb => o.ttfb_ms,
+        }?;
+        match (q * 1000.0).round() as u64 {
+            500 => p.p50_ci,
+            900 => p.p90_ci,
+            990 => p.p99_ci,
+            999 => p.p999_ci,
+            _ => None,
+        }
+    }
+
+    /// Judges a threshold relative to `baseline`: see the module's documentation.
+    fn against(
+        &self,
+        summary: &Summary,
+        table: &StatsTable,
+        baseline: &Baseline,
+    ) -> ThresholdVerdict {
+        let Limit::Baseline(factor) = self.limit else {
+            unreachable!("only thresholds relative to a baseline are judged against one")
+        };
+        let value = self.measure(summary, table);
+        let base = self.measure(&baseline.summary, &baseline.table);
+        let (mine, theirs) = (self.interval(summary), self.interval(&baseline.summary));
+        let verdict = match (value, base) {
+            (Some(v), Some(b)) => {
+                let [lo, hi] = mine.unwrap_or([v, v]);
+                let [blo, bhi] = theirs.unwrap_or([b, b]);
+                let holds = match self.cmp {
+                    Cmp::Gt | Cmp::Ge => self.cmp.holds(lo, bhi * factor),
+                    Cmp::Lt | Cmp::Le => self.cmp.holds(hi, blo * factor),
+                    Cmp::Eq | Cmp::Ne => self.cmp.holds(v, b * factor),
+                };
+                if holds {
+                    "held"
+                } else {
+                    "clear"
+                }
+            }
+            _ => "no_data",
+        };
+        ThresholdVerdict {
+            expression: self.to_string(),
+            value,
+            measured: value.map(|v| self.show(v)),
+            verdict: verdict.into(),
+            baseline: Some(BaselineVerdict {
+                value: base,
+                limit: base.map(|b| b * factor),
+                interval: mine,
+                baseline_interval: theirs,
+            }),
         }
     }
 
@@ -350,15 +471,19 @@ impl fmt::Display for Threshold {
     }
 }
 
-/// Evaluates every threshold, in order.
+/// Evaluates every threshold, in order, those relative to a baseline against `baseline`.
 pub fn verdicts(
     thresholds: &[Threshold],
     summary: &Summary,
     table: &StatsTable,
+    baseline: Option<&Baseline>,
 ) -> Vec<ThresholdVerdict> {
     thresholds
         .iter()
         .map(|t| {
+            if let (true, Some(b)) = (t.needs_baseline(), baseline) {
+                return t.against(summary, table, b);
+            }
             let (value, verdict) = match t.evaluate(summary, table) {
                 Verdict::Holds(v) => (Some(v), "held"),
                 Verdict::Clear(v) => (Some(v), "clear"),
@@ -369,6 +494,7 @@ pub fn verdicts(
                 value,
                 measured: value.map(|v| t.show(v)),
                 verdict: verdict.into(),
+                baseline: None,
             }
         })
         .collect()
@@ -382,7 +508,19 @@ pub fn report(verdicts: &[ThresholdVerdict]) -> bool {
         match (v.verdict.as_str(), &v.measured) {
             ("held", Some(m)) => {
                 failed = true;
-                eprintln!("creb-rs: --fail-if '{}' holds: measured {m}", v.expression);
+                let against =
+                    v.baseline
+                        .as_ref()
+                        .and_then(|b| b.limit)
+                        .map_or(String::new(), |l| {
+                            format!(
+                                " against a baseline limit of {l:.3} (beyond both runs' intervals)"
+                            )
+                        });
+                eprintln!(
+                    "creb-rs: --fail-if '{}' holds: measured {m}{against}",
+                    v.expression
+                );
             }
             ("no_data", _) => eprintln!(
                 "creb-rs: --fail-if '{}': nothing measured, not checked",
@@ -532,6 +670,23 @@ mod tests {
         ));
         assert!(matches!(verdict("warnings > 0"), Verdict::Clear(_)));
         assert_eq!(verdict("p99(manifest_get) > 1s"), Verdict::NoData);
+    }
+
+    #[test]
+    fn limits_relative_to_a_baseline_parse() {
+        let t = Threshold::parse("p99(blob_get) > baseline * 1.10").unwrap();
+        assert_eq!(t.limit, Limit::Baseline(1.10));
+        assert!(t.needs_baseline());
+        let t = Threshold::parse("rps(blob_get) < baseline").unwrap();
+        assert_eq!(t.limit, Limit::Baseline(1.0));
+        assert!(!Threshold::parse("rps < 100").unwrap().needs_baseline());
+        for bad in [
+            "p99(blob_get) > baseline * x",
+            "p99(blob_get) > baseline + 1",
+        ] {
+            let e = Threshold::parse(bad).unwrap_err();
+            assert!(e.reason.contains("baseline * FACTOR"), "{e}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::metrics::{Aggregator, ErrorLog};
 use crate::progress::{self, Progress, ProgressLine};
 use crate::report::render_text_with;
 use crate::results::store::write_final;
-use crate::results::thresholds::{parse_all, report, verdicts, Threshold};
+use crate::results::thresholds::{parse_all, report, verdicts, Baseline, Threshold};
 use crate::results::{prepare_result_dir, Meta, RunOutput, Summary, Warning};
 use observe::{Observation, RegistryWatch};
 pub use output::OutputOptions;
@@ -55,6 +55,8 @@ pub struct Session {
     /// Where and how the run's results go (the aggregator's settings).
     pub output: RunOutput,
     thresholds: Vec<Threshold>,
+    /// The run thresholds relative to a baseline compare with (`--baseline`).
+    baseline: Option<Baseline>,
     observation: Observation,
 }
 
@@ -69,6 +71,7 @@ impl Session {
         shard: u32,
     ) -> anyhow::Result<Session> {
         let thresholds = parse_all(&flags.fail_if)?;
+        let baseline = open_baseline(flags, &thresholds, &labels)?;
         if let Some(dir) = &flags.output_dir {
             let removed = prepare_result_dir(dir, flags.force)?;
             if !(removed.is_empty() || flags.quiet || flags.json) {
@@ -91,6 +94,7 @@ impl Session {
             flags: flags.clone(),
             output,
             thresholds,
+            baseline,
             observation,
         })
     }
@@ -136,8 +140,12 @@ impl Session {
         run.summary.max_errors = Some(self.flags.max_errors);
         mark_interrupted(&mut run.summary);
         let judged = if shown.judge {
-            run.summary.thresholds =
-                verdicts(&self.thresholds, &run.summary, &run.aggregator.table);
+            run.summary.thresholds = verdicts(
+                &self.thresholds,
+                &run.summary,
+                &run.aggregator.table,
+                self.baseline.as_ref(),
+            );
             run.summary.thresholds.clone()
         } else {
             Vec::new()
@@ -196,6 +204,40 @@ impl Session {
         }
         Ok(exit_status(&run.summary, slow, false))
     }
+}
+
+/// The run `--baseline` names, read before any work: refused when it is not a result
+/// directory or a result of another command or workload model; required when a threshold
+/// is relative to it.
+fn open_baseline(
+    flags: &OutputOptions,
+    thresholds: &[Threshold],
+    labels: &RunInfoLabels,
+) -> anyhow::Result<Option<Baseline>> {
+    let Some(dir) = &flags.baseline else {
+        if let Some(t) = thresholds.iter().find(|t| t.needs_baseline()) {
+            anyhow::bail!("--fail-if '{t}' compares with a baseline: give --baseline DIR");
+        }
+        return Ok(None);
+    };
+    let set = crate::results::store::load(dir)
+        .with_context(|| format!("--baseline {}", dir.display()))?;
+    let (command, mode) = (labels.command.as_str(), labels.mode.as_str());
+    if set.summary.command != command || set.summary.mode != mode {
+        anyhow::bail!(
+            "--baseline {}: a {} ({}) result, not one of {command} ({mode}): a baseline must run \
+             the same workload",
+            dir.display(),
+            set.summary.command,
+            set.summary.mode
+        );
+    }
+    let aggregator = crate::results::store::aggregator_of(&set.counters, &set.hlog)
+        .with_context(|| format!("--baseline {}", dir.display()))?;
+    Ok(Some(Baseline {
+        summary: set.summary,
+        table: aggregator.table,
+    }))
 }
 
 /// The exit status of a finished run, one rule for every load command (docs/cli.md):

@@ -22,6 +22,8 @@ pub struct OutputOptions {
     pub quiet: bool,
     /// Threshold expressions, judged on the finished run.
     pub fail_if: Vec<String>,
+    /// The result directory thresholds relative to a baseline compare with.
+    pub baseline: Option<PathBuf>,
     /// Failed operations tolerated before exit 1.
     pub max_errors: MaxErrors,
     /// The length of the intervals of histograms.hlog and timeline.csv.
@@ -52,6 +54,7 @@ impl Default for OutputOptions {
             json: false,
             quiet: false,
             fail_if: Vec::new(),
+            baseline: None,
             max_errors: MaxErrors::default(),
             interval: Duration::from_secs(1),
             metrics_listen: None,
