@@ -133,6 +133,7 @@ fn histograms(c: &mut Criterion) {
     let config = AggregatorConfig {
         interval: Duration::from_secs(1),
         anchor: base,
+        warmup: Duration::ZERO,
     };
 
     let mut group = c.benchmark_group("histograms");

@@ -185,6 +185,7 @@ async fn write_result_dir(dir: &Path, index: u32, wall: SystemTime) {
         record_requests: false,
         live: None,
         split_by: None,
+        warmup: Duration::ZERO,
     };
     // An hour ahead: the aggregator's ticker never fires, so intervals are flushed in order
     // by `finish`, whatever the machine's speed.

@@ -67,6 +67,7 @@ async fn write_dir(
         record_requests: false,
         live: None,
         split_by: Some(http::HeaderName::from_static("x-cache-status")),
+        warmup: Duration::ZERO,
     };
     let (recorder, aggregator) = output.start(anchor, wall).unwrap();
     for r in samples {

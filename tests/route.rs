@@ -910,16 +910,17 @@ async fn merged_shards_keep_exact_per_endpoint_numbers() {
             "{}",
             node.url
         );
-        let p99 = |s: &serde_json::Value| {
-            s["endpoints"][&node.url]["operations"]["blob_get"]["latency_ms"]["p99"]
+        // p90: a node's share of one shard may be under the hundred samples a p99 needs.
+        let p90 = |s: &serde_json::Value| {
+            s["endpoints"][&node.url]["operations"]["blob_get"]["latency_ms"]["p90"]
                 .as_f64()
                 .unwrap()
         };
-        let (a, b) = (p99(&shard_summaries[0]), p99(&shard_summaries[1]));
+        let (a, b) = (p90(&shard_summaries[0]), p90(&shard_summaries[1]));
         assert!(
-            (a.min(b)..=a.max(b)).contains(&p99(&m)),
-            "merged p99 {} outside the shards' {a} and {b}",
-            p99(&m)
+            (a.min(b)..=a.max(b)).contains(&p90(&m)),
+            "merged p90 {} outside the shards' {a} and {b}",
+            p90(&m)
         );
     }
     endpoint_timeline(&merged, &m);

@@ -339,7 +339,7 @@ pub struct OutputArgs {
 
     /// A result directory of the same workload that --fail-if compares with: e.g.
     /// 'p99(blob_get) > baseline * 1.10', which holds only beyond both runs' 95% intervals.
-    #[arg(long, value_name = "DIR")]
+    #[arg(hide_short_help = true, long, value_name = "DIR")]
     pub baseline: Option<PathBuf>,
 
     /// Failed operations tolerated before the exit status is 1: a count (5) or a share of
@@ -350,6 +350,11 @@ pub struct OutputArgs {
     /// Length of the intervals of histograms.hlog and timeline.csv.
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
+
+    /// Leave out of every number the intervals that start in the first D of the run (a
+    /// warm-up the steady-state check reports; docs/measurement.md). Rates are over the rest.
+    #[arg(hide_short_help = true, long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
+    pub warmup: Duration,
 
     /// Serve the run's live metrics for Prometheus at http://ADDR/metrics while it goes
     /// (e.g. 127.0.0.1:9464; docs/metrics.md lists them).
@@ -405,6 +410,7 @@ impl From<&OutputArgs> for crate::session::OutputOptions {
             baseline: a.baseline.clone(),
             max_errors: a.max_errors,
             interval: a.interval,
+            warmup: a.warmup,
             metrics_listen: a.metrics_listen,
             metrics_linger: a.metrics_linger,
             registry_metrics: a.registry_metrics.clone(),

@@ -618,7 +618,8 @@ pub fn merge_into(
         counters.add(&s.counters);
     }
     let hlog = merge_hlogs(&sets);
-    let aggregator = aggregator_of(&counters, &hlog)?;
+    let mut aggregator = aggregator_of(&counters, &hlog)?;
+    aggregator.batches.interval = interval;
     let mut hosts = Vec::new();
     for s in &sets {
         hosts.extend(hosts_of(s)?);

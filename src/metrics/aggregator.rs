@@ -225,6 +225,9 @@ pub struct AggregatorConfig {
     pub interval: Duration,
     /// Interval 0 starts here (the shared start of a run).
     pub anchor: Instant,
+    /// `--warmup`: the intervals that start within this long after the anchor are left out
+    /// of every result (totals, breakdowns, files); the live metrics still see them.
+    pub warmup: Duration,
 }
 
 impl Default for AggregatorConfig {
@@ -232,6 +235,7 @@ impl Default for AggregatorConfig {
         AggregatorConfig {
             interval: Duration::from_secs(1),
             anchor: Instant::now(),
+            warmup: Duration::ZERO,
         }
     }
 }
@@ -279,10 +283,12 @@ pub struct Aggregator {
 
 impl Aggregator {
     pub fn new(config: AggregatorConfig) -> Self {
-        Aggregator {
+        let mut aggregator = Aggregator {
             config: Some(config),
             ..Aggregator::default()
-        }
+        };
+        aggregator.batches.interval = config.interval;
+        aggregator
     }
 
     /// An aggregator holding stored results (a merge or a report).
@@ -297,6 +303,22 @@ impl Aggregator {
 
     fn config(&self) -> AggregatorConfig {
         self.config.unwrap_or_default()
+    }
+
+    /// The intervals `--warmup` leaves out: those that start before it ends.
+    pub fn warmup_intervals(&self) -> u64 {
+        let c = self.config();
+        c.warmup.as_nanos().div_ceil(c.interval.as_nanos().max(1)) as u64
+    }
+
+    /// How long the left-out warm-up lasts (whole intervals).
+    pub fn warmup(&self) -> Duration {
+        self.config().interval * self.warmup_intervals() as u32
+    }
+
+    /// Whether a sample that ended at `at` falls in the warm-up.
+    fn in_warmup(&self, at: Instant) -> bool {
+        self.index_of(at) < self.warmup_intervals()
     }
 
     fn index_of(&self, at: Instant) -> u64 {
@@ -355,7 +377,8 @@ impl Aggregator {
         endpoint: Option<u16>,
         sink: &mut Option<Box<dyn IntervalSink>>,
     ) {
-        if let Some(sink) = sink.as_mut().filter(|k| k.records_requests()) {
+        let warmup = self.in_warmup(s.timing.end);
+        if let Some(sink) = sink.as_mut().filter(|k| k.records_requests() && !warmup) {
             let offset = s.timing.end.saturating_duration_since(self.config().anchor);
             if let Err(e) = sink.request(offset, s) {
                 self.sink_error.get_or_insert(e.to_string());
@@ -377,7 +400,9 @@ impl Aggregator {
                 if self.endpoints.len() <= e {
                     self.endpoints.resize_with(e + 1, StatsTable::default);
                 }
-                self.endpoints[e].record(&s);
+                if !self.in_warmup(s.timing.end) {
+                    self.endpoints[e].record(&s);
+                }
                 if s.op.level() == Level::Operation {
                     // The interval `record` puts the sample in.
                     let index = self.index_of(s.timing.end).max(self.flushed_upto);
@@ -403,7 +428,9 @@ impl Aggregator {
                 if self.splits.len() <= l {
                     self.splits.resize_with(l + 1, StatsTable::default);
                 }
-                self.splits[l].record(&s);
+                if !self.in_warmup(s.timing.end) {
+                    self.splits[l].record(&s);
+                }
                 if self.live.is_some() {
                     if let (Some(name), Some(live)) = (self.split_name(label), &self.live) {
                         live.observe_split(&s, name);
@@ -484,7 +511,15 @@ impl Aggregator {
             let index = *index;
             // Intervals before this one that saw nothing.
             let idle = vec![EndpointCounters::default(); self.endpoints.len()];
+            let warmup = self.warmup_intervals();
             while self.flushed_upto < index {
+                if self.flushed_upto < warmup {
+                    // Left out (--warmup): neither written nor counted; an empty batch
+                    // interval, as a merge of the files sees it.
+                    self.batches.end_interval();
+                    self.flushed_upto += 1;
+                    continue;
+                }
                 let interval = Interval {
                     index: self.flushed_upto,
                     start: start_of(c, self.flushed_upto),
@@ -501,6 +536,16 @@ impl Aggregator {
                 break;
             };
             counters.in_flight = self.offered_total.saturating_sub(self.completed_total);
+            if index < warmup {
+                // Left out (--warmup): neither written nor counted; an empty batch
+                // interval, as a merge of the files sees it.
+                self.batches.end_interval();
+                self.endpoint_open.remove(&index);
+                table.reset();
+                self.spare.push(table);
+                self.flushed_upto = index + 1;
+                continue;
+            }
             table.add_to(&mut self.table);
             self.batches.add_sparse_table(&table);
             self.batches.end_interval();
@@ -884,6 +929,7 @@ mod tests {
         let mut agg = Aggregator::new(AggregatorConfig {
             interval: second,
             anchor,
+            warmup: Duration::ZERO,
         });
         // What each interval should hold, recorded densely on the side.
         let mut expected: BTreeMap<u64, StatsTable> = BTreeMap::new();

@@ -19,6 +19,7 @@ pub mod hist;
 pub mod live;
 pub mod op;
 pub mod split;
+pub mod steady;
 pub mod uncertainty;
 
 use std::collections::BTreeMap;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
+pub use super::hist::estimable;
 use super::hist::{SparseHistogram, HISTOGRAM_SETTINGS};
 use super::{Op, Stats, StatsTable};
 
@@ -57,12 +58,6 @@ impl Metric {
     }
 }
 
-/// Whether `n` samples estimate the `q` quantile: at least one sample is expected beyond it
-/// (a p99.9 of 300 samples would be the maximum in disguise).
-pub fn estimable(n: u64, q: f64) -> bool {
-    n as f64 * (1.0 - q) >= 1.0 - 1e-9
-}
-
 /// A batch's histogram: two significant digits (1%) are far finer than the spread between
 /// batches they measure, and keep a batch at a few kilobytes.
 fn batch_histogram() -> Histogram<u32> {
@@ -98,6 +93,8 @@ impl Series {
 /// one computes the same intervals from the same data.
 #[derive(Debug, Clone)]
 pub struct Batches {
+    /// The length of one interval.
+    pub interval: std::time::Duration,
     /// Intervals per batch.
     per_batch: u64,
     open_intervals: u64,
@@ -111,6 +108,7 @@ pub struct Batches {
 impl Default for Batches {
     fn default() -> Self {
         Batches {
+            interval: std::time::Duration::from_secs(1),
             per_batch: 1,
             open_intervals: 0,
             closed: 0,
@@ -196,6 +194,11 @@ impl Batches {
         (self.closed, self.per_batch)
     }
 
+    /// The seconds one batch spans.
+    pub fn batch_s(&self) -> f64 {
+        self.interval.as_secs_f64() * self.per_batch as f64
+    }
+
     /// The `q` quantile of `op`'s `metric` in every closed batch that estimates it, µs.
     pub fn estimates(&self, op: Op, metric: Metric, q: f64) -> Vec<f64> {
         let Some(series) = self.series.get(&(op, metric)) else {
@@ -215,9 +218,10 @@ impl Batches {
         &self.completed
     }
 
-    /// The `q` quantile of `op`'s `metric` per closed batch (`None` where a batch does not
-    /// estimate it), µs: the run's course, for the steady-state verdict.
-    pub fn course(&self, op: Op, metric: Metric, q: f64) -> Vec<Option<f64>> {
+    /// The `q` quantile of `op`'s `metric` per closed batch (`None` where a batch has fewer
+    /// than `min` samples or does not estimate it), µs: the run's course, for the
+    /// steady-state verdict.
+    pub fn course(&self, op: Op, metric: Metric, q: f64, min: u64) -> Vec<Option<f64>> {
         let Some(series) = self.series.get(&(op, metric)) else {
             return Vec::new();
         };
@@ -226,7 +230,7 @@ impl Batches {
             .iter()
             .map(|h| {
                 h.as_ref()
-                    .filter(|h| estimable(h.len(), q))
+                    .filter(|h| h.len() >= min && estimable(h.len(), q))
                     .map(|h| h.value_at_quantile(q) as f64)
             })
             .collect()

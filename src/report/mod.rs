@@ -70,6 +70,36 @@ fn intervals(out: &mut String, summary: &Summary) {
     }
 }
 
+/// Whether the run was steady, in one line (absent from results of older versions).
+pub fn steady_line(summary: &Summary) -> Option<String> {
+    let s = summary.steady_state.as_ref()?;
+    let warmup = if s.warmup_s > 0.0 {
+        format!(", a warm-up of {:.1}s", s.warmup_s)
+    } else {
+        String::new()
+    };
+    let batch = if s.batch_s < 1.0 {
+        format!("{:.0}ms", s.batch_s * 1000.0)
+    } else {
+        format!("{:.1}s", s.batch_s)
+    };
+    Some(match s.steady {
+        Some(true) => format!("steady: yes ({} batches of {batch}{warmup})", s.batches),
+        Some(false) => format!(
+            "steady: NO — {}",
+            s.drift
+                .iter()
+                .map(|d| d.describe())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        None => format!(
+            "steady: too short to tell ({} batches of {batch})",
+            s.batches
+        ),
+    })
+}
+
 /// A percentile for a table column, `-` where the run has too few samples to estimate it.
 fn oms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), ms)
@@ -162,6 +192,9 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
         summary.throughput.requests_per_s,
         if summary.interrupted { "  INTERRUPTED" } else { "" }
     );
+    if let Some(line) = steady_line(summary) {
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(trace) = &summary.trace {
         let skipped: u64 = trace.skipped.values().sum();
         let _ = writeln!(

@@ -39,6 +39,8 @@ pub struct RunOutput {
     pub live: Option<Live>,
     /// `--split-by-header`: the response header whose value labels every sample.
     pub split_by: Option<http::HeaderName>,
+    /// `--warmup`: how long after the start of the run nothing is measured.
+    pub warmup: Duration,
 }
 
 /// The live metrics of a run, shared with the endpoint that serves them.
@@ -112,6 +114,7 @@ impl RunOutput {
         let config = AggregatorConfig {
             interval: self.interval,
             anchor,
+            warmup: self.warmup,
         };
         Ok(crate::metrics::aggregator::spawn_aggregator_watched(
             config,

@@ -21,7 +21,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::hlog::{self, HlogContents, IntervalHistograms};
 use super::summary::{EndpointSummary, HistogramInfo, Shard, Summary, Tool};
-use crate::metrics::{Aggregator, Counts, ErrorKind, Event, Op, SizeClass, StatsTable};
+use crate::metrics::{Aggregator, Counts, ErrorKind, Event, Level, Op, SizeClass, StatsTable};
 use crate::net::links::Link;
 
 pub const COUNTERS_VERSION: u32 = 1;
@@ -414,6 +414,10 @@ pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result
             hlog::set_cell_histogram(table.cell_mut(op, class), metric, h);
             if let Some(m) = hlog::batch_metric(metric) {
                 batches.add(op, m, h.iter());
+            }
+            // Completed operations: their successes and their failures.
+            if matches!(metric, "latency" | "error") && op.level() == Level::Operation {
+                batches.add_completed(h.len());
             }
         }
         batches.end_interval();

@@ -173,6 +173,10 @@ pub struct Summary {
     pub started_at: String,
     /// Monotonic duration of the measured phase.
     pub duration_s: f64,
+    /// `--warmup`: the seconds at the start left out of every number but the trace
+    /// accounting and the events (`duration_s` covers the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_s: Option<f64>,
     pub interrupted: bool,
     pub trace: Option<TraceCounts>,
     pub totals: Totals,
@@ -205,6 +209,10 @@ pub struct Summary {
     /// header (absent without the flag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_by_header: Option<HeaderSplitSummary>,
+    /// Whether the run was steady: its warm-up, and what drifted or stalled
+    /// (docs/measurement.md). Absent from results of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<crate::metrics::steady::SteadyState>,
 }
 
 /// `--split-by-header NAME`: each operation's counts and latency by the header's value.
@@ -469,16 +477,35 @@ fn op_summary(stats: &Stats, classes: Vec<(String, &Stats)>, duration: Duration)
 impl Summary {
     /// Builds the summary of a finished (or interrupted) run.
     pub fn build(info: RunInfo, aggregator: &Aggregator) -> Summary {
+        // `--warmup`: what it left out is not in the numbers, nor in the time they cover.
+        let warmup = aggregator.warmup();
+        let measured = info.duration.saturating_sub(warmup);
         let TableSummary {
             totals,
             mut operations,
             sessions,
             errors,
-        } = summarize_table(&aggregator.table, info.duration);
+        } = summarize_table(
+            &aggregator.table,
+            info.duration.saturating_sub(aggregator.warmup()),
+        );
         with_intervals(&mut operations, aggregator);
+        let steady = crate::metrics::steady::judge(&aggregator.batches, info.model == "closed");
+        let mut warnings = info.warnings;
+        if steady.steady == Some(false) {
+            let moved: Vec<String> = steady.drift.iter().map(|d| d.describe()).collect();
+            warnings.push(Warning {
+                kind: "unsteady".into(),
+                message: format!(
+                    "the run was not steady: {}; its percentiles mix what changed (judge a \
+                     steady stretch: --warmup, or a longer or shorter run)",
+                    moved.join("; ")
+                ),
+            });
+        }
         let throughput = Throughput {
-            requests_per_s: per_second(totals.requests, info.duration),
-            bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, info.duration),
+            requests_per_s: per_second(totals.requests, measured),
+            bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, measured),
         };
         Summary {
             schema_version: SCHEMA_VERSION,
@@ -491,7 +518,8 @@ impl Summary {
             seed: info.seed,
             shard: info.shard,
             started_at: humantime::format_rfc3339_millis(info.started_at).to_string(),
-            duration_s: (info.duration.as_secs_f64() * 1e6).round() / 1e6,
+            duration_s: (measured.as_secs_f64() * 1e6).round() / 1e6,
+            warmup_s: (!warmup.is_zero()).then_some(warmup.as_secs_f64()),
             interrupted: info.interrupted,
             trace: info.trace,
             totals,
@@ -500,7 +528,7 @@ impl Summary {
             sessions,
             errors,
             events: aggregator.event_counts(),
-            warnings: info.warnings,
+            warnings,
             checks: info.checks,
             histograms: HistogramInfo::current(),
             config: info.config,
@@ -508,6 +536,7 @@ impl Summary {
             thresholds: Vec::new(),
             max_errors: None,
             split_by_header: HeaderSplitSummary::of(aggregator),
+            steady_state: Some(steady),
         }
     }
 

@@ -612,6 +612,7 @@ mod tests {
             shard: Shard { index: 0, count: 1 },
             started_at: String::new(),
             duration_s: 10.0,
+            warmup_s: None,
             interrupted: false,
             trace: None,
             totals: Totals::default(),
@@ -628,6 +629,7 @@ mod tests {
             thresholds: Vec::new(),
             max_errors: None,
             split_by_header: None,
+            steady_state: None,
         }
     }
 

@@ -88,6 +88,7 @@ impl Session {
             record_requests: flags.record_requests,
             live: None,
             split_by: flags.split_by_header.clone(),
+            warmup: flags.warmup,
         };
         let observation = observe::start(flags, labels, endpoints, shard, &mut output).await?;
         Ok(Session {

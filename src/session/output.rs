@@ -28,6 +28,8 @@ pub struct OutputOptions {
     pub max_errors: MaxErrors,
     /// The length of the intervals of histograms.hlog and timeline.csv.
     pub interval: Duration,
+    /// How long after the start nothing is measured (whole intervals).
+    pub warmup: Duration,
     /// Serve the live metrics here.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// How long the live endpoint serves after the run.
@@ -57,6 +59,7 @@ impl Default for OutputOptions {
             baseline: None,
             max_errors: MaxErrors::default(),
             interval: Duration::from_secs(1),
+            warmup: Duration::ZERO,
             metrics_listen: None,
             metrics_linger: Duration::ZERO,
             registry_metrics: Vec::new(),

@@ -495,6 +495,25 @@ impl Registry {
         self.assert_no_errors_but_tag_races(summary, what);
     }
 
+    /// Stops the registry process (SIGSTOP) after `after` for `stopped`, then lets it go on
+    /// (SIGCONT), on a thread of its own: a registry that hangs for a while.
+    pub fn pause_later(&self, after: Duration, stopped: Duration) -> std::thread::JoinHandle<()> {
+        let pid = self.child.id().to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            let signal = |s: &str| {
+                let ok = Command::new("kill")
+                    .args([s, &pid])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "kill {s} {pid}");
+            };
+            signal("-STOP");
+            std::thread::sleep(stopped);
+            signal("-CONT");
+        })
+    }
+
     /// SIGKILLs the registry process (a crash: no graceful shutdown).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -264,6 +264,19 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
         );
     }
 
+    if let Some(line) = crate::report::steady_line(s) {
+        let class = if s.steady_state.as_ref().and_then(|st| st.steady) == Some(false) {
+            "bad"
+        } else {
+            "muted"
+        };
+        let _ = write!(
+            out,
+            "<h3>Steady state</h3><p class=\"{class}\">{}</p>",
+            escape(&line)
+        );
+    }
+
     if let Some(c) = &s.checks {
         out.push_str("<h3>Self-checks</h3><dl class=\"facts\">");
         if let Some(p) = &c.canary_wake_ms {
