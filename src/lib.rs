@@ -8,7 +8,7 @@
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress`, `outfile` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
-//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay` |
+//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay`, `capacity` |
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
@@ -18,6 +18,7 @@
 
 pub mod analysis;
 pub mod auth;
+pub mod capacity;
 pub mod client;
 pub mod commands;
 pub mod content;

@@ -374,6 +374,35 @@ impl Threshold {
         }
     }
 
+    /// Decides an objective (an expression that must hold, `capacity --slo`) on a run,
+    /// beyond the uncertainty of its figure: `met` when its whole 95% interval satisfies the
+    /// expression, `broken` when none of it does, `undecided` when it straddles the limit;
+    /// without an interval, the value decides. With the measured value and the interval.
+    pub fn decide(
+        &self,
+        summary: &Summary,
+        table: &StatsTable,
+    ) -> (&'static str, Option<f64>, Option<[f64; 2]>) {
+        let (Some(v), Limit::Value(limit)) = (self.measure(summary, table), self.limit) else {
+            return ("no_data", None, None);
+        };
+        let interval = self.interval(summary);
+        let [lo, hi] = interval.unwrap_or([v, v]);
+        let (all, none) = match self.cmp {
+            Cmp::Lt | Cmp::Le => (self.cmp.holds(hi, limit), !self.cmp.holds(lo, limit)),
+            Cmp::Gt | Cmp::Ge => (self.cmp.holds(lo, limit), !self.cmp.holds(hi, limit)),
+            Cmp::Eq | Cmp::Ne => (self.cmp.holds(v, limit), !self.cmp.holds(v, limit)),
+        };
+        let verdict = if all {
+            "met"
+        } else if none {
+            "broken"
+        } else {
+            "undecided"
+        };
+        (verdict, Some(v), interval)
+    }
+
     /// Whether the threshold compares with a baseline run.
     pub fn needs_baseline(&self) -> bool {
         matches!(self.limit, Limit::Baseline(_))
@@ -672,6 +701,33 @@ mod tests {
         ));
         assert!(matches!(verdict("warnings > 0"), Verdict::Clear(_)));
         assert_eq!(verdict("p99(manifest_get) > 1s"), Verdict::NoData);
+    }
+
+    #[test]
+    fn an_objective_is_decided_beyond_its_interval() {
+        let table = table();
+        let mut s = summary();
+        let decide = |s: &Summary, text: &str| Threshold::parse(text).unwrap().decide(s, &table).0;
+        // No interval: the value decides (p99 ≈ 1 s).
+        assert_eq!(decide(&s, "p99(blob_get) < 2s"), "met");
+        assert_eq!(decide(&s, "p99(blob_get) < 500ms"), "broken");
+        // An interval of 900–1100 ms straddles a 1 s objective: undecided.
+        let mut latency = crate::metrics::hist::Percentiles::default();
+        latency.p99_ci = Some([900.0, 1100.0]);
+        let op = super::super::summary::OpSummary {
+            latency_ms: Some(latency),
+            ..serde_json::from_value(serde_json::json!({
+                "count": 0, "ok": 0, "errors": 0, "bytes": 0, "bytes_sent": 0,
+                "bytes_received": 0, "requests_per_s": 0.0, "bytes_per_s": 0.0,
+                "latency_ms": null, "ttfb_ms": null, "error_latency_ms": null,
+                "errors_by_kind": {}, "size_classes": {}
+            }))
+            .unwrap()
+        };
+        s.operations.insert("blob_get".into(), op);
+        assert_eq!(decide(&s, "p99(blob_get) < 1s"), "undecided");
+        assert_eq!(decide(&s, "p99(blob_get) < 2s"), "met");
+        assert_eq!(decide(&s, "p99(blob_get) < 800ms"), "broken");
     }
 
     #[test]

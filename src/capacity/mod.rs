@@ -1,0 +1,7 @@
+//! `creb-rs capacity`: the load a registry sustains under the user's objectives, found by
+//! an open-model search over a real workload. `search` decides which load to offer next and
+//! judges each step; the replay engine ([`crate::replay::Engine`]) runs the steps.
+
+pub mod search;
+
+pub use search::{judge_step, Next, Outcome, Search, SearchOptions};
