@@ -712,8 +712,10 @@ mod tests {
         assert_eq!(decide(&s, "p99(blob_get) < 2s"), "met");
         assert_eq!(decide(&s, "p99(blob_get) < 500ms"), "broken");
         // An interval of 900–1100 ms straddles a 1 s objective: undecided.
-        let mut latency = crate::metrics::hist::Percentiles::default();
-        latency.p99_ci = Some([900.0, 1100.0]);
+        let latency = crate::metrics::hist::Percentiles {
+            p99_ci: Some([900.0, 1100.0]),
+            ..Default::default()
+        };
         let op = super::super::summary::OpSummary {
             latency_ms: Some(latency),
             ..serde_json::from_value(serde_json::json!({
