@@ -196,6 +196,28 @@ fn global_flags_mean_the_same_on_every_command() {
             Json::Summary,
         ),
         row(
+            "capacity",
+            &[
+                "capacity",
+                &trace,
+                "--registry",
+                &registry.url,
+                "--limit-requests",
+                "30",
+                "--slo",
+                "error_rate <= 100%",
+                "--max-speed",
+                "1",
+                "--step",
+                "200ms",
+                "--step-warmup",
+                "0s",
+                "--output-dir",
+                "{out}",
+            ],
+            Json::Document,
+        ),
+        row(
             "merge",
             &["merge", a, "--output-dir", "{out}"],
             Json::Summary,
@@ -671,7 +693,7 @@ fn a_flag_of_other_commands_is_said_to_be_theirs() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
         r.stderr
-            .contains("'--verify' is a flag of `pull`, `replay`, not of `push`"),
+            .contains("'--verify' is a flag of `capacity`, `pull`, `replay`, not of `push`"),
         "{}",
         r.stderr
     );

@@ -2,6 +2,8 @@
 //! an open-model search over a real workload. `search` decides which load to offer next and
 //! judges each step; the replay engine ([`crate::replay::Engine`]) runs the steps.
 
+pub mod run;
 pub mod search;
 
+pub use run::{capacity, CapacityConfig, CapacityResult, CAPACITY_JSON};
 pub use search::{judge_step, Next, Outcome, Search, SearchOptions};

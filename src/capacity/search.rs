@@ -239,6 +239,13 @@ pub fn judge_step(
             Some(format!("{} too close to decide", v.objective)),
         );
     }
+    if let Some(v) = verdicts.iter().find(|v| v.verdict == "no_data") {
+        return (
+            Outcome::Undecided,
+            verdicts.clone(),
+            Some(format!("nothing measured for {}", v.objective)),
+        );
+    }
     (Outcome::Sustained, verdicts, None)
 }
 

@@ -12,6 +12,7 @@
 //! Nothing below this layer imports clap, a command, or this module.
 
 pub mod args;
+pub mod capacity;
 pub mod compare;
 pub mod cost;
 pub mod limits;
@@ -167,6 +168,7 @@ impl Cli {
             Command::Push(a) => a.output.quiet |= quiet,
             Command::Pull(a) => a.output.quiet |= quiet,
             Command::Replay(a) => a.output.quiet |= quiet,
+            Command::Capacity(a) => a.replay.output.quiet |= quiet,
             Command::Merge(a) => a.quiet |= quiet,
             Command::Report(a) => a.quiet |= quiet,
             Command::Compare(a) => a.quiet |= quiet,
@@ -204,6 +206,17 @@ pub enum Command {
     /// delay (open, trace timing) mode.
     #[command(after_help = replay::SHORT_EXAMPLES, after_long_help = replay::EXAMPLES)]
     Replay(Box<replay::ReplayArgs>),
+    /// Find the load a registry sustains under objectives (--slo): an open-model search over
+    /// a trace's load, step by step, in delay mode; capacity.json and the curve.
+    #[command(
+        after_help = capacity::EXAMPLES,
+        // Always delay mode, prewarm then steps, judged by --slo: a replay's flags for these
+        // are not capacity's (refused when given, see `capacity::run`).
+        mut_arg("mode", |a| a.hide(true)),
+        mut_arg("phase", |a| a.hide(true)),
+        mut_arg("fail_if", |a| a.hide(true))
+    )]
+    Capacity(Box<capacity::CapacityArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(merge::MergeArgs),
@@ -242,6 +255,7 @@ impl Command {
             Command::Push(a) => a.registry.registry.iter().collect(),
             Command::Pull(a) => a.registry.registry.iter().chain(&a.from).collect(),
             Command::Replay(a) => a.registry.registry.iter().collect(),
+            Command::Capacity(a) => a.replay.registry.registry.iter().collect(),
             _ => Vec::new(),
         }
     }
@@ -252,6 +266,7 @@ impl Command {
             Command::Push(a) => a.runtime.threads,
             Command::Pull(a) => a.runtime.threads,
             Command::Replay(a) => a.runtime.threads,
+            Command::Capacity(a) => a.replay.runtime.threads,
             Command::Run(a) => a.runtime.threads,
             _ => None,
         }
@@ -433,6 +448,7 @@ pub async fn run_with(cli: Cli, shutdown: Shutdown) -> ExitStatus {
         Command::Push(args) => on_worker(push::run(args, shutdown)).await,
         Command::Pull(args) => on_worker(pull::run(args, shutdown)).await,
         Command::Replay(args) => on_worker(replay::run(*args, shutdown)).await,
+        Command::Capacity(args) => on_worker(capacity::run(*args, shutdown)).await,
         Command::Merge(args) => merge::run(args).await,
         Command::Report(args) => report::run(args).await,
         Command::Compare(args) => compare::run(args).await,

@@ -155,6 +155,18 @@ impl Engine {
         &self.cfg
     }
 
+    /// The trace time the prepared trace spans, first record to last (zero before
+    /// [`Self::prepare`]).
+    pub fn span(&self) -> std::time::Duration {
+        self.prepared
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |p| {
+                let c = &p.catalog;
+                let ms = c.end_ms - c.origin_ms.unwrap_or(c.end_ms);
+                std::time::Duration::from_millis(ms.max(0) as u64)
+            })
+    }
+
     /// Reads the trace (pass 1) and computes the digests the phases need first.
     pub async fn prepare(
         &mut self,
