@@ -756,7 +756,17 @@ fn capacity_searches_step_by_step_within_its_bounds() {
         c["capacity"]["requests_per_s"].as_f64().unwrap() > 0.0,
         "{c}"
     );
-    assert!(dir.path().join("easy/steps/00/summary.json").exists());
+    assert!(dir.path().join("easy/steps/04/summary.json").exists());
+    // The same output directory again, a shorter search: only its own steps are there.
+    let (r, c, _) = search(
+        "easy",
+        "error_rate < 50%",
+        &["--max-speed", "2", "--concurrency", "64"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(c["steps"].as_array().unwrap().len(), 3, "{c}");
+    assert!(dir.path().join("easy/steps/02/summary.json").exists());
+    assert!(!dir.path().join("easy/steps/03").exists());
     // No load meets it: no capacity, and the search ends at --max-time.
     let (r, c, took) = search("impossible", "p50(blob_get) < 1us", &["--max-time", "5s"]);
     assert_eq!(r.code, 0, "{}", r.stderr);

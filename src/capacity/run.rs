@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::search::{judge_step, Next, ObjectiveVerdict, Outcome, Search, SearchOptions};
+use super::search::{
+    generator_limit, judge_step, Next, ObjectiveVerdict, Outcome, Search, SearchOptions,
+};
 use crate::replay::{Engine, Ready, ReplayConfig, Window};
 use crate::results::thresholds::Threshold;
 use crate::results::RunOutput;
@@ -20,6 +22,9 @@ use crate::trace::TraceInput;
 
 /// The file of a capacity search's result, beside its steps.
 pub const CAPACITY_JSON: &str = "capacity.json";
+
+/// The folder of the steps' result directories, beside capacity.json.
+pub const STEPS_DIR: &str = "steps";
 
 /// Operations a step must measure before its rate is compared with the offered one.
 const MIN_OPERATIONS: u64 = 50;
@@ -110,6 +115,9 @@ pub async fn capacity(
         session.close().await;
         return Ok(prewarmed.max_with(ExitStatus::Failed));
     }
+    if let Some(dir) = &session.output.dir {
+        clear_steps(&dir.join(STEPS_DIR))?;
+    }
     let span = engine.span();
     let mut search = Search::new(cap.search);
     let mut steps: Vec<StepRecord> = Vec::new();
@@ -141,7 +149,7 @@ pub async fn capacity(
             .output
             .dir
             .as_ref()
-            .map(|d| d.join("steps").join(format!("{:02}", steps.len())));
+            .map(|d| d.join(STEPS_DIR).join(format!("{:02}", steps.len())));
         // Intervals fine enough that the warm-up left out is the one asked for (whole
         // intervals) and a step has batches for its intervals and its steadiness.
         let interval = (measured / 20).clamp(Duration::from_millis(10), session.output.interval);
@@ -224,6 +232,13 @@ fn judge(
             "achieved {achieved_rps:.1} op/s of the {offered_rps:.1} offered"
         ));
     }
+    if outcome != Outcome::Sustained {
+        if let Some(limit) = generator_limit(summary) {
+            // The registry may not be to blame: the load was not offered as meant.
+            outcome = Outcome::GeneratorLimited;
+            why = Some(limit);
+        }
+    }
     StepRecord {
         index,
         speed,
@@ -289,6 +304,23 @@ fn answer(
         throttle_onset,
         ended,
     }
+}
+
+/// The steps of an earlier search in a reused output directory go first (their results
+/// removed as a reused result directory's are; other files stay), so that `steps/` holds
+/// this search's steps only.
+fn clear_steps(steps: &Path) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(steps) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            crate::results::prepare_result_dir(&path, false)?;
+            let _ = std::fs::remove_dir(&path);
+        }
+    }
+    Ok(())
 }
 
 fn write_result(dir: &Path, result: &CapacityResult) -> anyhow::Result<()> {

@@ -189,9 +189,9 @@ pub struct ObjectiveVerdict {
     pub interval: Option<[f64; 2]>,
 }
 
-/// Judges one step: every objective (an expression that must hold, `--slo`), whether the
-/// run was steady, and whether the generator kept up. The step's outcome, and each
-/// objective's verdict.
+/// Judges one step: every objective (an expression that must hold, `--slo`) and whether the
+/// run was steady. The step's outcome, each objective's verdict, and why. Whether the
+/// generator kept up is [`generator_limit`]'s to say, for a step that did not pass.
 pub fn judge_step(
     objectives: &[Threshold],
     summary: &Summary,
@@ -209,9 +209,6 @@ pub fn judge_step(
             }
         })
         .collect();
-    if let Some(why) = generator_limit(summary) {
-        return (Outcome::GeneratorLimited, verdicts, Some(why));
-    }
     let broken = verdicts.iter().find(|v| v.verdict == "broken");
     if let Some(v) = broken {
         return (
@@ -249,9 +246,10 @@ pub fn judge_step(
     (Outcome::Sustained, verdicts, None)
 }
 
-/// Why the generator, not the registry, limited a step: its in-flight cap binding, its
-/// runtime late to wake, its CPU.
-fn generator_limit(summary: &Summary) -> Option<String> {
+/// Why the generator, not the registry, may have limited a step: its in-flight cap binding,
+/// its runtime late to wake, its CPU. Asked only of a step that did not pass: one that
+/// passed served what was offered, however late the generator woke.
+pub fn generator_limit(summary: &Summary) -> Option<String> {
     let c = summary.checks.as_ref()?;
     if c.cap_binding_share > 0.05 {
         return Some(format!(
