@@ -19,6 +19,28 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Pushes `images` generated images of `layers` layers of `size` to `repo`, with `extra`
+/// flags; fails the test if the push does.
+fn push(registry: &Registry, repo: &str, images: &str, layers: &str, size: &str, extra: &[&str]) {
+    let mut args = vec![
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        repo,
+        "--images",
+        images,
+        "--layers",
+        layers,
+        "--layer-size",
+        size,
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    let r = run_bin(&args, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
 #[test]
 fn repetitions_give_medians_spread_and_a_noise_verdict() {
     let _alone = alone();
@@ -144,25 +166,7 @@ fn a_side_of_runs_with_different_settings_is_refused_with_what_differs() {
     let _alone = alone();
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let push = run_bin(
-        &[
-            "push",
-            "--registry",
-            &registry.url,
-            "--repo",
-            "compare/mixed",
-            "--images",
-            "2",
-            "--layers",
-            "1",
-            "--layer-size",
-            "4KiB",
-            "--quiet",
-        ],
-        None,
-        &[],
-    );
-    assert_eq!(push.code, 0, "{}", push.stderr);
+    push(&registry, "compare/mixed", "2", "1", "4KiB", &[]);
     let mut dirs = Vec::new();
     for verify in ["sha256", "none", "sha256"] {
         let out = dir.path().join(verify).join(dirs.len().to_string());
@@ -208,27 +212,15 @@ fn a_baseline_gate_fails_only_beyond_both_runs_intervals() {
     let _alone = alone();
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let push = run_bin(
-        &[
-            "push",
-            "--registry",
-            &registry.url,
-            "--repo",
-            "gate/app",
-            "--images",
-            "100",
-            "--layers",
-            "3",
-            "--layer-size",
-            "16KiB",
-            "--output-dir",
-            dir.path().join("push").to_str().unwrap(),
-            "--quiet",
-        ],
-        None,
-        &[],
+    let push_out = dir.path().join("push");
+    push(
+        &registry,
+        "gate/app",
+        "100",
+        "3",
+        "16KiB",
+        &["--output-dir", push_out.to_str().unwrap()],
     );
-    assert_eq!(push.code, 0, "{}", push.stderr);
     // Short intervals: enough batches for the intervals of a run of a second or two.
     let pull = |out: &str, extra: &[&str]| {
         let out = dir.path().join(out);
@@ -335,25 +327,7 @@ fn a_steady_run_says_so_and_a_stopped_registry_makes_it_unsteady() {
     let _alone = alone();
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let push = run_bin(
-        &[
-            "push",
-            "--registry",
-            &registry.url,
-            "--repo",
-            "steady/app",
-            "--images",
-            "250",
-            "--layers",
-            "2",
-            "--layer-size",
-            "4KiB",
-            "--quiet",
-        ],
-        None,
-        &[],
-    );
-    assert_eq!(push.code, 0, "{}", push.stderr);
+    push(&registry, "steady/app", "250", "2", "4KiB", &[]);
     let pull = |name: &str| {
         let out = dir.path().join(name);
         let r = run_bin(
@@ -431,25 +405,7 @@ fn warmup_leaves_the_start_of_a_run_out_of_its_numbers() {
     let _alone = alone();
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let push = run_bin(
-        &[
-            "push",
-            "--registry",
-            &registry.url,
-            "--repo",
-            "warm/app",
-            "--images",
-            "100",
-            "--layers",
-            "2",
-            "--layer-size",
-            "4KiB",
-            "--quiet",
-        ],
-        None,
-        &[],
-    );
-    assert_eq!(push.code, 0, "{}", push.stderr);
+    push(&registry, "warm/app", "100", "2", "4KiB", &[]);
     let out = dir.path().join("warm");
     let r = run_bin(
         &[

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::search::{
     generator_limit, judge_step, Next, ObjectiveVerdict, Outcome, Search, SearchOptions,
 };
-use crate::replay::{Engine, Ready, ReplayConfig, Window};
+use crate::replay::{ReplayConfig, Window};
 use crate::results::thresholds::Threshold;
 use crate::results::RunOutput;
 use crate::session::{ExitStatus, Session};
@@ -101,15 +101,10 @@ pub async fn capacity(
     shutdown: &Shutdown,
 ) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
-    let (mut engine, checked) = Engine::connect(cfg.clone(), input, shutdown).await?;
-    if let Err(message) = checked {
-        return engine.unrun(session, shutdown, Some(message)).await;
-    }
-    match engine.prepare(&session, shutdown).await? {
-        Ready::Yes => {}
-        Ready::Stopped => return engine.unrun(session, shutdown, None).await,
-        Ready::Refused(status) => return Ok(status),
-    }
+    let (mut engine, session) = match crate::replay::ready(cfg, input, session, shutdown).await? {
+        Ok(ready) => ready,
+        Err(status) => return Ok(status),
+    };
     let prewarmed = engine.prewarm(&session, shutdown).await?;
     if shutdown.is_cancelled() || prewarmed != ExitStatus::Success {
         session.close().await;

@@ -56,16 +56,10 @@ pub async fn replay(
     session: Session,
     shutdown: &Shutdown,
 ) -> anyhow::Result<ExitStatus> {
-    // The registry first: an unusable one is known in seconds, before any content is hashed.
-    let (mut engine, checked) = Engine::connect(cfg.clone(), input, shutdown).await?;
-    if let Err(message) = checked {
-        return engine.unrun(session, shutdown, Some(message)).await;
-    }
-    match engine.prepare(&session, shutdown).await? {
-        Ready::Yes => {}
-        Ready::Stopped => return engine.unrun(session, shutdown, None).await,
-        Ready::Refused(status) => return Ok(status),
-    }
+    let (mut engine, session) = match ready(cfg, input, session, shutdown).await? {
+        Ok(ready) => ready,
+        Err(status) => return Ok(status),
+    };
     let mut exit = ExitStatus::Success;
     if cfg.phase != Phase::Run {
         exit = engine.prewarm(&session, shutdown).await?;
@@ -97,6 +91,26 @@ pub async fn replay(
     }
     session.close().await;
     Ok(exit)
+}
+
+/// A replay ready for its phases: the registry reached and checked (first: an unusable one
+/// is known in seconds, before any content is hashed), then the trace read and hashed. When
+/// it cannot go on, its result is written (or the refusal said) and the exit status given.
+pub async fn ready(
+    cfg: &ReplayConfig,
+    input: TraceInput,
+    session: Session,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Result<(Engine, Session), ExitStatus>> {
+    let (mut engine, checked) = Engine::connect(cfg.clone(), input, shutdown).await?;
+    if let Err(message) = checked {
+        return Ok(Err(engine.unrun(session, shutdown, Some(message)).await?));
+    }
+    match engine.prepare(&session, shutdown).await? {
+        Ready::Yes => Ok(Ok((engine, session))),
+        Ready::Stopped => Ok(Err(engine.unrun(session, shutdown, None).await?)),
+        Ready::Refused(status) => Ok(Err(status)),
+    }
 }
 
 /// Whether a replay can go on once its trace was to be read.
