@@ -117,6 +117,7 @@ pub async fn capacity(
     let mut search = Search::new(cap.search);
     let mut steps: Vec<StepRecord> = Vec::new();
     let mut cursor = Duration::ZERO;
+    let mut failure = None;
     let ended = loop {
         let (speed, length) = match search.next() {
             Next::Step { speed, length } => (speed, length),
@@ -155,18 +156,38 @@ pub async fn capacity(
             live: None,
             ..session.output.clone()
         };
-        let finished = engine
+        // A step that cannot be run or written ends the search; what it found so far is
+        // still written.
+        let measured = engine
             .measure(speed, Some(window), &session, &output, shutdown)
-            .await?;
+            .await;
+        let finished = match measured {
+            Ok(finished) => finished,
+            Err(e) => {
+                failure = Some(format!("{e:#}"));
+                break format!("step {} failed: {e:#}", steps.len());
+            }
+        };
         if let Some(dir) = &dir {
-            crate::results::store::write_final(
+            let written = crate::results::store::write_final(
                 dir,
                 &finished.summary,
                 &finished.aggregator,
                 &finished.meta,
-            )?;
+            );
+            if let Err(e) = written {
+                failure = Some(format!("{e:#}"));
+                break format!("step {} could not be written: {e:#}", steps.len());
+            }
         }
-        let record = judge(cap, &finished, steps.len(), speed, window);
+        let mut record = judge(cap, &finished, steps.len(), speed, window);
+        if shutdown.is_cancelled() {
+            // Cut off by a stop: kept, but no verdict of the registry.
+            record.outcome = Outcome::Undecided;
+            record.why = Some("cut off by a stop or --max-run-time".into());
+            steps.push(record);
+            break "stopped".to_owned();
+        }
         if !session.quiet() {
             eprintln!("creb-rs: {}", step_line(&record));
         }
@@ -183,6 +204,10 @@ pub async fn capacity(
         print!("{}", render(&result));
     }
     session.close().await;
+    if let Some(e) = failure {
+        eprintln!("creb-rs: error: {e}");
+        return Ok(ExitStatus::Usage);
+    }
     Ok(if shutdown.is_cancelled() {
         if shutdown.by_limit() {
             ExitStatus::Success

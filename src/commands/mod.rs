@@ -1,8 +1,9 @@
 //! The command layer: one module per subcommand, each owning its flags (clap derive; the
 //! doc comments are the `--help` text), their validation into the typed settings of the
 //! layers below, and its `run` function; the flag groups several commands share
-//! ([`args`]); the registry set-up and result publishing every load command shares
-//! ([`session`]); and this file, the dispatcher: parse, run on the runtime, exit status.
+//! ([`args`]), and their conversion into the settings below (the registry set-up and result
+//! publishing every load command shares are [`crate::session`]'s); and this file, the
+//! dispatcher: parse, run on the runtime, exit status.
 //!
 //! Exit statuses (documented in README and `docs/cli.md`, [`ExitStatus`]): 0 completed;
 //! 1 completed but an operation failed (more than `--max-errors`) or a `--strict` check;
