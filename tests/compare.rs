@@ -253,8 +253,10 @@ fn a_baseline_gate_fails_only_beyond_both_runs_intervals() {
     assert_eq!(base.code, 0, "{}", base.stderr);
     let base_dir = dir.path().join("base");
     let base_dir = base_dir.to_str().unwrap();
-    // A factor of 2: a rerun on a loaded machine never doubles its p90, intervals or not.
-    let gate = "p90(blob_get) > baseline * 2";
+    // A factor of 2: a rerun on a loaded machine never doubles its p50, intervals or not;
+    // a p50 has an interval in a run of a second or two (a p90's upper bound may not be
+    // established there).
+    let gate = "p50(blob_get) > baseline * 2";
     let (again, s) = pull("again", &["--baseline", base_dir, "--fail-if", gate]);
     let verdict = &s["thresholds"][0];
     assert_eq!(again.code, 0, "{verdict}\n{}", again.stderr);

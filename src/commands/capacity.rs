@@ -85,7 +85,13 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
     // ceiling. Prewarmed once, then the steps.
     cfg.mode = Mode::Delay;
     cfg.phase = Phase::All;
-    let objectives = parse_all(&args.slo).map_err(|e| anyhow::anyhow!("--slo: {}", e.reason))?;
+    let objectives =
+        parse_all(&args.slo).map_err(|e| anyhow::anyhow!("--slo '{}': {}", e.text, e.reason))?;
+    if let Some(t) = objectives.iter().find(|t| t.needs_baseline()) {
+        anyhow::bail!(
+            "--slo '{t}': an objective is a limit of its own, not one relative to a baseline"
+        );
+    }
     let cap = CapacityConfig {
         objectives,
         step: args.step.max(Duration::from_millis(100)),

@@ -318,7 +318,9 @@ impl Aggregator {
 
     /// Whether a sample that ended at `at` falls in the warm-up.
     fn in_warmup(&self, at: Instant) -> bool {
-        self.index_of(at) < self.warmup_intervals()
+        // Per sample: nothing to compute without --warmup.
+        self.config.is_some_and(|c| !c.warmup.is_zero())
+            && self.index_of(at) < self.warmup_intervals()
     }
 
     fn index_of(&self, at: Instant) -> u64 {
