@@ -2,8 +2,13 @@
 //! an open-model search over a real workload. `search` decides which load to offer next and
 //! judges each step; the replay engine ([`crate::replay::Engine`]) runs the steps.
 
+pub mod gate;
+pub mod merge;
+pub mod result;
 pub mod run;
 pub mod search;
 
-pub use run::{capacity, CapacityConfig, CapacityResult, CAPACITY_JSON};
+pub use gate::Gate;
+pub use result::{CapacityResult, CAPACITY_JSON, STEPS_DIR};
+pub use run::{capacity, CapacityConfig};
 pub use search::{judge_step, Next, Outcome, Search, SearchOptions};

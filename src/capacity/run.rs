@@ -4,27 +4,22 @@
 //! after a warm-up it does not count, written to `OUT/steps/NN/`, judged; `capacity.json`
 //! and the table at the end.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use super::search::{
-    generator_limit, judge_step, Next, ObjectiveVerdict, Outcome, Search, SearchOptions,
+use super::gate::Gate;
+use super::result::{
+    render, step_line, write_result, Capacity, CapacityResult, StepRecord, STEPS_DIR,
 };
+use super::search::{generator_limit, judge_step, Next, Outcome, Search, SearchOptions};
+use crate::exec::Phase;
+use crate::metrics::StatsTable;
 use crate::replay::{ReplayConfig, Window};
 use crate::results::thresholds::Threshold;
-use crate::results::RunOutput;
+use crate::results::{RunOutput, Summary};
 use crate::session::{ExitStatus, Session};
 use crate::shutdown::Shutdown;
 use crate::trace::TraceInput;
-
-/// The file of a capacity search's result, beside its steps.
-pub const CAPACITY_JSON: &str = "capacity.json";
-
-/// The folder of the steps' result directories, beside capacity.json.
-pub const STEPS_DIR: &str = "steps";
 
 /// Operations a step must measure before its rate is compared with the offered one.
 const MIN_OPERATIONS: u64 = 50;
@@ -40,55 +35,20 @@ pub struct CapacityConfig {
     /// No step starts after this long.
     pub max_time: Duration,
     pub search: SearchOptions,
+    /// `--fail-if` on the answer (`capacity < 500/s`).
+    pub gates: Vec<Gate>,
+    /// A fixed ladder of loads instead of the search (`--ladder`): every step run, in
+    /// order, each one slot after the last from the shared `--start-at`, so that hosts
+    /// running one shard each can be merged step by step.
+    pub ladder: Option<Vec<f64>>,
 }
 
-/// One step as capacity.json records it.
-#[derive(Debug, Clone, Serialize)]
-pub struct StepRecord {
-    pub index: usize,
-    /// The trace's speed factor offered.
-    pub speed: f64,
-    /// Where in the trace the step's window started and how long it was (trace time).
-    pub trace_from_s: f64,
-    pub trace_length_s: f64,
-    /// The measured part of the step's schedule, seconds.
-    pub length_s: f64,
-    /// Operations per second the window's records asked for, and those completed.
-    pub offered_rps: f64,
-    pub achieved_rps: f64,
-    pub outcome: Outcome,
-    pub why: Option<String>,
-    pub objectives: Vec<ObjectiveVerdict>,
-    /// Every operation's p50 and p99 (ms), and the failures by kind.
-    pub percentiles: std::collections::BTreeMap<String, [Option<f64>; 2]>,
-    pub errors: std::collections::BTreeMap<String, u64>,
-}
-
-/// The answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct Capacity {
-    /// The speed factor of the trace at the capacity, and the operations per second it
-    /// sustained; null when no load passed.
-    pub speed: Option<f64>,
-    pub requests_per_s: Option<f64>,
-    /// The search stopped before it found a load that failed (the ceiling, the generator,
-    /// --max-time): the capacity is at least this.
-    pub at_least: bool,
-}
-
-/// `capacity.json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct CapacityResult {
-    pub objectives: Vec<String>,
-    pub step_s: f64,
-    pub warmup_s: f64,
-    pub trace_span_s: f64,
-    pub steps: Vec<StepRecord>,
-    pub capacity: Capacity,
-    /// The first load at which the registry answered 429.
-    pub throttle_onset: Option<Capacity>,
-    /// Why the search ended.
-    pub ended: String,
+impl CapacityConfig {
+    /// The time from one ladder step's start to the next: its warm-up, its measured length
+    /// and a pause for its last operations to end (a quarter of the step, 2 s at least).
+    pub fn slot(&self) -> Duration {
+        self.warmup + self.step + (self.step / 4).max(Duration::from_secs(2))
+    }
 }
 
 /// Runs the search: prepares and prewarms the trace, then steps until the search is done,
@@ -105,10 +65,20 @@ pub async fn capacity(
         Ok(ready) => ready,
         Err(status) => return Ok(status),
     };
-    let prewarmed = engine.prewarm(&session, shutdown).await?;
-    if shutdown.is_cancelled() || prewarmed != ExitStatus::Success {
-        session.close().await;
-        return Ok(prewarmed.max_with(ExitStatus::Failed));
+    if cfg.phase == Phase::Run {
+        // Prewarmed before (by `replay --phase prewarm`, or a host of its own): a sample of
+        // what the steps read is checked to be there.
+        match engine.check_prewarm(&session, shutdown).await {
+            Ok(Some(gaps)) if !session.quiet() => eprintln!("creb-rs: warning: {gaps}"),
+            Ok(_) => {}
+            Err(message) => return engine.unrun(session, shutdown, Some(message)).await,
+        }
+    } else {
+        let prewarmed = engine.prewarm(&session, shutdown).await?;
+        if shutdown.is_cancelled() || prewarmed != ExitStatus::Success {
+            session.close().await;
+            return Ok(prewarmed.max_with(ExitStatus::Failed));
+        }
     }
     if let Some(dir) = &session.output.dir {
         clear_steps(&dir.join(STEPS_DIR))?;
@@ -119,9 +89,25 @@ pub async fn capacity(
     let mut cursor = Duration::ZERO;
     let mut failure = None;
     let ended = loop {
-        let (speed, length) = match search.next() {
+        let next = match &cap.ladder {
+            Some(ladder) => match ladder.get(steps.len()) {
+                Some(&speed) => Next::Step { speed, length: 1.0 },
+                None => break LADDER_RAN.to_owned(),
+            },
+            None => search.next(),
+        };
+        let (speed, length) = match next {
             Next::Step { speed, length } => (speed, length),
-            Next::Done { .. } => break "the search converged".to_owned(),
+            Next::Done { .. } => match steps.last() {
+                Some(last) if last.outcome == Outcome::GeneratorLimited => {
+                    break format!(
+                        "the generator could not offer {:.3}x: {}",
+                        last.speed,
+                        last.why.as_deref().unwrap_or("")
+                    )
+                }
+                _ => break "the search converged".to_owned(),
+            },
         };
         if shutdown.is_cancelled() {
             break "stopped".to_owned();
@@ -158,8 +144,15 @@ pub async fn capacity(
         };
         // A step that cannot be run or written ends the search; what it found so far is
         // still written.
+        // A ladder's step k starts k slots after the shared start; a search's first step at
+        // it, the others as soon as the last ended.
+        let start_at = match (&cap.ladder, cfg.start_at_time) {
+            (Some(_), Some(t)) => Some(t + cap.slot() * steps.len() as u32),
+            (None, Some(t)) if steps.is_empty() => Some(t),
+            _ => None,
+        };
         let measured = engine
-            .measure(speed, Some(window), &session, &output, shutdown)
+            .measure(speed, Some(window), start_at, &session, &output, shutdown)
             .await;
         let finished = match measured {
             Ok(finished) => finished,
@@ -180,7 +173,18 @@ pub async fn capacity(
                 break format!("step {} could not be written: {e:#}", steps.len());
             }
         }
-        let mut record = judge(cap, &finished, steps.len(), speed, window);
+        let at = StepAt {
+            index: steps.len(),
+            speed,
+            window,
+            warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
+        };
+        let mut record = judge(
+            &cap.objectives,
+            &finished.summary,
+            &finished.aggregator.table,
+            at,
+        );
         if shutdown.is_cancelled() {
             // Cut off by a stop: kept, but no verdict of the registry.
             record.outcome = Outcome::Undecided;
@@ -191,7 +195,9 @@ pub async fn capacity(
         if !session.quiet() {
             eprintln!("creb-rs: {}", step_line(&record));
         }
-        search.record(record.outcome);
+        if cap.ladder.is_none() {
+            search.record(record.outcome);
+        }
         steps.push(record);
     };
     let result = answer(cap, span, steps, &search, ended);
@@ -208,36 +214,68 @@ pub async fn capacity(
         eprintln!("creb-rs: error: {e}");
         return Ok(ExitStatus::Usage);
     }
-    Ok(if shutdown.is_cancelled() {
-        if shutdown.by_limit() {
-            ExitStatus::Success
-        } else {
-            ExitStatus::Interrupted
-        }
-    } else {
-        ExitStatus::Success
-    })
+    if shutdown.is_cancelled() && !shutdown.by_limit() {
+        return Ok(ExitStatus::Interrupted);
+    }
+    Ok(gates_status(cap, &result))
 }
 
-/// The record of one finished step.
-fn judge(
-    cap: &CapacityConfig,
-    finished: &crate::session::Finished,
-    index: usize,
-    speed: f64,
-    window: Window,
+/// Exit 3 when a `--fail-if` gate holds, each said on stderr.
+fn gates_status(cap: &CapacityConfig, result: &CapacityResult) -> ExitStatus {
+    let mut status = ExitStatus::Success;
+    for (gate, verdict) in cap.gates.iter().zip(&result.thresholds) {
+        if verdict.verdict == "held" {
+            status = ExitStatus::ThresholdFailed;
+            let bound = if verdict.at_least {
+                format!(" (a lower bound: the search ended by {})", result.ended)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "creb-rs: --fail-if '{gate}' holds: capacity {}{bound}",
+                gate.show(verdict.value)
+            );
+        }
+    }
+    status
+}
+
+/// Where a step sits: its place, its load, its window of the trace, its warm-up (seconds,
+/// as the aggregator left it out).
+#[derive(Debug, Clone, Copy)]
+pub struct StepAt {
+    pub index: usize,
+    pub speed: f64,
+    pub window: Window,
+    pub warmup_s: f64,
+}
+
+/// The record of one finished step, from its summary and exact histograms: the objectives'
+/// verdicts, the offered and achieved rates, the outcome and why.
+pub fn judge(
+    objectives: &[Threshold],
+    summary: &Summary,
+    table: &StatsTable,
+    at: StepAt,
 ) -> StepRecord {
-    let summary = &finished.summary;
-    let (mut outcome, objectives, mut why) =
-        judge_step(&cap.objectives, summary, &finished.aggregator.table);
+    let StepAt {
+        index,
+        speed,
+        window,
+        warmup_s: warmup,
+    } = at;
+    let (mut outcome, objectives, mut why) = judge_step(objectives, summary, table);
     // Offered: the operations the window's records asked for, over its schedule; achieved:
     // those completed in the measured part, over its length.
     let replayed = summary.trace.as_ref().map_or(0, |t| t.replayed) as f64;
     let schedule = window.length.unwrap_or_default().as_secs_f64() / speed.max(1e-9);
     let offered_rps = replayed / schedule.max(1e-9);
-    // The step lasts its window's schedule even when its last operation ends earlier.
-    let measured = (schedule - summary.warmup_s.unwrap_or(0.0)).max(1e-9);
-    let achieved_rps = summary.totals.requests as f64 / measured;
+    // The step lasts its window's schedule even when its last operation ends earlier, and
+    // until its last operation ends when that is later (a backlog drained after the
+    // schedule is the registry's time too, so an overloaded step's rate is what it served).
+    let measured = (schedule - warmup).max(1e-9);
+    let served = measured.max(summary.duration_s - warmup);
+    let achieved_rps = summary.totals.requests as f64 / served;
     if summary.totals.requests == 0 {
         outcome = Outcome::Undecided;
         why = Some("no operation in the step's window of the trace".into());
@@ -282,7 +320,9 @@ fn judge(
     }
 }
 
-/// The answer from the steps: the highest speed sustained, its rate; the throttle onset.
+/// The answer from the steps: the search's (the highest speed sustained and confirmed) or
+/// the ladder's knee; its rate, the load above it that failed, the throttle onset, the
+/// gates.
 fn answer(
     cap: &CapacityConfig,
     span: Duration,
@@ -290,15 +330,83 @@ fn answer(
     search: &Search,
     ended: String,
 ) -> CapacityResult {
-    let (speed, at_least) = match search.next() {
-        Next::Done { capacity, at_least } => (capacity, at_least),
-        Next::Step { .. } => (search.passed(), true),
+    let (found, ended) = match (&cap.ladder, search.next()) {
+        (Some(_), _) if ended == LADDER_RAN => {
+            let (speed, at_least, ended) = knee(&steps);
+            ((speed, at_least), ended)
+        }
+        (Some(_), _) => ((knee(&steps).0, true), ended),
+        (None, Next::Done { capacity, at_least }) => ((capacity, at_least), ended),
+        (None, Next::Step { .. }) => ((search.passed(), true), ended),
     };
+    let head = Head {
+        kind: if cap.ladder.is_some() {
+            "ladder"
+        } else {
+            "search"
+        },
+        objectives: cap.objectives.iter().map(ToString::to_string).collect(),
+        step_s: cap.step.as_secs_f64(),
+        warmup_s: cap.warmup.as_secs_f64(),
+        trace_span_s: span.as_secs_f64(),
+    };
+    result_of(head, steps, found, ended, &cap.gates)
+}
+
+/// What the ladder's loop says when every step ran.
+pub const LADDER_RAN: &str = "the ladder ran";
+
+/// A ladder's knee: the last load sustained before the first that was not (every lower
+/// step sustained); a lower bound when none failed, the generator could not offer the next,
+/// or the next was too close to decide. The answer, whether it is a lower bound, and why
+/// the ladder ends there.
+pub fn knee(steps: &[StepRecord]) -> (Option<f64>, bool, String) {
+    let mut capacity = None;
+    for s in steps {
+        let why = s.why.as_deref().unwrap_or("");
+        match s.outcome {
+            Outcome::Sustained => capacity = Some(s.speed),
+            Outcome::Unsustained => return (capacity, false, LADDER_RAN.into()),
+            Outcome::GeneratorLimited => {
+                let ended = format!("the generator could not offer {:.3}x: {why}", s.speed);
+                return (capacity, true, ended);
+            }
+            Outcome::Undecided => {
+                return (
+                    capacity,
+                    true,
+                    format!("undecided at {:.3}x: {why}", s.speed),
+                );
+            }
+        }
+    }
+    (capacity, true, LADDER_RAN.into())
+}
+
+/// What capacity.json says of the search or ladder beside its steps.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub kind: &'static str,
+    pub objectives: Vec<String>,
+    pub step_s: f64,
+    pub warmup_s: f64,
+    pub trace_span_s: f64,
+}
+
+/// capacity.json from its steps and the answer found (`speed`, whether a lower bound).
+pub fn result_of(
+    head: Head,
+    steps: Vec<StepRecord>,
+    (speed, at_least): (Option<f64>, bool),
+    ended: String,
+    gates: &[Gate],
+) -> CapacityResult {
+    // The load sustained: what the trace offered at that speed (a sustained step served it).
     let rate_at = |speed: f64| {
         steps
             .iter()
             .filter(|s| s.speed == speed && s.outcome == Outcome::Sustained)
-            .map(|s| s.achieved_rps)
+            .map(|s| s.offered_rps)
             .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
     };
     let throttle_onset = steps
@@ -307,22 +415,44 @@ fn answer(
         .min_by(|a, b| a.speed.total_cmp(&b.speed))
         .map(|s| Capacity {
             speed: Some(s.speed),
-            requests_per_s: Some(s.achieved_rps),
-            at_least: false,
+            requests_per_s: Some(s.offered_rps),
+            ..Capacity::default()
         });
+    // The lowest load above the answer that a finished step did not sustain.
+    let upper = steps
+        .iter()
+        .filter(|s| matches!(s.outcome, Outcome::Unsustained))
+        .filter(|s| speed.is_none_or(|c| s.speed > c))
+        .min_by(|a, b| a.speed.total_cmp(&b.speed));
+    let capacity = Capacity {
+        speed,
+        requests_per_s: speed.and_then(rate_at),
+        at_least,
+        upper_speed: upper.map(|s| s.speed),
+        upper_requests_per_s: upper.map(|s| s.offered_rps),
+    };
+    let thresholds = gates.iter().map(|g| g.judge(&capacity)).collect();
+    let limited_by = match ended.as_str() {
+        "the search converged" | LADDER_RAN if at_least => "ceiling",
+        "the search converged" | LADDER_RAN => "registry",
+        "--max-time" => "max_time",
+        "stopped" => "stopped",
+        e if e.starts_with("the generator") => "generator",
+        e if e.starts_with("undecided") => "undecided",
+        _ => "error",
+    };
     CapacityResult {
-        objectives: cap.objectives.iter().map(ToString::to_string).collect(),
-        step_s: cap.step.as_secs_f64(),
-        warmup_s: cap.warmup.as_secs_f64(),
-        trace_span_s: span.as_secs_f64(),
-        capacity: Capacity {
-            speed,
-            requests_per_s: speed.and_then(rate_at),
-            at_least,
-        },
+        kind: head.kind,
+        objectives: head.objectives,
+        step_s: head.step_s,
+        warmup_s: head.warmup_s,
+        trace_span_s: head.trace_span_s,
+        capacity,
         steps,
         throttle_onset,
         ended,
+        limited_by,
+        thresholds,
     }
 }
 
@@ -341,69 +471,4 @@ fn clear_steps(steps: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn write_result(dir: &Path, result: &CapacityResult) -> anyhow::Result<()> {
-    let path = dir.join(CAPACITY_JSON);
-    let text = serde_json::to_string_pretty(result)?;
-    std::fs::write(&path, text + "\n")
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
-}
-
-/// One step in one line, as it finishes.
-fn step_line(s: &StepRecord) -> String {
-    format!(
-        "step {:>2}: {:>7.3}x  offered {:>8.1} op/s  achieved {:>8.1} op/s  {:?}{}",
-        s.index,
-        s.speed,
-        s.offered_rps,
-        s.achieved_rps,
-        s.outcome,
-        s.why.as_ref().map_or(String::new(), |w| format!(" ({w})"))
-    )
-}
-
-/// The steps and the answer, as a table.
-pub fn render(r: &CapacityResult) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:>4} {:>9} {:>12} {:>12} {:<14} why",
-        "step", "speed", "offered/s", "achieved/s", "outcome"
-    );
-    for s in &r.steps {
-        let _ = writeln!(
-            out,
-            "{:>4} {:>8.3}x {:>12.1} {:>12.1} {:<14} {}",
-            s.index,
-            s.speed,
-            s.offered_rps,
-            s.achieved_rps,
-            format!("{:?}", s.outcome).to_lowercase(),
-            s.why.as_deref().unwrap_or("")
-        );
-    }
-    let at_least = if r.capacity.at_least { "at least " } else { "" };
-    match (r.capacity.speed, r.capacity.requests_per_s) {
-        (Some(speed), rate) => {
-            let _ = writeln!(
-                out,
-                "\ncapacity: {at_least}{speed:.3}x the trace's load{} ({})",
-                rate.map_or(String::new(), |r| format!(", {r:.1} operations/s")),
-                r.ended
-            );
-        }
-        (None, _) => {
-            let _ = writeln!(out, "\ncapacity: no load sustained ({})", r.ended);
-        }
-    }
-    if let Some(t) = &r.throttle_onset {
-        let _ = writeln!(
-            out,
-            "throttled (429) from {:.3}x, {:.1} operations/s",
-            t.speed.unwrap_or_default(),
-            t.requests_per_s.unwrap_or_default()
-        );
-    }
-    out
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::replay::{PhaseArg, ReplayArgs, ReplayConfig};
-use crate::capacity::{CapacityConfig, SearchOptions};
+use crate::capacity::{CapacityConfig, Gate, SearchOptions};
 use crate::exec::{Mode, Phase};
 use crate::results::thresholds::parse_all;
 use crate::session::{ExitStatus, OutputOptions, Session};
@@ -15,13 +15,27 @@ use crate::shutdown::Shutdown;
 use crate::trace::TraceInput;
 use crate::units::parse_duration;
 
+use super::args::parse_speed;
+
+pub const SHORT_EXAMPLES: &str = "\
+Examples:
+  # the load docker-registry sustains with p99 blob GETs under 2 s and under 1% errors;
+  # exit 3 (CI) unless that is at least 500 operations per second
+  creb-rs capacity trace.json --registry http://127.0.0.1:5000 --output-dir out \\
+    --slo 'p99(blob_get) < 2s' --slo 'error_rate < 1%' --fail-if 'capacity < 500/s'";
+
 pub const EXAMPLES: &str = "\
 Examples:
-  # the load docker-registry sustains with p99 image pulls under 2 s and under 1% errors
-  creb-rs capacity trace.json --registry http://127.0.0.1:5000 \\
-    --slo 'p99(blob_get) < 2s' --slo 'error_rate < 1%' --output-dir out
+  # the load docker-registry sustains with p99 blob GETs under 2 s and under 1% errors;
+  # exit 3 (CI) unless that is at least 500 operations per second
+  creb-rs capacity trace.json --registry http://127.0.0.1:5000 --output-dir out \\
+    --slo 'p99(blob_get) < 2s' --slo 'error_rate < 1%' --fail-if 'capacity < 500/s'
   # where a rate limiter starts to throttle
-  creb-rs capacity trace.json --registry http://127.0.0.1:8080 --slo 'errors(http_429) == 0'";
+  creb-rs capacity trace.json --registry http://127.0.0.1:8080 --slo 'errors(http_429) == 0'
+  # many hosts: the same fixed ladder of loads from a shared start, one shard each, merged
+  creb-rs capacity trace.json --registry http://registry:5000 --slo 'p99(all) < 1s' \\
+    --ladder 1,2,4,8 --shard 0/2 --start-at 2026-01-01T12:00:00Z --output-dir out/host-0
+  creb-rs merge out/host-0 out/host-1 --output-dir out/merged";
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityArgs {
@@ -50,6 +64,12 @@ pub struct CapacityArgs {
     #[arg(hide_short_help = true, long, value_name = "P%", default_value = "5%", value_parser = parse_share)]
     pub resolution: f64,
 
+    /// A fixed ladder of loads instead of the search (speed factors, ascending), every step
+    /// run: with a shared --start-at and one --shard per host, `merge` merges the hosts
+    /// step by step and finds the knee.
+    #[arg(hide_short_help = true, long, value_name = "X,X,...", value_delimiter = ',', value_parser = parse_speed)]
+    pub ladder: Vec<f64>,
+
     #[command(flatten)]
     pub replay: ReplayArgs,
 }
@@ -71,20 +91,29 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
     if args.max_speed.is_nan() || args.max_speed <= 0.0 {
         anyhow::bail!("--max-speed must be above 0");
     }
-    if args.replay.phase != PhaseArg::All {
-        anyhow::bail!("capacity prewarms, then runs its steps: --phase is replay's");
-    }
-    if !args.replay.output.fail_if.is_empty() {
+    if args.replay.phase == PhaseArg::Prewarm {
         anyhow::bail!(
-            "capacity is judged by --slo (what must hold at a load); --fail-if is not one of its \
-             flags yet"
+            "capacity prewarms, then runs its steps (--phase run: only the steps); a prewarm \
+             alone is `creb-rs replay --phase prewarm`"
         );
     }
+    if args.ladder.windows(2).any(|w| w[1] <= w[0]) {
+        anyhow::bail!("--ladder: the loads ascend, each above the last");
+    }
+    let gates = args
+        .replay
+        .output
+        .fail_if
+        .iter()
+        .map(|t| Gate::parse(t).map_err(|e| anyhow::anyhow!("--fail-if '{t}': {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut cfg = ReplayConfig::try_from(&args.replay)?;
     // An open model always (the trace's timing, sped up): a closed loop finds only its own
     // ceiling. Prewarmed once, then the steps.
     cfg.mode = Mode::Delay;
-    cfg.phase = Phase::All;
+    if args.replay.phase == PhaseArg::All {
+        cfg.phase = Phase::All;
+    }
     let objectives =
         parse_all(&args.slo).map_err(|e| anyhow::anyhow!("--slo '{}': {}", e.text, e.reason))?;
     if let Some(t) = objectives.iter().find(|t| t.needs_baseline()) {
@@ -103,13 +132,17 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
             resolution: args.resolution,
             ..SearchOptions::default()
         },
+        gates,
+        ladder: (!args.ladder.is_empty()).then(|| args.ladder.clone()),
     };
     let input = TraceInput::resolve(&cfg.traces)?;
     cfg.check_paths(&input, args.replay.output.output_dir.as_deref())?;
     let names = cfg.registry.endpoint_names();
     let quiet = args.replay.output.quiet || args.replay.output.json;
     super::limits::prepare(cfg.concurrency, names.len(), "--concurrency", quiet)?;
-    let output = OutputOptions::from(&args.replay.output);
+    let mut output = OutputOptions::from(&args.replay.output);
+    // The gates judge the answer, not each step.
+    output.fail_if.clear();
     let labels = crate::replay::labels(&cfg);
     let session = Session::open(&output, labels, &names, cfg.plan.shard.index).await?;
     args.replay.stop.arm(&shutdown);

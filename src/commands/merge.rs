@@ -1,12 +1,14 @@
 //! `creb-rs merge DIR... --output-dir OUT`: the results of many hosts as one, merged by
 //! [`crate::merge::merge_into`] on the blocking pool; prints the per-host table and the merged
-//! summary.
+//! summary. Capacity ladders (`capacity --ladder`, one shard per host) merge step by step
+//! ([`crate::capacity::merge`]).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 
+use crate::capacity::merge::{is_capacity, merge_ladders};
 use crate::merge::merge_into;
 use crate::report::{host_table, render_text_with};
 use crate::session::status::ExitStatus;
@@ -42,6 +44,26 @@ pub struct MergeArgs {
 
 /// Runs `creb-rs merge`.
 pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
+    let ladders = args.dirs.iter().filter(|d| is_capacity(d)).count();
+    if ladders > 0 {
+        if ladders < args.dirs.len() {
+            anyhow::bail!("capacity ladders merge only with capacity ladders");
+        }
+        let result = {
+            let args = args.clone();
+            tokio::task::spawn_blocking(move || {
+                merge_ladders(&args.dirs, &args.output_dir, args.partial, args.force)
+            })
+            .await
+            .context("the merge stopped unexpectedly")??
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&result)?);
+        } else if !args.quiet {
+            print!("{}", crate::capacity::result::render(&result));
+        }
+        return Ok(ExitStatus::Success);
+    }
     let (summary, hosts) = {
         let args = args.clone();
         tokio::task::spawn_blocking(move || {

@@ -210,12 +210,18 @@ pub enum Command {
     /// Find the load a registry sustains under objectives (--slo): an open-model search over
     /// a trace's load, step by step, in delay mode; capacity.json and the curve.
     #[command(
-        after_help = capacity::EXAMPLES,
+        after_help = capacity::SHORT_EXAMPLES,
+        after_long_help = capacity::EXAMPLES,
         // Always delay mode, prewarm then steps, judged by --slo: a replay's flags for these
-        // are not capacity's (refused when given, see `capacity::run`).
+        // are not capacity's (refused when given, see `capacity::run`). --fail-if gates the
+        // answer.
         mut_arg("mode", |a| a.hide(true)),
         mut_arg("phase", |a| a.hide(true)),
-        mut_arg("fail_if", |a| a.hide(true))
+        mut_arg("fail_if", |a| a
+            .help("Exit 3 when EXPR holds for the answer (repeatable): 'capacity < 500/s' \
+                   (operations per second) or 'capacity < 4x' (the trace's speed factor)")
+            .long_help(None)
+            .hide_short_help(true))
     )]
     Capacity(Box<capacity::CapacityArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).

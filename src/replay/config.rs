@@ -105,12 +105,20 @@ impl Window {
 }
 
 impl ReplayConfig {
-    /// The same replay at `speed` over `window` of the trace's time.
-    pub fn at(&self, speed: f64, window: Option<Window>) -> ReplayConfig {
+    /// The same replay at `speed` over `window` of the trace's time, its schedule starting
+    /// at `start_at` (now when absent).
+    pub fn at(
+        &self,
+        speed: f64,
+        window: Option<Window>,
+        start_at: Option<SystemTime>,
+    ) -> ReplayConfig {
         let mut cfg = self.clone();
         cfg.speed = speed;
         cfg.plan.speed = speed;
         cfg.window = window;
+        cfg.start_at_time = start_at;
+        cfg.start_at = start_at.map(|t| humantime::format_rfc3339_millis(t).to_string());
         cfg
     }
 

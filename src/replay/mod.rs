@@ -280,18 +280,20 @@ impl Engine {
         pipeline::run_phase(&context, prepared, &self.input, prewarm_gaps).await
     }
 
-    /// One run of the prepared trace, at `speed` over `window` of its time, measured into
+    /// One run of the prepared trace, at `speed` over `window` of its time, its schedule
+    /// starting at `start_at` (now when absent; several hosts share one), measured into
     /// `output` (a directory of its own, or none) and returned unpublished: the caller
     /// judges and writes it. The planner's failure, if any, is the error.
     pub async fn measure(
         &self,
         speed: f64,
         window: Option<Window>,
+        start_at: Option<SystemTime>,
         session: &Session,
         output: &RunOutput,
         shutdown: &Shutdown,
     ) -> anyhow::Result<Finished> {
-        let cfg = self.cfg.at(speed, window);
+        let cfg = self.cfg.at(speed, window, start_at);
         let (context, prepared) = self.context(&cfg, session, output, shutdown)?;
         pipeline::measure(&context, prepared, &self.input).await
     }

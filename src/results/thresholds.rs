@@ -46,7 +46,8 @@ pub enum Cmp {
 }
 
 impl Cmp {
-    fn holds(self, actual: f64, limit: f64) -> bool {
+    /// Whether `actual CMP limit`.
+    pub fn holds(self, actual: f64, limit: f64) -> bool {
         match self {
             Cmp::Gt => actual > limit,
             Cmp::Ge => actual >= limit,
@@ -154,7 +155,8 @@ pub enum Verdict {
     NoData,
 }
 
-fn split_cmp(text: &str) -> Option<(&str, Cmp, &str)> {
+/// `LHS CMP RHS`, split at the first comparison (trimmed sides).
+pub fn split_cmp(text: &str) -> Option<(&str, Cmp, &str)> {
     for (token, cmp) in [
         (">=", Cmp::Ge),
         ("<=", Cmp::Le),

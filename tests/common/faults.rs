@@ -32,6 +32,10 @@ pub enum Fault {
     Truncate,
     /// Flip the bits of one byte in the middle of the body.
     CorruptByte,
+    /// Serve matching exchanges one at a time, each taking exactly this long (forwarded,
+    /// then held until the time is up): a server whose capacity is 1 / this, by
+    /// construction.
+    Serial(Duration),
 }
 
 type Filter = dyn Fn(&str, &str) -> bool + Send + Sync;
@@ -72,6 +76,7 @@ impl FaultProxy {
             Arc::clone(&proxy.requests),
             Arc::clone(&proxy.faulted),
         );
+        let serial = Arc::new(Mutex::new(()));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 connections.fetch_add(1, Ordering::Relaxed);
@@ -81,6 +86,7 @@ impl FaultProxy {
                     filter: Arc::clone(&filter),
                     requests: Arc::clone(&requests),
                     faulted: Arc::clone(&faulted),
+                    serial: Arc::clone(&serial),
                 };
                 std::thread::spawn(move || {
                     let _ = serve(client, &ctx);
@@ -121,6 +127,8 @@ struct Ctx {
     filter: Arc<Mutex<Arc<Filter>>>,
     requests: Arc<AtomicU64>,
     faulted: Arc<AtomicU64>,
+    /// Held by the one exchange a `Fault::Serial` serves.
+    serial: Arc<Mutex<()>>,
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -191,6 +199,10 @@ fn serve(mut client: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         let mut body = vec![0u8; length];
         client.read_exact(&mut body)?;
 
+        // One exchange at a time for a serial server, timed from its turn.
+        let _turn = matches!(fault, Fault::Serial(_))
+            .then(|| ctx.serial.lock().unwrap_or_else(|e| e.into_inner()));
+        let began = std::time::Instant::now();
         // Forward with `Connection: close` and read the whole answer.
         let mut request = String::new();
         for (i, line) in text.trim_end_matches("\r\n").split("\r\n").enumerate() {
@@ -214,6 +226,10 @@ fn serve(mut client: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             Fault::None | Fault::Reset => client.write_all(&response)?,
             Fault::Delay(d) => {
                 std::thread::sleep(d);
+                client.write_all(&response)?;
+            }
+            Fault::Serial(d) => {
+                std::thread::sleep(d.saturating_sub(began.elapsed()));
                 client.write_all(&response)?;
             }
             Fault::CorruptByte => {

@@ -1,0 +1,168 @@
+//! `creb-rs merge` of capacity ladders: the hosts' steps merged exactly, step by step (each
+//! by [`crate::merge::merge_into`]: histograms add, nothing averages), every merged step
+//! judged again against the ladder's objectives on its merged histograms, and the knee
+//! found from the merged steps. A search cannot be merged: each host chose its loads from
+//! its own steps.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use super::result::{write_result, CapacityResult, CAPACITY_JSON, STEPS_DIR};
+use super::run::{judge, knee, result_of, Head, StepAt};
+use super::search::Outcome;
+use crate::replay::Window;
+use crate::results::store::{aggregator_of, load};
+use crate::results::thresholds::parse_all;
+
+/// Whether `dir` holds a capacity search or ladder (its `capacity.json`).
+pub fn is_capacity(dir: &Path) -> bool {
+    dir.join(CAPACITY_JSON).is_file()
+}
+
+/// One host's capacity.json, as far as the merge reads it.
+struct Host {
+    dir: PathBuf,
+    json: Value,
+}
+
+impl Host {
+    fn read(dir: &Path) -> anyhow::Result<Host> {
+        let path = dir.join(CAPACITY_JSON);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let json = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not valid JSON", path.display()))?;
+        Ok(Host {
+            dir: dir.to_owned(),
+            json,
+        })
+    }
+
+    fn steps(&self) -> &[Value] {
+        self.json["steps"].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    fn number(&self, field: &str) -> f64 {
+        self.json[field].as_f64().unwrap_or(0.0)
+    }
+}
+
+/// Merges the ladders in `dirs` into `out`: `out/steps/NN/` each a merged result
+/// directory, `out/capacity.json` the merged ladder with its knee.
+pub fn merge_ladders(
+    dirs: &[PathBuf],
+    out: &Path,
+    partial: bool,
+    force: bool,
+) -> anyhow::Result<CapacityResult> {
+    let hosts: Vec<Host> = dirs
+        .iter()
+        .map(|d| Host::read(d))
+        .collect::<anyhow::Result<_>>()?;
+    let first = &hosts[0];
+    for h in &hosts {
+        if h.json["kind"] != "ladder" {
+            bail!(
+                "{} is a capacity search: each host chose its loads from its own steps, so \
+                 searches do not merge; run the same --ladder on every host",
+                h.dir.display()
+            );
+        }
+        for field in ["objectives", "step_s", "warmup_s", "trace_span_s"] {
+            if h.json[field] != first.json[field] {
+                bail!(
+                    "{} and {} are not the same ladder: their {field} differ ({} against {})",
+                    first.dir.display(),
+                    h.dir.display(),
+                    first.json[field],
+                    h.json[field]
+                );
+            }
+        }
+    }
+    let speeds =
+        |h: &Host| -> Vec<Value> { h.steps().iter().map(|s| s["speed"].clone()).collect() };
+    let count = hosts.iter().map(|h| h.steps().len()).min().unwrap_or(0);
+    for h in &hosts {
+        if speeds(h)[..count] != speeds(first)[..count] {
+            bail!(
+                "{} and {} ran different ladders",
+                first.dir.display(),
+                h.dir.display()
+            );
+        }
+    }
+    if hosts.iter().any(|h| h.steps().len() != count) {
+        eprintln!(
+            "creb-rs: warning: the hosts ran different numbers of steps; the first {count}, \
+             which every host ran, are merged"
+        );
+    }
+    let objectives: Vec<String> = first.json["objectives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect();
+    let thresholds = parse_all(&objectives).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: objective '{}': {}",
+            first.dir.display(),
+            e.text,
+            e.reason
+        )
+    })?;
+    let warmup_s = first.number("warmup_s");
+    let mut steps = Vec::new();
+    for index in 0..count {
+        let name = format!("{index:02}");
+        let parts: Vec<PathBuf> = hosts
+            .iter()
+            .map(|h| h.dir.join(STEPS_DIR).join(&name))
+            .collect();
+        let merged_dir = out.join(STEPS_DIR).join(&name);
+        std::fs::create_dir_all(&merged_dir)
+            .with_context(|| format!("cannot create {}", merged_dir.display()))?;
+        let (summary, _) = crate::merge::merge_into(&parts, &merged_dir, partial, force)
+            .with_context(|| format!("step {index}"))?;
+        let set = load(&merged_dir)?;
+        let aggregator = aggregator_of(&set.counters, &set.hlog)?;
+        let step = &first.steps()[index];
+        let seconds = |v: &Value| Duration::from_secs_f64(v.as_f64().unwrap_or(0.0).max(0.0));
+        let at = StepAt {
+            index,
+            speed: step["speed"].as_f64().unwrap_or(1.0),
+            window: Window {
+                from: seconds(&step["trace_from_s"]),
+                length: Some(seconds(&step["trace_length_s"])),
+            },
+            warmup_s,
+        };
+        let mut record = judge(&thresholds, &summary, &aggregator.table, at);
+        // Whether a host's generator kept up is that host's to say (a merged result has no
+        // generator of its own).
+        let held_back = hosts
+            .iter()
+            .map(|h| &h.steps()[index])
+            .find(|s| s["outcome"] == "generator_limited");
+        if let (Some(s), false) = (held_back, record.outcome == Outcome::Sustained) {
+            record.outcome = Outcome::GeneratorLimited;
+            record.why = s["why"].as_str().map(str::to_owned);
+        }
+        steps.push(record);
+    }
+    let (speed, at_least, ended) = knee(&steps);
+    let head = Head {
+        kind: "ladder",
+        objectives,
+        step_s: first.number("step_s"),
+        warmup_s,
+        trace_span_s: first.number("trace_span_s"),
+    };
+    let result = result_of(head, steps, (speed, at_least), ended, &[]);
+    write_result(out, &result)?;
+    Ok(result)
+}
