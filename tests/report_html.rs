@@ -464,3 +464,61 @@ async fn text_from_results_is_escaped() {
     assert!(html.contains("odd&quot;kind"));
     assert!(html.contains("2 warnings") || html.contains("1 warning"));
 }
+
+/// A capacity search's page (`report OUT --format html` where OUT holds capacity.json):
+/// self-contained, the answer, both curves laid out by the browser with data drawn (the
+/// latency percentiles and the achieved rate against the offered load), and the steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_report_renders_its_curves() {
+    let work = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let (records, _) = generate(&SynthOptions {
+        seed: 5,
+        sessions: 60,
+        mean_gap_ms: 50.0,
+        clients: 6,
+        repos: 3,
+        layer_size: (256, 64 * 1024),
+        chunk: 32 * 1024,
+        ..SynthOptions::default()
+    });
+    let trace = work.path().join("trace.json");
+    write_file(&trace, &records).unwrap();
+    let out = work.path().join("capacity");
+    let status = creb(&[
+        "capacity",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--slo",
+        "error_rate < 50%",
+        "--step",
+        "500ms",
+        "--step-warmup",
+        "100ms",
+        "--max-speed",
+        "4",
+        "--concurrency",
+        "32",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let html = html_report(&out).await;
+    let charts = ["capacity-latency", "capacity-throughput"];
+    check_self_contained(&html, &charts);
+    for needle in [
+        "Answer",
+        "at least 4.000×",
+        "ceiling",
+        "sustained",
+        "blob_get p50",
+    ] {
+        assert!(html.contains(needle), "no {needle:?} in the page");
+    }
+    let (_, rendered) = probe(work.path(), &html, "capacity");
+    check_rendered(&rendered, &charts);
+    screenshot(work.path(), &out.join("report.html"), "capacity");
+}

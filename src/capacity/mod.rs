@@ -4,6 +4,7 @@
 
 pub mod gate;
 pub mod merge;
+pub mod page;
 pub mod result;
 pub mod run;
 pub mod search;

@@ -113,54 +113,77 @@ pub fn step_line(s: &StepRecord) -> String {
 
 /// The steps and the answer, as a table.
 pub fn render(r: &CapacityResult) -> String {
+    render_value(&serde_json::to_value(r).unwrap_or_default())
+}
+
+/// [`render`] of capacity.json as read back (`creb-rs report OUT`, a merged ladder).
+pub fn render_value(r: &serde_json::Value) -> String {
+    let n = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>9} {:>12} {:>12} {:<14} why",
+        "{:>4} {:>9} {:>12} {:>12} {:<17} why",
         "step", "speed", "offered/s", "achieved/s", "outcome"
     );
-    for s in &r.steps {
+    for s in r["steps"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "{:>4} {:>8.3}x {:>12.1} {:>12.1} {:<14} {}",
-            s.index,
-            s.speed,
-            s.offered_rps,
-            s.achieved_rps,
-            format!("{:?}", s.outcome).to_lowercase(),
-            s.why.as_deref().unwrap_or("")
+            "{:>4} {:>8.3}x {:>12.1} {:>12.1} {:<17} {}",
+            s["index"],
+            n(&s["speed"]),
+            n(&s["offered_rps"]),
+            n(&s["achieved_rps"]),
+            text(&s["outcome"]),
+            text(&s["why"])
         );
     }
-    let at_least = if r.capacity.at_least { "at least " } else { "" };
-    match (r.capacity.speed, r.capacity.requests_per_s) {
-        (Some(speed), rate) => {
+    let c = &r["capacity"];
+    let ended = text(&r["ended"]);
+    let at_least = if c["at_least"] == true {
+        "at least "
+    } else {
+        ""
+    };
+    match c["speed"].as_f64() {
+        Some(speed) => {
             let _ = writeln!(
                 out,
-                "\ncapacity: {at_least}{speed:.3}x the trace's load{} ({})",
-                rate.map_or(String::new(), |r| format!(", {r:.1} operations/s")),
-                r.ended
+                "\ncapacity: {at_least}{speed:.3}x the trace's load{} ({ended}; limited by {})",
+                c["requests_per_s"]
+                    .as_f64()
+                    .map_or(String::new(), |r| format!(", {r:.1} operations/s")),
+                text(&r["limited_by"])
             );
         }
-        (None, _) => {
-            let _ = writeln!(out, "\ncapacity: no load sustained ({})", r.ended);
+        None => {
+            let _ = writeln!(out, "\ncapacity: no load sustained ({ended})");
         }
     }
-    if let (Some(speed), Some(rate)) = (r.capacity.upper_speed, r.capacity.upper_requests_per_s) {
+    if let (Some(speed), Some(rate)) = (
+        c["upper_speed"].as_f64(),
+        c["upper_requests_per_s"].as_f64(),
+    ) {
         let _ = writeln!(
             out,
             "not sustained at {speed:.3}x ({rate:.1} operations/s offered): the capacity lies \
              between"
         );
     }
-    for t in &r.thresholds {
-        let _ = writeln!(out, "--fail-if '{}': {}", t.expression, t.verdict);
-    }
-    if let Some(t) = &r.throttle_onset {
+    for t in r["thresholds"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "throttled (429) from {:.3}x, {:.1} operations/s offered",
-            t.speed.unwrap_or_default(),
-            t.requests_per_s.unwrap_or_default()
+            "--fail-if '{}': {}",
+            text(&t["expression"]),
+            text(&t["verdict"])
+        );
+    }
+    let t = &r["throttle_onset"];
+    if let Some(speed) = t["speed"].as_f64() {
+        let _ = writeln!(
+            out,
+            "throttled (429) from {speed:.3}x, {:.1} operations/s offered",
+            n(&t["requests_per_s"])
         );
     }
     out

@@ -89,6 +89,9 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             .collect();
         crate::outfile::check(path, "-o", Kind::Report, &inputs, args.force)?;
     }
+    if crate::capacity::merge::is_capacity(&args.dir) && !args.dir.join("summary.json").exists() {
+        return capacity_report(&args, format);
+    }
     let set = load(&args.dir)?;
     if let Some(dir) = &args.charts {
         let files = crate::report::html::write_charts(&set, dir)?;
@@ -137,6 +140,43 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     match &args.output {
         Some(path) => {
             std::fs::write(path, text)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            if !args.quiet {
+                eprintln!("creb-rs: wrote {}", path.display());
+            }
+        }
+        None if args.quiet => {}
+        None => print!("{text}"),
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// `report OUT` of a capacity search or ladder: its table, capacity.json, or its HTML page
+/// with the curves (each step's own report is `report OUT/steps/NN`).
+fn capacity_report(args: &ReportArgs, format: Format) -> anyhow::Result<ExitStatus> {
+    let text = match format {
+        Format::Html => crate::capacity::page::render(&args.dir)?,
+        Format::Json => std::fs::read_to_string(args.dir.join(crate::capacity::CAPACITY_JSON))?,
+        Format::Text => {
+            let path = args.dir.join(crate::capacity::CAPACITY_JSON);
+            let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+            crate::capacity::result::render_value(&c)
+        }
+        Format::Csv => anyhow::bail!(
+            "{} is a capacity result: its CSV is each step's (`creb-rs report {}/steps/NN \
+             --format csv`)",
+            args.dir.display(),
+            args.dir.display()
+        ),
+    };
+    let path = match (&args.output, format) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Format::Html) => Some(args.dir.join("report.html")),
+        (None, _) => None,
+    };
+    match path {
+        Some(path) => {
+            std::fs::write(&path, text)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
             if !args.quiet {
                 eprintln!("creb-rs: wrote {}", path.display());
