@@ -542,3 +542,84 @@ fn repetitions_are_drawn_as_a_median_with_its_spread() {
     assert!(html.contains("class=\"whisker\""), "the spread is drawn");
     assert!(html.contains("whiskers: lowest to highest repetition"));
 }
+
+/// A `capacity` experiment compares registries by the load they sustain: a fixed ladder
+/// against docker-registry and against the same registry behind a proxy that holds every
+/// blob GET 20 ms; each cell writes its capacity.json, comparison.csv carries the answers
+/// and comparison.html draws them; `--resume` finds both cells complete.
+#[test]
+fn a_capacity_experiment_compares_registries_by_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = small_trace(dir.path(), 30, 50.0);
+    let plain = Registry::start();
+    let slow = common::faults::FaultProxy::start(
+        plain.port,
+        common::faults::Fault::Delay(Duration::from_millis(20)),
+    );
+    let file = write(
+        dir.path(),
+        "capacity.toml",
+        &format!(
+            r#"
+[[registry]]
+name = "plain"
+url = "{plain}"
+
+[[registry]]
+name = "slow"
+url = "{slow}"
+
+[[experiment]]
+name = "cap"
+kind = "capacity"
+traces = ["{trace}"]
+slo = ["error_rate < 50%"]
+ladder = "1,2"
+step = "500ms"
+step_warmup = "100ms"
+concurrency = 16
+"#,
+            plain = plain.url,
+            slow = slow.url,
+            trace = trace.file_name().unwrap().to_str().unwrap(),
+        ),
+    );
+    let out = run_bin(&["run", file.to_str().unwrap()], None, &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let results = dir.path().join("results/capacity");
+    let mut reader = csv::Reader::from_path(results.join("comparison.csv")).unwrap();
+    let header = reader.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(&r[column("kind")], "capacity", "{r:?}");
+        assert_eq!(&r[column("status")], "ok", "{r:?}");
+        assert_eq!(&r[column("capacity_speed")], "2", "{r:?}");
+        assert_eq!(&r[column("capacity_limited_by")], "ceiling", "{r:?}");
+        assert!(
+            r[column("capacity_requests_per_s")].parse::<f64>().unwrap() > 0.0,
+            "{r:?}"
+        );
+        let c: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(results.join("cap").join(&r[2]).join("capacity.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c["kind"], "ladder");
+    }
+    let html = std::fs::read_to_string(results.join("comparison.html")).unwrap();
+    assert!(
+        html.contains("data-chart=\"compare-cap\""),
+        "no capacity chart"
+    );
+    assert!(html.contains("registries compared by capacity"));
+    assert!(out.stdout.contains("capacity"), "{}", out.stdout);
+    let resumed = run_bin(&["run", file.to_str().unwrap(), "--resume"], None, &[]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(
+        resumed.stdout.contains("nothing left to run"),
+        "{}",
+        resumed.stdout
+    );
+}

@@ -8,8 +8,7 @@ use serde::Serialize;
 
 use super::search::{ObjectiveVerdict, Outcome};
 
-/// The file of a capacity search's result, beside its steps.
-pub const CAPACITY_JSON: &str = "capacity.json";
+pub use crate::results::CAPACITY_JSON;
 
 /// The folder of the steps' result directories, beside capacity.json.
 pub const STEPS_DIR: &str = "steps";

@@ -240,10 +240,21 @@ pub fn is_complete(record: &CellRecord, out: &Path) -> bool {
     if !matches!(record.status, CellStatus::Ok | CellStatus::Failed) {
         return false;
     }
-    match crate::results::read_summary(&out.join(&record.dir)) {
+    let dir = out.join(&record.dir);
+    match crate::results::read_summary(&dir) {
         Ok(summary) => !summary.interrupted,
-        Err(_) => false,
+        // A capacity cell: its capacity.json, unless a stop cut the search off.
+        Err(_) => capacity_complete(&dir),
     }
+}
+
+/// Whether `dir` holds a capacity search's or ladder's answer that no stop cut off.
+fn capacity_complete(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join(crate::results::CAPACITY_JSON)) else {
+        return false;
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .is_ok_and(|c| c["limited_by"].is_string() && c["limited_by"] != "stopped")
 }
 
 #[cfg(test)]

@@ -139,6 +139,8 @@ pub enum Kind {
     Replay,
     Push,
     Pull,
+    /// `creb-rs capacity`: registries compared by the load they sustain.
+    Capacity,
 }
 
 impl Kind {
@@ -147,6 +149,7 @@ impl Kind {
             Kind::Replay => "replay",
             Kind::Push => "push",
             Kind::Pull => "pull",
+            Kind::Capacity => "capacity",
         }
     }
 }
@@ -246,30 +249,50 @@ pub struct ExperimentSpec {
     // pull
     #[serde(default)]
     pub all_tags: Option<bool>,
+    // capacity
+    /// `--slo`: what must hold for a load to be sustained.
+    #[serde(default)]
+    pub slo: Vec<String>,
+    #[serde(default)]
+    pub step: Option<FlagValue>,
+    #[serde(default)]
+    pub step_warmup: Option<FlagValue>,
+    #[serde(default)]
+    pub max_time: Option<FlagValue>,
+    #[serde(default)]
+    pub max_speed: Option<FlagValue>,
+    #[serde(default)]
+    pub resolution: Option<FlagValue>,
+    /// `--ladder`: speed factors, as the flag takes them (`"1,2,4,8"`).
+    #[serde(default)]
+    pub ladder: Option<FlagValue>,
 }
 
 /// Which option keys each kind takes (keys every kind takes are not listed).
 pub const KEYS: &[(&str, &[Kind])] = &[
-    ("seed", &[Kind::Replay, Kind::Push]),
-    ("traces", &[Kind::Replay]),
+    ("seed", &[Kind::Replay, Kind::Push, Kind::Capacity]),
+    ("traces", &[Kind::Replay, Kind::Capacity]),
     ("mode", &[Kind::Replay]),
-    ("speed", &[Kind::Replay]),
-    ("phase", &[Kind::Replay]),
-    ("limit_requests", &[Kind::Replay]),
-    ("limit_duration", &[Kind::Replay]),
-    ("upload", &[Kind::Replay]),
-    ("max_lateness", &[Kind::Replay]),
-    ("grace", &[Kind::Replay]),
-    ("session_gap", &[Kind::Replay]),
-    ("prewarm_concurrency", &[Kind::Replay]),
-    ("shard_by", &[Kind::Replay]),
-    ("skip_invalid", &[Kind::Replay]),
-    ("replay_failed", &[Kind::Replay]),
-    ("strict", &[Kind::Replay]),
-    ("chunk_size", &[Kind::Replay, Kind::Push]),
-    ("manifest_format", &[Kind::Replay, Kind::Push]),
-    ("verify", &[Kind::Replay, Kind::Pull]),
-    ("no_verify", &[Kind::Replay, Kind::Pull]),
+    ("speed", &[Kind::Replay, Kind::Capacity]),
+    ("phase", &[Kind::Replay, Kind::Capacity]),
+    ("limit_requests", &[Kind::Replay, Kind::Capacity]),
+    ("limit_duration", &[Kind::Replay, Kind::Capacity]),
+    ("upload", &[Kind::Replay, Kind::Capacity]),
+    ("max_lateness", &[Kind::Replay, Kind::Capacity]),
+    ("grace", &[Kind::Replay, Kind::Capacity]),
+    ("session_gap", &[Kind::Replay, Kind::Capacity]),
+    ("prewarm_concurrency", &[Kind::Replay, Kind::Capacity]),
+    ("shard_by", &[Kind::Replay, Kind::Capacity]),
+    ("skip_invalid", &[Kind::Replay, Kind::Capacity]),
+    ("replay_failed", &[Kind::Replay, Kind::Capacity]),
+    ("strict", &[Kind::Replay, Kind::Capacity]),
+    ("chunk_size", &[Kind::Replay, Kind::Push, Kind::Capacity]),
+    (
+        "manifest_format",
+        &[Kind::Replay, Kind::Push, Kind::Capacity],
+    ),
+    ("verify", &[Kind::Replay, Kind::Pull, Kind::Capacity]),
+    ("no_verify", &[Kind::Replay, Kind::Pull, Kind::Capacity]),
     ("repo", &[Kind::Push, Kind::Pull]),
     ("tag", &[Kind::Push, Kind::Pull]),
     ("images", &[Kind::Push, Kind::Pull]),
@@ -279,12 +302,19 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("single_post", &[Kind::Push]),
     ("fresh_content", &[Kind::Push]),
     ("all_tags", &[Kind::Pull]),
+    ("slo", &[Kind::Capacity]),
+    ("step", &[Kind::Capacity]),
+    ("step_warmup", &[Kind::Capacity]),
+    ("max_time", &[Kind::Capacity]),
+    ("max_speed", &[Kind::Capacity]),
+    ("resolution", &[Kind::Capacity]),
+    ("ladder", &[Kind::Capacity]),
 ];
 
 impl ExperimentSpec {
     /// The kind-specific keys this table sets.
     fn keys_set(&self) -> Vec<&'static str> {
-        let set: [(&'static str, bool); 29] = [
+        let set: [(&'static str, bool); 36] = [
             ("seed", self.seed.is_some()),
             ("traces", self.traces.is_some()),
             ("mode", self.mode.is_some()),
@@ -314,6 +344,13 @@ impl ExperimentSpec {
             ("single_post", self.single_post.is_some()),
             ("fresh_content", self.fresh_content.is_some()),
             ("all_tags", self.all_tags.is_some()),
+            ("slo", !self.slo.is_empty()),
+            ("step", self.step.is_some()),
+            ("step_warmup", self.step_warmup.is_some()),
+            ("max_time", self.max_time.is_some()),
+            ("max_speed", self.max_speed.is_some()),
+            ("resolution", self.resolution.is_some()),
+            ("ladder", self.ladder.is_some()),
         ];
         set.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect()
     }
@@ -588,6 +625,10 @@ impl ExperimentFile {
                     ("layer_size", e.layer_size.is_some()),
                 ],
                 Kind::Pull => &[("repo", e.repo.is_some())],
+                Kind::Capacity => &[
+                    ("traces", e.traces.as_ref().is_some_and(|t| !t.0.is_empty())),
+                    ("slo", !e.slo.is_empty()),
+                ],
             };
             for (key, present) in required {
                 if !present {
@@ -725,7 +766,13 @@ registries = ["auth"]
         let text = GOOD.replace("layers = 2", "layers = 2\n  speed = 2");
         let e = parse(&text).unwrap_err();
         assert_eq!((e.line, e.column), (26, 3), "{e}");
-        assert!(e.message.contains("'speed' is a replay option"), "{e}");
+        assert!(
+            e.message.contains("'speed' is a replay/capacity option"),
+            "{e}"
+        );
+        let text = GOOD.replace("layers = 2", "layers = 2\n  ladder = \"1,2\"");
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("'ladder' is a capacity option"), "{e}");
     }
 
     #[test]

@@ -64,12 +64,52 @@ fn headline_order(kind: &str) -> [&'static str; 5] {
     }
 }
 
-/// One cell with its summary, if it has one.
+/// One cell with its summary, if it has one (a capacity cell: its answer instead).
 #[derive(Debug)]
 pub struct Row {
     pub record: CellRecord,
     pub kind: String,
     pub summary: Option<Summary>,
+    pub capacity: Option<CapacityFacts>,
+}
+
+/// A capacity cell's answer, as its capacity.json says it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityFacts {
+    pub speed: Option<f64>,
+    pub requests_per_s: Option<f64>,
+    pub at_least: bool,
+    pub limited_by: String,
+    /// The search or ladder was cut off by a stop.
+    pub stopped: bool,
+}
+
+impl CapacityFacts {
+    /// The answer in `dir`'s capacity.json, if it holds one.
+    pub fn read(dir: &Path) -> Option<CapacityFacts> {
+        let text = std::fs::read_to_string(dir.join(crate::results::CAPACITY_JSON)).ok()?;
+        let c: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let answer = &c["capacity"];
+        Some(CapacityFacts {
+            speed: answer["speed"].as_f64(),
+            requests_per_s: answer["requests_per_s"].as_f64(),
+            at_least: answer["at_least"] == true,
+            limited_by: c["limited_by"].as_str().unwrap_or("").to_owned(),
+            stopped: c["limited_by"] == "stopped",
+        })
+    }
+
+    /// In a line: `capacity 4.000x, 280.0 op/s (limited by registry)`.
+    pub fn describe(&self) -> String {
+        let at_least = if self.at_least { "at least " } else { "" };
+        match (self.speed, self.requests_per_s) {
+            (Some(speed), Some(rate)) => format!(
+                "capacity {at_least}{speed:.3}x, {rate:.1} op/s (limited by {})",
+                self.limited_by
+            ),
+            _ => format!("no load sustained (limited by {})", self.limited_by),
+        }
+    }
 }
 
 fn op<'a>(s: &'a Summary, name: &str) -> Option<&'a OpSummary> {
@@ -113,6 +153,7 @@ pub fn rows(file: &ExperimentFile, checkpoint: &Checkpoint, out: &Path) -> Vec<R
                 .map_or("", |x| x.spec.kind.name())
                 .to_owned(),
             summary: read_summary(&out.join(&c.dir)).ok(),
+            capacity: CapacityFacts::read(&out.join(&c.dir)),
         })
         .collect()
 }
@@ -139,16 +180,23 @@ pub fn ran_text(
         .filter(|r| was_run(&r.record))
     {
         let c = &row.record;
-        let (req, err, rps) = match &row.summary {
-            Some(s) => (
+        let (req, err, rps) = match (&row.summary, &row.capacity) {
+            (Some(s), _) => (
                 s.totals.requests.to_string(),
                 s.totals.errors.to_string(),
                 format!("{:.1}", s.throughput.requests_per_s),
             ),
-            None => ("-".into(), "-".into(), "-".into()),
+            // A capacity cell: the rate it sustains.
+            (None, Some(c)) => (
+                "-".into(),
+                "-".into(),
+                c.requests_per_s.map_or("-".into(), |r| format!("{r:.1}")),
+            ),
+            (None, None) => ("-".into(), "-".into(), "-".into()),
         };
-        let result = match (&row.summary, &c.message) {
-            (None, Some(m)) => m.clone(),
+        let result = match (&row.summary, &row.capacity, &c.message) {
+            (None, None, Some(m)) => m.clone(),
+            (None, Some(cap), _) => format!("{} {}", cap.describe(), out.join(&c.dir).display()),
             _ => out.join(&c.dir).display().to_string(),
         };
         let _ = writeln!(
@@ -212,6 +260,15 @@ pub fn csv_header() -> Vec<String> {
         h.push(format!("{name}_p50_ms"));
         h.push(format!("{name}_p99_ms"));
     }
+    // Capacity cells: the answer (empty for the other kinds).
+    for name in [
+        "capacity_speed",
+        "capacity_requests_per_s",
+        "capacity_at_least",
+        "capacity_limited_by",
+    ] {
+        h.push(name.into());
+    }
     h.push("dir".into());
     h.push("message".into());
     h
@@ -272,6 +329,15 @@ fn csv_row(row: &Row) -> Vec<String> {
             }
         }
         None => v.extend(std::iter::repeat_n(String::new(), 9 + 3 * MAIN_OPS.len())),
+    }
+    match &row.capacity {
+        Some(cap) => v.extend([
+            cap.speed.map(num).unwrap_or_default(),
+            cap.requests_per_s.map(num).unwrap_or_default(),
+            cap.at_least.to_string(),
+            cap.limited_by.clone(),
+        ]),
+        None => v.extend(std::iter::repeat_n(String::new(), 4)),
     }
     v.push(c.dir.to_string_lossy().into_owned());
     v.push(c.message.clone().unwrap_or_default());
@@ -399,7 +465,9 @@ fn experiment_section(
         escape(name),
         exp.spec.kind.name()
     );
-    if let Some(op_name) = headline(exp.spec.kind.name(), rows) {
+    if exp.spec.kind == crate::experiment::config::Kind::Capacity {
+        capacity_chart(out, name, exp.spec.repetitions(), rows, rounds);
+    } else if let Some(op_name) = headline(exp.spec.kind.name(), rows) {
         registries_chart(out, name, exp.spec.repetitions(), rows, op_name, rounds);
         let distinct: std::collections::BTreeSet<u64> =
             rows.iter().map(|r| r.record.round).collect();
@@ -511,6 +579,54 @@ fn registries_chart(
     out.push_str(&bar_chart(&chart));
 }
 
+/// Registries compared by capacity in the latest round that has answers: the operations per
+/// second and the speed factor each sustained (a lower bound is still drawn at its bound;
+/// the table says which).
+fn capacity_chart(out: &mut String, name: &str, repetitions: u32, rows: &[&Row], rounds: usize) {
+    let Some(last) = rows
+        .iter()
+        .filter(|r| r.capacity.is_some())
+        .map(|r| r.record.round)
+        .max()
+    else {
+        return;
+    };
+    let bars = Bars::of(rows, last, repetitions);
+    let (rates, rate_ranges) = bars.values(&|r| r.capacity.as_ref().and_then(|c| c.requests_per_s));
+    let (speeds, speed_ranges) = bars.values(&|r| r.capacity.as_ref().and_then(|c| c.speed));
+    let labels = bars.labels(repetitions);
+    let chart = BarChart {
+        id: format!("compare-{}", chart_id(name)),
+        title: format!("{name}: registries compared by capacity"),
+        subtitle: if rounds > 1 {
+            format!("round {last}")
+        } else {
+            String::new()
+        },
+        groups: (0..labels.len()).collect(),
+        rows: labels,
+        panels: vec![
+            Panel {
+                title: "sustained operations/s".into(),
+                values: rates,
+                log_ratio: 100.0,
+                color: 2,
+                integer: false,
+                ranges: rate_ranges,
+            },
+            Panel {
+                title: "sustained speed (x the trace)".into(),
+                values: speeds,
+                log_ratio: 100.0,
+                color: 0,
+                integer: false,
+                ranges: speed_ranges,
+            },
+        ],
+    };
+    out.push_str(&bar_chart(&chart));
+}
+
 /// The bars of a comparison: the cells of the latest round, one bar each, or with
 /// repetitions one per registry.
 struct Bars<'a> {
@@ -524,7 +640,7 @@ impl<'a> Bars<'a> {
         let latest: Vec<&Row> = rows
             .iter()
             .copied()
-            .filter(|r| r.record.round == round && r.summary.is_some())
+            .filter(|r| r.record.round == round && (r.summary.is_some() || r.capacity.is_some()))
             .collect();
         let mut registries: Vec<&str> = Vec::new();
         for r in &latest {
@@ -772,6 +888,7 @@ mod tests {
             record,
             kind: "push".into(),
             summary: None,
+            capacity: None,
         };
         assert_eq!(csv_row(&row).len(), csv_header().len());
         let text = render_csv(&[row]).unwrap();

@@ -28,6 +28,10 @@ pub const RESULT_FILES: &[&str] = &[
     "report.html",
 ];
 
+/// The file of a capacity search's or ladder's result (`creb-rs capacity`), beside its
+/// steps' result directories: its presence makes a directory a capacity result.
+pub const CAPACITY_JSON: &str = "capacity.json";
+
 /// The subdirectory of a result that holds its prewarm's result (`--phase all`).
 pub const PREWARM_DIR: &str = "prewarm";
 

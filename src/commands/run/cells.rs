@@ -1,6 +1,6 @@
 //! Cells — one (experiment, registry, round, repetition) — and the command line that runs
-//! each: a pure translation of the experiment file into the flags of `replay`, `push` or
-//! `pull`, parsed by the same clap definitions, so a cell is exactly the command a person
+//! each: a pure translation of the experiment file into the flags of `replay`, `push`,
+//! `pull` or `capacity`, parsed by the same clap definitions, so a cell is exactly the command a person
 //! would type and every value gets the command's own validation.
 //!
 //! Invariants: no secret is ever part of a command line (`password_env` becomes
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::args::{OutputArgs, RegistryArgs};
+use crate::commands::capacity::CapacityArgs;
 use crate::commands::pull::PullArgs;
 use crate::commands::push::PushArgs;
 use crate::commands::replay::ReplayArgs;
@@ -178,7 +179,7 @@ pub fn cell_argv(
     let reg = &file.registries[cell.registry];
     let s = &exp.spec;
     let mut argv = vec![s.kind.name().to_owned()];
-    if s.kind == Kind::Replay {
+    if matches!(s.kind, Kind::Replay | Kind::Capacity) {
         for t in s.traces.iter().flat_map(|t| t.0.iter()) {
             argv.push(path_text(t));
         }
@@ -199,8 +200,20 @@ pub fn cell_argv(
         argv.push("--seed".into());
         argv.push(cell_seed(exp, cell)?.to_string());
     }
+    if s.kind == Kind::Capacity {
+        for slo in &s.slo {
+            argv.push("--slo".into());
+            argv.push(slo.clone());
+        }
+        push_value(&mut argv, "--step", &s.step);
+        push_value(&mut argv, "--step-warmup", &s.step_warmup);
+        push_value(&mut argv, "--max-time", &s.max_time);
+        push_value(&mut argv, "--max-speed", &s.max_speed);
+        push_value(&mut argv, "--resolution", &s.resolution);
+        push_value(&mut argv, "--ladder", &s.ladder);
+    }
     match s.kind {
-        Kind::Replay => {
+        Kind::Replay | Kind::Capacity => {
             push_text(&mut argv, "--mode", &s.mode);
             push_value(&mut argv, "--speed", &s.speed);
             push_text(&mut argv, "--phase", &s.phase);
@@ -277,6 +290,7 @@ pub enum Command {
     Push(PushArgs),
     Pull(PullArgs),
     Replay(Box<ReplayArgs>),
+    Capacity(Box<CapacityArgs>),
 }
 
 impl Command {
@@ -286,6 +300,7 @@ impl Command {
             Command::Push(a) => &mut a.output,
             Command::Pull(a) => &mut a.output,
             Command::Replay(a) => &mut a.output,
+            Command::Capacity(a) => &mut a.replay.output,
         }
     }
 }
@@ -293,7 +308,7 @@ impl Command {
 /// The flag definitions with the environment fallbacks a cell must not see turned off.
 fn command_without_env() -> clap::Command {
     let mut cmd = CellCli::command();
-    for sub in ["push", "pull", "replay"] {
+    for sub in ["push", "pull", "replay", "capacity"] {
         cmd = cmd.mut_subcommand(sub, |s| {
             s.mut_arg("registry", |a| a.env(None))
                 .mut_arg("username", |a| a.env(None))
@@ -328,7 +343,7 @@ pub fn registry_args(reg: &RegistrySpec) -> Result<RegistryArgs, String> {
     argv.extend(["--repo".to_owned(), "x".to_owned()]);
     match parse(&argv)? {
         Command::Pull(p) => Ok(p.registry),
-        Command::Push(_) | Command::Replay(_) => Err("internal: not a pull command line".into()),
+        _ => Err("internal: not a pull command line".into()),
     }
 }
 

@@ -69,7 +69,7 @@ pub async fn targets(
         rep: 0,
     };
     let argv = cells::cell_argv(file, &cell, Path::new("unused")).map_err(anyhow::Error::msg)?;
-    match cells::parse(&argv).map_err(anyhow::Error::msg)? {
+    let r = match cells::parse(&argv).map_err(anyhow::Error::msg)? {
         Command::Push(p) => {
             let tags = if p.images <= 1 {
                 vec![p.tag.clone()]
@@ -83,29 +83,28 @@ pub async fn targets(
                 }
                 tags
             };
-            Ok(vec![Target {
+            return Ok(vec![Target {
                 repo: p.repo,
                 tags: Tags::Known(tags),
-            }])
+            }]);
         }
-        Command::Replay(r) => {
-            let options = ReadOptions {
-                skip_invalid: true,
-                replay_failed: true,
-                limit_requests: r.limit_requests,
-                limit_duration: r.limit_duration,
-                ..ReadOptions::default()
-            };
-            let repos =
-                trace_repositories(r.traces.clone(), options, r.repo_prefix.clone()).await?;
-            Ok(repos
-                .into_iter()
-                .map(|repo| Target {
-                    repo,
-                    tags: Tags::Listed,
-                })
-                .collect())
-        }
-        _ => Ok(Vec::new()),
-    }
+        Command::Replay(r) => *r,
+        Command::Capacity(c) => c.replay,
+        Command::Pull(_) => return Ok(Vec::new()),
+    };
+    let options = ReadOptions {
+        skip_invalid: true,
+        replay_failed: true,
+        limit_requests: r.limit_requests,
+        limit_duration: r.limit_duration,
+        ..ReadOptions::default()
+    };
+    let repos = trace_repositories(r.traces.clone(), options, r.repo_prefix.clone()).await?;
+    Ok(repos
+        .into_iter()
+        .map(|repo| Target {
+            repo,
+            tags: Tags::Listed,
+        })
+        .collect())
 }

@@ -400,6 +400,7 @@ impl Runner<'_> {
             Command::Push(a) => crate::commands::push::run(a, shutdown).await,
             Command::Pull(a) => crate::commands::pull::run(a, shutdown).await,
             Command::Replay(a) => crate::commands::replay::run(*a, shutdown).await,
+            Command::Capacity(a) => crate::commands::capacity::run(*a, shutdown).await,
         };
         match result {
             Ok(ExitStatus::Success) => CellEnd {
@@ -588,12 +589,16 @@ impl Runner<'_> {
         record.exit_code = Some(end.exit.code());
         record.finished_at = Some(now_rfc3339());
         record.message.clone_from(&end.message);
-        let line = match crate::results::read_summary(dir) {
-            Ok(s) => format!(
+        let line = match (
+            crate::results::read_summary(dir),
+            crate::report::comparison::CapacityFacts::read(dir),
+        ) {
+            (Ok(s), _) => format!(
                 "{} operations, {} errors, {:.1} op/s",
                 s.totals.requests, s.totals.errors, s.throughput.requests_per_s
             ),
-            Err(_) => record.message.clone().unwrap_or_default(),
+            (_, Some(c)) => c.describe(),
+            _ => record.message.clone().unwrap_or_default(),
         };
         self.note(format_args!("{what}: {} ({line})", end.status.name()));
         if matches!(end.status, CellStatus::Failed | CellStatus::Error) {
