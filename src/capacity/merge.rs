@@ -140,6 +140,18 @@ pub fn merge_ladders(
                 length: Some(seconds(&step["trace_length_s"])),
             },
             warmup_s,
+            // The hosts' due operations, back from their rates over the same length.
+            offered: Some(
+                hosts
+                    .iter()
+                    .map(|h| {
+                        let s = &h.steps()[index];
+                        let due = s["offered_rps"].as_f64().unwrap_or(0.0)
+                            * s["length_s"].as_f64().unwrap_or(0.0);
+                        due.round() as u64
+                    })
+                    .sum(),
+            ),
         };
         let mut record = judge(&thresholds, &summary, &aggregator.table, at);
         // Whether a host's generator kept up is that host's to say (a merged result has no

@@ -129,7 +129,7 @@ pub fn render_value(r: &serde_json::Value) -> String {
         let _ = writeln!(
             out,
             "{:>4} {:>8.3}x {:>12.1} {:>12.1} {:<17} {}",
-            s["index"],
+            s["index"].as_u64().unwrap_or(0),
             n(&s["speed"]),
             n(&s["offered_rps"]),
             n(&s["achieved_rps"]),

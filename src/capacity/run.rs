@@ -116,9 +116,19 @@ pub async fn capacity(
             break "--max-time".to_owned();
         }
         let measured = cap.step.mul_f64(length);
-        let trace_len = (cap.warmup + measured)
-            .mul_f64(speed)
-            .min(span.max(Duration::from_millis(1)));
+        let wanted = (cap.warmup + measured).mul_f64(speed);
+        let trace_len = wanted.min(span.max(Duration::from_millis(1)));
+        if trace_len < wanted && !session.quiet() {
+            eprintln!(
+                "creb-rs: warning: step {} needs {:.1} s of the trace at {speed:.3}x; it spans \
+                 {:.1} s, so the step is cut to {:.2} s (its length_s): a longer trace, or a \
+                 shorter --step",
+                steps.len(),
+                wanted.as_secs_f64(),
+                span.as_secs_f64(),
+                trace_len.as_secs_f64() / speed
+            );
+        }
         if cursor + trace_len > span {
             cursor = Duration::ZERO;
         }
@@ -178,6 +188,7 @@ pub async fn capacity(
             speed,
             window,
             warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
+            offered: Some(finished.aggregator.offered_counted),
         };
         let mut record = judge(
             &cap.objectives,
@@ -248,6 +259,9 @@ pub struct StepAt {
     pub speed: f64,
     pub window: Window,
     pub warmup_s: f64,
+    /// Operations the schedule made due after the warm-up, when known (the aggregator
+    /// counts them; a merge adds the hosts'): the offered rate of the measured part.
+    pub offered: Option<u64>,
 }
 
 /// The record of one finished step, from its summary and exact histograms: the objectives'
@@ -263,17 +277,24 @@ pub fn judge(
         speed,
         window,
         warmup_s: warmup,
+        offered,
     } = at;
     let (mut outcome, objectives, mut why) = judge_step(objectives, summary, table);
-    // Offered: the operations the window's records asked for, over its schedule; achieved:
-    // those completed in the measured part, over its length.
-    let replayed = summary.trace.as_ref().map_or(0, |t| t.replayed) as f64;
+    // Offered: the operations the schedule made due in the measured part, over its length
+    // (else the window's records over its whole schedule); achieved: those completed in the
+    // measured part, over its length. The step lasts its window's schedule even when its
+    // last operation ends earlier, and until its last operation ends when that is later (a
+    // backlog drained after the schedule is the registry's time too, so an overloaded
+    // step's rate is what it served).
     let schedule = window.length.unwrap_or_default().as_secs_f64() / speed.max(1e-9);
-    let offered_rps = replayed / schedule.max(1e-9);
-    // The step lasts its window's schedule even when its last operation ends earlier, and
-    // until its last operation ends when that is later (a backlog drained after the
-    // schedule is the registry's time too, so an overloaded step's rate is what it served).
     let measured = (schedule - warmup).max(1e-9);
+    let offered_rps = match offered {
+        Some(due) => due as f64 / measured,
+        None => {
+            let replayed = summary.trace.as_ref().map_or(0, |t| t.replayed) as f64;
+            replayed / schedule.max(1e-9)
+        }
+    };
     let served = measured.max(summary.duration_s - warmup);
     let achieved_rps = summary.totals.requests as f64 / served;
     if summary.totals.requests == 0 {

@@ -256,6 +256,9 @@ pub struct Aggregator {
     pub batches: super::uncertainty::Batches,
     /// The first sink failure, if writing the result directory failed mid-run.
     pub sink_error: Option<String>,
+    /// Operations the schedule made due in the intervals counted (after `--warmup`): the
+    /// offered load of what the numbers cover (0 for a closed model and stored results).
+    pub offered_counted: u64,
     /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
     /// list). Every sample recorded through an endpoint's recorder is in exactly one.
     pub endpoints: Vec<StatsTable>,
@@ -548,6 +551,7 @@ impl Aggregator {
                 self.flushed_upto = index + 1;
                 continue;
             }
+            self.offered_counted += counters.offered;
             table.add_to(&mut self.table);
             self.batches.add_sparse_table(&table);
             self.batches.end_interval();
