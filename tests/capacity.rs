@@ -265,6 +265,9 @@ fn a_server_of_known_capacity_is_found_within_ten_percent() {
         serde_json::to_string_pretty(&c["steps"]).unwrap()
     );
     assert!((rate - known).abs() <= 0.1 * known, "{rate} op/s\n{c}");
+    // Every operation's rate at it: here all of them blob GETs.
+    let gets = f(&c["capacity"]["operations_per_s"]["blob_get"]);
+    assert!((gets - known).abs() <= 0.1 * known, "{gets} GETs/s\n{c}");
     assert_eq!(c["limited_by"], "registry", "{c}");
     assert_eq!(c["capacity"]["at_least"], false);
     let upper = f(&c["capacity"]["upper_speed"]);

@@ -240,8 +240,8 @@ fn readme_recipes_run_as_written() {
 }
 
 #[test]
-fn distributed_recipe_runs_as_written() {
-    run_document("docs/distributed.md", 1);
+fn distributed_recipes_run_as_written() {
+    run_document("docs/distributed.md", 2);
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub struct StepRecord {
     pub objectives: Vec<ObjectiveVerdict>,
     /// Every operation's p50 and p99 (ms), and the failures by kind.
     pub percentiles: std::collections::BTreeMap<String, [Option<f64>; 2]>,
+    /// Every operation's successes per second over the measured part (image pulls per
+    /// second beside blob GETs per second).
+    pub rates: std::collections::BTreeMap<String, f64>,
     pub errors: std::collections::BTreeMap<String, u64>,
 }
 
@@ -50,6 +53,8 @@ pub struct Capacity {
     /// no load above it failed.
     pub upper_speed: Option<f64>,
     pub upper_requests_per_s: Option<f64>,
+    /// Every operation's successes per second at the capacity (its step's `rates`).
+    pub operations_per_s: std::collections::BTreeMap<String, f64>,
 }
 
 /// `capacity.json`.
@@ -158,6 +163,16 @@ pub fn render_value(r: &serde_json::Value) -> String {
         None => {
             let _ = writeln!(out, "\ncapacity: no load sustained ({ended})");
         }
+    }
+    if let Some(rates) = c["operations_per_s"].as_object().filter(|r| !r.is_empty()) {
+        let mut rates: Vec<(&String, f64)> = rates.iter().map(|(k, v)| (k, n(v))).collect();
+        rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let shown: Vec<String> = rates
+            .iter()
+            .take(6)
+            .map(|(op, r)| format!("{op} {r:.1}/s"))
+            .collect();
+        let _ = writeln!(out, "at it: {}", shown.join(", "));
     }
     if let (Some(speed), Some(rate)) = (
         c["upper_speed"].as_f64(),

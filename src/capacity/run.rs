@@ -337,6 +337,12 @@ pub fn judge(
                 (op.clone(), [l.and_then(|l| l.p50), l.and_then(|l| l.p99)])
             })
             .collect(),
+        rates: summary
+            .operations
+            .iter()
+            .chain(&summary.sessions)
+            .map(|(op, s)| (op.clone(), s.ok as f64 / served))
+            .collect(),
         errors: summary.errors.clone(),
     }
 }
@@ -422,14 +428,14 @@ pub fn result_of(
     ended: String,
     gates: &[Gate],
 ) -> CapacityResult {
-    // The load sustained: what the trace offered at that speed (a sustained step served it).
-    let rate_at = |speed: f64| {
+    // The load sustained: what the trace offered at that speed (a sustained step served
+    // it), the step that offered the most there.
+    let at_capacity = speed.and_then(|speed| {
         steps
             .iter()
             .filter(|s| s.speed == speed && s.outcome == Outcome::Sustained)
-            .map(|s| s.offered_rps)
-            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
-    };
+            .max_by(|a, b| a.offered_rps.total_cmp(&b.offered_rps))
+    });
     let throttle_onset = steps
         .iter()
         .filter(|s| s.errors.get("http_429").copied().unwrap_or(0) > 0)
@@ -447,7 +453,8 @@ pub fn result_of(
         .min_by(|a, b| a.speed.total_cmp(&b.speed));
     let capacity = Capacity {
         speed,
-        requests_per_s: speed.and_then(rate_at),
+        requests_per_s: at_capacity.map(|s| s.offered_rps),
+        operations_per_s: at_capacity.map(|s| s.rates.clone()).unwrap_or_default(),
         at_least,
         upper_speed: upper.map(|s| s.speed),
         upper_requests_per_s: upper.map(|s| s.offered_rps),
