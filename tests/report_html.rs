@@ -465,25 +465,30 @@ async fn text_from_results_is_escaped() {
     assert!(html.contains("2 warnings") || html.contains("1 warning"));
 }
 
-/// A capacity search's page (`report OUT --format html` where OUT holds capacity.json):
-/// self-contained, the answer, both curves laid out by the browser with data drawn (the
+/// A capacity search's page (`report OUT --format html` where OUT holds capacity.json) of a
+/// synthetic dal trace against docker-registry: self-contained, the answer, both curves laid out by the browser with data drawn (the
 /// latency percentiles and the achieved rate against the offered load), and the steps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_report_renders_its_curves() {
     let work = tempfile::tempdir().unwrap();
     let registry = Registry::start();
-    let (records, _) = generate(&SynthOptions {
-        seed: 5,
-        sessions: 60,
-        mean_gap_ms: 50.0,
-        clients: 6,
-        repos: 3,
-        layer_size: (256, 64 * 1024),
-        chunk: 32 * 1024,
-        ..SynthOptions::default()
-    });
-    let trace = work.path().join("trace.json");
-    write_file(&trace, &records).unwrap();
+    // A synthetic trace of dal's characterization: 600 records, about 2.3 a second.
+    let trace = work.path().join("dal.json");
+    let status = creb(&[
+        "trace",
+        "synth",
+        "--profile",
+        "dal",
+        "--requests",
+        "600",
+        "--max-object-size",
+        "256KiB",
+        "-o",
+        trace.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
     let out = work.path().join("capacity");
     let status = creb(&[
         "capacity",
@@ -492,12 +497,14 @@ async fn capacity_report_renders_its_curves() {
         &registry.url,
         "--slo",
         "error_rate < 50%",
+        "--speed",
+        "16",
         "--step",
         "500ms",
         "--step-warmup",
         "100ms",
         "--max-speed",
-        "4",
+        "64",
         "--concurrency",
         "32",
         "--output-dir",
