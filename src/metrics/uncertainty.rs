@@ -322,6 +322,8 @@ pub fn interval(all: &Histogram<u64>, batches: Vec<Histogram<u32>>, q: f64) -> O
     let nf = n as f64;
     let at = |share: f64| all.value_at_quantile(share.clamp(0.0, 1.0)) as f64;
     let estimate = all.value_at_quantile(q);
+    // The tail's floor (below) asks the median's and the p90's intervals of the same batches.
+    let inner_batches = (q > 0.5).then(|| batches.clone());
     let (shares, rho) = decorrelated(batches, all.highest_equivalent(estimate));
     let b = shares.len() as f64;
     if shares.len() < MIN_BATCHES {
@@ -336,8 +338,37 @@ pub fn interval(all: &Histogram<u64>, batches: Vec<Histogram<u32>>, q: f64) -> O
         // The upper bound would be the largest sample or beyond: not established.
         return None;
     }
-    let low = at(q - half).min(at(lo_rank as f64 / nf)).max(0.0);
-    let high = at(q + half).max(at(hi_rank as f64 / nf));
+    let mut low = at(q - half).min(at(lo_rank as f64 / nf)).max(0.0);
+    let mut high = at(q + half).max(at(hi_rank as f64 / nf));
+    if let Some(inner_batches) = inner_batches {
+        // A slow stretch slows every request of it: the run's level of log latency is
+        // uncertain for the whole distribution, and so is its spread. A tail percentile
+        // moves with the level at least as much as the median does, and beyond the p90 with
+        // the spread as the normal score grows: its interval, relative to its value, is
+        // never narrower than the median's, nor than the p90's times z(q) / z(0.9). The
+        // batches of a run that saw few slow stretches underestimate both (they cannot show
+        // what did not happen), which the tail's own interval alone does not survive.
+        let relative = |p: f64| -> Option<(f64, f64)> {
+            let [l, h] = interval(all, inner_batches.clone(), p)?;
+            let v = all.value_at_quantile(p).max(1) as f64;
+            Some(((v / l.max(1.0)).ln(), (h / v).ln()))
+        };
+        let mut down = 0.0f64;
+        let mut up = 0.0f64;
+        if let Some((d, u)) = relative(0.5) {
+            (down, up) = (d, u);
+        }
+        if q > 0.9 {
+            if let Some((d, u)) = relative(0.9) {
+                let k = z_score(q) / z_score(0.9);
+                down = down.max(d * k);
+                up = up.max(u * k);
+            }
+        }
+        let value = estimate as f64;
+        low = low.min(value * (-down).exp());
+        high = high.max(value * up.exp());
+    }
     Some([low, high])
 }
 
@@ -398,6 +429,11 @@ pub fn t_quantile(df: f64) -> f64 {
 /// The ranks (1-based) that bound the `q` quantile of `n` independent samples with
 /// `CONFIDENCE`, by the normal approximation of the binomial; `None` when the upper one is
 /// the largest sample or beyond (the tail cannot be established).
+/// The standard normal quantile of `q`.
+fn z_score(q: f64) -> f64 {
+    Normal::new(0.0, 1.0).map_or(0.0, |d| d.inverse_cdf(q))
+}
+
 fn order_ranks(n: u64, q: f64) -> Option<(u64, u64)> {
     let z = Normal::new(0.0, 1.0)
         .map(|d| d.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0))
@@ -526,11 +562,13 @@ mod tests {
         );
         // The run's slowness itself is uncertain: over 120 strongly correlated seconds its
         // mean has a standard error of about 0.14 in log latency, so an honest 95% interval
-        // spans about 0.55 of the value; absurd would be several times that.
-        // The p99 of such a run is left out: its exceedances come in a few slow stretches,
-        // the share below it is far from normal, and the interval covers about 78% of the
-        // runs (issue 46 stays open on it).
-        for (q, widest, established) in [(0.5, 0.8, 190), (0.9, 0.8, 140)] {
+        // spans about 0.55 of the value; absurd would be several times that. The p99 moves
+        // with the slowness and with its spread (2.3 normal scores out): its honest interval
+        // spans about the value itself. Its exceedances come in a few slow stretches, so a
+        // run that saw few of them cannot show its own uncertainty in its tail; the p99's
+        // interval is at least the p90's, scaled out (see `interval`). Over 800 such runs:
+        // 97% covered, median width 0.99; without that floor, 78%.
+        for (q, widest, established) in [(0.5, 0.8, 190), (0.9, 0.8, 140), (0.99, 1.3, 70)] {
             let (share, width, counted) = coverage(11, 0.8, q, 200);
             // A run whose slow stretches put the upper bound past its largest samples has
             // none (not established), never a made-up one; the p99 of two such minutes
