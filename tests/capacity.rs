@@ -124,6 +124,30 @@ fn search(
     (r, c, took)
 }
 
+/// A search of the constant trace: 2 s steps after `warmup`, `concurrency` in flight,
+/// `--max-time 3m`.
+fn constant_search(
+    dir: &Path,
+    name: &str,
+    url: &str,
+    slo: &str,
+    warmup: &str,
+    concurrency: &str,
+) -> (BinOutput, serde_json::Value, Duration) {
+    let trace = constant_trace(dir, 600, 10);
+    let args = [
+        "--step",
+        "2s",
+        "--step-warmup",
+        warmup,
+        "--concurrency",
+        concurrency,
+        "--max-time",
+        "3m",
+    ];
+    search(dir, name, &trace, url, slo, &args)
+}
+
 fn speeds(c: &serde_json::Value) -> Vec<f64> {
     c["steps"]
         .as_array()
@@ -235,25 +259,15 @@ fn capacity_searches_step_by_step_within_its_bounds() {
 fn a_server_of_known_capacity_is_found_within_ten_percent() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
-    let trace = constant_trace(dir.path(), 600, 10);
     let registry = Registry::start();
     let server = FaultProxy::start(registry.port, Fault::Serial(Duration::from_millis(30)));
-    let (r, c, took) = search(
+    let (r, c, took) = constant_search(
         dir.path(),
         "known",
-        &trace,
         &server.url,
         "p99(blob_get) < 150ms",
-        &[
-            "--step",
-            "2s",
-            "--step-warmup",
-            "1s",
-            "--concurrency",
-            "64",
-            "--max-time",
-            "3m",
-        ],
+        "1s",
+        "64",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let known = 1.0 / 0.030;
@@ -291,7 +305,6 @@ fn a_server_of_known_capacity_is_found_within_ten_percent() {
 fn a_rate_limiters_throttle_onset_is_found_within_ten_percent() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
-    let trace = constant_trace(dir.path(), 600, 10);
     let registry = Registry::start();
     let nginx = Nginx::start(NginxOptions {
         upstream_port: Some(registry.port),
@@ -302,22 +315,13 @@ fn a_rate_limiters_throttle_onset_is_found_within_ten_percent() {
         location_extra: "limit_req zone=registry burst=2 nodelay;".into(),
         ..NginxOptions::default()
     });
-    let (r, c, _) = search(
+    let (r, c, _) = constant_search(
         dir.path(),
         "throttle",
-        &trace,
         &nginx.url,
         "errors(http_429) == 0",
-        &[
-            "--step",
-            "2s",
-            "--step-warmup",
-            "1s",
-            "--concurrency",
-            "64",
-            "--max-time",
-            "3m",
-        ],
+        "1s",
+        "64",
     );
     assert_eq!(r.code, 0, "{}\n{}", r.stderr, nginx.error_log());
     let onset = f(&c["throttle_onset"]["requests_per_s"]);
@@ -344,25 +348,15 @@ fn a_rate_limiters_throttle_onset_is_found_within_ten_percent() {
 fn a_held_back_generator_is_named_as_the_limit_not_the_registry() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
-    let trace = constant_trace(dir.path(), 600, 10);
     let registry = Registry::start();
     let slow = FaultProxy::start(registry.port, Fault::Delay(Duration::from_millis(50)));
-    let (r, c, _) = search(
+    let (r, c, _) = constant_search(
         dir.path(),
         "held",
-        &trace,
         &slow.url,
         "p99(blob_get) < 1s",
-        &[
-            "--step",
-            "2s",
-            "--step-warmup",
-            "500ms",
-            "--concurrency",
-            "2",
-            "--max-time",
-            "2m",
-        ],
+        "500ms",
+        "2",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(c["limited_by"], "generator", "{c}");

@@ -32,6 +32,8 @@ pub struct StepRecord {
     pub objectives: Vec<ObjectiveVerdict>,
     /// Every operation's p50 and p99 (ms), and the failures by kind.
     pub percentiles: std::collections::BTreeMap<String, [Option<f64>; 2]>,
+    /// Their 95% confidence intervals (ms), null where not established.
+    pub percentiles_ci: std::collections::BTreeMap<String, [Option<[f64; 2]>; 2]>,
     /// Every operation's successes per second over the measured part (image pulls per
     /// second beside blob GETs per second).
     pub rates: std::collections::BTreeMap<String, f64>,

@@ -86,7 +86,15 @@ pub async fn capacity(
     let span = engine.span();
     let mut search = Search::new(cap.search);
     let mut steps: Vec<StepRecord> = Vec::new();
-    let mut cursor = Duration::ZERO;
+    let mut stepper = Stepper {
+        engine: &engine,
+        cfg,
+        cap,
+        session: &session,
+        shutdown,
+        span,
+        cursor: Duration::ZERO,
+    };
     let mut failure = None;
     let ended = loop {
         let next = match &cap.ladder {
@@ -115,87 +123,16 @@ pub async fn capacity(
         if started.elapsed() >= cap.max_time {
             break "--max-time".to_owned();
         }
-        let measured = cap.step.mul_f64(length);
-        let wanted = (cap.warmup + measured).mul_f64(speed);
-        let trace_len = wanted.min(span.max(Duration::from_millis(1)));
-        if trace_len < wanted && !session.quiet() {
-            eprintln!(
-                "creb-rs: warning: step {} needs {:.1} s of the trace at {speed:.3}x; it spans \
-                 {:.1} s, so the step is cut to {:.2} s (its length_s): a longer trace, or a \
-                 shorter --step",
-                steps.len(),
-                wanted.as_secs_f64(),
-                span.as_secs_f64(),
-                trace_len.as_secs_f64() / speed
-            );
-        }
-        if cursor + trace_len > span {
-            cursor = Duration::ZERO;
-        }
-        let window = Window {
-            from: cursor,
-            length: Some(trace_len),
-        };
-        cursor += trace_len;
-        let dir = session
-            .output
-            .dir
-            .as_ref()
-            .map(|d| d.join(STEPS_DIR).join(format!("{:02}", steps.len())));
-        // Intervals fine enough that the warm-up left out is the one asked for (whole
-        // intervals) and a step has batches for its intervals and its steadiness.
-        let interval = (measured / 20).clamp(Duration::from_millis(10), session.output.interval);
-        let output = RunOutput {
-            dir: dir.clone(),
-            warmup: cap.warmup,
-            interval,
-            live: None,
-            ..session.output.clone()
-        };
         // A step that cannot be run or written ends the search; what it found so far is
         // still written.
-        // A ladder's step k starts k slots after the shared start; a search's first step at
-        // it, the others as soon as the last ended.
-        let start_at = match (&cap.ladder, cfg.start_at_time) {
-            (Some(_), Some(t)) => Some(t + cap.slot() * steps.len() as u32),
-            (None, Some(t)) if steps.is_empty() => Some(t),
-            _ => None,
-        };
-        let measured = engine
-            .measure(speed, Some(window), start_at, &session, &output, shutdown)
-            .await;
-        let finished = match measured {
-            Ok(finished) => finished,
+        let mut record = match stepper.step(steps.len(), speed, length).await {
+            Ok(record) => record,
             Err(e) => {
-                failure = Some(format!("{e:#}"));
-                break format!("step {} failed: {e:#}", steps.len());
+                let e = format!("step {} {e}", steps.len());
+                failure = Some(e.clone());
+                break e;
             }
         };
-        if let Some(dir) = &dir {
-            let written = crate::results::store::write_final(
-                dir,
-                &finished.summary,
-                &finished.aggregator,
-                &finished.meta,
-            );
-            if let Err(e) = written {
-                failure = Some(format!("{e:#}"));
-                break format!("step {} could not be written: {e:#}", steps.len());
-            }
-        }
-        let at = StepAt {
-            index: steps.len(),
-            speed,
-            window,
-            warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
-            offered: Some(finished.aggregator.offered_counted),
-        };
-        let mut record = judge(
-            &cap.objectives,
-            &finished.summary,
-            &finished.aggregator.table,
-            at,
-        );
         if shutdown.is_cancelled() {
             // Cut off by a stop: kept, but no verdict of the registry.
             record.outcome = Outcome::Undecided;
@@ -212,13 +149,25 @@ pub async fn capacity(
         steps.push(record);
     };
     let result = answer(cap, span, steps, &search, ended);
+    finish(cap, session, shutdown, &result, failure).await
+}
+
+/// Writes and shows the answer, closes the session; the exit status: 2 for a step that
+/// failed, 130/143 for a stop, 3 for a gate that held.
+async fn finish(
+    cap: &CapacityConfig,
+    session: Session,
+    shutdown: &Shutdown,
+    result: &CapacityResult,
+    failure: Option<String>,
+) -> anyhow::Result<ExitStatus> {
     if let Some(dir) = &session.output.dir {
-        write_result(dir, &result)?;
+        write_result(dir, result)?;
     }
     if session.flags.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        println!("{}", serde_json::to_string_pretty(result)?);
     } else if !session.quiet() {
-        print!("{}", render(&result));
+        print!("{}", render(result));
     }
     session.close().await;
     if let Some(e) = failure {
@@ -228,7 +177,114 @@ pub async fn capacity(
     if shutdown.is_cancelled() && !shutdown.by_limit() {
         return Ok(ExitStatus::Interrupted);
     }
-    Ok(gates_status(cap, &result))
+    Ok(gates_status(cap, result))
+}
+
+/// Runs the steps over one prepared engine: where each step's window of the trace lies
+/// (taken up where the last left it, back to the start when the rest is too short), when it
+/// starts, where its result goes, and its record.
+struct Stepper<'a> {
+    engine: &'a crate::replay::Engine,
+    cfg: &'a ReplayConfig,
+    cap: &'a CapacityConfig,
+    session: &'a Session,
+    shutdown: &'a Shutdown,
+    span: Duration,
+    /// Where in the trace the next step's window starts.
+    cursor: Duration,
+}
+
+impl Stepper<'_> {
+    /// The window of step `index` at `speed`, `length` times the step long: cut to the
+    /// trace's span when it would need more (said once per step).
+    fn window(&mut self, index: usize, speed: f64, measured: Duration) -> Window {
+        let span = self.span;
+        let wanted = (self.cap.warmup + measured).mul_f64(speed);
+        let trace_len = wanted.min(span.max(Duration::from_millis(1)));
+        if trace_len < wanted && !self.session.quiet() {
+            eprintln!(
+                "creb-rs: warning: step {index} needs {:.1} s of the trace at {speed:.3}x; it \
+                 spans {:.1} s, so the step is cut to {:.2} s (its length_s): a longer trace, \
+                 or a shorter --step",
+                wanted.as_secs_f64(),
+                span.as_secs_f64(),
+                trace_len.as_secs_f64() / speed
+            );
+        }
+        if self.cursor + trace_len > span {
+            self.cursor = Duration::ZERO;
+        }
+        let window = Window {
+            from: self.cursor,
+            length: Some(trace_len),
+        };
+        self.cursor += trace_len;
+        window
+    }
+
+    /// Runs step `index` and writes its result directory: its record, or what failed
+    /// ("failed: …", "could not be written: …").
+    async fn step(&mut self, index: usize, speed: f64, length: f64) -> Result<StepRecord, String> {
+        let (cap, session) = (self.cap, self.session);
+        let measured = cap.step.mul_f64(length);
+        let window = self.window(index, speed, measured);
+        let dir = session
+            .output
+            .dir
+            .as_ref()
+            .map(|d| d.join(STEPS_DIR).join(format!("{index:02}")));
+        // Intervals fine enough that the warm-up left out is the one asked for (whole
+        // intervals) and a step has batches for its intervals and its steadiness.
+        let interval = (measured / 20).clamp(Duration::from_millis(10), session.output.interval);
+        let output = RunOutput {
+            dir: dir.clone(),
+            warmup: cap.warmup,
+            interval,
+            live: None,
+            ..session.output.clone()
+        };
+        // A ladder's step k starts k slots after the shared start; a search's first step at
+        // it, the others as soon as the last ended.
+        let start_at = match (&cap.ladder, self.cfg.start_at_time) {
+            (Some(_), Some(t)) => Some(t + cap.slot() * index as u32),
+            (None, Some(t)) if index == 0 => Some(t),
+            _ => None,
+        };
+        let finished = self
+            .engine
+            .measure(
+                speed,
+                Some(window),
+                start_at,
+                session,
+                &output,
+                self.shutdown,
+            )
+            .await
+            .map_err(|e| format!("failed: {e:#}"))?;
+        if let Some(dir) = &dir {
+            crate::results::store::write_final(
+                dir,
+                &finished.summary,
+                &finished.aggregator,
+                &finished.meta,
+            )
+            .map_err(|e| format!("could not be written: {e:#}"))?;
+        }
+        let at = StepAt {
+            index,
+            speed,
+            window,
+            warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
+            offered: Some(finished.aggregator.offered_counted),
+        };
+        Ok(judge(
+            &cap.objectives,
+            &finished.summary,
+            &finished.aggregator.table,
+            at,
+        ))
+    }
 }
 
 /// Exit 3 when a `--fail-if` gate holds, each said on stderr.
@@ -335,6 +391,17 @@ pub fn judge(
             .map(|(op, s)| {
                 let l = s.latency_ms.as_ref();
                 (op.clone(), [l.and_then(|l| l.p50), l.and_then(|l| l.p99)])
+            })
+            .collect(),
+        percentiles_ci: summary
+            .operations
+            .iter()
+            .map(|(op, s)| {
+                let l = s.latency_ms.as_ref();
+                (
+                    op.clone(),
+                    [l.and_then(|l| l.p50_ci), l.and_then(|l| l.p99_ci)],
+                )
             })
             .collect(),
         rates: summary

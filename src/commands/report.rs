@@ -137,15 +137,20 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             return Ok(ExitStatus::Success);
         }
     };
-    match &args.output {
+    emit(&text, args.output.as_deref(), args.quiet)
+}
+
+/// Writes `text` to `path` (said on stderr), or prints it.
+fn emit(text: &str, path: Option<&std::path::Path>, quiet: bool) -> anyhow::Result<ExitStatus> {
+    match path {
         Some(path) => {
             std::fs::write(path, text)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            if !args.quiet {
+            if !quiet {
                 eprintln!("creb-rs: wrote {}", path.display());
             }
         }
-        None if args.quiet => {}
+        None if quiet => {}
         None => print!("{text}"),
     }
     Ok(ExitStatus::Success)
@@ -174,16 +179,5 @@ fn capacity_report(args: &ReportArgs, format: Format) -> anyhow::Result<ExitStat
         (None, Format::Html) => Some(args.dir.join("report.html")),
         (None, _) => None,
     };
-    match path {
-        Some(path) => {
-            std::fs::write(&path, text)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            if !args.quiet {
-                eprintln!("creb-rs: wrote {}", path.display());
-            }
-        }
-        None if args.quiet => {}
-        None => print!("{text}"),
-    }
-    Ok(ExitStatus::Success)
+    emit(&text, path.as_deref(), args.quiet)
 }
