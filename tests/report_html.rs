@@ -528,6 +528,11 @@ async fn capacity_report_renders_its_curves() {
     for needle in ["Answer", &answer, &limited, &first_outcome, "blob_get p50"] {
         assert!(html.contains(needle), "no {needle:?} in the page");
     }
+    // The workload's operations only: an upload's PATCHes are in each step's own report.
+    assert!(
+        !html.contains("upload_patch p50"),
+        "request-level lines in the curve"
+    );
     let (_, rendered) = probe(work.path(), &html, "capacity");
     check_rendered(&rendered, &charts);
     screenshot(work.path(), &out.join("report.html"), "capacity");

@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::result::CAPACITY_JSON;
+use crate::metrics::{Level, Op};
 use crate::report::chart::{escape, line_chart, LineChart, Series, XScale, YScale};
 use crate::report::page;
 
@@ -32,13 +33,16 @@ fn by_offered(c: &Value) -> Vec<(f64, f64, &Value)> {
     steps
 }
 
-/// Latency percentiles (p50, p99) of every operation against the offered load.
+/// Latency percentiles (p50, p99) of every workload operation against the offered load.
 fn latency_chart(c: &Value) -> String {
     let steps = by_offered(c);
     let mut ops: Vec<String> = steps
         .iter()
         .flat_map(|(_, _, s)| s["percentiles"].as_object().into_iter().flatten())
         .map(|(op, _)| op.clone())
+        // The workload's operations: the HTTP exchanges inside them (an upload's PATCHes)
+        // are in each step's own report.
+        .filter(|op| Op::from_name(op).map(Op::level) != Some(Level::Request))
         .collect();
     ops.sort();
     ops.dedup();
