@@ -20,7 +20,6 @@ fn by_offered(c: &Value) -> Vec<(f64, f64, &Value)> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|s| s["outcome"] != "undecided" || s["offered_rps"].as_f64().is_some())
         .map(|s| {
             (
                 s["offered_rps"].as_f64().unwrap_or(0.0),

@@ -100,7 +100,7 @@ pub async fn capacity(
         let next = match &cap.ladder {
             Some(ladder) => match ladder.get(steps.len()) {
                 Some(&speed) => Next::Step { speed, length: 1.0 },
-                None => break LADDER_RAN.to_owned(),
+                None => break End::LadderRan,
             },
             None => search.next(),
         };
@@ -108,20 +108,16 @@ pub async fn capacity(
             Next::Step { speed, length } => (speed, length),
             Next::Done { .. } => match steps.last() {
                 Some(last) if last.outcome == Outcome::GeneratorLimited => {
-                    break format!(
-                        "the generator could not offer {:.3}x: {}",
-                        last.speed,
-                        last.why.as_deref().unwrap_or("")
-                    )
+                    break End::held_back(last)
                 }
-                _ => break "the search converged".to_owned(),
+                _ => break End::Converged,
             },
         };
         if shutdown.is_cancelled() {
-            break "stopped".to_owned();
+            break End::Stopped;
         }
         if started.elapsed() >= cap.max_time {
-            break "--max-time".to_owned();
+            break End::MaxTime;
         }
         // A step that cannot be run or written ends the search; what it found so far is
         // still written.
@@ -130,7 +126,7 @@ pub async fn capacity(
             Err(e) => {
                 let e = format!("step {} {e}", steps.len());
                 failure = Some(e.clone());
-                break e;
+                break End::Failed(e);
             }
         };
         if shutdown.is_cancelled() {
@@ -138,7 +134,7 @@ pub async fn capacity(
             record.outcome = Outcome::Undecided;
             record.why = Some("cut off by a stop or --max-run-time".into());
             steps.push(record);
-            break "stopped".to_owned();
+            break End::Stopped;
         }
         if !session.quiet() {
             eprintln!("creb-rs: {}", step_line(&record));
@@ -422,10 +418,10 @@ fn answer(
     span: Duration,
     steps: Vec<StepRecord>,
     search: &Search,
-    ended: String,
+    ended: End,
 ) -> CapacityResult {
     let (found, ended) = match (&cap.ladder, search.next()) {
-        (Some(_), _) if ended == LADDER_RAN => {
+        (Some(_), _) if ended == End::LadderRan => {
             let (speed, at_least, ended) = knee(&steps);
             ((speed, at_least), ended)
         }
@@ -447,34 +443,92 @@ fn answer(
     result_of(head, steps, found, ended, &cap.gates)
 }
 
-/// What the ladder's loop says when every step ran.
-pub const LADDER_RAN: &str = "the ladder ran";
+/// Why a search or a ladder ended: `ended` in capacity.json, in words, and what bounds the
+/// answer (`limited_by`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// The search found its answer (or found none).
+    Converged,
+    /// Every step of the ladder ran, or it stopped at the first that was not sustained.
+    LadderRan,
+    MaxTime,
+    /// A signal or `--max-run-time`.
+    Stopped,
+    /// creb-rs could not offer the load of the step at `speed`.
+    HeldBack {
+        speed: f64,
+        why: String,
+    },
+    /// A ladder's step too close to decide.
+    Undecided {
+        speed: f64,
+        why: String,
+    },
+    /// A step could not run or be written.
+    Failed(String),
+}
+
+impl End {
+    /// The end at a step the generator could not offer.
+    fn held_back(step: &StepRecord) -> End {
+        End::HeldBack {
+            speed: step.speed,
+            why: step.why.clone().unwrap_or_default(),
+        }
+    }
+
+    /// What bounds an answer that ended so (`at_least`: no load above it failed).
+    fn limited_by(&self, at_least: bool) -> &'static str {
+        match self {
+            End::Converged | End::LadderRan if at_least => "ceiling",
+            End::Converged | End::LadderRan => "registry",
+            End::MaxTime => "max_time",
+            End::Stopped => "stopped",
+            End::HeldBack { .. } => "generator",
+            End::Undecided { .. } => "undecided",
+            End::Failed(_) => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Converged => f.write_str("the search converged"),
+            End::LadderRan => f.write_str("the ladder ran"),
+            End::MaxTime => f.write_str("--max-time"),
+            End::Stopped => f.write_str("stopped"),
+            End::HeldBack { speed, why } => {
+                write!(f, "the generator could not offer {speed:.3}x: {why}")
+            }
+            End::Undecided { speed, why } => write!(f, "undecided at {speed:.3}x: {why}"),
+            End::Failed(e) => f.write_str(e),
+        }
+    }
+}
 
 /// A ladder's knee: the last load sustained before the first that was not (every lower
 /// step sustained); a lower bound when none failed, the generator could not offer the next,
 /// or the next was too close to decide. The answer, whether it is a lower bound, and why
 /// the ladder ends there.
-pub fn knee(steps: &[StepRecord]) -> (Option<f64>, bool, String) {
+pub fn knee(steps: &[StepRecord]) -> (Option<f64>, bool, End) {
     let mut capacity = None;
     for s in steps {
-        let why = s.why.as_deref().unwrap_or("");
         match s.outcome {
             Outcome::Sustained => capacity = Some(s.speed),
-            Outcome::Unsustained => return (capacity, false, LADDER_RAN.into()),
-            Outcome::GeneratorLimited => {
-                let ended = format!("the generator could not offer {:.3}x: {why}", s.speed);
-                return (capacity, true, ended);
-            }
+            Outcome::Unsustained => return (capacity, false, End::LadderRan),
+            Outcome::GeneratorLimited => return (capacity, true, End::held_back(s)),
             Outcome::Undecided => {
-                return (
-                    capacity,
-                    true,
-                    format!("undecided at {:.3}x: {why}", s.speed),
-                );
+                let why = s.why.clone().unwrap_or_default();
+                let end = End::Undecided {
+                    speed: s.speed,
+                    why,
+                };
+                return (capacity, true, end);
             }
         }
     }
-    (capacity, true, LADDER_RAN.into())
+    (capacity, true, End::LadderRan)
 }
 
 /// What capacity.json says of the search or ladder beside its steps.
@@ -492,7 +546,7 @@ pub fn result_of(
     head: Head,
     steps: Vec<StepRecord>,
     (speed, at_least): (Option<f64>, bool),
-    ended: String,
+    ended: End,
     gates: &[Gate],
 ) -> CapacityResult {
     // The load sustained: what the trace offered at that speed (a sustained step served
@@ -527,15 +581,7 @@ pub fn result_of(
         upper_requests_per_s: upper.map(|s| s.offered_rps),
     };
     let thresholds = gates.iter().map(|g| g.judge(&capacity)).collect();
-    let limited_by = match ended.as_str() {
-        "the search converged" | LADDER_RAN if at_least => "ceiling",
-        "the search converged" | LADDER_RAN => "registry",
-        "--max-time" => "max_time",
-        "stopped" => "stopped",
-        e if e.starts_with("the generator") => "generator",
-        e if e.starts_with("undecided") => "undecided",
-        _ => "error",
-    };
+    let limited_by = ended.limited_by(at_least);
     CapacityResult {
         kind: head.kind,
         objectives: head.objectives,
@@ -545,7 +591,7 @@ pub fn result_of(
         capacity,
         steps,
         throttle_onset,
-        ended,
+        ended: ended.to_string(),
         limited_by,
         thresholds,
     }

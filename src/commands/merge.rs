@@ -46,8 +46,11 @@ pub struct MergeArgs {
 pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
     let ladders = args.dirs.iter().filter(|d| is_capacity(d)).count();
     if ladders > 0 {
-        if ladders < args.dirs.len() {
-            anyhow::bail!("capacity ladders merge only with capacity ladders");
+        if let Some(other) = args.dirs.iter().find(|d| !is_capacity(d)) {
+            anyhow::bail!(
+                "{} holds no capacity.json: capacity ladders merge only with capacity ladders",
+                other.display()
+            );
         }
         let result = {
             let args = args.clone();

@@ -159,12 +159,17 @@ fn emit(text: &str, path: Option<&std::path::Path>, quiet: bool) -> anyhow::Resu
 /// `report OUT` of a capacity search or ladder: its table, capacity.json, or its HTML page
 /// with the curves (each step's own report is `report OUT/steps/NN`).
 fn capacity_report(args: &ReportArgs, format: Format) -> anyhow::Result<ExitStatus> {
+    let path = args.dir.join(crate::capacity::CAPACITY_JSON);
+    let read = || {
+        std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+    };
     let text = match format {
         Format::Html => crate::capacity::page::render(&args.dir)?,
-        Format::Json => std::fs::read_to_string(args.dir.join(crate::capacity::CAPACITY_JSON))?,
+        Format::Json => read()?,
         Format::Text => {
-            let path = args.dir.join(crate::capacity::CAPACITY_JSON);
-            let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+            let c: serde_json::Value = serde_json::from_str(&read()?)
+                .map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
             crate::capacity::result::render_value(&c)
         }
         Format::Csv => anyhow::bail!(

@@ -566,8 +566,8 @@ mod tests {
         // with the slowness and with its spread (2.3 normal scores out): its honest interval
         // spans about the value itself. Its exceedances come in a few slow stretches, so a
         // run that saw few of them cannot show its own uncertainty in its tail; the p99's
-        // interval is at least the p90's, scaled out (see `interval`). Over 800 such runs:
-        // 97% covered, median width 0.99; without that floor, 78%.
+        // interval is at least the p90's, scaled out (see `interval`); without that floor,
+        // 78% of these runs' intervals covered it.
         for (q, widest, established) in [(0.5, 0.8, 190), (0.9, 0.8, 140), (0.99, 1.3, 70)] {
             let (share, width, counted) = coverage(11, 0.8, q, 200);
             // A run whose slow stretches put the upper bound past its largest samples has
