@@ -39,10 +39,11 @@ fn live_mb() -> f64 {
 
 /// An item as the fingerprint reads it: its debug text, with a blob read's generated
 /// content written as the size it was before reads carried their content (the content is
-/// a function of the seed and the trace digest the item already names), so fingerprints
-/// compare across that change.
+/// a function of the seed and the trace digest the item already names), and without the
+/// client's name (attribution; the item already carries its hash), so fingerprints compare
+/// across those changes.
 fn fingerprint_text(item: &PlanItem) -> String {
-    let text = format!("{item:?}\n");
+    let text = without_client_name(format!("{item:?}\n"));
     let Some(at) = text
         .find("action: BlobGet {")
         .and_then(|get| text[get..].find("content: ContentSpec(").map(|c| get + c))
@@ -59,6 +60,15 @@ fn fingerprint_text(item: &PlanItem) -> String {
         &text[..at],
         &rest[end + " bytes)".len()..]
     )
+}
+
+/// `text` without its `, client_name: …` field (the last of an operation).
+fn without_client_name(text: String) -> String {
+    let Some(at) = text.find(", client_name: ") else {
+        return text;
+    };
+    let end = text[at..].find(" })").map_or(text.len(), |e| at + e);
+    format!("{}{}", &text[..at], &text[end..])
 }
 
 fn main() -> ExitCode {

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use common::{creb, summary_json, Registry};
+use creb::metrics::attribution::Who;
 use creb::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use creb::results::store::load;
 use creb::results::summary::{RunInfo, Shard, Summary};
@@ -29,6 +30,8 @@ struct Raw {
     big: bool,
     /// The value its answer gave `--split-by-header` (`v1`, `v2`, …; 0: no header).
     value: u8,
+    /// Its repository (`r0`…`r2`); its client is named after its header value.
+    repo: u8,
 }
 
 fn raw() -> impl Strategy<Value = Raw> {
@@ -39,14 +42,16 @@ fn raw() -> impl Strategy<Value = Raw> {
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.2),
         0u8..6,
+        0u8..3,
     )
-        .prop_map(|(op, end_ms, latency_us, failed, big, value)| Raw {
+        .prop_map(|(op, end_ms, latency_us, failed, big, value, repo)| Raw {
             op,
             end_ms,
             latency_us,
             failed,
             big,
             value,
+            repo,
         })
 }
 
@@ -77,8 +82,12 @@ async fn write_dir(
             headers.insert("x-cache-status", format!("v{}", r.value).parse().unwrap());
         }
         let label = recorder.split().map(|s| s.label(&headers));
+        let who = Who {
+            repository: Some(format!("r{}", r.repo).into()),
+            client: Some(format!("10.0.0.{}:5000", r.value).into()),
+        };
         recorder
-            .record_labeled(
+            .record_as(
                 Sample {
                     op: OPS[r.op as usize],
                     outcome: if r.failed {
@@ -103,6 +112,7 @@ async fn write_dir(
                     http: creb::metrics::HttpStatuses::one(Some(200)),
                 },
                 label,
+                Some(who),
             )
             .await;
     }
@@ -177,6 +187,10 @@ fn check_merge_equals_union(samples: Vec<Raw>, assignment: Vec<u32>, count: u32)
             merged.summary.split_by_header,
             whole.summary.split_by_header
         );
+        // And by repository and client, percentiles included.
+        assert_eq!(merged.summary.by_repository, whole.summary.by_repository);
+        assert_eq!(merged.summary.by_client, whole.summary.by_client);
+        assert_eq!(merged.summary.attribution, whole.summary.attribution);
         // Interval by interval, tag by tag, the histograms are identical.
         assert_eq!(merged.hlog.intervals, whole.hlog.intervals);
         // The timeline's counts add up to the union's.
@@ -227,6 +241,7 @@ fn a_merge_recomputes_the_percentiles_intervals_from_the_merged_histograms() {
                 failed: false,
                 big: false,
                 value: 0,
+                repo: 0,
             }
         })
         .collect();
@@ -269,6 +284,7 @@ async fn shards(root: &Path, count: u32) -> Vec<std::path::PathBuf> {
         failed: false,
         big: false,
         value: 1,
+        repo: 0,
     }];
     let mut dirs = Vec::new();
     for i in 0..count {
@@ -298,6 +314,7 @@ async fn a_merged_split_keeps_sixteen_values_and_folds_the_rest() {
                     failed: false,
                     big: false,
                     value,
+                    repo: 1,
                 })
             })
             .collect();

@@ -696,3 +696,99 @@ async fn a_prepared_replay_runs_again_at_another_speed_and_window_as_a_library_c
     drop(engine);
     session.close().await;
 }
+
+/// A GET of `uri` by `client`, `written` bytes, `time_ms` into the trace.
+fn get(i: u64, time_ms: u64, client: &str, uri: &str, written: u64) -> serde_json::Value {
+    serde_json::json!({
+        "host": "h1",
+        "http.request.duration": 0.001,
+        "http.request.method": "GET",
+        "http.request.remoteaddr": client,
+        "http.request.uri": uri,
+        "http.response.status": 200,
+        "http.response.written": written,
+        "id": format!("a{i}"),
+        "timestamp": format!("2017-06-20T10:00:{:02}.{:03}Z", time_ms / 1000, time_ms % 1000),
+    })
+}
+
+/// A trace whose costly repository is known: `data/large` is read 4 times as a 16 MiB blob
+/// by one client; `apps/small` 30 times as 256 bytes by three others. The replay's results
+/// say which repository and which client cost the most, and requests.csv names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repository_and_client_that_cost_most_top_the_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = Vec::new();
+    for i in 0..30u64 {
+        let client = format!("10.0.0.{}", 2 + i % 3);
+        records.push(get(i, i * 100, &client, "v2/apps/small/blobs/s1", 256));
+    }
+    for i in 0..4u64 {
+        records.push(get(
+            100 + i,
+            i * 700,
+            "10.0.0.1",
+            "v2/data/large/blobs/l1",
+            16 << 20,
+        ));
+    }
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
+    let registry = Registry::start();
+    let out = dir.path().join("out");
+    let status = creb(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--mode",
+        "stress",
+        "--concurrency",
+        "2",
+        "--record-requests",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let run = summary_json(&out);
+    let repos = run["by_repository"].as_array().unwrap();
+    assert_eq!(repos.len(), 2, "{repos:?}");
+    let top = &repos[0];
+    assert_eq!(top["name"], "data/large", "{repos:?}");
+    assert_eq!(u(&top["count"]), 4);
+    assert_eq!(u(&top["bytes"]), 4 * (16 << 20));
+    assert_eq!(top["exact"], true);
+    let top_by: Vec<&str> = top["top_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(top_by, ["requests", "time", "bytes"]);
+    assert!(top["latency_ms"]["p50"].as_f64().unwrap() > 0.0);
+    assert_eq!(u(&repos[1]["count"]), 30);
+    assert!(top["time_s"].as_f64() > repos[1]["time_s"].as_f64());
+    let clients = run["by_client"].as_array().unwrap();
+    assert_eq!(clients.len(), 4, "{clients:?}");
+    assert_eq!(clients[0]["name"], "10.0.0.1");
+    assert_eq!(run["attribution"]["repositories_complete"], true);
+    assert_eq!(run["attribution"]["clients_complete"], true);
+    // The counts add up to the run's operations.
+    let total: u64 = repos.iter().map(|r| u(&r["count"])).sum();
+    assert_eq!(total, u(&run["totals"]["requests"]));
+    // requests.csv names each request's repository and client.
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    assert_eq!(&header[header.len() - 2..], ["repository", "client"]);
+    let large = csv
+        .lines()
+        .filter(|l| l.ends_with(",data/large,10.0.0.1"))
+        .count();
+    assert_eq!(large, 4, "{csv}");
+    // And the text report lists them.
+    let text = creb::report::render_text(&serde_json::from_value(run).unwrap());
+    assert!(text.contains("repository (by time)"), "{text}");
+    assert!(text.contains("data/large"), "{text}");
+}

@@ -334,6 +334,11 @@ async fn delay_replay_report_is_self_contained_and_renders_every_chart() {
         "Resolved configuration",
         "config hash",
         &registry.url,
+        // Who costs most: the trace's repositories and clients, linked from the navigation.
+        "<a href=\"#attribution\">",
+        "<section id=\"attribution\"><h2>Who costs most</h2>",
+        "id=\"by-repository\"",
+        "id=\"by-client\"",
     ] {
         assert!(html.contains(needle), "report lacks {needle:?}");
     }
@@ -455,6 +460,7 @@ async fn text_from_results_is_escaped() {
         message: format!("message {evil} & more"),
     });
     set.meta.config = serde_json::json!({ "note": evil });
+    set.summary.by_repository[0].name = evil.to_owned();
     let html = creb::report::html::render(&set).unwrap();
     assert!(
         !html.contains(evil),

@@ -68,6 +68,9 @@ async fn push_and_pull_summaries_match_the_schema() {
     }
     assert_eq!(push["command"], "push");
     assert_eq!(push["model"], "closed");
+    // A push is attributed to its one repository (it has no trace clients).
+    assert_eq!(push["by_repository"].as_array().unwrap().len(), 1, "{push}");
+    assert_eq!(push["by_client"], serde_json::json!([]));
     assert!(
         push["operations"]["blob_upload"]["size_classes"]["1mib_10mib"]["count"]
             .as_u64()
@@ -131,6 +134,13 @@ async fn replay_summaries_match_the_schema() {
     assert_eq!(run["model"], "open");
     assert!(run["trace"]["records"].as_u64().unwrap() > 0);
     assert!(run["checks"]["cores"].as_u64().unwrap() >= 1);
+    // Attributed to the trace's repositories and clients, in the schema's shape.
+    assert!(
+        !run["by_repository"].as_array().unwrap().is_empty(),
+        "{run}"
+    );
+    assert!(!run["by_client"].as_array().unwrap().is_empty(), "{run}");
+    assert!(run["attribution"]["tracked"].as_u64().unwrap() > 0);
     assert_valid(&summary_json(&out.join("prewarm")));
 }
 

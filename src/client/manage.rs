@@ -36,7 +36,7 @@ impl RegistryClient {
         }
         let mut tags = Vec::new();
         for _ in 0..MAX_PAGES {
-            let mut m = self.meter(Op::TagList, ctx);
+            let mut m = self.meter(Op::TagList, ctx.clone());
             let r = async {
                 let request = HttpRequest::new(Method::GET, url.clone());
                 let ex = self.exchange(request, &self.read_scope(repo), true).await?;
@@ -92,7 +92,7 @@ impl RegistryClient {
         let mut url = self.url(&["/v2/", repo.as_str(), "/referrers/", digest.as_str()]);
         let mut found = Vec::new();
         for _ in 0..MAX_PAGES {
-            let mut m = self.meter(Op::Referrers, ctx);
+            let mut m = self.meter(Op::Referrers, ctx.clone());
             let r = async {
                 let mut request = HttpRequest::new(Method::GET, url.clone());
                 request.headers.insert(

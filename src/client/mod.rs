@@ -37,6 +37,7 @@ use crate::auth::challenge::challenges_of;
 use crate::auth::{AccessScope, Anonymous, Authenticator, Ready};
 use crate::content::{ContentSpec, SendHash};
 use crate::digest::{Digest, Sha256Sum};
+use crate::metrics::attribution::Who;
 use crate::metrics::{
     ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing,
 };
@@ -125,13 +126,29 @@ impl Verify {
 }
 
 /// Per-operation context from the caller.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OpCtx {
     /// When the plan wanted this operation to start (delay mode); `None` in closed loops.
     pub intended: Option<Instant>,
     /// When it could start, if it waited for other operations first (a manifest PUT for
     /// its uploads): its schedule lag runs from here.
     pub ready: Option<Instant>,
+    /// Whom the operation is for (its repository and the trace's client): its sample is
+    /// attributed to them.
+    pub who: Option<Who>,
+}
+
+impl OpCtx {
+    /// An operation on `repo`, attributed to it, with no intended start.
+    pub fn for_repository(repo: &Repository) -> OpCtx {
+        OpCtx {
+            who: Some(Who {
+                repository: Some(repo.shared()),
+                client: None,
+            }),
+            ..OpCtx::default()
+        }
+    }
 }
 
 /// Where a blob's bytes come from.
@@ -244,6 +261,7 @@ struct Meter<'c> {
     sent_set: bool,
     /// The `--split-by-header` label of the latest answer.
     label: Option<u8>,
+    who: Option<Who>,
 }
 
 impl<'c> Meter<'c> {
@@ -261,6 +279,7 @@ impl<'c> Meter<'c> {
             size_hint: 0,
             sent_set: false,
             label: None,
+            who: ctx.who,
         }
     }
 
@@ -504,7 +523,7 @@ impl RegistryClient {
         let sample = meter.sample(outcome);
         self.inner
             .recorder
-            .record_labeled(sample, meter.label)
+            .record_as(sample, meter.label, meter.who.take())
             .await;
     }
 

@@ -111,11 +111,11 @@ pub async fn clean(client: &RegistryClient, targets: &[Target], shutdown: &Shutd
 /// Deletes one target's manifests, then its blobs; `false` when the registry cannot be
 /// reached (the other targets would fail the same way).
 async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cleaned) -> bool {
-    let ctx = OpCtx::default();
+    let ctx = OpCtx::default;
     let repo = &target.repo;
     let tags: Vec<Tag> = match &target.tags {
         Tags::Known(t) => t.clone(),
-        Tags::Listed => match client.tag_list(repo, None, ctx).await {
+        Tags::Listed => match client.tag_list(repo, None, ctx()).await {
             Ok(list) => list.iter().filter_map(|t| t.parse().ok()).collect(),
             Err(ClientError::Status { status: 404, .. }) => Vec::new(),
             Err(e) => {
@@ -130,7 +130,7 @@ async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cle
     let mut blobs: BTreeSet<Digest> = BTreeSet::new();
     for tag in tags {
         let reference = Reference::Tag(tag.clone());
-        match client.manifest_get(repo, &reference, ctx).await {
+        match client.manifest_get(repo, &reference, ctx()).await {
             Ok(m) => {
                 manifests.insert(m.digest());
                 match ParsedManifest::parse(&m.bytes, m.media_type()) {
@@ -139,7 +139,7 @@ async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cle
                     }) => {
                         for child in children {
                             let r = Reference::Digest(child.digest.clone());
-                            if let Ok(c) = client.manifest_get(repo, &r, ctx).await {
+                            if let Ok(c) = client.manifest_get(repo, &r, ctx()).await {
                                 if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
                                     blobs.extend(p.blobs().into_iter().map(|d| d.digest));
                                 }
@@ -159,13 +159,13 @@ async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cle
         }
     }
     for digest in &manifests {
-        let o = outcome(client.manifest_delete(repo, digest, ctx).await);
+        let o = outcome(client.manifest_delete(repo, digest, ctx()).await);
         if count(record, "manifest", o) {
             record.manifests_deleted += 1;
         }
     }
     for digest in &blobs {
-        let o = outcome(client.blob_delete(repo, digest, ctx).await);
+        let o = outcome(client.blob_delete(repo, digest, ctx()).await);
         if count(record, "blob", o) {
             record.blobs_deleted += 1;
         }

@@ -349,6 +349,7 @@ mod tests {
                     folded: 0,
                     session: None,
                     client: 0,
+                    client_name: None,
                 };
                 let _ = tx.send(PlanItem::Op(op)).await;
             }
@@ -484,6 +485,7 @@ mod tests {
                 folded: 0,
                 session: None,
                 client: 0,
+                client_name: None,
             };
             tx.send(PlanItem::Op(op)).await.unwrap();
         }
@@ -567,6 +569,7 @@ mod tests {
                 folded,
                 session: None,
                 client: 0,
+                client_name: None,
             };
             tx.send(PlanItem::Op(op)).await.unwrap();
         }

@@ -60,13 +60,13 @@ async fn ensure_blob(
     digest: &Digest,
     source: BlobSource,
 ) -> Result<bool, ClientError> {
-    let ctx = OpCtx::default();
-    if client.blob_head(repo, digest, ctx).await?.is_some() {
+    let ctx = OpCtx::default;
+    if client.blob_head(repo, digest, ctx()).await?.is_some() {
         client.recorder().event(Event::BlobExists).await;
         return Ok(false);
     }
     client
-        .upload_blob(repo, digest, &source, UploadMode::Monolithic, None, ctx)
+        .upload_blob(repo, digest, &source, UploadMode::Monolithic, None, ctx())
         .await?;
     Ok(true)
 }
@@ -238,16 +238,16 @@ impl Prewarm<'_> {
             read_manifest_bytes(self.catalog, self.format, job.repo_sym, job.reference_sym);
         let digest = Digest::sha256_of(&manifest);
         let reference = Reference::Tag(job.tag);
-        let ctx = OpCtx::default();
+        let ctx = OpCtx::default;
         let media_type = self.format.manifest_type();
         let result: Result<Done, ClientError> = async {
-            if let Some(info) = client.manifest_head(&job.repo, &reference, ctx).await? {
+            if let Some(info) = client.manifest_head(&job.repo, &reference, ctx()).await? {
                 if info.digest.as_ref() == Some(&digest) {
                     return Ok(Done::Present);
                 }
             }
             client
-                .manifest_put(&job.repo, &reference, manifest, media_type, ctx)
+                .manifest_put(&job.repo, &reference, manifest, media_type, ctx())
                 .await?;
             Ok(Done::Pushed)
         }

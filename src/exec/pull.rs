@@ -75,7 +75,7 @@ pub async fn references(
         PullTargets::References(r) => r.clone(),
         PullTargets::AllTags { page_size } => sources
             .first()
-            .tag_list(repo, Some(*page_size), OpCtx::default())
+            .tag_list(repo, Some(*page_size), OpCtx::for_repository(repo))
             .await
             .map_err(|e| format!("cannot list the tags of {repo}: {e}"))?,
     };
@@ -120,11 +120,13 @@ async fn fetch_image_manifest(
     reference: &Reference,
 ) -> Result<(ParsedManifest, Digest), ClientError> {
     let fetched = client
-        .manifest_get(repo, reference, OpCtx::default())
+        .manifest_get(repo, reference, OpCtx::for_repository(repo))
         .await?;
     if let Some(entry) = fetched.parsed.pick_platform() {
         let inner = Reference::Digest(entry.digest.clone());
-        let fetched = client.manifest_get(repo, &inner, OpCtx::default()).await?;
+        let fetched = client
+            .manifest_get(repo, &inner, OpCtx::for_repository(repo))
+            .await?;
         let digest = fetched.digest();
         return Ok((fetched.parsed, digest));
     }
@@ -140,12 +142,15 @@ async fn pull_referrers(
     subject: &Digest,
     errors: &ErrorLog,
 ) {
-    match client.referrers(repo, subject, OpCtx::default()).await {
+    match client
+        .referrers(repo, subject, OpCtx::for_repository(repo))
+        .await
+    {
         Ok(Some(found)) => {
             for d in found {
                 let reference = Reference::Digest(d.digest.clone());
                 if let Err(e) = client
-                    .manifest_get(repo, &reference, OpCtx::default())
+                    .manifest_get(repo, &reference, OpCtx::for_repository(repo))
                     .await
                 {
                     errors.note(format!("{repo}@{}: referrer: {e}", d.digest));
@@ -177,7 +182,7 @@ async fn pull_blobs(
         }
         let expected = (d.size > 0).then_some(d.size);
         client
-            .blob_get(repo, &d.digest, expected, OpCtx::default())
+            .blob_get(repo, &d.digest, expected, OpCtx::for_repository(repo))
             .await
             .map_err(|e| {
                 env.errors.note(format!("{repo}@{}: {e}", d.digest));

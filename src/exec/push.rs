@@ -87,22 +87,22 @@ async fn push_blob(
     digest: &Digest,
     source: &BlobSource,
 ) -> Result<(), ClientError> {
-    let ctx = OpCtx::default();
     let repo = &work.images.repo;
-    if client.blob_head(repo, digest, ctx).await?.is_some() {
+    let ctx = || OpCtx::for_repository(repo);
+    if client.blob_head(repo, digest, ctx()).await?.is_some() {
         client.recorder().event(Event::BlobExists).await;
         return Ok(());
     }
     let mut session = None;
     if let Some(from) = &work.images.mount_from {
-        match client.mount_blob(repo, digest, from, ctx).await? {
+        match client.mount_blob(repo, digest, from, ctx()).await? {
             MountOutcome::Mounted => return Ok(()),
             MountOutcome::Session(url) => session = Some(url),
             MountOutcome::Refused => {}
         }
     }
     client
-        .upload_blob(repo, digest, source, work.upload, session, ctx)
+        .upload_blob(repo, digest, source, work.upload, session, ctx())
         .await
         .map(|_| ())
 }
@@ -140,7 +140,13 @@ async fn attach_artifacts(
         let manifest = build_artifact(ARTIFACT_TYPE, std::slice::from_ref(&blob), subject);
         let reference = Reference::Digest(Digest::sha256_of(&manifest));
         let put = client
-            .manifest_put(repo, &reference, manifest, OCI_MANIFEST, OpCtx::default())
+            .manifest_put(
+                repo,
+                &reference,
+                manifest,
+                OCI_MANIFEST,
+                OpCtx::for_repository(repo),
+            )
             .await;
         if let Err(e) = put {
             errors.note(format!("{repo}@{reference}: artifact: {e}"));
@@ -254,7 +260,7 @@ async fn push_hashing(
     let uploads = layers.iter().enumerate().map(|(j, &spec)| async move {
         let _permit = permit(permits, env).await?;
         let uploaded = client
-            .upload_hashing(repo, spec, Some(chunk_size), OpCtx::default())
+            .upload_hashing(repo, spec, Some(chunk_size), OpCtx::for_repository(repo))
             .await;
         match uploaded {
             Ok((sum, _)) => Ok(sum.digest()),
@@ -300,7 +306,7 @@ async fn push_image(
                 &reference,
                 plan.manifest.clone(),
                 plan.media_type,
-                OpCtx::default(),
+                OpCtx::for_repository(repo),
             )
             .await;
         match put {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::deps::Deps;
 use super::targets::Targets;
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
+use crate::metrics::attribution::Who;
 use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Recorder, Sample, SessionMsg};
 use crate::oci::Reference;
 use crate::plan::{Action, PlannedOp, SessionTag};
@@ -175,7 +176,11 @@ pub(super) async fn run_task(
             endpoint,
             failed_over,
         } => {
-            let ctx = OpCtx { intended, ready };
+            let ctx = OpCtx {
+                intended,
+                ready,
+                who: Some(who_of(&op)),
+            };
             send(&op, endpoint, failed_over, ctx, &env).await
         }
         Choice::Down { endpoint } => {
@@ -217,6 +222,27 @@ pub(super) async fn run_task(
     }
     TaskDone {
         folded: u64::from(op.folded),
+    }
+}
+
+/// Whom `op`'s figures are attributed to: its repository and the trace's client.
+fn who_of(op: &PlannedOp) -> Who {
+    let repository = match &op.action {
+        Action::Ping => None,
+        Action::ManifestGet { repo, .. }
+        | Action::ManifestHead { repo, .. }
+        | Action::ManifestPut { repo, .. }
+        | Action::BlobGet { repo, .. }
+        | Action::BlobHead { repo, .. }
+        | Action::BlobDelete { repo, .. }
+        | Action::BlobUpload { repo, .. }
+        | Action::TagList { repo }
+        | Action::BlobMount { repo, .. }
+        | Action::ManifestDelete { repo, .. } => Some(repo.shared()),
+    };
+    Who {
+        repository,
+        client: op.client_name.clone(),
     }
 }
 

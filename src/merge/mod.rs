@@ -22,6 +22,7 @@ use crate::metrics::split::{ABSENT_NAME, MAX_VALUES, OTHER_NAME};
 use crate::metrics::EndpointCounters;
 use crate::metrics::{new_histogram, Level, StatsTable};
 use crate::outfile::same_path;
+use crate::results::attribution;
 use crate::results::hlog::{self, HlogContents, IntervalHistograms};
 use crate::results::store::{
     self, aggregator_of, cells_of, endpoint_tables, load, split_tables, write_endpoint_histograms,
@@ -530,8 +531,54 @@ struct Merged<'a> {
     endpoints: Option<&'a MergedEndpoints>,
     /// `--split-by-header`: each value's merged table.
     split: Option<&'a [(String, StatsTable)]>,
+    /// The merged `attribution.hlog`.
+    attribution: Option<&'a IntervalHistograms>,
     meta: &'a Meta,
     summary: &'a Summary,
+}
+
+/// The hosts' repository and client lists merged into `summary` (exact where no host can
+/// hide a share of an entry, `results::attribution`); the merged entries' histograms.
+fn merge_attribution(sets: &[ResultSet], summary: &mut Summary) -> Option<IntervalHistograms> {
+    use attribution::{Kind, Part};
+    if sets.iter().all(|s| s.summary.attribution.is_none()) {
+        return None;
+    }
+    let parts = |kind: Kind| -> Vec<Part<'_>> {
+        sets.iter()
+            .map(|s| {
+                let info = s.summary.attribution;
+                // A host that attributed nothing saw no names, unless it is of a version
+                // before attribution (then it ran operations).
+                let (entries, complete) = match kind {
+                    Kind::Repository => (
+                        &s.summary.by_repository,
+                        info.map(|i| i.repositories_complete),
+                    ),
+                    Kind::Client => (&s.summary.by_client, info.map(|i| i.clients_complete)),
+                };
+                Part {
+                    entries,
+                    complete: complete.unwrap_or(s.summary.totals.requests == 0),
+                    histograms: s.attribution_histograms.as_ref(),
+                }
+            })
+            .collect()
+    };
+    let (repositories, repositories_complete, mut histograms) =
+        attribution::merge(&parts(Kind::Repository), Kind::Repository);
+    let (clients, clients_complete, client_histograms) =
+        attribution::merge(&parts(Kind::Client), Kind::Client);
+    histograms.extend(client_histograms);
+    summary.by_repository = repositories;
+    summary.by_client = clients;
+    summary.attribution = Some(attribution::AttributionInfo {
+        listed: crate::metrics::attribution::LISTED,
+        tracked: crate::metrics::attribution::TRACKED,
+        repositories_complete,
+        clients_complete,
+    });
+    Some(histograms)
 }
 
 /// Writes the merged result directory `out` (summary.json last).
@@ -564,6 +611,10 @@ fn write_merged(
         let refs: Vec<(String, &StatsTable)> = tables.iter().map(|(v, t)| (v.clone(), t)).collect();
         let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();
         write_split_histograms(out, start, merged.duration, &refs)?;
+    }
+    if let Some(tagged) = merged.attribution {
+        let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();
+        store::write_attribution_histograms(out, start, merged.duration, tagged)?;
     }
     let mut json = serde_json::to_vec_pretty(merged.counters)?;
     json.push(b'\n');
@@ -666,6 +717,7 @@ pub fn merge_into(
     );
     summary.endpoints = endpoints.as_ref().map(|e| e.summaries.clone());
     let split = merge_split(&sets, &mut counters)?;
+    let attribution = merge_attribution(&sets, &mut summary);
     summary.split_by_header = split.as_ref().map(|(header, tables)| {
         HeaderSplitSummary::from_tables(
             header,
@@ -685,6 +737,7 @@ pub fn merge_into(
         duration: Duration::from_secs_f64(duration),
         endpoints: endpoints.as_ref(),
         split: split.as_ref().map(|(_, tables)| tables.as_slice()),
+        attribution: attribution.as_ref(),
         meta: &meta,
         summary: &summary,
     };

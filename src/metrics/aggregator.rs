@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::attribution::{Attribution, Who};
 use super::split::HeaderSplit;
 use super::{
     ErrorKind, Event, HttpStatuses, Level, Op, Outcome, Sample, SizeClass, SparseHistogram,
@@ -24,14 +25,9 @@ use super::{
 };
 
 /// What flows to the aggregator.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Msg {
-    Sample(Sample),
-    /// A sample of an operation sent to endpoint `.0` (runs over several endpoints).
-    EndpointSample(u16, Sample),
-    /// A sample whose answer gave `--split-by-header` the value labelled `.0`
-    /// ([`super::split::HeaderSplit::label`]), sent to endpoint `.1` if several.
-    Labeled(u8, Option<u16>, Sample),
+    Sample(Recorded),
     /// Endpoint `.0` exists (sent when its recorder is made, before any of its samples), so
     /// every interval has a row for it.
     Endpoint(u16),
@@ -44,6 +40,28 @@ pub(crate) enum Msg {
     Tick(Instant),
     /// Flush everything and stop.
     Stop,
+}
+
+/// A sample as recorded: through which endpoint's client (runs over several endpoints), the
+/// `--split-by-header` label its answer gave ([`super::split::HeaderSplit::label`]), and
+/// whom its operation was for (attribution).
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    pub sample: Sample,
+    pub endpoint: Option<u16>,
+    pub label: Option<u8>,
+    pub who: Option<Who>,
+}
+
+impl Recorded {
+    fn plain(sample: Sample) -> Recorded {
+        Recorded {
+            sample,
+            endpoint: None,
+            label: None,
+            who: None,
+        }
+    }
 }
 
 /// Progress of an image session whose members are separate operations (an image pull in
@@ -87,24 +105,21 @@ pub struct Recorder {
 impl Recorder {
     /// Sends a sample; waits only if the aggregator is a full channel behind.
     pub async fn record(&self, sample: Sample) {
-        // The aggregator outlives every worker; a send error can only happen after it
-        // finished, when nothing is reported any more.
-        let msg = match self.endpoint {
-            Some(e) => Msg::EndpointSample(e, sample),
-            None => Msg::Sample(sample),
-        };
-        let _ = self.tx.send(msg).await;
+        self.record_as(sample, None, None).await;
     }
 
-    /// A sample with the label its answer gave `--split-by-header` (`None` without one).
-    pub async fn record_labeled(&self, sample: Sample, label: Option<u8>) {
-        let Some(label) = label.filter(|_| self.split.is_some()) else {
-            return self.record(sample).await;
+    /// A sample with the label its answer gave `--split-by-header` (ignored without one)
+    /// and whom its operation was for.
+    pub async fn record_as(&self, sample: Sample, label: Option<u8>, who: Option<Who>) {
+        let recorded = Recorded {
+            sample,
+            endpoint: self.endpoint,
+            label: label.filter(|_| self.split.is_some()),
+            who,
         };
-        let _ = self
-            .tx
-            .send(Msg::Labeled(label, self.endpoint, sample))
-            .await;
+        // The aggregator outlives every worker; a send error can only happen after it
+        // finished, when nothing is reported any more.
+        let _ = self.tx.send(Msg::Sample(recorded)).await;
     }
 
     /// `--split-by-header`: the header whose value labels the samples, if any.
@@ -210,7 +225,12 @@ pub trait IntervalSink: Send {
     /// Every interval was written; make it durable.
     fn finish(&mut self) -> std::io::Result<()>;
     /// A request finished (only called when requests are recorded).
-    fn request(&mut self, _offset: Duration, _sample: &Sample) -> std::io::Result<()> {
+    fn request(
+        &mut self,
+        _offset: Duration,
+        _sample: &Sample,
+        _who: Option<&Who>,
+    ) -> std::io::Result<()> {
         Ok(())
     }
     /// Whether [`IntervalSink::request`] wants every sample.
@@ -267,6 +287,8 @@ pub struct Aggregator {
     /// The whole run per label of `split` (index: the label). Every sample an answer
     /// labelled is in exactly one.
     pub splits: Vec<StatsTable>,
+    /// Which repositories and clients the operations were for (after `--warmup`).
+    pub attribution: Attribution,
     /// The names of `split`'s labels as the live metrics label them (copied once per new
     /// value, not per sample).
     split_names: Vec<Arc<str>>,
@@ -375,21 +397,65 @@ impl Aggregator {
         }
     }
 
-    /// A sample: into requests.csv (if recorded) and its interval.
-    fn sample(
-        &mut self,
-        s: &Sample,
-        endpoint: Option<u16>,
-        sink: &mut Option<Box<dyn IntervalSink>>,
-    ) {
+    /// A sample: into its endpoint's and its label's tables, its attribution, requests.csv
+    /// (if recorded) and its interval.
+    fn recorded(&mut self, r: Recorded, sink: &mut Option<Box<dyn IntervalSink>>) {
+        let s = &r.sample;
         let warmup = self.in_warmup(s.timing.end);
+        if let Some(label) = r.label {
+            let l = usize::from(label);
+            if self.splits.len() <= l {
+                self.splits.resize_with(l + 1, StatsTable::default);
+            }
+            if !warmup {
+                self.splits[l].record(s);
+            }
+            if self.live.is_some() {
+                if let (Some(name), Some(live)) = (self.split_name(label), &self.live) {
+                    live.observe_split(s, name);
+                }
+            }
+        }
+        if let Some(endpoint) = r.endpoint {
+            self.endpoint_sample(usize::from(endpoint), s, warmup);
+        }
+        if let (Some(who), false) = (&r.who, warmup) {
+            self.attribution.record(who, s);
+        }
         if let Some(sink) = sink.as_mut().filter(|k| k.records_requests() && !warmup) {
             let offset = s.timing.end.saturating_duration_since(self.config().anchor);
-            if let Err(e) = sink.request(offset, s) {
+            if let Err(e) = sink.request(offset, s, r.who.as_ref()) {
                 self.sink_error.get_or_insert(e.to_string());
             }
         }
-        self.record_from(s, endpoint);
+        self.record_from(s, r.endpoint);
+    }
+
+    /// A sample sent to endpoint `e`: its whole-run table and interval counters.
+    fn endpoint_sample(&mut self, e: usize, s: &Sample, warmup: bool) {
+        if self.endpoints.len() <= e {
+            self.endpoints.resize_with(e + 1, StatsTable::default);
+        }
+        if !warmup {
+            self.endpoints[e].record(s);
+        }
+        if s.op.level() == Level::Operation {
+            // The interval `record` puts the sample in.
+            let index = self.index_of(s.timing.end).max(self.flushed_upto);
+            let counters = self.endpoint_open.entry(index).or_default();
+            if counters.len() <= e {
+                counters.resize(e + 1, EndpointCounters::default());
+            }
+            let c = &mut counters[e];
+            c.completed += 1;
+            if s.outcome.is_ok() {
+                c.ok += 1;
+            } else {
+                c.errors += 1;
+            }
+            c.bytes_sent += s.bytes_sent;
+            c.bytes_received += s.bytes_received;
+        }
     }
 
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
@@ -400,58 +466,12 @@ impl Aggregator {
                     self.endpoints.resize_with(e + 1, StatsTable::default);
                 }
             }
-            Msg::EndpointSample(endpoint, s) => {
-                let e = usize::from(endpoint);
-                if self.endpoints.len() <= e {
-                    self.endpoints.resize_with(e + 1, StatsTable::default);
-                }
-                if !self.in_warmup(s.timing.end) {
-                    self.endpoints[e].record(&s);
-                }
-                if s.op.level() == Level::Operation {
-                    // The interval `record` puts the sample in.
-                    let index = self.index_of(s.timing.end).max(self.flushed_upto);
-                    let counters = self.endpoint_open.entry(index).or_default();
-                    if counters.len() <= e {
-                        counters.resize(e + 1, EndpointCounters::default());
-                    }
-                    let c = &mut counters[e];
-                    c.completed += 1;
-                    if s.outcome.is_ok() {
-                        c.ok += 1;
-                    } else {
-                        c.errors += 1;
-                    }
-                    c.bytes_sent += s.bytes_sent;
-                    c.bytes_received += s.bytes_received;
-                }
-                self.sample(&s, Some(endpoint), sink);
-            }
-            Msg::Sample(s) => self.sample(&s, None, sink),
-            Msg::Labeled(label, endpoint, s) => {
-                let l = usize::from(label);
-                if self.splits.len() <= l {
-                    self.splits.resize_with(l + 1, StatsTable::default);
-                }
-                if !self.in_warmup(s.timing.end) {
-                    self.splits[l].record(&s);
-                }
-                if self.live.is_some() {
-                    if let (Some(name), Some(live)) = (self.split_name(label), &self.live) {
-                        live.observe_split(&s, name);
-                    }
-                }
-                let msg = match endpoint {
-                    Some(e) => Msg::EndpointSample(e, s),
-                    None => Msg::Sample(s),
-                };
-                return self.handle(msg, sink);
-            }
+            Msg::Sample(r) => self.recorded(r, sink),
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => {
                 // A finished image pull is a sample like any other, in requests.csv too.
                 if let Some(sample) = self.session(m) {
-                    return self.handle(Msg::Sample(sample), sink);
+                    self.recorded(Recorded::plain(sample), sink);
                 }
             }
             Msg::Offered(at) => {
@@ -949,14 +969,14 @@ mod tests {
                 let service = 50 + (rng >> 33) % 2_000_000;
                 let end = anchor + k * second + Duration::from_micros((rng >> 20) % 999_999);
                 let s = sample(ops[(i % 3) as usize], end, service, i % 17 != 0);
-                assert!(agg.handle(Msg::Sample(s), &mut sink));
+                assert!(agg.handle(Msg::Sample(Recorded::plain(s)), &mut sink));
                 expected.entry(u64::from(k)).or_default().record(&s);
             }
             // The tick of the end of interval k: k-1 stays open for stragglers, whose
             // samples still land in their own interval.
             if k >= 1 {
                 let straggler = sample(Op::Ping, anchor + (k - 1) * second, 10, true);
-                assert!(agg.handle(Msg::Sample(straggler), &mut sink));
+                assert!(agg.handle(Msg::Sample(Recorded::plain(straggler)), &mut sink));
                 expected
                     .entry(u64::from(k - 1))
                     .or_default()
@@ -966,7 +986,7 @@ mod tests {
         }
         // Nothing in intervals 6 and 7; one sample in 8.
         let last = sample(Op::BlobGet, anchor + 8 * second + second / 2, 1_000, true);
-        assert!(agg.handle(Msg::Sample(last), &mut sink));
+        assert!(agg.handle(Msg::Sample(Recorded::plain(last)), &mut sink));
         expected.entry(8).or_default().record(&last);
         assert!(!agg.handle(Msg::Stop, &mut sink));
 

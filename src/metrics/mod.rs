@@ -13,6 +13,7 @@
 //! they saw; nothing grows with the number of requests.
 
 pub mod aggregator;
+pub mod attribution;
 mod error_log;
 pub mod exposition;
 pub mod hist;

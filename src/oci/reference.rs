@@ -76,6 +76,11 @@ impl Repository {
         &self.0
     }
 
+    /// The name, shared (no copy).
+    pub fn shared(&self) -> Arc<str> {
+        Arc::clone(&self.0)
+    }
+
     /// `prefix/name`, validated.
     pub fn prefixed(&self, prefix: &str) -> Result<Repository, String> {
         let p = prefix.trim_matches('/');

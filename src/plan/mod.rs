@@ -199,6 +199,9 @@ pub struct PlannedOp {
     /// Stable hash of the trace client (`http.request.remoteaddr`), 0 if absent: the key of
     /// `--route client`.
     pub client: u64,
+    /// The trace client as the trace names it (anonymized traces stay so), `None` if
+    /// absent: whom the operation's figures are attributed to.
+    pub client_name: Option<std::sync::Arc<str>>,
 }
 
 impl PlannedOp {

@@ -195,15 +195,15 @@ where
         folded: u32,
         session: Option<SessionTag>,
     ) -> PlannedOp {
+        let name = record.client.map(|c| self.catalog.names.resolve(c));
         let op = PlannedOp {
             seq: self.seq,
             offset: self.offset(record.time_ms),
             action,
             folded,
             session,
-            client: record
-                .client
-                .map_or(0, |c| fnv1a(self.catalog.names.resolve(c).as_bytes())),
+            client: name.as_ref().map_or(0, |n| fnv1a(n.as_bytes())),
+            client_name: name.as_deref().map(std::sync::Arc::from),
         };
         self.seq += 1;
         self.counts.ops += 1;

@@ -13,6 +13,7 @@ pub mod page;
 use std::fmt::Write as _;
 
 use crate::metrics::hist::Percentiles;
+use crate::results::attribution::Attributed;
 use crate::results::registry_metrics::RegistryMetricsRecord;
 use crate::results::store::{EndpointLink, HostInfo};
 use crate::results::summary::{OpSummary, Summary};
@@ -281,6 +282,8 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
         }
     }
     split_lines(&mut out, summary);
+    attribution_lines(&mut out, "repository", &summary.by_repository);
+    attribution_lines(&mut out, "client", &summary.by_client);
     if !summary.errors.is_empty() {
         let _ = writeln!(out);
         let parts: Vec<String> = summary
@@ -345,6 +348,52 @@ fn split_lines(out: &mut String, summary: &Summary) {
                 s.count as f64 * 100.0 / total.count.max(1) as f64,
             );
         }
+    }
+}
+
+/// Lines shown of each attribution list (summary.json and the HTML report hold them all).
+const ATTRIBUTION_LINES: usize = 5;
+
+/// The repositories or clients that cost most, heaviest in time first; `≥` marks figures
+/// counted from when the entry joined a bounded list.
+fn attribution_lines(out: &mut String, what: &str, entries: &[Attributed]) {
+    if entries.is_empty() {
+        return;
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<32} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}",
+        format!("{what} (by time)"),
+        "count",
+        "errors",
+        "time",
+        "bytes",
+        "p50",
+        "p99"
+    );
+    for e in entries.iter().take(ATTRIBUTION_LINES) {
+        let (p50, p99) = e
+            .latency_ms
+            .as_ref()
+            .map_or(("-".into(), "-".into()), |p| (oms(p.p50), oms(p.p99)));
+        let mark = if e.exact { "" } else { "≥ " };
+        let _ = writeln!(
+            out,
+            "{:<32} {:>8} {:>7} {:>9} {:>10} {p50:>9} {p99:>9}",
+            format!("{mark}{}", e.name),
+            e.count,
+            e.errors,
+            format!("{:.2}s", e.time_s),
+            ByteSize(e.bytes).to_string(),
+        );
+    }
+    if entries.len() > ATTRIBUTION_LINES {
+        let _ = writeln!(
+            out,
+            "… {} more by requests, bytes or errors in summary.json and the HTML report",
+            entries.len() - ATTRIBUTION_LINES
+        );
     }
 }
 

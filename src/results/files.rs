@@ -24,6 +24,7 @@ pub const RESULT_FILES: &[&str] = &[
     "endpoints.hlog",
     "endpoints.csv",
     "split.hlog",
+    "attribution.hlog",
     "registry-metrics.json",
     "report.html",
 ];
@@ -153,6 +154,7 @@ mod tests {
             super::super::store::ENDPOINTS_HLOG,
             super::super::store::ENDPOINTS_CSV,
             super::super::store::SPLIT_HLOG,
+            super::super::attribution::ATTRIBUTION_HLOG,
             super::super::registry_metrics::REGISTRY_METRICS_JSON,
         ] {
             assert!(

@@ -8,6 +8,7 @@
 //! one; the directory is checked for writability before a run starts, so a long run does not
 //! end in an I/O error.
 
+pub mod attribution;
 mod files;
 pub mod hlog;
 pub mod registry_metrics;

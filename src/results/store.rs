@@ -287,6 +287,8 @@ pub struct ResultSet {
     /// `split.hlog` (`--split-by-header`): tag `HEXVALUE/OP.CLASS.METRIC` → whole-run
     /// histogram.
     pub split_histograms: Option<IntervalHistograms>,
+    /// `attribution.hlog`: tag `KIND/HEXNAME` → a listed entry's latency histogram.
+    pub attribution_histograms: Option<IntervalHistograms>,
     /// `endpoints.csv` rows (header excluded), as written; empty without the file.
     pub endpoint_rows: Vec<Vec<String>>,
     /// `registry-metrics.json` (`--registry-metrics`); empty without the file.
@@ -346,6 +348,12 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
     } else {
         None
     };
+    let attribution_path = dir.join(super::attribution::ATTRIBUTION_HLOG);
+    let attribution_histograms = if attribution_path.exists() {
+        Some(read_whole_run(&attribution_path)?)
+    } else {
+        None
+    };
     let csv_path = dir.join(ENDPOINTS_CSV);
     let endpoint_rows = if csv_path.exists() {
         read_csv_rows(&csv_path)?
@@ -367,6 +375,7 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         timeline,
         endpoint_histograms,
         split_histograms,
+        attribution_histograms,
         endpoint_rows,
         registry_metrics,
     })
@@ -555,6 +564,22 @@ fn read_whole_run(path: &Path) -> anyhow::Result<IntervalHistograms> {
     Ok(all)
 }
 
+/// Writes `attribution.hlog`: the latency histograms of the listed repositories and
+/// clients, tagged as `results::attribution::Kind::tag` makes them.
+pub fn write_attribution_histograms(
+    dir: &Path,
+    anchor: std::time::SystemTime,
+    duration: Duration,
+    tagged: &IntervalHistograms,
+) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    hlog::write_header(&mut out, anchor)?;
+    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    hlog::write_tagged(&mut out, &mut serializer, Duration::ZERO, duration, tagged)?;
+    super::files::write_atomic(dir, super::attribution::ATTRIBUTION_HLOG, &out)?;
+    Ok(())
+}
+
 /// Writes `endpoints.hlog`: each endpoint's whole-run histograms, one entry per series
 /// spanning the run (offset 0, length `duration`).
 pub fn write_endpoint_histograms(
@@ -597,6 +622,12 @@ pub fn write_final(
         let anchor = humantime::parse_rfc3339_weak(&meta.anchor).unwrap_or(std::time::UNIX_EPOCH);
         let duration = Duration::from_secs_f64(summary.duration_s.max(0.0));
         write_split_histograms(dir, anchor, duration, &tables)?;
+    }
+    if summary.attribution.is_some() {
+        let anchor = humantime::parse_rfc3339_weak(&meta.anchor).unwrap_or(std::time::UNIX_EPOCH);
+        let duration = Duration::from_secs_f64(summary.duration_s.max(0.0));
+        let tagged = super::attribution::histograms(aggregator);
+        write_attribution_histograms(dir, anchor, duration, &tagged)?;
     }
     let mut json = serde_json::to_vec_pretty(&counters)?;
     json.push(b'\n');

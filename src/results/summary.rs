@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::attribution::{Attributed, AttributionInfo};
 use crate::metrics::hist::Percentiles;
 use crate::metrics::{Aggregator, Level, Op, Stats, HISTOGRAM_SETTINGS};
 
@@ -213,6 +214,16 @@ pub struct Summary {
     /// (docs/measurement.md). Absent from results of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_state: Option<crate::metrics::steady::SteadyState>,
+    /// The repositories that cost most: the top of each ranking (requests, time spent,
+    /// bytes, errors), heaviest in time first (empty where none was named).
+    #[serde(default)]
+    pub by_repository: Vec<Attributed>,
+    /// The same for the trace's clients.
+    #[serde(default)]
+    pub by_client: Vec<Attributed>,
+    /// How the two lists were made and whether they are complete (absent when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<AttributionInfo>,
 }
 
 /// `--split-by-header NAME`: each operation's counts and latency by the header's value.
@@ -507,6 +518,7 @@ impl Summary {
             requests_per_s: per_second(totals.requests, measured),
             bytes_per_s: per_second(totals.bytes_sent + totals.bytes_received, measured),
         };
+        let (by_repository, by_client, attribution) = super::attribution::of(aggregator);
         Summary {
             schema_version: SCHEMA_VERSION,
             tool: Tool::current(),
@@ -537,6 +549,9 @@ impl Summary {
             max_errors: None,
             split_by_header: HeaderSplitSummary::of(aggregator),
             steady_state: Some(steady),
+            by_repository,
+            by_client,
+            attribution,
         }
     }
 

@@ -661,6 +661,9 @@ mod tests {
             max_errors: None,
             split_by_header: None,
             steady_state: None,
+            by_repository: Vec::new(),
+            by_client: Vec::new(),
+            attribution: None,
         }
     }
 

@@ -14,6 +14,7 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
 
 use super::hlog;
+use crate::metrics::attribution::Who;
 use crate::metrics::hist::{new_histogram, Recording};
 use crate::metrics::{
     EndpointCounters, Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable,
@@ -233,6 +234,8 @@ impl ResultWriter {
                 "bytes_sent",
                 "bytes_received",
                 "http_requests",
+                "repository",
+                "client",
             ])?;
             Some(w)
         } else {
@@ -348,7 +351,7 @@ impl IntervalSink for ResultWriter {
         self.requests.is_some()
     }
 
-    fn request(&mut self, offset: Duration, s: &Sample) -> std::io::Result<()> {
+    fn request(&mut self, offset: Duration, s: &Sample, who: Option<&Who>) -> std::io::Result<()> {
         let Some(w) = self.requests.as_mut() else {
             return Ok(());
         };
@@ -368,9 +371,15 @@ impl IntervalSink for ResultWriter {
             s.bytes_sent.to_string(),
             s.bytes_received.to_string(),
             s.http.total().to_string(),
+            name(who.and_then(|w| w.repository.as_deref())),
+            name(who.and_then(|w| w.client.as_deref())),
         ])?;
         Ok(())
     }
+}
+
+fn name(n: Option<&str>) -> String {
+    n.unwrap_or_default().to_owned()
 }
 
 /// Sums the table of an interval (for tests and merges).

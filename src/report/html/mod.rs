@@ -10,6 +10,7 @@
 //! so a merged result renders exactly like a single run. Every piece of text from the
 //! results (names, messages, the configuration) is escaped.
 
+mod attribution;
 mod figures;
 mod sections;
 mod table;
@@ -34,6 +35,7 @@ pub fn render(set: &ResultSet) -> anyhow::Result<String> {
     header_section(&mut out, set);
     nav(
         &mut out,
+        set,
         &figs
             .iter()
             .filter(|f| f.id != "size-classes")
@@ -47,6 +49,7 @@ pub fn render(set: &ResultSet) -> anyhow::Result<String> {
     operations_section(&mut out, set);
     endpoints_section(&mut out, set);
     header_split_section(&mut out, set);
+    attribution::attribution_section(&mut out, s);
     registry_metrics_section(&mut out, set);
     errors_section(&mut out, set);
     charts_section(&mut out, &figs);

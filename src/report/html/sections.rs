@@ -53,8 +53,15 @@ fn scaled_sizes(set: &ResultSet) -> Option<String> {
     (!how.is_empty()).then(|| how.join(" "))
 }
 
-pub(super) fn nav(out: &mut String, figs: &[Figure]) {
-    out.push_str("<nav><a href=\"#run\">run</a><a href=\"#operations\">operations</a><a href=\"#errors\">errors</a>");
+pub(super) fn nav(out: &mut String, set: &ResultSet, figs: &[Figure]) {
+    out.push_str("<nav><a href=\"#run\">run</a><a href=\"#operations\">operations</a>");
+    if set.summary.split_by_header.is_some() {
+        out.push_str("<a href=\"#split\">by header</a>");
+    }
+    if super::attribution::present(&set.summary) {
+        out.push_str("<a href=\"#attribution\">who costs most</a>");
+    }
+    out.push_str("<a href=\"#errors\">errors</a>");
     for f in figs {
         let _ = write!(
             out,

@@ -1,0 +1,451 @@
+//! Attribution: which repositories and which clients the run's operations were for, and
+//! what each cost (requests, errors, bytes, time spent, latency percentiles).
+//!
+//! A trace can name hundreds of thousands of repositories, so nothing here grows with them:
+//! each dimension (repository, client) keeps, for each ranking (requests, time spent, bytes,
+//! errors), a bounded Space-Saving summary of [`TRACKED`] entries (Metwally, Agrawal and El
+//! Abbadi, 2005). A name not tracked replaces the entry of least weight and inherits that
+//! weight, so a tracked weight never underestimates the truth and overestimates it by at
+//! most the weight it inherited; every name whose share of a ranking's total exceeds
+//! 1/[`TRACKED`] is tracked. An entry's own figures (its [`Tally`]) count the operations
+//! seen since it was tracked: they are the whole truth ([`Slot::whole`]) when it was tracked
+//! from the name's first operation, which holds for every entry until the first
+//! replacement. Results list the top [`LISTED`] of each ranking.
+//!
+//! Percentiles come from each entry's successes in a sparse histogram whose values are cut
+//! to two significant digits (within 0.8%), so an entry holds at most a few thousand
+//! buckets and usually a few hundred, and replacing an entry clears only what it held.
+
+use std::sync::{Arc, OnceLock};
+
+use hdrhistogram::Histogram;
+
+use super::hist::{Recording, SparseHistogram, HISTOGRAM_SETTINGS};
+use super::{Level, Sample};
+use crate::fast_hash::FastHashMap;
+
+/// Entries each ranking of a dimension keeps.
+pub const TRACKED: usize = 32;
+/// Entries the results list per ranking.
+pub const LISTED: usize = 10;
+
+/// Whom an operation was for: its repository and the client that made it in the trace (as
+/// the trace names it), where known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Who {
+    pub repository: Option<Arc<str>>,
+    pub client: Option<Arc<str>>,
+}
+
+/// A ranking of a dimension's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Criterion {
+    Requests,
+    Time,
+    Bytes,
+    Errors,
+}
+
+impl Criterion {
+    pub const ALL: [Criterion; 4] = [
+        Criterion::Requests,
+        Criterion::Time,
+        Criterion::Bytes,
+        Criterion::Errors,
+    ];
+
+    /// Its name in results (`top_by`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Criterion::Requests => "requests",
+            Criterion::Time => "time",
+            Criterion::Bytes => "bytes",
+            Criterion::Errors => "errors",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Criterion> {
+        Criterion::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// What one operation adds to this ranking.
+    fn weight(self, s: &Sample) -> u64 {
+        match self {
+            Criterion::Requests => 1,
+            Criterion::Time => micros(s),
+            Criterion::Bytes => s.bytes_sent + s.bytes_received,
+            Criterion::Errors => u64::from(!s.outcome.is_ok()),
+        }
+    }
+
+    /// An entry's value in this ranking, from its figures.
+    pub fn of(self, t: &Tally) -> u64 {
+        match self {
+            Criterion::Requests => t.count,
+            Criterion::Time => t.time_us,
+            Criterion::Bytes => t.bytes,
+            Criterion::Errors => t.errors,
+        }
+    }
+}
+
+fn micros(s: &Sample) -> u64 {
+    u64::try_from(s.timing.latency().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The layout values are cut to: two significant digits over the standard range.
+fn coarse() -> &'static Histogram<u64> {
+    static LAYOUT: OnceLock<Histogram<u64>> = OnceLock::new();
+    LAYOUT.get_or_init(|| {
+        let s = HISTOGRAM_SETTINGS;
+        Histogram::new_with_bounds(s.lowest_discernible, s.highest_trackable, 2)
+            .unwrap_or_else(|e| unreachable!("invalid histogram bounds: {e}"))
+    })
+}
+
+/// One entry's figures: its operations, failures among them, bytes sent and received, the
+/// time they took (latency, failures included), and the latency of its successes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    pub count: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub time_us: u64,
+    /// Latency of the successes, µs, cut to two significant digits.
+    pub latency: SparseHistogram,
+}
+
+impl Tally {
+    fn add_sample(&mut self, s: &Sample) {
+        self.count += 1;
+        self.bytes += s.bytes_sent + s.bytes_received;
+        let us = micros(s);
+        self.time_us = self.time_us.saturating_add(us);
+        if s.outcome.is_ok() {
+            let layout = coarse();
+            self.latency
+                .record_us(layout.lowest_equivalent(us.min(layout.high())));
+        } else {
+            self.errors += 1;
+        }
+    }
+
+    /// Adds `other` in (hosts merged).
+    pub fn add(&mut self, other: &Tally) {
+        self.count += other.count;
+        self.errors += other.errors;
+        self.bytes += other.bytes;
+        self.time_us = self.time_us.saturating_add(other.time_us);
+        self.latency.add(&other.latency);
+    }
+
+    fn clear(&mut self) {
+        self.count = 0;
+        self.errors = 0;
+        self.bytes = 0;
+        self.time_us = 0;
+        self.latency.clear();
+    }
+}
+
+/// One tracked entry of a ranking.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub name: Arc<str>,
+    /// Its weight in the ranking: its own plus what it inherited.
+    weight: u64,
+    /// Tracked since the name's first operation: its tally is the whole truth.
+    pub whole: bool,
+    pub tally: Tally,
+}
+
+/// A Space-Saving summary of one ranking.
+#[derive(Debug)]
+struct TopList {
+    criterion: Criterion,
+    slots: Vec<Slot>,
+    index: FastHashMap<Arc<str>, usize>,
+    /// Some name was replaced: names seen may be missing.
+    replaced: bool,
+}
+
+impl TopList {
+    fn new(criterion: Criterion) -> TopList {
+        TopList {
+            criterion,
+            slots: Vec::with_capacity(TRACKED),
+            index: FastHashMap::default(),
+            replaced: false,
+        }
+    }
+
+    fn record(&mut self, name: &Arc<str>, s: &Sample) {
+        let w = self.criterion.weight(s);
+        if let Some(&i) = self.index.get(name) {
+            let slot = &mut self.slots[i];
+            slot.weight = slot.weight.saturating_add(w);
+            slot.tally.add_sample(s);
+            return;
+        }
+        if self.slots.len() < TRACKED {
+            let mut tally = Tally::default();
+            tally.add_sample(s);
+            self.index.insert(Arc::clone(name), self.slots.len());
+            self.slots.push(Slot {
+                name: Arc::clone(name),
+                weight: w,
+                whole: !self.replaced,
+                tally,
+            });
+            return;
+        }
+        // Full: the least entry gives its place, and its weight, to the new name.
+        let Some(least) = (0..self.slots.len()).min_by_key(|&i| self.slots[i].weight) else {
+            return;
+        };
+        let slot = &mut self.slots[least];
+        self.index.remove(&slot.name);
+        slot.name = Arc::clone(name);
+        slot.weight = slot.weight.saturating_add(w);
+        slot.whole = false;
+        slot.tally.clear();
+        slot.tally.add_sample(s);
+        self.index.insert(Arc::clone(name), least);
+        self.replaced = true;
+    }
+
+    /// The top `n` entries by weight (heaviest first, then by name), those of weight 0 left
+    /// out.
+    fn top(&self, n: usize) -> Vec<&Slot> {
+        let mut slots: Vec<&Slot> = self.slots.iter().filter(|s| s.weight > 0).collect();
+        slots.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
+        slots.truncate(n);
+        slots
+    }
+}
+
+/// An entry as results list it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub name: Arc<str>,
+    pub tally: Tally,
+    /// Its figures are the whole truth (else: what was seen since it was tracked).
+    pub whole: bool,
+    /// The rankings it is in the top [`LISTED`] of.
+    pub top_by: Vec<Criterion>,
+}
+
+/// One dimension (repositories or clients): a summary per ranking.
+#[derive(Debug)]
+pub struct Dimension {
+    lists: [TopList; 4],
+}
+
+impl Default for Dimension {
+    fn default() -> Dimension {
+        Dimension {
+            lists: Criterion::ALL.map(TopList::new),
+        }
+    }
+}
+
+impl Dimension {
+    fn record(&mut self, name: &Arc<str>, s: &Sample) {
+        for list in &mut self.lists {
+            list.record(name, s);
+        }
+    }
+
+    /// Entries held, over every ranking (at most 4 × [`TRACKED`]).
+    pub fn held(&self) -> usize {
+        self.lists.iter().map(|l| l.slots.len()).sum()
+    }
+
+    /// The union of each ranking's top [`LISTED`], each name once with the most complete
+    /// figures any ranking holds for it, heaviest in time spent first.
+    pub fn listed(&self) -> Vec<Listed> {
+        let mut out: Vec<Listed> = Vec::new();
+        for list in &self.lists {
+            for slot in list.top(LISTED) {
+                let better = |l: &Listed| (slot.whole, slot.tally.count) > (l.whole, l.tally.count);
+                match out.iter_mut().find(|l| l.name == slot.name) {
+                    Some(l) => {
+                        if better(l) {
+                            l.tally = slot.tally.clone();
+                            l.whole = slot.whole;
+                        }
+                        l.top_by.push(list.criterion);
+                    }
+                    None => out.push(Listed {
+                        name: Arc::clone(&slot.name),
+                        tally: slot.tally.clone(),
+                        whole: slot.whole,
+                        top_by: vec![list.criterion],
+                    }),
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            b.tally
+                .time_us
+                .cmp(&a.tally.time_us)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        out
+    }
+
+    /// Every name seen is listed, with its whole figures: no name was ever replaced, and
+    /// the listed union holds every tracked name.
+    pub fn complete(&self) -> bool {
+        let requests = &self.lists[0];
+        !self.lists.iter().any(|l| l.replaced)
+            && requests.slots.len() <= LISTED
+            && requests.slots.iter().all(|s| s.weight > 0)
+    }
+}
+
+/// Both dimensions of a run.
+#[derive(Debug, Default)]
+pub struct Attribution {
+    pub repositories: Dimension,
+    pub clients: Dimension,
+}
+
+impl Attribution {
+    /// Counts a workload operation for whom it was for (an exchange inside an operation,
+    /// or a session over several, is not counted: its operations are).
+    pub fn record(&mut self, who: &Who, s: &Sample) {
+        if s.op.level() != Level::Operation {
+            return;
+        }
+        if let Some(r) = &who.repository {
+            self.repositories.record(r, s);
+        }
+        if let Some(c) = &who.client {
+            self.clients.record(c, s);
+        }
+    }
+
+    /// Whether any operation was counted.
+    pub fn is_empty(&self) -> bool {
+        self.repositories.held() == 0 && self.clients.held() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{ErrorKind, HttpStatuses, Op, Outcome, SizeClass, Timing};
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    fn sample(ms: u64, bytes: u64, ok: bool) -> Sample {
+        let sent = Instant::now();
+        Sample {
+            op: Op::BlobGet,
+            outcome: if ok {
+                Outcome::Ok
+            } else {
+                Outcome::Error(ErrorKind::Http(500))
+            },
+            size_class: SizeClass::of(bytes),
+            timing: Timing {
+                intended: None,
+                ready: None,
+                sent,
+                first_byte: None,
+                end: sent + Duration::from_millis(ms),
+            },
+            bytes_sent: 0,
+            bytes_received: bytes,
+            http: HttpStatuses::NONE,
+        }
+    }
+
+    fn who(repo: &str) -> Who {
+        Who {
+            repository: Some(Arc::from(repo)),
+            client: None,
+        }
+    }
+
+    #[test]
+    fn few_names_are_listed_whole_and_complete() {
+        let mut a = Attribution::default();
+        for _ in 0..10 {
+            a.record(&who("small"), &sample(2, 1_000, true));
+        }
+        for _ in 0..3 {
+            a.record(&who("large"), &sample(80, 10_000_000, true));
+        }
+        a.record(&who("broken"), &sample(5, 0, false));
+        let listed = a.repositories.listed();
+        assert!(a.repositories.complete());
+        assert_eq!(listed[0].name.as_ref(), "large", "heaviest in time first");
+        assert_eq!(listed[0].tally.count, 3);
+        assert_eq!(listed[0].tally.bytes, 30_000_000);
+        assert!(listed.iter().all(|l| l.whole));
+        let broken = listed.iter().find(|l| &*l.name == "broken").unwrap();
+        assert_eq!(broken.tally.errors, 1);
+        assert!(broken.top_by.contains(&Criterion::Errors));
+        assert!(broken.tally.latency.is_empty(), "failures have no latency");
+        let small = listed.iter().find(|l| &*l.name == "small").unwrap();
+        assert!(!small.top_by.contains(&Criterion::Errors));
+        assert!(a.clients.listed().is_empty());
+    }
+
+    #[test]
+    fn a_heavy_name_stays_on_top_of_a_hundred_thousand_others() {
+        // 100k distinct repositories of one small request each, and one repository of large
+        // slow reads every 50 requests: memory stays at the bound, and the heavy one tops
+        // the time and bytes rankings with its whole figures.
+        let mut a = Attribution::default();
+        let heavy = who("heavy");
+        let mut heavy_count = 0;
+        for i in 0..100_000u64 {
+            a.record(&who(&format!("repo-{i}")), &sample(1, 100, true));
+            if i % 50 == 0 {
+                a.record(&heavy, &sample(40, 5_000_000, true));
+                heavy_count += 1;
+            }
+            assert!(a.repositories.held() <= 4 * TRACKED);
+        }
+        let listed = a.repositories.listed();
+        assert!(listed.len() <= 4 * LISTED);
+        assert!(!a.repositories.complete());
+        let top = &listed[0];
+        assert_eq!(&*top.name, "heavy");
+        assert!(top.top_by.contains(&Criterion::Time));
+        assert!(top.top_by.contains(&Criterion::Bytes));
+        assert!(top.whole, "tracked from its first read: never the least");
+        assert_eq!(top.tally.count, heavy_count);
+        let held: usize = a
+            .repositories
+            .lists
+            .iter()
+            .flat_map(|l| &l.slots)
+            .map(|s| s.tally.latency.buckets())
+            .sum();
+        assert!(held <= 4 * TRACKED * 2, "few buckets each: {held}");
+    }
+
+    #[test]
+    fn latency_is_cut_to_two_significant_digits() {
+        let mut t = Tally::default();
+        t.add_sample(&sample(123, 0, true));
+        let (value, _) = t.latency.iter().next().unwrap();
+        let exact = 123_000.0;
+        assert!((value as f64 - exact).abs() / exact < 0.01, "{value}");
+    }
+
+    #[test]
+    fn sessions_and_exchanges_are_not_attributed() {
+        let mut a = Attribution::default();
+        let mut s = sample(5, 10, true);
+        s.op = Op::ImagePull;
+        a.record(&who("r"), &s);
+        s.op = Op::UploadPatch;
+        a.record(&who("r"), &s);
+        assert!(a.is_empty());
+    }
+}
