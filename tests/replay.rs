@@ -792,3 +792,69 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
     assert!(text.contains("repository (by time)"), "{text}");
     assert!(text.contains("data/large"), "{text}");
 }
+
+/// A prewarm repeated on the same dataset sends no blob the registry holds, and a run after
+/// it computes no digest, without `--digest-cache`: the dataset's default cache (here in
+/// `CREB_CACHE_DIR`) holds them. `--no-digest-cache` keeps none.
+#[test]
+fn a_repeated_prewarm_sends_nothing_and_a_run_after_it_computes_no_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let cache = dir.path().join("cache");
+    let env = [("CREB_CACHE_DIR", cache.to_str().unwrap())];
+    let registry = Registry::start();
+    let replay = |phase: &str, out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--phase",
+            phase,
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let r = common::run_bin(&args, None, &env);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        (summary_json(out), format!("{}{}", r.stdout, r.stderr))
+    };
+    let (first, _) = replay("prewarm", &dir.path().join("p1"), &[]);
+    let pushed = u(&first["operations"]["blob_upload"]["ok"]);
+    assert!(pushed > 0, "{first}");
+    let caches: Vec<_> = std::fs::read_dir(cache.join("digests")).unwrap().collect();
+    assert_eq!(caches.len(), 1, "one file for the dataset");
+
+    let (second, stderr) = replay("prewarm", &dir.path().join("p2"), &[]);
+    assert_eq!(
+        u(&second["operations"]["blob_upload"]["count"]),
+        0,
+        "{stderr}"
+    );
+    assert_eq!(u(&second["events"]["blob_exists"]), pushed, "{stderr}");
+    assert!(stderr.contains("0 blobs pushed"), "{stderr}");
+
+    let out = dir.path().join("run");
+    let (run, stderr) = replay("run", &out, &["--mode", "stress", "--no-verify"]);
+    assert_eq!(run["totals"]["errors"], 0, "{}", run["errors"]);
+    let meta = summary_json_file(&out.join("meta.json"));
+    let digests = &meta["preparation"]["digests"];
+    assert_eq!(u(&digests["computed"]), 0, "{stderr}");
+    assert!(u(&digests["cached"]) > 0, "{digests}");
+    assert!(u(&digests["checked"]) <= 16, "{digests}");
+
+    // Without a cache the run computes every digest again.
+    let out = dir.path().join("none");
+    replay(
+        "run",
+        &out,
+        &["--mode", "stress", "--no-digest-cache", "--no-verify"],
+    );
+    let meta = summary_json_file(&out.join("meta.json"));
+    assert_eq!(meta["preparation"]["digests"]["cached"], 0);
+    assert!(u(&meta["preparation"]["digests"]["computed"]) > 0);
+}
+
+fn summary_json_file(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}

@@ -305,6 +305,9 @@ pub struct DigestStats {
     pub computed: usize,
     /// Digests taken from the cache.
     pub cached: usize,
+    /// Entries of the cache computed again to check it (the smallest it holds for the
+    /// run; they are not counted in `computed`).
+    pub checked: usize,
     /// Bytes generated and hashed.
     pub bytes_hashed: u64,
     /// Threads that hashed.
@@ -1117,8 +1120,9 @@ impl Catalog {
         }
         let mut known: Vec<(ContentKey, [u8; 32])> = Vec::new();
         if let Some(cache) = cache.as_deref_mut() {
-            if let Err(why) = cache.check(jobs.iter().map(|(_, spec)| spec)) {
-                stats.stale = Some(why);
+            match cache.check(jobs.iter().map(|(_, spec)| spec)) {
+                Ok(checked) => stats.checked = checked,
+                Err(why) => stats.stale = Some(why),
             }
             let mut rest = Vec::with_capacity(jobs.len());
             for (key, spec) in jobs {

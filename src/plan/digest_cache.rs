@@ -104,7 +104,7 @@ impl DigestCache {
     pub fn check<'a>(
         &mut self,
         used: impl IntoIterator<Item = &'a ContentSpec>,
-    ) -> Result<(), String> {
+    ) -> Result<usize, String> {
         let mut sample: Vec<&ContentSpec> = Vec::with_capacity(SAMPLE + 1);
         for spec in used {
             if !self.entries.contains_key(spec) || sample.contains(&spec) {
@@ -117,11 +117,13 @@ impl DigestCache {
             }
         }
         let mut bytes = 0u64;
+        let mut checked = 0;
         for (i, spec) in sample.into_iter().enumerate() {
             bytes += spec.size();
             if i > 0 && bytes > SAMPLE_BYTES {
                 break;
             }
+            checked += 1;
             if self.entries.get(spec) != Some(&spec.sha256()) {
                 let why = format!(
                     "stale: the digest it holds for a {} byte blob is not that blob's",
@@ -132,7 +134,7 @@ impl DigestCache {
                 return Err(why);
             }
         }
-        Ok(())
+        Ok(checked)
     }
 
     /// Remembers a computed digest.
@@ -271,7 +273,11 @@ mod tests {
         let mut again = DigestCache::load(&path);
         assert_eq!(again.len(), 20);
         assert_eq!(again.get(&specs[3]), Some(specs[3].sha256()));
-        again.check(&specs).unwrap();
+        assert_eq!(
+            again.check(&specs).unwrap(),
+            SAMPLE,
+            "the 16 smallest are checked"
+        );
         assert!(!again.save().unwrap(), "nothing new: not rewritten");
 
         // One wrong digest, on the smallest entry: found, and the cache is emptied.

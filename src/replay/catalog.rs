@@ -120,7 +120,7 @@ pub(super) async fn prepare(
             if d.threads == 1 { "" } else { "s" },
             d.on_use,
             if cfg.digest_cache.is_some() {
-                format!(", {} from the cache", d.cached)
+                format!(", {} from the cache ({} of them checked)", d.cached, d.checked)
             } else {
                 String::new()
             },

@@ -23,6 +23,7 @@
 mod catalog;
 mod config;
 mod context;
+pub mod default_cache;
 mod pipeline;
 mod prewarm;
 mod probe;

@@ -780,8 +780,9 @@ pub struct BinOutput {
 }
 
 /// Runs the `creb-rs` binary with `args`, optional standard input and extra environment.
-/// The caller's credentials never leak in: `CREB_*` and `DOCKER_CONFIG` are cleared and
-/// `HOME` points at an empty directory unless `env` sets them.
+/// The caller's credentials and caches never leak in: `CREB_*`, `XDG_CACHE_HOME` and
+/// `DOCKER_CONFIG` are cleared and `HOME` points at an empty directory unless `env` sets
+/// them.
 pub fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> BinOutput {
     let home = TempDir::new().expect("temp home");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_creb-rs"));
@@ -791,6 +792,8 @@ pub fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> BinO
         .env_remove("CREB_REGISTRY")
         .env_remove("DOCKER_CONFIG")
         .env_remove("RUST_LOG")
+        .env_remove("CREB_CACHE_DIR")
+        .env_remove("XDG_CACHE_HOME")
         .env("HOME", home.path())
         .stdin(if stdin.is_some() {
             Stdio::piped()

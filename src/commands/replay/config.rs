@@ -93,15 +93,27 @@ pub struct ReplayArgs {
     pub max_object_size: Option<ByteSize>,
 
     /// Keep the digests of the generated content in FILE, to reuse in the run phase and on
-    /// other hosts (checked on load; rewritten when it grew).
+    /// other hosts (checked on load; rewritten when it grew). Default: one file per dataset
+    /// in creb-rs's cache directory ($CREB_CACHE_DIR, else $XDG_CACHE_HOME/creb-rs, else
+    /// ~/.cache/creb-rs), so a prewarm repeated on the same dataset sends no blob the
+    /// registry holds and a run after its prewarm computes no digest.
     #[arg(
         hide_short_help = true,
         help_heading = "Workload",
-        hide_short_help = true,
         long,
         value_name = "FILE"
     )]
     pub digest_cache: Option<PathBuf>,
+
+    /// Keep no digest cache: every digest is computed again (or learned while sending), and
+    /// a repeated prewarm sends again what it cannot ask about.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Workload",
+        long,
+        conflicts_with = "digest_cache"
+    )]
+    pub no_digest_cache: bool,
 
     /// Read the trace and compute its digests (filling --digest-cache), say what the
     /// replay would need, and stop: nothing is sent.
@@ -339,6 +351,18 @@ pub enum UploadChoice {
     Chunked,
 }
 
+/// `--digest-cache`, or the dataset's default cache (none with `--no-digest-cache`, or when
+/// no cache directory can be had).
+fn digest_cache(a: &ReplayArgs) -> Option<PathBuf> {
+    use crate::replay::default_cache;
+    if a.digest_cache.is_some() || a.no_digest_cache {
+        return a.digest_cache.clone();
+    }
+    let dir = default_cache::directory(|name| std::env::var_os(name))?;
+    let file = default_cache::file_of(&dir, &a.traces, a.seed)?;
+    default_cache::prepare(&file).then_some(file)
+}
+
 /// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
 /// a variable holding it (`SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`).
 pub fn shard_from_env(spec: &str) -> anyhow::Result<ShardSpec> {
@@ -449,7 +473,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
                 ..ContentOptions::default()
             },
             sizes,
-            digest_cache: a.digest_cache.clone(),
+            digest_cache: digest_cache(a),
             check_space: a.check_space.clone(),
             max_lateness_ms: a.max_lateness.map(|d| d.as_millis() as u64),
             grace_s: a.stop.grace.as_secs_f64(),
