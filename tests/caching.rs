@@ -167,6 +167,93 @@ fn through_an_nginx_cache_the_first_get_of_a_blob_misses_and_the_next_hits() {
     let section = &page[page.find("id=\"split\"").expect("a split section")..];
     assert!(section.contains("<code>x-cache-status</code>"));
     assert!(section.contains("<td class=\"name\">HIT</td>"), "{section}");
+    // What the cache saved: the hit ratios, cold and warm, by operations and by bytes.
+    let ratio = |s: &serde_json::Value, op: &str, by: &str| {
+        s["split_by_header"]["hit_ratio"][op][by].as_f64().unwrap()
+    };
+    assert_eq!(ratio(&cold, "blob_get", "requests"), 0.0, "{cold}");
+    assert_eq!(ratio(&warm, "blob_get", "requests"), 1.0, "{warm}");
+    assert_eq!(ratio(&warm, "blob_get", "bytes"), 1.0, "{warm}");
+    // Over all operations the manifest's and the ping's BYPASS count against: 4 hits of 6.
+    assert_eq!(ratio(&warm, "all", "requests"), 0.6667, "{warm}");
+    assert!(
+        report.stdout.contains("cache hits: 66.7% of operations"),
+        "{}",
+        report.stdout
+    );
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/schema/summary.schema.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for s in [&cold, &warm] {
+        let errors: Vec<String> = validator.iter_errors(s).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    // Over time (split.csv), on the page as a chart linked from the navigation.
+    let rows = std::fs::read_to_string(out.path().join("warm").join("split.csv")).unwrap();
+    assert!(
+        rows.starts_with("interval,start_s,value,completed,bytes\n"),
+        "{rows}"
+    );
+    let hits: u64 = rows
+        .lines()
+        .filter(|l| l.split(',').nth(2) == Some("HIT"))
+        .map(|l| l.split(',').nth(3).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(hits, 4, "{rows}");
+    assert!(
+        page.contains("<a href=\"#fig-cache-hit-ratio\">"),
+        "no link to the chart"
+    );
+    assert!(page.contains("data-chart=\"cache-hit-ratio\""));
+    assert!(page.contains("data-chart=\"cache-latency\""));
+    assert!(page.contains("id=\"hit-ratio\""));
+    // The CSV report has a row per operation and value.
+    let csv = run_bin(
+        &[
+            "report",
+            out.path().join("warm").to_str().unwrap(),
+            "--format",
+            "csv",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(csv.code, 0, "{}", csv.stderr);
+    assert!(
+        csv.stdout.lines().next().unwrap().ends_with(",value"),
+        "{}",
+        csv.stdout
+    );
+    assert!(
+        csv.stdout
+            .lines()
+            .any(|l| l.starts_with("blob_get,4,") && l.ends_with(",HIT")),
+        "{}",
+        csv.stdout
+    );
+    // And compare shows both runs' hit ratios side by side.
+    let cmp = run_bin(
+        &[
+            "compare",
+            out.path().join("cold").to_str().unwrap(),
+            out.path().join("warm").to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    let line = cmp
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("cache hits"))
+        .find(|l| l.starts_with("blob_get"))
+        .unwrap_or_else(|| panic!("no hit ratio line: {}{}", cmp.stdout, cmp.stderr));
+    assert!(line.contains("0.0%/100.0%"), "{line}");
     // The split adds up to the operations it splits.
     let total: u64 = warm["split_by_header"]["values"]
         .as_object()

@@ -187,6 +187,13 @@ fn check_merge_equals_union(samples: Vec<Raw>, assignment: Vec<u32>, count: u32)
             merged.summary.split_by_header,
             whole.summary.split_by_header
         );
+        // And split.csv, interval by interval and value by value.
+        let rows = |s: &creb::results::ResultSet| {
+            let mut r = s.split_rows.clone();
+            r.sort();
+            r
+        };
+        assert_eq!(rows(&merged), rows(&whole));
         // And by repository and client, percentiles included.
         assert_eq!(merged.summary.by_repository, whole.summary.by_repository);
         assert_eq!(merged.summary.by_client, whole.summary.by_client);
@@ -333,6 +340,18 @@ async fn a_merged_split_keeps_sixteen_values_and_folds_the_rest() {
     assert_eq!(other.latency_ms.as_ref().unwrap().max, 0.4);
     assert!(!split.values.contains_key("v4") && split.values.contains_key("v5"));
     assert_eq!(split.values["v20"]["blob_get"].count, 20);
+    // split.csv folds the same values: (other) holds v1–v4, counted once each.
+    let in_rows = |value: &str| -> u64 {
+        merged
+            .split_rows
+            .iter()
+            .filter(|r| r[2] == value)
+            .map(|r| r[3].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(in_rows("(other)"), 1 + 2 + 3 + 4);
+    assert_eq!(in_rows("v4"), 0);
+    assert_eq!(in_rows("v20"), 20);
     // counters.json says the same (split.hlog's histograms were read against it).
     assert_eq!(merged.counters.split.unwrap().values.len(), 17);
 }

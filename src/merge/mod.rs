@@ -8,6 +8,8 @@
 //! shards that overlap or leave gaps, naming the directories at fault. Its output is a
 //! result directory like any other, so merges of merges work.
 
+mod split;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -611,6 +613,8 @@ fn write_merged(
         let refs: Vec<(String, &StatsTable)> = tables.iter().map(|(v, t)| (v.clone(), t)).collect();
         let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();
         write_split_histograms(out, start, merged.duration, &refs)?;
+        let kept: BTreeSet<&str> = tables.iter().map(|(v, _)| v.as_str()).collect();
+        split::write_rows(out, &split::merge_rows(sets, &kept))?;
     }
     if let Some(tagged) = merged.attribution {
         let start = std::time::UNIX_EPOCH + merged.hlog.start_time.unwrap_or_default();

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::attribution::{Attribution, Who};
-use super::split::HeaderSplit;
+use super::split::{HeaderSplit, ValueCounters};
 use super::{
     ErrorKind, Event, HttpStatuses, Level, Op, Outcome, Sample, SizeClass, SparseHistogram,
     StatsTable, Timing,
@@ -217,6 +217,9 @@ pub struct Interval<'a> {
     pub counters: IntervalCounters,
     /// Per endpoint (index as in the endpoint list); empty with a single endpoint.
     pub endpoints: &'a [EndpointCounters],
+    /// `--split-by-header`: the workload operations of each header value that answered
+    /// any in the interval (empty without the flag).
+    pub splits: &'a [(Arc<str>, ValueCounters)],
 }
 
 /// Where finished intervals go (the result directory's interval log and timeline).
@@ -294,6 +297,8 @@ pub struct Aggregator {
     split_names: Vec<Arc<str>>,
     /// Per-endpoint counters of the open intervals, by interval index.
     endpoint_open: FastHashMap<u64, Vec<EndpointCounters>>,
+    /// `--split-by-header`: per-label counters of the open intervals, by interval index.
+    split_open: FastHashMap<u64, Vec<ValueCounters>>,
     sessions: FastHashMap<u64, OpenSession>,
     /// Open intervals, sparse: they see few distinct values.
     open: VecDeque<(u64, StatsTable<SparseHistogram>, IntervalCounters)>,
@@ -409,6 +414,17 @@ impl Aggregator {
             }
             if !warmup {
                 self.splits[l].record(s);
+            }
+            if s.op.level() == Level::Operation {
+                let index = self.index_of(s.timing.end).max(self.flushed_upto);
+                let counters = self.split_open.entry(index).or_default();
+                if counters.len() <= l {
+                    counters.resize(l + 1, ValueCounters::default());
+                }
+                counters[l].add(&ValueCounters {
+                    completed: 1,
+                    bytes: s.bytes_sent + s.bytes_received,
+                });
             }
             if self.live.is_some() {
                 if let (Some(name), Some(live)) = (self.split_name(label), &self.live) {
@@ -552,6 +568,7 @@ impl Aggregator {
                     table: &self.idle,
                     counters: IntervalCounters::default(),
                     endpoints: &idle,
+                    splits: &[],
                 };
                 Self::write(&interval, &mut self.intervals, &mut self.sink_error, sink);
                 self.batches.end_interval();
@@ -566,6 +583,7 @@ impl Aggregator {
                 // interval, as a merge of the files sees it.
                 self.batches.end_interval();
                 self.endpoint_open.remove(&index);
+                self.split_open.remove(&index);
                 table.reset();
                 self.spare.push(table);
                 self.flushed_upto = index + 1;
@@ -579,6 +597,7 @@ impl Aggregator {
             if endpoints.len() < self.endpoints.len() {
                 endpoints.resize(self.endpoints.len(), EndpointCounters::default());
             }
+            let splits = self.split_counters(index);
             let interval = Interval {
                 index,
                 start: start_of(c, index),
@@ -586,12 +605,31 @@ impl Aggregator {
                 table: &table,
                 counters,
                 endpoints: &endpoints,
+                splits: &splits,
             };
             Self::write(&interval, &mut self.intervals, &mut self.sink_error, sink);
             table.reset();
             self.spare.push(table);
             self.flushed_upto = index + 1;
         }
+    }
+
+    /// The named per-value counters of interval `index`, taken out of the open ones.
+    fn split_counters(&mut self, index: u64) -> Vec<(Arc<str>, ValueCounters)> {
+        let Some(counters) = self.split_open.remove(&index) else {
+            return Vec::new();
+        };
+        let mut named = Vec::new();
+        for (label, c) in counters.iter().enumerate() {
+            if c.completed == 0 {
+                continue;
+            }
+            let label = u8::try_from(label).unwrap_or(super::split::OTHER);
+            if let Some(name) = self.split_name(label) {
+                named.push((name, *c));
+            }
+        }
+        named
     }
 
     /// Hands a finished interval to the sink; counts it whether or not there is one.

@@ -77,6 +77,30 @@ impl HeaderSplit {
     }
 }
 
+/// Whether a cache's answer with this value of its status header came from the cache: a
+/// value that says `HIT` (`HIT`, `TCP_HIT`, `hit`), or one of nginx's
+/// `$upstream_cache_status` values for content served from the cache (`STALE`, `UPDATING`,
+/// `REVALIDATED`). Everything else (`MISS`, `EXPIRED`, `BYPASS`, absent) went to the origin.
+pub fn is_hit(value: &str) -> bool {
+    let v = value.to_ascii_uppercase();
+    v.contains("HIT") || matches!(v.as_str(), "STALE" | "UPDATING" | "REVALIDATED")
+}
+
+/// Workload operations answered with one value of the header in an interval, and their
+/// bytes (sent and received).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValueCounters {
+    pub completed: u64,
+    pub bytes: u64,
+}
+
+impl ValueCounters {
+    pub fn add(&mut self, other: &ValueCounters) {
+        self.completed += other.completed;
+        self.bytes += other.bytes;
+    }
+}
+
 fn label_at(position: usize) -> u8 {
     // MAX_VALUES + 2 labels fit a byte.
     (position + 2) as u8
@@ -104,6 +128,23 @@ mod tests {
             headers.insert("x-cache-status", value);
         }
         headers
+    }
+
+    #[test]
+    fn hits_are_what_came_from_the_cache() {
+        for v in ["HIT", "hit", "TCP_HIT", "STALE", "UPDATING", "REVALIDATED"] {
+            assert!(is_hit(v), "{v}");
+        }
+        for v in [
+            "MISS",
+            "EXPIRED",
+            "BYPASS",
+            "DYNAMIC",
+            ABSENT_NAME,
+            OTHER_NAME,
+        ] {
+            assert!(!is_hit(v), "{v}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use anyhow::bail;
 use serde::Serialize;
 
 use crate::metrics::uncertainty::welch;
-use crate::results::summary::OpSummary;
+use crate::results::summary::{HitRatio, OpSummary};
 use crate::results::ResultSet;
 
 /// The false-alarm rate of a difference called real.
@@ -120,6 +120,53 @@ pub struct Comparison {
     pub registries: (String, String),
     pub model: String,
     pub operations: Vec<OpComparison>,
+    /// `--split-by-header` of a cache's status: each operation's hit ratio on both sides
+    /// (medians over the repetitions; `None` on a side without the split).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hit_ratios: Vec<HitComparison>,
+}
+
+/// One operation's cache hit ratio on both sides, by operations and by bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HitComparison {
+    pub op: String,
+    pub requests: (Option<f64>, Option<f64>),
+    pub bytes: (Option<f64>, Option<f64>),
+}
+
+/// The hit ratios of both sides, per operation (`all` first), where either side has them.
+fn hit_ratios(a: &[ResultSet], b: &[ResultSet]) -> Vec<HitComparison> {
+    let ratios = |s: &ResultSet| {
+        s.summary
+            .split_by_header
+            .as_ref()
+            .map(|h| h.hit_ratio.clone())
+            .unwrap_or_default()
+    };
+    let mut ops: Vec<String> = a
+        .iter()
+        .chain(b)
+        .flat_map(|s| ratios(s).into_keys())
+        .collect();
+    ops.sort_by_key(|op| (op != "all", op.clone()));
+    ops.dedup();
+    let median = |sets: &[ResultSet], op: &str, f: fn(&HitRatio) -> f64| {
+        let values: Vec<f64> = sets
+            .iter()
+            .filter_map(|s| ratios(s).get(op).map(f))
+            .collect();
+        Spread::of(&values).map(|s| s.median)
+    };
+    ops.into_iter()
+        .map(|op| HitComparison {
+            requests: (
+                median(a, &op, |h| h.requests),
+                median(b, &op, |h| h.requests),
+            ),
+            bytes: (median(a, &op, |h| h.bytes), median(b, &op, |h| h.bytes)),
+            op,
+        })
+        .collect()
 }
 
 fn delta(a: f64, b: f64) -> Option<f64> {
@@ -335,6 +382,7 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
         ),
         model: first.summary.model_label(),
         operations,
+        hit_ratios: hit_ratios(a, b),
     })
 }
 
@@ -409,6 +457,23 @@ pub fn render(c: &Comparison) -> String {
             format!("{:.1}/{:.1}", o.requests_per_s.0, o.requests_per_s.1),
             pct(o.rps_delta, o.rps_within_noise)
         );
+    }
+    if !c.hit_ratios.is_empty() {
+        let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0));
+        let _ = writeln!(
+            out,
+            "\n{:<16} {:>21} {:>21}",
+            "cache hits", "of operations A/B", "of bytes A/B"
+        );
+        for h in &c.hit_ratios {
+            let _ = writeln!(
+                out,
+                "{:<16} {:>21} {:>21}",
+                h.op,
+                format!("{}/{}", share(h.requests.0), share(h.requests.1)),
+                format!("{}/{}", share(h.bytes.0), share(h.bytes.1)),
+            );
+        }
     }
     if repeated {
         let _ = writeln!(

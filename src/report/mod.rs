@@ -349,6 +349,25 @@ fn split_lines(out: &mut String, summary: &Summary) {
             );
         }
     }
+    if let Some(all) = split.hit_ratio.get("all") {
+        let per_op: Vec<String> = split
+            .hit_ratio
+            .iter()
+            .filter(|(op, h)| *op != "all" && h.hits > 0)
+            .map(|(op, h)| format!("{op} {:.1}%", h.requests * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "cache hits: {:.1}% of operations, {:.1}% of bytes{}",
+            all.requests * 100.0,
+            all.bytes * 100.0,
+            if per_op.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", per_op.join(", "))
+            }
+        );
+    }
 }
 
 /// Lines shown of each attribution list (summary.json and the HTML report hold them all).
@@ -522,6 +541,7 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
         "max_ms",
         "service_p99_ms",
         "lag_p99_ms",
+        "value",
     ])?;
     let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
     for (name, s) in summary.operations.iter().chain(summary.sessions.iter()) {
@@ -542,7 +562,33 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
             num(l.map(|l| l.max)),
             num(s.service_ms.and_then(|l| l.p99)),
             num(s.schedule_lag_ms.and_then(|l| l.p99)),
+            String::new(),
         ])?;
+    }
+    // `--split-by-header`: a row per operation and value of the header (`value`).
+    let secs = summary.duration_s.max(1e-9);
+    for (value, ops) in summary.split_by_header.iter().flat_map(|s| &s.values) {
+        for (name, c) in ops {
+            let l = c.latency_ms;
+            w.write_record([
+                name.clone(),
+                c.count.to_string(),
+                c.ok.to_string(),
+                c.errors.to_string(),
+                c.bytes.to_string(),
+                format!("{}", c.count as f64 / secs),
+                format!("{}", c.bytes as f64 / secs),
+                num(l.map(|l| l.mean)),
+                num(l.and_then(|l| l.p50)),
+                num(l.and_then(|l| l.p90)),
+                num(l.and_then(|l| l.p99)),
+                num(l.and_then(|l| l.p999)),
+                num(l.map(|l| l.max)),
+                String::new(),
+                String::new(),
+                value.clone(),
+            ])?;
+        }
     }
     Ok(String::from_utf8(w.into_inner()?)?)
 }

@@ -24,6 +24,7 @@ pub const RESULT_FILES: &[&str] = &[
     "endpoints.hlog",
     "endpoints.csv",
     "split.hlog",
+    "split.csv",
     "attribution.hlog",
     "registry-metrics.json",
     "report.html",
@@ -154,6 +155,7 @@ mod tests {
             super::super::store::ENDPOINTS_HLOG,
             super::super::store::ENDPOINTS_CSV,
             super::super::store::SPLIT_HLOG,
+            super::super::store::SPLIT_CSV,
             super::super::attribution::ATTRIBUTION_HLOG,
             super::super::registry_metrics::REGISTRY_METRICS_JSON,
         ] {

@@ -291,6 +291,8 @@ pub struct ResultSet {
     pub attribution_histograms: Option<IntervalHistograms>,
     /// `endpoints.csv` rows (header excluded), as written; empty without the file.
     pub endpoint_rows: Vec<Vec<String>>,
+    /// `split.csv` rows (header excluded), as written; empty without the file.
+    pub split_rows: Vec<Vec<String>>,
     /// `registry-metrics.json` (`--registry-metrics`); empty without the file.
     pub registry_metrics: Vec<super::registry_metrics::RegistryMetricsRecord>,
 }
@@ -299,6 +301,8 @@ pub struct ResultSet {
 pub const ENDPOINTS_HLOG: &str = "endpoints.hlog";
 /// One row per interval and endpoint (runs over several endpoints).
 pub const ENDPOINTS_CSV: &str = "endpoints.csv";
+/// One row per interval and `--split-by-header` value.
+pub const SPLIT_CSV: &str = "split.csv";
 
 /// The `endpoints.hlog` tag of an endpoint's histogram.
 pub fn endpoint_tag(index: usize, op: Op, class: SizeClass, metric: &str) -> String {
@@ -360,6 +364,12 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
     } else {
         Vec::new()
     };
+    let split_csv = dir.join(SPLIT_CSV);
+    let split_rows = if split_csv.exists() {
+        read_csv_rows(&split_csv)?
+    } else {
+        Vec::new()
+    };
     let registry_path = dir.join(super::registry_metrics::REGISTRY_METRICS_JSON);
     let registry_metrics = if registry_path.exists() {
         read_json(&registry_path)?
@@ -377,6 +387,7 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
         split_histograms,
         attribution_histograms,
         endpoint_rows,
+        split_rows,
         registry_metrics,
     })
 }

@@ -234,6 +234,82 @@ pub struct HeaderSplitSummary {
     /// Value → operation → its numbers. `(none)`: answers without the header; `(other)`:
     /// values after the first 16 distinct ones.
     pub values: BTreeMap<String, BTreeMap<String, ClassSummary>>,
+    /// What a cache saved, when the header is a cache's status (a value says `HIT` or
+    /// `MISS`): per operation, and over the workload's operations (`all`), the share of
+    /// operations and of bytes its hits answered (`metrics::split::is_hit`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hit_ratio: BTreeMap<String, HitRatio>,
+}
+
+/// The share of an operation's answers that came from a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HitRatio {
+    /// Operations answered (every value, `(none)` included), and those that were hits.
+    pub count: u64,
+    pub hits: u64,
+    /// `hits / count`.
+    pub requests: f64,
+    /// Bytes of the hits over the bytes of all.
+    pub bytes: f64,
+}
+
+impl HitRatio {
+    fn of(values: &BTreeMap<String, BTreeMap<String, ClassSummary>>, op: Option<&str>) -> HitRatio {
+        let (mut count, mut hits, mut bytes, mut hit_bytes) = (0, 0, 0, 0);
+        for (value, ops) in values {
+            let hit = crate::metrics::split::is_hit(value);
+            let counted = |name: &str| match op {
+                Some(o) => o == name,
+                // Over all: the workload's operations (not the exchanges inside them).
+                None => crate::metrics::Op::from_name(name)
+                    .is_some_and(|o| o.level() == crate::metrics::Level::Operation),
+            };
+            for (_, c) in ops.iter().filter(|(name, _)| counted(name)) {
+                count += c.count;
+                bytes += c.bytes;
+                if hit {
+                    hits += c.count;
+                    hit_bytes += c.bytes;
+                }
+            }
+        }
+        let share = |part: u64, all: u64| {
+            if all == 0 {
+                0.0
+            } else {
+                (part as f64 / all as f64 * 1e4).round() / 1e4
+            }
+        };
+        HitRatio {
+            count,
+            hits,
+            requests: share(hits, count),
+            bytes: share(hit_bytes, bytes),
+        }
+    }
+}
+
+/// The hit ratios of a split whose header is a cache's status; empty for another header.
+fn hit_ratios(
+    values: &BTreeMap<String, BTreeMap<String, ClassSummary>>,
+) -> BTreeMap<String, HitRatio> {
+    let cache_status = values
+        .keys()
+        .any(|v| crate::metrics::split::is_hit(v) || v.to_ascii_uppercase().contains("MISS"));
+    if !cache_status {
+        return BTreeMap::new();
+    }
+    let ops: std::collections::BTreeSet<&str> = values
+        .values()
+        .flat_map(|ops| ops.keys())
+        .map(String::as_str)
+        .collect();
+    let mut out: BTreeMap<String, HitRatio> = ops
+        .into_iter()
+        .map(|op| (op.to_owned(), HitRatio::of(values, Some(op))))
+        .collect();
+    out.insert("all".to_owned(), HitRatio::of(values, None));
+    out
 }
 
 impl HeaderSplitSummary {
@@ -262,6 +338,7 @@ impl HeaderSplitSummary {
             .collect();
         HeaderSplitSummary {
             header: header.to_owned(),
+            hit_ratio: hit_ratios(&values),
             values,
         }
     }

@@ -47,6 +47,10 @@ pub const ENDPOINTS_HEADER: [&str; 8] = [
     "bytes_received",
 ];
 
+/// The columns of `split.csv` (`--split-by-header`), in order: each interval's workload
+/// operations and bytes by the value their answer gave the header.
+pub const SPLIT_HEADER: [&str; 5] = ["interval", "start_s", "value", "completed", "bytes"];
+
 /// The per-endpoint columns `timeline.csv` ends with in a run over several endpoints:
 /// `endpoint<i>_completed`, `endpoint<i>_ok`, `endpoint<i>_errors` for each endpoint index;
 /// none for a run over one.
@@ -181,6 +185,8 @@ pub struct ResultWriter {
     endpoint_count: usize,
     /// Created with the first interval that has endpoints.
     endpoints: Option<csv::Writer<BufWriter<File>>>,
+    /// `split.csv`, created with the first interval that has header values.
+    splits: Option<csv::Writer<BufWriter<File>>>,
     /// The one dense histogram the interval's sparse series are made dense in, in turn.
     scratch: Option<Histogram<u64>>,
 }
@@ -249,6 +255,7 @@ impl ResultWriter {
             requests,
             endpoint_count: endpoints,
             endpoints: None,
+            splits: None,
             scratch: None,
         })
     }
@@ -328,6 +335,28 @@ impl IntervalSink for ResultWriter {
                 w.flush()?;
             }
         }
+        if !interval.splits.is_empty() {
+            if self.splits.is_none() {
+                let mut w = csv::Writer::from_writer(
+                    create(&self.dir, super::store::SPLIT_CSV).map_err(std::io::Error::other)?,
+                );
+                w.write_record(SPLIT_HEADER)?;
+                self.splits = Some(w);
+            }
+            if let Some(w) = self.splits.as_mut() {
+                let start = format!("{:.3}", interval.start.as_secs_f64());
+                for (value, c) in interval.splits {
+                    w.write_record([
+                        interval.index.to_string(),
+                        start.clone(),
+                        value.to_string(),
+                        c.completed.to_string(),
+                        c.bytes.to_string(),
+                    ])?;
+                }
+                w.flush()?;
+            }
+        }
         if let Some(r) = self.requests.as_mut() {
             r.flush()?;
         }
@@ -339,6 +368,9 @@ impl IntervalSink for ResultWriter {
         self.hlog.get_ref().sync_all()?;
         self.timeline.flush()?;
         if let Some(w) = self.endpoints.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.splits.as_mut() {
             w.flush()?;
         }
         if let Some(r) = self.requests.as_mut() {

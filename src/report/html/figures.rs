@@ -16,16 +16,7 @@ use crate::results::store::aggregator_of;
 use crate::results::writer::{timeline_header, TIMELINE_FAMILIES};
 use crate::results::ResultSet;
 
-/// One chart of the report.
-#[derive(Debug, Clone)]
-pub struct Figure {
-    /// Stable name: the `data-chart` attribute and the file stem in [`write_charts`].
-    pub id: &'static str,
-    pub title: String,
-    /// How to read it (shown under the chart in the HTML).
-    pub caption: String,
-    pub svg: String,
-}
+pub use super::figure::Figure;
 
 /// Percentile spectrum resolution: points per nine.
 const SPECTRUM_STEPS_PER_NINE: u32 = 50;
@@ -681,6 +672,7 @@ pub fn figures(set: &ResultSet) -> anyhow::Result<Vec<Figure>> {
         figs.push(f);
     }
     figs.extend(endpoint_charts(set));
+    figs.extend(super::cache_figures::cache_figures(set, time_extent(set)));
     figs.push(size_class_chart(set));
     Ok(figs)
 }

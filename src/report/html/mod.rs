@@ -11,6 +11,8 @@
 //! results (names, messages, the configuration) is escaped.
 
 mod attribution;
+mod cache_figures;
+mod figure;
 mod figures;
 mod sections;
 mod table;

@@ -427,7 +427,20 @@ pub(super) fn header_split_section(out: &mut String, set: &ResultSet) {
             out.push_str("</tr>");
         }
     }
-    out.push_str("</tbody></table></div></section>");
+    out.push_str("</tbody></table></div>");
+    if !split.hit_ratio.is_empty() {
+        out.push_str("<h3>What the cache saved</h3><div class=\"scroll\"><table class=\"ops\" id=\"hit-ratio\"><thead><tr><th>operation</th><th>count</th><th>hits</th><th>of operations</th><th>of bytes</th></tr></thead><tbody>");
+        for (op, h) in &split.hit_ratio {
+            let _ = write!(out, "<tr><td class=\"name\">{}</td>", escape(op));
+            td(out, h.count);
+            td(out, h.hits);
+            td(out, format!("{:.1}%", h.requests * 100.0));
+            td(out, format!("{:.1}%", h.bytes * 100.0));
+            out.push_str("</tr>");
+        }
+        out.push_str("</tbody></table></div>");
+    }
+    out.push_str("</section>");
 }
 
 pub(super) fn endpoints_section(out: &mut String, set: &ResultSet) {
