@@ -6,7 +6,8 @@
 //!
 //! What stands in for the reader's site, and only that, is replaced:
 //! - the registry URL (`https://registry.example`, `http://127.0.0.1:5000`, `$REG`) by
-//!   the local registry's;
+//!   the local registry's, and the ports of a cache in front of it (`127.0.0.1:8080`,
+//!   `127.0.0.1:5001`) by free ones;
 //! - the trace (`trace/`, `data_centers/dal09/`, `/data/trace/dal09`) by the first 10 s of
 //!   the bundled sample; `fixtures/` is the repository's;
 //! - `ssh HOST CMD` runs CMD here, `scp`/`rsync HOST:PATH DEST` copy PATH; `~` is the
@@ -173,20 +174,23 @@ fn run_document(doc: &str, at_least: usize) {
     site(dir.path());
     examples(dir.path(), &registry.url);
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_creb-rs")).parent().unwrap();
+    // nginx is in /usr/sbin, which a user's PATH may lack.
     let path = format!(
-        "{}:{}",
+        "{}:{}:/usr/sbin",
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The ports a recipe gives a cache in front of the registry (nginx's, a pull-through
+    // registry's): free ones here.
+    let (cache_port, proxy_port) = (common::free_port(), common::free_port());
     for recipe in &recipes {
         let mut before = Vec::new();
         summaries(dir.path(), &mut before);
         let script = dir.path().join(format!("recipe-{}.sh", recipe.line));
-        std::fs::write(
-            &script,
-            format!("{PRELUDE}\n{}", substitute(&recipe.code, &registry.url)),
-        )
-        .unwrap();
+        let code = substitute(&recipe.code, &registry.url)
+            .replace("127.0.0.1:8080", &format!("127.0.0.1:{cache_port}"))
+            .replace("127.0.0.1:5001", &format!("127.0.0.1:{proxy_port}"));
+        std::fs::write(&script, format!("{PRELUDE}\n{code}")).unwrap();
         let out = Command::new("timeout")
             .args(["180", "bash", "-e", "-o", "pipefail"])
             .arg(&script)
@@ -242,6 +246,13 @@ fn readme_recipes_run_as_written() {
 #[test]
 fn distributed_recipes_run_as_written() {
     run_document("docs/distributed.md", 2);
+}
+
+/// docs/caching.md: an nginx cache in front of the registry (push, a cold and a warm pull,
+/// compare, report) and a pull-through registry (a trace of reads only, cold and warm).
+#[test]
+fn caching_recipes_run_as_written() {
+    run_document("docs/caching.md", 2);
 }
 
 #[test]
