@@ -2,7 +2,7 @@
 //!
 //! Layers (see `ARCHITECTURE.md`): a module uses only the modules listed before it in this
 //! table, its own layer included, so the module graph has no cycle. Flags (clap) exist only
-//! in `commands`. `tests/architecture.rs` reads this table and checks the code against it.
+//! in `commands`. `tests/it/architecture.rs` reads this table and checks the code against it.
 //!
 //! | layer | modules |
 //! |---|---|

@@ -243,7 +243,7 @@ mod tests {
     }
 
     /// go-containerregistry's registry sends a full page and no `Link`; distribution 2.8
-    /// ignores `n` (tests/compat.rs meets both for real). The rest is asked for with
+    /// ignores `n` (tests/it/compat.rs meets both for real). The rest is asked for with
     /// `last=`, counted; a page longer than `n`, or one repeated, ends the list.
     #[tokio::test]
     async fn full_pages_without_link_are_followed_with_last() {

@@ -45,7 +45,7 @@ pub fn completions(args: &CompletionsArgs, cmd: clap::Command) -> anyhow::Result
 /// tracks is `creb__rs__subcmd__replay` while the `case` labels that complete a subcommand's
 /// flags read `creb__subcmd__rs__subcmd__replay`, so nothing after the subcommand would
 /// complete (clap-rs/clap#6421). The labels are rewritten to the spelling the state uses;
-/// `tests/shell.rs` completes a subcommand's flags in a real bash to keep this honest.
+/// `tests/it/shell.rs` completes a subcommand's flags in a real bash to keep this honest.
 pub fn completion_script(shell: Shell, mut cmd: clap::Command) -> String {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "creb-rs", &mut buf);

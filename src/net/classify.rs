@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_refused_certificate_inside_nested_io_errors_is_tls() {
-        // How hyper-util hands over a failed handshake (tests/tls.rs sees it for real).
+        // How hyper-util hands over a failed handshake (tests/it/tls.rs sees it for real).
         let rustls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls);
         let outer = std::io::Error::other(inner);

@@ -245,7 +245,7 @@ mod tests {
     use super::*;
 
     /// A self-signed certificate marked `CA:TRUE`, as `openssl req -x509` makes them
-    /// (`tests/fronts.rs` uses openssl itself against nginx).
+    /// (`tests/it/fronts.rs` uses openssl itself against nginx).
     fn ca_marked_self_signed(names: &[&str]) -> (CertificateDer<'static>, String) {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let mut params = rcgen::CertificateParams::new(

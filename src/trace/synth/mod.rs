@@ -13,7 +13,7 @@
 //!
 //! Two generators:
 //! - [`generate`] (here): the small, session-level generator behind the bundled sample trace and
-//!   the replay tests. Its output for given [`SynthOptions`] is frozen (`tests/fixtures.rs`
+//!   the replay tests. Its output for given [`SynthOptions`] is frozen (`tests/it/fixtures.rs`
 //!   checks `fixtures/sample-trace.json` byte for byte), so it is never changed, only added to.
 //! - [`ProfileGenerator`] (in `profile`): streaming traces calibrated to the published characterization of
 //!   one IBM data center ([`Profile`]); records come out in timestamp order while only the

@@ -6,11 +6,9 @@
 /// Both real transports.
 const CLIENTS: [HttpClient; 2] = [HttpClient::Hyper, HttpClient::Reqwest];
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{FileServer, Registry, RegistryOptions};
+use crate::common::{FileServer, Registry, RegistryOptions};
 use creb::auth::{AccessScope, AuthError, Authenticator};
 use creb::client::{BlobSource, ClientError, ClientOptions, OpCtx, RegistryClient, UploadMode};
 use creb::content::ContentSpec;
@@ -213,7 +211,7 @@ async fn registry_errors_over(http: HttpClient) {
 #[tokio::test]
 async fn tags_are_listed_and_deletes_work() {
     let registry = Registry::start();
-    let status = common::creb(&[
+    let status = crate::common::creb(&[
         "push",
         "--registry",
         &registry.url,

@@ -3,12 +3,10 @@
 //! password, registry down, missing image, expired helper) print no secret in any line,
 //! result file or panic message; a docker config anyone can read is warned about.
 
-mod common;
-
 use std::path::Path;
 
+use crate::common::{run_bin, Registry};
 use base64::Engine as _;
-use common::{run_bin, Registry};
 
 const USER: &str = "mallory";
 /// The password; also what the credential helpers print as `Secret`.
@@ -131,7 +129,7 @@ fn failing_runs_at_trace_level_print_no_secret() {
     let registry = basic_registry(dir.path());
     let out = tempfile::tempdir().unwrap();
     let o = out.path().to_str().unwrap();
-    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let dead = format!("http://127.0.0.1:{}", crate::common::free_port());
     let failing_cmd = dir.path().join("password.sh");
     std::fs::write(
         &failing_cmd,

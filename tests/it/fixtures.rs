@@ -1,6 +1,6 @@
 //! The bundled sample trace (`fixtures/sample-trace.json`, which `make demo` replays) is
 //! exactly what the generator produces for its documented options, so it can be rebuilt
-//! and checked. Rebuild it with `CREB_REGENERATE_FIXTURES=1 cargo test --test fixtures`.
+//! and checked. Rebuild it with `CREB_REGENERATE_FIXTURES=1 cargo test --test it fixtures::`.
 
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_json_array;

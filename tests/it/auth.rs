@@ -2,16 +2,14 @@
 //! issuer run by the test) and with htpasswd, driven through the real binary with every
 //! credential source. Token fetches are counted at the issuer.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::token_issuer::{IssuerConfig, TokenIssuer, DISTRIBUTION_LEEWAY};
+use crate::common::{run_bin, summary_json, Registry, RegistryOptions};
 use base64::Engine as _;
-use common::token_issuer::{IssuerConfig, TokenIssuer, DISTRIBUTION_LEEWAY};
-use common::{run_bin, summary_json, Registry, RegistryOptions};
 
 const USER: &str = "alice";
 const PASS: &str = "correct-horse-battery-staple-7f3a";

@@ -22,13 +22,11 @@
 //! A target whose registry is not installed is skipped, unless `CREB_REQUIRE_COMPAT=1`
 //! (set by CI), where that is a failure.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::nginx::{openssl_self_signed, Nginx, NginxOptions};
-use common::token_issuer::{IssuerConfig, TokenIssuer};
-use common::{
+use crate::common::nginx::{openssl_self_signed, Nginx, NginxOptions};
+use crate::common::token_issuer::{IssuerConfig, TokenIssuer};
+use crate::common::{
     run_bin, summary_json, tool, tool_version, GgcrRegistry, Registry, RegistryOptions, S3Server,
 };
 use creb::trace::synth::{generate, SynthOptions};
@@ -252,7 +250,7 @@ impl Target {
 }
 
 fn nginx_version() -> String {
-    let out = std::process::Command::new(common::nginx::nginx_binary())
+    let out = std::process::Command::new(crate::common::nginx::nginx_binary())
         .arg("-v")
         .output()
         .unwrap();
@@ -862,7 +860,7 @@ fn check(target: Target, family: &str, f: fn(&Running, &Path) -> String) {
         (doc_cell.as_deref(), doc_version.as_deref()),
         (Some(cell.as_str()), Some(version.as_str())),
         "docs/compatibility.md differs from what {} does for \"{family}\"; after a change, \
-         run `CREB_UPDATE_COMPAT=1 cargo test --test compat` and `scripts/compat-table`",
+         run `CREB_UPDATE_COMPAT=1 cargo test --test it compat::` and `scripts/compat-table`",
         target.name()
     );
 }

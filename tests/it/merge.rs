@@ -2,12 +2,10 @@
 //! strict (refuses what does not belong together), readable by other tools, and end to end
 //! (three shards of a real replay merge into the counts of one instance).
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use common::{creb, summary_json, Registry};
+use crate::common::{creb, summary_json, Registry};
 use creb::metrics::attribution::Who;
 use creb::metrics::{ErrorKind, Op, Outcome, Sample, SizeClass, Timing};
 use creb::results::store::load;
@@ -509,7 +507,7 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
         ]);
         runs.push(std::thread::spawn(move || {
             let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-            common::run_bin(&refs, None, &[])
+            crate::common::run_bin(&refs, None, &[])
         }));
         dirs.push(dir);
     }
@@ -519,7 +517,7 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
         registry.assert_exit_but_tag_races(out.code, &summary_json(dir), &what);
     }
     let merged = tmp.path().join("merged");
-    let r = common::run_bin(
+    let r = crate::common::run_bin(
         &[
             "merge",
             dirs[0].to_str().unwrap(),
@@ -539,7 +537,7 @@ async fn three_shards_merge_into_the_counts_of_one_instance() {
     );
     // The merged table's header says what it holds, as does `report` of the merge.
     assert!(r.stdout.contains("merged 3 shards"), "{}", r.stdout);
-    let shown = common::run_bin(&["report", merged.to_str().unwrap()], None, &[]);
+    let shown = crate::common::run_bin(&["report", merged.to_str().unwrap()], None, &[]);
     assert!(shown.stdout.contains("merged 3 shards"), "{}", shown.stdout);
     assert!(!shown.stdout.contains("shard 0/3"), "{}", shown.stdout);
 

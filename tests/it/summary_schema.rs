@@ -1,9 +1,7 @@
 //! `summary.json` from real runs validates against the committed JSON Schema, and the schema
 //! rejects what the contract forbids (so the check can fail).
 
-mod common;
-
-use common::{creb, summary_json, Registry};
+use crate::common::{creb, summary_json, Registry};
 use creb::ExitStatus;
 
 fn schema() -> jsonschema::Validator {

@@ -3,11 +3,9 @@
 //! three overlapping files, one gzip'd; prewarm, then stress and delay mode, with every
 //! record of the trace accounted for exactly.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{creb, summary_json, Registry};
+use crate::common::{creb, summary_json, Registry};
 use creb::trace::synth::{generate, SynthOptions, SynthStats};
 use creb::trace::write::write_file;
 use creb::ExitStatus;
@@ -250,7 +248,7 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    let run = common::run_bin(&args, None, &[]);
+    let run = crate::common::run_bin(&args, None, &[]);
     let s = summary_json(&out);
     assert_eq!(s["checks"]["cores"], 1);
     registry.assert_exit_but_tag_races(run.code, &s, "--threads 1");
@@ -268,13 +266,13 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    let run = common::run_bin(&args, None, &[]);
+    let run = crate::common::run_bin(&args, None, &[]);
     let s = summary_json(&out);
     registry.assert_exit_but_tag_races(run.code, &s, "default threads");
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(s["checks"]["cores"], (cores / 2).max(1));
 
-    let refused = common::run_bin(
+    let refused = crate::common::run_bin(
         &[
             "replay",
             "--threads",
@@ -305,7 +303,7 @@ fn without_a_spool_the_run_reads_the_trace_again_to_the_same_result() {
         let mut args = vec!["replay"];
         args.extend(paths.iter().map(|p| p.to_str().unwrap()));
         args.extend(["--registry", &registry.url, "--phase", phase, "--json"]);
-        let run = common::run_bin(&args, None, &[("TMPDIR", tmpdir)]);
+        let run = crate::common::run_bin(&args, None, &[("TMPDIR", tmpdir)]);
         // 1: operations failed, which must be docker-registry's tag race (checked below).
         assert!(matches!(run.code, 0 | 1), "{}", run.stderr);
         let summary: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
@@ -335,7 +333,7 @@ async fn a_malformed_record_names_its_file_and_number() {
     )
     .unwrap();
     let registry = Registry::start();
-    let r = common::run_bin(
+    let r = crate::common::run_bin(
         &[
             "replay",
             path.to_str().unwrap(),
@@ -354,7 +352,7 @@ async fn a_malformed_record_names_its_file_and_number() {
     );
 
     let out = dir.path().join("out");
-    let r = common::run_bin(
+    let r = crate::common::run_bin(
         &[
             "replay",
             path.to_str().unwrap(),
@@ -385,7 +383,7 @@ fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
     let replay = |extra: &[&str]| {
         let mut args = vec!["replay", trace, "--registry", &registry.url, "--quiet"];
         args.extend(extra);
-        common::run_bin(&args, None, &[])
+        crate::common::run_bin(&args, None, &[])
     };
     let prewarm = replay(&[
         "--phase",
@@ -498,7 +496,7 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
     let out = dir.path().join("first");
     let mut first = args(false);
     first.extend(["--output-dir", out.to_str().unwrap()]);
-    let r = common::run_bin(&first, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    let r = crate::common::run_bin(&first, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
     registry.assert_exit_but_tag_races(r.code, &summary_json(&out), &r.stderr);
     let lines: Vec<&str> = r
         .stderr
@@ -513,7 +511,7 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
     let out = dir.path().join("quiet");
     let mut quiet_args = args(true);
     quiet_args.extend(["--output-dir", out.to_str().unwrap()]);
-    let quiet = common::run_bin(&quiet_args, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
+    let quiet = crate::common::run_bin(&quiet_args, None, &[("CREB_PROGRESS_INTERVAL", "1s")]);
     registry.assert_exit_but_tag_races(quiet.code, &summary_json(&out), &quiet.stderr);
     assert_eq!(quiet.stderr, "");
 
@@ -530,7 +528,7 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
         "--output-dir",
         out.to_str().unwrap(),
     ]);
-    let r = common::run_bin(&later, None, &[("CREB_PROGRESS_INTERVAL", "500ms")]);
+    let r = crate::common::run_bin(&later, None, &[("CREB_PROGRESS_INTERVAL", "500ms")]);
     registry.assert_exit_but_tag_races(r.code, &summary_json(&out), &r.stderr);
     let waiting: Vec<&str> = r
         .stderr
@@ -555,7 +553,7 @@ fn without_a_terminal_progress_is_a_line_per_interval() {
 fn prewarm_counts_the_same_objects_before_and_after() {
     let registry = Registry::start();
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
-    let r = common::run_bin(
+    let r = crate::common::run_bin(
         &[
             "replay",
             trace,
@@ -815,7 +813,7 @@ fn a_repeated_prewarm_sends_nothing_and_a_run_after_it_computes_no_digest() {
             out.to_str().unwrap(),
         ];
         args.extend(extra);
-        let r = common::run_bin(&args, None, &env);
+        let r = crate::common::run_bin(&args, None, &env);
         assert_eq!(r.code, 0, "{}", r.stderr);
         (summary_json(out), format!("{}{}", r.stdout, r.stderr))
     };

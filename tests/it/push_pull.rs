@@ -2,9 +2,7 @@
 //! round trips verified independently of creb-rs's own client, every upload mode, mounts,
 //! and detection of corrupted content.
 
-mod common;
-
-use common::{creb, op_count, summary_json, Registry};
+use crate::common::{creb, op_count, summary_json, Registry};
 use creb::ExitStatus;
 use sha2::{Digest as _, Sha256};
 
@@ -549,7 +547,7 @@ async fn missing_tag_is_a_counted_404_with_the_registry_error_code() {
 
 #[tokio::test]
 async fn dead_registry_is_a_usage_error_with_a_written_result() {
-    let port = common::free_port();
+    let port = crate::common::free_port();
     let out = tempfile::tempdir().unwrap();
     let status = creb(&[
         "pull",

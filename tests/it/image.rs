@@ -4,11 +4,9 @@
 //! binary, which runs, and the CA certificates; the configuration says how it runs.
 //! CI requires crane (`CREB_REQUIRE_COMPAT=1`, as the compatibility suite does).
 
-mod common;
-
 use std::process::Command;
 
-use common::{run_bin, summary_json, tool, Registry};
+use crate::common::{run_bin, summary_json, tool, Registry};
 
 #[test]
 fn the_image_is_pushed_pulled_back_verified_and_its_binary_runs() {

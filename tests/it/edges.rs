@@ -7,14 +7,12 @@
 //! and portals do now and then and no real registry does on demand. Successes are measured
 //! against a real docker-registry.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::misbehaving::{Answer, Misbehaving, Request};
-use common::{run_bin, summary_json, Registry};
+use crate::common::misbehaving::{Answer, Misbehaving, Request};
+use crate::common::{run_bin, summary_json, Registry};
 
 /// Short timeouts, so each scenario's bound is a few seconds.
 const TIMEOUTS: [&str; 8] = [
@@ -1302,7 +1300,7 @@ fn import_sizing(
     url: &str,
     extra: &[&str],
     stdin: Option<&str>,
-) -> common::BinOutput {
+) -> crate::common::BinOutput {
     let (log, out) = (log.to_str().unwrap(), out.to_str().unwrap());
     let mut args = vec![
         "trace",
@@ -1376,12 +1374,12 @@ fn sizes_from_a_registry_with_credentials_sizes_every_upload() {
     const USER: &str = "sizer";
     const PASS: &str = "sizing-secret";
     let dir = tempfile::tempdir().unwrap();
-    let registry = Registry::start_with(common::RegistryOptions {
+    let registry = Registry::start_with(crate::common::RegistryOptions {
         access_log: true,
-        auth: common::RegistryAuth::Htpasswd {
-            path: common::token_issuer::write_htpasswd(dir.path(), &[(USER, PASS)]),
+        auth: crate::common::RegistryAuth::Htpasswd {
+            path: crate::common::token_issuer::write_htpasswd(dir.path(), &[(USER, PASS)]),
         },
-        ..common::RegistryOptions::default()
+        ..crate::common::RegistryOptions::default()
     });
     let push = run_bin(
         &[

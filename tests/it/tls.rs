@@ -3,9 +3,7 @@
 //! accepted with `--ca-cert` (the certificate as a trusted root) or `--insecure`; with either
 //! HTTP client (`--http-client hyper|reqwest`).
 
-mod common;
-
-use common::{run_bin, summary_json, Registry, RegistryOptions, TlsFiles};
+use crate::common::{run_bin, summary_json, Registry, RegistryOptions, TlsFiles};
 
 fn tls_registry(dir: &std::path::Path) -> (Registry, std::path::PathBuf) {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();

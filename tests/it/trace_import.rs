@@ -5,13 +5,11 @@
 //! registry makes the same operations, per kind, with zero errors. The anonymized trace
 //! holds none of the workload's names, and the same key gives the same trace.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::nginx::{Nginx, NginxOptions};
-use common::{link_race_500s, run_bin, summary_json, tool, Registry, RegistryOptions};
+use crate::common::nginx::{Nginx, NginxOptions};
+use crate::common::{link_race_500s, run_bin, summary_json, tool, Registry, RegistryOptions};
 
 /// The `log_format` docs/traces.md gives for nginx: `combined`, then the times and the
 /// request body's size.
@@ -179,7 +177,7 @@ fn round_trip(log_text: &str, format: &str, original: &BTreeMap<String, u64>) {
 fn distribution_json_logs_round_trip() {
     // docker-registry 2.8 with JSON and with text (logfmt) logs, then distribution v3
     // (installed by scripts/setup; required in CI).
-    let v3 = common::tool("registry");
+    let v3 = crate::common::tool("registry");
     if v3.is_none() && std::env::var("CREB_REQUIRE_COMPAT").is_ok_and(|v| v == "1") {
         panic!("distribution v3 (`registry`) is not installed: run scripts/setup");
     }

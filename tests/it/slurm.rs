@@ -6,13 +6,11 @@
 //! the trace exactly once and has the counts of one instance replaying it alone. CI
 //! requires it (`CREB_REQUIRE_SLURM=1`); elsewhere it is skipped without Slurm or root.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, run_bin, summary_json, Registry};
+use crate::common::{free_port, run_bin, summary_json, Registry};
 
 const TOOLS: [&str; 6] = [
     "/usr/sbin/munged",

@@ -2,12 +2,10 @@
 //! in-flight requests finish, writes a valid summary marked interrupted, with every record
 //! accounted for; a second signal exits at once.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{summary_json, Registry};
+use crate::common::{summary_json, Registry};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 

@@ -11,13 +11,11 @@
 //!   plain line; `--insecure` still works.
 //! - The protocol each endpoint spoke lands in `meta.json` and in the report.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::nginx::{openssl_self_signed, Nginx, NginxOptions};
-use common::{run_bin, summary_json, Registry, RegistryOptions, TlsFiles};
+use crate::common::nginx::{openssl_self_signed, Nginx, NginxOptions};
+use crate::common::{run_bin, summary_json, Registry, RegistryOptions, TlsFiles};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 

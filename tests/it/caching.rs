@@ -8,12 +8,10 @@
 //! - The cache simulation (`simulate cache`, LRU) held against the real cache at two
 //!   capacities, the measured hit ratio within a few points of the predicted one.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::nginx::{blob_cache, Nginx, NginxOptions};
-use common::{free_port, http_get, run_bin, summary_json, Registry};
+use crate::common::nginx::{blob_cache, Nginx, NginxOptions};
+use crate::common::{free_port, http_get, run_bin, summary_json, Registry};
 
 /// `summary.split_by_header.values.<value>.<op>.<field>` (0 when absent).
 fn split_count(summary: &serde_json::Value, value: &str, op: &str, field: &str) -> u64 {

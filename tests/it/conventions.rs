@@ -5,11 +5,9 @@
 //! `schema/summary.schema.json`), and a `--fail-if` that holds exits 3 with its verdict in
 //! `summary.json`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{run_bin, summary_json, BinOutput, Registry};
+use crate::common::{run_bin, summary_json, BinOutput, Registry};
 
 const ESC: char = '\u{1b}';
 
@@ -467,7 +465,7 @@ fn a_threshold_that_holds_exits_3_with_its_verdict_in_the_summary() {
     );
 
     // A failed operation outranks a threshold: a dead registry is exit 2, never 3.
-    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let dead = format!("http://127.0.0.1:{}", crate::common::free_port());
     let r = run_bin(
         &[
             "push",

@@ -6,13 +6,11 @@
 //! of `creb-rs run` across its cells, and `--registry-metrics` against docker-registry's own
 //! Prometheus endpoint.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, http_get, run_bin, summary_json, Registry};
+use crate::common::{free_port, http_get, run_bin, summary_json, Registry};
 
 /// A server the test started (Prometheus, a Pushgateway), with its data directory; killed
 /// when dropped.
@@ -452,9 +450,9 @@ fn the_grafana_dashboard_asks_only_for_metrics_the_endpoint_serves() {
 #[test]
 fn the_registrys_own_request_count_matches_creb_rs() {
     let metrics_port = free_port();
-    let registry = Registry::start_with(common::RegistryOptions {
+    let registry = Registry::start_with(crate::common::RegistryOptions {
         metrics_port: Some(metrics_port),
-        ..common::RegistryOptions::default()
+        ..crate::common::RegistryOptions::default()
     });
     let endpoint = format!("http://127.0.0.1:{metrics_port}/metrics");
     let deadline = Instant::now() + Duration::from_secs(10);

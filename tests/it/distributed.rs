@@ -11,8 +11,6 @@
 //! when the test fails. Where namespaces cannot be created (no privilege, no `ip`), the test
 //! says so and passes — unless `CREB_REQUIRE_NETNS=1` (set by CI), where that is a failure.
 
-mod common;
-
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

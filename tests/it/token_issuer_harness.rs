@@ -1,14 +1,12 @@
 //! Proves the test token issuer and htpasswd helper work with a real `docker-registry`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::token_issuer::*;
+use crate::common::{Registry, RegistryAuth, RegistryOptions};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use common::token_issuer::*;
-use common::{Registry, RegistryAuth, RegistryOptions};
 use sha2::{Digest, Sha256};
 
 fn client() -> reqwest::Client {

@@ -2,10 +2,8 @@
 //! a final write that fails anyway (disk full, simulated with `/dev/full`) is a clear error
 //! with the summary JSON still printed on stderr.
 
-mod common;
-
-use common::faults::{Fault, FaultProxy};
-use common::{run_bin, Registry};
+use crate::common::faults::{Fault, FaultProxy};
+use crate::common::{run_bin, Registry};
 
 #[test]
 fn an_unwritable_output_directory_is_refused_before_the_run() {

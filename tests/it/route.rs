@@ -4,8 +4,6 @@
 //! down, its share fails over to the next ring successor while the others are unaffected,
 //! and it is marked up when it is back.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -13,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{creb, summary_json, Registry};
+use crate::common::{creb, summary_json, Registry};
 use creb::route::{Object, RouteKind, RouteOptions, Router, DEFAULT_VNODES};
 use creb::ExitStatus;
 
@@ -411,7 +409,7 @@ fn digest_routed_pushes_land_whole_on_their_manifests_node() {
             "--quiet",
         ];
         args.extend_from_slice(extra);
-        let r = common::run_bin(&args, None, &[]);
+        let r = crate::common::run_bin(&args, None, &[]);
         assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     };
     let stress = dir.path().join("stress");
@@ -483,7 +481,7 @@ fn digest_routed_pushes_land_whole_on_their_manifests_node() {
                 });
                 assert_eq!(placed, [i], "{repo}:{tag} is on node {i}");
                 let out = dir.path().join(format!("pull-{i}-{checked}"));
-                let r = common::run_bin(
+                let r = crate::common::run_bin(
                     &[
                         "pull",
                         "--registry",
@@ -554,7 +552,7 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     let mut args = vec!["replay", trace.to_str().unwrap(), "--phase", "prewarm"];
     args.extend(routing);
     args.push("--quiet");
-    let prewarm = common::run_bin(&args, None, &[]);
+    let prewarm = crate::common::run_bin(&args, None, &[]);
     assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
 
     let out: PathBuf = dir.path().join("run");
@@ -657,14 +655,14 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     }
 
     // The text report has one line per node, with the transitions.
-    let report = common::run_bin(&["report", out.to_str().unwrap()], None, &[]);
+    let report = crate::common::run_bin(&["report", out.to_str().unwrap()], None, &[]);
     assert_eq!(report.code, 0, "{}", report.stderr);
     for node in &nodes {
         assert!(report.stdout.contains(&node.url), "{}", report.stdout);
     }
     assert!(report.stdout.contains("down@"), "{}", report.stdout);
     // And so has the HTML report, with a throughput and a failure chart per node.
-    let report = common::run_bin(
+    let report = crate::common::run_bin(
         &["report", out.to_str().unwrap(), "--format", "html"],
         None,
         &[],
@@ -706,7 +704,7 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
 
 #[test]
 fn commands_that_drive_one_registry_refuse_several_and_duplicates_are_refused() {
-    let push = common::run_bin(
+    let push = crate::common::run_bin(
         &[
             "push",
             "--registry",
@@ -730,7 +728,7 @@ fn commands_that_drive_one_registry_refuse_several_and_duplicates_are_refused() 
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.json");
     write_blob_trace(&trace, 2, 1, 1);
-    let replay = common::run_bin(
+    let replay = crate::common::run_bin(
         &[
             "replay",
             trace.to_str().unwrap(),

@@ -5,15 +5,13 @@
 //! only the unfinished cell; `--repeat 2` makes two rounds; `--cleanup` deletes what was
 //! pushed.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{creb, free_port, run_bin, summary_json, Registry};
+use crate::common::{creb, free_port, run_bin, summary_json, Registry};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 use creb::ExitStatus;
@@ -552,9 +550,9 @@ fn a_capacity_experiment_compares_registries_by_capacity() {
     let dir = tempfile::tempdir().unwrap();
     let trace = small_trace(dir.path(), 30, 50.0);
     let plain = Registry::start();
-    let slow = common::faults::FaultProxy::start(
+    let slow = crate::common::faults::FaultProxy::start(
         plain.port,
-        common::faults::Fault::Delay(Duration::from_millis(20)),
+        crate::common::faults::Fault::Delay(Duration::from_millis(20)),
     );
     let file = write(
         dir.path(),

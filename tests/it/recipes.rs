@@ -16,12 +16,10 @@
 //! - the example files (`examples/*.toml`) are the repository's, their registry URL the
 //!   local registry's.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{run_bin, Registry};
+use crate::common::{run_bin, Registry};
 
 /// One runnable block.
 #[derive(Debug)]
@@ -182,7 +180,7 @@ fn run_document(doc: &str, at_least: usize) {
     );
     // The ports a recipe gives a cache in front of the registry (nginx's, a pull-through
     // registry's): free ones here.
-    let (cache_port, proxy_port) = (common::free_port(), common::free_port());
+    let (cache_port, proxy_port) = (crate::common::free_port(), crate::common::free_port());
     for recipe in &recipes {
         let mut before = Vec::new();
         summaries(dir.path(), &mut before);
@@ -294,7 +292,7 @@ fn the_demo_ends_with_its_report() {
         &html[..html.len().min(80)]
     );
     for mode in ["stress", "delay"] {
-        let summary = common::summary_json(&results.join(mode));
+        let summary = crate::common::summary_json(&results.join(mode));
         // No error but, at most once, docker-registry's own race (a read answered 500 while
         // its tag or blob link is rewritten), which the demo tolerates (--max-errors 1).
         let errors = summary["totals"]["errors"].as_u64().unwrap();

@@ -2,12 +2,10 @@
 //! registers itself, the zsh one parses (`zsh -n`), the fish one parses where fish is
 //! installed, and every manual page renders with man-db (`man -l`) without a warning.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::run_bin;
+use crate::common::run_bin;
 
 fn tool(name: &str) -> bool {
     Command::new("sh")

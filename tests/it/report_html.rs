@@ -3,14 +3,12 @@
 //! rendered in headless Chromium (Debian's `chromium`; the tests fail without it, they never
 //! skip). Screenshots are kept in `$CARGO_TARGET_TMPDIR/report_html/` for people to look at.
 
-mod common;
-
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{creb, Registry};
+use crate::common::{creb, Registry};
 use creb::results::store::load;
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
@@ -342,7 +340,7 @@ async fn delay_replay_report_is_self_contained_and_renders_every_chart() {
     ] {
         assert!(html.contains(needle), "report lacks {needle:?}");
     }
-    let summary = common::summary_json(&result);
+    let summary = crate::common::summary_json(&result);
     if summary["totals"]["errors"].as_u64().unwrap() > 0 {
         assert!(html.contains("Errors and events") && html.contains("http_404"));
     }

@@ -5,9 +5,7 @@
 //! `--digest-cache` is reused by the run phase and found stale when it is; `--check-space`
 //! refuses a prewarm larger than the free space.
 
-mod common;
-
-use common::{run_bin, summary_json, Registry};
+use crate::common::{run_bin, summary_json, Registry};
 
 const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
 
@@ -150,7 +148,7 @@ fn replay_cached(
     seed: &str,
     cache: &str,
     out: &std::path::Path,
-) -> common::BinOutput {
+) -> crate::common::BinOutput {
     let out = out.to_str().unwrap();
     let mut args = vec!["replay", TRACE, "--registry", registry, "--phase", phase];
     args.extend(["--seed", seed, "--mode", "stress", "--digest-cache", cache]);

@@ -3,11 +3,9 @@
 //! instead of a panic. Random bytes in each input are a smoke test here; the cargo-fuzz
 //! targets in fuzz/ do the real search (docs/fuzzing.md).
 
-mod common;
-
 use std::path::Path;
 
-use common::run_bin;
+use crate::common::run_bin;
 
 fn assert_usage_error(args: &[&str], expect: &[&str]) -> String {
     let r = run_bin(args, None, &[]);
@@ -27,7 +25,7 @@ fn assert_usage_error(args: &[&str], expect: &[&str]) -> String {
 
 /// A copy of a real result directory (from a quick push against a registry).
 fn result_dir(root: &Path) -> std::path::PathBuf {
-    let registry = common::Registry::start();
+    let registry = crate::common::Registry::start();
     let dir = root.join("result");
     let r = run_bin(
         &[
@@ -208,7 +206,7 @@ fn random_bytes_in_every_input_never_panic() {
 /// trace, a run that would send nothing.
 #[test]
 fn first_mistakes_get_answers_that_say_what_to_do() {
-    let registry = common::Registry::start();
+    let registry = crate::common::Registry::start();
     let host = registry.url.trim_start_matches("http://").to_owned();
     let push = |url: &str| {
         vec![
@@ -360,7 +358,7 @@ fn a_log_in_the_wrong_format_is_refused_on_its_first_lines() {
     let out = dir.path().join("t.json");
     let (log, o) = (log.to_str().unwrap(), out.to_str().unwrap());
     for format in ["distribution", "zot", "nginx-json"] {
-        let r = common::run_bin(
+        let r = crate::common::run_bin(
             &["trace", "import", log, "--format", format, "-o", o],
             None,
             &[],
@@ -373,7 +371,7 @@ fn a_log_in_the_wrong_format_is_refused_on_its_first_lines() {
         );
         assert!(!out.exists(), "{format}: a trace was left behind");
     }
-    let r = common::run_bin(
+    let r = crate::common::run_bin(
         &["trace", "import", log, "--format", "nginx", "-o", o],
         None,
         &[],

@@ -5,15 +5,13 @@
 //! Each failure is classified by kind, none counts as a success, and runs end promptly with
 //! a valid summary.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::faults::{Fault, FaultProxy};
-use common::nginx::{Nginx, NginxOptions};
-use common::{creb, summary_json, Registry};
+use crate::common::faults::{Fault, FaultProxy};
+use crate::common::nginx::{Nginx, NginxOptions};
+use crate::common::{creb, summary_json, Registry};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 use creb::ExitStatus;
@@ -184,7 +182,7 @@ fn a_registry_killed_and_restarted_mid_replay_costs_only_the_requests_of_the_out
     let span_s = (records.last().unwrap().time_ms - records[0].time_ms) as f64 / 1000.0;
     write_file(&trace, &records).unwrap();
     let mut registry = Registry::start();
-    let prewarm = common::run_bin(
+    let prewarm = crate::common::run_bin(
         &[
             "replay",
             trace.to_str().unwrap(),
