@@ -126,8 +126,9 @@ async fn replay_summaries_match_the_schema() {
         "--quiet",
     ])
     .await;
-    assert_eq!(status, ExitStatus::Success);
     let run = summary_json(&out);
+    // docker-registry 2.8 may answer a manifest PUT 500 in its tag race (tests/common).
+    registry.assert_exit_but_tag_races(i32::from(status.code()), &run, "replay");
     assert_valid(&run);
     assert_eq!(run["model"], "open");
     assert!(run["trace"]["records"].as_u64().unwrap() > 0);
