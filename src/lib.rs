@@ -6,7 +6,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | foundations | `units`, `fast_hash`, `digest`, `content`, `shutdown`, `progress`, `outfile` |
+//! | foundations | `units`, `fast_hash`, `digest`, `outfile`, `content`, `shutdown`, `progress` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
 //! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay`, `capacity` |
 //! | commands | `commands` |

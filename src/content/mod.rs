@@ -13,6 +13,9 @@
 //! versioned domain tag, the seed and the identity; changing this scheme changes every
 //! digest, which the golden test below guards.
 
+pub mod digest_cache;
+pub mod hashing;
+
 use std::ops::Range;
 use std::sync::Arc;
 

@@ -9,13 +9,13 @@
 
 use super::bounded::{drive, Bounds, JobEnv};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
+use crate::content::digest_cache::Appender;
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, Event, Op, Sample};
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Reference, Repository};
 use crate::plan::catalog::Catalog;
 use crate::plan::catalog::{ContentKey, KEEP_DIGEST_ABOVE};
-use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{
     blob_of, read_manifest_bytes, BlobJob, Body, ContentJob, ManifestJob, PrewarmJobs,
 };

@@ -15,9 +15,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::digest_cache::DigestCache;
 use super::linker::{mounted, Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
+use crate::content::digest_cache::DigestCache;
 use crate::content::ContentSpec;
 use crate::digest::Digest;
 use crate::fast_hash::FastHashMap;
@@ -276,27 +276,7 @@ impl Default for ContentOptions {
     }
 }
 
-/// What hears of [`Catalog::compute_digests_with`] as it goes (a progress line, a stop).
-pub trait HashWatch: Sync {
-    /// `contents` of `bytes` in all are about to be hashed.
-    fn start(&self, contents: u64, bytes: u64);
-    /// `bytes` more were hashed; `false` stops the hashing.
-    fn hashed(&self, bytes: u64) -> bool;
-    /// One content's digest is known.
-    fn done(&self);
-}
-
-/// Hashing nobody watches.
-#[derive(Debug, Clone, Copy)]
-pub struct Unwatched;
-
-impl HashWatch for Unwatched {
-    fn start(&self, _: u64, _: u64) {}
-    fn hashed(&self, _: u64) -> bool {
-        true
-    }
-    fn done(&self) {}
-}
+pub use crate::content::hashing::{HashWatch, Unwatched};
 
 /// What [`Catalog::compute_digests_with`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -1140,41 +1120,11 @@ impl Catalog {
         stats.computed = jobs.len();
         stats.bytes_hashed = jobs.iter().map(|(_, spec)| spec.size()).sum();
         watch.start(stats.computed as u64, stats.bytes_hashed);
-        // Largest first, so the threads finish together.
-        jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
         let threads = threads.max(1);
         stats.threads = threads;
-        let mut buckets: Vec<Vec<(ContentKey, ContentSpec)>> =
-            (0..threads).map(|_| Vec::new()).collect();
-        let mut loads = vec![0u64; threads];
-        for job in jobs {
-            let lightest = (0..threads).min_by_key(|i| loads[*i]).unwrap_or(0);
-            loads[lightest] += job.1.size();
-            buckets[lightest].push(job);
-        }
-        let results: Vec<Vec<(ContentKey, ContentSpec, [u8; 32])>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = buckets
-                .into_iter()
-                .filter(|bucket| !bucket.is_empty())
-                .map(|bucket| {
-                    scope.spawn(move || {
-                        let mut done = Vec::with_capacity(bucket.len());
-                        for (k, spec) in bucket {
-                            match spec.sha256_while(|bytes| watch.hashed(bytes)) {
-                                Some(sha) => done.push((k, spec, sha)),
-                                None => break,
-                            }
-                            watch.done();
-                        }
-                        done
-                    })
-                })
-                .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
-        let hashed: usize = results.iter().map(Vec::len).sum();
-        stats.stopped = hashed < stats.computed;
-        let computed = results.into_iter().flatten().map(|(key, spec, sha)| {
+        let results = crate::content::hashing::sha256_on_threads(jobs, threads, watch);
+        stats.stopped = results.len() < stats.computed;
+        let computed = results.into_iter().map(|(key, spec, sha)| {
             if let Some(cache) = cache.as_deref_mut() {
                 cache.insert(spec, sha);
             }

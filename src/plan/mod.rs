@@ -13,7 +13,6 @@
 
 pub mod capacity;
 pub mod catalog;
-pub mod digest_cache;
 pub mod image;
 pub mod linker;
 mod manifests;

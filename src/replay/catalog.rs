@@ -12,10 +12,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::ReplayConfig;
+use crate::content::digest_cache::{Appender, DigestCache};
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;
 use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep, UpFront};
-use crate::plan::digest_cache::{Appender, DigestCache};
 use crate::progress::Progress;
 use crate::session::Session;
 use crate::shutdown::Shutdown;

@@ -12,12 +12,12 @@ use super::catalog::learn_missing;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
 use crate::client::RegistryClient;
+use crate::content::digest_cache::Appender;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::prewarm::{Prewarm, PrewarmReport};
 use crate::exec::Phase;
 use crate::metrics::{Aggregator, ErrorKind, Op};
 use crate::plan::catalog::Catalog;
-use crate::plan::digest_cache::Appender;
 use crate::plan::prewarm::{content_jobs, PrewarmJobs};
 use crate::plan::{Naming, ShardSpec};
 use crate::progress::Progress;
@@ -105,7 +105,7 @@ fn stale_cache(
     if cached == 0 || refused == 0 {
         return None;
     }
-    let emptied = match crate::plan::digest_cache::mark_stale(path) {
+    let emptied = match crate::content::digest_cache::mark_stale(path) {
         Ok(()) => "it is emptied: the next run computes every digest afresh".to_string(),
         Err(e) => format!("it could not be emptied ({e}): remove it"),
     };

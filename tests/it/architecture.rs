@@ -756,8 +756,7 @@ fn uses_in(folder: &str, names: &[&str], allowed: &[(&str, &str)]) -> Vec<String
 
 /// The plan is pure: the same trace, seed, shard and options give the same operations on
 /// every host, so it names no client, network, file system, thread or clock API. The digest
-/// store (the cache file, digests computed on threads) still lives in the plan until it
-/// becomes a type of its own beside the catalog: those two files are the only exceptions.
+/// store (the cache file, digests computed on threads) lives in `content`, beside it.
 #[test]
 fn the_plan_names_no_client_network_file_thread_or_clock_api() {
     let forbidden = [
@@ -772,30 +771,12 @@ fn the_plan_names_no_client_network_file_thread_or_clock_api() {
         "Instant::now",
         "SystemTime::now",
     ];
-    let allowed = [
-        (
-            "plan::digest_cache",
-            "the --digest-cache file, read and written",
-        ),
-        (
-            "plan::catalog",
-            "Catalog::compute_digests hashes on every core",
-        ),
-    ];
-    let found = uses_in("plan", &forbidden, &allowed);
+    let found = uses_in("plan", &forbidden, &[]);
     assert!(
         found.is_empty(),
         "the plan is not pure:\n{}",
         found.join("\n")
     );
-    // The exceptions are still exceptions (remove one from the list when it is not).
-    for (module, why) in allowed {
-        let again = uses_in("plan", &forbidden, &[]);
-        assert!(
-            again.iter().any(|f| f.starts_with(&format!("{module}:"))),
-            "{module} ({why}) is pure now: take it off the list"
-        );
-    }
 }
 
 /// Load requests are driven in `exec/`: no other module above the client sends one itself,
