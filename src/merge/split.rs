@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use crate::metrics::split::{ValueCounters, OTHER_NAME};
 use crate::results::store::{ResultSet, SPLIT_CSV};
-use crate::results::writer::SPLIT_HEADER;
+use crate::results::writer::{split_row, SPLIT_HEADER};
 
 /// Interval → (its start as written, value → counters).
 pub(super) type SplitIntervals = BTreeMap<u64, (String, BTreeMap<String, ValueCounters>)>;
@@ -52,13 +52,7 @@ pub(super) fn write_rows(dir: &Path, merged: &SplitIntervals) -> anyhow::Result<
     w.write_record(SPLIT_HEADER)?;
     for (interval, (start, values)) in merged {
         for (value, c) in values {
-            w.write_record([
-                interval.to_string(),
-                start.clone(),
-                value.clone(),
-                c.completed.to_string(),
-                c.bytes.to_string(),
-            ])?;
+            w.write_record(split_row(*interval, start, value, c))?;
         }
     }
     w.flush()?;

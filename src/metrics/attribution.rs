@@ -214,10 +214,15 @@ impl TopList {
         self.replaced = true;
     }
 
-    /// The top `n` entries by weight (heaviest first, then by name), those of weight 0 left
-    /// out.
+    /// The top `n` entries by weight (heaviest first, then by name), those with nothing of
+    /// their own in the ranking left out (a name that took a failing entry's place by a
+    /// success inherits its weight, not its failures).
     fn top(&self, n: usize) -> Vec<&Slot> {
-        let mut slots: Vec<&Slot> = self.slots.iter().filter(|s| s.weight > 0).collect();
+        let mut slots: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.weight > 0 && self.criterion.of(&s.tally) > 0)
+            .collect();
         slots.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
         slots.truncate(n);
         slots
@@ -427,6 +432,27 @@ mod tests {
             .map(|s| s.tally.latency.buckets())
             .sum();
         assert!(held <= 4 * TRACKED * 2, "few buckets each: {held}");
+    }
+
+    #[test]
+    fn a_name_that_took_a_failing_entrys_place_is_not_listed_for_failures() {
+        let mut a = Attribution::default();
+        for i in 0..TRACKED {
+            a.record(&who(&format!("failing-{i}")), &sample(3, 10, false));
+        }
+        // Successes of new names replace the failing entries, inheriting their weight.
+        for i in 0..TRACKED {
+            a.record(&who(&format!("fine-{i}")), &sample(3, 10, true));
+        }
+        for l in a.repositories.listed() {
+            if l.top_by.contains(&Criterion::Errors) {
+                assert!(
+                    l.tally.errors > 0,
+                    "{} listed for failures it did not have",
+                    l.name
+                );
+            }
+        }
     }
 
     #[test]

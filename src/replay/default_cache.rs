@@ -30,9 +30,9 @@ pub fn directory(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<Pat
     Some(base.join("digests"))
 }
 
-/// The cache file of the dataset `traces` (each file's canonical path, length and
-/// modification time) generated with `seed`, in `dir`; `None` when a trace is not a file
-/// on disk (standard input).
+/// The cache file of the dataset `traces` (the trace's files, a directory's resolved into
+/// them: each file's canonical path, length and modification time) generated with `seed`,
+/// in `dir`; `None` when a trace is not a file on disk (standard input).
 pub fn file_of(dir: &Path, traces: &[PathBuf], seed: u64) -> Option<PathBuf> {
     let mut key = Sha256::new();
     for trace in traces {
@@ -136,6 +136,11 @@ mod tests {
         std::fs::write(&trace, b"[ ]").unwrap();
         assert_ne!(file_of(&dir, &traces, 1).unwrap(), a, "another length");
         assert_eq!(file_of(&dir, &[PathBuf::from("-")], 1), None);
+        assert_eq!(
+            file_of(&dir, &[tmp.path().to_path_buf()], 1),
+            None,
+            "a directory"
+        );
     }
 
     #[test]

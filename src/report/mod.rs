@@ -544,50 +544,51 @@ pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
         "value",
     ])?;
     let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
-    for (name, s) in summary.operations.iter().chain(summary.sessions.iter()) {
-        let l = s.latency_ms;
-        w.write_record([
-            name.clone(),
-            s.count.to_string(),
-            s.ok.to_string(),
-            s.errors.to_string(),
-            s.bytes.to_string(),
-            format!("{}", s.requests_per_s),
-            format!("{}", s.bytes_per_s),
+    // One row: operation, its counts and rates, its latency, then the rest.
+    let row = |name: &str, counts: [String; 6], l: Option<Percentiles>, rest: [String; 3]| {
+        let mut cells = vec![name.to_owned()];
+        cells.extend(counts);
+        cells.extend([
             num(l.map(|l| l.mean)),
             num(l.and_then(|l| l.p50)),
             num(l.and_then(|l| l.p90)),
             num(l.and_then(|l| l.p99)),
             num(l.and_then(|l| l.p999)),
             num(l.map(|l| l.max)),
+        ]);
+        cells.extend(rest);
+        cells
+    };
+    for (name, s) in summary.operations.iter().chain(summary.sessions.iter()) {
+        let counts = [
+            s.count.to_string(),
+            s.ok.to_string(),
+            s.errors.to_string(),
+            s.bytes.to_string(),
+            format!("{}", s.requests_per_s),
+            format!("{}", s.bytes_per_s),
+        ];
+        let rest = [
             num(s.service_ms.and_then(|l| l.p99)),
             num(s.schedule_lag_ms.and_then(|l| l.p99)),
             String::new(),
-        ])?;
+        ];
+        w.write_record(row(name, counts, s.latency_ms, rest))?;
     }
     // `--split-by-header`: a row per operation and value of the header (`value`).
     let secs = summary.duration_s.max(1e-9);
     for (value, ops) in summary.split_by_header.iter().flat_map(|s| &s.values) {
         for (name, c) in ops {
-            let l = c.latency_ms;
-            w.write_record([
-                name.clone(),
+            let counts = [
                 c.count.to_string(),
                 c.ok.to_string(),
                 c.errors.to_string(),
                 c.bytes.to_string(),
                 format!("{}", c.count as f64 / secs),
                 format!("{}", c.bytes as f64 / secs),
-                num(l.map(|l| l.mean)),
-                num(l.and_then(|l| l.p50)),
-                num(l.and_then(|l| l.p90)),
-                num(l.and_then(|l| l.p99)),
-                num(l.and_then(|l| l.p999)),
-                num(l.map(|l| l.max)),
-                String::new(),
-                String::new(),
-                value.clone(),
-            ])?;
+            ];
+            let rest = [String::new(), String::new(), value.clone()];
+            w.write_record(row(name, counts, c.latency_ms, rest))?;
         }
     }
     Ok(String::from_utf8(w.into_inner()?)?)

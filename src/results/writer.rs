@@ -16,6 +16,7 @@ use hdrhistogram::Histogram;
 use super::hlog;
 use crate::metrics::attribution::Who;
 use crate::metrics::hist::{new_histogram, Recording};
+use crate::metrics::split::ValueCounters;
 use crate::metrics::{
     EndpointCounters, Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable,
 };
@@ -50,6 +51,18 @@ pub const ENDPOINTS_HEADER: [&str; 8] = [
 /// The columns of `split.csv` (`--split-by-header`), in order: each interval's workload
 /// operations and bytes by the value their answer gave the header.
 pub const SPLIT_HEADER: [&str; 5] = ["interval", "start_s", "value", "completed", "bytes"];
+
+/// One row of `split.csv` (columns as in [`SPLIT_HEADER`]): the counters of header value
+/// `value` in the interval `index` that starts `start` seconds (as written) after the anchor.
+pub fn split_row(index: u64, start: &str, value: &str, c: &ValueCounters) -> [String; 5] {
+    [
+        index.to_string(),
+        start.to_owned(),
+        value.to_owned(),
+        c.completed.to_string(),
+        c.bytes.to_string(),
+    ]
+}
 
 /// The per-endpoint columns `timeline.csv` ends with in a run over several endpoints:
 /// `endpoint<i>_completed`, `endpoint<i>_ok`, `endpoint<i>_errors` for each endpoint index;
@@ -346,13 +359,7 @@ impl IntervalSink for ResultWriter {
             if let Some(w) = self.splits.as_mut() {
                 let start = format!("{:.3}", interval.start.as_secs_f64());
                 for (value, c) in interval.splits {
-                    w.write_record([
-                        interval.index.to_string(),
-                        start.clone(),
-                        value.to_string(),
-                        c.completed.to_string(),
-                        c.bytes.to_string(),
-                    ])?;
+                    w.write_record(split_row(interval.index, &start, value, c))?;
                 }
                 w.flush()?;
             }

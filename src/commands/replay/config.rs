@@ -359,7 +359,10 @@ fn digest_cache(a: &ReplayArgs) -> Option<PathBuf> {
         return a.digest_cache.clone();
     }
     let dir = default_cache::directory(|name| std::env::var_os(name))?;
-    let file = default_cache::file_of(&dir, &a.traces, a.seed)?;
+    // The files the trace's paths name (a directory: every file below it); a trace that
+    // cannot be read gets no cache here, and its error from the replay.
+    let input = crate::trace::TraceInput::resolve(&a.traces).ok()?;
+    let file = default_cache::file_of(&dir, &input.files, a.seed)?;
     default_cache::prepare(&file).then_some(file)
 }
 

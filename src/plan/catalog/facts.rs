@@ -65,7 +65,7 @@ pub struct UploadFacts {
     /// Records folded into the upload besides its head.
     pub members: u32,
     /// The manifest PUT whose push it belongs to, if one closed it (an index in push
-    /// order, [`Catalog::pushed_manifest`]): routing keeps an upload with its manifest,
+    /// order, [`Catalog::pushed_manifest`](super::Catalog::pushed_manifest)): routing keeps an upload with its manifest,
     /// whose node must hold every blob it references.
     pub(super) push: u32,
 }
@@ -74,7 +74,7 @@ pub struct UploadFacts {
 pub(super) const NO_PUSH: u32 = u32::MAX;
 
 impl UploadFacts {
-    /// The index of the push it belongs to ([`Catalog::pushed_manifest`]).
+    /// The index of the push it belongs to ([`Catalog::pushed_manifest`](super::Catalog::pushed_manifest)).
     pub fn push(&self) -> Option<usize> {
         (self.push != NO_PUSH).then_some(self.push as usize)
     }
@@ -136,7 +136,7 @@ pub struct ManifestFacts {
     /// Largest `written` of its successful GETs (0 if only HEADs), at most 4 GiB − 1 (a
     /// manifest is kilobytes; 32 bits keep the entry at 20 bytes).
     pub size: u32,
-    /// Blobs pulled after it, in first-seen order ([`Catalog::manifest_layers`]).
+    /// Blobs pulled after it, in first-seen order ([`Catalog::manifest_layers`](super::Catalog::manifest_layers)).
     pub layers: Span,
 }
 
@@ -149,7 +149,7 @@ pub struct PushFacts {
     pub identity: u64,
     /// The manifest size the trace recorded.
     pub size: u64,
-    /// Its layers ([`Catalog::push_layers`]).
+    /// Its layers ([`Catalog::push_layers`](super::Catalog::push_layers)).
     pub layers: Span,
 }
 
