@@ -118,52 +118,144 @@ async fn push_stores_distinct_layers_that_hash_to_their_digests_and_pull_reads_t
     assert_eq!(summary["sessions"]["image_pull"]["ok"], 1);
 }
 
+/// One way of pushing: the pushes before it (`setup`), its own flags, what its summary must
+/// say, and a verified pull of what it stored.
+struct UploadCase {
+    repo: &'static str,
+    setup: &'static [&'static [&'static str]],
+    flags: &'static [&'static str],
+    check: fn(&serde_json::Value),
+}
+
+const UPLOAD_CASES: &[UploadCase] = &[
+    // 4 PATCHes of 256 KiB per 1 MiB layer, plus one for the small config; the closing
+    // PUTs carry no body.
+    UploadCase {
+        repo: "chunked/app",
+        setup: &[],
+        flags: &[
+            "--layers",
+            "4",
+            "--layer-size",
+            "1MiB",
+            "--chunk-size",
+            "256KiB",
+        ],
+        check: |s| {
+            assert_eq!(op_count(s, "upload_patch", "ok"), 4 * 4 + 1);
+            assert_eq!(
+                op_count(s, "upload_patch", "bytes_sent"),
+                op_count(s, "blob_upload", "bytes_sent")
+            );
+            assert_eq!(op_count(s, "upload_put", "ok"), 5);
+            assert_eq!(op_count(s, "upload_put", "bytes_sent"), 0);
+        },
+    },
+    // distribution 2.8 answers 202 to POST ?digest= and discards the body: every byte is
+    // sent again.
+    UploadCase {
+        repo: "single/app",
+        setup: &[],
+        flags: &["--layers", "2", "--layer-size", "100KiB", "--single-post"],
+        check: |s| {
+            assert_eq!(s["events"]["single_post_fallback"], 3);
+            assert_eq!(op_count(s, "upload_post", "ok"), 3);
+            assert_eq!(op_count(s, "upload_put", "ok"), 3);
+            let sent = op_count(s, "blob_upload", "bytes_sent");
+            assert!(
+                sent >= 2 * 2 * 100 * 1024,
+                "every byte was sent twice, got {sent}"
+            );
+        },
+    },
+    // A mount from a repository holding the blobs uploads nothing.
+    UploadCase {
+        repo: "base/dst",
+        setup: &[&[
+            "--repo",
+            "base/src",
+            "--layers",
+            "3",
+            "--layer-size",
+            "64KiB",
+        ]],
+        flags: &[
+            "--layers",
+            "3",
+            "--layer-size",
+            "64KiB",
+            "--mount-from",
+            "base/src",
+        ],
+        check: |s| {
+            assert_eq!(
+                op_count(s, "blob_mount", "ok"),
+                4,
+                "3 layers + config mounted"
+            );
+            assert_eq!(op_count(s, "blob_upload", "count"), 0);
+            assert!(s["events"].get("mount_fallback").is_none());
+        },
+    },
+    // A mount from a repository without them falls back to uploading.
+    UploadCase {
+        repo: "fresh/dst",
+        setup: &[],
+        flags: &[
+            "--layers",
+            "2",
+            "--layer-size",
+            "10KiB",
+            "--mount-from",
+            "fresh/nothing-here",
+        ],
+        check: |s| {
+            assert_eq!(s["events"]["mount_fallback"], 3);
+            assert_eq!(op_count(s, "blob_upload", "ok"), 3);
+        },
+    },
+];
+
+/// Every way of pushing in [`UPLOAD_CASES`] stores what it says, and a verified pull reads
+/// it back.
 #[tokio::test]
-async fn chunked_upload_sends_patches_of_the_chunk_size() {
+async fn every_upload_mode_stores_what_a_verified_pull_reads_back() {
     let registry = Registry::start();
-    let out = tempfile::tempdir().unwrap();
-    let status = creb(&[
-        "push",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "chunked/app",
-        "--layers",
-        "4",
-        "--layer-size",
-        "1MiB",
-        "--chunk-size",
-        "256KiB",
-        "--output-dir",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-    let summary = summary_json(out.path());
-    // 4 PATCHes of 256 KiB per 1 MiB layer, plus one for the small config.
-    assert_eq!(op_count(&summary, "upload_patch", "ok"), 4 * 4 + 1);
-    assert_eq!(
-        op_count(&summary, "upload_patch", "bytes_sent"),
-        op_count(&summary, "blob_upload", "bytes_sent")
-    );
-    assert_eq!(op_count(&summary, "upload_put", "ok"), 5);
-    assert_eq!(
-        op_count(&summary, "upload_put", "bytes_sent"),
-        0,
-        "final PUT carries no body"
-    );
-    // The chunks were assembled correctly: a verified pull succeeds.
-    let status = creb(&[
-        "pull",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "chunked/app",
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
+    for case in UPLOAD_CASES {
+        for setup in case.setup {
+            let mut args = vec!["push", "--registry", &registry.url, "--quiet"];
+            args.extend_from_slice(setup);
+            assert_eq!(
+                creb(&args).await,
+                ExitStatus::Success,
+                "{}: setup",
+                case.repo
+            );
+        }
+        let out = tempfile::tempdir().unwrap();
+        let dir = out.path().to_str().unwrap();
+        let mut args = vec!["push", "--registry", &registry.url, "--repo", case.repo];
+        args.extend_from_slice(case.flags);
+        args.extend(["--output-dir", dir, "--quiet"]);
+        assert_eq!(creb(&args).await, ExitStatus::Success, "{}", case.repo);
+        let summary = summary_json(out.path());
+        (case.check)(&summary);
+        assert_eq!(summary["totals"]["errors"], 0, "{}", case.repo);
+        let pull = [
+            "pull",
+            "--registry",
+            &registry.url,
+            "--repo",
+            case.repo,
+            "--quiet",
+        ];
+        assert_eq!(
+            creb(&pull).await,
+            ExitStatus::Success,
+            "{}: pull",
+            case.repo
+        );
+    }
 }
 
 /// A chunked push hashes each layer as its PATCHes send it, so no layer is HEADed (only the
@@ -236,133 +328,6 @@ async fn a_chunked_push_hashes_each_layer_while_sending_it_and_agrees_with_hashi
     ])
     .await;
     assert_eq!(status, ExitStatus::Success);
-}
-
-#[tokio::test]
-async fn single_post_falls_back_when_distribution_ignores_the_body() {
-    let registry = Registry::start();
-    let out = tempfile::tempdir().unwrap();
-    let status = creb(&[
-        "push",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "single/app",
-        "--layers",
-        "2",
-        "--layer-size",
-        "100KiB",
-        "--single-post",
-        "--output-dir",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-    let summary = summary_json(out.path());
-    // distribution 2.8 answers 202 to POST ?digest= and discards the body.
-    assert_eq!(summary["events"]["single_post_fallback"], 3);
-    assert_eq!(op_count(&summary, "upload_post", "ok"), 3);
-    assert_eq!(op_count(&summary, "upload_put", "ok"), 3);
-    let layer_bytes = 2 * 100 * 1024;
-    let sent = op_count(&summary, "blob_upload", "bytes_sent");
-    assert!(
-        sent >= 2 * layer_bytes,
-        "every byte was sent twice, got {sent}"
-    );
-    let status = creb(&[
-        "pull",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "single/app",
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-}
-
-#[tokio::test]
-async fn mount_from_another_repository_uploads_nothing() {
-    let registry = Registry::start();
-    let out = tempfile::tempdir().unwrap();
-    let status = creb(&[
-        "push",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "base/src",
-        "--layers",
-        "3",
-        "--layer-size",
-        "64KiB",
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-    let status = creb(&[
-        "push",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "base/dst",
-        "--layers",
-        "3",
-        "--layer-size",
-        "64KiB",
-        "--mount-from",
-        "base/src",
-        "--output-dir",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-    let summary = summary_json(out.path());
-    assert_eq!(
-        op_count(&summary, "blob_mount", "ok"),
-        4,
-        "3 layers + config mounted"
-    );
-    assert_eq!(op_count(&summary, "blob_upload", "count"), 0);
-    assert!(summary["events"].get("mount_fallback").is_none());
-    let status = creb(&[
-        "pull",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "base/dst",
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-}
-
-#[tokio::test]
-async fn mount_from_a_repository_without_the_blobs_falls_back_to_upload() {
-    let registry = Registry::start();
-    let out = tempfile::tempdir().unwrap();
-    let status = creb(&[
-        "push",
-        "--registry",
-        &registry.url,
-        "--repo",
-        "fresh/dst",
-        "--layers",
-        "2",
-        "--layer-size",
-        "10KiB",
-        "--mount-from",
-        "fresh/nothing-here",
-        "--output-dir",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
-    let summary = summary_json(out.path());
-    assert_eq!(summary["events"]["mount_fallback"], 3);
-    assert_eq!(op_count(&summary, "blob_upload", "ok"), 3);
 }
 
 #[tokio::test]
