@@ -865,50 +865,34 @@ fn check(target: Target, family: &str, f: fn(&Running, &Path) -> String) {
     );
 }
 
+/// One test per family of [`FAMILIES`] for `$target`, each named after its family.
+macro_rules! families {
+    ($target:expr; $($test:ident => $index:expr, $family:path;)*) => {$(
+        #[test]
+        fn $test() {
+            check($target, FAMILIES[$index], $family);
+        }
+    )*};
+}
+
+/// A module of tests per target: every family against it.
 macro_rules! suite {
     ($($module:ident => $target:expr;)*) => {$(
         mod $module {
             use super::*;
 
-            #[test]
-            fn push_monolithic() {
-                check($target, FAMILIES[0], super::push_monolithic);
-            }
-            #[test]
-            fn push_chunked() {
-                check($target, FAMILIES[1], super::push_chunked);
-            }
-            #[test]
-            fn push_single_post() {
-                check($target, FAMILIES[2], super::push_single_post);
-            }
-            #[test]
-            fn push_mount() {
-                check($target, FAMILIES[3], super::push_mount);
-            }
-            #[test]
-            fn pull_verified() {
-                check($target, FAMILIES[4], super::pull_verified);
-            }
-            #[test]
-            fn tag_list_pages() {
-                check($target, FAMILIES[5], super::tag_pages);
-            }
-            #[test]
-            fn referrers() {
-                check($target, FAMILIES[6], super::referrers);
-            }
-            #[test]
-            fn delete() {
-                check($target, FAMILIES[7], super::delete);
-            }
-            #[test]
-            fn replay_stress() {
-                check($target, FAMILIES[8], super::replay_stress);
-            }
-            #[test]
-            fn replay_delay() {
-                check($target, FAMILIES[9], super::replay_delay);
+            families! {
+                $target;
+                push_monolithic => 0, super::push_monolithic;
+                push_chunked => 1, super::push_chunked;
+                push_single_post => 2, super::push_single_post;
+                push_mount => 3, super::push_mount;
+                pull_verified => 4, super::pull_verified;
+                tag_list_pages => 5, super::tag_pages;
+                referrers => 6, super::referrers;
+                delete => 7, super::delete;
+                replay_stress => 8, super::replay_stress;
+                replay_delay => 9, super::replay_delay;
             }
         }
     )*};
