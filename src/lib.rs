@@ -8,7 +8,7 @@
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `outfile`, `content`, `shutdown`, `progress` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
-//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay`, `capacity` |
+//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay`, `capacity`, `runner` |
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
@@ -37,6 +37,7 @@ pub mod replay;
 pub mod report;
 pub mod results;
 pub mod route;
+pub mod runner;
 pub mod session;
 mod shutdown;
 pub mod trace;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use creb::commands::run::cells::round_cells;
+use creb::experiment::cells::round_cells;
 use creb::experiment::config::ExperimentFile;
 use libfuzzer_sys::fuzz_target;
 

@@ -810,6 +810,7 @@ fn load_requests_are_driven_in_exec_only() {
         "session",
         "replay",
         "experiment",
+        "runner",
         "analysis",
         "merge",
         "report",
