@@ -1,11 +1,13 @@
 //! The prewarm driver: the jobs [`crate::plan::prewarm`] lists, carried out with at most
 //! `concurrency` in flight: first the content the run reads ([`Prewarm::contents`]: a blob
 //! whose digest is known is HEADed and uploaded when missing; one whose digest is not is
-//! uploaded at once, its digest computed from the bytes as they are sent and kept in the
-//! catalog and the digest cache), then every other blob (configs), then every manifest
+//! uploaded at once, its digest computed from the bytes as they are sent and kept in
+//! [`Learned`], beside the catalog, and in the digest cache), then every other blob (configs), then every manifest
 //! (HEAD, PUT when the tag does not point at it already). Idempotent, so prewarming twice,
 //! or from several hosts, is harmless. Stops as every bounded driver does: nothing new
 //! starts, in-flight jobs get the grace period, the rest are recorded as cancelled.
+
+use std::collections::HashMap;
 
 use super::bounded::{drive, Bounds, JobEnv};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
@@ -36,6 +38,34 @@ pub struct PrewarmReport {
     pub digests_computed: u64,
 }
 
+/// The digests a prewarm learns while it sends content: kept beside the sealed catalog
+/// while the stage runs (jobs of other repositories and endpoints find them here), and
+/// handed to the catalog when it ends ([`Learned::into_digests`]).
+#[derive(Debug, Default)]
+pub struct Learned(std::sync::Mutex<HashMap<ContentKey, [u8; 32]>>);
+
+impl Learned {
+    /// The digest of `key`'s content, if a job learned it.
+    pub fn get(&self, key: ContentKey) -> Option<[u8; 32]> {
+        self.0.lock().ok()?.get(&key).copied()
+    }
+
+    fn insert(&self, key: ContentKey, sha256: [u8; 32]) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(key, sha256);
+        }
+    }
+
+    /// Every digest learned.
+    pub fn into_digests(self) -> Vec<(ContentKey, [u8; 32])> {
+        let map = self
+            .0
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.into_iter().collect()
+    }
+}
+
 /// What every prewarm job reads: the catalog its bytes come from, one client per endpoint.
 #[allow(missing_debug_implementations)] // clients hold transports that are not `Debug`
 pub struct Prewarm<'a> {
@@ -46,6 +76,8 @@ pub struct Prewarm<'a> {
     pub env: JobEnv<'a>,
     /// `--digest-cache`: where digests learned while sending are added as they come.
     pub cache: Option<&'a Appender>,
+    /// Where digests learned while sending are kept until the stage ends.
+    pub learned: &'a Learned,
 }
 
 enum Done {
@@ -103,6 +135,7 @@ impl Prewarm<'_> {
         let known = self
             .catalog
             .known_digest(job.key)
+            .or_else(|| self.learned.get(job.key))
             .or_else(|| (spec.size() <= KEEP_DIGEST_ABOVE).then(|| spec.sha256()));
         let result = match known {
             Some(sha) => {
@@ -115,7 +148,7 @@ impl Prewarm<'_> {
                 .upload_hashing(&job.repo, spec, None, OpCtx::default())
                 .await
                 .map(|(sum, _)| {
-                    self.catalog.learn(job.key, sum.0);
+                    self.learned.insert(job.key, sum.0);
                     if let Some(cache) = self.cache {
                         if let Err(e) = cache.append(&spec, &sum.0) {
                             self.env
@@ -470,6 +503,7 @@ mod tests {
                 let shutdown = Shutdown::new();
                 let errors = ErrorLog::default();
                 let progress = Progress::new(0);
+                let learned = Learned::default();
                 let prewarm = Prewarm {
                     catalog,
                     clients,
@@ -484,6 +518,7 @@ mod tests {
                         progress: &progress,
                     },
                     cache: None,
+                    learned: &learned,
                 };
                 prewarm.run(&jobs, PrewarmReport::default()).await
             }

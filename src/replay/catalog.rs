@@ -15,7 +15,7 @@ use super::ReplayConfig;
 use crate::content::digest_cache::{Appender, DigestCache};
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;
-use crate::plan::catalog::{Catalog, DigestStats, HashWatch, Keep, UpFront};
+use crate::plan::catalog::{Catalog, ContentKey, DigestStats, HashWatch, Keep, UpFront};
 use crate::progress::Progress;
 use crate::session::Session;
 use crate::shutdown::Shutdown;
@@ -248,35 +248,51 @@ async fn hash_catalog(
     .context("the digests stopped unexpectedly")
 }
 
-/// After prewarm's first stage: the digests it did not learn while sending (the run's
-/// uploads, content whose upload failed) computed on every core with a progress line, kept
-/// in the catalog and added to `cache`. `None` when a stop ended the hashing.
+/// After prewarm's first stage: the digests it learned while sending kept in the catalog,
+/// then those it did not learn (the run's uploads, content whose upload failed) computed on
+/// every core with a progress line, kept in the catalog and added to `cache`. `None` when
+/// a stop ended the hashing.
 pub(super) async fn learn_missing(
-    catalog: &Arc<Catalog>,
+    catalog: &mut Arc<Catalog>,
+    learned: Vec<(ContentKey, [u8; 32])>,
     cache: Option<&Appender>,
     session: &Session,
     stop: &Shutdown,
 ) -> anyhow::Result<Option<DigestStats>> {
+    keep_digests(catalog, learned)?;
     let watch = Watch {
         stop: stop.clone(),
         progress: Progress::new(0),
     };
     let line = session.progress_line("digests", "contents", &watch.progress);
     let shared = Arc::clone(catalog);
-    let (stats, learned) =
-        tokio::task::spawn_blocking(move || shared.learn_missing(available_cores(), &watch))
+    let (stats, found) =
+        tokio::task::spawn_blocking(move || shared.missing_digests(available_cores(), &watch))
             .await
             .context("the digests stopped unexpectedly")?;
     line.finish();
     if let Some(cache) = cache {
-        for (spec, sha) in &learned {
+        for (_, spec, sha) in &found {
             if let Err(e) = cache.append(spec, sha) {
                 tracing::warn!("--digest-cache: cannot add to it: {e}");
                 break;
             }
         }
     }
+    keep_digests(catalog, found.into_iter().map(|(key, _, sha)| (key, sha)))?;
     Ok((!stats.stopped).then_some(stats))
+}
+
+/// Adds `digests` to the catalog, which nothing else holds while a prewarm learns them
+/// (the run's threads get it after the prewarm).
+fn keep_digests(
+    catalog: &mut Arc<Catalog>,
+    digests: impl IntoIterator<Item = (ContentKey, [u8; 32])>,
+) -> anyhow::Result<()> {
+    Arc::get_mut(catalog)
+        .ok_or_else(|| anyhow::anyhow!("the catalog is shared while the prewarm adds its digests"))?
+        .add_digests(digests);
+    Ok(())
 }
 
 /// What the workload requests: runs compare (and merge) only when this matches. The trace is

@@ -241,14 +241,25 @@ impl Engine {
         session: &Session,
         shutdown: &Shutdown,
     ) -> anyhow::Result<ExitStatus> {
-        let (context, prepared) = self.context(&self.cfg, session, &session.output, shutdown)?;
-        let (status, report) = prewarm::phase(&context, &prepared.catalog).await?;
+        // The prewarm adds the digests it learns to the catalog, which it holds alone
+        // meanwhile; the runs share it unchanged after.
+        let mut catalog = match self.prepared.as_mut() {
+            Some(prepared) => std::mem::take(&mut prepared.catalog),
+            None => anyhow::bail!("the replay was not prepared"),
+        };
+        let phase = match self.context(&self.cfg, session, &session.output, shutdown) {
+            Ok((context, _)) => prewarm::phase(&context, &mut catalog).await,
+            Err(e) => Err(e),
+        };
+        if let Some(prepared) = self.prepared.as_mut() {
+            prepared.catalog = catalog;
+        }
+        let (status, report) = phase?;
         if shutdown.is_cancelled() {
             return Ok(status);
         }
-        let preparation = prewarm::with_digests(&prepared.preparation, &report);
         let prepared = self.prepared.as_mut().expect("prepared above");
-        prepared.preparation = preparation;
+        prepared.preparation = prewarm::with_digests(&prepared.preparation, &report);
         // What only the prewarm read goes before the run starts.
         if let Some(catalog) = Arc::get_mut(&mut prepared.catalog) {
             catalog.keep_run_only();

@@ -14,7 +14,7 @@ use super::validity::warn;
 use crate::client::RegistryClient;
 use crate::content::digest_cache::Appender;
 use crate::exec::bounded::{Bounds, JobEnv};
-use crate::exec::prewarm::{Prewarm, PrewarmReport};
+use crate::exec::prewarm::{Learned, Prewarm, PrewarmReport};
 use crate::exec::Phase;
 use crate::metrics::{Aggregator, ErrorKind, Op};
 use crate::plan::catalog::Catalog;
@@ -31,7 +31,7 @@ use crate::session::{exit_status, Finished, Shown};
 /// prewarmed, and, with `--phase prewarm`, when a `--fail-if` threshold holds.
 pub(super) async fn phase(
     context: &Context<'_>,
-    catalog: &Arc<Catalog>,
+    catalog: &mut Arc<Catalog>,
 ) -> anyhow::Result<(ExitStatus, PrewarmReport)> {
     let cfg = context.cfg;
     let output = context.output;
@@ -141,69 +141,58 @@ pub(super) fn with_digests(
 /// every core; then the configs and every other blob; then the manifests.
 async fn push_all(
     context: &Context<'_>,
-    catalog: &Arc<Catalog>,
+    catalog: &mut Arc<Catalog>,
     clients: &[RegistryClient],
 ) -> anyhow::Result<PrewarmReport> {
     let cfg = context.cfg;
-    let format = cfg.plan.manifest_format;
     let flags = &context.session.flags;
     let talk = !flags.quiet && !flags.json;
-    let contents = content_jobs(catalog, context.router, Naming::new(cfg.plan.repos.clone()));
-    let cache = cfg.digest_cache.as_deref().and_then(|path| {
-        let opened = Appender::open(path)
-            .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
-            .ok()?;
-        if opened.cut > 0 {
-            eprintln!(
-                "creb-rs: warning: --digest-cache {}: its last {} bytes were not a whole entry \
-                 (a writer stopped mid-entry, or another program wrote there); cut off before \
-                 appending",
-                path.display(),
-                opened.cut
-            );
-        }
-        Some(opened)
-    });
-    // Blobs are most of the time a prewarm takes: the ETA follows their bytes. The count
-    // is the first stage's until the rest is planned.
-    let progress = Progress::with_bytes(
-        contents.as_ref().map_or(0, |c| c.0 as u64),
-        catalog.prewarm_bytes() * context.router.copies() as u64,
-    );
-    let prewarm = Prewarm {
-        catalog,
+    let cache = open_cache(cfg.digest_cache.as_deref());
+    // Blobs are most of the time a prewarm takes: the ETA follows their bytes.
+    let progress =
+        Progress::with_bytes(0, catalog.prewarm_bytes() * context.router.copies() as u64);
+    // The stages read the catalog as it stands: between them it takes in the digests the
+    // first one learned.
+    let stage = Stage {
+        context,
         clients,
-        format,
-        bounds: Bounds {
-            concurrency: cfg.prewarm_concurrency,
-            grace: Duration::from_secs_f64(cfg.grace_s),
-        },
-        env: JobEnv {
-            shutdown: context.shutdown,
-            errors: context.errors,
-            progress: &progress,
-        },
+        progress: &progress,
         cache: cache.as_ref(),
     };
     let mut report = PrewarmReport::default();
-    let staged = contents.is_some();
-    if let Some((count, contents)) = contents {
-        if talk {
-            eprintln!(
-                "creb-rs: prewarm: {count} blobs the run reads (per repository and node) first, each hashed as it is sent"
-            );
+    let learned = Learned::default();
+    let naming = Naming::new(cfg.plan.repos.clone());
+    let staged = match content_jobs(catalog, context.router, naming) {
+        Some((count, contents)) => {
+            if talk {
+                eprintln!(
+                    "creb-rs: prewarm: {count} blobs the run reads (per repository and node) first, each hashed as it is sent"
+                );
+            }
+            progress.add_total(count as u64);
+            let line = context
+                .session
+                .progress_line("prewarm", "objects", &progress);
+            let first = stage.driver(catalog, &learned);
+            first.contents(contents, &mut report).await;
+            line.finish();
+            true
         }
-        let line = context
-            .session
-            .progress_line("prewarm", "objects", &progress);
-        prewarm.contents(contents, &mut report).await;
-        line.finish();
+        None => false,
+    };
+    if staged {
         if context.shutdown.is_cancelled() {
             return Ok(report);
         }
-        let shutdown = context.shutdown;
-        let Some(stats) = learn_missing(catalog, cache.as_ref(), context.session, shutdown).await?
-        else {
+        let (session, shutdown) = (context.session, context.shutdown);
+        let found = learn_missing(
+            catalog,
+            learned.into_digests(),
+            cache.as_ref(),
+            session,
+            shutdown,
+        );
+        let Some(stats) = found.await? else {
             return Ok(report);
         };
         report.digests_computed = stats.computed as u64;
@@ -221,9 +210,62 @@ async fn push_all(
     let line = context
         .session
         .progress_line("prewarm", "objects", &progress);
-    let report = prewarm.run(&jobs, report).await;
+    // The configs and manifests are sent by digest: nothing is learned from them.
+    let none = Learned::default();
+    let rest = stage.driver(catalog, &none);
+    let report = rest.run(&jobs, report).await;
     line.finish();
     Ok(report)
+}
+
+/// What the prewarm's stages share.
+struct Stage<'a> {
+    context: &'a Context<'a>,
+    clients: &'a [RegistryClient],
+    progress: &'a Progress,
+    cache: Option<&'a Appender>,
+}
+
+impl<'a> Stage<'a> {
+    /// The prewarm driver over `catalog` as it stands, the digests it learns kept in `learned`.
+    fn driver<'s>(&'s self, catalog: &'s Catalog, learned: &'s Learned) -> Prewarm<'s> {
+        let cfg = self.context.cfg;
+        Prewarm {
+            catalog,
+            clients: self.clients,
+            format: cfg.plan.manifest_format,
+            bounds: Bounds {
+                concurrency: cfg.prewarm_concurrency,
+                grace: Duration::from_secs_f64(cfg.grace_s),
+            },
+            env: JobEnv {
+                shutdown: self.context.shutdown,
+                errors: self.context.errors,
+                progress: self.progress,
+            },
+            cache: self.cache,
+            learned,
+        }
+    }
+}
+
+/// `--digest-cache`, opened to add the digests learned while sending (a warning, and none
+/// kept, when it cannot be).
+fn open_cache(path: Option<&std::path::Path>) -> Option<Appender> {
+    let path = path?;
+    let opened = Appender::open(path)
+        .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
+        .ok()?;
+    if opened.cut > 0 {
+        eprintln!(
+            "creb-rs: warning: --digest-cache {}: its last {} bytes were not a whole entry \
+             (a writer stopped mid-entry, or another program wrote there); cut off before \
+             appending",
+            path.display(),
+            opened.cut
+        );
+    }
+    Some(opened)
 }
 
 /// The prewarm's summary and metadata, ready to publish.

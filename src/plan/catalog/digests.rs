@@ -1,6 +1,7 @@
 //! The digests of the catalog's content: which content is hashed before anything is sent
-//! (the rest comes from a digest cache, or is learned while a prewarm sends it), what was
-//! computed, cached or learned, and the lookups the run makes.
+//! (the rest comes from a digest cache, or is learned while a prewarm sends it and added
+//! after), what was computed, cached or added, and the lookups the run makes. Only
+//! `&mut Catalog` adds a digest: a catalog shared with the run's threads never changes.
 
 use super::*;
 
@@ -69,8 +70,9 @@ impl Catalog {
     /// [`Catalog::compute_digests`], taking what `cache` holds (after checking a sample of
     /// it) and adding what it did not; only the content `up_front` names is hashed now, the
     /// rest is counted as `deferred` (a prewarm learns those digests as it sends the
-    /// content, [`Catalog::learn`], then [`Catalog::learn_missing`]). `watch` hears what is
-    /// to be hashed, then the bytes of every block hashed (on every thread), and stops the
+    /// content, then computes the ones still missing, [`Catalog::missing_digests`], and
+    /// the catalog keeps both, [`Catalog::add_digests`]). `watch` hears what is to be
+    /// hashed, then the bytes of every block hashed (on every thread), and stops the
     /// hashing when it answers `false` (`stopped` is then set).
     pub fn compute_digests_with(
         &mut self,
@@ -80,6 +82,13 @@ impl Catalog {
         up_front: UpFront,
     ) -> DigestStats {
         let (stats, digests) = self.hash_contents(threads, cache, watch, up_front);
+        self.add_digests(digests);
+        stats
+    }
+
+    /// Keeps `digests` (computed, taken from a cache, or learned while the content was
+    /// sent) beside those the catalog holds; a digest given again replaces the earlier one.
+    pub fn add_digests(&mut self, digests: impl IntoIterator<Item = (ContentKey, [u8; 32])>) {
         let (mut blobs, mut uploads) = (Vec::new(), Vec::new());
         for (key, digest) in digests {
             match key {
@@ -90,47 +99,43 @@ impl Catalog {
                 }
             }
         }
-        self.blob_digests = blobs.into_iter().collect();
-        self.upload_digests = uploads.into_iter().collect();
-        stats
+        if !blobs.is_empty() {
+            let kept = std::mem::take(&mut self.blob_digests);
+            let kept = kept.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>();
+            self.blob_digests = kept.into_iter().chain(blobs).collect();
+        }
+        if !uploads.is_empty() {
+            let kept = std::mem::take(&mut self.upload_digests);
+            let kept = kept.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>();
+            self.upload_digests = kept.into_iter().chain(uploads).collect();
+        }
     }
 
     /// The digests still unknown after a prewarm sent what it could (content whose upload
-    /// failed, the uploads of the run), computed on `threads` threads and kept as learned;
-    /// returned too, for the digest cache.
-    pub fn learn_missing(
+    /// failed, the uploads of the run), computed on `threads` threads: each with its
+    /// content, for the digest cache. The catalog keeps them once they are given to
+    /// [`Catalog::add_digests`].
+    pub fn missing_digests(
         &self,
         threads: usize,
         watch: &dyn HashWatch,
-    ) -> (DigestStats, Vec<(ContentSpec, [u8; 32])>) {
+    ) -> (DigestStats, Vec<(ContentKey, ContentSpec, [u8; 32])>) {
         let (stats, digests) = self.hash_contents(threads, None, watch, UpFront::ALL);
-        let specs = digests
-            .iter()
-            .map(|&(key, sha)| (self.content_of(key), sha))
+        let found = digests
+            .into_iter()
+            .map(|(key, sha)| (key, self.content_of(key), sha))
             .collect();
-        if let Ok(mut learned) = self.learned.write() {
-            learned.extend(digests);
-        }
-        (stats, specs)
+        (stats, found)
     }
 
-    /// Keeps the digest of a piece of content, learned while it was sent.
-    pub fn learn(&self, key: ContentKey, sha256: [u8; 32]) {
-        if let Ok(mut learned) = self.learned.write() {
-            learned.insert(key, sha256);
-        }
-    }
-
-    /// The digest of `key`'s content if it is known (computed, cached or learned).
+    /// The digest of `key`'s content if the catalog holds it (computed, cached or added).
     pub fn known_digest(&self, key: ContentKey) -> Option<[u8; 32]> {
-        let sealed = match key {
+        match key {
             ContentKey::Blob(d) => self.blob_digests.get(&d),
             ContentKey::Upload(p) => self.upload_digests.get(&p),
             ContentKey::Filler(r) => self.filler_digests.get(&r),
-        };
-        sealed
-            .copied()
-            .or_else(|| self.learned.read().ok()?.get(&key).copied())
+        }
+        .copied()
     }
 
     /// The content `key` names.
@@ -228,19 +233,10 @@ impl Catalog {
         })
     }
 
-    /// A digest no sealed table holds: learned, or computed now (small content, or content
-    /// whose digest was left to a prewarm that did not send it).
+    /// A digest no table holds, computed now: small content, or content whose digest was
+    /// left to a prewarm that did not send it.
     fn digest_now(&self, key: ContentKey) -> [u8; 32] {
-        let spec = self.content_of(key);
-        // Only content above the threshold is ever learned: small content, what most
-        // lookups of a scaled run are, is hashed without taking the lock.
-        if spec.size() <= KEEP_DIGEST_ABOVE {
-            return spec.sha256();
-        }
-        match self.learned.read().ok().and_then(|l| l.get(&key).copied()) {
-            Some(sha) => sha,
-            None => spec.sha256(),
-        }
+        self.content_of(key).sha256()
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
@@ -253,5 +249,68 @@ impl Catalog {
             Some(sha) => *sha,
             None => self.digest_now(ContentKey::Filler(repo)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::synth::{generate, SynthOptions};
+    use crate::trace::write::write_file;
+    use crate::trace::{ReadOptions, TraceInput, TraceReader};
+
+    /// A generated trace's catalog, as a prewarm alone builds it, no digest computed yet.
+    fn catalog() -> Catalog {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        let synth = SynthOptions {
+            sessions: 60,
+            layer_size: (8 << 10, 256 << 10),
+            ..SynthOptions::default()
+        };
+        write_file(&path, &generate(&synth).0).unwrap();
+        let input = TraceInput::resolve(&[path]).unwrap();
+        let mut reader =
+            TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+        Catalog::build(
+            &mut reader,
+            60_000,
+            ContentOptions::default(),
+            Keep::Prewarm,
+        )
+        .unwrap()
+        .seal(reader.into_names())
+    }
+
+    #[test]
+    fn deferred_digests_are_found_missing_then_kept_once_added() {
+        let mut catalog = catalog();
+        let stats = catalog.compute_digests_with(2, None, &Unwatched, UpFront::NONE);
+        assert_eq!(stats.computed, 0);
+        assert!(stats.deferred > 10, "{stats:?}");
+        let (found_stats, found) = catalog.missing_digests(2, &Unwatched);
+        assert_eq!(found_stats.computed, stats.deferred);
+        assert_eq!(found.len(), stats.deferred);
+        for (key, spec, sha) in &found {
+            assert_eq!(
+                catalog.known_digest(*key),
+                None,
+                "{key:?} held before it was added"
+            );
+            assert_eq!(*sha, spec.sha256(), "{key:?}");
+            assert_eq!(catalog.content_of(*key), *spec);
+        }
+        // Half of them as a prewarm learns them while sending, the rest after.
+        let (learned, after) = found.split_at(found.len() / 2);
+        catalog.add_digests(learned.iter().map(|(key, _, sha)| (*key, *sha)));
+        assert_eq!(catalog.missing_digests(2, &Unwatched).1.len(), after.len());
+        catalog.add_digests(after.iter().map(|(key, _, sha)| (*key, *sha)));
+        for (key, _, sha) in &found {
+            assert_eq!(catalog.known_digest(*key), Some(*sha), "{key:?}");
+            if let ContentKey::Blob(d) = key {
+                assert_eq!(catalog.blob_sha256(*d), *sha);
+            }
+        }
+        assert!(catalog.missing_digests(2, &Unwatched).1.is_empty());
     }
 }

@@ -74,9 +74,6 @@ pub struct Catalog {
     blob_digests: SortedMap<Sym, [u8; 32]>,
     upload_digests: SortedMap<u64, [u8; 32]>,
     filler_digests: HashMap<Sym, [u8; 32]>,
-    /// Digests learned after the catalog was sealed: while a prewarm sent the content
-    /// ([`Catalog::learn`]), or computed after it ([`Catalog::learn_missing`]).
-    learned: std::sync::RwLock<HashMap<ContentKey, [u8; 32]>>,
     keep: Keep,
     content: ContentOptions,
     /// Uploads the trace gives no size for.
