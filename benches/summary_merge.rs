@@ -29,6 +29,7 @@ use creb::metrics::{
     Aggregator, ErrorKind, Event, Op, Outcome, Sample, SizeClass, SparseHistogram, StatsTable,
     Timing,
 };
+use creb::results::config::RunConfig;
 use creb::results::hlog;
 use creb::results::store::write_final;
 use creb::results::summary::{RunInfo, Shard, Summary};
@@ -169,10 +170,10 @@ fn run_info(shard: Shard, wall: SystemTime, intervals: u64) -> RunInfo {
         trace: None,
         warnings: Vec::new(),
         checks: None,
-        config: serde_json::json!({
+        config: RunConfig::Read(serde_json::json!({
             "plan": {"shard": {"index": shard.index, "count": shard.count}},
             "seed": 1,
-        }),
+        })),
     }
 }
 

@@ -10,12 +10,12 @@ use std::num::NonZeroUsize;
 use std::time::SystemTime;
 
 use clap::Args;
-use serde::Serialize;
 use tokio::time::Instant;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
+use crate::auth::credentials::CredentialInfo;
 use crate::client::{ClientOptions, Verify};
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
@@ -23,10 +23,11 @@ use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog, Recorder};
 use crate::oci::{Reference, Repository};
 use crate::progress::Progress;
+use crate::results::config::{PullBlock, PullTargetsBlock, RunConfig};
 use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::route::{RouteKind, RouteOptions, Router};
-use crate::session::connect::{config_json, endpoint_links, preflight, Connection, RegistryConfig};
+use crate::session::connect::{endpoint_links, preflight, Connection, RegistryConfig};
 use crate::session::status::ExitStatus;
 use crate::session::{Finished, Session};
 use crate::shutdown::Shutdown;
@@ -127,7 +128,7 @@ pub struct PullArgs {
 }
 
 /// Validated settings of a pull.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct PullConfig {
     pub registry: RegistryConfig,
     pub repo: Repository,
@@ -137,8 +138,33 @@ pub struct PullConfig {
     /// List and fetch each image's referrers (`--referrers`).
     pub referrers: bool,
     /// Several endpoints: how blobs are spread over them.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteKind>,
+}
+
+impl PullConfig {
+    /// What the pull fetches, as the results record it.
+    fn targets_block(&self) -> PullTargetsBlock {
+        match &self.targets {
+            PullTargets::References(refs) => PullTargetsBlock::References(refs.clone()),
+            PullTargets::AllTags { page_size } => PullTargetsBlock::AllTags {
+                page_size: *page_size,
+            },
+        }
+    }
+
+    /// The results' `config` block of this pull, its credentials from `credentials`.
+    fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
+        RunConfig::Pull(Box::new(PullBlock {
+            registry: self.registry.block(),
+            credentials: credentials.clone(),
+            repo: self.repo.clone(),
+            targets: self.targets_block(),
+            concurrency: self.concurrency,
+            verify: self.verify,
+            referrers: self.referrers,
+            route: self.route,
+        }))
+    }
 }
 
 impl TryFrom<&PullArgs> for PullConfig {
@@ -351,7 +377,7 @@ fn summarize(
             trace: None,
             checks: None,
             warnings,
-            config: config_json(cfg, &connections[0].credentials),
+            config: cfg.config_block(&connections[0].credentials),
         },
         &aggregator,
     );
@@ -370,7 +396,7 @@ fn summarize(
             dataset: serde_json::json!({
                 "command": "pull",
                 "repo": cfg.repo,
-                "targets": cfg.targets,
+                "targets": cfg.targets_block(),
                 "verify": cfg.verify,
             }),
             anchor: started_at,

@@ -6,11 +6,11 @@ use std::num::NonZeroUsize;
 use std::time::SystemTime;
 
 use clap::Args;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
+use crate::auth::credentials::CredentialInfo;
 use crate::client::{ClientOptions, UploadMode};
 use crate::content::DEFAULT_SEED;
 use crate::exec::bounded::{Bounds, JobEnv};
@@ -20,8 +20,9 @@ use crate::metrics::{ErrorLog, Event};
 use crate::oci::{Repository, Tag};
 use crate::plan::image::ImageSpec;
 use crate::progress::Progress;
+use crate::results::config::{PushBlock, RunConfig};
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
-use crate::session::connect::{config_json, endpoint_links, preflight, RegistryConfig};
+use crate::session::connect::{endpoint_links, preflight, RegistryConfig};
 use crate::session::status::ExitStatus;
 use crate::session::{Finished, Session};
 use crate::shutdown::Shutdown;
@@ -146,12 +147,34 @@ pub enum HashArg {
 }
 
 /// Validated settings of a push.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct PushConfig {
     pub registry: RegistryConfig,
-    #[serde(flatten)]
     pub work: PushWork,
     pub concurrency: usize,
+}
+
+impl PushConfig {
+    /// The results' `config` block of this push, its credentials from `credentials`.
+    fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
+        let images = &self.work.images;
+        RunConfig::Push(Box::new(PushBlock {
+            registry: self.registry.block(),
+            credentials: credentials.clone(),
+            repo: images.repo.clone(),
+            tag: images.tag.clone(),
+            images: images.images,
+            layers: images.layers,
+            layer_size: images.layer_size,
+            mount_from: images.mount_from.clone(),
+            manifest_format: images.manifest_format,
+            seed: images.seed,
+            upload: self.work.upload,
+            hash: self.work.hash.name(),
+            attach: self.work.attach,
+            concurrency: self.concurrency,
+        }))
+    }
 }
 
 impl TryFrom<&PushArgs> for PushConfig {
@@ -292,7 +315,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
             trace: None,
             checks: None,
             warnings,
-            config: config_json(&cfg, &connection.credentials),
+            config: cfg.config_block(&connection.credentials),
         },
         &aggregator,
     );

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 /// The two workload models (never mixed in one result).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// As fast as possible with `--concurrency` in flight (closed model).
     Stress,
@@ -30,8 +29,7 @@ impl Mode {
 }
 
 /// The phases of a replay: what a run of it carries out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// Prewarm, then run, each with its own results.
     All,
@@ -39,6 +37,16 @@ pub enum Phase {
     Prewarm,
     /// Only replay (the registry was prewarmed before).
     Run,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::All => "all",
+            Phase::Prewarm => "prewarm",
+            Phase::Run => "run",
+        }
+    }
 }
 
 /// How to execute.

@@ -7,7 +7,6 @@
 //! endpoint the router names, so one image's layers download from several registries at
 //! once; the session runs until the last of them.
 
-use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -20,8 +19,7 @@ use crate::oci::{Reference, Repository};
 use crate::route::{Object, Request, Router};
 
 /// Which images to pull.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone)]
 pub enum PullTargets {
     /// These references.
     References(Vec<String>),

@@ -18,9 +18,8 @@ use crate::oci::Reference;
 use crate::plan::image::{image_layers, plan_image, plan_over, ImagePlan, ImageSpec};
 
 /// What `push` sends.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct PushWork {
-    #[serde(flatten)]
     pub images: ImageSpec,
     pub upload: UploadMode,
     /// When a layer's digest is computed (`--hash`).
@@ -30,8 +29,7 @@ pub struct PushWork {
 }
 
 /// When `push` computes a layer's digest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HashWhen {
     /// Before the image's first request, as a client whose layers are hashed already: each
     /// layer is HEADed (and mounted, with `--mount-from`) before it is uploaded.
@@ -41,6 +39,15 @@ pub enum HashWhen {
     /// no digest to ask about yet). The config, which names the layers' digests, follows
     /// them. Needs an upload whose digest comes after its body (`--chunk-size`).
     WhileSending,
+}
+
+impl HashWhen {
+    pub fn name(self) -> &'static str {
+        match self {
+            HashWhen::First => "first",
+            HashWhen::WhileSending => "while_sending",
+        }
+    }
 }
 
 /// What `--attach` pushes.

@@ -715,7 +715,7 @@ pub fn merge_into(
             trace: merge_trace(&sets),
             warnings,
             checks: None,
-            config: first.summary.config.clone(),
+            config: crate::results::config::RunConfig::Read(first.summary.config.clone()),
         },
         &aggregator,
     );

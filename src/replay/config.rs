@@ -1,23 +1,24 @@
 //! The validated settings of a replay, as the engine takes them: built by the command
-//! layer from the flags, serialized into meta.json's `config` block.
+//! layer from the flags; the results record them as their `config` block
+//! ([`ReplayConfig::config_block`], in the contract's own types).
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
-
+use crate::auth::credentials::CredentialInfo;
 use crate::client::Verify;
 use crate::exec::{Mode, Phase};
 use crate::outfile::Kind;
 use crate::plan::catalog::{ContentOptions, SizeScale};
 use crate::plan::PlanOptions;
+use crate::results::config::{ReplayBlock, RoutingBlock, RunConfig, WindowBlock};
 use crate::route::RouteOptions;
 use crate::session::connect::RegistryConfig;
 use crate::trace::ReadOptions;
 
 /// Several endpoints: routing and failure handling (absent with one endpoint, so a
 /// single-registry run's configuration is what it always was).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct RoutingConfig {
     pub route: RouteOptions,
     pub endpoint_down_after: u32,
@@ -26,7 +27,7 @@ pub struct RoutingConfig {
 }
 
 /// Validated settings of a replay.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ReplayConfig {
     pub registry: RegistryConfig,
     pub traces: Vec<PathBuf>,
@@ -36,55 +37,34 @@ pub struct ReplayConfig {
     pub prewarm_concurrency: usize,
     pub phase: Phase,
     pub seed: u64,
-    #[serde(skip)]
     pub read: ReadOptions,
     pub limit_requests: Option<u64>,
     pub limit_duration_s: Option<f64>,
     pub skip_invalid: bool,
     pub replay_failed: bool,
     pub plan: PlanOptions,
-    #[serde(skip)]
     pub content: ContentOptions,
     /// Blob and upload sizes relative to the trace's (`--size-scale`, `--max-object-size`).
-    #[serde(skip_serializing_if = "SizeScale::is_identity")]
     pub sizes: SizeScale,
-    #[serde(skip)]
     pub digest_cache: Option<PathBuf>,
-    #[serde(skip)]
     pub check_space: Option<PathBuf>,
     pub max_lateness_ms: Option<u64>,
     pub grace_s: f64,
     pub start_at: Option<String>,
-    #[serde(skip)]
     pub start_at_time: Option<SystemTime>,
     pub verify: Verify,
     pub strict: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingConfig>,
     /// The part of the trace's time a run replays (all of it when absent).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
 }
 
 /// A part of a trace's time: from `from` after its first record, `length` long (to its end
 /// when absent). Records outside it are not the run's; the run's schedule starts at `from`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    #[serde(rename = "from_s", serialize_with = "seconds")]
     pub from: Duration,
-    #[serde(rename = "length_s", serialize_with = "maybe_seconds")]
     pub length: Option<Duration>,
-}
-
-fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-fn maybe_seconds<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_f64(d.as_secs_f64()),
-        None => s.serialize_none(),
-    }
 }
 
 impl Window {
@@ -105,6 +85,39 @@ impl Window {
 }
 
 impl ReplayConfig {
+    /// The results' `config` block of this replay, its credentials from `credentials`.
+    pub fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
+        RunConfig::Replay(Box::new(ReplayBlock {
+            registry: self.registry.block(),
+            credentials: credentials.clone(),
+            traces: self.traces.clone(),
+            mode: self.mode.name(),
+            speed: self.speed,
+            concurrency: self.concurrency,
+            prewarm_concurrency: self.prewarm_concurrency,
+            phase: self.phase.name(),
+            seed: self.seed,
+            limit_requests: self.limit_requests,
+            limit_duration_s: self.limit_duration_s,
+            skip_invalid: self.skip_invalid,
+            replay_failed: self.replay_failed,
+            plan: self.plan.clone(),
+            sizes: (!self.sizes.is_identity()).then_some(self.sizes),
+            max_lateness_ms: self.max_lateness_ms,
+            grace_s: self.grace_s,
+            start_at: self.start_at.clone(),
+            verify: self.verify,
+            strict: self.strict,
+            routing: self.routing.map(|r| RoutingBlock {
+                route: r.route,
+                endpoint_down_after: r.endpoint_down_after,
+                probe_interval_s: r.probe_interval_s,
+                failover: r.failover,
+            }),
+            window: self.window.map(|w| WindowBlock::new(w.from, w.length)),
+        }))
+    }
+
     /// The same replay at `speed` over `window` of the trace's time, its schedule starting
     /// at `start_at` (now when absent).
     pub fn at(

@@ -16,7 +16,7 @@ use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
 use crate::results::{RunOutput, Shard};
 use crate::route::health::Transition;
 use crate::route::Router;
-use crate::session::connect::{config_json, endpoint_links};
+use crate::session::connect::endpoint_links;
 use crate::session::connect::{preflight, Connection};
 use crate::session::status::ExitStatus;
 use crate::session::{Finished, Session};
@@ -189,7 +189,7 @@ impl<'a> Unrun<'a> {
                     .into_iter()
                     .collect(),
                 checks: None,
-                config: config_json(cfg, &self.connections[0].credentials),
+                config: cfg.config_block(&self.connections[0].credentials),
             },
             &aggregator,
         );

@@ -26,7 +26,7 @@ use crate::progress::Progress;
 use crate::results::summary::Checks;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
-use crate::session::connect::{config_json, endpoint_links};
+use crate::session::connect::endpoint_links;
 use crate::session::status::ExitStatus;
 use crate::session::OutputOptions;
 use crate::session::{exit_status, Finished};
@@ -311,7 +311,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
             trace,
             warnings: ran.warnings,
             checks: Some(ran.checks),
-            config: config_json(cfg, &connections[0].credentials),
+            config: cfg.config_block(&connections[0].credentials),
         },
         &ran.aggregator,
     );

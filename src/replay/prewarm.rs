@@ -22,7 +22,7 @@ use crate::plan::prewarm::{content_jobs, PrewarmJobs};
 use crate::plan::{Naming, ShardSpec};
 use crate::progress::Progress;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
-use crate::session::connect::{config_json, endpoint_links};
+use crate::session::connect::endpoint_links;
 use crate::session::status::ExitStatus;
 use crate::session::{exit_status, Finished, Shown};
 
@@ -312,7 +312,7 @@ fn summarize(
             trace: None,
             warnings,
             checks: None,
-            config: config_json(cfg, &connection.credentials),
+            config: cfg.config_block(&connection.credentials),
         },
         &aggregator,
     );

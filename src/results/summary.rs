@@ -517,7 +517,7 @@ pub struct RunInfo {
     pub trace: Option<TraceCounts>,
     pub warnings: Vec<Warning>,
     pub checks: Option<Checks>,
-    pub config: serde_json::Value,
+    pub config: super::config::RunConfig,
 }
 
 fn per_second(n: u64, duration: Duration) -> f64 {
@@ -620,7 +620,7 @@ impl Summary {
             warnings,
             checks: info.checks,
             histograms: HistogramInfo::current(),
-            config: info.config,
+            config: info.config.to_value(),
             endpoints: None,
             thresholds: Vec::new(),
             max_errors: None,

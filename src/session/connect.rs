@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use serde::Serialize;
 use url::Url;
 
 use crate::auth::credentials::{self, CredentialInfo, CredentialOptions};
@@ -16,20 +15,19 @@ use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
 use crate::metrics::Recorder;
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
+use crate::results::config::RegistryBlock;
 use crate::results::store::EndpointLink;
 use crate::shutdown::Shutdown;
 
 /// Validated registry settings.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RegistryConfig {
     /// The (first) endpoint.
     pub base: Url,
-    /// Every endpoint, in the order given (written to the results only when several).
-    #[serde(skip_serializing_if = "one_or_none")]
+    /// Every endpoint, in the order given.
     pub endpoints: Vec<Url>,
     pub transport: TransportConfig,
     /// How to find credentials; resolved when connecting (see [`Connection`]).
-    #[serde(skip)]
     pub credentials: CredentialOptions,
     pub retry: RetryPolicy,
 }
@@ -51,11 +49,17 @@ impl Connection {
     }
 }
 
-fn one_or_none(endpoints: &[Url]) -> bool {
-    endpoints.len() <= 1
-}
-
 impl RegistryConfig {
+    /// The registry as the results record it (no credential in it).
+    pub fn block(&self) -> RegistryBlock {
+        RegistryBlock {
+            base: self.base.clone(),
+            endpoints: self.endpoints.clone(),
+            transport: self.transport.clone(),
+            retry: self.retry.clone(),
+        }
+    }
+
     /// Resolves credentials (running helpers or password commands once) and builds a
     /// client whose connection pool fits `concurrency`. A stop while the credentials are
     /// resolved ends the resolution: the connection is then anonymous, its credentials'
@@ -195,16 +199,4 @@ pub fn endpoint_links(names: &[String], connections: &[Connection]) -> Vec<Endpo
             link: connection.client.link(),
         })
         .collect()
-}
-
-/// The resolved configuration for the result metadata, with where credentials came from.
-pub fn config_json<T: Serialize>(config: &T, credentials: &CredentialInfo) -> serde_json::Value {
-    let mut value = serde_json::to_value(config).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert(
-            "credentials".into(),
-            serde_json::to_value(credentials).unwrap_or_default(),
-        );
-    }
-    value
 }

@@ -831,3 +831,36 @@ fn load_requests_are_driven_in_exec_only() {
         found.join("\n")
     );
 }
+
+/// The settings a load run is given reach `summary.json` and `meta.json` only through the
+/// results' own `config` blocks (`results::config`): the setting types themselves are not
+/// serialized, so renaming one of their fields cannot change a file unnoticed.
+#[test]
+fn run_settings_reach_the_files_only_through_their_config_blocks() {
+    let settings = [
+        ("replay::config", "ReplayConfig"),
+        ("session::connect", "RegistryConfig"),
+        ("commands::push", "PushConfig"),
+        ("commands::pull", "PullConfig"),
+        ("exec::options", "Mode"),
+        ("exec::options", "Phase"),
+    ];
+    let files = library_files();
+    for (module, name) in settings {
+        let (_, code) = files
+            .iter()
+            .find(|(m, _)| m.join("::") == module)
+            .unwrap_or_else(|| panic!("{module} is not a module of the library"));
+        let at = code
+            .find(&format!("pub struct {name} "))
+            .or_else(|| code.find(&format!("pub enum {name} ")))
+            .unwrap_or_else(|| panic!("{name} is not declared in {module}"));
+        // The attributes of the declaration: from the end of the item before it.
+        let before = &code[..at];
+        let start = before.rfind(['}', ';']).map_or(0, |i| i + 1);
+        assert!(
+            !before[start..].contains("Serialize"),
+            "{module}::{name} is serialized itself; the files take its `config` block (results::config)"
+        );
+    }
+}

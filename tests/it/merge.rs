@@ -133,7 +133,9 @@ async fn write_dir(
             trace: None,
             warnings: Vec::new(),
             checks: None,
-            config: serde_json::json!({"plan": {"shard": {"index": shard, "count": count}}, "seed": 9}),
+            config: creb::results::config::RunConfig::Read(
+                serde_json::json!({"plan": {"shard": {"index": shard, "count": count}}, "seed": 9}),
+            ),
         },
         &aggregator,
     );

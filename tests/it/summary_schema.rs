@@ -27,6 +27,18 @@ fn assert_valid(instance: &serde_json::Value) {
     );
 }
 
+/// meta.json's `config` is summary.json's (one block, written twice).
+fn assert_same_config(dir: &std::path::Path) {
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["config"],
+        summary_json(dir)["config"],
+        "{}",
+        dir.display()
+    );
+}
+
 #[tokio::test]
 async fn push_and_pull_summaries_match_the_schema() {
     let registry = Registry::start();
@@ -55,6 +67,7 @@ async fn push_and_pull_summaries_match_the_schema() {
     assert_eq!(status, ExitStatus::Success);
     let push = summary_json(&push_dir);
     assert_valid(&push);
+    assert_same_config(&push_dir);
     // distribution says its API version on every answer: each operation under one value.
     let split = &push["split_by_header"];
     assert_eq!(split["header"], "docker-distribution-api-version");
@@ -92,6 +105,7 @@ async fn push_and_pull_summaries_match_the_schema() {
     assert_eq!(status, ExitStatus::Failed);
     let pull = summary_json(&pull_dir);
     assert_valid(&pull);
+    assert_same_config(&pull_dir);
     assert!(
         pull["operations"]["manifest_get"]["latency_ms"].is_null(),
         "no success, no latency"
@@ -141,6 +155,9 @@ async fn replay_summaries_match_the_schema() {
     assert!(!run["by_client"].as_array().unwrap().is_empty(), "{run}");
     assert!(run["attribution"]["tracked"].as_u64().unwrap() > 0);
     assert_valid(&summary_json(&out.join("prewarm")));
+    assert_same_config(&out);
+    assert_eq!(run["config"]["mode"], "delay");
+    assert_eq!(run["config"]["phase"], "all");
 }
 
 #[test]
@@ -155,14 +172,44 @@ fn the_schema_rejects_broken_summaries() {
         "throughput": {"requests_per_s": 0.0, "bytes_per_s": 0.0}, "operations": {}, "sessions": {},
         "errors": {}, "events": {}, "warnings": [],
         "histograms": {"unit": "us", "lowest_discernible": 1, "highest_trackable": 3600000000u64, "significant_digits": 3},
-        "config": {}
+        "config": {
+            "registry": {
+                "base": "http://127.0.0.1:1/",
+                "transport": {
+                    "client": "hyper", "insecure": false, "user_agent": "creb-rs/0.1.0",
+                    "connect_timeout": {"secs": 5, "nanos": 0}, "request_timeout": {"secs": 60, "nanos": 0},
+                    "body_idle_timeout": {"secs": 30, "nanos": 0}, "request_deadline": {"secs": 600, "nanos": 0},
+                    "pool_max_idle_per_host": 64, "read_buffer_max": 0
+                },
+                "retry": {"on": [], "max_retries": 0, "backoff": {"secs": 0, "nanos": 100000000}, "max_backoff": {"secs": 30, "nanos": 0}}
+            },
+            "credentials": {"source": "anonymous", "username": null},
+            "repo": "a/b", "tag": "latest", "images": 1, "layers": 1, "layer_size": 1024, "mount_from": null,
+            "manifest_format": "oci", "seed": 1, "upload": {"mode": "monolithic"}, "hash": "first",
+            "attach": 0, "concurrency": 1
+        }
     });
-    assert!(validator.is_valid(&good));
+    assert!(
+        validator.is_valid(&good),
+        "{:?}",
+        validator.validate(&good).err()
+    );
     for (pointer, value) in [
         ("/model", serde_json::json!("half-open")),
         ("/schema_version", serde_json::json!(2)),
         ("/errors", serde_json::json!({"weird kind": 1})),
         ("/operations", serde_json::json!({"blob_fetch": {}})),
+        // The configuration block is the contract too: its keys, and their values' kinds.
+        ("/config/hash", serde_json::json!("later")),
+        (
+            "/config/registry/transport/connect_timeout",
+            serde_json::json!(5),
+        ),
+        (
+            "/config/credentials",
+            serde_json::json!({"source": "x", "password": "p"}),
+        ),
+        ("/config", serde_json::json!({})),
     ] {
         let mut bad = good.clone();
         *bad.pointer_mut(pointer).unwrap() = value;
@@ -171,4 +218,12 @@ fn the_schema_rejects_broken_summaries() {
     let mut missing = good.clone();
     missing.as_object_mut().unwrap().remove("totals");
     assert!(!validator.is_valid(&missing));
+    let mut renamed = good.clone();
+    let config = renamed["config"].as_object_mut().unwrap();
+    let seed = config.remove("seed").unwrap();
+    config.insert("content_seed".into(), seed);
+    assert!(
+        !validator.is_valid(&renamed),
+        "a renamed config key is rejected"
+    );
 }
