@@ -745,6 +745,14 @@ fn serve_connection(mut stream: TcpStream, root: &Path, seen: &Mutex<Vec<SeenReq
 pub async fn creb(args: &[&str]) -> creb::ExitStatus {
     let mut full = vec!["creb-rs"];
     full.extend_from_slice(args);
+    // In-process, the environment is the test process's: a replay names no digest cache of
+    // its own, so it would take the user's (`~/.cache/creb-rs`), share it with other tests
+    // and push the user's entries out. Tests of the default cache run the binary
+    // (`run_bin`, with a cache directory of their own).
+    let replays = matches!(args.first(), Some(&("replay" | "capacity")));
+    if replays && !args.iter().any(|a| a.contains("digest-cache")) {
+        full.push("--no-digest-cache");
+    }
     let cli = <creb::Cli as clap::Parser>::try_parse_from(full).expect("valid arguments");
     creb::run(cli).await
 }
