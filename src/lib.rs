@@ -8,7 +8,7 @@
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `outfile`, `content`, `shutdown`, `progress` |
 //! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
-//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `replay`, `capacity`, `runner` |
+//! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `synthetic`, `replay`, `capacity`, `runner` |
 //! | commands | `commands` |
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
@@ -40,6 +40,7 @@ pub mod route;
 pub mod runner;
 pub mod session;
 mod shutdown;
+pub mod synthetic;
 pub mod trace;
 mod units;
 

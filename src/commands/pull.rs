@@ -1,36 +1,26 @@
 //! `creb-rs pull`: fetch manifests, then every blob they reference, read to the end and
 //! verified against its digest (unless `--verify none`). This file holds the flags, their
-//! validation into [`PullConfig`] and the wiring; [`crate::exec::pull`] drives the pull.
+//! validation into [`PullConfig`] and the wiring; the pull itself is
+//! [`crate::synthetic::pull`].
 //!
 //! Distributed pull (`--from`): manifests come from the first `--registry`, each blob from
 //! the endpoint the `--route` rule names (by layer position, seed-free random, or digest on
 //! the ring). `summary.json` then has per-endpoint numbers.
 
 use std::num::NonZeroUsize;
-use std::time::SystemTime;
 
 use clap::Args;
-use tokio::time::Instant;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
-use crate::auth::credentials::CredentialInfo;
-use crate::client::{ClientOptions, Verify};
-use crate::exec::bounded::{Bounds, JobEnv};
-use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
-use crate::metrics::live::RunInfoLabels;
-use crate::metrics::{Aggregator, ErrorLog, Recorder};
+use crate::exec::pull::PullTargets;
 use crate::oci::{Reference, Repository};
-use crate::progress::Progress;
-use crate::results::config::{PullBlock, PullTargetsBlock, RunConfig};
-use crate::results::summary::EndpointSummary;
-use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
-use crate::route::{RouteKind, RouteOptions, Router};
-use crate::session::connect::{endpoint_links, preflight, Connection, RegistryConfig};
+use crate::session::connect::RegistryConfig;
 use crate::session::status::ExitStatus;
-use crate::session::{Finished, Session};
+use crate::session::Session;
 use crate::shutdown::Shutdown;
+use crate::synthetic::pull::{self, PullConfig};
 
 /// `pull --help` ends with these.
 pub const EXAMPLES: &str = "\
@@ -127,46 +117,6 @@ pub struct PullArgs {
     pub runtime: RuntimeArgs,
 }
 
-/// Validated settings of a pull.
-#[derive(Debug, Clone)]
-pub struct PullConfig {
-    pub registry: RegistryConfig,
-    pub repo: Repository,
-    pub targets: PullTargets,
-    pub concurrency: usize,
-    pub verify: Verify,
-    /// List and fetch each image's referrers (`--referrers`).
-    pub referrers: bool,
-    /// Several endpoints: how blobs are spread over them.
-    pub route: Option<RouteKind>,
-}
-
-impl PullConfig {
-    /// What the pull fetches, as the results record it.
-    fn targets_block(&self) -> PullTargetsBlock {
-        match &self.targets {
-            PullTargets::References(refs) => PullTargetsBlock::References(refs.clone()),
-            PullTargets::AllTags { page_size } => PullTargetsBlock::AllTags {
-                page_size: *page_size,
-            },
-        }
-    }
-
-    /// The results' `config` block of this pull, its credentials from `credentials`.
-    fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
-        RunConfig::Pull(Box::new(PullBlock {
-            registry: self.registry.block(),
-            credentials: credentials.clone(),
-            repo: self.repo.clone(),
-            targets: self.targets_block(),
-            concurrency: self.concurrency,
-            verify: self.verify,
-            referrers: self.referrers,
-            route: self.route,
-        }))
-    }
-}
-
 impl TryFrom<&PullArgs> for PullConfig {
     type Error = anyhow::Error;
 
@@ -219,197 +169,9 @@ pub async fn run(args: PullArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
         1
     };
     super::limits::prepare(cfg.concurrency, endpoints, "--concurrency", quiet)?;
-    let labels = RunInfoLabels::new("pull", "pull", None, 0, 1);
     let names = cfg.registry.endpoint_names();
-    let session = Session::open(&(&args.output).into(), labels, &names, 0).await?;
+    let session = Session::open(&(&args.output).into(), pull::labels(), &names, 0).await?;
     let watch = session.watch_registry().await?;
     args.stop.arm(&shutdown);
-    let started_at = SystemTime::now();
-    let start = Instant::now();
-    let endpoints = if cfg.route.is_some() { names.len() } else { 1 };
-    let (recorder, aggregator) = session.output.start_over(start, started_at, endpoints)?;
-    let connections = connect(&cfg, &recorder, &shutdown).await?;
-    let errors = ErrorLog::default();
-
-    let mut fatal: Option<String> = None;
-    for (connection, name) in connections.iter().zip(&names) {
-        if let Err(message) = preflight(connection, name, &shutdown).await {
-            fatal = Some(message);
-            break;
-        }
-    }
-    let sources = Sources {
-        clients: connections.iter().map(|c| c.client.clone()).collect(),
-        router: Router::new(
-            &names,
-            RouteOptions {
-                kind: cfg.route.unwrap_or_default(),
-                ..RouteOptions::default()
-            },
-        ),
-    };
-    let work = PullWork {
-        repo: cfg.repo.clone(),
-        referrers: cfg.referrers,
-    };
-    let listed = match fatal {
-        None => {
-            shutdown
-                .race(references(&sources, &cfg.repo, &cfg.targets))
-                .await
-        }
-        Some(_) => None,
-    };
-    if let Some(listed) = listed {
-        match listed {
-            Err(message) => fatal = Some(message),
-            Ok(references) => {
-                let progress = Progress::new(references.len() as u64);
-                let line = session.progress_line("pull", "images", &progress);
-                let bounds = Bounds {
-                    concurrency: cfg.concurrency,
-                    grace: args.stop.grace,
-                };
-                let env = JobEnv {
-                    shutdown: &shutdown,
-                    errors: &errors,
-                    progress: &progress,
-                };
-                pull_images(&sources, &work, references, bounds, env).await;
-                line.finish();
-            }
-        }
-    }
-    // What a stop cut off (a download in flight past the grace, the tag listing, the first
-    // GET /v2/) is a failure like any other.
-    for client in &sources.clients {
-        client.record_cut_off().await;
-    }
-    let duration = start.elapsed();
-    drop(sources);
-    let aggregator = aggregator.finish().await;
-    let ran = Ran {
-        aggregator,
-        started_at,
-        duration,
-        interrupted: shutdown.interrupted(),
-        limited: shutdown.by_limit(),
-    };
-    let run = summarize(&cfg, &names, &connections, ran, session.output.interval);
-    session.finish(run, watch, fatal, &errors).await
-}
-
-/// One connection per endpoint when blobs are routed over several, else one.
-async fn connect(
-    cfg: &PullConfig,
-    recorder: &Recorder,
-    stop: &Shutdown,
-) -> anyhow::Result<Vec<Connection>> {
-    let options = ClientOptions::verifying(cfg.verify);
-    if cfg.route.is_none() {
-        let connection = cfg
-            .registry
-            .connect(recorder.clone(), options, cfg.concurrency, stop)
-            .await?;
-        return Ok(vec![connection]);
-    }
-    let mut connections = Vec::with_capacity(cfg.registry.endpoints.len());
-    for i in 0..cfg.registry.endpoints.len() {
-        let connection = cfg
-            .registry
-            .for_endpoint(i)
-            .connect(
-                recorder.for_endpoint(i),
-                options.clone(),
-                cfg.concurrency,
-                stop,
-            )
-            .await?;
-        connections.push(connection);
-    }
-    Ok(connections)
-}
-
-/// What a pull measured, before it is summarized.
-struct Ran {
-    aggregator: Aggregator,
-    started_at: SystemTime,
-    duration: std::time::Duration,
-    interrupted: bool,
-    /// `--max-run-time` ended it.
-    limited: bool,
-}
-
-/// The pull's summary (per endpoint too, when blobs were routed over several) and metadata.
-fn summarize(
-    cfg: &PullConfig,
-    names: &[String],
-    connections: &[Connection],
-    ran: Ran,
-    interval: std::time::Duration,
-) -> Finished {
-    let Ran {
-        aggregator,
-        started_at,
-        duration,
-        interrupted,
-        limited,
-    } = ran;
-    let mut warnings = Vec::new();
-    if limited {
-        warnings.push(Warning {
-            kind: "max_run_time".into(),
-            message: "ended at --max-run-time; the images not started were not pulled".into(),
-        });
-    }
-    let mut summary = Summary::build(
-        RunInfo {
-            command: "pull".into(),
-            mode: "pull".into(),
-            model: "closed".into(),
-            concurrency: cfg.concurrency as u64,
-            registry: names.join(","),
-            seed: 0,
-            shard: Shard { index: 0, count: 1 },
-            started_at,
-            duration,
-            interrupted,
-            trace: None,
-            checks: None,
-            warnings,
-            config: cfg.config_block(&connections[0].credentials),
-        },
-        &aggregator,
-    );
-    if cfg.route.is_some() {
-        summary.endpoints = Some(EndpointSummary::of_each(
-            names,
-            &aggregator,
-            duration,
-            Vec::new(),
-        ));
-    }
-    let mut meta = Meta::new(
-        &summary,
-        MetaInput {
-            config: summary.config.clone(),
-            dataset: serde_json::json!({
-                "command": "pull",
-                "repo": cfg.repo,
-                "targets": cfg.targets_block(),
-                "verify": cfg.verify,
-            }),
-            anchor: started_at,
-            start_at: None,
-            actual_start: started_at,
-            start_skew_ms: None,
-            interval,
-        },
-    );
-    meta.endpoints = endpoint_links(names, connections);
-    Finished {
-        summary,
-        aggregator,
-        meta,
-    }
+    pull::run(&cfg, session, watch, args.stop.grace, &shutdown).await
 }

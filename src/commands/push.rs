@@ -1,31 +1,23 @@
 //! `creb-rs push`: generate images of unique layers and push them. This file holds the
-//! flags, their validation into [`PushConfig`] and the wiring: the images are planned by
-//! [`crate::plan::image`] and pushed by [`crate::exec::push`].
+//! flags, their validation into [`PushConfig`] and the wiring: the push itself is
+//! [`crate::synthetic::push`].
 
 use std::num::NonZeroUsize;
-use std::time::SystemTime;
 
 use clap::Args;
-use tokio::time::Instant;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
 use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
-use crate::auth::credentials::CredentialInfo;
-use crate::client::{ClientOptions, UploadMode};
+use crate::client::UploadMode;
 use crate::content::DEFAULT_SEED;
-use crate::exec::bounded::{Bounds, JobEnv};
-use crate::exec::push::{push_images, HashWhen, PushWork};
-use crate::metrics::live::RunInfoLabels;
-use crate::metrics::{ErrorLog, Event};
+use crate::exec::push::{HashWhen, PushWork};
 use crate::oci::{Repository, Tag};
 use crate::plan::image::ImageSpec;
-use crate::progress::Progress;
-use crate::results::config::{PushBlock, RunConfig};
-use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
-use crate::session::connect::{endpoint_links, preflight, RegistryConfig};
+use crate::session::connect::RegistryConfig;
 use crate::session::status::ExitStatus;
-use crate::session::{Finished, Session};
+use crate::session::Session;
 use crate::shutdown::Shutdown;
+use crate::synthetic::push::{self, PushConfig};
 use crate::units::ByteSize;
 
 /// `push --help` ends with these.
@@ -147,36 +139,6 @@ pub enum HashArg {
 }
 
 /// Validated settings of a push.
-#[derive(Debug, Clone)]
-pub struct PushConfig {
-    pub registry: RegistryConfig,
-    pub work: PushWork,
-    pub concurrency: usize,
-}
-
-impl PushConfig {
-    /// The results' `config` block of this push, its credentials from `credentials`.
-    fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
-        let images = &self.work.images;
-        RunConfig::Push(Box::new(PushBlock {
-            registry: self.registry.block(),
-            credentials: credentials.clone(),
-            repo: images.repo.clone(),
-            tag: images.tag.clone(),
-            images: images.images,
-            layers: images.layers,
-            layer_size: images.layer_size,
-            mount_from: images.mount_from.clone(),
-            manifest_format: images.manifest_format,
-            seed: images.seed,
-            upload: self.work.upload,
-            hash: self.work.hash.name(),
-            attach: self.work.attach,
-            concurrency: self.concurrency,
-        }))
-    }
-}
-
 impl TryFrom<&PushArgs> for PushConfig {
     type Error = anyhow::Error;
 
@@ -235,129 +197,11 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let cfg = PushConfig::try_from(&args)?;
     let quiet = args.output.quiet || args.output.json;
     super::limits::prepare(cfg.concurrency, 1, "--concurrency", quiet)?;
-    let images = &cfg.work.images;
-    let labels = RunInfoLabels::new("push", "push", Some(images.seed), 0, 1);
-    let session = Session::open(
-        &(&args.output).into(),
-        labels,
-        &cfg.registry.endpoint_names(),
-        0,
-    )
-    .await?;
+    let names = cfg.registry.endpoint_names();
+    let session = Session::open(&(&args.output).into(), push::labels(&cfg), &names, 0).await?;
     let watch = session.watch_registry().await?;
     args.stop.arm(&shutdown);
-    let started_at = SystemTime::now();
-    let start = Instant::now();
-    let (recorder, aggregator) = session.output.start(start, started_at)?;
-    let options = ClientOptions {
-        push_scopes: true,
-        ..ClientOptions::default()
-    };
-    let connection = cfg
-        .registry
-        .connect(recorder, options, cfg.concurrency, &shutdown)
-        .await?;
-    let errors = ErrorLog::default();
-
-    let preflight = preflight(&connection, &cfg.registry.display(), &shutdown).await;
-    let client = connection.client.clone();
-    if preflight.is_ok() {
-        let progress = Progress::new(images.images);
-        let line = session.progress_line("push", "images", &progress);
-        let bounds = Bounds {
-            concurrency: cfg.concurrency,
-            grace: args.stop.grace,
-        };
-        let env = JobEnv {
-            shutdown: &shutdown,
-            errors: &errors,
-            progress: &progress,
-        };
-        push_images(&client, &cfg.work, bounds, env).await;
-        line.finish();
-    }
-    // What a stop cut off (an upload in flight past the grace, the first GET /v2/) is a
-    // failure like any other.
-    client.record_cut_off().await;
-    let duration = start.elapsed();
-    drop(client);
-    let links = endpoint_links(&[cfg.registry.display()], std::slice::from_ref(&connection));
-    let aggregator = aggregator.finish().await;
-
-    let mut warnings = Vec::new();
-    let existed = aggregator.events[Event::BlobExists.index()];
-    if existed > 0 {
-        warnings.push(Warning {
-            kind: "blobs_existed".into(),
-            message: format!(
-                "{existed} blobs were already in the registry and were not uploaded; use another --seed for fresh content"
-            ),
-        });
-    }
-    if shutdown.by_limit() {
-        warnings.push(Warning {
-            kind: "max_run_time".into(),
-            message: "ended at --max-run-time; the images not started were not pushed".into(),
-        });
-    }
-    let summary = Summary::build(
-        RunInfo {
-            command: "push".into(),
-            mode: "push".into(),
-            model: "closed".into(),
-            concurrency: cfg.concurrency as u64,
-            registry: cfg.registry.display(),
-            seed: images.seed,
-            shard: Shard { index: 0, count: 1 },
-            started_at,
-            duration,
-            interrupted: shutdown.interrupted(),
-            trace: None,
-            checks: None,
-            warnings,
-            config: cfg.config_block(&connection.credentials),
-        },
-        &aggregator,
-    );
-    let mut meta = Meta::new(
-        &summary,
-        MetaInput {
-            config: summary.config.clone(),
-            dataset: dataset_json(&cfg.work),
-            anchor: started_at,
-            start_at: None,
-            actual_start: started_at,
-            start_skew_ms: None,
-            interval: session.output.interval,
-        },
-    );
-    meta.endpoints = links;
-    let run = Finished {
-        summary,
-        aggregator,
-        meta,
-    };
-    session.finish(run, watch, preflight.err(), &errors).await
-}
-
-/// What a push generated, for meta.json (the identity of its dataset).
-fn dataset_json(work: &PushWork) -> serde_json::Value {
-    let images = &work.images;
-    let mut d = serde_json::json!({
-        "command": "push",
-        "repo": images.repo,
-        "tag": images.tag,
-        "images": images.images,
-        "layers": images.layers,
-        "layer_size": images.layer_size,
-        "mount_from": images.mount_from,
-        "manifest_format": images.manifest_format,
-        "seed": images.seed,
-    });
-    if work.attach > 0 {
-        d["attach"] = work.attach.into();
-    }
-    d
+    push::run(&cfg, session, watch, args.stop.grace, &shutdown).await
 }
 
 #[cfg(test)]

@@ -840,8 +840,8 @@ fn run_settings_reach_the_files_only_through_their_config_blocks() {
     let settings = [
         ("replay::config", "ReplayConfig"),
         ("session::connect", "RegistryConfig"),
-        ("commands::push", "PushConfig"),
-        ("commands::pull", "PullConfig"),
+        ("synthetic::push", "PushConfig"),
+        ("synthetic::pull", "PullConfig"),
         ("exec::options", "Mode"),
         ("exec::options", "Phase"),
     ];
