@@ -113,6 +113,33 @@ fn number(v: &Value, digits: usize) -> String {
         .map_or_else(|| "–".to_owned(), |x| format!("{x:.digits$}"))
 }
 
+/// Every step: its speed, what it offered and achieved, its outcome and why.
+fn steps_table(out: &mut String, c: &Value) {
+    out.push_str(
+        "<section id=\"steps\"><h2>Steps</h2><table><thead><tr><th>step</th><th>speed</th>\
+         <th>offered/s</th><th>achieved/s</th><th class=\"l\">outcome</th><th class=\"l\">why</th>\
+         </tr></thead><tbody>",
+    );
+    for s in c["steps"].as_array().into_iter().flatten() {
+        let outcome = s["outcome"].as_str().unwrap_or("");
+        let class = if outcome == "sustained" {
+            ""
+        } else {
+            " class=\"failed\""
+        };
+        let _ = write!(
+            out,
+            "<tr{class}><td>{}</td><td>{}×</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l msg\">{}</td></tr>",
+            s["index"],
+            number(&s["speed"], 3),
+            number(&s["offered_rps"], 1),
+            number(&s["achieved_rps"], 1),
+            escape(outcome),
+            escape(s["why"].as_str().unwrap_or(""))
+        );
+    }
+}
+
 /// The page of the capacity result in `dir`.
 pub fn render(dir: &Path) -> anyhow::Result<String> {
     let path = dir.join(CAPACITY_JSON);
@@ -193,29 +220,7 @@ pub fn render(dir: &Path) -> anyhow::Result<String> {
             "<section id=\"{id}\"><h2>{title}</h2><figure>{svg}<figcaption>{caption}</figcaption></figure></section>"
         );
     }
-    out.push_str(
-        "<section id=\"steps\"><h2>Steps</h2><table><thead><tr><th>step</th><th>speed</th>\
-         <th>offered/s</th><th>achieved/s</th><th class=\"l\">outcome</th><th class=\"l\">why</th>\
-         </tr></thead><tbody>",
-    );
-    for s in c["steps"].as_array().into_iter().flatten() {
-        let outcome = s["outcome"].as_str().unwrap_or("");
-        let class = if outcome == "sustained" {
-            ""
-        } else {
-            " class=\"failed\""
-        };
-        let _ = write!(
-            out,
-            "<tr{class}><td>{}</td><td>{}×</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l msg\">{}</td></tr>",
-            s["index"],
-            number(&s["speed"], 3),
-            number(&s["offered_rps"], 1),
-            number(&s["achieved_rps"], 1),
-            escape(outcome),
-            escape(s["why"].as_str().unwrap_or(""))
-        );
-    }
+    steps_table(&mut out, &c);
     out.push_str("</tbody></table></section></main>");
     page::end(&mut out, &format!("from {}", dir.display()));
     Ok(out)

@@ -503,73 +503,7 @@ impl ExperimentFile {
             let span = spanned.span();
             let r = spanned.get_ref();
             let key_at = |key: &str, message: String| at(key_offset(text, &span, key), message);
-            if !valid_name(&r.name) {
-                return Err(key_at(
-                    "name",
-                    format!("registry name '{}' must be letters, digits, '-', '_' or '.' (it names directories)", r.name),
-                ));
-            }
-            if !names.insert(r.name.clone()) {
-                return Err(key_at(
-                    "name",
-                    format!("registry name '{}' is used twice", r.name),
-                ));
-            }
-            if let Some(p) = &r.password {
-                return Err(at(
-                    key_offset(text, &span, "password"),
-                    format!(
-                        "registry '{}': a password is not accepted in the file{}; name an environment variable with password_env or a command with password_cmd",
-                        r.name,
-                        if p.get_ref().is_empty() { "" } else { " (remove it, and change it if the file was shared)" }
-                    ),
-                ));
-            }
-            if r.password_env.is_some() && r.password_cmd.is_some() {
-                return Err(key_at(
-                    "password_cmd",
-                    format!(
-                        "registry '{}': password_env and password_cmd exclude each other",
-                        r.name
-                    ),
-                ));
-            }
-            if let Some(var) = &r.password_env {
-                if !valid_env_name(var) {
-                    return Err(key_at(
-                        "password_env",
-                        format!("registry '{}': password_env takes the name of an environment variable, not '{var}'", r.name),
-                    ));
-                }
-            }
-            if (r.password_env.is_some() || r.password_cmd.is_some()) && r.username.is_none() {
-                return Err(key_at(
-                    if r.password_env.is_some() {
-                        "password_env"
-                    } else {
-                        "password_cmd"
-                    },
-                    format!("registry '{}': a password needs a username", r.name),
-                ));
-            }
-            if r.username.is_some() && r.password_env.is_none() && r.password_cmd.is_none() {
-                return Err(key_at(
-                    "username",
-                    format!(
-                        "registry '{}': username needs password_env or password_cmd",
-                        r.name
-                    ),
-                ));
-            }
-            if r.anonymous && (r.username.is_some() || r.docker_config.is_some()) {
-                return Err(key_at(
-                    "anonymous",
-                    format!(
-                        "registry '{}': anonymous excludes username and docker_config",
-                        r.name
-                    ),
-                ));
-            }
+            check_registry(r, &mut names, &key_at)?;
             let mut r = r.clone();
             r.docker_config = r.docker_config.map(|p| base_dir.join(p));
             r.ca_cert = Paths(r.ca_cert.0.iter().map(|p| base_dir.join(p)).collect());
@@ -582,94 +516,8 @@ impl ExperimentFile {
             let span = spanned.span();
             let e = spanned.get_ref();
             let key_at = |key: &str, message: String| at(key_offset(text, &span, key), message);
-            if !valid_name(&e.name) {
-                return Err(key_at(
-                    "name",
-                    format!("experiment name '{}' must be letters, digits, '-', '_' or '.' (it names directories)", e.name),
-                ));
-            }
-            if !names.insert(e.name.clone()) {
-                return Err(key_at(
-                    "name",
-                    format!("experiment name '{}' is used twice", e.name),
-                ));
-            }
-            for key in e.keys_set() {
-                let kinds = KEYS
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .map_or(&[][..], |(_, kinds)| *kinds);
-                if !kinds.contains(&e.kind) {
-                    let takes: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
-                    return Err(key_at(
-                        key,
-                        format!(
-                            "experiment '{}': '{key}' is a {} option, not one of kind = \"{}\"",
-                            e.name,
-                            takes.join("/"),
-                            e.kind.name()
-                        ),
-                    ));
-                }
-            }
-            if e.repeat == Some(0) {
-                return Err(key_at(
-                    "repeat",
-                    format!("experiment '{}': repeat must be at least 1", e.name),
-                ));
-            }
-            let required: &[(&str, bool)] = match e.kind {
-                Kind::Replay => &[("traces", e.traces.as_ref().is_some_and(|t| !t.0.is_empty()))],
-                Kind::Push => &[
-                    ("layers", e.layers.is_some()),
-                    ("layer_size", e.layer_size.is_some()),
-                ],
-                Kind::Pull => &[("repo", e.repo.is_some())],
-                Kind::Capacity => &[
-                    ("traces", e.traces.as_ref().is_some_and(|t| !t.0.is_empty())),
-                    ("slo", !e.slo.is_empty()),
-                ],
-            };
-            for (key, present) in required {
-                if !present {
-                    return Err(at(
-                        span.start,
-                        format!(
-                            "experiment '{}': kind = \"{}\" needs '{key}'",
-                            e.name,
-                            e.kind.name()
-                        ),
-                    ));
-                }
-            }
-            let regs = match &e.registries {
-                None => (0..registries.len()).collect(),
-                Some(list) => {
-                    let mut out = Vec::new();
-                    for name in list {
-                        match registries.iter().position(|r| &r.name == name) {
-                            Some(i) if !out.contains(&i) => out.push(i),
-                            Some(_) => {}
-                            None => {
-                                return Err(key_at(
-                                    "registries",
-                                    format!(
-                                        "experiment '{}': no [[registry]] is named '{name}'",
-                                        e.name
-                                    ),
-                                ))
-                            }
-                        }
-                    }
-                    if out.is_empty() {
-                        return Err(key_at(
-                            "registries",
-                            format!("experiment '{}': registries is empty", e.name),
-                        ));
-                    }
-                    out
-                }
-            };
+            let regs =
+                check_experiment(e, &mut names, &registries, &key_at, &|m| at(span.start, m))?;
             let mut e = e.clone();
             e.traces = e
                 .traces
@@ -689,6 +537,178 @@ impl ExperimentFile {
             experiments,
         })
     }
+}
+
+/// A registry table's own rules: a name that can name a directory, used once; credentials
+/// only by reference (never a password in the file), each with its counterpart.
+fn check_registry(
+    r: &RegistrySpec,
+    names: &mut BTreeSet<String>,
+    key_at: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if !valid_name(&r.name) {
+        return Err(key_at(
+            "name",
+            format!("registry name '{}' must be letters, digits, '-', '_' or '.' (it names directories)", r.name),
+        ));
+    }
+    if !names.insert(r.name.clone()) {
+        return Err(key_at(
+            "name",
+            format!("registry name '{}' is used twice", r.name),
+        ));
+    }
+    if let Some(p) = &r.password {
+        return Err(key_at(
+            "password",
+            format!(
+                "registry '{}': a password is not accepted in the file{}; name an environment variable with password_env or a command with password_cmd",
+                r.name,
+                if p.get_ref().is_empty() { "" } else { " (remove it, and change it if the file was shared)" }
+            ),
+        ));
+    }
+    if r.password_env.is_some() && r.password_cmd.is_some() {
+        return Err(key_at(
+            "password_cmd",
+            format!(
+                "registry '{}': password_env and password_cmd exclude each other",
+                r.name
+            ),
+        ));
+    }
+    if let Some(var) = &r.password_env {
+        if !valid_env_name(var) {
+            return Err(key_at(
+                "password_env",
+                format!("registry '{}': password_env takes the name of an environment variable, not '{var}'", r.name),
+            ));
+        }
+    }
+    if (r.password_env.is_some() || r.password_cmd.is_some()) && r.username.is_none() {
+        return Err(key_at(
+            if r.password_env.is_some() {
+                "password_env"
+            } else {
+                "password_cmd"
+            },
+            format!("registry '{}': a password needs a username", r.name),
+        ));
+    }
+    if r.username.is_some() && r.password_env.is_none() && r.password_cmd.is_none() {
+        return Err(key_at(
+            "username",
+            format!(
+                "registry '{}': username needs password_env or password_cmd",
+                r.name
+            ),
+        ));
+    }
+    if r.anonymous && (r.username.is_some() || r.docker_config.is_some()) {
+        return Err(key_at(
+            "anonymous",
+            format!(
+                "registry '{}': anonymous excludes username and docker_config",
+                r.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An experiment table's own rules: a name that can name a directory, used once; only the
+/// keys of its kind, and the ones its kind needs; registries that exist. The registries it
+/// runs on, by index.
+fn check_experiment(
+    e: &ExperimentSpec,
+    names: &mut BTreeSet<String>,
+    registries: &[RegistrySpec],
+    key_at: &dyn Fn(&str, String) -> ConfigError,
+    table_at: &dyn Fn(String) -> ConfigError,
+) -> Result<Vec<usize>, ConfigError> {
+    if !valid_name(&e.name) {
+        return Err(key_at(
+            "name",
+            format!("experiment name '{}' must be letters, digits, '-', '_' or '.' (it names directories)", e.name),
+        ));
+    }
+    if !names.insert(e.name.clone()) {
+        return Err(key_at(
+            "name",
+            format!("experiment name '{}' is used twice", e.name),
+        ));
+    }
+    for key in e.keys_set() {
+        let kinds = KEYS
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(&[][..], |(_, kinds)| *kinds);
+        if !kinds.contains(&e.kind) {
+            let takes: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+            return Err(key_at(
+                key,
+                format!(
+                    "experiment '{}': '{key}' is a {} option, not one of kind = \"{}\"",
+                    e.name,
+                    takes.join("/"),
+                    e.kind.name()
+                ),
+            ));
+        }
+    }
+    if e.repeat == Some(0) {
+        return Err(key_at(
+            "repeat",
+            format!("experiment '{}': repeat must be at least 1", e.name),
+        ));
+    }
+    let required: &[(&str, bool)] = match e.kind {
+        Kind::Replay => &[("traces", e.traces.as_ref().is_some_and(|t| !t.0.is_empty()))],
+        Kind::Push => &[
+            ("layers", e.layers.is_some()),
+            ("layer_size", e.layer_size.is_some()),
+        ],
+        Kind::Pull => &[("repo", e.repo.is_some())],
+        Kind::Capacity => &[
+            ("traces", e.traces.as_ref().is_some_and(|t| !t.0.is_empty())),
+            ("slo", !e.slo.is_empty()),
+        ],
+    };
+    for (key, present) in required {
+        if !present {
+            return Err(table_at(format!(
+                "experiment '{}': kind = \"{}\" needs '{key}'",
+                e.name,
+                e.kind.name()
+            )));
+        }
+    }
+    let regs = match &e.registries {
+        None => (0..registries.len()).collect(),
+        Some(list) => {
+            let mut out = Vec::new();
+            for name in list {
+                match registries.iter().position(|r| &r.name == name) {
+                    Some(i) if !out.contains(&i) => out.push(i),
+                    Some(_) => {}
+                    None => {
+                        return Err(key_at(
+                            "registries",
+                            format!("experiment '{}': no [[registry]] is named '{name}'", e.name),
+                        ))
+                    }
+                }
+            }
+            if out.is_empty() {
+                return Err(key_at(
+                    "registries",
+                    format!("experiment '{}': registries is empty", e.name),
+                ));
+            }
+            out
+        }
+    };
+    Ok(regs)
 }
 
 #[cfg(test)]

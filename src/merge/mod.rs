@@ -639,14 +639,9 @@ pub fn merge(
     merge_into(dirs, out, partial, false)
 }
 
-/// [`merge`]; an earlier result in `out` is replaced (never one being merged), and with
-/// `force` files of a result's names that creb-rs did not write too.
-pub fn merge_into(
-    dirs: &[PathBuf],
-    out: &Path,
-    partial: bool,
-    force: bool,
-) -> anyhow::Result<(Summary, Vec<HostInfo>)> {
+/// The results in `dirs`, read; none of them may be `out` (or its prewarm), which the merge
+/// replaces.
+fn load_all(dirs: &[PathBuf], out: &Path) -> anyhow::Result<Vec<ResultSet>> {
     if dirs.is_empty() {
         bail!("nothing to merge");
     }
@@ -661,10 +656,34 @@ pub fn merge_into(
             d.display()
         );
     }
-    let sets: Vec<ResultSet> = dirs
-        .iter()
+    dirs.iter()
         .map(|d| load(d).with_context(|| format!("cannot merge {}", d.display())))
-        .collect::<anyhow::Result<_>>()?;
+        .collect()
+}
+
+/// Every host's warnings, each said with its host.
+fn host_warnings(sets: &[ResultSet]) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    for s in sets {
+        for w in &s.summary.warnings {
+            warnings.push(Warning {
+                kind: w.kind.clone(),
+                message: format!("{}: {}", s.meta.host, w.message),
+            });
+        }
+    }
+    warnings
+}
+
+/// [`merge`]; an earlier result in `out` is replaced (never one being merged), and with
+/// `force` files of a result's names that creb-rs did not write too.
+pub fn merge_into(
+    dirs: &[PathBuf],
+    out: &Path,
+    partial: bool,
+    force: bool,
+) -> anyhow::Result<(Summary, Vec<HostInfo>)> {
+    let sets = load_all(dirs, out)?;
     let count = check_compatible(&sets, partial)?;
     let interval = Duration::from_secs_f64(sets[0].meta.interval_s.max(1e-3));
 
@@ -680,15 +699,6 @@ pub fn merge_into(
         hosts.extend(hosts_of(s)?);
     }
     hosts.sort_by_key(|h| h.shard.index);
-    let mut warnings: Vec<Warning> = Vec::new();
-    for s in &sets {
-        for w in &s.summary.warnings {
-            warnings.push(Warning {
-                kind: w.kind.clone(),
-                message: format!("{}: {}", s.meta.host, w.message),
-            });
-        }
-    }
     let first = &sets[0];
     let duration = sets
         .iter()
@@ -713,7 +723,7 @@ pub fn merge_into(
             duration: Duration::from_secs_f64(duration),
             interrupted: sets.iter().any(|s| s.summary.interrupted),
             trace: merge_trace(&sets),
-            warnings,
+            warnings: host_warnings(&sets),
             checks: None,
             config: crate::results::config::RunConfig::Read(first.summary.config.clone()),
         },

@@ -284,87 +284,9 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
         .collect();
     names.sort();
     names.dedup();
-    let get = |set: &ResultSet, name: &str| -> Option<OpSummary> {
-        set.summary
-            .operations
-            .get(name)
-            .or_else(|| set.summary.sessions.get(name))
-            .cloned()
-    };
-    // A run without the operation has none of it (count, errors and rate 0) but no
-    // latency: `absent` is what it contributes, if anything.
-    let side = |sets: &[ResultSet],
-                name: &str,
-                f: &dyn Fn(&OpSummary) -> Option<f64>,
-                absent: Option<f64>| {
-        let values: Vec<f64> = sets
-            .iter()
-            .filter_map(|s| get(s, name).as_ref().map_or(absent, f))
-            .collect();
-        Spread::of(&values)
-    };
-    let single = a.len() == 1 && b.len() == 1;
-    // Every run's value of one figure, for the test.
-    let values = |sets: &[ResultSet], name: &str, f: &dyn Fn(&OpSummary) -> Option<f64>| {
-        sets.iter()
-            .filter_map(|s| get(s, name).as_ref().and_then(f))
-            .collect::<Vec<f64>>()
-    };
     let operations = names
         .into_iter()
-        .map(|name| {
-            let p50 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p50);
-            let p99 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p99);
-            let rps = |s: &OpSummary| Some(s.requests_per_s);
-            let count = |s: &OpSummary| Some(s.count as f64);
-            let errors = |s: &OpSummary| Some(s.errors as f64);
-            let both = |f: &dyn Fn(&OpSummary) -> Option<f64>, absent: Option<f64>| {
-                (side(a, name, f, absent), side(b, name, f, absent))
-            };
-            let median = |s: Option<Spread>| s.map(|s| s.median);
-            let whole = |s: Option<Spread>| s.map_or(0, |s| s.median.round() as u64);
-            let (p99a, p99b) = both(&p99, None);
-            let (rpsa, rpsb) = both(&rps, Some(0.0));
-            let (p50a, p50b) = both(&p50, None);
-            let (ca, cb) = both(&count, Some(0.0));
-            let (ea, eb) = both(&errors, Some(0.0));
-            let p99_test = tested(&values(a, name, &p99), &values(b, name, &p99));
-            let rps_test = tested(&values(a, name, &rps), &values(b, name, &rps));
-            let own = |sets: &[ResultSet]| {
-                get(&sets[0], name).and_then(|o| o.latency_ms.and_then(|l| l.p99_ci))
-            };
-            let intervals = if single {
-                (own(a), own(b))
-            } else {
-                (None, None)
-            };
-            let disjoint = intervals
-                .0
-                .zip(intervals.1)
-                .map(|(x, y)| x[1] < y[0] || y[1] < x[0]);
-            OpComparison {
-                op: name.clone(),
-                count: (whole(ca), whole(cb)),
-                errors: (whole(ea), whole(eb)),
-                p50_ms: (median(p50a), median(p50b)),
-                p99_ms: (median(p99a), median(p99b)),
-                requests_per_s: (median(rpsa).unwrap_or(0.0), median(rpsb).unwrap_or(0.0)),
-                p99_delta: median(p99a)
-                    .zip(median(p99b))
-                    .and_then(|(a, b)| delta(a, b)),
-                rps_delta: delta(median(rpsa).unwrap_or(0.0), median(rpsb).unwrap_or(0.0)),
-                p99_spread: (p99a, p99b),
-                rps_spread: (rpsa, rpsb),
-                p99_within_noise: p99_test.within_noise,
-                rps_within_noise: rps_test.within_noise,
-                p99_ratio_ci: p99_test.ratio_ci,
-                p99_p_value: p99_test.p_value,
-                rps_ratio_ci: rps_test.ratio_ci,
-                rps_p_value: rps_test.p_value,
-                p99_intervals: intervals,
-                p99_intervals_disjoint: disjoint,
-            }
-        })
+        .map(|name| compare_op(a, b, name))
         .collect();
     let dirs = |sets: &[ResultSet]| {
         sets.iter()
@@ -384,6 +306,93 @@ pub fn compare_runs(a: &[ResultSet], b: &[ResultSet], force: bool) -> anyhow::Re
         operations,
         hit_ratios: hit_ratios(a, b),
     })
+}
+
+/// One operation (or session) of a run, if it has it.
+fn figures(set: &ResultSet, name: &str) -> Option<OpSummary> {
+    set.summary
+        .operations
+        .get(name)
+        .or_else(|| set.summary.sessions.get(name))
+        .cloned()
+}
+
+/// A figure over a side's runs. A run without the operation has none of it (count, errors
+/// and rate 0) but no latency: `absent` is what it contributes, if anything.
+fn spread(
+    sets: &[ResultSet],
+    name: &str,
+    f: &dyn Fn(&OpSummary) -> Option<f64>,
+    absent: Option<f64>,
+) -> Option<Spread> {
+    let values: Vec<f64> = sets
+        .iter()
+        .filter_map(|s| figures(s, name).as_ref().map_or(absent, f))
+        .collect();
+    Spread::of(&values)
+}
+
+/// Every run's value of one figure, for the test.
+fn values(sets: &[ResultSet], name: &str, f: &dyn Fn(&OpSummary) -> Option<f64>) -> Vec<f64> {
+    sets.iter()
+        .filter_map(|s| figures(s, name).as_ref().and_then(f))
+        .collect()
+}
+
+/// Operation `name` of side `a` against side `b`.
+fn compare_op(a: &[ResultSet], b: &[ResultSet], name: &str) -> OpComparison {
+    let p50 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p50);
+    let p99 = |s: &OpSummary| s.latency_ms.and_then(|l| l.p99);
+    let rps = |s: &OpSummary| Some(s.requests_per_s);
+    let count = |s: &OpSummary| Some(s.count as f64);
+    let errors = |s: &OpSummary| Some(s.errors as f64);
+    let both = |f: &dyn Fn(&OpSummary) -> Option<f64>, absent: Option<f64>| {
+        (spread(a, name, f, absent), spread(b, name, f, absent))
+    };
+    let median = |s: Option<Spread>| s.map(|s| s.median);
+    let whole = |s: Option<Spread>| s.map_or(0, |s| s.median.round() as u64);
+    let (p99a, p99b) = both(&p99, None);
+    let (rpsa, rpsb) = both(&rps, Some(0.0));
+    let (p50a, p50b) = both(&p50, None);
+    let (ca, cb) = both(&count, Some(0.0));
+    let (ea, eb) = both(&errors, Some(0.0));
+    let p99_test = tested(&values(a, name, &p99), &values(b, name, &p99));
+    let rps_test = tested(&values(a, name, &rps), &values(b, name, &rps));
+    // One run a side: each run's own interval of its p99, from its intervals.
+    let own = |sets: &[ResultSet]| {
+        figures(&sets[0], name).and_then(|o| o.latency_ms.and_then(|l| l.p99_ci))
+    };
+    let intervals = if a.len() == 1 && b.len() == 1 {
+        (own(a), own(b))
+    } else {
+        (None, None)
+    };
+    let disjoint = intervals
+        .0
+        .zip(intervals.1)
+        .map(|(x, y)| x[1] < y[0] || y[1] < x[0]);
+    OpComparison {
+        op: name.to_owned(),
+        count: (whole(ca), whole(cb)),
+        errors: (whole(ea), whole(eb)),
+        p50_ms: (median(p50a), median(p50b)),
+        p99_ms: (median(p99a), median(p99b)),
+        requests_per_s: (median(rpsa).unwrap_or(0.0), median(rpsb).unwrap_or(0.0)),
+        p99_delta: median(p99a)
+            .zip(median(p99b))
+            .and_then(|(a, b)| delta(a, b)),
+        rps_delta: delta(median(rpsa).unwrap_or(0.0), median(rpsb).unwrap_or(0.0)),
+        p99_spread: (p99a, p99b),
+        rps_spread: (rpsa, rpsb),
+        p99_within_noise: p99_test.within_noise,
+        rps_within_noise: rps_test.within_noise,
+        p99_ratio_ci: p99_test.ratio_ci,
+        p99_p_value: p99_test.p_value,
+        rps_ratio_ci: rps_test.ratio_ci,
+        rps_p_value: rps_test.p_value,
+        p99_intervals: intervals,
+        p99_intervals_disjoint: disjoint,
+    }
 }
 
 fn show(v: Option<f64>) -> String {
@@ -458,6 +467,17 @@ pub fn render(c: &Comparison) -> String {
             pct(o.rps_delta, o.rps_within_noise)
         );
     }
+    hit_ratio_text(c, &mut out);
+    if repeated {
+        noise_text(c, &mut out);
+    } else {
+        single_run_text(c, &mut out);
+    }
+    out
+}
+
+/// What a cache in front answered on each side, when the runs split by a cache header.
+fn hit_ratio_text(c: &Comparison, out: &mut String) {
     if !c.hit_ratios.is_empty() {
         let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0));
         let _ = writeln!(
@@ -475,73 +495,77 @@ pub fn render(c: &Comparison) -> String {
             );
         }
     }
-    if repeated {
+}
+
+/// Several runs a side: their spread, and what is noise.
+fn noise_text(c: &Comparison, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n{:<16} {:>25} {:>25} {:>21} {:>21}",
+        "spread (min–max)", "p99 ms A", "p99 ms B", "req/s A", "req/s B"
+    );
+    for o in &c.operations {
         let _ = writeln!(
             out,
-            "\n{:<16} {:>25} {:>25} {:>21} {:>21}",
-            "spread (min–max)", "p99 ms A", "p99 ms B", "req/s A", "req/s B"
-        );
-        for o in &c.operations {
-            let _ = writeln!(
-                out,
-                "{:<16} {:>25} {:>25} {:>21} {:>21}",
-                o.op,
-                range(o.p99_spread.0),
-                range(o.p99_spread.1),
-                range(o.rps_spread.0),
-                range(o.rps_spread.1)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n{:<16} {:>23} {:>9} {:>23} {:>9}",
-            "B vs A (95%)", "p99 change", "p", "req/s change", "p"
-        );
-        for o in &c.operations {
-            let p = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
-            let _ = writeln!(
-                out,
-                "{:<16} {:>23} {:>9} {:>23} {:>9}",
-                o.op,
-                ratio_range(o.p99_ratio_ci),
-                p(o.p99_p_value),
-                ratio_range(o.rps_ratio_ci),
-                p(o.rps_p_value)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n* marks a real difference, ~ one within the run-to-run noise: Welch's t-test on the \
-             logarithms of the runs' figures, {:.0}% false alarms when runs vary log-normally \
-             (docs/results.md).",
-            ALPHA * 100.0
-        );
-    } else {
-        let disjoint: Vec<&str> = c
-            .operations
-            .iter()
-            .filter(|o| o.p99_intervals_disjoint == Some(true))
-            .map(|o| o.op.as_str())
-            .collect();
-        if !disjoint.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nThe runs' own 95% p99 intervals are disjoint for {}: a difference beyond \
-                 each run's sampling, though run-to-run noise is unknown.",
-                disjoint.join(", ")
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\nA has {} run{}, B has {}: telling noise needs at least 2 a side. Repeat each \
-             (creb-rs run --repeat N, or N runs by hand) and compare A1,A2,… B1,B2,… for \
-             medians, spread and what is noise.",
-            c.runs.0,
-            if c.runs.0 == 1 { "" } else { "s" },
-            c.runs.1
+            "{:<16} {:>25} {:>25} {:>21} {:>21}",
+            o.op,
+            range(o.p99_spread.0),
+            range(o.p99_spread.1),
+            range(o.rps_spread.0),
+            range(o.rps_spread.1)
         );
     }
-    out
+    let _ = writeln!(
+        out,
+        "\n{:<16} {:>23} {:>9} {:>23} {:>9}",
+        "B vs A (95%)", "p99 change", "p", "req/s change", "p"
+    );
+    for o in &c.operations {
+        let p = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
+        let _ = writeln!(
+            out,
+            "{:<16} {:>23} {:>9} {:>23} {:>9}",
+            o.op,
+            ratio_range(o.p99_ratio_ci),
+            p(o.p99_p_value),
+            ratio_range(o.rps_ratio_ci),
+            p(o.rps_p_value)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n* marks a real difference, ~ one within the run-to-run noise: Welch's t-test on the \
+         logarithms of the runs' figures, {:.0}% false alarms when runs vary log-normally \
+         (docs/results.md).",
+        ALPHA * 100.0
+    );
+}
+
+/// One run a side: what its own intervals say, and how to tell noise.
+fn single_run_text(c: &Comparison, out: &mut String) {
+    let disjoint: Vec<&str> = c
+        .operations
+        .iter()
+        .filter(|o| o.p99_intervals_disjoint == Some(true))
+        .map(|o| o.op.as_str())
+        .collect();
+    if !disjoint.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nThe runs' own 95% p99 intervals are disjoint for {}: a difference beyond \
+             each run's sampling, though run-to-run noise is unknown.",
+            disjoint.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nA has {} run{}, B has {}: telling noise needs at least 2 a side. Repeat each \
+         (creb-rs run --repeat N, or N runs by hand) and compare A1,A2,… B1,B2,… for \
+         medians, spread and what is noise.",
+        c.runs.0,
+        if c.runs.0 == 1 { "" } else { "s" },
+        c.runs.1
+    );
 }
 
 #[cfg(test)]

@@ -220,6 +220,17 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
         row(&mut out, name, s);
     }
     intervals(&mut out, summary);
+    schedule_lines(&mut out, summary);
+    endpoint_lines(&mut out, summary);
+    split_lines(&mut out, summary);
+    attribution_lines(&mut out, "repository", &summary.by_repository);
+    attribution_lines(&mut out, "client", &summary.by_client);
+    closing_lines(&mut out, summary);
+    out
+}
+
+/// Delay mode: each operation's service time and schedule lag.
+fn schedule_lines(out: &mut String, summary: &Summary) {
     let delay: Vec<_> = summary
         .operations
         .iter()
@@ -247,6 +258,10 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             );
         }
     }
+}
+
+/// Several endpoints: each one's share, errors, busiest operation and states.
+fn endpoint_lines(out: &mut String, summary: &Summary) {
     if let Some(endpoints) = &summary.endpoints {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -281,9 +296,10 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             );
         }
     }
-    split_lines(&mut out, summary);
-    attribution_lines(&mut out, "repository", &summary.by_repository);
-    attribution_lines(&mut out, "client", &summary.by_client);
+}
+
+/// The errors and events by kind, the warnings and the thresholds' verdicts.
+fn closing_lines(out: &mut String, summary: &Summary) {
     if !summary.errors.is_empty() {
         let _ = writeln!(out);
         let parts: Vec<String> = summary
@@ -317,7 +333,6 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
             t.expression
         );
     }
-    out
 }
 
 /// `--split-by-header`: a line per operation and header value, with its share of the

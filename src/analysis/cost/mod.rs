@@ -320,13 +320,18 @@ fn gb(v: f64) -> String {
     }
 }
 
-/// The human breakdown.
+/// The human breakdown: what the prices and the workload are, then the month's bill.
 pub fn text(e: &Estimate) -> String {
+    let mut s = String::new();
+    basis_text(e, &mut s);
+    bill_text(e, &mut s);
+    s
+}
+
+/// The prices' provenance, the workload measured and the month it is projected to.
+fn basis_text(e: &Estimate, s: &mut String) {
     use std::fmt::Write;
     let p = &e.provider;
-    let m = &e.monthly;
-    let c = &p.currency;
-    let mut s = String::new();
     let _ = writeln!(s, "cost: {} ({}), region {}", p.name, p.key, p.region);
     let _ = writeln!(
         s,
@@ -367,8 +372,14 @@ pub fn text(e: &Estimate) -> String {
         e.monthly_usage.write_requests,
         gb(e.projection.ingress_gb_per_month),
     );
+}
+
+/// The month's bill, line by line, and the total.
+fn bill_text(e: &Estimate, s: &mut String) {
+    use std::fmt::Write;
+    let m = &e.monthly;
     let _ = writeln!(s);
-    let _ = writeln!(s, "{:<44} {:>14}", "per month", c);
+    let _ = writeln!(s, "{:<44} {:>14}", "per month", e.provider.currency);
     let _ = writeln!(
         s,
         "{:<44} {:>14}",
@@ -426,7 +437,6 @@ pub fn text(e: &Estimate) -> String {
             money(e.total)
         );
     }
-    s
 }
 
 #[cfg(test)]

@@ -718,7 +718,34 @@ pub fn render_text(s: &TraceStats) -> String {
             String::new()
         },
     );
+    requests_text(s, &mut out);
+    sizes_text(s, &mut out);
+    rate_text(s, &mut out);
+    popularity_text(s, &mut out);
+    let ss = &s.sessions;
+    let _ = writeln!(
+        out,
+        "\nManifest GET -> layer GET (same client and repository within {}s)",
+        ss.window_s
+    );
+    let _ = writeln!(
+        out,
+        "  {} manifest GETs: {} followed by a layer GET, {} not followed ({}){}",
+        grouped(ss.manifest_gets),
+        grouped(ss.followed),
+        grouped(ss.not_followed),
+        pct(ss.not_followed_share),
+        if ss.unattributed > 0 {
+            format!("; {} without a client", grouped(ss.unattributed))
+        } else {
+            String::new()
+        }
+    );
+    out
+}
 
+/// The requests by method, kind and status, and the image operations they make.
+fn requests_text(s: &TraceStats, out: &mut String) {
     out.push_str("\nRequests\n");
     out.push_str(&table(
         &["method", "count", "share"],
@@ -770,7 +797,10 @@ pub fn render_text(s: &TraceStats) -> String {
         vec!["HEAD share of requests".into(), pct(o.head_share)],
     ];
     out.push_str(&table(&["", ""], &ops_rows));
+}
 
+/// The sizes of successful requests, by method and kind.
+fn sizes_text(s: &TraceStats, out: &mut String) {
     out.push_str("\nSizes of successful requests\n");
     let mut size_rows = Vec::new();
     for (method, kinds) in &s.sizes {
@@ -798,7 +828,10 @@ pub fn render_text(s: &TraceStats) -> String {
         ],
         &size_rows,
     ));
+}
 
+/// The rate, the clients active and the gaps between requests, per minute.
+fn rate_text(s: &TraceStats, out: &mut String) {
     out.push_str("\nRate, concurrency and inter-arrival (per UTC minute)\n");
     let qrow = |label: &str, q: &Quantiles| {
         vec![
@@ -827,7 +860,10 @@ pub fn render_text(s: &TraceStats) -> String {
         pct(Some(s.rate_per_minute.share_minutes_at_least_100)),
         grouped(s.rate_per_minute.quantiles.count)
     );
+}
 
+/// What the most requested layers, manifests, repositories and clients take.
+fn popularity_text(s: &TraceStats, out: &mut String) {
     out.push_str("\nPopularity\n");
     let p = &s.popularity;
     for (what, unit, r) in [
@@ -858,27 +894,6 @@ pub fn render_text(s: &TraceStats) -> String {
             .collect();
         out.push_str(&table(&["", "", "", ""], &rows));
     }
-
-    let ss = &s.sessions;
-    let _ = writeln!(
-        out,
-        "\nManifest GET -> layer GET (same client and repository within {}s)",
-        ss.window_s
-    );
-    let _ = writeln!(
-        out,
-        "  {} manifest GETs: {} followed by a layer GET, {} not followed ({}){}",
-        grouped(ss.manifest_gets),
-        grouped(ss.followed),
-        grouped(ss.not_followed),
-        pct(ss.not_followed_share),
-        if ss.unattributed > 0 {
-            format!("; {} without a client", grouped(ss.unattributed))
-        } else {
-            String::new()
-        }
-    );
-    out
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use super::table::{bytes, fact, mib, ops_table, opt_ms, td};
 use crate::metrics::Level;
 use crate::report::chart::escape;
 use crate::report::ms;
-use crate::results::ResultSet;
+use crate::results::store::HostInfo;
+use crate::results::summary::Checks;
+use crate::results::{ResultSet, TraceCounts};
 
 pub(super) fn header_section(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
@@ -131,8 +133,35 @@ pub(super) fn thresholds_section(out: &mut String, set: &ResultSet) {
 
 pub(super) fn run_section(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
-    let m = &set.meta;
     out.push_str("<section id=\"run\"><h2>Run</h2><dl class=\"facts\">");
+    run_facts(out, set);
+    out.push_str("</dl>");
+    hosts_table(out, &set.meta.hosts);
+    if let Some(tr) = &s.trace {
+        trace_accounting(out, tr);
+    }
+    if let Some(line) = crate::report::steady_line(s) {
+        let class = if s.steady_state.as_ref().and_then(|st| st.steady) == Some(false) {
+            "bad"
+        } else {
+            "muted"
+        };
+        let _ = write!(
+            out,
+            "<h3>Steady state</h3><p class=\"{class}\">{}</p>",
+            escape(&line)
+        );
+    }
+    if let Some(c) = &s.checks {
+        self_checks(out, c);
+    }
+    out.push_str("</section>");
+}
+
+/// What the run was: command, registry, how it was reached, when, its totals.
+fn run_facts(out: &mut String, set: &ResultSet) {
+    let s = &set.summary;
+    let m = &set.meta;
     fact(out, "command", &s.command);
     fact(out, "mode (model)", &s.model_label());
     fact(out, "registry", &s.registry);
@@ -216,11 +245,13 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
             mib(s.throughput.bytes_per_s)
         ),
     );
-    out.push_str("</dl>");
+}
 
-    if !m.hosts.is_empty() {
+/// A merged result's hosts, one row each.
+fn hosts_table(out: &mut String, hosts: &[HostInfo]) {
+    if !hosts.is_empty() {
         out.push_str("<h3>Hosts (merged result)</h3><div class=\"scroll\"><table><thead><tr><th>host</th><th>shard</th><th>actual start</th><th>start skew</th><th>operations</th><th>errors</th><th>p99</th><th>directory</th></tr></thead><tbody>");
-        for h in &m.hosts {
+        for h in hosts {
             let _ = write!(out, "<tr><td class=\"name\">{}</td>", escape(&h.host));
             td(out, format!("{}/{}", h.shard.index, h.shard.count));
             td(out, &h.actual_start);
@@ -240,91 +271,79 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
         }
         out.push_str("</tbody></table></div>");
     }
+}
 
-    if let Some(tr) = &s.trace {
-        let skipped: u64 = tr.skipped.values().sum();
-        let balanced = tr.records == tr.replayed + tr.folded + skipped;
-        out.push_str("<h3>Trace accounting</h3><table><thead><tr><th>records</th><th>replayed</th><th>folded</th><th>skipped</th>");
-        for reason in tr.skipped.keys() {
-            let _ = write!(out, "<th>skipped: {}</th>", escape(reason));
-        }
-        out.push_str("</tr></thead><tbody><tr>");
-        let _ = write!(out, "<td style=\"text-align:right\">{}</td>", tr.records);
-        td(out, tr.replayed);
-        td(out, tr.folded);
-        td(out, skipped);
-        for n in tr.skipped.values() {
-            td(out, n);
-        }
-        let _ = write!(
-            out,
-            "</tr></tbody></table><p class=\"muted\">records = replayed + folded + skipped: {}. Folded records were carried out inside another operation (a PATCH or closing PUT of an upload replayed as one session).</p>",
-            if balanced {
-                "balanced".to_owned()
-            } else {
-                format!(
-                    "<span class=\"bad\">does not add up ({} ≠ {})</span>",
-                    tr.records,
-                    tr.replayed + tr.folded + skipped
-                )
-            }
-        );
+/// Every trace record accounted for: replayed, folded or skipped (and why).
+fn trace_accounting(out: &mut String, tr: &TraceCounts) {
+    let skipped: u64 = tr.skipped.values().sum();
+    let balanced = tr.records == tr.replayed + tr.folded + skipped;
+    out.push_str("<h3>Trace accounting</h3><table><thead><tr><th>records</th><th>replayed</th><th>folded</th><th>skipped</th>");
+    for reason in tr.skipped.keys() {
+        let _ = write!(out, "<th>skipped: {}</th>", escape(reason));
     }
-
-    if let Some(line) = crate::report::steady_line(s) {
-        let class = if s.steady_state.as_ref().and_then(|st| st.steady) == Some(false) {
-            "bad"
+    out.push_str("</tr></thead><tbody><tr>");
+    let _ = write!(out, "<td style=\"text-align:right\">{}</td>", tr.records);
+    td(out, tr.replayed);
+    td(out, tr.folded);
+    td(out, skipped);
+    for n in tr.skipped.values() {
+        td(out, n);
+    }
+    let _ = write!(
+        out,
+        "</tr></tbody></table><p class=\"muted\">records = replayed + folded + skipped: {}. Folded records were carried out inside another operation (a PATCH or closing PUT of an upload replayed as one session).</p>",
+        if balanced {
+            "balanced".to_owned()
         } else {
-            "muted"
-        };
-        let _ = write!(
-            out,
-            "<h3>Steady state</h3><p class=\"{class}\">{}</p>",
-            escape(&line)
-        );
-    }
+            format!(
+                "<span class=\"bad\">does not add up ({} ≠ {})</span>",
+                tr.records,
+                tr.replayed + tr.folded + skipped
+            )
+        }
+    );
+}
 
-    if let Some(c) = &s.checks {
-        out.push_str("<h3>Self-checks</h3><dl class=\"facts\">");
-        if let Some(p) = &c.canary_wake_ms {
-            fact(
-                out,
-                "canary wake-up (10 ms sleep)",
-                &format!(
-                    "p50 {} · p99 {} · max {}",
-                    p.p50.map_or_else(|| "–".into(), ms),
-                    p.p99.map_or_else(|| "–".into(), ms),
-                    ms(p.max)
-                ),
-            );
-        }
-        match (c.cpu_seconds, c.cpu_share) {
-            (Some(sec), Some(share)) => fact(
-                out,
-                "generator CPU",
-                &format!("{sec:.2} s, {:.1}% of {} cores", share * 100.0, c.cores),
-            ),
-            _ => fact(
-                out,
-                "generator CPU",
-                &format!("not measured ({} cores)", c.cores),
-            ),
-        }
+/// How the generator kept up: its timer, CPU, in-flight cap and shared start.
+fn self_checks(out: &mut String, c: &Checks) {
+    out.push_str("<h3>Self-checks</h3><dl class=\"facts\">");
+    if let Some(p) = &c.canary_wake_ms {
         fact(
             out,
-            "in-flight cap binding",
-            &format!("{:.1}% of the run", c.cap_binding_share * 100.0),
+            "canary wake-up (10 ms sleep)",
+            &format!(
+                "p50 {} · p99 {} · max {}",
+                p.p50.map_or_else(|| "–".into(), ms),
+                p.p99.map_or_else(|| "–".into(), ms),
+                ms(p.max)
+            ),
         );
-        fact(out, "max in flight", &c.max_in_flight.to_string());
-        fact(out, "shared start", c.start_at.as_deref().unwrap_or("–"));
-        fact(
-            out,
-            "start skew",
-            &c.start_skew_ms.map_or_else(|| "–".into(), ms),
-        );
-        out.push_str("</dl>");
     }
-    out.push_str("</section>");
+    match (c.cpu_seconds, c.cpu_share) {
+        (Some(sec), Some(share)) => fact(
+            out,
+            "generator CPU",
+            &format!("{sec:.2} s, {:.1}% of {} cores", share * 100.0, c.cores),
+        ),
+        _ => fact(
+            out,
+            "generator CPU",
+            &format!("not measured ({} cores)", c.cores),
+        ),
+    }
+    fact(
+        out,
+        "in-flight cap binding",
+        &format!("{:.1}% of the run", c.cap_binding_share * 100.0),
+    );
+    fact(out, "max in flight", &c.max_in_flight.to_string());
+    fact(out, "shared start", c.start_at.as_deref().unwrap_or("–"));
+    fact(
+        out,
+        "start skew",
+        &c.start_skew_ms.map_or_else(|| "–".into(), ms),
+    );
+    out.push_str("</dl>");
 }
 
 pub(super) fn operations_section(out: &mut String, set: &ResultSet) {
