@@ -289,9 +289,10 @@ enum RoundEnd {
 }
 
 impl<D: CellDriver> Runner<'_, D> {
-    /// Runs the rounds of the schedule from `anchor` (the run's first start): with
-    /// `--every`, each round at its slot (slots that passed while a round ran are skipped
-    /// and said so), until `--rounds` or `--until`. Whether a stop interrupted them.
+    /// Runs the rounds of the schedule from `anchor` (the run's first start): with `every`,
+    /// each round at its slot (slots that passed while a round ran are skipped and said so),
+    /// until the schedule's rounds are done or `until` has passed. Whether a stop
+    /// interrupted them.
     async fn rounds(&mut self, anchor: SystemTime) -> anyhow::Result<bool> {
         let schedule = self.cp.schedule;
         // The round to start with: the last recorded one if it is not complete, else the next.
