@@ -153,7 +153,7 @@ impl Prewarm<'_> {
                         if let Err(e) = cache.append(&spec, &sum.0) {
                             self.env
                                 .errors
-                                .note(format!("--digest-cache: cannot add to it: {e}"));
+                                .note(format!("cannot add to the digest cache: {e}"));
                         }
                     }
                     (true, true)

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::ReplayConfig;
+use super::{CacheFile, ReplayConfig};
 use crate::content::digest_cache::{Appender, DigestCache};
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;
@@ -94,13 +94,9 @@ pub(super) async fn prepare(
     prep.read_s = read_s;
     prep.total_s = prepared.elapsed().as_secs_f64();
     if let Some(why) = &prep.digests.stale {
-        eprintln!(
-            "creb-rs: warning: --digest-cache {}: {why}; every digest was computed again",
-            cfg.digest_cache
-                .as_deref()
-                .unwrap_or(Path::new(""))
-                .display()
-        );
+        if let Some(cache) = &cfg.digest_cache {
+            eprintln!("creb-rs: warning: {cache}: {why}; every digest was computed again");
+        }
     }
     if !quiet {
         let d = &prep.digests;
@@ -192,28 +188,27 @@ async fn read_catalog(
     .context("the trace reader stopped unexpectedly")?
 }
 
-/// The digests of the catalog's content on every core, on blocking threads: from
-/// `--digest-cache` when it has them, the cache written back when it grew. `None` when a
-/// stop ended the hashing.
+/// The digests of the catalog's content on every core, on blocking threads: from the
+/// digest cache when it has them, the cache written back when it grew. `None` when a stop
+/// ended the hashing.
 async fn hash_catalog(
     mut catalog: Catalog,
-    cache_path: Option<PathBuf>,
+    cache_file: Option<CacheFile>,
     watch: Watch,
     up_front: UpFront,
 ) -> anyhow::Result<Option<(Catalog, Preparation)>> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let mut cache = cache_path.as_deref().map(DigestCache::load);
-        if let (Some(c), Some(path)) = (&cache, &cache_path) {
+        let mut cache = cache_file.as_ref().map(|f| DigestCache::load(&f.path));
+        if let (Some(c), Some(file)) = (&cache, &cache_file) {
             if let Some(why) = &c.set_aside {
-                tracing::warn!("--digest-cache {}: {why}; it is rewritten", path.display());
+                tracing::warn!("{file}: {why}; it is rewritten");
             }
             if c.cut > 0 {
                 eprintln!(
-                    "creb-rs: warning: --digest-cache {}: its last {} bytes are not a whole \
-                     entry (a writer stopped mid-entry, or another program wrote there); they \
-                     are ignored",
-                    path.display(),
+                    "creb-rs: warning: {file}: its last {} bytes are not a whole entry (a \
+                     writer stopped mid-entry, or another program wrote there); they are \
+                     ignored",
                     c.cut
                 );
             }
@@ -225,13 +220,10 @@ async fn hash_catalog(
         }
         let digest_s = started.elapsed().as_secs_f64();
         let mut written = false;
-        if let (Some(c), Some(path)) = (&cache, &cache_path) {
+        if let (Some(c), Some(file)) = (&cache, &cache_file) {
             match c.save() {
                 Ok(w) => written = w,
-                Err(e) => eprintln!(
-                    "creb-rs: warning: --digest-cache {}: cannot write it: {e}",
-                    path.display()
-                ),
+                Err(e) => eprintln!("creb-rs: warning: {file}: cannot write it: {e}"),
             }
         }
         let prep = Preparation {
@@ -239,7 +231,7 @@ async fn hash_catalog(
             read_s: 0.0,
             digest_s,
             digests,
-            digest_cache: cache_path,
+            digest_cache: cache_file.map(|f| f.path),
             digest_cache_written: written,
         };
         Some((catalog, prep))
@@ -274,7 +266,7 @@ pub(super) async fn learn_missing(
     if let Some(cache) = cache {
         for (_, spec, sha) in &found {
             if let Err(e) = cache.append(spec, sha) {
-                tracing::warn!("--digest-cache: cannot add to it: {e}");
+                tracing::warn!("cannot add to the digest cache: {e}");
                 break;
             }
         }

@@ -46,7 +46,7 @@ pub struct ReplayConfig {
     pub content: ContentOptions,
     /// Blob and upload sizes relative to the trace's (`--size-scale`, `--max-object-size`).
     pub sizes: SizeScale,
-    pub digest_cache: Option<PathBuf>,
+    pub digest_cache: Option<CacheFile>,
     pub check_space: Option<PathBuf>,
     pub max_lateness_ms: Option<u64>,
     pub grace_s: f64,
@@ -81,6 +81,26 @@ impl Window {
     pub fn past(&self, trace_ms: i64) -> bool {
         self.length
             .is_some_and(|l| trace_ms >= (self.from + l).as_millis() as i64)
+    }
+}
+
+/// The digest cache a replay uses: the file `--digest-cache` names, or the dataset's own
+/// (docs/replay.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheFile {
+    pub path: PathBuf,
+    /// `--digest-cache` named it; else it is the dataset's default cache.
+    pub named: bool,
+}
+
+/// How messages name the cache: by the flag only when the flag named it.
+impl std::fmt::Display for CacheFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.named {
+            write!(f, "--digest-cache {}", self.path.display())
+        } else {
+            write!(f, "the dataset's digest cache {}", self.path.display())
+        }
     }
 }
 
@@ -143,7 +163,7 @@ impl ReplayConfig {
         input: &crate::trace::TraceInput,
         output_dir: Option<&std::path::Path>,
     ) -> anyhow::Result<()> {
-        let Some(cache) = &self.digest_cache else {
+        let Some(CacheFile { path: cache, .. }) = &self.digest_cache else {
             return Ok(());
         };
         let flag = "--digest-cache";
@@ -180,5 +200,23 @@ impl ReplayConfig {
         } else {
             ""
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_flag_only_when_it_named_the_cache() {
+        let file = |named| CacheFile {
+            path: PathBuf::from("/c/x.digests"),
+            named,
+        };
+        assert_eq!(file(true).to_string(), "--digest-cache /c/x.digests");
+        assert_eq!(
+            file(false).to_string(),
+            "the dataset's digest cache /c/x.digests"
+        );
     }
 }

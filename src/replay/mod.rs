@@ -45,7 +45,7 @@ use crate::trace::TraceInput;
 use crate::units::ByteSize;
 
 pub use catalog::Preparation;
-pub use config::{ReplayConfig, RoutingConfig, Window};
+pub use config::{CacheFile, ReplayConfig, RoutingConfig, Window};
 use context::{connect, Context, Prepared, Unrun};
 
 /// Replays `input` as `cfg` says, its results going to `session`: the registry reached and

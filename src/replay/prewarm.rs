@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::catalog::learn_missing;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
+use super::CacheFile;
 use crate::client::RegistryClient;
 use crate::content::digest_cache::Appender;
 use crate::exec::bounded::{Bounds, JobEnv};
@@ -88,11 +89,11 @@ pub(super) async fn phase(
 /// its sample check missed. It is emptied (the next run computes every digest afresh) and
 /// the warning, also said on stderr, names it.
 fn stale_cache(
-    path: Option<&std::path::Path>,
+    cache: Option<&CacheFile>,
     preparation: &serde_json::Value,
     aggregator: &Aggregator,
 ) -> Option<Warning> {
-    let path = path?;
+    let cache = cache?;
     let cached = preparation["digests"]["cached"].as_u64().unwrap_or(0);
     let refused: u64 = [Op::UploadPut, Op::BlobUpload]
         .iter()
@@ -105,14 +106,13 @@ fn stale_cache(
     if cached == 0 || refused == 0 {
         return None;
     }
-    let emptied = match crate::content::digest_cache::mark_stale(path) {
+    let emptied = match crate::content::digest_cache::mark_stale(&cache.path) {
         Ok(()) => "it is emptied: the next run computes every digest afresh".to_string(),
         Err(e) => format!("it could not be emptied ({e}): remove it"),
     };
     let message = format!(
-        "--digest-cache {}: the registry refused {refused} upload(s) by their digest (400) \
-         after {cached} digests were taken from it: it holds wrong digests; {emptied}",
-        path.display()
+        "{cache}: the registry refused {refused} upload(s) by their digest (400) after \
+         {cached} digests were taken from it: it holds wrong digests; {emptied}"
     );
     eprintln!("creb-rs: error: {message}");
     Some(Warning {
@@ -147,7 +147,7 @@ async fn push_all(
     let cfg = context.cfg;
     let flags = &context.session.flags;
     let talk = !flags.quiet && !flags.json;
-    let cache = open_cache(cfg.digest_cache.as_deref());
+    let cache = open_cache(cfg.digest_cache.as_ref());
     // Blobs are most of the time a prewarm takes: the ETA follows their bytes.
     let progress =
         Progress::with_bytes(0, catalog.prewarm_bytes() * context.router.copies() as u64);
@@ -251,17 +251,17 @@ impl<'a> Stage<'a> {
 
 /// `--digest-cache`, opened to add the digests learned while sending (a warning, and none
 /// kept, when it cannot be).
-fn open_cache(path: Option<&std::path::Path>) -> Option<Appender> {
-    let path = path?;
-    let opened = Appender::open(path)
-        .map_err(|e| eprintln!("creb-rs: warning: --digest-cache {}: {e}; digests learned while sending are not kept", path.display()))
+fn open_cache(cache: Option<&CacheFile>) -> Option<Appender> {
+    let cache = cache?;
+    let opened = Appender::open(&cache.path)
+        .map_err(|e| {
+            eprintln!("creb-rs: warning: {cache}: {e}; digests learned while sending are not kept")
+        })
         .ok()?;
     if opened.cut > 0 {
         eprintln!(
-            "creb-rs: warning: --digest-cache {}: its last {} bytes were not a whole entry \
-             (a writer stopped mid-entry, or another program wrote there); cut off before \
-             appending",
-            path.display(),
+            "creb-rs: warning: {cache}: its last {} bytes were not a whole entry (a writer \
+             stopped mid-entry, or another program wrote there); cut off before appending",
             opened.cut
         );
     }
@@ -291,11 +291,7 @@ fn summarize(
             ),
         );
     }
-    let stale = stale_cache(
-        cfg.digest_cache.as_deref(),
-        context.preparation,
-        &aggregator,
-    );
+    let stale = stale_cache(cfg.digest_cache.as_ref(), context.preparation, &aggregator);
     warnings.extend(stale);
     let mut summary = Summary::build(
         RunInfo {

@@ -18,7 +18,7 @@ use crate::exec::Mode;
 use crate::oci::Repository;
 use crate::plan::catalog::{ContentOptions, SizeScale};
 use crate::plan::{PlanOptions, RepoMap, ShardBy, ShardSpec, UploadPolicy};
-use crate::replay::{ReplayConfig, RoutingConfig};
+use crate::replay::{CacheFile, ReplayConfig, RoutingConfig};
 use crate::route::RouteOptions;
 use crate::session::connect::RegistryConfig;
 use crate::trace::ReadOptions;
@@ -353,17 +353,23 @@ pub enum UploadChoice {
 
 /// `--digest-cache`, or the dataset's default cache (none with `--no-digest-cache`, or when
 /// no cache directory can be had).
-fn digest_cache(a: &ReplayArgs) -> Option<PathBuf> {
+fn digest_cache(a: &ReplayArgs) -> Option<CacheFile> {
     use crate::replay::default_cache;
     if a.digest_cache.is_some() || a.no_digest_cache {
-        return a.digest_cache.clone();
+        return a
+            .digest_cache
+            .clone()
+            .map(|path| CacheFile { path, named: true });
     }
     let dir = default_cache::directory(|name| std::env::var_os(name))?;
     // The files the trace's paths name (a directory: every file below it); a trace that
     // cannot be read gets no cache here, and its error from the replay.
     let input = crate::trace::TraceInput::resolve(&a.traces).ok()?;
     let file = default_cache::file_of(&dir, &input.files, a.seed)?;
-    default_cache::prepare(&file).then_some(file)
+    default_cache::prepare(&file).then_some(CacheFile {
+        path: file,
+        named: false,
+    })
 }
 
 /// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of
