@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use super::result::{write_result, CapacityResult, CAPACITY_JSON, STEPS_DIR};
+use super::result::{write_result, CapacityResult, StepRecord, CAPACITY_JSON, STEPS_DIR};
 use super::run::{judge, knee, result_of, Head, StepAt};
 use super::search::Outcome;
 use crate::replay::Window;
 use crate::results::store::{aggregator_of, load};
-use crate::results::thresholds::parse_all;
+use crate::results::thresholds::{parse_all, Threshold};
 
 /// Whether `dir` holds a capacity search or ladder (its `capacity.json`).
 pub fn is_capacity(dir: &Path) -> bool {
@@ -50,20 +50,13 @@ impl Host {
     }
 }
 
-/// Merges the ladders in `dirs` into `out`: `out/steps/NN/` each a merged result
-/// directory, `out/capacity.json` the merged ladder with its knee.
-pub fn merge_ladders(
-    dirs: &[PathBuf],
-    out: &Path,
-    partial: bool,
-    force: bool,
-) -> anyhow::Result<CapacityResult> {
-    let hosts: Vec<Host> = dirs
-        .iter()
-        .map(|d| Host::read(d))
-        .collect::<anyhow::Result<_>>()?;
-    let first = &hosts[0];
-    for h in &hosts {
+/// The hosts ran the same ladder (a ladder each, the same objectives, steps, warm-up,
+/// trace and speeds): how many steps every one of them ran.
+fn same_ladder(hosts: &[Host]) -> anyhow::Result<usize> {
+    let Some(first) = hosts.first() else {
+        bail!("nothing to merge");
+    };
+    for h in hosts {
         if h.json["kind"] != "ladder" {
             bail!(
                 "{} is a capacity search: each host chose its loads from its own steps, so \
@@ -86,7 +79,7 @@ pub fn merge_ladders(
     let speeds =
         |h: &Host| -> Vec<Value> { h.steps().iter().map(|s| s["speed"].clone()).collect() };
     let count = hosts.iter().map(|h| h.steps().len()).min().unwrap_or(0);
-    for h in &hosts {
+    for h in hosts {
         if speeds(h)[..count] != speeds(first)[..count] {
             bail!(
                 "{} and {} ran different ladders",
@@ -101,23 +94,28 @@ pub fn merge_ladders(
              which every host ran, are merged"
         );
     }
-    let objectives: Vec<String> = first.json["objectives"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o.as_str().map(str::to_owned))
-        .collect();
-    let thresholds = parse_all(&objectives).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: objective '{}': {}",
-            first.dir.display(),
-            e.text,
-            e.reason
-        )
-    })?;
-    let warmup_s = first.number("warmup_s");
-    let mut steps = Vec::new();
-    for index in 0..count {
+    Ok(count)
+}
+
+/// One step of the merged ladder.
+struct MergedStep {
+    index: usize,
+    warmup_s: f64,
+    partial: bool,
+    force: bool,
+}
+
+impl MergedStep {
+    /// Merges the hosts' results of this step into `out/steps/NN/` and judges the merged
+    /// step against `thresholds`.
+    fn judge(
+        &self,
+        hosts: &[Host],
+        out: &Path,
+        thresholds: &[Threshold],
+    ) -> anyhow::Result<StepRecord> {
+        let (index, warmup_s) = (self.index, self.warmup_s);
+        let first = &hosts[0];
         let name = format!("{index:02}");
         let parts: Vec<PathBuf> = hosts
             .iter()
@@ -126,7 +124,7 @@ pub fn merge_ladders(
         let merged_dir = out.join(STEPS_DIR).join(&name);
         std::fs::create_dir_all(&merged_dir)
             .with_context(|| format!("cannot create {}", merged_dir.display()))?;
-        let (summary, _) = crate::merge::merge_into(&parts, &merged_dir, partial, force)
+        let (summary, _) = crate::merge::merge_into(&parts, &merged_dir, self.partial, self.force)
             .with_context(|| format!("step {index}"))?;
         let set = load(&merged_dir)?;
         let aggregator = aggregator_of(&set.counters, &set.hlog)?;
@@ -153,7 +151,7 @@ pub fn merge_ladders(
                     .sum(),
             ),
         };
-        let mut record = judge(&thresholds, &summary, &aggregator.table, at);
+        let mut record = judge(thresholds, &summary, &aggregator.table, at);
         // Whether a host's generator kept up is that host's to say (a merged result has no
         // generator of its own).
         let held_back = hosts
@@ -164,7 +162,48 @@ pub fn merge_ladders(
             record.outcome = Outcome::GeneratorLimited;
             record.why = s["why"].as_str().map(str::to_owned);
         }
-        steps.push(record);
+        Ok(record)
+    }
+}
+
+/// Merges the ladders in `dirs` into `out`: `out/steps/NN/` each a merged result
+/// directory, `out/capacity.json` the merged ladder with its knee.
+pub fn merge_ladders(
+    dirs: &[PathBuf],
+    out: &Path,
+    partial: bool,
+    force: bool,
+) -> anyhow::Result<CapacityResult> {
+    let hosts: Vec<Host> = dirs
+        .iter()
+        .map(|d| Host::read(d))
+        .collect::<anyhow::Result<_>>()?;
+    let count = same_ladder(&hosts)?;
+    let first = &hosts[0];
+    let objectives: Vec<String> = first.json["objectives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect();
+    let thresholds = parse_all(&objectives).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: objective '{}': {}",
+            first.dir.display(),
+            e.text,
+            e.reason
+        )
+    })?;
+    let warmup_s = first.number("warmup_s");
+    let mut steps = Vec::new();
+    for index in 0..count {
+        let merged = MergedStep {
+            index,
+            warmup_s,
+            partial,
+            force,
+        };
+        steps.push(merged.judge(&hosts, out, &thresholds)?);
     }
     let (speed, at_least, ended) = knee(&steps);
     let head = Head {
