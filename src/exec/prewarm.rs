@@ -2,10 +2,11 @@
 //! `concurrency` in flight: first the content the run reads ([`Prewarm::contents`]: a blob
 //! whose digest is known is HEADed and uploaded when missing; one whose digest is not is
 //! uploaded at once, its digest computed from the bytes as they are sent and kept in
-//! [`Learned`], beside the catalog, and in the digest cache), then every other blob (configs), then every manifest
-//! (HEAD, PUT when the tag does not point at it already). Idempotent, so prewarming twice,
-//! or from several hosts, is harmless. Stops as every bounded driver does: nothing new
-//! starts, in-flight jobs get the grace period, the rest are recorded as cancelled.
+//! [`Learned`], beside the catalog, and in the digest cache), then every other blob
+//! (configs), then every manifest (HEAD, PUT when the tag does not point at it already).
+//! Idempotent, so prewarming twice, or from several hosts, is harmless. Stops as every
+//! bounded driver does: nothing new starts, in-flight jobs get the grace period, the rest
+//! are recorded as cancelled.
 
 use std::collections::HashMap;
 
@@ -74,7 +75,7 @@ pub struct Prewarm<'a> {
     pub format: ManifestFormat,
     pub bounds: Bounds,
     pub env: JobEnv<'a>,
-    /// `--digest-cache`: where digests learned while sending are added as they come.
+    /// The digest cache, where digests learned while sending are added as they come.
     pub cache: Option<&'a Appender>,
     /// Where digests learned while sending are kept until the stage ends.
     pub learned: &'a Learned,
