@@ -86,130 +86,159 @@ pub fn bar_chart(c: &BarChart) -> String {
         );
     }
     for (p, panel) in c.panels.iter().enumerate() {
-        let px0 = label_w + p as f64 * (panel_w + gap);
-        // Room for the value label after the longest bar.
-        let px1 = px0 + panel_w - 48.0;
-        let range_of = |i: usize| panel.ranges.get(i).copied().flatten();
-        let vals: Vec<f64> = panel
-            .values
-            .iter()
-            .flatten()
-            .copied()
-            .chain(panel.ranges.iter().flatten().map(|r| r.1))
-            .collect();
-        let scale = match Scale::auto(&vals, panel.log_ratio, px0, px1) {
-            s if panel.integer && s.kind == ScaleKind::Linear => Scale::count(vals, px0, px1),
-            s => s,
+        let x0 = label_w + p as f64 * (panel_w + gap);
+        let place = Place {
+            x0,
+            // Room for the value label after the longest bar.
+            x1: x0 + panel_w - 48.0,
+            top,
+            row_h,
+            rows,
         };
-        let value_label = |v: f64| {
-            if panel.integer {
-                fmt_num(v.round(), 0)
-            } else {
-                fmt_value(v)
-            }
-        };
-        let log = scale.kind == ScaleKind::Log;
-        let title = if log {
-            format!("{} (log scale)", panel.title)
-        } else {
-            panel.title.clone()
-        };
-        let _ = write!(
-            out,
-            r##"<text x="{}" y="{}" font-weight="bold" fill="#222222">{}</text>"##,
-            px(px0),
-            px(top - 30.0),
-            escape(&title)
-        );
-        let y_end = top + rows * row_h;
-        out.push_str(r##"<g class="axis" stroke="#e3e3e3">"##);
-        let ticks = scale.ticks();
-        for (v, _) in &ticks {
-            if let Some(x) = scale.map(*v) {
-                let _ = write!(
-                    out,
-                    r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
-                    px(x),
-                    px(x),
-                    px(top - 4.0),
-                    px(y_end)
-                );
-            }
-        }
-        out.push_str("</g>");
-        out.push_str(r##"<g class="ticks" font-size="10" fill="#555555">"##);
-        x_labels(&mut out, &ticks, |v| scale.map(v), 10.0, 3.0, top - 8.0);
-        out.push_str("</g>");
-        let base = if log {
-            px0
-        } else {
-            scale.map(0.0).unwrap_or(px0)
-        };
-        let _ = write!(
-            out,
-            r#"<g class="bars" data-panel="{}">"#,
-            escape(&panel.title)
-        );
-        for (i, v) in panel.values.iter().enumerate().take(c.rows.len()) {
-            let y = top + i as f64 * row_h + 4.0;
-            let Some(v) = v.filter(|v| v.is_finite()) else {
-                // No value (e.g. no successes, so no latency): say so rather than draw 0.
-                let _ = write!(
-                    out,
-                    r##"<text x="{}" y="{}" font-size="11" fill="#777777">–</text>"##,
-                    px(base + 4.0),
-                    px(y + 11.0)
-                );
-                continue;
-            };
-            let Some(x) = scale.map(v) else { continue };
-            let (bx, bw) = if x >= base {
-                (base, x - base)
-            } else {
-                (x, base - x)
-            };
-            let mut label_x = bx + bw + 4.0;
-            let mut tip = value_label(v);
-            let mut whisker = String::new();
-            if let Some((lo, hi)) = range_of(i) {
-                if let (Some(x0), Some(x1)) = (scale.map(lo), scale.map(hi)) {
-                    let _ = write!(
-                        whisker,
-                        r##"<path class="whisker" d="M{a} {m}H{b}M{a} {t}V{u}M{b} {t}V{u}" stroke="#222222" fill="none"/>"##,
-                        a = px(x0),
-                        b = px(x1),
-                        m = px(y + 7.0),
-                        t = px(y + 3.0),
-                        u = px(y + 11.0)
-                    );
-                    label_x = label_x.max(x1 + 4.0);
-                    tip = format!("median {tip}, {}–{}", value_label(lo), value_label(hi));
-                }
-            }
-            let _ = write!(
-                out,
-                r##"<rect class="bar" x="{}" y="{}" width="{}" height="14" fill="{}"><title>{}: {}</title></rect><text x="{}" y="{}" font-size="11" fill="#222222">{}</text>"##,
-                px(bx),
-                px(y),
-                px(bw),
-                color(panel.color),
-                escape(&c.rows[i]),
-                escape(&tip),
-                px(label_x),
-                px(y + 11.0),
-                escape(&value_label(v))
-            );
-            out.push_str(&whisker);
-        }
-        out.push_str("</g>");
-        let _ = write!(
-            out,
-            r##"<line x1="{b}" x2="{b}" y1="{}" y2="{}" stroke="#333333"/>"##,
-            px(top - 4.0),
-            px(y_end),
-            b = px(base)
-        );
+        draw_panel(&mut out, c, panel, &place);
     }
     out.push_str("</svg>");
     out
+}
+
+/// Where a panel lies: from `x0` to `x1` (room left after it for a value's label), its
+/// rows from `top` down, `row_h` each, `rows` of them.
+struct Place {
+    x0: f64,
+    x1: f64,
+    top: f64,
+    row_h: f64,
+    rows: f64,
+}
+
+/// One panel: its title, its scale's grid and ticks, a bar per row, and its base line.
+fn draw_panel(out: &mut String, c: &BarChart, panel: &Panel, at: &Place) {
+    let (px0, px1, top, row_h, rows) = (at.x0, at.x1, at.top, at.row_h, at.rows);
+    let vals: Vec<f64> = panel
+        .values
+        .iter()
+        .flatten()
+        .copied()
+        .chain(panel.ranges.iter().flatten().map(|r| r.1))
+        .collect();
+    let scale = match Scale::auto(&vals, panel.log_ratio, px0, px1) {
+        s if panel.integer && s.kind == ScaleKind::Linear => Scale::count(vals, px0, px1),
+        s => s,
+    };
+    let log = scale.kind == ScaleKind::Log;
+    let title = if log {
+        format!("{} (log scale)", panel.title)
+    } else {
+        panel.title.clone()
+    };
+    let _ = write!(
+        out,
+        r##"<text x="{}" y="{}" font-weight="bold" fill="#222222">{}</text>"##,
+        px(px0),
+        px(top - 30.0),
+        escape(&title)
+    );
+    let y_end = top + rows * row_h;
+    out.push_str(r##"<g class="axis" stroke="#e3e3e3">"##);
+    let ticks = scale.ticks();
+    for (v, _) in &ticks {
+        if let Some(x) = scale.map(*v) {
+            let _ = write!(
+                out,
+                r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
+                px(x),
+                px(x),
+                px(top - 4.0),
+                px(y_end)
+            );
+        }
+    }
+    out.push_str("</g>");
+    out.push_str(r##"<g class="ticks" font-size="10" fill="#555555">"##);
+    x_labels(out, &ticks, |v| scale.map(v), 10.0, 3.0, top - 8.0);
+    out.push_str("</g>");
+    let base = if log {
+        px0
+    } else {
+        scale.map(0.0).unwrap_or(px0)
+    };
+    draw_bars(out, c, panel, &scale, base, at);
+    let _ = write!(
+        out,
+        r##"<line x1="{b}" x2="{b}" y1="{}" y2="{}" stroke="#333333"/>"##,
+        px(top - 4.0),
+        px(y_end),
+        b = px(base)
+    );
+}
+
+/// A panel's bars from `base`, each with its value (and its range's whisker), or "–" where
+/// a row has no value.
+fn draw_bars(out: &mut String, c: &BarChart, panel: &Panel, scale: &Scale, base: f64, at: &Place) {
+    let (top, row_h) = (at.top, at.row_h);
+    let range_of = |i: usize| panel.ranges.get(i).copied().flatten();
+    let value_label = |v: f64| {
+        if panel.integer {
+            fmt_num(v.round(), 0)
+        } else {
+            fmt_value(v)
+        }
+    };
+    let _ = write!(
+        out,
+        r#"<g class="bars" data-panel="{}">"#,
+        escape(&panel.title)
+    );
+    for (i, v) in panel.values.iter().enumerate().take(c.rows.len()) {
+        let y = top + i as f64 * row_h + 4.0;
+        let Some(v) = v.filter(|v| v.is_finite()) else {
+            // No value (e.g. no successes, so no latency): say so rather than draw 0.
+            let _ = write!(
+                out,
+                r##"<text x="{}" y="{}" font-size="11" fill="#777777">–</text>"##,
+                px(base + 4.0),
+                px(y + 11.0)
+            );
+            continue;
+        };
+        let Some(x) = scale.map(v) else { continue };
+        let (bx, bw) = if x >= base {
+            (base, x - base)
+        } else {
+            (x, base - x)
+        };
+        let mut label_x = bx + bw + 4.0;
+        let mut tip = value_label(v);
+        let mut whisker = String::new();
+        if let Some((lo, hi)) = range_of(i) {
+            if let (Some(x0), Some(x1)) = (scale.map(lo), scale.map(hi)) {
+                let _ = write!(
+                    whisker,
+                    r##"<path class="whisker" d="M{a} {m}H{b}M{a} {t}V{u}M{b} {t}V{u}" stroke="#222222" fill="none"/>"##,
+                    a = px(x0),
+                    b = px(x1),
+                    m = px(y + 7.0),
+                    t = px(y + 3.0),
+                    u = px(y + 11.0)
+                );
+                label_x = label_x.max(x1 + 4.0);
+                tip = format!("median {tip}, {}–{}", value_label(lo), value_label(hi));
+            }
+        }
+        let _ = write!(
+            out,
+            r##"<rect class="bar" x="{}" y="{}" width="{}" height="14" fill="{}"><title>{}: {}</title></rect><text x="{}" y="{}" font-size="11" fill="#222222">{}</text>"##,
+            px(bx),
+            px(y),
+            px(bw),
+            color(panel.color),
+            escape(&c.rows[i]),
+            escape(&tip),
+            px(label_x),
+            px(y + 11.0),
+            escape(&value_label(v))
+        );
+        out.push_str(&whisker);
+    }
+    out.push_str("</g>");
 }

@@ -105,7 +105,27 @@ pub fn line_chart(c: &LineChart) -> String {
         px(y0 - y1 + 8.0)
     );
 
-    // Grid and ticks.
+    let frame = Frame { x0, x1, y0, y1, h };
+    axes(&mut out, c, &frame, &xscale, &yscale);
+    series_lines(&mut out, c, &frame, &xscale, &yscale);
+    legend(&mut out, c, x1 + 16.0, top);
+    out.push_str("</svg>");
+    out
+}
+
+/// Where a chart's plot area lies: x from `x0` to `x1`, y from `y0` (bottom) up to `y1`,
+/// in an SVG `h` high.
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    h: f64,
+}
+
+/// The grid, the ticks and their labels, the axes and their names.
+fn axes(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Scale) {
+    let Frame { x0, x1, y0, y1, h } = *f;
     out.push_str(r##"<g class="axis y" stroke="#e3e3e3" stroke-width="1">"##);
     let yticks = yscale.ticks();
     for (v, _) in &yticks {
@@ -146,7 +166,7 @@ pub fn line_chart(c: &LineChart) -> String {
             );
         }
     }
-    x_labels(&mut out, &xticks, |v| xscale.map(v), 11.0, 4.0, y0 + 16.0);
+    x_labels(out, &xticks, |v| xscale.map(v), 11.0, 4.0, y0 + 16.0);
     out.push_str("</g>");
     let _ = write!(
         out,
@@ -169,8 +189,13 @@ pub fn line_chart(c: &LineChart) -> String {
         px((y0 + y1) / 2.0),
         escape(&c.y_label)
     );
+}
 
-    // Lines.
+/// Each series' line (broken where a value is missing), its markers when few, and "no
+/// data" when nothing falls on the chart.
+fn series_lines(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Scale) {
+    let Frame { x0, x1, y0, y1, .. } = *f;
+    let id = escape(&c.id);
     let any_points = c.series.iter().any(|s| {
         s.points
             .iter()
@@ -237,9 +262,10 @@ pub fn line_chart(c: &LineChart) -> String {
             px((y0 + y1) / 2.0)
         );
     }
+}
 
-    // Legend.
-    let lx = x1 + 16.0;
+/// The legend, right of the plot from `lx`, its first line at `top`.
+fn legend(out: &mut String, c: &LineChart, lx: f64, top: f64) {
     out.push_str(r#"<g class="legend">"#);
     for (i, s) in c.series.iter().enumerate() {
         let y = top + 8.0 + i as f64 * 18.0;
@@ -261,6 +287,5 @@ pub fn line_chart(c: &LineChart) -> String {
             escape(&s.name)
         );
     }
-    out.push_str("</g></svg>");
-    out
+    out.push_str("</g>");
 }
