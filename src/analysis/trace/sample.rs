@@ -22,7 +22,9 @@ use std::time::Duration;
 use crate::fast_hash::{fnv1a_parts, splitmix64};
 use crate::trace::synth::format_ms;
 use crate::trace::write::ArrayWriter;
-use crate::trace::{Interner, Item, Method, ReadOptions, Sym, TraceError, TraceInput, TraceReader};
+use crate::trace::{
+    Interner, Item, Method, ReadOptions, Record, Sym, TraceError, TraceInput, TraceReader,
+};
 use crate::units::{grouped, ByteSize};
 
 const DAY_MS: i64 = 86_400_000;
@@ -384,14 +386,10 @@ pub fn sample(
     sample_records(input, method, out, Records::All)
 }
 
-/// [`sample`], writing only the `records` asked for of what `method` selects.
-pub fn sample_records(
-    input: &TraceInput,
-    method: &SampleMethod,
-    out: &Path,
-    records: Records,
-) -> Result<SampleReport, SampleError> {
-    let (rule, mut selection) = match *method {
+/// What `method` keeps, as a rule over the records, and the words that say so (the trace is
+/// read first for a typical day or a stable window).
+fn rule_of(input: &TraceInput, method: &SampleMethod) -> Result<(Rule, String), SampleError> {
+    Ok(match *method {
         SampleMethod::FirstN { requests } => (
             Rule::FirstN(requests),
             format!("the first {} records", grouped(requests)),
@@ -445,7 +443,7 @@ pub fn sample_records(
             let count = typical.totals.requests;
             let mut text = format!(
                 "the typical day {} ({} requests, {} in, {} out; off the daily mean of {} \
-                 day{} by {})",
+             day{} by {})",
                 day_name(typical.day),
                 grouped(count),
                 ByteSize(typical.totals.ingress),
@@ -489,7 +487,7 @@ pub fn sample_records(
                 },
                 format!(
                     "the first stable {minutes}-minute window, {} to {} (requests per minute: \
-                     p5 {}, median {}, p95 {})",
+                 p5 {}, median {}, p95 {})",
                     format_ms(from),
                     format_ms(to),
                     shape.p5,
@@ -498,7 +496,17 @@ pub fn sample_records(
                 ),
             )
         }
-    };
+    })
+}
+
+/// [`sample`], writing only the `records` asked for of what `method` selects.
+pub fn sample_records(
+    input: &TraceInput,
+    method: &SampleMethod,
+    out: &Path,
+    records: Records,
+) -> Result<SampleReport, SampleError> {
+    let (rule, mut selection) = rule_of(input, method)?;
     let report = copy(input, rule, out, records)?;
     if records == Records::Reads {
         selection.push_str(", reads (GET, HEAD) only");
@@ -513,6 +521,81 @@ pub fn sample_records(
         selection,
         ..report
     })
+}
+
+/// What a rule keeps track of while the records go by: the first record's time, the
+/// records seen inside a range, and which names a hash sample keeps.
+struct Selector {
+    rule: Rule,
+    first_ms: Option<i64>,
+    in_range: u64,
+    membership: HashMap<Sym, bool>,
+}
+
+impl Selector {
+    /// What becomes of record `r`, `written` records kept so far (`names` resolves its
+    /// client and repository).
+    fn decide(&mut self, r: &Record, written: u64, names: &Interner) -> Decision {
+        let t = r.time_ms;
+        let first = *self.first_ms.get_or_insert(t);
+        match &self.rule {
+            Rule::FirstN(n) => {
+                if written >= *n {
+                    Decision::Stop
+                } else {
+                    Decision::Keep
+                }
+            }
+            Rule::FirstDuration(d) => {
+                let since = Duration::from_millis(t.saturating_sub(first).max(0) as u64);
+                if since > *d {
+                    Decision::Stop
+                } else {
+                    Decision::Keep
+                }
+            }
+            Rule::Range {
+                from,
+                to,
+                skip,
+                take,
+            } => {
+                if t >= *to || take.is_some_and(|n| written >= n) {
+                    Decision::Stop
+                } else if t < *from {
+                    Decision::Drop
+                } else {
+                    self.in_range += 1;
+                    if self.in_range > *skip {
+                        Decision::Keep
+                    } else {
+                        Decision::Drop
+                    }
+                }
+            }
+            Rule::Hash {
+                clients,
+                fraction,
+                seed,
+            } => {
+                let key = if *clients { r.client } else { r.target.repo() };
+                match key {
+                    None => Decision::Drop,
+                    Some(sym) => {
+                        let keep = *self
+                            .membership
+                            .entry(sym)
+                            .or_insert_with(|| chosen(*seed, &names.resolve(sym), *fraction));
+                        if keep {
+                            Decision::Keep
+                        } else {
+                            Decision::Drop
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The copying pass: the reader's detailed view gives every item with its text; the kept
@@ -541,9 +624,12 @@ fn copy(
         last_ms: None,
         selection: String::new(),
     };
-    let mut first_ms = None;
-    let mut in_range = 0u64;
-    let mut membership: HashMap<Sym, bool> = HashMap::new();
+    let mut selector = Selector {
+        rule,
+        first_ms: None,
+        in_range: 0,
+        membership: HashMap::new(),
+    };
     while let Some(detailed) = reader.next_detailed() {
         let detailed = detailed?;
         let Item::Record(r) = detailed.item else {
@@ -555,64 +641,7 @@ fn copy(
             continue;
         }
         let t = r.time_ms;
-        let first = *first_ms.get_or_insert(t);
-        let decision = match &rule {
-            Rule::FirstN(n) => {
-                if report.written >= *n {
-                    Decision::Stop
-                } else {
-                    Decision::Keep
-                }
-            }
-            Rule::FirstDuration(d) => {
-                let since = Duration::from_millis(t.saturating_sub(first).max(0) as u64);
-                if since > *d {
-                    Decision::Stop
-                } else {
-                    Decision::Keep
-                }
-            }
-            Rule::Range {
-                from,
-                to,
-                skip,
-                take,
-            } => {
-                if t >= *to || take.is_some_and(|n| report.written >= n) {
-                    Decision::Stop
-                } else if t < *from {
-                    Decision::Drop
-                } else {
-                    in_range += 1;
-                    if in_range > *skip {
-                        Decision::Keep
-                    } else {
-                        Decision::Drop
-                    }
-                }
-            }
-            Rule::Hash {
-                clients,
-                fraction,
-                seed,
-            } => {
-                let key = if *clients { r.client } else { r.target.repo() };
-                match key {
-                    None => Decision::Drop,
-                    Some(sym) => {
-                        let names = reader.names();
-                        let keep = *membership
-                            .entry(sym)
-                            .or_insert_with(|| chosen(*seed, &names.resolve(sym), *fraction));
-                        if keep {
-                            Decision::Keep
-                        } else {
-                            Decision::Drop
-                        }
-                    }
-                }
-            }
-        };
+        let decision = selector.decide(&r, report.written, reader.names());
         match decision {
             Decision::Stop => break,
             Decision::Drop => {}
@@ -626,7 +655,8 @@ fn copy(
         }
     }
     writer.finish().map_err(output)?;
-    if let Rule::Hash { clients, .. } = rule {
+    if let Rule::Hash { clients, .. } = selector.rule {
+        let membership = &selector.membership;
         let kept = membership.values().filter(|k| **k).count();
         report.selection = format!(
             "{} of {} {} seen",
