@@ -204,191 +204,165 @@ pub fn generate(opts: &SynthOptions) -> (Vec<RawRecord>, SynthStats) {
         opts: opts.clone(),
     };
     let clients: Vec<String> = (0..opts.clients.max(1)).map(|_| g.hex8()).collect();
-    let mut repos: Vec<Repo> = Vec::new();
-    for _ in 0..opts.repos.max(1) {
-        let name = format!("{}/{}", g.hex8(), g.hex8());
-        let mut images = Vec::new();
-        for _ in 0..opts.initial_images.max(1) {
-            let n = g.rng.random_range(
-                opts.layers_per_image.0.max(1)
-                    ..=opts.layers_per_image.1.max(opts.layers_per_image.0.max(1)),
-            );
-            let layers = (0..n).map(|_| (g.hex8(), g.layer_size())).collect();
-            let tag = g.hex8();
-            let manifest_size = g.rng.random_range(400..3000);
-            images.push(Image {
-                tag,
-                manifest_size,
-                layers,
-            });
-        }
-        repos.push(Repo { name, images });
-    }
-
+    let mut repos = g.initial_repos();
     let mut t = opts.start_ms;
     for _ in 0..opts.sessions {
         let gap = -opts.mean_gap_ms * (1.0 - g.rng.random::<f64>()).ln();
         t += gap.round() as i64 + 1;
         let client = clients[g.zipf(clients.len() as u32) as usize].clone();
         let r = g.zipf(repos.len() as u32) as usize;
-        let mut at = t;
-        let mut step = |g: &mut Gen| {
-            at += g.rng.random_range(1..40);
-            at
-        };
+        let mut session = Session { client, at: t };
         if g.rng.random::<f64>() < opts.pull_share {
             g.stats.pulls += 1;
-            let repo = repos[r].clone();
-            let ts = step(&mut g);
-            g.emit(ts, &client, "GET", "v2/".into(), 200, 2);
-            if g.rng.random::<f64>() < opts.failed_share {
-                // An unknown tag: the original answered 404.
-                let tag = g.hex8();
-                let ts = step(&mut g);
-                g.emit(
-                    ts,
-                    &client,
-                    "GET",
-                    format!("v2/{}/manifests/{tag}", repo.name),
-                    404,
-                    0,
-                );
-                continue;
-            }
-            let image = repo.images[g.zipf(repo.images.len() as u32) as usize].clone();
-            let ts = step(&mut g);
-            g.emit(
-                ts,
-                &client,
-                "GET",
-                format!("v2/{}/manifests/{}", repo.name, image.tag),
-                200,
-                image.manifest_size,
-            );
-            if g.rng.random::<f64>() < opts.layer_fetch_share {
-                for (digest, size) in &image.layers {
-                    let ts = step(&mut g);
-                    let leading = if g.rng.random::<bool>() { "/" } else { "" };
-                    g.emit(
-                        ts,
-                        &client,
-                        "GET",
-                        format!("{leading}v2/{}/blobs/{digest}", repo.name),
-                        200,
-                        *size,
-                    );
-                }
-            }
+            g.pull(&mut session, &repos[r]);
         } else {
             g.stats.pushes += 1;
-            let name = repos[r].name.clone();
-            let n = g.rng.random_range(
-                opts.layers_per_image.0.max(1)
-                    ..=opts.layers_per_image.1.max(opts.layers_per_image.0.max(1)),
-            );
-            let mut layers = Vec::new();
-            // A shared base layer already in the repository: HEAD 200, not uploaded.
-            if let Some(base) = repos[r]
-                .images
-                .first()
-                .and_then(|i| i.layers.first())
-                .cloned()
-            {
-                let ts = step(&mut g);
-                g.emit(
-                    ts,
-                    &client,
-                    "HEAD",
-                    format!("v2/{name}/blobs/{}", base.0),
-                    200,
-                    0,
-                );
-                layers.push(base);
-            }
-            for _ in 0..n {
-                let digest = g.hex8();
-                let size = g.layer_size();
-                let session = g.hex8();
-                let ts = step(&mut g);
-                g.emit(
-                    ts,
-                    &client,
-                    "HEAD",
-                    format!("v2/{name}/blobs/{digest}"),
-                    404,
-                    0,
-                );
-                g.stats.head_misses += 1;
-                let ts = step(&mut g);
-                g.emit(
-                    ts,
-                    &client,
-                    "POST",
-                    format!("v2/{name}/blobs/uploads/"),
-                    202,
-                    0,
-                );
-                g.stats.uploads += 1;
-                let chunk = opts.chunk.max(1);
-                let mut sent = 0;
-                while sent < size {
-                    let len = chunk.min(size - sent);
-                    let ts = step(&mut g);
-                    g.emit(
-                        ts,
-                        &client,
-                        "PATCH",
-                        format!("v2/{name}/blobs/uploads/{session}"),
-                        202,
-                        len,
-                    );
-                    g.stats.upload_members += 1;
-                    sent += len;
-                }
-                let ts = step(&mut g);
-                g.emit(
-                    ts,
-                    &client,
-                    "PUT",
-                    format!("v2/{name}/blobs/uploads/{session}"),
-                    201,
-                    0,
-                );
-                g.stats.upload_members += 1;
-                layers.push((digest, size));
-            }
-            let tag = g.hex8();
-            let manifest_size = g.rng.random_range(400..3000);
-            let ts = step(&mut g);
-            if g.rng.random::<f64>() < opts.failed_share {
-                // The registry failed the manifest PUT.
-                g.emit(
-                    ts,
-                    &client,
-                    "PUT",
-                    format!("v2/{name}/manifests/{tag}"),
-                    500,
-                    manifest_size,
-                );
-            } else {
-                g.emit(
-                    ts,
-                    &client,
-                    "PUT",
-                    format!("v2/{name}/manifests/{tag}"),
-                    201,
-                    manifest_size,
-                );
-                repos[r].images.push(Image {
+            g.push(&mut session, &mut repos[r]);
+        }
+    }
+    g.out.sort_by_key(|r| r.time_ms);
+    (g.out, g.stats)
+}
+
+/// One client's session: its requests a few milliseconds apart from its start.
+struct Session {
+    client: String,
+    at: i64,
+}
+
+impl Gen {
+    /// The time of the session's next request.
+    fn step(&mut self, session: &mut Session) -> i64 {
+        session.at += self.rng.random_range(1..40);
+        session.at
+    }
+
+    /// A layer count within `layers_per_image`.
+    fn layer_count(&mut self) -> u32 {
+        let (lo, hi) = self.opts.layers_per_image;
+        self.rng.random_range(lo.max(1)..=hi.max(lo.max(1)))
+    }
+
+    /// The repositories and the images each holds before the trace starts.
+    fn initial_repos(&mut self) -> Vec<Repo> {
+        let mut repos: Vec<Repo> = Vec::new();
+        for _ in 0..self.opts.repos.max(1) {
+            let name = format!("{}/{}", self.hex8(), self.hex8());
+            let mut images = Vec::new();
+            for _ in 0..self.opts.initial_images.max(1) {
+                let n = self.layer_count();
+                let layers = (0..n).map(|_| (self.hex8(), self.layer_size())).collect();
+                let tag = self.hex8();
+                let manifest_size = self.rng.random_range(400..3000);
+                images.push(Image {
                     tag,
                     manifest_size,
                     layers,
                 });
             }
+            repos.push(Repo { name, images });
+        }
+        repos
+    }
+
+    /// A pull of an image of `repo`: the version check, its manifest (an unknown tag,
+    /// answered 404, now and then), and for some pulls its layers.
+    fn pull(&mut self, session: &mut Session, repo: &Repo) {
+        let client = session.client.clone();
+        let ts = self.step(session);
+        self.emit(ts, &client, "GET", "v2/".into(), 200, 2);
+        if self.rng.random::<f64>() < self.opts.failed_share {
+            // An unknown tag: the original answered 404.
+            let tag = self.hex8();
+            let ts = self.step(session);
+            let uri = format!("v2/{}/manifests/{tag}", repo.name);
+            self.emit(ts, &client, "GET", uri, 404, 0);
+            return;
+        }
+        let image = &repo.images[self.zipf(repo.images.len() as u32) as usize];
+        let ts = self.step(session);
+        let uri = format!("v2/{}/manifests/{}", repo.name, image.tag);
+        self.emit(ts, &client, "GET", uri, 200, image.manifest_size);
+        if self.rng.random::<f64>() < self.opts.layer_fetch_share {
+            for (digest, size) in &image.layers {
+                let ts = self.step(session);
+                let leading = if self.rng.random::<bool>() { "/" } else { "" };
+                let uri = format!("{leading}v2/{}/blobs/{digest}", repo.name);
+                self.emit(ts, &client, "GET", uri, 200, *size);
+            }
         }
     }
-    g.out.sort_by_key(|r| r.time_ms);
-    (g.out, g.stats)
+
+    /// A push of a new image into `repo`: the shared base layer found, each new layer
+    /// uploaded (HEAD 404, POST, PATCHes, PUT), then its manifest (failed now and then).
+    fn push(&mut self, session: &mut Session, repo: &mut Repo) {
+        let client = session.client.clone();
+        let name = repo.name.clone();
+        let n = self.layer_count();
+        let mut layers = Vec::new();
+        // A shared base layer already in the repository: HEAD 200, not uploaded.
+        if let Some(base) = repo.images.first().and_then(|i| i.layers.first()).cloned() {
+            let ts = self.step(session);
+            let uri = format!("v2/{name}/blobs/{}", base.0);
+            self.emit(ts, &client, "HEAD", uri, 200, 0);
+            layers.push(base);
+        }
+        for _ in 0..n {
+            layers.push(self.upload(session, &name));
+        }
+        let tag = self.hex8();
+        let manifest_size = self.rng.random_range(400..3000);
+        let ts = self.step(session);
+        let uri = format!("v2/{name}/manifests/{tag}");
+        if self.rng.random::<f64>() < self.opts.failed_share {
+            // The registry failed the manifest PUT.
+            self.emit(ts, &client, "PUT", uri, 500, manifest_size);
+        } else {
+            self.emit(ts, &client, "PUT", uri, 201, manifest_size);
+            repo.images.push(Image {
+                tag,
+                manifest_size,
+                layers,
+            });
+        }
+    }
+
+    /// One new layer's upload into repository `name`: its digest and size.
+    fn upload(&mut self, session: &mut Session, name: &str) -> (String, u64) {
+        let client = session.client.clone();
+        let digest = self.hex8();
+        let size = self.layer_size();
+        let upload = self.hex8();
+        let ts = self.step(session);
+        let uri = format!("v2/{name}/blobs/{digest}");
+        self.emit(ts, &client, "HEAD", uri, 404, 0);
+        self.stats.head_misses += 1;
+        let ts = self.step(session);
+        self.emit(
+            ts,
+            &client,
+            "POST",
+            format!("v2/{name}/blobs/uploads/"),
+            202,
+            0,
+        );
+        self.stats.uploads += 1;
+        let chunk = self.opts.chunk.max(1);
+        let mut sent = 0;
+        while sent < size {
+            let len = chunk.min(size - sent);
+            let ts = self.step(session);
+            let uri = format!("v2/{name}/blobs/uploads/{upload}");
+            self.emit(ts, &client, "PATCH", uri, 202, len);
+            self.stats.upload_members += 1;
+            sent += len;
+        }
+        let ts = self.step(session);
+        let uri = format!("v2/{name}/blobs/uploads/{upload}");
+        self.emit(ts, &client, "PUT", uri, 201, 0);
+        self.stats.upload_members += 1;
+        (digest, size)
+    }
 }
 
 #[cfg(test)]
