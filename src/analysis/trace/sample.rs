@@ -436,67 +436,75 @@ fn rule_of(input: &TraceInput, method: &SampleMethod) -> Result<(Rule, String), 
                 ),
             )
         }
-        SampleMethod::TypicalDay { target_requests } => {
-            let days = day_totals(input)?;
-            let typical = pick_typical_day(&days, 0.10).map_err(SampleError::NoSelection)?;
-            let from = typical.day * DAY_MS;
-            let count = typical.totals.requests;
-            let mut text = format!(
-                "the typical day {} ({} requests, {} in, {} out; off the daily mean of {} \
-             day{} by {})",
-                day_name(typical.day),
-                grouped(count),
-                ByteSize(typical.totals.ingress),
-                ByteSize(typical.totals.egress),
-                days.len(),
-                if days.len() == 1 { "" } else { "s" },
-                describe_deviation(&typical.deviation),
-            );
-            let (skip, take) = match target_requests {
-                Some(n) if n < count => {
-                    text.push_str(&format!(": the {} records in its middle", grouped(n)));
-                    ((count - n) / 2, Some(n))
-                }
-                _ => (0, None),
-            };
-            (
-                Rule::Range {
-                    from,
-                    to: from + DAY_MS,
-                    skip,
-                    take,
-                },
-                text,
-            )
-        }
-        SampleMethod::StableWindow { window } => {
-            let minutes = usize::try_from(window.as_secs().div_ceil(60))
-                .unwrap_or(usize::MAX)
-                .max(1);
-            let (base, counts) = minute_counts(input)?;
-            let (start, shape) =
-                find_stable_window(&counts, minutes).map_err(SampleError::NoSelection)?;
-            let from = (base + start as i64) * MINUTE_MS;
-            let to = from + minutes as i64 * MINUTE_MS;
-            (
-                Rule::Range {
-                    from,
-                    to,
-                    skip: 0,
-                    take: None,
-                },
-                format!(
-                    "the first stable {minutes}-minute window, {} to {} (requests per minute: \
-                 p5 {}, median {}, p95 {})",
-                    format_ms(from),
-                    format_ms(to),
-                    shape.p5,
-                    shape.median,
-                    shape.p95
-                ),
-            )
-        }
+        SampleMethod::TypicalDay { target_requests } => typical_day(input, target_requests)?,
+        SampleMethod::StableWindow { window } => stable_window(input, window)?,
     })
+}
+
+/// CReB W1's rule: the typical day (its middle `target_requests` records, when asked).
+fn typical_day(
+    input: &TraceInput,
+    target_requests: Option<u64>,
+) -> Result<(Rule, String), SampleError> {
+    let days = day_totals(input)?;
+    let typical = pick_typical_day(&days, 0.10).map_err(SampleError::NoSelection)?;
+    let from = typical.day * DAY_MS;
+    let count = typical.totals.requests;
+    let mut text = format!(
+        "the typical day {} ({} requests, {} in, {} out; off the daily mean of {} \
+         day{} by {})",
+        day_name(typical.day),
+        grouped(count),
+        ByteSize(typical.totals.ingress),
+        ByteSize(typical.totals.egress),
+        days.len(),
+        if days.len() == 1 { "" } else { "s" },
+        describe_deviation(&typical.deviation),
+    );
+    let (skip, take) = match target_requests {
+        Some(n) if n < count => {
+            text.push_str(&format!(": the {} records in its middle", grouped(n)));
+            ((count - n) / 2, Some(n))
+        }
+        _ => (0, None),
+    };
+    Ok((
+        Rule::Range {
+            from,
+            to: from + DAY_MS,
+            skip,
+            take,
+        },
+        text,
+    ))
+}
+
+/// CReB W2's rule: the first `window` whose per-minute rate is stable.
+fn stable_window(input: &TraceInput, window: Duration) -> Result<(Rule, String), SampleError> {
+    let minutes = usize::try_from(window.as_secs().div_ceil(60))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let (base, counts) = minute_counts(input)?;
+    let (start, shape) = find_stable_window(&counts, minutes).map_err(SampleError::NoSelection)?;
+    let from = (base + start as i64) * MINUTE_MS;
+    let to = from + minutes as i64 * MINUTE_MS;
+    Ok((
+        Rule::Range {
+            from,
+            to,
+            skip: 0,
+            take: None,
+        },
+        format!(
+            "the first stable {minutes}-minute window, {} to {} (requests per minute: \
+             p5 {}, median {}, p95 {})",
+            format_ms(from),
+            format_ms(to),
+            shape.p5,
+            shape.median,
+            shape.p95
+        ),
+    ))
 }
 
 /// [`sample`], writing only the `records` asked for of what `method` selects.
