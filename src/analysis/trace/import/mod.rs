@@ -260,29 +260,8 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
         anonymized: opts.anonymizer.is_on(),
         ..ImportReport::default()
     };
-    let sink =
-        TraceSink::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut writer =
-        ArrayWriter::new(sink).with_context(|| format!("cannot write {}", out.display()))?;
-    let mut pending: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
-    let mut latest_end = f64::MIN;
-    let mut last_written = i64::MIN;
-    let (mut first_ms, mut last_ms) = (i64::MAX, i64::MIN);
+    let mut window = Reorder::create(out)?;
     let mut seq = 0u64;
-    let mut emit = |p: Pending,
-                    report: &mut ImportReport,
-                    writer: &mut ArrayWriter<TraceSink>|
-     -> anyhow::Result<()> {
-        if p.start_ms < last_written {
-            report.out_of_order += 1;
-        }
-        last_written = last_written.max(p.start_ms);
-        first_ms = first_ms.min(p.start_ms);
-        last_ms = last_ms.max(p.start_ms);
-        writer
-            .write_record(&p.record)
-            .with_context(|| format!("cannot write {}", out.display()))
-    };
     let mut sizes = sizes::UploadSizes::default();
     let mut requests = 0u64;
     let read = for_each_line(files, opts.format, |file, line_no, parsed| {
@@ -337,50 +316,110 @@ pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Re
             .statuses
             .entry(format!("{}xx", record.status / 100))
             .or_default() += 1;
-        latest_end = latest_end.max(request.end_ms);
-        pending.push(Reverse(Pending {
+        let pending = Pending {
             start_ms,
             seq,
             record,
-        }));
-        while let Some(Reverse(p)) = pending.peek() {
-            if (p.start_ms as f64) >= latest_end - REORDER_MS {
-                break;
-            }
-            let Some(Reverse(p)) = pending.pop() else {
-                break;
-            };
-            emit(p, &mut report, &mut writer)?;
-        }
-        Ok(())
+        };
+        window.push(pending, request.end_ms, &mut report)
     });
     if let Err(e) = read {
         // Nothing half-written stays behind a refused log.
-        drop(writer);
+        drop(window);
         let _ = std::fs::remove_file(out);
         return Err(e);
     }
     report.sizes = sizes.report;
-    while let Some(Reverse(p)) = pending.pop() {
-        emit(p, &mut report, &mut writer)?;
-    }
-    let (sink, _) = writer
-        .end()
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    sink.finish()
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    if first_ms <= last_ms {
-        let at = |ms: i64| {
-            humantime::format_rfc3339_millis(
-                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64),
-            )
-            .to_string()
-        };
-        report.first = Some(at(first_ms));
-        report.last = Some(at(last_ms));
-        report.span_s = (last_ms - first_ms) as f64 / 1000.0;
-    }
+    window.finish(&mut report)?;
     Ok(report)
+}
+
+/// The reorder window of an import: a request is logged when it ends, the trace is in the
+/// order requests start, so each waits until no request still to come can have started
+/// before it ([`REORDER_MS`] after the latest end seen), then is written.
+struct Reorder<'a> {
+    pending: BinaryHeap<Reverse<Pending>>,
+    latest_end: f64,
+    last_written: i64,
+    first_ms: i64,
+    last_ms: i64,
+    writer: ArrayWriter<TraceSink>,
+    out: &'a Path,
+}
+
+impl<'a> Reorder<'a> {
+    /// The window in front of a new trace file `out`.
+    fn create(out: &'a Path) -> anyhow::Result<Reorder<'a>> {
+        let sink =
+            TraceSink::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+        let writer =
+            ArrayWriter::new(sink).with_context(|| format!("cannot write {}", out.display()))?;
+        Ok(Reorder {
+            pending: BinaryHeap::new(),
+            latest_end: f64::MIN,
+            last_written: i64::MIN,
+            first_ms: i64::MAX,
+            last_ms: i64::MIN,
+            writer,
+            out,
+        })
+    }
+
+    /// Takes in a request that ended at `end_ms`, and writes every one the window holds
+    /// that nothing still to come can precede.
+    fn push(&mut self, p: Pending, end_ms: f64, report: &mut ImportReport) -> anyhow::Result<()> {
+        self.latest_end = self.latest_end.max(end_ms);
+        self.pending.push(Reverse(p));
+        while let Some(Reverse(p)) = self.pending.peek() {
+            if (p.start_ms as f64) >= self.latest_end - REORDER_MS {
+                break;
+            }
+            let Some(Reverse(p)) = self.pending.pop() else {
+                break;
+            };
+            self.emit(p, report)?;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, p: Pending, report: &mut ImportReport) -> anyhow::Result<()> {
+        if p.start_ms < self.last_written {
+            report.out_of_order += 1;
+        }
+        self.last_written = self.last_written.max(p.start_ms);
+        self.first_ms = self.first_ms.min(p.start_ms);
+        self.last_ms = self.last_ms.max(p.start_ms);
+        self.writer
+            .write_record(&p.record)
+            .with_context(|| format!("cannot write {}", self.out.display()))
+    }
+
+    /// Writes what the window still holds, ends the file, and says what time it spans.
+    fn finish(mut self, report: &mut ImportReport) -> anyhow::Result<()> {
+        while let Some(Reverse(p)) = self.pending.pop() {
+            self.emit(p, report)?;
+        }
+        let out = self.out;
+        let (sink, _) = self
+            .writer
+            .end()
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        sink.finish()
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        let (first_ms, last_ms) = (self.first_ms, self.last_ms);
+        if first_ms <= last_ms {
+            let at = |ms: i64| {
+                humantime::format_rfc3339_millis(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64),
+                )
+                .to_string()
+            };
+            report.first = Some(at(first_ms));
+            report.last = Some(at(last_ms));
+            report.span_s = (last_ms - first_ms) as f64 / 1000.0;
+        }
+        Ok(())
+    }
 }
 
 /// Reads every line of `files` (plain, gzip or zstd) in order, giving `f` each non-empty
@@ -542,6 +581,61 @@ pub fn render(r: &ImportReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An nginx line of a GET of `name` that ended at `end_s` (Unix seconds) after `took_s`.
+    fn nginx(name: &str, end_s: f64, took_s: f64) -> String {
+        format!(
+            "127.0.0.1 - - [25/Nov/2026:06:28:49 +0000] \"GET /v2/a/b/manifests/{name} HTTP/1.1\" \
+             200 527 \"-\" \"docker/24.0\" {took_s:.3} {took_s:.3} {end_s:.3}\n"
+        )
+    }
+
+    #[test]
+    fn requests_are_written_in_the_order_they_started_within_the_reorder_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("access.log");
+        // Seconds after 2026-11-25T00:00:00Z, as `$msec` logs them.
+        let t = |s: f64| 1_795_564_800.0 + s;
+        let lines = [
+            nginx("first", t(1_000.0), 5.0),  // started at 995
+            nginx("third", t(1_000.1), 0.01), // 1000.09
+            nginx("second", t(1_001.0), 4.0), // 997
+            nginx("fourth", t(1_100.0), 0.0), // 1100, past the window: the three go
+            nginx("long", t(1_300.0), 310.0), // 990: "third" was written already
+            nginx("last", t(1_300.5), 0.0),   // 1300.5
+        ];
+        std::fs::write(&log, lines.concat()).unwrap();
+        let out = dir.path().join("trace.json");
+        let opts = ImportOptions {
+            format: LogFormat::Nginx,
+            anonymizer: Anonymizer::off(),
+            learned: sizes::LearnedSizes::default(),
+        };
+        let report = import(&[log], &out, &opts).unwrap();
+        let trace: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let names: Vec<&str> = trace
+            .iter()
+            .map(|r| {
+                r["http.request.uri"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+            })
+            .collect();
+        // In the order they started, but "long", which lasted longer than the window: it is
+        // written as soon as it is seen, after a later start, and counted so.
+        assert_eq!(
+            names,
+            ["first", "second", "third", "long", "fourth", "last"]
+        );
+        assert_eq!((report.imported, report.out_of_order), (6, 1));
+        assert_eq!(report.first.as_deref(), Some("2026-11-25T00:16:30.000Z"));
+        assert_eq!(report.last.as_deref(), Some("2026-11-25T00:21:40.500Z"));
+        assert!((report.span_s - 310.5).abs() < 1e-9, "{report:?}");
+    }
 
     #[test]
     fn go_durations() {
