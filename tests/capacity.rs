@@ -489,3 +489,214 @@ fn a_two_shard_ladder_merged_equals_a_one_host_ladder() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("searches do not merge"), "{}", r.stderr);
 }
+
+/// The registry fills the cap: a server of known capacity (one exchange at a time, 30 ms
+/// each: 33.3 GETs per second) and 8 in flight. Above its capacity the cap binds, but what
+/// fills it is the registry's own service time (8 queued exchanges answer in up to 240 ms,
+/// past the 100 ms objective; Little's law): every step that did not pass is the
+/// registry's, never the generator's, and two searches bracket the same knee.
+#[test]
+fn a_registry_that_fills_the_cap_is_blamed_not_the_generator() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = FaultProxy::start(registry.port, Fault::Serial(Duration::from_millis(30)));
+    let known = 1.0 / 0.030;
+    for name in ["first", "second"] {
+        let (r, c, _) = constant_search(
+            dir.path(),
+            name,
+            &server.url,
+            "p99(blob_get) < 100ms",
+            "1s",
+            "8",
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(c["limited_by"], "registry", "{name}: {c}");
+        let steps = c["steps"].as_array().unwrap();
+        assert!(
+            steps.iter().all(|s| s["outcome"] != "generator_limited"),
+            "{name}: {}",
+            serde_json::to_string_pretty(steps).unwrap()
+        );
+        // The knee brackets the known capacity: sustained within 15% below it, the failed
+        // load above it.
+        let speed = f(&c["capacity"]["speed"]);
+        let upper = f(&c["capacity"]["upper_speed"]);
+        assert!(
+            speed * 10.0 <= known * 1.05 && speed * 10.0 >= known * 0.85,
+            "{name}: {speed}x against {known:.1}/s\n{c}"
+        );
+        assert!(upper * 10.0 > known * 0.95, "{name}: {upper}x\n{c}");
+        // A step's achieved rate never exceeds what it was offered, and counts successes.
+        for s in steps {
+            assert!(f(&s["achieved_rps"]) <= f(&s["offered_rps"]) + 1e-9, "{s}");
+        }
+    }
+}
+
+/// Failures are never capacity: behind nginx answering 429 to every GET (a latency-only
+/// objective every 429 meets) no load is sustained; a registry killed mid-search ends it
+/// with exit 2, what was found before kept, and no sustained step with failures beyond
+/// the bound.
+#[test]
+fn a_registry_that_fails_fast_is_never_sustained() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let nginx = Nginx::start(NginxOptions {
+        upstream_port: Some(registry.port),
+        http_extra: "map $request_method $creb_limited { GET all; default \"\"; }\n\
+                     limit_req_zone $creb_limited zone=registry:1m rate=1r/m;\n\
+                     limit_req_status 429;\n"
+            .into(),
+        location_extra: "limit_req zone=registry burst=1 nodelay;".into(),
+        ..NginxOptions::default()
+    });
+    let trace = constant_trace(dir.path(), 600, 10);
+    let fast = [
+        "--step",
+        "1s",
+        "--step-warmup",
+        "200ms",
+        "--max-time",
+        "1m",
+        "--concurrency",
+        "16",
+    ];
+    let (r, c, _) = search(
+        dir.path(),
+        "throttled",
+        &trace,
+        &nginx.url,
+        "p99(blob_get) < 1s",
+        &fast,
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stderr, nginx.error_log());
+    assert!(c["capacity"]["speed"].is_null(), "{c}");
+    let mut judged = 0;
+    for s in c["steps"].as_array().unwrap() {
+        assert_ne!(s["outcome"], "sustained", "{s}");
+        assert_eq!(f(&s["achieved_rps"]), 0.0, "{s}");
+        // The search narrows down to loads whose short steps hold no operation at all
+        // (undecided); every step that had some failed them.
+        if f(&s["operations_failed"]) > 0.0 {
+            judged += 1;
+            assert!(s["why"].as_str().unwrap().contains("failed"), "{s}");
+        }
+    }
+    assert!(judged >= 3, "{c}");
+    // Killed mid-search: the steps after it fail without an answer, and the search ends.
+    let mut dying = Registry::start();
+    let url = dying.url.clone();
+    let killer = {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // Past the prewarm and the first steps; the test's own bound on waiting.
+            let _ = rx.recv_timeout(Duration::from_secs(6));
+            dying.kill();
+        });
+        (tx, t)
+    };
+    let (r, c, took) = search(
+        dir.path(),
+        "killed",
+        &trace,
+        &url,
+        "p99(blob_get) < 1s",
+        &fast,
+    );
+    drop(killer.0);
+    killer.1.join().unwrap();
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("stopped answering"), "{}", r.stderr);
+    assert_eq!(c["limited_by"], "error", "{c}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    for s in c["steps"].as_array().unwrap() {
+        if s["outcome"] == "sustained" {
+            let (ok, failed) = (f(&s["operations_ok"]), f(&s["operations_failed"]));
+            assert!(failed <= 0.01 * (ok + failed), "{s}");
+        }
+    }
+}
+
+/// Objectives and loads that cannot mean anything are refused before any load (exit 2,
+/// never a panic): negative rates, rates over 100%, an absurd ladder, a --max-time that
+/// leaves no step, a speed whose step holds no record.
+#[test]
+fn objectives_and_loads_that_mean_nothing_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = constant_trace(dir.path(), 100, 10);
+    let t = trace.to_str().unwrap();
+    let url = "http://127.0.0.1:9";
+    for (args, why) in [
+        (vec!["--slo", "error_rate < -1%"], "between 0% and 100%"),
+        (vec!["--slo", "error_rate < 101%"], "between 0% and 100%"),
+        (vec!["--slo", "p99(blob_get) < -5"], "not a latency"),
+        (vec!["--slo", "rps > -1"], "negative"),
+        (
+            vec!["--slo", "p99(blob_get) < 1s", "--ladder", "1e300"],
+            "speed factor",
+        ),
+        (
+            vec!["--slo", "p99(blob_get) < 1s", "--max-time", "0s"],
+            "leaves no step",
+        ),
+    ] {
+        let mut all = vec!["capacity", t, "--registry", url];
+        all.extend(args.iter());
+        let r = run_bin(&all, None, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(why), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+    }
+    // A speed whose step holds no record: found once the trace is read, before any load.
+    let registry = Registry::start();
+    let out = dir.path().join("tiny");
+    let r = run_bin(
+        &[
+            "capacity",
+            t,
+            "--registry",
+            &registry.url,
+            "--slo",
+            "p99(blob_get) < 1s",
+            "--speed",
+            "0.000001",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("would hold no record"), "{}", r.stderr);
+    // The trace's pace and a start that measures enough are said before step 0.
+    let r = run_bin(
+        &[
+            "capacity",
+            t,
+            "--registry",
+            &registry.url,
+            "--slo",
+            "p99(blob_get) < 1s",
+            "--max-speed",
+            "1",
+            "--step",
+            "1s",
+            "--step-warmup",
+            "0s",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--force",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the trace offers 10.") && r.stderr.contains("start at --speed 64"),
+        "{}",
+        r.stderr
+    );
+}

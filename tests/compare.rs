@@ -321,6 +321,135 @@ fn a_baseline_gate_fails_only_beyond_both_runs_intervals() {
     );
 }
 
+/// Gates that know their noise: a p99 of a short run has no interval, so a rerun of the
+/// baseline's own workload is `undecided` against it (exit 0, the `baseline_undecided`
+/// warning, no claim of intervals it lacks); the same gate on the p50, which has its
+/// intervals, still fails a registry slowed by 40 ms; a baseline of another workload is
+/// refused as `compare` refuses it, unless --force.
+#[test]
+fn a_baseline_gate_is_undecided_without_intervals_and_refuses_another_workload() {
+    let _alone = alone();
+    let registry = Registry::start();
+    let slowed = common::faults::FaultProxy::start(
+        registry.port,
+        common::faults::Fault::Delay(Duration::from_millis(40)),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    push(&registry, "noise/app", "40", "2", "4KiB", &[]);
+    let pull = |url: &str, out: &str, images: &str, extra: &[&str]| {
+        let out = dir.path().join(out);
+        let mut args = vec![
+            "pull",
+            "--registry",
+            url,
+            "--repo",
+            "noise/app",
+            "--images",
+            images,
+            "--concurrency",
+            "2",
+            "--interval",
+            "20ms",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let r = run_bin(&args, None, &[]);
+        let summary = if out.join("summary.json").exists() {
+            common::summary_json(&out)
+        } else {
+            serde_json::Value::Null
+        };
+        (r, summary)
+    };
+    let (base, _) = pull(&registry.url, "base", "40", &[]);
+    assert_eq!(base.code, 0, "{}", base.stderr);
+    let base_dir = dir.path().join("base");
+    let base_dir = base_dir.to_str().unwrap();
+    // 80 blob GETs a run: no p99 interval on either side.
+    let p99 = "p99(blob_get) > baseline * 1.10";
+    for run in ["again-1", "again-2", "again-3"] {
+        let (again, s) = pull(
+            &registry.url,
+            run,
+            "40",
+            &["--baseline", base_dir, "--fail-if", p99],
+        );
+        let verdict = &s["thresholds"][0];
+        assert_eq!(again.code, 0, "{verdict}\n{}", again.stderr);
+        assert_eq!(verdict["verdict"], "undecided", "{verdict}");
+        assert!(
+            verdict["baseline"]["undecided"]
+                .as_str()
+                .unwrap()
+                .contains("no 95% interval"),
+            "{verdict}"
+        );
+        assert!(
+            s["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["kind"] == "baseline_undecided"),
+            "{s}"
+        );
+        assert!(again.stderr.contains("undecided"), "{}", again.stderr);
+        assert!(!again.stderr.contains("intervals)"), "{}", again.stderr);
+    }
+    // A registry 40 ms slower on every GET: its p50, with intervals on both sides, fails.
+    let (slow, s) = pull(
+        &slowed.url,
+        "slow",
+        "40",
+        &[
+            "--baseline",
+            base_dir,
+            "--fail-if",
+            "p50(blob_get) > baseline * 1.5",
+        ],
+    );
+    assert_eq!(slow.code, 3, "{}\n{}", s["thresholds"], slow.stderr);
+    assert!(
+        slow.stderr.contains("beyond both runs' 95% intervals"),
+        "{}",
+        slow.stderr
+    );
+    // Another workload (20 images, not 40): refused as compare refuses it, the run kept.
+    let (other, s) = pull(
+        &registry.url,
+        "other",
+        "20",
+        &["--baseline", base_dir, "--fail-if", p99],
+    );
+    assert_eq!(other.code, 2, "{}", other.stderr);
+    assert!(
+        other.stderr.contains("ran different workloads"),
+        "{}",
+        other.stderr
+    );
+    assert!(s["totals"]["requests"].as_u64().unwrap() > 0, "{s}");
+    let c = run_bin(
+        &[
+            "compare",
+            base_dir,
+            dir.path().join("other").to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(c.code, 2, "{}", c.stderr);
+    assert!(c.stderr.contains("ran different workloads"), "{}", c.stderr);
+    let (forced, s) = pull(
+        &registry.url,
+        "other",
+        "20",
+        &["--baseline", base_dir, "--fail-if", p99, "--force"],
+    );
+    assert_eq!(forced.code, 0, "{}", forced.stderr);
+    assert_eq!(s["thresholds"][0]["verdict"], "undecided", "{s}");
+}
+
 /// Steady state against a real registry: a pull that runs undisturbed is steady and says
 /// so; the same pull while the registry is stopped (SIGSTOP) for 1.5 s stalls, and the run
 /// carries the `unsteady` warning with when and how long.

@@ -11,10 +11,12 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 
 use super::result::{write_result, CapacityResult, StepRecord, CAPACITY_JSON, STEPS_DIR};
-use super::run::{judge, knee, result_of, Head, StepAt};
+use super::run::{judge, knee, result_of, Head, Rules, StepAt};
 use super::search::Outcome;
+use crate::metrics::Scheduled;
 use crate::replay::Window;
 use crate::results::store::{aggregator_of, load};
+use crate::results::thresholds::MaxErrors;
 use crate::results::thresholds::{parse_all, Threshold};
 
 /// Whether `dir` holds a capacity search or ladder (its `capacity.json`).
@@ -100,6 +102,7 @@ fn same_ladder(hosts: &[Host]) -> anyhow::Result<usize> {
 /// One step of the merged ladder.
 struct MergedStep {
     index: usize,
+    max_errors: MaxErrors,
     warmup_s: f64,
     partial: bool,
     force: bool,
@@ -150,8 +153,29 @@ impl MergedStep {
                     })
                     .sum(),
             ),
+            // The hosts' operations of the measured part, by outcome (none recorded by an
+            // older ladder: the merged totals then stand for them).
+            scheduled: hosts
+                .iter()
+                .map(|h| {
+                    let s = &h.steps()[index];
+                    Some(Scheduled {
+                        ok: s["operations_ok"].as_u64()?,
+                        failed: s["operations_failed"].as_u64()?,
+                    })
+                })
+                .try_fold(Scheduled::default(), |sum, host| {
+                    host.map(|h| Scheduled {
+                        ok: sum.ok + h.ok,
+                        failed: sum.failed + h.failed,
+                    })
+                }),
         };
-        let mut record = judge(thresholds, &summary, &aggregator.table, at);
+        let rules = Rules {
+            objectives: thresholds,
+            max_errors: self.max_errors,
+        };
+        let mut record = judge(rules, &summary, &aggregator.table, at);
         // Whether a host's generator kept up is that host's to say (a merged result has no
         // generator of its own).
         let held_back = hosts
@@ -195,10 +219,18 @@ pub fn merge_ladders(
         )
     })?;
     let warmup_s = first.number("warmup_s");
+    // Ladders written before the bound was recorded judged failures by the objectives only.
+    let max_errors: MaxErrors = match first.json["max_errors"].as_str() {
+        Some(text) => text
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}: max_errors: {e}", first.dir.display()))?,
+        None => MaxErrors::Percent(100.0),
+    };
     let mut steps = Vec::new();
     for index in 0..count {
         let merged = MergedStep {
             index,
+            max_errors,
             warmup_s,
             partial,
             force,
@@ -209,6 +241,7 @@ pub fn merge_ladders(
     let head = Head {
         kind: "ladder",
         objectives,
+        max_errors: max_errors.to_string(),
         step_s: first.number("step_s"),
         warmup_s,
         trace_span_s: first.number("trace_span_s"),

@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use super::result::CAPACITY_JSON;
 use crate::metrics::{Level, Op};
-use crate::report::chart::{escape, line_chart, LineChart, Series, XScale, YScale};
+use crate::report::chart::{escape, line_chart, LineChart, Series, XScale, YScale, TOTAL};
 use crate::report::page;
+use crate::results::thresholds::Threshold;
 
 /// The steps sorted by offered load: (offered, achieved, step).
 fn by_offered(c: &Value) -> Vec<(f64, f64, &Value)> {
@@ -65,6 +66,24 @@ fn latency_chart(c: &Value) -> String {
             }
         }
     }
+    // Each latency objective as a line across the loads: where a curve crosses it.
+    let (lo, hi) = steps.iter().fold((0.0f64, 0.0f64), |(lo, hi), (x, _, _)| {
+        (lo.min(*x), hi.max(*x))
+    });
+    let objectives = c["objectives"].as_array().into_iter().flatten();
+    for text in objectives.filter_map(Value::as_str) {
+        let limit = Threshold::parse(text)
+            .ok()
+            .and_then(|t| t.latency_limit_ms());
+        if let (Some(ms), true) = (limit, hi > lo) {
+            series.push(Series {
+                name: format!("objective: {text}"),
+                points: vec![(lo, ms), (hi, ms)],
+                color: TOTAL,
+                dashed: true,
+            });
+        }
+    }
     line_chart(&LineChart {
         id: "capacity-latency".into(),
         title: "Latency against offered load".into(),
@@ -73,7 +92,9 @@ fn latency_chart(c: &Value) -> String {
         x: XScale::Linear,
         y: YScale::Auto(20.0),
         series,
-        subtitle: "each step's p99 (solid) and p50 (dashed), after its warm-up".into(),
+        subtitle: "each step's p99 (solid) and p50 (dashed), after its warm-up; sessions \
+                   (image_pull) beside operations; each latency objective as a dashed line"
+            .into(),
         x_extent: vec![0.0],
     })
 }

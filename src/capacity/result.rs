@@ -27,6 +27,10 @@ pub struct StepRecord {
     /// Operations per second the window's records asked for, and those completed.
     pub offered_rps: f64,
     pub achieved_rps: f64,
+    /// The operations due in the measured part, by how they ended (whenever they ended):
+    /// the achieved rate counts the successes only.
+    pub operations_ok: u64,
+    pub operations_failed: u64,
     pub outcome: Outcome,
     pub why: Option<String>,
     pub objectives: Vec<ObjectiveVerdict>,
@@ -66,6 +70,9 @@ pub struct CapacityResult {
     /// step run: what many hosts run and `merge` merges step by step).
     pub kind: &'static str,
     pub objectives: Vec<String>,
+    /// The failures a step may have before it is not sustained (`--max-errors`: a count or
+    /// a share, `1%` by default).
+    pub max_errors: String,
     pub step_s: f64,
     pub warmup_s: f64,
     pub trace_span_s: f64,

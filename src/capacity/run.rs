@@ -4,6 +4,7 @@
 //! after a warm-up it does not count, written to `OUT/steps/NN/`, judged; `capacity.json`
 //! and the table at the end.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -11,11 +12,11 @@ use super::gate::Gate;
 use super::result::{
     render, step_line, write_result, Capacity, CapacityResult, StepRecord, STEPS_DIR,
 };
-use super::search::{generator_limit, judge_step, Next, Outcome, Search, SearchOptions};
+use super::search::{blame, judge_step, Blame, Next, Outcome, Search, SearchOptions};
 use crate::exec::Phase;
-use crate::metrics::StatsTable;
+use crate::metrics::{Scheduled, StatsTable};
 use crate::replay::{ReplayConfig, Window};
-use crate::results::thresholds::Threshold;
+use crate::results::thresholds::{MaxErrors, Threshold};
 use crate::results::{RunOutput, Summary};
 use crate::session::{ExitStatus, Session};
 use crate::shutdown::Shutdown;
@@ -35,6 +36,8 @@ pub struct CapacityConfig {
     /// No step starts after this long.
     pub max_time: Duration,
     pub search: SearchOptions,
+    /// The failures a step may have before it is not sustained (`--max-errors`).
+    pub max_errors: MaxErrors,
     /// `--fail-if` on the answer (`capacity < 500/s`).
     pub gates: Vec<Gate>,
     /// A fixed ladder of loads instead of the search (`--ladder`): every step run, in
@@ -44,6 +47,14 @@ pub struct CapacityConfig {
 }
 
 impl CapacityConfig {
+    /// What each step is judged by.
+    pub fn rules(&self) -> Rules<'_> {
+        Rules {
+            objectives: &self.objectives,
+            max_errors: self.max_errors,
+        }
+    }
+
     /// The time from one ladder step's start to the next: its warm-up, its measured length
     /// and a pause for its last operations to end (a quarter of the step, 2 s at least).
     pub fn slot(&self) -> Duration {
@@ -60,11 +71,23 @@ pub async fn capacity(
     session: Session,
     shutdown: &Shutdown,
 ) -> anyhow::Result<ExitStatus> {
-    let started = Instant::now();
     let (mut engine, session) = match crate::replay::ready(cfg, input, session, shutdown).await? {
         Ok(ready) => ready,
         Err(status) => return Ok(status),
     };
+    let pace = Pace {
+        records: engine.records(),
+        span: engine.span(),
+    };
+    if let Err(e) = pace.check(cap) {
+        // Refused before any load: no step of it could judge anything.
+        session.close().await;
+        eprintln!("creb-rs: error: {e}");
+        return Ok(ExitStatus::Usage);
+    }
+    if !session.quiet() {
+        eprintln!("creb-rs: {}", pace.describe(cap));
+    }
     if cfg.phase == Phase::Run {
         // Prewarmed before (by `replay --phase prewarm`, or a host of its own): a sample of
         // what the steps read is checked to be there.
@@ -84,6 +107,8 @@ pub async fn capacity(
         clear_steps(&dir.join(STEPS_DIR))?;
     }
     let span = engine.span();
+    // --max-time counts from the first step: a long prewarm never leaves no step.
+    let started = Instant::now();
     let mut search = Search::new(cap.search);
     let mut steps: Vec<StepRecord> = Vec::new();
     let mut stepper = Stepper {
@@ -139,6 +164,19 @@ pub async fn capacity(
         if !session.quiet() {
             eprintln!("creb-rs: {}", step_line(&record));
         }
+        if stopped_answering(&record) {
+            let e = format!(
+                "the registry stopped answering at step {} ({:.3}x): all {} operations failed \
+                 without an answer ({}); what was found before it is kept",
+                record.index,
+                record.speed,
+                record.operations_failed,
+                record.errors.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+            steps.push(record);
+            failure = Some(e.clone());
+            break End::Failed(e);
+        }
         if cap.ladder.is_none() {
             search.record(record.outcome);
         }
@@ -146,6 +184,88 @@ pub async fn capacity(
     };
     let result = answer(cap, span, steps, &search, ended);
     finish(cap, session, shutdown, &result, failure).await
+}
+
+/// Operations a step should measure for a p99 to be judged beyond its uncertainty (its
+/// 95% interval needs a few hundred samples around the 99th).
+const JUDGED_OPERATIONS: f64 = 500.0;
+
+/// The trace's pace: its records over its span, what a step holds at a speed.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    records: u64,
+    span: Duration,
+}
+
+impl Pace {
+    /// Records per second of the trace at 1×.
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.span.as_secs_f64().max(1e-3)
+    }
+
+    /// Records a step (warm-up and measured part) holds at `speed`.
+    fn per_step(&self, cap: &CapacityConfig, speed: f64) -> f64 {
+        self.rate() * (cap.warmup + cap.step).as_secs_f64() * speed
+    }
+
+    /// Refuses loads whose step would hold no record of the trace.
+    fn check(&self, cap: &CapacityConfig) -> Result<(), String> {
+        let speeds = match &cap.ladder {
+            Some(ladder) => ladder.clone(),
+            None => vec![cap.search.start],
+        };
+        let flag = if cap.ladder.is_some() {
+            "--ladder"
+        } else {
+            "--speed"
+        };
+        match speeds.iter().find(|s| self.per_step(cap, **s) < 1.0) {
+            Some(speed) => Err(format!(
+                "{flag} {speed}: the trace holds {} records over {:.1} s ({:.3} a second), so a \
+                 step of {:.1} s at {speed}x would hold no record; give a higher speed (about \
+                 {}x for {} operations a step)",
+                self.records,
+                self.span.as_secs_f64(),
+                self.rate(),
+                (cap.warmup + cap.step).as_secs_f64(),
+                self.suggested(cap),
+                JUDGED_OPERATIONS
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The lowest power of two at which a step measures enough operations to judge a p99.
+    fn suggested(&self, cap: &CapacityConfig) -> f64 {
+        let measured = self.rate() * cap.step.as_secs_f64();
+        let wanted = JUDGED_OPERATIONS / measured.max(1e-9);
+        2f64.powi(wanted.log2().ceil().clamp(-20.0, 20.0) as i32)
+    }
+
+    /// The trace's mean rate and what the first step measures at its speed, with a start
+    /// that measures enough when it is too few.
+    fn describe(&self, cap: &CapacityConfig) -> String {
+        let start = cap.ladder.as_ref().map_or(cap.search.start, |l| l[0]);
+        let measured = self.rate() * cap.step.as_secs_f64() * start;
+        let mut text = format!(
+            "the trace offers {:.2} records/s at 1x ({} over {:.1} s); a {:.1} s step at {start}x \
+             measures about {measured:.0}",
+            self.rate(),
+            self.records,
+            self.span.as_secs_f64(),
+            cap.step.as_secs_f64()
+        );
+        if measured < JUDGED_OPERATIONS {
+            let _ = write!(
+                text,
+                ", too few to judge a p99 beyond its uncertainty: start at --speed {} (about {:.0} \
+                 a step) or give a longer --step",
+                self.suggested(cap),
+                measured / start * self.suggested(cap)
+            );
+        }
+        text
+    }
 }
 
 /// Writes and shows the answer, closes the session; the exit status: 2 for a step that
@@ -273,9 +393,10 @@ impl Stepper<'_> {
             window,
             warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
             offered: Some(finished.aggregator.offered_counted),
+            scheduled: Some(finished.aggregator.scheduled),
         };
         Ok(judge(
-            &cap.objectives,
+            cap.rules(),
             &finished.summary,
             &finished.aggregator.table,
             at,
@@ -314,30 +435,37 @@ pub struct StepAt {
     /// Operations the schedule made due after the warm-up, when known (the aggregator
     /// counts them; a merge adds the hosts'): the offered rate of the measured part.
     pub offered: Option<u64>,
+    /// Those operations by how they ended (a merge adds the hosts'); else the summary's
+    /// totals stand for them.
+    pub scheduled: Option<Scheduled>,
+}
+
+/// What a step is judged by: the objectives, and the failures it may have before it is
+/// not sustained whatever they say (`--max-errors`, 1% by default for a search).
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub objectives: &'a [Threshold],
+    pub max_errors: MaxErrors,
 }
 
 /// The record of one finished step, from its summary and exact histograms: the objectives'
 /// verdicts, the offered and achieved rates, the outcome and why.
-pub fn judge(
-    objectives: &[Threshold],
-    summary: &Summary,
-    table: &StatsTable,
-    at: StepAt,
-) -> StepRecord {
+pub fn judge(rules: Rules<'_>, summary: &Summary, table: &StatsTable, at: StepAt) -> StepRecord {
     let StepAt {
         index,
         speed,
         window,
         warmup_s: warmup,
         offered,
+        scheduled,
     } = at;
-    let (mut outcome, objectives, mut why) = judge_step(objectives, summary, table);
+    let (mut outcome, objectives, mut why) = judge_step(rules.objectives, summary, table);
     // Offered: the operations the schedule made due in the measured part, over its length
-    // (else the window's records over its whole schedule); achieved: those completed in the
-    // measured part, over its length. The step lasts its window's schedule even when its
-    // last operation ends earlier, and until its last operation ends when that is later (a
-    // backlog drained after the schedule is the registry's time too, so an overloaded
-    // step's rate is what it served).
+    // (else the window's records over its whole schedule); achieved: those of them that
+    // succeeded, over the time until the later of the schedule's end and the last
+    // operation's (a backlog drained after the schedule is the registry's time too, so an
+    // overloaded step's rate is what it served). Failures are never load served, and an
+    // operation due in the warm-up never counts, whenever it ended: achieved ≤ offered.
     let schedule = window.length.unwrap_or_default().as_secs_f64() / speed.max(1e-9);
     let measured = (schedule - warmup).max(1e-9);
     let offered_rps = match offered {
@@ -347,13 +475,30 @@ pub fn judge(
             replayed / schedule.max(1e-9)
         }
     };
+    let done = scheduled.unwrap_or(Scheduled {
+        ok: summary.totals.ok,
+        failed: summary.totals.errors,
+    });
     let served = measured.max(summary.duration_s - warmup);
-    let achieved_rps = summary.totals.requests as f64 / served;
-    if summary.totals.requests == 0 {
+    let achieved_rps = done.ok as f64 / served;
+    let operations = done.ok + done.failed;
+    let too_many_errors = rules.max_errors.exceeded(done.failed, operations);
+    if operations == 0 {
         outcome = Outcome::Undecided;
         why = Some("no operation in the step's window of the trace".into());
+    } else if too_many_errors {
+        // Failures are never capacity: whatever the objectives say, a step that failed
+        // more than the bound was not sustained.
+        outcome = Outcome::Unsustained;
+        why = Some(format!(
+            "{} of {operations} operations failed ({:.1}%, more than --max-errors {}): \
+             failures are not load served",
+            done.failed,
+            done.failed as f64 * 100.0 / operations as f64,
+            rules.max_errors
+        ));
     } else if outcome == Outcome::Sustained
-        && summary.totals.requests >= MIN_OPERATIONS
+        && operations >= MIN_OPERATIONS
         && achieved_rps < 0.8 * offered_rps
     {
         // Open model: a step whose registry completed well under what it was offered fell
@@ -363,11 +508,26 @@ pub fn judge(
             "achieved {achieved_rps:.1} op/s of the {offered_rps:.1} offered"
         ));
     }
-    if outcome != Outcome::Sustained {
-        if let Some(limit) = generator_limit(summary) {
-            // The registry may not be to blame: the load was not offered as meant.
-            outcome = Outcome::GeneratorLimited;
-            why = Some(limit);
+    if outcome == Outcome::Unsustained {
+        match blame(
+            summary,
+            table,
+            rules.objectives,
+            offered_rps,
+            too_many_errors,
+        ) {
+            Blame::Generator(limit) => {
+                // The registry is not to blame: the load was not offered as meant.
+                outcome = Outcome::GeneratorLimited;
+                why = Some(limit);
+            }
+            Blame::Registry(Some(note)) => {
+                why = Some(match why {
+                    Some(w) => format!("{w}; {note}"),
+                    None => note,
+                });
+            }
+            Blame::Registry(None) => {}
         }
     }
     StepRecord {
@@ -378,12 +538,15 @@ pub fn judge(
         length_s: measured,
         offered_rps,
         achieved_rps,
+        operations_ok: done.ok,
+        operations_failed: done.failed,
         outcome,
         why,
         objectives,
         percentiles: summary
             .operations
             .iter()
+            .chain(&summary.sessions)
             .map(|(op, s)| {
                 let l = s.latency_ms.as_ref();
                 (op.clone(), [l.and_then(|l| l.p50), l.and_then(|l| l.p99)])
@@ -392,6 +555,7 @@ pub fn judge(
         percentiles_ci: summary
             .operations
             .iter()
+            .chain(&summary.sessions)
             .map(|(op, s)| {
                 let l = s.latency_ms.as_ref();
                 (
@@ -408,6 +572,26 @@ pub fn judge(
             .collect(),
         errors: summary.errors.clone(),
     }
+}
+
+/// Whether a step shows a registry that stopped answering: nothing succeeded and every
+/// failure is one of no answer at all (no connection, no response): the search cannot
+/// learn anything more from it, so it ends (exit 2), what it found kept.
+pub fn stopped_answering(record: &StepRecord) -> bool {
+    const NO_ANSWER: [&str; 6] = [
+        "dns",
+        "connect",
+        "reset",
+        "connection_closed",
+        "timeout",
+        "endpoint_down",
+    ];
+    record.operations_ok == 0
+        && record.operations_failed > 0
+        && record
+            .errors
+            .keys()
+            .all(|k| NO_ANSWER.contains(&k.as_str()))
 }
 
 /// The answer from the steps: the search's (the highest speed sustained and confirmed) or
@@ -436,6 +620,7 @@ fn answer(
             "search"
         },
         objectives: cap.objectives.iter().map(ToString::to_string).collect(),
+        max_errors: cap.max_errors.to_string(),
         step_s: cap.step.as_secs_f64(),
         warmup_s: cap.warmup.as_secs_f64(),
         trace_span_s: span.as_secs_f64(),
@@ -536,6 +721,7 @@ pub fn knee(steps: &[StepRecord]) -> (Option<f64>, bool, End) {
 pub struct Head {
     pub kind: &'static str,
     pub objectives: Vec<String>,
+    pub max_errors: String,
     pub step_s: f64,
     pub warmup_s: f64,
     pub trace_span_s: f64,
@@ -585,6 +771,7 @@ pub fn result_of(
     CapacityResult {
         kind: head.kind,
         objectives: head.objectives,
+        max_errors: head.max_errors,
         step_s: head.step_s,
         warmup_s: head.warmup_s,
         trace_span_s: head.trace_span_s,

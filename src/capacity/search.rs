@@ -246,20 +246,46 @@ pub fn judge_step(
     (Outcome::Sustained, verdicts, None)
 }
 
-/// Why the generator, not the registry, may have limited a step: its in-flight cap binding,
-/// its runtime late to wake, its CPU. Asked only of a step that did not pass: one that
-/// passed served what was offered, however late the generator woke.
-pub fn generator_limit(summary: &Summary) -> Option<String> {
-    let c = summary.checks.as_ref()?;
-    if c.cap_binding_share > 0.05 {
-        return Some(format!(
-            "the in-flight cap ({}) held operations back {:.0}% of the step: raise --concurrency",
-            c.max_in_flight,
-            c.cap_binding_share * 100.0
-        ));
-    }
+/// Who a step that did not pass is to blame on: the registry, or the generator that could
+/// not offer the load. Asked only of a step that did not pass: one that passed served what
+/// was offered, however late the generator woke.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Blame {
+    /// The registry: its own service time broke an objective, its failures passed the
+    /// bound, or nothing points at the generator. A note when the in-flight cap bound too
+    /// (the registry's slowness filling it).
+    Registry(Option<String>),
+    /// The generator, for reasons of its own (why, and what to change).
+    Generator(String),
+}
+
+/// Whose a step that did not pass is (docs/capacity.md, "Who is to blame"):
+/// - the generator's when it could not run as meant: its CPU saturated or its runtime
+///   woke late (its own timings are then not the registry's either);
+/// - the registry's when its failures passed the bound, or its own service time (send to
+///   end, no wait for a slot) breaks a latency objective, whatever the in-flight cap did:
+///   at a fixed offered rate λ a registry answering in W keeps L = λ·W operations in
+///   flight (Little's law), so a slower registry fills a fixed cap — the cap binding is
+///   then its symptom;
+/// - the generator's when the cap held operations back while the service times stay
+///   within every latency objective (raise `--concurrency`); with no latency objective,
+///   when the registry's service time would not fill the cap at the offered rate;
+/// - the registry's otherwise.
+pub fn blame(
+    summary: &Summary,
+    table: &StatsTable,
+    objectives: &[Threshold],
+    offered_rps: f64,
+    errors_beyond_bound: bool,
+) -> Blame {
+    let Some(c) = summary.checks.as_ref() else {
+        return Blame::Registry(None);
+    };
     if let Some(share) = c.cpu_share.filter(|s| *s > 0.9) {
-        return Some(format!("creb-rs used {:.0}% of its cores", share * 100.0));
+        return Blame::Generator(format!(
+            "creb-rs used {:.0}% of its cores: more hosts, or a faster machine",
+            share * 100.0
+        ));
     }
     if let Some(p99) = c
         .canary_wake_ms
@@ -267,9 +293,62 @@ pub fn generator_limit(summary: &Summary) -> Option<String> {
         .and_then(|w| w.p99)
         .filter(|p| *p > 10.0)
     {
-        return Some(format!("the runtime woke {p99:.1} ms late (p99)"));
+        return Blame::Generator(format!(
+            "the runtime woke {p99:.1} ms late (p99): the generator's machine is overloaded"
+        ));
     }
-    None
+    if errors_beyond_bound || c.cap_binding_share <= 0.05 {
+        return Blame::Registry(None);
+    }
+    let binding = format!(
+        "the in-flight cap ({}) held operations back {:.0}% of the step",
+        c.max_in_flight,
+        c.cap_binding_share * 100.0
+    );
+    let latency: Vec<Threshold> = objectives
+        .iter()
+        .filter_map(Threshold::service_side)
+        .collect();
+    if let Some(broken) = latency.iter().find(|t| t.fails(summary, table)) {
+        return Blame::Registry(Some(format!(
+            "{binding}, filled by the registry's own service time ({} fails)",
+            broken.text
+        )));
+    }
+    if latency.is_empty() {
+        // No latency limit to hold the service time to: Little's law says whether the
+        // registry's time alone fills the cap at the offered rate.
+        let in_service = registry_in_flight(table, offered_rps);
+        if in_service >= 0.8 * c.max_in_flight as f64 {
+            return Blame::Registry(Some(format!(
+                "{binding}: at {offered_rps:.1} op/s the registry's service time keeps \
+                 {in_service:.1} in flight (Little's law), the cap filled by it"
+            )));
+        }
+    }
+    Blame::Generator(format!(
+        "{binding} while the registry's service times stayed within the objectives: raise \
+         --concurrency"
+    ))
+}
+
+/// L = λ·W: the operations in flight at the registry at `offered_rps` with the step's mean
+/// service time (send to end) of its workload operations.
+fn registry_in_flight(table: &StatsTable, offered_rps: f64) -> f64 {
+    let (mut count, mut total_us) = (0u64, 0.0f64);
+    for op in table.ops() {
+        if op.level() != crate::metrics::Level::Operation {
+            continue;
+        }
+        if let Some(service) = table.op_total(op).and_then(|s| s.service) {
+            count += service.len();
+            total_us += service.mean() * service.len() as f64;
+        }
+    }
+    if count == 0 {
+        return 0.0;
+    }
+    offered_rps * total_us / count as f64 / 1e6
 }
 
 #[cfg(test)]

@@ -105,10 +105,14 @@ pub(crate) fn parse_speed(s: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a number"))?;
-    if v.is_finite() && v > 0.0 {
+    // A millionth to a million times the trace's pace: beyond, a step or a gap between
+    // records is no longer a duration a clock can hold.
+    if (1e-6..=1e6).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("'{s}' must be a positive number"))
+        Err(format!(
+            "'{s}' must be a speed factor from 0.000001 to 1000000 (1 is the trace's pace)"
+        ))
     }
 }
 
@@ -333,7 +337,9 @@ pub struct OutputArgs {
     /// Exit 3 when EXPR holds for the finished run (repeatable), e.g. 'p99(blob_get) > 2s'.
     ///
     /// More: 'error_rate > 1%', 'rps < 100', 'p99(manifest_get).lag > 10ms',
-    /// 'errors(http_429) > 0'. Every verdict is in summary.json (`thresholds`).
+    /// 'errors(http_429) > 0'. A latency without a unit is in milliseconds (in
+    /// 'p99(blob_get) > 2' the limit is 2 ms); a rate is a share from 0% to 100%. Every
+    /// verdict is in summary.json (`thresholds`).
     #[arg(long, value_name = "EXPR")]
     pub fail_if: Vec<String>,
 
@@ -343,9 +349,10 @@ pub struct OutputArgs {
     pub baseline: Option<PathBuf>,
 
     /// Failed operations tolerated before the exit status is 1: a count (5) or a share of
-    /// the operations (1%). Recorded in summary.json (`max_errors`).
-    #[arg(hide_short_help = true, long, value_name = "N|P%", default_value = "0")]
-    pub max_errors: MaxErrors,
+    /// the operations (1%); 0 by default. Recorded in summary.json (`max_errors`). In a
+    /// capacity search, the failures a step may have and still be sustained (1% by default).
+    #[arg(hide_short_help = true, long, value_name = "N|P%")]
+    pub max_errors: Option<MaxErrors>,
 
     /// Length of the intervals of histograms.hlog and timeline.csv.
     #[arg(hide_short_help = true, long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
@@ -408,7 +415,7 @@ impl From<&OutputArgs> for crate::session::OutputOptions {
             quiet: a.quiet,
             fail_if: a.fail_if.clone(),
             baseline: a.baseline.clone(),
-            max_errors: a.max_errors,
+            max_errors: a.max_errors.unwrap_or_default(),
             interval: a.interval,
             warmup: a.warmup,
             metrics_listen: a.metrics_listen,

@@ -9,7 +9,7 @@ use clap::Args;
 use super::replay::{PhaseArg, ReplayArgs, ReplayConfig};
 use crate::capacity::{CapacityConfig, Gate, SearchOptions};
 use crate::exec::{Mode, Phase};
-use crate::results::thresholds::parse_all;
+use crate::results::thresholds::{parse_all, MaxErrors};
 use crate::session::{ExitStatus, OutputOptions, Session};
 use crate::shutdown::Shutdown;
 use crate::trace::TraceInput;
@@ -40,7 +40,9 @@ Examples:
 #[derive(Debug, Clone, Args)]
 pub struct CapacityArgs {
     /// What must hold for a load to be sustained (repeatable), written like --fail-if:
-    /// 'p99(blob_get) < 2s', 'error_rate < 1%', 'errors(http_429) == 0'.
+    /// 'p99(blob_get) < 2s', 'error_rate < 1%', 'errors(http_429) == 0' (a latency without
+    /// a unit is in milliseconds). Beyond these, a step failing more than --max-errors (1%)
+    /// is never sustained.
     #[arg(long, value_name = "EXPR", required = true)]
     pub slo: Vec<String>,
 
@@ -57,7 +59,7 @@ pub struct CapacityArgs {
     pub max_time: Duration,
 
     /// The highest speed factor offered.
-    #[arg(hide_short_help = true, long, value_name = "X", default_value = "1024")]
+    #[arg(hide_short_help = true, long, value_name = "X", default_value = "1024", value_parser = parse_speed)]
     pub max_speed: f64,
 
     /// The search narrows until the failing load is within this share of the passing one.
@@ -88,8 +90,14 @@ fn parse_share(s: &str) -> Result<f64, String> {
 
 /// Runs `creb-rs capacity`.
 pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
-    if args.max_speed.is_nan() || args.max_speed <= 0.0 {
-        anyhow::bail!("--max-speed must be above 0");
+    let one_step = args.step.max(Duration::from_millis(100)) + args.step_warmup;
+    if args.max_time < one_step {
+        anyhow::bail!(
+            "--max-time {:?} leaves no step: a step lasts {:?} (--step-warmup and --step); \
+             give at least that",
+            args.max_time,
+            one_step
+        );
     }
     if args.replay.phase == PhaseArg::Prewarm {
         anyhow::bail!(
@@ -132,6 +140,11 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
             resolution: args.resolution,
             ..SearchOptions::default()
         },
+        max_errors: args
+            .replay
+            .output
+            .max_errors
+            .unwrap_or(MaxErrors::Percent(1.0)),
         gates,
         ladder: (!args.ladder.is_empty()).then(|| args.ladder.clone()),
     };

@@ -178,6 +178,13 @@ pub struct IntervalCounters {
     pub in_flight: u64,
 }
 
+/// Workload operations scheduled in the measured part of a run, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scheduled {
+    pub ok: u64,
+    pub failed: u64,
+}
+
 /// One endpoint's workload operations completed in an interval (runs over several).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointCounters {
@@ -282,6 +289,10 @@ pub struct Aggregator {
     /// Operations the schedule made due in the intervals counted (after `--warmup`): the
     /// offered load of what the numbers cover (0 for a closed model and stored results).
     pub offered_counted: u64,
+    /// Workload operations scheduled after `--warmup` (due then, or sent then without a
+    /// schedule), by how they ended: what the measured window was offered and served,
+    /// whenever each completed (a warm-up's backlog ending later is not counted).
+    pub scheduled: Scheduled,
     /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
     /// list). Every sample recorded through an endpoint's recorder is in exactly one.
     pub endpoints: Vec<StatsTable>,
@@ -385,6 +396,12 @@ impl Aggregator {
         let index = self.index_of(s.timing.end);
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
+            if !self.in_warmup(s.timing.intended.unwrap_or(s.timing.sent)) {
+                match s.outcome.is_ok() {
+                    true => self.scheduled.ok += 1,
+                    false => self.scheduled.failed += 1,
+                }
+            }
         }
         if let Some(live) = &self.live {
             live.observe(s, endpoint);

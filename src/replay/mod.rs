@@ -182,6 +182,12 @@ impl Engine {
             })
     }
 
+    /// The records of the prepared trace (valid or not, after limits; zero before
+    /// [`Self::prepare`]).
+    pub fn records(&self) -> u64 {
+        self.prepared.as_ref().map_or(0, |p| p.catalog.items)
+    }
+
     /// Reads the trace (pass 1) and computes the digests the phases need first.
     pub async fn prepare(
         &mut self,

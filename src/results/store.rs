@@ -272,6 +272,49 @@ pub fn config_hash(config: &serde_json::Value) -> String {
 }
 
 /// Everything read back from a result directory.
+/// What a result ran, for telling whether two results ran the same workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload<'a> {
+    pub dir: &'a Path,
+    pub summary: &'a Summary,
+    pub dataset_hash: &'a str,
+}
+
+/// Why `b` did not run `a`'s workload, if it did not — one rule for `compare` and
+/// `--baseline`: another workload model (open or closed) is never comparable; another
+/// dataset (trace, seed, selection, content options) only with `force`.
+pub fn workload_difference(a: Workload<'_>, b: Workload<'_>, force: bool) -> Option<String> {
+    if a.summary.model != b.summary.model || a.summary.mode != b.summary.mode {
+        return Some(format!(
+            "{} is {} and {} is {}: results of different workload models are not comparable",
+            a.dir.display(),
+            a.summary.model_label(),
+            b.dir.display(),
+            b.summary.model_label()
+        ));
+    }
+    (a.dataset_hash != b.dataset_hash && !force).then(|| {
+        format!(
+            "{} and {} ran different workloads (dataset {} vs {}); use --force to compare anyway",
+            a.dir.display(),
+            b.dir.display(),
+            a.dataset_hash,
+            b.dataset_hash
+        )
+    })
+}
+
+impl ResultSet {
+    /// What this result ran.
+    pub fn workload(&self) -> Workload<'_> {
+        Workload {
+            dir: &self.dir,
+            summary: &self.summary,
+            dataset_hash: &self.meta.dataset_hash,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct ResultSet {
     pub dir: PathBuf,

@@ -650,7 +650,9 @@ pub struct ThresholdVerdict {
     pub value: Option<f64>,
     /// The measured value with its unit, for people.
     pub measured: Option<String>,
-    /// `held` (the run fails), `clear`, or `no_data` (not checked).
+    /// `held` (the run fails), `clear`, `no_data` (not checked), or `undecided` (relative
+    /// to a baseline, a percentile neither run can tell from noise: not a failure unless
+    /// `--strict`).
     pub verdict: String,
     /// A threshold relative to a baseline run (`--baseline`): what the baseline measured,
     /// the limit it gave, and both runs' intervals.
@@ -669,6 +671,10 @@ pub struct BaselineVerdict {
     pub interval: Option<[f64; 2]>,
     /// The baseline's.
     pub baseline_interval: Option<[f64; 2]>,
+    /// Why the verdict is `undecided` (a percentile without an interval in either run),
+    /// and what would decide it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<String>,
 }
 
 impl ThresholdVerdict {

@@ -121,6 +121,10 @@ enum Limit {
 pub struct Baseline {
     pub summary: Summary,
     pub table: StatsTable,
+    /// Where it was read from, and its dataset's fingerprint (a baseline must have run the
+    /// same workload: `store::workload_difference`).
+    pub dir: std::path::PathBuf,
+    pub dataset_hash: String,
 }
 
 /// `baseline`, `baseline * F`: the factor; `None` when `value` is not relative to one.
@@ -181,30 +185,51 @@ fn scope(arg: Option<&str>) -> Result<Scope, String> {
     }
 }
 
+/// A latency limit: a duration with its unit (`250ms`, `2s`), or a bare number read as
+/// milliseconds (as k6 reads its thresholds), never negative.
 fn parse_latency(value: &str) -> Result<f64, String> {
-    if let Ok(ms) = value.parse::<f64>() {
-        return Ok(ms);
+    let ms = match value.parse::<f64>() {
+        Ok(ms) => ms,
+        Err(_) => parse_duration(value).map(|d| d.as_secs_f64() * 1000.0)?,
+    };
+    if !ms.is_finite() || ms < 0.0 {
+        return Err(format!(
+            "'{value}' is not a latency (e.g. 250ms, 2s; a bare number is ms)"
+        ));
     }
-    parse_duration(value).map(|d| d.as_secs_f64() * 1000.0)
+    Ok(ms)
 }
 
+/// A share of operations: `1%` or `0.01`, between 0 and 100% (a rate outside it could
+/// never be measured, so an expression on it would mean nothing).
 fn parse_rate(value: &str) -> Result<f64, String> {
-    match value.strip_suffix('%') {
+    let rate = match value.strip_suffix('%') {
         Some(p) => p
             .trim()
             .parse::<f64>()
             .map(|v| v / 100.0)
-            .map_err(|_| format!("'{value}' is not a percentage")),
+            .map_err(|_| format!("'{value}' is not a percentage"))?,
         None => value
             .parse::<f64>()
-            .map_err(|_| format!("'{value}' is not a fraction or a percentage")),
+            .map_err(|_| format!("'{value}' is not a fraction or a percentage"))?,
+    };
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(format!(
+            "'{value}' is not a share of operations: give one between 0% and 100% (or 0 and 1)"
+        ));
     }
+    Ok(rate)
 }
 
+/// A count or a rate: never negative (no run measures one).
 fn parse_number(value: &str) -> Result<f64, String> {
-    value
+    let n = value
         .parse::<f64>()
-        .or_else(|_| parse_count(value).map(|c| c as f64))
+        .or_else(|_| parse_count(value).map(|c| c as f64))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("'{value}' is negative: no run counts below 0"));
+    }
+    Ok(n)
 }
 
 impl Threshold {
@@ -405,6 +430,67 @@ impl Threshold {
         (verdict, Some(v), interval)
     }
 
+    /// The registry's own share of a latency objective: the same statistic and limit on
+    /// the service time (send to end: no schedule lag, no wait for an in-flight slot) of the
+    /// operations it covers — a session's (`image_pull`) are every workload operation, which
+    /// a session cannot be faster than. `None` for an objective on anything but latency.
+    pub fn service_side(&self) -> Option<Threshold> {
+        let Metric::Latency {
+            stat,
+            scope,
+            series: Series::Latency,
+        } = self.metric
+        else {
+            return None;
+        };
+        let (scope, name) = match scope {
+            Scope::Op(op) if op.level() == Level::Session => (Scope::All, "all".to_owned()),
+            Scope::Op(op) => (scope, op.name().to_owned()),
+            Scope::All => (scope, "all".to_owned()),
+        };
+        let stat_name = match stat {
+            Stat::Quantile(q) => format!("p{}", q * 100.0),
+            Stat::Mean => "mean".into(),
+            Stat::Max => "max".into(),
+        };
+        let Limit::Value(limit) = self.limit else {
+            return None;
+        };
+        let cmp = match self.cmp {
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Eq => "==",
+            Cmp::Ne => "!=",
+        };
+        Some(Threshold {
+            text: format!("{stat_name}({name}).service {cmp} {limit}ms"),
+            metric: Metric::Latency {
+                stat,
+                scope,
+                series: Series::Service,
+            },
+            cmp: self.cmp,
+            limit: self.limit,
+        })
+    }
+
+    /// The limit of a latency expression in ms (`p99(image_pull) < 100ms`: 100), to draw it
+    /// beside the curves it limits; `None` for other metrics or a baseline's limit.
+    pub fn latency_limit_ms(&self) -> Option<f64> {
+        match (&self.metric, self.limit) {
+            (Metric::Latency { .. }, Limit::Value(ms)) => Some(ms),
+            _ => None,
+        }
+    }
+
+    /// Whether the expression, as an objective that must hold, fails on `summary`: its
+    /// measured value does not satisfy it (no data: not failed).
+    pub fn fails(&self, summary: &Summary, table: &StatsTable) -> bool {
+        matches!(self.evaluate(summary, table), Verdict::Clear(_))
+    }
+
     /// Whether the threshold compares with a baseline run.
     pub fn needs_baseline(&self) -> bool {
         matches!(self.limit, Limit::Baseline(_))
@@ -440,7 +526,9 @@ impl Threshold {
         }
     }
 
-    /// Judges a threshold relative to `baseline`: see the module's documentation.
+    /// Judges a threshold relative to `baseline`: see the module's documentation. A
+    /// percentile either run has no interval of (too few samples around it) cannot be told
+    /// from noise: `undecided`, with the reason, never a failure on its own.
     fn against(
         &self,
         summary: &Summary,
@@ -453,19 +541,25 @@ impl Threshold {
         let value = self.measure(summary, table);
         let base = self.measure(&baseline.summary, &baseline.table);
         let (mine, theirs) = (self.interval(summary), self.interval(&baseline.summary));
+        let mut undecided = None;
         let verdict = match (value, base) {
             (Some(v), Some(b)) => {
-                let [lo, hi] = mine.unwrap_or([v, v]);
-                let [blo, bhi] = theirs.unwrap_or([b, b]);
-                let holds = match self.cmp {
-                    Cmp::Gt | Cmp::Ge => self.cmp.holds(lo, bhi * factor),
-                    Cmp::Lt | Cmp::Le => self.cmp.holds(hi, blo * factor),
-                    Cmp::Eq | Cmp::Ne => self.cmp.holds(v, b * factor),
-                };
-                if holds {
-                    "held"
+                if let Some(why) = self.without_interval(mine, theirs) {
+                    undecided = Some(why);
+                    "undecided"
                 } else {
-                    "clear"
+                    let [lo, hi] = mine.unwrap_or([v, v]);
+                    let [blo, bhi] = theirs.unwrap_or([b, b]);
+                    let holds = match self.cmp {
+                        Cmp::Gt | Cmp::Ge => self.cmp.holds(lo, bhi * factor),
+                        Cmp::Lt | Cmp::Le => self.cmp.holds(hi, blo * factor),
+                        Cmp::Eq | Cmp::Ne => self.cmp.holds(v, b * factor),
+                    };
+                    if holds {
+                        "held"
+                    } else {
+                        "clear"
+                    }
                 }
             }
             _ => "no_data",
@@ -480,8 +574,42 @@ impl Threshold {
                 limit: base.map(|b| b * factor),
                 interval: mine,
                 baseline_interval: theirs,
+                undecided,
             }),
         }
+    }
+
+    /// Why a percentile compared with a baseline cannot be decided: which run has no 95%
+    /// interval of it, and what would give one. `None` for a figure that has its intervals,
+    /// or one that never has any (a rate, a count, a mean: compared by value).
+    fn without_interval(&self, mine: Option<[f64; 2]>, theirs: Option<[f64; 2]>) -> Option<String> {
+        let Metric::Latency {
+            stat: Stat::Quantile(q),
+            scope,
+            ..
+        } = self.metric
+        else {
+            return None;
+        };
+        let standard = matches!((q * 1000.0).round() as u64, 500 | 900 | 990 | 999);
+        if !standard || scope == Scope::All {
+            return None;
+        }
+        let missing = match (mine, theirs) {
+            (Some(_), Some(_)) => return None,
+            (None, None) => "neither run has",
+            (None, Some(_)) => "this run has",
+            (Some(_), None) => "the baseline has",
+        };
+        let lower = match (q * 1000.0).round() as u64 {
+            999 => " or p99",
+            990 => " or p90",
+            _ => "",
+        };
+        Some(format!(
+            "{missing} no 95% interval of this percentile (too few samples around it to tell a \
+             change from noise): decide it with longer runs{lower}"
+        ))
     }
 
     /// The measured value with the metric's unit, for messages.
@@ -539,15 +667,15 @@ pub fn report(verdicts: &[ThresholdVerdict]) -> bool {
         match (v.verdict.as_str(), &v.measured) {
             ("held", Some(m)) => {
                 failed = true;
-                let against =
-                    v.baseline
-                        .as_ref()
-                        .and_then(|b| b.limit)
-                        .map_or(String::new(), |l| {
-                            format!(
-                                " against a baseline limit of {l:.3} (beyond both runs' intervals)"
-                            )
-                        });
+                let against = v.baseline.as_ref().map_or(String::new(), |b| {
+                    let beyond = match (b.interval, b.baseline_interval) {
+                        (Some(_), Some(_)) => " (beyond both runs' 95% intervals)",
+                        _ => " (compared by value: this figure has no interval)",
+                    };
+                    b.limit.map_or(String::new(), |l| {
+                        format!(" against a baseline limit of {l:.3}{beyond}")
+                    })
+                });
                 eprintln!(
                     "creb-rs: --fail-if '{}' holds: measured {m}{against}",
                     v.expression
@@ -557,6 +685,14 @@ pub fn report(verdicts: &[ThresholdVerdict]) -> bool {
                 "creb-rs: --fail-if '{}': nothing measured, not checked",
                 v.expression
             ),
+            ("undecided", _) => {
+                let why = v.baseline.as_ref().and_then(|b| b.undecided.as_deref());
+                eprintln!(
+                    "creb-rs: warning: --fail-if '{}' is undecided: {}",
+                    v.expression,
+                    why.unwrap_or("too close to the baseline to decide")
+                );
+            }
             _ => {}
         }
     }

@@ -18,7 +18,7 @@ use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog};
 use crate::progress::{self, Progress, ProgressLine};
 use crate::report::render_text_with;
-use crate::results::store::write_final;
+use crate::results::store::{workload_difference, write_final, Workload};
 use crate::results::thresholds::{parse_all, report, verdicts, Baseline, Threshold};
 use crate::results::{prepare_result_dir, Meta, RunOutput, Summary, Warning};
 use observe::{Observation, RegistryWatch};
@@ -140,13 +140,47 @@ impl Session {
     ) -> anyhow::Result<bool> {
         run.summary.max_errors = Some(self.flags.max_errors);
         mark_interrupted(&mut run.summary);
-        let judged = if shown.judge {
+        // A baseline of another workload is refused as `compare` refuses it: the run is
+        // written, its gates relative to the baseline not judged, and the exit is 2.
+        let other_workload = self.baseline.as_ref().and_then(|b| {
+            let dir = shown.dir.clone().unwrap_or_default();
+            let this = Workload {
+                dir: &dir,
+                summary: &run.summary,
+                dataset_hash: &run.meta.dataset_hash,
+            };
+            let base = Workload {
+                dir: &b.dir,
+                summary: &b.summary,
+                dataset_hash: &b.dataset_hash,
+            };
+            workload_difference(base, this, self.flags.force)
+        });
+        let judged = if shown.judge && other_workload.is_some() {
+            let own: Vec<Threshold> = self
+                .thresholds
+                .iter()
+                .filter(|t| !t.needs_baseline())
+                .cloned()
+                .collect();
+            run.summary.thresholds = verdicts(&own, &run.summary, &run.aggregator.table, None);
+            run.summary.thresholds.clone()
+        } else if shown.judge {
             run.summary.thresholds = verdicts(
                 &self.thresholds,
                 &run.summary,
                 &run.aggregator.table,
                 self.baseline.as_ref(),
             );
+            for v in &run.summary.thresholds {
+                if let Some(why) = v.baseline.as_ref().and_then(|b| b.undecided.as_ref()) {
+                    // Not a failure: said, and a failure only under --strict.
+                    run.summary.warnings.push(Warning {
+                        kind: "baseline_undecided".into(),
+                        message: format!("--fail-if '{}' is undecided: {why}", v.expression),
+                    });
+                }
+            }
             run.summary.thresholds.clone()
         } else {
             Vec::new()
@@ -165,7 +199,11 @@ impl Session {
             run.summary.warnings.push(cut_short(e));
         }
         write_and_show(run, shown)?;
-        Ok(report(&judged))
+        let slow = report(&judged);
+        if let Some(why) = other_workload {
+            anyhow::bail!("--baseline: {why}");
+        }
+        Ok(slow)
     }
 
     /// Ends the live side: the last push, then the endpoint lingers and stops.
@@ -238,6 +276,8 @@ fn open_baseline(
     Ok(Some(Baseline {
         summary: set.summary,
         table: aggregator.table,
+        dir: set.dir,
+        dataset_hash: set.meta.dataset_hash,
     }))
 }
 
