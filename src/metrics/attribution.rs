@@ -44,14 +44,34 @@ pub enum Criterion {
     Time,
     Bytes,
     Errors,
+    /// Slowness: the [`SLOW_QUANTILE`] of an entry's successes, among the entries any
+    /// ranking tracks with at least [`SLOW_MIN_SUCCESSES`] of them (no summary of its own:
+    /// a percentile does not add up as a Space-Saving weight must).
+    Latency,
 }
 
+/// The percentile slowness is ranked by, and the successes an entry needs to be ranked
+/// (a single slow request never tops it).
+pub const SLOW_QUANTILE: f64 = 0.90;
+pub const SLOW_MIN_SUCCESSES: u64 = 20;
+
 impl Criterion {
+    /// The rankings kept as Space-Saving summaries while the run goes.
     pub const ALL: [Criterion; 4] = [
         Criterion::Requests,
         Criterion::Time,
         Criterion::Bytes,
         Criterion::Errors,
+    ];
+
+    /// Every ranking results list: the summaries' and slowness, ranked over what they
+    /// track.
+    pub const RANKED: [Criterion; 5] = [
+        Criterion::Requests,
+        Criterion::Time,
+        Criterion::Bytes,
+        Criterion::Errors,
+        Criterion::Latency,
     ];
 
     /// Its name in results (`top_by`).
@@ -61,11 +81,12 @@ impl Criterion {
             Criterion::Time => "time",
             Criterion::Bytes => "bytes",
             Criterion::Errors => "errors",
+            Criterion::Latency => "latency",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Criterion> {
-        Criterion::ALL.into_iter().find(|c| c.name() == name)
+        Criterion::RANKED.into_iter().find(|c| c.name() == name)
     }
 
     /// What one operation adds to this ranking.
@@ -75,6 +96,7 @@ impl Criterion {
             Criterion::Time => micros(s),
             Criterion::Bytes => s.bytes_sent + s.bytes_received,
             Criterion::Errors => u64::from(!s.outcome.is_ok()),
+            Criterion::Latency => 0,
         }
     }
 
@@ -85,6 +107,13 @@ impl Criterion {
             Criterion::Time => t.time_us,
             Criterion::Bytes => t.bytes,
             Criterion::Errors => t.errors,
+            Criterion::Latency => {
+                let successes = t.latency.len();
+                if successes < SLOW_MIN_SUCCESSES {
+                    return 0;
+                }
+                t.latency.to_dense().value_at_quantile(SLOW_QUANTILE)
+            }
         }
     }
 }
@@ -290,6 +319,7 @@ impl Dimension {
                 }
             }
         }
+        self.slowest(&mut out);
         out.sort_by(|a, b| {
             b.tally
                 .time_us
@@ -297,6 +327,36 @@ impl Dimension {
                 .then_with(|| a.name.cmp(&b.name))
         });
         out
+    }
+
+    /// Slowness ranked over every name any ranking tracks (each with its most complete
+    /// figures): the top [`LISTED`] by [`SLOW_QUANTILE`] join `out`, marked `latency`.
+    fn slowest(&self, out: &mut Vec<Listed>) {
+        let mut tracked: Vec<&Slot> = Vec::new();
+        for slot in self.lists.iter().flat_map(|l| &l.slots) {
+            match tracked.iter_mut().find(|t| t.name == slot.name) {
+                Some(t) if (slot.whole, slot.tally.count) > (t.whole, t.tally.count) => *t = slot,
+                Some(_) => {}
+                None => tracked.push(slot),
+            }
+        }
+        let mut ranked: Vec<(&Slot, u64)> = tracked
+            .into_iter()
+            .map(|s| (s, Criterion::Latency.of(&s.tally)))
+            .filter(|&(_, v)| v > 0)
+            .collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));
+        for (slot, _) in ranked.into_iter().take(LISTED) {
+            match out.iter_mut().find(|l| l.name == slot.name) {
+                Some(l) => l.top_by.push(Criterion::Latency),
+                None => out.push(Listed {
+                    name: Arc::clone(&slot.name),
+                    tally: slot.tally.clone(),
+                    whole: slot.whole,
+                    top_by: vec![Criterion::Latency],
+                }),
+            }
+        }
     }
 
     /// Every name seen is listed, with its whole figures: no name was ever replaced, and

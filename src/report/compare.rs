@@ -17,6 +17,7 @@ use anyhow::bail;
 use serde::Serialize;
 
 use crate::metrics::uncertainty::welch;
+use crate::results::store::workload_difference;
 use crate::results::summary::{HitRatio, OpSummary};
 use crate::results::ResultSet;
 
@@ -80,6 +81,11 @@ pub struct OpComparison {
     pub p99_p_value: Option<f64>,
     pub rps_ratio_ci: Option<[f64; 2]>,
     pub rps_p_value: Option<f64>,
+    /// With at least two runs a side: the smallest change of the p99 and of the rate (a
+    /// share, 0.1 = 10%) the runs could have detected, at the test's 5% false-alarm rate
+    /// with 80% power, from their spread.
+    pub p99_detectable: Option<f64>,
+    pub rps_detectable: Option<f64>,
     /// With one run a side: each run's own 95% interval of its p99, and whether they are
     /// disjoint (a difference beyond the runs' sampling; run-to-run noise still unknown).
     pub p99_intervals: (Option<[f64; 2]>, Option<[f64; 2]>),
@@ -91,6 +97,8 @@ struct Tested {
     within_noise: Option<bool>,
     ratio_ci: Option<[f64; 2]>,
     p_value: Option<f64>,
+    /// The smallest change (a share: 0.1 = 10%) these runs could have detected.
+    detectable: Option<f64>,
 }
 
 /// Welch's t-test on the logarithms of the positive values of each side.
@@ -101,11 +109,13 @@ fn tested(a: &[f64], b: &[f64]) -> Tested {
             within_noise: Some(w.p_value >= ALPHA),
             ratio_ci: Some(w.interval.map(f64::exp)),
             p_value: Some(w.p_value),
+            detectable: Some(w.detectable.exp() - 1.0),
         },
         None => Tested {
             within_noise: None,
             ratio_ci: None,
             p_value: None,
+            detectable: None,
         },
     }
 }
@@ -178,26 +188,12 @@ pub fn compare(a: &ResultSet, b: &ResultSet, force: bool) -> anyhow::Result<Comp
     compare_runs(std::slice::from_ref(a), std::slice::from_ref(b), force)
 }
 
-/// Every result must have the first one's workload model, and (unless `force`) dataset.
+/// Every result must have the first one's workload model, and (unless `force`) dataset
+/// (the rule `--baseline` follows too).
 fn check_comparable(first: &ResultSet, all: &[&ResultSet], force: bool) -> anyhow::Result<()> {
     for r in all {
-        if r.summary.model != first.summary.model || r.summary.mode != first.summary.mode {
-            bail!(
-                "{} is {} and {} is {}: results of different workload models are not comparable",
-                first.dir.display(),
-                first.summary.model_label(),
-                r.dir.display(),
-                r.summary.model_label()
-            );
-        }
-        if r.meta.dataset_hash != first.meta.dataset_hash && !force {
-            bail!(
-                "{} and {} ran different workloads (dataset {} vs {}); use --force to compare anyway",
-                first.dir.display(),
-                r.dir.display(),
-                first.meta.dataset_hash,
-                r.meta.dataset_hash
-            );
+        if let Some(why) = workload_difference(first.workload(), r.workload(), force) {
+            bail!("{why}");
         }
     }
     Ok(())
@@ -390,6 +386,8 @@ fn compare_op(a: &[ResultSet], b: &[ResultSet], name: &str) -> OpComparison {
         p99_p_value: p99_test.p_value,
         rps_ratio_ci: rps_test.ratio_ci,
         rps_p_value: rps_test.p_value,
+        p99_detectable: p99_test.detectable,
+        rps_detectable: rps_test.detectable,
         p99_intervals: intervals,
         p99_intervals_disjoint: disjoint,
     }
@@ -435,6 +433,9 @@ pub fn render(c: &Comparison) -> String {
     let _ = writeln!(out, "B: {} ({}{})", c.b, c.registries.1, runs(c.runs.1));
     let _ = writeln!(out, "model: {}\n", c.model);
     let repeated = c.runs.0 > 1 && c.runs.1 > 1;
+    // An open model (delay mode) offers the trace's rate: the rate is the schedule's, not
+    // a result of the registry.
+    let open = c.model.contains("(open)");
     let _ = writeln!(
         out,
         "{:<16} {:>15} {:>13} {:>19} {:>9} {:>21} {:>9}",
@@ -447,10 +448,10 @@ pub fn render(c: &Comparison) -> String {
             "p99 ms A/B"
         },
         "Δp99",
-        if repeated {
-            "median req/s A/B"
-        } else {
-            "req/s A/B"
+        match (repeated, open) {
+            (_, true) => "offered req/s A/B",
+            (true, false) => "median req/s A/B",
+            (false, false) => "req/s A/B",
         },
         "Δreq/s"
     );
@@ -465,6 +466,13 @@ pub fn render(c: &Comparison) -> String {
             pct(o.p99_delta, o.p99_within_noise),
             format!("{:.1}/{:.1}", o.requests_per_s.0, o.requests_per_s.1),
             pct(o.rps_delta, o.rps_within_noise)
+        );
+    }
+    if open {
+        let _ = writeln!(
+            out,
+            "\nreq/s: the rate the trace's schedule offered (delay mode), not a result: the \
+             registry's answer to it is the latency."
         );
     }
     hit_ratio_text(c, &mut out);
@@ -517,27 +525,32 @@ fn noise_text(c: &Comparison, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "\n{:<16} {:>23} {:>9} {:>23} {:>9}",
-        "B vs A (95%)", "p99 change", "p", "req/s change", "p"
+        "\n{:<16} {:>23} {:>9} {:>11} {:>23} {:>9} {:>11}",
+        "B vs A (95%)", "p99 change", "p", "detects", "req/s change", "p", "detects"
     );
     for o in &c.operations {
         let p = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
+        let d = |v: Option<f64>| v.map_or("-".into(), |d| format!("±{:.1}%", d * 100.0));
         let _ = writeln!(
             out,
-            "{:<16} {:>23} {:>9} {:>23} {:>9}",
+            "{:<16} {:>23} {:>9} {:>11} {:>23} {:>9} {:>11}",
             o.op,
             ratio_range(o.p99_ratio_ci),
             p(o.p99_p_value),
+            d(o.p99_detectable),
             ratio_range(o.rps_ratio_ci),
-            p(o.rps_p_value)
+            p(o.rps_p_value),
+            d(o.rps_detectable)
         );
     }
     let _ = writeln!(
         out,
         "\n* marks a real difference, ~ one within the run-to-run noise: Welch's t-test on the \
          logarithms of the runs' figures, {:.0}% false alarms when runs vary log-normally \
-         (docs/results.md).",
-        ALPHA * 100.0
+         (docs/results.md). `detects`: the smallest change these runs find {:.0}% of the \
+         time, from their spread; more or longer runs detect less (docs/measurement.md).",
+        ALPHA * 100.0,
+        crate::metrics::uncertainty::POWER * 100.0
     );
 }
 

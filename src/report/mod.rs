@@ -425,8 +425,41 @@ fn attribution_lines(out: &mut String, what: &str, entries: &[Attributed]) {
     if entries.len() > ATTRIBUTION_LINES {
         let _ = writeln!(
             out,
-            "… {} more by requests, bytes or errors in summary.json and the HTML report",
+            "… {} more by requests, bytes, errors or slowness in summary.json and the HTML \
+             report",
             entries.len() - ATTRIBUTION_LINES
+        );
+    }
+    slowest_lines(out, what, entries);
+}
+
+/// The slowest names by the p90 of their successes, slowest first.
+fn slowest_lines(out: &mut String, what: &str, entries: &[Attributed]) {
+    let slow = crate::results::attribution::slowest(entries);
+    if slow.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<32} {:>9} {:>9} {:>8}",
+        format!(
+            "slowest {what} (p90, ≥{} ok)",
+            crate::metrics::attribution::SLOW_MIN_SUCCESSES
+        ),
+        "p90",
+        "p99",
+        "count"
+    );
+    for e in slow.into_iter().take(ATTRIBUTION_LINES) {
+        let l = e.latency_ms.as_ref();
+        let mark = if e.exact { "" } else { "≥ " };
+        let _ = writeln!(
+            out,
+            "{:<32} {:>9} {:>9} {:>8}",
+            format!("{mark}{}", e.name),
+            oms(l.and_then(|p| p.p90)),
+            oms(l.and_then(|p| p.p99)),
+            e.count
         );
     }
 }

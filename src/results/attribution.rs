@@ -37,8 +37,45 @@ pub struct Attributed {
     /// The figures are the whole truth; false: they count what was seen after it entered a
     /// bounded list, a lower bound.
     pub exact: bool,
-    /// The rankings it is in the top of: `requests`, `time`, `bytes`, `errors`.
+    /// The rankings it is in the top of: `requests`, `time`, `bytes`, `errors`, and
+    /// `latency` (the slowest by the p90 of their successes, among the names tracked with
+    /// at least 20 successes).
     pub top_by: Vec<String>,
+}
+
+impl Attributed {
+    /// The rankings it is listed by, as people read them: an entry counted only from when
+    /// it joined a bounded list (`exact: false`) is said to be tracked by them, never to
+    /// hold a rank its lower-bound figures cannot establish.
+    pub fn ranks(&self) -> String {
+        let by = self.top_by.join(", ");
+        if self.exact {
+            by
+        } else {
+            format!("tracked by {by} (counted from when it joined: rank not established)")
+        }
+    }
+
+    /// The p90 of its successes (ms), where it is ranked by slowness.
+    pub fn slowness(&self) -> Option<f64> {
+        self.top_by
+            .iter()
+            .any(|b| b == "latency")
+            .then(|| self.latency_ms.as_ref().and_then(|l| l.p90))
+            .flatten()
+    }
+}
+
+/// The entries ranked by slowness, slowest first.
+pub fn slowest(entries: &[Attributed]) -> Vec<&Attributed> {
+    let mut slow: Vec<&Attributed> = entries.iter().filter(|e| e.slowness().is_some()).collect();
+    slow.sort_by(|a, b| {
+        b.slowness()
+            .unwrap_or(0.0)
+            .total_cmp(&a.slowness().unwrap_or(0.0))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    slow
 }
 
 /// How the lists were made.
@@ -173,7 +210,7 @@ pub fn merge(parts: &[Part<'_>], kind: Kind) -> (Vec<Attributed>, bool, Interval
         }
     }
     let mut top_by: BTreeMap<&str, Vec<Criterion>> = BTreeMap::new();
-    for c in Criterion::ALL {
+    for c in Criterion::RANKED {
         let mut ranked: Vec<(&str, u64)> = sums
             .iter()
             .map(|(n, s)| (*n, c.of(&s.tally)))
@@ -217,6 +254,20 @@ mod tests {
             exact,
             top_by: vec!["requests".to_owned()],
         }
+    }
+
+    #[test]
+    fn an_approximate_entry_never_claims_a_rank() {
+        assert_eq!(listed_entry("x", 148, true).ranks(), "requests");
+        let approximate = listed_entry("y", 9, false).ranks();
+        assert!(
+            approximate.starts_with("tracked by requests"),
+            "{approximate}"
+        );
+        assert!(
+            approximate.contains("rank not established"),
+            "{approximate}"
+        );
     }
 
     #[test]

@@ -791,6 +791,84 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
     assert!(text.contains("data/large"), "{text}");
 }
 
+/// Slowness ranked: behind a proxy that holds every GET of `apps/slow` and `apps/one` 40 ms,
+/// `apps/slow` (30 GETs) tops the latency ranking, `apps/fast` (30 GETs) follows, and
+/// `apps/one` — a single slow GET — is not ranked (fewer than 20 successes); the text
+/// report lists the slowest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slowest_repositories_are_ranked_with_a_minimum_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = Vec::new();
+    for i in 0..30u64 {
+        records.push(get(i, i * 50, "10.0.0.2", "v2/apps/fast/blobs/f1", 256));
+        records.push(get(
+            100 + i,
+            i * 50 + 5,
+            "10.0.0.3",
+            "v2/apps/slow/blobs/s1",
+            256,
+        ));
+    }
+    records.push(get(200, 10, "10.0.0.4", "v2/apps/one/blobs/o1", 256));
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
+    let registry = Registry::start();
+    let proxy = crate::common::faults::FaultProxy::start(
+        registry.port,
+        crate::common::faults::Fault::Delay(std::time::Duration::from_millis(40)),
+    );
+    proxy.set_filter(|method, path| {
+        method == "GET" && (path.contains("/apps/slow/") || path.contains("/apps/one/"))
+    });
+    let out = dir.path().join("out");
+    let status = creb(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &proxy.url,
+        "--mode",
+        "stress",
+        "--concurrency",
+        "4",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let run = summary_json(&out);
+    let repos = run["by_repository"].as_array().unwrap();
+    let ranked = |name: &str| {
+        repos.iter().find(|r| r["name"] == name).map(|r| {
+            r["top_by"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b == "latency")
+        })
+    };
+    assert_eq!(ranked("apps/slow"), Some(true), "{repos:?}");
+    assert_eq!(ranked("apps/fast"), Some(true), "{repos:?}");
+    assert_ne!(ranked("apps/one"), Some(true), "{repos:?}");
+    let p90 = |name: &str| {
+        repos.iter().find(|r| r["name"] == name).unwrap()["latency_ms"]["p90"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        p90("apps/slow") >= 40.0 && p90("apps/fast") < 40.0,
+        "{repos:?}"
+    );
+    let text = creb::report::render_text(&serde_json::from_value(run).unwrap());
+    let slowest = text
+        .split("slowest repository")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let first = slowest.lines().nth(1).unwrap();
+    assert!(first.starts_with("apps/slow"), "{text}");
+    assert!(!slowest.contains("apps/one"), "{text}");
+}
+
 /// A prewarm repeated on the same dataset sends no blob the registry holds, and a run after
 /// it computes no digest, without `--digest-cache`: the dataset's default cache (here in
 /// `CREB_CACHE_DIR`) holds them. `--no-digest-cache` keeps none.
