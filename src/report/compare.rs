@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::metrics::uncertainty::welch;
 use crate::results::store::workload_difference;
 use crate::results::summary::{HitRatio, OpSummary};
+use crate::results::thresholds::{relation, Cmp, Relation, Uncertain};
 use crate::results::ResultSet;
 
 /// The false-alarm rate of a difference called real.
@@ -363,10 +364,12 @@ fn compare_op(a: &[ResultSet], b: &[ResultSet], name: &str) -> OpComparison {
     } else {
         (None, None)
     };
-    let disjoint = intervals
-        .0
-        .zip(intervals.1)
-        .map(|(x, y)| x[1] < y[0] || y[1] < x[0]);
+    // Disjoint: one run's p99 below the other's beyond both intervals, by the rule every
+    // verdict beyond uncertainty follows.
+    let disjoint = intervals.0.zip(intervals.1).map(|(x, y)| {
+        let (x, y) = (Uncertain::new(x[0], Some(x)), Uncertain::new(y[0], Some(y)));
+        relation(Cmp::Lt, x, y) == Relation::Always || relation(Cmp::Lt, y, x) == Relation::Always
+    });
     OpComparison {
         op: name.to_owned(),
         count: (whole(ca), whole(cb)),

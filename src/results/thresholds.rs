@@ -414,18 +414,11 @@ impl Threshold {
             return ("no_data", None, None);
         };
         let interval = self.interval(summary);
-        let [lo, hi] = interval.unwrap_or([v, v]);
-        let (all, none) = match self.cmp {
-            Cmp::Lt | Cmp::Le => (self.cmp.holds(hi, limit), !self.cmp.holds(lo, limit)),
-            Cmp::Gt | Cmp::Ge => (self.cmp.holds(lo, limit), !self.cmp.holds(hi, limit)),
-            Cmp::Eq | Cmp::Ne => (self.cmp.holds(v, limit), !self.cmp.holds(v, limit)),
-        };
-        let verdict = if all {
-            "met"
-        } else if none {
-            "broken"
-        } else {
-            "undecided"
+        let x = Uncertain::new(v, interval);
+        let verdict = match relation(self.cmp, x, Uncertain::exact(limit)) {
+            Relation::Always => "met",
+            Relation::Never => "broken",
+            Relation::Straddles => "undecided",
         };
         (verdict, Some(v), interval)
     }
@@ -548,17 +541,11 @@ impl Threshold {
                     undecided = Some(why);
                     "undecided"
                 } else {
-                    let [lo, hi] = mine.unwrap_or([v, v]);
-                    let [blo, bhi] = theirs.unwrap_or([b, b]);
-                    let holds = match self.cmp {
-                        Cmp::Gt | Cmp::Ge => self.cmp.holds(lo, bhi * factor),
-                        Cmp::Lt | Cmp::Le => self.cmp.holds(hi, blo * factor),
-                        Cmp::Eq | Cmp::Ne => self.cmp.holds(v, b * factor),
-                    };
-                    if holds {
-                        "held"
-                    } else {
-                        "clear"
+                    // A failure only beyond both runs' uncertainty.
+                    let limit = Uncertain::new(b, theirs).times(factor);
+                    match relation(self.cmp, Uncertain::new(v, mine), limit) {
+                        Relation::Always => "held",
+                        Relation::Never | Relation::Straddles => "clear",
                     }
                 }
             }
@@ -627,6 +614,62 @@ impl Threshold {
 impl fmt::Display for Threshold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// A figure with its 95% interval (a point when it has none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Uncertain {
+    pub value: f64,
+    pub interval: [f64; 2],
+}
+
+impl Uncertain {
+    pub fn new(value: f64, interval: Option<[f64; 2]>) -> Uncertain {
+        Uncertain {
+            value,
+            interval: interval.unwrap_or([value, value]),
+        }
+    }
+
+    pub fn exact(value: f64) -> Uncertain {
+        Uncertain::new(value, None)
+    }
+
+    fn times(self, factor: f64) -> Uncertain {
+        Uncertain {
+            value: self.value * factor,
+            interval: self.interval.map(|v| v * factor),
+        }
+    }
+}
+
+/// How `x CMP y` stands given both figures' uncertainty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    /// It holds for every value of both intervals.
+    Always,
+    /// It holds for none.
+    Never,
+    /// The intervals straddle: the data cannot say.
+    Straddles,
+}
+
+/// The one rule every verdict beyond uncertainty follows — a capacity step's objectives
+/// (`x` against a limit), a `--baseline` gate and `compare`'s disjoint intervals (`x`
+/// against another run's figure): `x CMP y` is decided only where the intervals do not
+/// overlap across the comparison. (`==` and `!=` compare the values.)
+pub fn relation(cmp: Cmp, x: Uncertain, y: Uncertain) -> Relation {
+    let ([xlo, xhi], [ylo, yhi]) = (x.interval, y.interval);
+    let (always, never) = match cmp {
+        Cmp::Lt | Cmp::Le => (cmp.holds(xhi, ylo), !cmp.holds(xlo, yhi)),
+        Cmp::Gt | Cmp::Ge => (cmp.holds(xlo, yhi), !cmp.holds(xhi, ylo)),
+        Cmp::Eq | Cmp::Ne => (cmp.holds(x.value, y.value), !cmp.holds(x.value, y.value)),
+    };
+    match (always, never) {
+        (true, _) => Relation::Always,
+        (false, true) => Relation::Never,
+        (false, false) => Relation::Straddles,
     }
 }
 
@@ -871,6 +914,82 @@ mod tests {
         assert_eq!(decide(&s, "p99(blob_get) < 1s"), "undecided");
         assert_eq!(decide(&s, "p99(blob_get) < 2s"), "met");
         assert_eq!(decide(&s, "p99(blob_get) < 800ms"), "broken");
+    }
+
+    #[test]
+    fn one_rule_decides_beyond_uncertainty() {
+        let u = |lo: f64, hi: f64| Uncertain::new((lo + hi) / 2.0, Some([lo, hi]));
+        for (cmp, x, y, want) in [
+            (
+                Cmp::Lt,
+                u(1.0, 2.0),
+                Uncertain::exact(3.0),
+                Relation::Always,
+            ),
+            (
+                Cmp::Lt,
+                u(1.0, 4.0),
+                Uncertain::exact(3.0),
+                Relation::Straddles,
+            ),
+            (Cmp::Lt, u(3.5, 4.0), Uncertain::exact(3.0), Relation::Never),
+            (Cmp::Gt, u(5.0, 6.0), u(3.0, 4.0), Relation::Always),
+            (Cmp::Gt, u(5.0, 6.0), u(3.0, 5.5), Relation::Straddles),
+            (Cmp::Gt, u(1.0, 2.0), u(3.0, 4.0), Relation::Never),
+            (
+                Cmp::Eq,
+                Uncertain::exact(2.0),
+                Uncertain::exact(2.0),
+                Relation::Always,
+            ),
+        ] {
+            assert_eq!(relation(cmp, x, y), want, "{cmp:?} {x:?} {y:?}");
+        }
+        // A point figure is its own interval.
+        assert_eq!(Uncertain::new(2.0, None).interval, [2.0, 2.0]);
+        assert_eq!(Uncertain::exact(2.0).times(1.5).interval, [3.0, 3.0]);
+    }
+
+    #[test]
+    fn rates_and_latencies_no_run_can_measure_are_refused() {
+        for (text, why) in [
+            ("error_rate < -1%", "between 0% and 100%"),
+            ("error_rate < 101%", "between 0% and 100%"),
+            ("error_rate < 1.5", "between 0% and 100%"),
+            ("p99(blob_get) < -2", "not a latency"),
+            ("rps > -5", "negative"),
+        ] {
+            let e = Threshold::parse(text).unwrap_err();
+            assert!(e.reason.contains(why), "{text}: {e}");
+        }
+        // A bare number is milliseconds.
+        let t = Threshold::parse("p99(blob_get) < 2").unwrap();
+        assert_eq!(t.latency_limit_ms(), Some(2.0));
+        assert_eq!(
+            Threshold::parse("p99(blob_get) < 2s")
+                .unwrap()
+                .latency_limit_ms(),
+            Some(2000.0)
+        );
+    }
+
+    #[test]
+    fn a_percentile_without_intervals_is_undecided_against_a_baseline() {
+        let t = Threshold::parse("p99(blob_get) > baseline * 1.10").unwrap();
+        let base = Baseline {
+            summary: summary(),
+            table: table(),
+            dir: std::path::PathBuf::from("base"),
+            dataset_hash: String::new(),
+        };
+        // Neither run has a p99 interval (100 samples): undecided, whatever the values.
+        let v = t.against(&summary(), &table(), &base);
+        assert_eq!(v.verdict, "undecided", "{v:?}");
+        let why = v.baseline.unwrap().undecided.unwrap();
+        assert!(why.contains("neither run has"), "{why}");
+        // A rate never has intervals: compared by value.
+        let rate = Threshold::parse("rps(blob_get) > baseline * 1.10").unwrap();
+        assert_eq!(rate.against(&summary(), &table(), &base).verdict, "clear");
     }
 
     #[test]
