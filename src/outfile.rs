@@ -1,11 +1,17 @@
-//! What a file creb-rs writes at a path the user named may replace: never one of the
-//! command's inputs (the same file under any name), and an existing file only when it is of
-//! the kind about to be written (a trace over a trace, a report over a report), or with
-//! `--force`. A digest cache replaces only a digest cache, `--force` or not: it is rewritten
-//! without a word, so nothing else may ever stand where one is expected.
+//! The one rule for every file creb-rs writes at a path the user named: never one of the
+//! command's inputs (the same file under any name), never a directory, and an existing
+//! file only when creb-rs recognises it as its own **regenerable** output of the same kind —
+//! a report of a result (made again from the result directory) or a manual page (made
+//! again by `creb-rs man`) — or with `--force`. A trace is never regenerable (a 30 GB
+//! download, a day of imported logs; even a synthesized one carries nothing that says so):
+//! any existing trace, creb-rs's or not, is replaced only with `--force` (an empty file,
+//! holding nothing, may be). A digest cache replaces only a digest cache, `--force` or not:
+//! it is rewritten without a word, so nothing else may ever stand where one is expected.
 //!
 //! A file's kind is told from its first bytes, read with a bound ([`SNIFF`]), never from its
-//! name.
+//! name. `tests/it/output_faults.rs` holds the matrix: every writing command against an
+//! existing trace, another command's result, a user's file, a directory, `/dev/null` and a
+//! read-only place.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -25,6 +31,8 @@ pub enum Kind {
     Trace,
     /// A report of a result (text, JSON, CSV or HTML).
     Report,
+    /// A manual page (`creb-rs man --dir`).
+    ManPage,
 }
 
 impl Kind {
@@ -33,12 +41,24 @@ impl Kind {
             Kind::DigestCache => "a digest cache of creb-rs",
             Kind::Trace => "a trace",
             Kind::Report => "a report of creb-rs",
+            Kind::ManPage => "a manual page of creb-rs",
         }
     }
 
-    /// Whether `head`, the first bytes of an existing file, are of this kind.
+    /// Whether a file of this kind is creb-rs's regenerable output, replaced without a
+    /// word when it is recognised as one.
+    fn regenerable(self) -> bool {
+        matches!(self, Kind::Report | Kind::ManPage)
+    }
+
+    /// Whether `head`, the first bytes of an existing file, are of this kind: for a trace,
+    /// what a trace may begin with; for creb-rs's own outputs, the marks only creb-rs
+    /// writes (a report's generator tag, its CSV header, its first line; a page's title). A
+    /// JSON report is not told from a result's own summary.json, which cannot be made
+    /// again: JSON is never recognised as a report.
     pub fn matches(self, head: &[u8]) -> bool {
         let text = head.trim_ascii_start();
+        let first_line = text.split(|b| *b == b'\n').next().unwrap_or_default();
         match self {
             Kind::DigestCache => head.starts_with(DIGEST_CACHE_MAGIC),
             Kind::Trace => {
@@ -50,13 +70,12 @@ impl Kind {
             }
             Kind::Report => {
                 head.is_empty()
-                    || starts_with_ignore_case(text, b"<!doctype html")
-                    || starts_with_ignore_case(text, b"<html")
-                    || text.starts_with(b"operation,")
-                    || (std::str::from_utf8(head).is_ok() || head.len() == SNIFF)
-                        && contains(head, b"creb-rs")
-                        && !head.contains(&0)
+                    || (starts_with_ignore_case(text, b"<!doctype html")
+                        && contains(head, b"<meta name=\"generator\" content=\"creb-rs"))
+                    || text.starts_with(b"operation,count,ok,errors,bytes,requests_per_s,")
+                    || (first_line.starts_with(b"creb-rs ") && contains(first_line, "→".as_bytes()))
             }
+            Kind::ManPage => head.is_empty() || contains(head, b"\n.TH creb-rs"),
         }
     }
 }
@@ -140,24 +159,52 @@ pub fn check(
             path.display()
         );
     }
+    if !path.exists() && std::fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    if !is_regular(path) && kind != Kind::DigestCache {
+        // /dev/null, a pipe, a device: writing there loses nothing, and was asked for.
+        return Ok(());
+    }
     let head = head(path).map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
     let Some(head) = head else {
         return Ok(());
     };
-    if kind.matches(&head) || (force && kind != Kind::DigestCache) {
+    let own = kind.matches(&head);
+    let replaceable = (head.is_empty() && kind != Kind::DigestCache)
+        || match kind {
+            Kind::DigestCache => own,
+            Kind::Trace => force,
+            Kind::Report | Kind::ManPage => (own && kind.regenerable()) || force,
+        };
+    if replaceable {
         return Ok(());
     }
-    let mend = if kind == Kind::DigestCache {
-        "remove it or choose another path"
-    } else {
-        "choose another path, or pass --force to replace it"
+    let (what, mend) = match kind {
+        Kind::DigestCache => (
+            format!("is not {}", kind.noun()),
+            "remove it or choose another path",
+        ),
+        Kind::Trace if own => (
+            "is a trace (creb-rs replaces no trace without --force: one cannot be made again)"
+                .to_owned(),
+            "choose another path, or pass --force to replace it",
+        ),
+        _ => (
+            format!("is not {}", kind.noun()),
+            "choose another path, or pass --force to replace it",
+        ),
     };
     anyhow::bail!(
-        "{flag} {}: the file exists and is not {} (it begins {}); it is left as it is: {mend}",
+        "{flag} {}: the file exists and {what} (it begins {}); it is left as it is: {mend}",
         path.display(),
-        kind.noun(),
         describe(&head)
     )
+}
+
+/// Whether `path` is a regular file (following links).
+fn is_regular(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
 /// The first bytes of a file, as a reader would recognise them.
@@ -191,14 +238,22 @@ mod tests {
         assert!(!Kind::Trace.matches(b"creb-rs digest cache x\n"));
         assert!(!Kind::Trace.matches(b"# my notes\n"));
         for report in [
-            &b"<!DOCTYPE html><html>"[..],
-            b"operation,count,ok",
+            &b"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"generator\" content=\"creb-rs 0.1.0\">"[..],
+            b"operation,count,ok,errors,bytes,requests_per_s,bytes_per_s",
             b"creb-rs replay \xe2\x86\x92 http://x  [stress]",
-            b"{\n  \"schema_version\": 1,\n  \"tool\": {\"name\": \"creb-rs\"",
         ] {
             assert!(Kind::Report.matches(report), "{report:?}");
         }
         assert!(!Kind::Report.matches(b"[{\"http.request.method\":\"GET\"}]"));
+        // A user's notes that mention creb-rs, a page of another generator: not its own.
+        assert!(!Kind::Report.matches(b"notes on creb-rs runs\n"));
+        assert!(!Kind::Report.matches(b"<!DOCTYPE html><title>creb-rs results</title>"));
+        assert!(!Kind::Report.matches(b"operation,who\n"));
+        // A result's summary.json: creb-rs's, but not made again by a report.
+        assert!(!Kind::Report
+            .matches(b"{\n  \"schema_version\": 1,\n  \"tool\": {\"name\": \"creb-rs\""));
+        assert!(Kind::ManPage.matches(b".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n.TH creb-rs 1"));
+        assert!(!Kind::ManPage.matches(b".TH mytool 1\n"));
         assert!(!Kind::Report.matches(b"creb-rs\0\x01binary"));
     }
 
@@ -216,8 +271,17 @@ mod tests {
                 assert!(e.to_string().contains("one of the command's inputs"), "{e}");
             }
         }
-        // Not an input: a trace may replace a trace, a cache may not.
-        assert!(check(&trace, "-o", Kind::Trace, &[], false).is_ok());
+        // Not an input: a trace replaces no trace without --force, a cache never.
+        let e = check(&trace, "-o", Kind::Trace, &[], false).unwrap_err();
+        assert!(
+            e.to_string().contains("replaces no trace without --force"),
+            "{e}"
+        );
+        assert!(check(&trace, "-o", Kind::Trace, &[], true).is_ok());
+        let empty = dir.path().join("empty.json");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(check(&empty, "-o", Kind::Trace, &[], false).is_ok());
+        assert!(check(Path::new("/dev/null"), "-o", Kind::Trace, &[], false).is_ok());
         let e = check(&trace, "--digest-cache", Kind::DigestCache, &[], true).unwrap_err();
         assert!(e.to_string().contains("not a digest cache"), "{e}");
         let notes = dir.path().join("notes.txt");

@@ -135,6 +135,12 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
         headers: &'a HeaderMap,
         scope: &'a AccessScope,
     ) -> BoxFuture<'a, Result<bool, AuthError>>;
+
+    /// The token service the registry sent it to (its realm, scheme, host and path: no
+    /// query, no credentials), once a challenge named one; for messages.
+    fn token_service(&self) -> Option<String> {
+        None
+    }
 }
 
 /// No credentials: requests go out as they are and a 401 stands.

@@ -198,6 +198,18 @@ impl RegistryAuth {
 }
 
 impl Authenticator for RegistryAuth {
+    fn token_service(&self) -> Option<String> {
+        match &*self.scheme.read().ok()? {
+            Scheme::Bearer { realm, .. } => Some(format!(
+                "{}://{}{}",
+                realm.scheme(),
+                host_port(realm),
+                realm.path()
+            )),
+            _ => None,
+        }
+    }
+
     fn ready(&self, _scope: &AccessScope) -> Ready {
         let Ok(scheme) = self.scheme.read() else {
             return Ready::Later;

@@ -10,8 +10,7 @@ use super::search::{ObjectiveVerdict, Outcome};
 
 pub use crate::results::CAPACITY_JSON;
 
-/// The folder of the steps' result directories, beside capacity.json.
-pub const STEPS_DIR: &str = "steps";
+pub use crate::results::STEPS_DIR;
 
 /// One step as capacity.json records it.
 #[derive(Debug, Clone, Serialize)]

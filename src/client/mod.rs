@@ -414,6 +414,11 @@ impl RegistryClient {
         &self.inner.options
     }
 
+    /// The token service the registry named in a challenge, if any (for messages).
+    pub fn token_service(&self) -> Option<String> {
+        self.inner.auth.token_service()
+    }
+
     pub fn recorder(&self) -> &Recorder {
         &self.inner.recorder
     }

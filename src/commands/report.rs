@@ -34,7 +34,8 @@ pub struct ReportArgs {
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Replace an existing `-o` FILE that is not a report of creb-rs (refused without it).
+    /// Replace an existing `-o` FILE that is not a report of creb-rs (refused without it; a
+    /// report creb-rs wrote is replaced, being made again from the result).
     #[arg(long, requires = "output")]
     pub force: bool,
 

@@ -4,7 +4,7 @@
 //! silence it, as it does not silence `--help`.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
@@ -27,6 +27,11 @@ pub struct ManArgs {
     /// …) into DIR, instead of printing `creb-rs.1` on stdout.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Replace files in DIR of the pages' names that are not manual pages of creb-rs
+    /// (refused without it; its own pages are replaced, being made again).
+    #[arg(long, requires = "dir")]
+    pub force: bool,
 }
 
 /// Prints the completion script of `args.shell` for the command line `cmd` on stdout.
@@ -56,16 +61,45 @@ pub fn completion_script(shell: Shell, mut cmd: clap::Command) -> String {
     }
 }
 
+/// Writes every page into `dir` by the rule of [`crate::outfile`]: made in a scratch
+/// directory inside it first, then each checked against what stands at its name (an
+/// earlier page of creb-rs is replaced, anything else only with `force`) before any is
+/// moved into place, so a refusal leaves `dir` as it was.
+fn write_pages(cmd: clap::Command, dir: &Path, force: bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".creb-rs-man.")
+        .tempdir_in(dir)
+        .with_context(|| format!("cannot write manual pages to {}", dir.display()))?;
+    clap_mangen::generate_to(cmd, scratch.path())
+        .with_context(|| format!("cannot write manual pages to {}", dir.display()))?;
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(scratch.path())?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    pages.sort();
+    for page in &pages {
+        let target = dir.join(page.file_name().unwrap_or_default());
+        crate::outfile::check(
+            &target,
+            "man --dir",
+            crate::outfile::Kind::ManPage,
+            &[],
+            force,
+        )?;
+    }
+    for page in &pages {
+        let target = dir.join(page.file_name().unwrap_or_default());
+        std::fs::rename(page, &target)
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    Ok(())
+}
+
 /// Prints the manual page of the command line `cmd`, or writes every command's page into
 /// `args.dir`.
 pub fn man(args: &ManArgs, cmd: clap::Command) -> anyhow::Result<ExitStatus> {
     match &args.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            clap_mangen::generate_to(cmd, dir)
-                .with_context(|| format!("cannot write manual pages to {}", dir.display()))?;
-        }
+        Some(dir) => write_pages(cmd, dir, args.force)?,
         None => {
             let mut out = std::io::stdout().lock();
             clap_mangen::Man::new(cmd)

@@ -126,7 +126,8 @@ pub struct SampleArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
 
-    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// Replace an existing file at the output path, a trace included: creb-rs replaces no
+    /// trace without it (a trace cannot be made again; an empty file can go). One of
     /// the inputs is never replaced.
     #[arg(long)]
     pub force: bool,
@@ -252,7 +253,8 @@ pub struct SynthArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
 
-    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// Replace an existing file at the output path, a trace included: creb-rs replaces no
+    /// trace without it (a trace cannot be made again; an empty file can go). One of
     /// the inputs is never replaced.
     #[arg(long)]
     pub force: bool,
@@ -347,7 +349,8 @@ pub struct ImportArgs {
     #[arg(short, long, value_name = "FILE")]
     pub out: PathBuf,
 
-    /// Replace an existing output file that is not a trace (refused without it). One of
+    /// Replace an existing file at the output path, a trace included: creb-rs replaces no
+    /// trace without it (a trace cannot be made again; an empty file can go). One of
     /// the inputs is never replaced.
     #[arg(long)]
     pub force: bool,
@@ -695,7 +698,7 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
 }
 
 /// Refuses to write the trace `out` over one of `inputs` (it would be truncated before it
-/// is read) or over an existing file that is not a trace (unless `force`).
+/// is read) or over any existing file, a trace included (unless `force`).
 fn check_out(out: &Path, inputs: &[PathBuf], force: bool) -> anyhow::Result<()> {
     crate::outfile::check(out, "--out", crate::outfile::Kind::Trace, inputs, force)
 }
@@ -721,6 +724,15 @@ fn run_sample(a: &SampleArgs, out: Out) -> anyhow::Result<ExitStatus> {
         Records::All
     };
     let report = sample_records(&input, &method, &a.out, records)?;
+    if report.written == 0 && report.read == 0 && report.invalid > 0 {
+        // Nothing valid to sample: an empty trace would only fail later, far from here.
+        let _ = std::fs::remove_file(&a.out);
+        anyhow::bail!(
+            "every one of the {} records read is invalid, so nothing was sampled and no trace \
+             written; `creb-rs trace validate` names each broken record by file and line",
+            grouped(report.invalid)
+        );
+    }
     if a.json {
         out.json(&serde_json::json!({
             "method": method.name(),

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::results::write_atomic;
 
-pub const FILE_NAME: &str = ".creb-run.json";
+pub const FILE_NAME: &str = crate::results::EXPERIMENT_CHECKPOINT;
 pub const VERSION: u32 = 1;
 
 /// How a cell ended.

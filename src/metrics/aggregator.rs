@@ -178,6 +178,15 @@ pub struct IntervalCounters {
     pub in_flight: u64,
 }
 
+/// Workload operations that ended inside the warm-up: how many, and their failures by
+/// kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WarmupCounts {
+    pub operations: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<ErrorKind, u64>,
+}
+
 /// Workload operations scheduled in the measured part of a run, by outcome.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scheduled {
@@ -293,6 +302,9 @@ pub struct Aggregator {
     /// schedule), by how they ended: what the measured window was offered and served,
     /// whenever each completed (a warm-up's backlog ending later is not counted).
     pub scheduled: Scheduled,
+    /// Workload operations that ended inside `--warmup`: left out of every number, but
+    /// counted here so that no failure hides in it.
+    pub in_warmup: WarmupCounts,
     /// Runs over several endpoints: the whole run per endpoint (index as in the endpoint
     /// list). Every sample recorded through an endpoint's recorder is in exactly one.
     pub endpoints: Vec<StatsTable>,
@@ -396,6 +408,13 @@ impl Aggregator {
         let index = self.index_of(s.timing.end);
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
+            if self.in_warmup(s.timing.end) {
+                self.in_warmup.operations += 1;
+                if let crate::metrics::Outcome::Error(kind) = s.outcome {
+                    self.in_warmup.errors += 1;
+                    *self.in_warmup.errors_by_kind.entry(kind).or_default() += 1;
+                }
+            }
             if !self.in_warmup(s.timing.intended.unwrap_or(s.timing.sent)) {
                 match s.outcome.is_ok() {
                     true => self.scheduled.ok += 1,

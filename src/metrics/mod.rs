@@ -32,7 +32,7 @@ use tokio::time::Instant;
 pub use aggregator::{
     spawn_aggregator, spawn_aggregator_live, spawn_aggregator_with, Aggregator, AggregatorConfig,
     AggregatorHandle, EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder,
-    Scheduled, SessionMsg,
+    Scheduled, SessionMsg, WarmupCounts,
 };
 pub use error_log::ErrorLog;
 pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};

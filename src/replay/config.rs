@@ -168,6 +168,17 @@ impl ReplayConfig {
         };
         let flag = "--digest-cache";
         crate::outfile::check(cache, flag, Kind::DigestCache, &input.files, false)?;
+        // A trace given as a directory reads every file below it: a cache there would be
+        // read as a trace by the next run of that directory.
+        if let Some(dir) = self.traces.iter().find(|t| t.is_dir() && under(cache, t)) {
+            anyhow::bail!(
+                "{flag} {}: that is inside the trace directory {} (every file there is read as \
+                 a trace, so the next run of it would fail on the cache); choose a path \
+                 outside it",
+                cache.display(),
+                dir.display()
+            );
+        }
         let Some(out) = output_dir else {
             return Ok(());
         };
@@ -201,6 +212,22 @@ impl ReplayConfig {
             ""
         }
     }
+}
+
+/// Whether `path` lies inside the directory `dir` (by their absolute, canonical forms;
+/// a path not created yet by its parent's).
+fn under(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let resolved = absolute
+        .parent()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .map_or(absolute.clone(), |p| {
+            p.join(absolute.file_name().unwrap_or_default())
+        });
+    resolved.starts_with(&dir)
 }
 
 #[cfg(test)]

@@ -54,21 +54,23 @@ pub fn file_of(dir: &Path, traces: &[PathBuf], seed: u64) -> Option<PathBuf> {
 }
 
 /// Prepares `file` (in its directory, made if needed) for use: marks it used now and
-/// removes the least recently used dataset caches beyond [`KEPT`]. `false` (and nothing
-/// kept) when the directory cannot be made.
-pub fn prepare(file: &Path) -> bool {
+/// removes the least recently used dataset caches beyond [`KEPT`]. Why not (and nothing
+/// kept) when the directory cannot be made or written.
+pub fn prepare(file: &Path) -> Result<(), String> {
     let Some(dir) = file.parent() else {
-        return false;
+        return Err(format!("{} has no directory", file.display()));
     };
-    if std::fs::create_dir_all(dir).is_err() {
-        return false;
-    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let probe = dir.join(".creb-rs-write-test");
+    let written = std::fs::write(&probe, b"ok");
+    let _ = std::fs::remove_file(&probe);
+    written.map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
     if let Ok(f) = std::fs::File::options().append(true).open(file) {
         // Used now: the last to be removed.
         let _ = f.set_modified(SystemTime::now());
     }
     prune(dir, file);
-    true
+    Ok(())
 }
 
 /// Removes the least recently used digest caches of `dir` beyond [`KEPT`], never `keep`.
@@ -161,7 +163,7 @@ mod tests {
         let other = dir.join("notes.txt");
         std::fs::write(&other, header).unwrap();
         let new = dir.join(format!("new.{EXTENSION}"));
-        assert!(prepare(&new));
+        assert_eq!(prepare(&new), Ok(()));
         let left: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -172,5 +174,9 @@ mod tests {
         assert!(!dir.join(format!("00.{EXTENSION}")).exists());
         assert!(dir.join(format!("{:02}.{EXTENSION}", KEPT + 3)).exists());
         assert!(foreign.exists() && other.exists(), "not ours: left alone");
+        // A directory that cannot be made (a file stands in its way) says why.
+        let blocked = dir.join("notes.txt").join("digests").join("x.digests");
+        let why = prepare(&blocked).unwrap_err();
+        assert!(why.contains("cannot make"), "{why}");
     }
 }

@@ -284,7 +284,7 @@ impl Engine {
             .context(&self.cfg, session, &session.output, shutdown)
             .map_err(|e| e.to_string())?;
         let found = probe::probe(&context, &prepared.catalog).await;
-        probe::verdict(&self.cfg, &found)
+        probe::verdict(&self.cfg, &found, session.flags.force)
     }
 
     /// The run phase as the command runs it: measured, published into `session`, judged.

@@ -357,6 +357,25 @@ fn judge(
             summary.totals.errors, summary.totals.requests
         );
     }
+    let warm = summary.warmup.as_ref().filter(|w| w.operations > 0);
+    if let (Some(w), Some(s)) = (warm, summary.warmup_s) {
+        if w.errors > 0 && !output.quiet {
+            eprintln!(
+                "creb-rs: {} of the {} operations inside --warmup {s}s failed (left out of the \
+                 numbers, counted in summary.json's warmup and toward --max-errors)",
+                w.errors, w.operations
+            );
+        }
+        if summary.totals.requests == 0 && !summary.interrupted {
+            eprintln!(
+                "creb-rs: error: every operation of the run ({}, {} failed) ended inside \
+                 --warmup {s}s, so none is measured: give a shorter --warmup, or a longer run \
+                 (--limit-duration, or a lower --speed)",
+                w.operations, w.errors
+            );
+            return Ok(ExitStatus::Usage);
+        }
+    }
     if summary.totals.requests == 0 && !summary.interrupted && cfg.plan.shard.count > 1 {
         // The trace has work, but none of it is this shard's: the partition's doing, not a
         // mistake of this host's; its empty result still merges.

@@ -165,9 +165,25 @@ fn settings(cfg: &ReplayConfig) -> String {
     parts.join(", ")
 }
 
+/// The flag that selects a window of the trace, as given: its objects are the window's
+/// (blob sizes, and so digests, follow the records read).
+fn window_flag(cfg: &ReplayConfig) -> Option<String> {
+    match (cfg.limit_requests, cfg.limit_duration_s) {
+        (Some(n), _) => Some(format!("--limit-requests {n}")),
+        (None, Some(d)) => Some(format!("--limit-duration {d}s")),
+        (None, None) => None,
+    }
+}
+
 /// The verdict on what the probe found: `Err` (refuse the run) when nothing asked for is
-/// there, `Ok(Some)` (a warning) when part of it is missing.
-pub(super) fn verdict(cfg: &ReplayConfig, found: &Found) -> Result<Option<String>, String> {
+/// there, or when part of it is missing under a window of the trace (a window reads other
+/// objects than a prewarm of another selection: most of its reads would fail) unless
+/// `force`; `Ok(Some)` (a warning) when part of it is missing otherwise.
+pub(super) fn verdict(
+    cfg: &ReplayConfig,
+    found: &Found,
+    force: bool,
+) -> Result<Option<String>, String> {
     if found.asked == 0 || found.lacking() == 0 {
         return Ok(None);
     }
@@ -188,6 +204,17 @@ pub(super) fn verdict(cfg: &ReplayConfig, found: &Found) -> Result<Option<String
              --repo-prefix or --repo-map, --manifest-format and limits (or --phase all), then \
              this run again",
             settings(cfg)
+        ));
+    }
+    if let (Some(flag), false) = (window_flag(cfg), force) {
+        return Err(format!(
+            "{} of {} objects this run reads are not in the registry: {flag} selects a window \
+             of the trace, and blob sizes (so their digests) follow the records read, so the \
+             window's objects differ from a prewarm of another selection. Prewarm the same \
+             window (replay --phase prewarm {flag}), or run --phase all; --force runs anyway \
+             (the reads of what is missing fail)",
+            found.lacking(),
+            found.asked
         ));
     }
     Ok(Some(format!(

@@ -68,6 +68,14 @@ fn holds_a_result(dir: &Path) -> bool {
 /// stand). Other files are left alone. Returns the names removed.
 pub fn prepare_result_dir(dir: &Path, force: bool) -> anyhow::Result<Vec<String>> {
     prepare_output_dir(dir)?;
+    if dir.join(EXPERIMENT_CHECKPOINT).exists() {
+        anyhow::bail!(
+            "--output-dir {}: it holds an experiment run (its {EXPERIMENT_CHECKPOINT}, its \
+             cells' results): a result goes in a directory of its own; choose another",
+            dir.display()
+        );
+    }
+    let mut removed = remove_capacity(dir, force)?;
     let present: Vec<&str> = RESULT_FILES
         .iter()
         .copied()
@@ -76,12 +84,12 @@ pub fn prepare_result_dir(dir: &Path, force: bool) -> anyhow::Result<Vec<String>
     let prewarm = dir.join(PREWARM_DIR);
     let old_prewarm = prewarm.is_dir() && holds_a_result(&prewarm);
     if present.is_empty() && !old_prewarm {
-        return Ok(Vec::new());
+        return Ok(removed);
     }
     if !present.is_empty() && !holds_a_result(dir) {
         if force {
             // Written over where they stand, as the user asked; nothing is removed.
-            return Ok(Vec::new());
+            return Ok(removed);
         }
         anyhow::bail!(
             "--output-dir {}: it holds {} but no result of creb-rs; nothing is written over \
@@ -90,7 +98,6 @@ pub fn prepare_result_dir(dir: &Path, force: bool) -> anyhow::Result<Vec<String>
             present.join(", ")
         );
     }
-    let mut removed = Vec::new();
     for name in present {
         let path = dir.join(name);
         if path.is_dir() {
@@ -108,6 +115,57 @@ pub fn prepare_result_dir(dir: &Path, force: bool) -> anyhow::Result<Vec<String>
     }
     Ok(removed)
 }
+
+/// The file that makes a directory an experiment run's (`creb-rs run`).
+pub const EXPERIMENT_CHECKPOINT: &str = ".creb-run.json";
+
+/// An earlier capacity search's files in a result directory: `capacity.json` (when
+/// creb-rs wrote it: refused otherwise, unless `force`) and its steps' results, removed so
+/// that no stale capacity answer stands beside a new result. The names removed.
+fn remove_capacity(dir: &Path, force: bool) -> anyhow::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let file = dir.join(CAPACITY_JSON);
+    if file.is_file() {
+        let ours = crate::outfile::head(&file).ok().flatten().is_some_and(|h| {
+            crate::outfile::contains(&h, b"\"limited_by\"") || {
+                let text = String::from_utf8_lossy(&h);
+                text.contains("\"kind\"") && text.contains("\"steps\"")
+            }
+        });
+        if !ours && !force {
+            anyhow::bail!(
+                "--output-dir {}: it holds {CAPACITY_JSON}, not a capacity result of creb-rs; \
+                 nothing is written over it: choose another directory, or pass --force",
+                dir.display()
+            );
+        }
+        if ours {
+            fs::remove_file(&file).with_context(|| format!("cannot remove {}", file.display()))?;
+            removed.push(CAPACITY_JSON.to_owned());
+        }
+    }
+    let steps = dir.join(STEPS_DIR);
+    let Ok(entries) = fs::read_dir(&steps) else {
+        return Ok(removed);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() && holds_a_result(&path) {
+            for name in prepare_result_dir(&path, force)? {
+                removed.push(format!(
+                    "{STEPS_DIR}/{}/{name}",
+                    entry.file_name().to_string_lossy()
+                ));
+            }
+            let _ = fs::remove_dir(&path);
+        }
+    }
+    let _ = fs::remove_dir(&steps);
+    Ok(removed)
+}
+
+/// The folder of a capacity search's steps' result directories, beside capacity.json.
+pub const STEPS_DIR: &str = "steps";
 
 /// Writes `bytes` to `dir/name` atomically (temporary file, fsync, rename).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
@@ -164,5 +222,38 @@ mod tests {
                 "{name} is not in RESULT_FILES"
             );
         }
+    }
+
+    #[test]
+    fn a_reused_directory_loses_an_earlier_capacity_result_and_refuses_an_experiment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let summary = b"{\"schema_version\": 1, \"tool\": {\"name\": \"creb-rs\"}}";
+        fs::write(
+            dir.join(CAPACITY_JSON),
+            b"{\"kind\": \"search\", \"steps\": [], \"limited_by\": \"registry\"}",
+        )
+        .unwrap();
+        let step = dir.join(STEPS_DIR).join("00");
+        fs::create_dir_all(&step).unwrap();
+        fs::write(step.join("summary.json"), summary).unwrap();
+        fs::write(dir.join("notes.txt"), b"mine").unwrap();
+        let removed = prepare_result_dir(dir, false).unwrap();
+        assert!(removed.contains(&CAPACITY_JSON.to_owned()), "{removed:?}");
+        assert!(
+            removed.contains(&"steps/00/summary.json".to_owned()),
+            "{removed:?}"
+        );
+        assert!(!dir.join(CAPACITY_JSON).exists() && !dir.join(STEPS_DIR).exists());
+        assert!(dir.join("notes.txt").exists(), "other files stay");
+        // A capacity.json creb-rs did not write: refused unless --force.
+        fs::write(dir.join(CAPACITY_JSON), b"my own capacity plan").unwrap();
+        let e = prepare_result_dir(dir, false).unwrap_err();
+        assert!(e.to_string().contains("not a capacity result"), "{e}");
+        assert!(prepare_result_dir(dir, true).is_ok());
+        // An experiment run's directory holds many results: refused.
+        fs::write(dir.join(EXPERIMENT_CHECKPOINT), b"{}").unwrap();
+        let e = prepare_result_dir(dir, true).unwrap_err();
+        assert!(e.to_string().contains("experiment run"), "{e}");
     }
 }

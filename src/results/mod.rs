@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::metrics::{AggregatorConfig, AggregatorHandle, Recorder};
 pub use files::{
     prepare_output_dir, prepare_result_dir, read_summary, write_atomic, write_summary,
-    CAPACITY_JSON, PREWARM_DIR, RESULT_FILES,
+    CAPACITY_JSON, EXPERIMENT_CHECKPOINT, PREWARM_DIR, RESULT_FILES, STEPS_DIR,
 };
 pub use store::{Meta, ResultSet};
 pub use summary::{RunInfo, Shard, Summary, TraceCounts, Warning};

@@ -108,6 +108,14 @@ pub struct LateStarts {
     pub over_100ms: u64,
 }
 
+/// What ended inside `--warmup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmupSummary {
+    pub operations: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+}
+
 /// Facts about how well the run kept its schedule and whether the generator held up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checks {
@@ -178,6 +186,11 @@ pub struct Summary {
     /// accounting and the events (`duration_s` covers the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_s: Option<f64>,
+    /// `--warmup`: the workload operations that ended inside it, left out of every number
+    /// but counted here, failures by kind (they count toward `--max-errors` too: a warm-up
+    /// never hides a failure). Absent without a warm-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<WarmupSummary>,
     pub interrupted: bool,
     pub trace: Option<TraceCounts>,
     pub totals: Totals,
@@ -609,6 +622,18 @@ impl Summary {
             started_at: humantime::format_rfc3339_millis(info.started_at).to_string(),
             duration_s: (measured.as_secs_f64() * 1e6).round() / 1e6,
             warmup_s: (!warmup.is_zero()).then_some(warmup.as_secs_f64()),
+            warmup: (!warmup.is_zero()).then(|| {
+                let w = &aggregator.in_warmup;
+                WarmupSummary {
+                    operations: w.operations,
+                    errors: w.errors,
+                    errors_by_kind: w
+                        .errors_by_kind
+                        .iter()
+                        .map(|(k, n)| (k.key(), *n))
+                        .collect(),
+                }
+            }),
             interrupted: info.interrupted,
             trace: info.trace,
             totals,

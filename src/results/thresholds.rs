@@ -181,8 +181,27 @@ fn scope(arg: Option<&str>) -> Result<Scope, String> {
         None | Some("all") | Some("*") => Ok(Scope::All),
         Some(name) => Op::from_name(name)
             .map(Scope::Op)
-            .ok_or_else(|| format!("unknown operation '{name}'")),
+            .ok_or_else(|| unknown_operation(name)),
     }
+}
+
+/// An unknown operation's error: the nearest known name, and every one of them.
+fn unknown_operation(name: &str) -> String {
+    let known: Vec<&str> = Op::ALL
+        .iter()
+        .filter(|op| op.level() != Level::Request)
+        .map(|op| op.name())
+        .collect();
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k), *k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or(String::new(), |(_, k)| format!(" (did you mean '{k}'?)"));
+    format!(
+        "unknown operation '{name}'{nearest}; the operations are all, {}",
+        known.join(", ")
+    )
 }
 
 /// A latency limit: a duration with its unit (`250ms`, `2s`), or a bare number read as
@@ -823,6 +842,7 @@ mod tests {
             started_at: String::new(),
             duration_s: 10.0,
             warmup_s: None,
+            warmup: None,
             interrupted: false,
             trace: None,
             totals: Totals::default(),
@@ -1015,6 +1035,8 @@ mod tests {
             ("p99(blob_get)", "no comparison"),
             ("p99(blob_get) >", "no value"),
             ("p99(blob_fetch) > 1s", "unknown operation"),
+            ("p99(blobget) > 1s", "did you mean 'blob_get'?"),
+            ("p99(nothing) > 1s", "the operations are all, "),
             ("p99 > 1s", "needs an operation"),
             ("p101(blob_get) > 1s", "between 0 and 100"),
             ("latency > 1s", "unknown metric"),

@@ -165,9 +165,17 @@ pub async fn preflight(
     let anonymous = connection.credentials.source == "anonymous";
     let Some(answer) = stop.race(connection.client.ping(OpCtx::default())).await else {
         if stop.by_limit() {
-            return Err(format!(
-                "{registry} did not answer GET /v2/ before --max-run-time ended the run"
-            ));
+            // Which exchange hung: the registry's own, or its token service's after the
+            // challenge.
+            return Err(match connection.client.token_service() {
+                Some(service) => format!(
+                    "{registry} answered GET /v2/ with a token challenge, but its token \
+                     service {service} issued no token before --max-run-time ended the run"
+                ),
+                None => format!(
+                    "{registry} did not answer GET /v2/ before --max-run-time ended the run"
+                ),
+            });
         }
         return Ok(());
     };

@@ -71,6 +71,16 @@ impl Session {
         shard: u32,
     ) -> anyhow::Result<Session> {
         let thresholds = parse_all(&flags.fail_if)?;
+        if let (Some(out), Some(base)) = (&flags.output_dir, &flags.baseline) {
+            if crate::outfile::same_path(out, base) {
+                anyhow::bail!(
+                    "--output-dir {} is the --baseline it compares with: the run would replace \
+                     it; write the run elsewhere (and make it the baseline afterwards if it \
+                     passes)",
+                    out.display()
+                );
+            }
+        }
         let baseline = open_baseline(flags, &thresholds, &labels)?;
         if let Some(dir) = &flags.output_dir {
             let removed = prepare_result_dir(dir, flags.force)?;
@@ -286,7 +296,15 @@ fn open_baseline(
 /// default) or a failed validity check (`strict_failed`), then a threshold that held.
 pub fn exit_status(summary: &Summary, slow: bool, strict_failed: bool) -> ExitStatus {
     let max_errors = summary.max_errors.unwrap_or_default();
-    let failed = max_errors.exceeded(summary.totals.errors, summary.totals.requests);
+    // A failure inside the warm-up is a failure too: left out of the numbers, never hidden.
+    let (warm_errors, warm_ops) = summary
+        .warmup
+        .as_ref()
+        .map_or((0, 0), |w| (w.errors, w.operations));
+    let failed = max_errors.exceeded(
+        summary.totals.errors + warm_errors,
+        summary.totals.requests + warm_ops,
+    );
     if summary.interrupted {
         ExitStatus::Interrupted
     } else if failed || strict_failed {

@@ -1221,6 +1221,19 @@ fn a_stop_during_an_unanswered_first_contact_or_token_exits_at_once() {
 fn max_run_time_ends_an_unanswered_first_contact_in_seconds() {
     let dir = tempfile::tempdir().unwrap();
     let trace = trace(dir.path());
+    // The message names what hung: GET /v2/ itself, or the token service it sent us to.
+    for (token, hung) in [(false, "did not answer GET /v2/"), (true, "token service")] {
+        let server = unanswered_first_contact(token);
+        let commands = load_commands(&server.url, &trace);
+        let args: Vec<&str> = commands[0].iter().map(String::as_str).collect();
+        let out = dir.path().join(format!("which-{token}"));
+        let mut args = args.clone();
+        args.extend(["--max-run-time", "2s", "--grace", "1s", "--quiet"]);
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        let r = run_bin(&args, None, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(hung), "{token}: {}", r.stderr);
+    }
     let server = unanswered_first_contact(false);
     for (i, args) in load_commands(&server.url, &trace).iter().enumerate() {
         let out = dir.path().join(format!("limit-{i}"));
@@ -1534,4 +1547,204 @@ fn max_run_time_ends_the_preparation_and_the_prewarm_in_seconds() {
             .any(|w| w["kind"] == "max_run_time");
         assert!(limited, "{stage}: {summary}");
     }
+}
+
+/// A warm-up never hides what happened: a run whose every operation ended inside
+/// `--warmup` says exactly that (exit 2) and counts them in summary.json's `warmup`; failures
+/// inside a warm-up are counted there and fail the run as any failure does (exit 1).
+#[test]
+fn a_warmup_never_hides_what_happened() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let out = dir.path().join("all-warm");
+    let r = run_bin(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--mode",
+            "delay",
+            "--speed",
+            "200",
+            "--limit-duration",
+            "20s",
+            "--warmup",
+            "2s",
+            "--no-digest-cache",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ended inside --warmup") && r.stderr.contains("shorter --warmup"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("sent no request"), "{}", r.stderr);
+    let s = summary_json(&out);
+    assert!(s["warmup"]["operations"].as_u64().unwrap() > 0, "{s}");
+    // Failures inside the warm-up: counted, and the run fails for them.
+    let out = dir.path().join("warm-failures");
+    let r = run_bin(
+        &[
+            "pull",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "nothing/here",
+            "--images",
+            "3",
+            "--warmup",
+            "30s",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        None,
+        &[],
+    );
+    let s = summary_json(&out);
+    assert_eq!(r.code, 1, "{}\n{s}", r.stderr);
+    assert_eq!(s["totals"]["errors"], 0, "{s}");
+    assert!(s["warmup"]["errors"].as_u64().unwrap() >= 3, "{s}");
+    assert!(
+        s["warmup"]["errors_by_kind"]["http_404"].as_u64().unwrap() >= 3,
+        "{s}"
+    );
+}
+
+/// Caches speak: a default cache directory that cannot be used is one warning (the run
+/// goes on without a cache); a `--digest-cache` inside a trace directory given as an
+/// argument is refused before anything is sent (the next run of that directory would read
+/// it as a trace).
+#[test]
+fn an_unusable_cache_says_so_and_a_cache_inside_a_trace_directory_is_refused() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/trace-small.json");
+    let r = run_bin(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--mode",
+            "stress",
+            "--skip-invalid",
+        ],
+        None,
+        &[("CREB_CACHE_DIR", blocker.to_str().unwrap())],
+    );
+    assert_ne!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        r.stderr
+            .matches("the digest cache directory cannot be used")
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    std::fs::copy(trace, traces.join("day-1.json")).unwrap();
+    let cache = traces.join("digests.cache");
+    let r = run_bin(
+        &[
+            "replay",
+            traces.to_str().unwrap(),
+            "--registry",
+            &registry.url,
+            "--digest-cache",
+            cache.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("inside the trace directory"),
+        "{}",
+        r.stderr
+    );
+    assert!(!cache.exists());
+}
+
+/// The small traps: --speed in stress mode is said to do nothing; a sample of a trace whose
+/// records are all invalid is an error that writes nothing; `--output-dir X --baseline X`
+/// is refused before the run would replace its own baseline.
+#[test]
+fn the_small_traps_are_said_not_sprung() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let r = run_bin(
+        &[
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--speed",
+            "4",
+            "--limit-requests",
+            "20",
+            "--no-digest-cache",
+        ],
+        None,
+        &[],
+    );
+    assert!(
+        r.stderr.contains("--speed 4 has no effect in stress mode"),
+        "{}",
+        r.stderr
+    );
+    let broken = dir.path().join("broken.json");
+    std::fs::write(
+        &broken,
+        br#"[{"http.request.method": "FETCH", "http.request.uri": "v2/a/b/blobs/x", "host": "h", "http.response.status": 200, "timestamp": "2017-06-20T10:00:00.000Z", "id": "1", "http.request.remoteaddr": "c", "http.request.duration": 0.1, "http.response.written": 1}]"#,
+    )
+    .unwrap();
+    let out = dir.path().join("sampled.json");
+    let r = run_bin(
+        &[
+            "trace",
+            "sample",
+            broken.to_str().unwrap(),
+            "--method",
+            "first-n",
+            "--requests",
+            "5",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("is invalid"), "{}", r.stderr);
+    assert!(!out.exists());
+    let base = dir.path().join("base");
+    let r = run_bin(
+        &[
+            "pull",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "x/y",
+            "--output-dir",
+            base.to_str().unwrap(),
+            "--baseline",
+            base.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("is the --baseline"), "{}", r.stderr);
 }

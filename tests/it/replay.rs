@@ -445,6 +445,44 @@ fn a_run_whose_prewarm_used_other_settings_is_refused_with_the_fix() {
         "{warnings:?}"
     );
 
+    // A window of another selection than the prewarm's: its objects differ (blob sizes
+    // follow the records read), so it refuses to start, naming the flag and the fix;
+    // --force runs it anyway, warned.
+    let window = replay(&["--phase", "run", "--seed", "7", "--limit-requests", "100"]);
+    assert_eq!(window.code, 2, "{}", window.stderr);
+    assert!(
+        window
+            .stderr
+            .contains("--limit-requests 100 selects a window")
+            && window
+                .stderr
+                .contains("replay --phase prewarm --limit-requests 100"),
+        "{}",
+        window.stderr
+    );
+    let out = dir.path().join("forced");
+    let forced = replay(&[
+        "--phase",
+        "run",
+        "--seed",
+        "7",
+        "--limit-requests",
+        "100",
+        "--force",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(forced.code, 2, "{}", forced.stderr);
+    assert!(
+        summary_json(&out)["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "prewarm_missing"),
+        "{}",
+        forced.stderr
+    );
+
     // The prewarm's own settings: no warning, no error.
     let out = dir.path().join("same");
     let same = replay(&[

@@ -164,6 +164,28 @@ impl Quantiles {
             max: h.max(),
         }
     }
+
+    /// The same figures held to the exact smallest and largest value: no quantile reported
+    /// beyond what was seen (a bucket's edge lies up to 0.1% past it).
+    fn within(self, min: u64, max: u64) -> Quantiles {
+        if self.count == 0 {
+            return self;
+        }
+        let clamp = |v: u64| v.clamp(min, max);
+        Quantiles {
+            min,
+            p5: clamp(self.p5),
+            p10: clamp(self.p10),
+            p25: clamp(self.p25),
+            p50: clamp(self.p50),
+            p75: clamp(self.p75),
+            p90: clamp(self.p90),
+            p95: clamp(self.p95),
+            p99: clamp(self.p99),
+            max,
+            ..self
+        }
+    }
 }
 
 /// Size quantiles in bytes, the total, and the shares below 1 MB and 10 MB (decimal, as
@@ -239,6 +261,10 @@ pub struct Skipped {
     pub failed_in_trace: u64,
 }
 
+/// The sizes of one method and kind: their histogram, total, and exact smallest and
+/// largest.
+type SizeTally = (Histogram<u64>, u64, u64, u64);
+
 /// Bounds of every histogram here: 1 .. 16 TiB (sizes), 3 significant digits.
 fn histogram() -> Histogram<u64> {
     match Histogram::new_with_bounds(1, 1 << 44, 3) {
@@ -270,7 +296,9 @@ struct Acc {
     pushes: u64,
     layer_gets: u64,
     layer_puts: u64,
-    sizes: BTreeMap<(Method, Kind), (Histogram<u64>, u64)>,
+    /// Per method and kind: the sizes' histogram, their total, and the exact smallest and
+    /// largest (a histogram's bucket edges lie up to 0.1% beyond them).
+    sizes: BTreeMap<(Method, Kind), SizeTally>,
     minute: Option<i64>,
     minute_requests: u64,
     minute_clients: HashSet<Sym>,
@@ -348,12 +376,14 @@ impl Acc {
         }
         let ok = succeeded(r);
         if ok && matches!(r.method, Method::Get | Method::Put | Method::Patch) {
-            let (h, bytes) = self
+            let (h, bytes, min, max) = self
                 .sizes
                 .entry((r.method, r.target.kind()))
-                .or_insert_with(|| (histogram(), 0));
+                .or_insert_with(|| (histogram(), 0, u64::MAX, 0));
             h.saturating_record(r.size);
             *bytes = bytes.saturating_add(r.size);
+            *min = (*min).min(r.size);
+            *max = (*max).max(r.size);
         }
         self.count_minute(r);
         if let Some(prev) = self.previous_ms {
@@ -482,7 +512,7 @@ impl Acc {
             head_share: ratio(method_count(Method::Head), self.records),
         };
         let mut sizes: BTreeMap<String, BTreeMap<String, SizeStats>> = BTreeMap::new();
-        for ((method, kind), (h, bytes)) in &self.sizes {
+        for ((method, kind), (h, bytes, min, max)) in &self.sizes {
             let below = |v: u64| {
                 if h.is_empty() {
                     0.0
@@ -493,7 +523,7 @@ impl Acc {
             sizes.entry(method.as_str().to_owned()).or_default().insert(
                 kind.as_str().to_owned(),
                 SizeStats {
-                    quantiles: Quantiles::of(h),
+                    quantiles: Quantiles::of(h).within(*min, *max),
                     bytes: *bytes,
                     share_below_1mb: below(999_999),
                     share_below_10mb: below(9_999_999),
@@ -932,6 +962,19 @@ mod tests {
         assert_eq!(r.top_1pct_share, Some(100.0 / 254.0));
         let none = rank(&HashMap::<u8, u64>::new(), 3, |_| String::new());
         assert_eq!((none.top_1pct_share, none.top.len()), (None, 0));
+    }
+
+    #[test]
+    fn no_size_is_reported_beyond_the_largest_seen() {
+        let mut h = histogram();
+        for v in [1_000, 123_457, 5_432_109] {
+            h.saturating_record(v);
+        }
+        // The histogram's own maximum is its bucket's edge, above the value recorded.
+        assert!(h.max() > 5_432_109);
+        let q = Quantiles::of(&h).within(1_000, 5_432_109);
+        assert_eq!((q.min, q.max), (1_000, 5_432_109));
+        assert!(q.p99 <= 5_432_109 && q.p5 >= 1_000, "{q:?}");
     }
 
     #[test]

@@ -366,10 +366,23 @@ fn digest_cache(a: &ReplayArgs) -> Option<CacheFile> {
     // cannot be read gets no cache here, and its error from the replay.
     let input = crate::trace::TraceInput::resolve(&a.traces).ok()?;
     let file = default_cache::file_of(&dir, &input.files, a.seed)?;
-    default_cache::prepare(&file).then_some(CacheFile {
-        path: file,
-        named: false,
-    })
+    match default_cache::prepare(&file) {
+        Ok(()) => Some(CacheFile {
+            path: file,
+            named: false,
+        }),
+        Err(why) => {
+            // Said once, as the run is set up: digests are then computed as without a cache.
+            if !(a.output.quiet || a.output.json) {
+                eprintln!(
+                    "creb-rs: warning: the digest cache directory cannot be used ({why}): this \
+                     run keeps no digest cache, so a repeated prewarm hashes again; set \
+                     CREB_CACHE_DIR to a writable directory, or pass --no-digest-cache"
+                );
+            }
+            None
+        }
+    }
 }
 
 /// `--shard-from-env VAR/N`: the index from the environment; N is a number or the name of

@@ -21,6 +21,14 @@ pub async fn run(args: ReplayArgs, shutdown: Shutdown) -> anyhow::Result<ExitSta
     let names = cfg.registry.endpoint_names();
     let in_flight = cfg.concurrency.max(cfg.prewarm_concurrency);
     let quiet = args.output.quiet || args.output.json;
+    if cfg.mode == crate::exec::Mode::Stress && args.speed != 1.0 && !quiet {
+        // A closed loop has no schedule to speed up: said, never ignored silently.
+        eprintln!(
+            "creb-rs: warning: --speed {} has no effect in stress mode (a closed loop runs as \
+             fast as --concurrency allows); --mode delay replays at {}x the trace's pace",
+            args.speed, args.speed
+        );
+    }
     crate::commands::limits::prepare(in_flight, names.len(), "--concurrency", quiet)?;
     let output = OutputOptions::from(&args.output);
     let labels = crate::replay::labels(&cfg);
