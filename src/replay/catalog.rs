@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{CacheFile, ReplayConfig};
+use super::config::{CacheFile, ReplayConfig};
 use crate::content::digest_cache::{Appender, DigestCache};
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;

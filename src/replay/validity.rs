@@ -3,7 +3,7 @@
 //! records were dropped late, the start was skewed), shown in the report and turned into
 //! exit status 1 by `--strict`.
 
-use super::ReplayConfig;
+use super::config::ReplayConfig;
 use crate::exec::{ExecReport, Mode};
 use crate::metrics::Aggregator;
 use crate::plan::catalog::Catalog;
