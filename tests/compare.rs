@@ -87,6 +87,8 @@ fn repetitions_give_medians_spread_and_a_noise_verdict() {
         "median p99 ms A/B",
         "spread (min–max)",
         "within the run-to-run noise",
+        "detects",
+        "the smallest change these runs find 80% of the time",
     ] {
         assert!(
             text.stdout.contains(part),
@@ -121,6 +123,8 @@ fn repetitions_give_medians_spread_and_a_noise_verdict() {
     let [lo, hi] = [0, 1].map(|i| blob["p99_ratio_ci"][i].as_f64().unwrap());
     assert!(lo > 0.0 && lo <= hi, "{blob}");
     assert!(blob["p99_p_value"].as_f64().is_some(), "{blob}");
+    // What these runs could have detected, from their spread.
+    assert!(blob["p99_detectable"].as_f64().unwrap() >= 0.0, "{blob}");
     // 50 image pushes a run: too few for a p99, nothing to test.
     let push = op("image_push");
     assert!(

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::catalog::learn_missing;
+use super::config::CacheFile;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
-use super::config::CacheFile;
 use crate::client::RegistryClient;
 use crate::content::digest_cache::Appender;
 use crate::exec::bounded::{Bounds, JobEnv};

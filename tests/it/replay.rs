@@ -974,3 +974,56 @@ fn a_repeated_prewarm_sends_nothing_and_a_run_after_it_computes_no_digest() {
 fn summary_json_file(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
+
+/// `--strict` turns a baseline gate that cannot decide into a failure: a replay gated on a
+/// p99 its few samples give no interval of is `undecided` (exit 0, warned), and exit 1 under
+/// `--strict`.
+#[test]
+fn strict_makes_an_undecided_baseline_gate_fail() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--limit-requests",
+            "120",
+            "--no-digest-cache",
+            "--quiet",
+            "--output-dir",
+        ];
+        let out_str = out.to_str().unwrap().to_owned();
+        args.push(&out_str);
+        args.extend_from_slice(extra);
+        let r = crate::common::run_bin(&args, None, &[]);
+        (r, out)
+    };
+    // docker-registry 2.8's tag race may fail an operation: tolerated, so that only the
+    // gate decides the exit.
+    let tolerant = ["--max-errors", "100%"];
+    let (base, _) = run("base", &tolerant);
+    assert_eq!(base.code, 0, "{}", base.stderr);
+    let (plain_strict, _) = run("plain-strict", &["--max-errors", "100%", "--strict"]);
+    assert_eq!(plain_strict.code, 0, "{}", plain_strict.stderr);
+    let base_dir = dir.path().join("base").to_str().unwrap().to_owned();
+    let mut gate = vec![
+        "--baseline",
+        &base_dir,
+        "--fail-if",
+        "p99(blob_get) > baseline * 1.10",
+    ];
+    gate.extend(tolerant);
+    let (lenient, out) = run("lenient", &gate);
+    let s = summary_json(&out);
+    assert_eq!(s["thresholds"][0]["verdict"], "undecided", "{s}");
+    assert_eq!(lenient.code, 0, "{}\n{s}", lenient.stderr);
+    gate.push("--strict");
+    let (strict, out) = run("strict", &gate);
+    let s = summary_json(&out);
+    assert_eq!(s["thresholds"][0]["verdict"], "undecided", "{s}");
+    assert_eq!(strict.code, 1, "{}\n{s}", strict.stderr);
+}

@@ -501,6 +501,8 @@ async fn capacity_report_renders_its_curves() {
         &registry.url,
         "--slo",
         "error_rate < 50%",
+        "--slo",
+        "p99(image_pull) < 10s",
         "--speed",
         "16",
         "--step",
@@ -529,9 +531,23 @@ async fn capacity_report_renders_its_curves() {
     };
     let limited = format!("limited by {}", c["limited_by"].as_str().unwrap());
     let first_outcome = format!(">{}<", c["steps"][0]["outcome"].as_str().unwrap());
-    for needle in ["Answer", &answer, &limited, &first_outcome, "blob_get p50"] {
+    // Sessions beside operations, and the latency objective drawn as a line.
+    for needle in [
+        "Answer",
+        &answer,
+        &limited,
+        &first_outcome,
+        "blob_get p50",
+        "image_pull p99",
+        "objective: p99(image_pull) &lt; 10s",
+    ] {
         assert!(html.contains(needle), "no {needle:?} in the page");
     }
+    assert!(
+        c["steps"][0]["percentiles"].get("image_pull").is_some(),
+        "{}",
+        c["steps"][0]
+    );
     // The workload's operations only: an upload's PATCHes are in each step's own report.
     assert!(
         !html.contains("upload_patch p50"),
