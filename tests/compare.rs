@@ -21,6 +21,42 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 
 /// Pushes `images` generated images of `layers` layers of `size` to `repo`, with `extra`
 /// flags; fails the test if the push does.
+/// `pull` of `images` images of `repo` from `url` into `out`, 2 in flight, with intervals
+/// short enough (20 ms) for the percentiles' intervals of a run of a second or two: its
+/// exit and its summary (null when it wrote none).
+fn gated_pull(
+    url: &str,
+    repo: &str,
+    images: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> (common::BinOutput, serde_json::Value) {
+    let mut args = vec![
+        "pull",
+        "--registry",
+        url,
+        "--repo",
+        repo,
+        "--images",
+        images,
+        "--concurrency",
+        "2",
+        "--interval",
+        "20ms",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    let r = run_bin(&args, None, &[]);
+    let summary = if out.join("summary.json").exists() {
+        common::summary_json(out)
+    } else {
+        serde_json::Value::Null
+    };
+    (r, summary)
+}
+
 fn push(registry: &Registry, repo: &str, images: &str, layers: &str, size: &str, extra: &[&str]) {
     let mut args = vec![
         "push",
@@ -225,33 +261,14 @@ fn a_baseline_gate_fails_only_beyond_both_runs_intervals() {
         "16KiB",
         &["--output-dir", push_out.to_str().unwrap()],
     );
-    // Short intervals: enough batches for the intervals of a run of a second or two.
     let pull = |out: &str, extra: &[&str]| {
-        let out = dir.path().join(out);
-        let mut args = vec![
-            "pull",
-            "--registry",
+        gated_pull(
             &registry.url,
-            "--repo",
             "gate/app",
-            "--images",
             "100",
-            "--concurrency",
-            "2",
-            "--interval",
-            "20ms",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--quiet",
-        ];
-        args.extend_from_slice(extra);
-        let r = run_bin(&args, None, &[]);
-        let summary = if out.join("summary.json").exists() {
-            common::summary_json(&out)
-        } else {
-            serde_json::Value::Null
-        };
-        (r, summary)
+            &dir.path().join(out),
+            extra,
+        )
     };
     let (base, _) = pull("base", &[]);
     assert_eq!(base.code, 0, "{}", base.stderr);
@@ -341,31 +358,7 @@ fn a_baseline_gate_is_undecided_without_intervals_and_refuses_another_workload()
     let dir = tempfile::tempdir().unwrap();
     push(&registry, "noise/app", "40", "2", "4KiB", &[]);
     let pull = |url: &str, out: &str, images: &str, extra: &[&str]| {
-        let out = dir.path().join(out);
-        let mut args = vec![
-            "pull",
-            "--registry",
-            url,
-            "--repo",
-            "noise/app",
-            "--images",
-            images,
-            "--concurrency",
-            "2",
-            "--interval",
-            "20ms",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--quiet",
-        ];
-        args.extend_from_slice(extra);
-        let r = run_bin(&args, None, &[]);
-        let summary = if out.join("summary.json").exists() {
-            common::summary_json(&out)
-        } else {
-            serde_json::Value::Null
-        };
-        (r, summary)
+        gated_pull(url, "noise/app", images, &dir.path().join(out), extra)
     };
     let (base, _) = pull(&registry.url, "base", "40", &[]);
     assert_eq!(base.code, 0, "{}", base.stderr);

@@ -191,7 +191,7 @@ pub struct ObjectiveVerdict {
 
 /// Judges one step: every objective (an expression that must hold, `--slo`) and whether the
 /// run was steady. The step's outcome, each objective's verdict, and why. Whether the
-/// generator kept up is [`generator_limit`]'s to say, for a step that did not pass.
+/// side a step that did not pass failed on is [`blame`]'s to say.
 pub fn judge_step(
     objectives: &[Threshold],
     summary: &Summary,

@@ -40,9 +40,10 @@ Examples:
 #[derive(Debug, Clone, Args)]
 pub struct CapacityArgs {
     /// What must hold for a load to be sustained (repeatable), written like --fail-if:
-    /// 'p99(blob_get) < 2s', 'error_rate < 1%', 'errors(http_429) == 0' (a latency without
-    /// a unit is in milliseconds). Beyond these, a step failing more than --max-errors (1%)
-    /// is never sustained.
+    /// 'p99(blob_get) < 2s', 'error_rate < 1%', 'errors(http_429) == 0'.
+    ///
+    /// A latency without a unit is in milliseconds. Beyond these, a step whose operations
+    /// failed more than --max-errors allows (1% by default) is never sustained.
     #[arg(long, value_name = "EXPR", required = true)]
     pub slo: Vec<String>,
 

@@ -152,7 +152,8 @@ impl Session {
         mark_interrupted(&mut run.summary);
         // A baseline of another workload is refused as `compare` refuses it: the run is
         // written, its gates relative to the baseline not judged, and the exit is 2.
-        let other_workload = self.baseline.as_ref().and_then(|b| {
+        let judged_here = self.baseline.as_ref().filter(|_| shown.judge);
+        let other_workload = judged_here.and_then(|b| {
             let dir = shown.dir.clone().unwrap_or_default();
             let this = Workload {
                 dir: &dir,

@@ -1039,7 +1039,7 @@ fn a_digest_cache_never_replaces_the_trace_another_file_or_a_result() {
 }
 
 #[test]
-fn trace_outputs_never_replace_an_input_and_another_kind_only_with_force() {
+fn trace_outputs_never_replace_an_input_nor_any_file_without_force() {
     let dir = tempfile::tempdir().unwrap();
     let (trace, trace_bytes, notes) = trace_and_notes(dir.path());
     let (t, n) = (trace.to_str().unwrap(), notes.to_str().unwrap());
@@ -1067,10 +1067,19 @@ fn trace_outputs_never_replace_an_input_and_another_kind_only_with_force() {
     assert!(stderr.contains("--force"), "{stderr}");
     assert_eq!(std::fs::read(&trace).unwrap(), trace_bytes);
     assert_eq!(std::fs::read(&notes).unwrap(), b"my notes");
-    // A trace over a trace needs nothing; another kind of file with --force.
+    // A trace over a trace needs --force too (no trace can be made again), as does another
+    // kind of file.
     let other = dir.path().join("other.json");
     std::fs::copy(&trace, &other).unwrap();
-    let (code, stderr) = exit_of(&[&sample[..], &["--out", other.to_str().unwrap()]].concat());
+    let over = [&sample[..], &["--out", other.to_str().unwrap()]].concat();
+    let (code, stderr) = exit_of(&over);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("replaces no trace without --force"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&other).unwrap(), trace_bytes);
+    let (code, stderr) = exit_of(&[&over[..], &["--force"]].concat());
     assert_eq!(code, 0, "{stderr}");
     let (code, stderr) = exit_of(&[&synth[..], &["--force"]].concat());
     assert_eq!(code, 0, "{stderr}");

@@ -538,7 +538,7 @@ async fn capacity_report_renders_its_curves() {
         &limited,
         &first_outcome,
         "blob_get p50",
-        "image_pull p99",
+        "image_pull p50",
         "objective: p99(image_pull) &lt; 10s",
     ] {
         assert!(html.contains(needle), "no {needle:?} in the page");

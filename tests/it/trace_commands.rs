@@ -528,11 +528,13 @@ fn time_based_samples() {
         (w.written, w.first_ms, w.last_ms),
         (10, Some(T0 + 20_000), Some(T0 + 29_000))
     );
+    // The command over the library's last sample: a trace, so --force.
     let status = exec(&[
         "sample",
         source.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
+        "--force",
         "--method",
         "window",
         "--from",
