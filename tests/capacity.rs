@@ -466,6 +466,22 @@ fn a_two_shard_ladder_merged_equals_a_one_host_ladder() {
             "step {i}: {t}"
         );
     }
+    // A merge never writes over one of the ladders it merges.
+    let shard = dir.path().join("shard-0");
+    let r = run_bin(
+        &[
+            "merge",
+            shard.to_str().unwrap(),
+            dir.path().join("shard-1").to_str().unwrap(),
+            "--output-dir",
+            shard.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("one of the ladders"), "{}", r.stderr);
+    assert!(shard.join("capacity.json").exists());
     // Searches choose their loads from their own steps: they do not merge.
     let (_, _, _) = search(
         dir.path(),

@@ -203,6 +203,16 @@ pub fn merge_ladders(
         .map(|d| Host::read(d))
         .collect::<anyhow::Result<_>>()?;
     let count = same_ladder(&hosts)?;
+    // One result per directory: an earlier result there (a run's, a merge's, a ladder's)
+    // goes first, as for every command that writes one — never one of the ladders merged.
+    if let Some(d) = dirs.iter().find(|d| crate::outfile::same_path(d, out)) {
+        anyhow::bail!(
+            "--output-dir {}: {} is one of the ladders being merged; write the merge elsewhere",
+            out.display(),
+            d.display()
+        );
+    }
+    crate::results::prepare_result_dir(out, force)?;
     let first = &hosts[0];
     let objectives: Vec<String> = first.json["objectives"]
         .as_array()

@@ -190,8 +190,8 @@ pub struct ObjectiveVerdict {
 }
 
 /// Judges one step: every objective (an expression that must hold, `--slo`) and whether the
-/// run was steady. The step's outcome, each objective's verdict, and why. Whether the
-/// side a step that did not pass failed on is [`blame`]'s to say.
+/// run was steady. The step's outcome, each objective's verdict, and why. On whose side a
+/// step that did not pass failed is [`blame`]'s to say.
 pub fn judge_step(
     objectives: &[Threshold],
     summary: &Summary,

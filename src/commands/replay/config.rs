@@ -86,7 +86,6 @@ pub struct ReplayArgs {
     #[arg(
         hide_short_help = true,
         help_heading = "Workload",
-        hide_short_help = true,
         long,
         value_name = "SIZE"
     )]
@@ -125,7 +124,6 @@ pub struct ReplayArgs {
     #[arg(
         hide_short_help = true,
         help_heading = "Workload",
-        hide_short_help = true,
         long,
         value_name = "DIR"
     )]
@@ -238,7 +236,6 @@ pub struct ReplayArgs {
     /// This host's shard I of N (0-based). Shards cover the trace exactly once.
     #[arg(
         hide_short_help = true,
-        help_heading = "Workload",
         help_heading = "Several hosts",
         long,
         value_name = "I/N",
@@ -250,8 +247,6 @@ pub struct ReplayArgs {
     /// variable) — `JOB_COMPLETION_INDEX/8` in a Kubernetes Indexed Job,
     /// `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT` in a Slurm job array.
     #[arg(
-        hide_short_help = true,
-        help_heading = "Workload",
         hide_short_help = true,
         help_heading = "Several hosts",
         long,
