@@ -271,7 +271,6 @@ pub fn config_hash(config: &serde_json::Value) -> String {
     json_hash(&v)
 }
 
-/// Everything read back from a result directory.
 /// What a result ran, for telling whether two results ran the same workload.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload<'a> {
@@ -315,6 +314,7 @@ impl ResultSet {
     }
 }
 
+/// Everything read back from a result directory.
 #[derive(Debug)]
 pub struct ResultSet {
     pub dir: PathBuf,

@@ -150,52 +150,7 @@ impl Session {
     ) -> anyhow::Result<bool> {
         run.summary.max_errors = Some(self.flags.max_errors);
         mark_interrupted(&mut run.summary);
-        // A baseline of another workload is refused as `compare` refuses it: the run is
-        // written, its gates relative to the baseline not judged, and the exit is 2.
-        let judged_here = self.baseline.as_ref().filter(|_| shown.judge);
-        let other_workload = judged_here.and_then(|b| {
-            let dir = shown.dir.clone().unwrap_or_default();
-            let this = Workload {
-                dir: &dir,
-                summary: &run.summary,
-                dataset_hash: &run.meta.dataset_hash,
-            };
-            let base = Workload {
-                dir: &b.dir,
-                summary: &b.summary,
-                dataset_hash: &b.dataset_hash,
-            };
-            workload_difference(base, this, self.flags.force)
-        });
-        let judged = if shown.judge && other_workload.is_some() {
-            let own: Vec<Threshold> = self
-                .thresholds
-                .iter()
-                .filter(|t| !t.needs_baseline())
-                .cloned()
-                .collect();
-            run.summary.thresholds = verdicts(&own, &run.summary, &run.aggregator.table, None);
-            run.summary.thresholds.clone()
-        } else if shown.judge {
-            run.summary.thresholds = verdicts(
-                &self.thresholds,
-                &run.summary,
-                &run.aggregator.table,
-                self.baseline.as_ref(),
-            );
-            for v in &run.summary.thresholds {
-                if let Some(why) = v.baseline.as_ref().and_then(|b| b.undecided.as_ref()) {
-                    // Not a failure: said, and a failure only under --strict.
-                    run.summary.warnings.push(Warning {
-                        kind: "baseline_undecided".into(),
-                        message: format!("--fail-if '{}' is undecided: {why}", v.expression),
-                    });
-                }
-            }
-            run.summary.thresholds.clone()
-        } else {
-            Vec::new()
-        };
+        let (judged, other_workload) = self.judge(run, shown);
         if let Some(watch) = watch {
             let quiet = shown.quiet || shown.json;
             watch
@@ -215,6 +170,64 @@ impl Session {
             anyhow::bail!("--baseline: {why}");
         }
         Ok(slow)
+    }
+
+    /// Judges `run` by the `--fail-if` thresholds (when `shown` says so), every verdict
+    /// into its summary: those relative to a baseline of another workload are not judged
+    /// (why, for the caller's exit 2), an undecided one is a `baseline_undecided` warning.
+    fn judge(
+        &self,
+        run: &mut Finished,
+        shown: &Shown,
+    ) -> (
+        Vec<crate::results::summary::ThresholdVerdict>,
+        Option<String>,
+    ) {
+        if !shown.judge {
+            return (Vec::new(), None);
+        }
+        // A baseline of another workload is refused as `compare` refuses it.
+        let other_workload = self.baseline.as_ref().and_then(|b| {
+            let dir = shown.dir.clone().unwrap_or_default();
+            let this = Workload {
+                dir: &dir,
+                summary: &run.summary,
+                dataset_hash: &run.meta.dataset_hash,
+            };
+            let base = Workload {
+                dir: &b.dir,
+                summary: &b.summary,
+                dataset_hash: &b.dataset_hash,
+            };
+            workload_difference(base, this, self.flags.force)
+        });
+        let table = &run.aggregator.table;
+        run.summary.thresholds = if other_workload.is_some() {
+            let own: Vec<Threshold> = self
+                .thresholds
+                .iter()
+                .filter(|t| !t.needs_baseline())
+                .cloned()
+                .collect();
+            verdicts(&own, &run.summary, table, None)
+        } else {
+            verdicts(
+                &self.thresholds,
+                &run.summary,
+                table,
+                self.baseline.as_ref(),
+            )
+        };
+        for v in &run.summary.thresholds {
+            if let Some(why) = v.baseline.as_ref().and_then(|b| b.undecided.as_ref()) {
+                // Not a failure: said, and a failure only under --strict.
+                run.summary.warnings.push(Warning {
+                    kind: "baseline_undecided".into(),
+                    message: format!("--fail-if '{}' is undecided: {why}", v.expression),
+                });
+            }
+        }
+        (run.summary.thresholds.clone(), other_workload)
     }
 
     /// Ends the live side: the last push, then the endpoint lingers and stops.
