@@ -148,6 +148,22 @@ fn constant_search(
     search(dir, name, &trace, url, slo, &args)
 }
 
+/// nginx in front of the registry on `upstream`, its `limit_req` answering 429 to the GETs
+/// beyond `rate` (`30r/s`, `1r/m`) and `burst`; other methods pass, so a prewarm's uploads
+/// do.
+fn get_limiter(upstream: u16, rate: &str, burst: u32) -> Nginx {
+    Nginx::start(NginxOptions {
+        upstream_port: Some(upstream),
+        http_extra: format!(
+            "map $request_method $creb_limited {{ GET all; default \"\"; }}\n\
+             limit_req_zone $creb_limited zone=registry:1m rate={rate};\n\
+             limit_req_status 429;\n"
+        ),
+        location_extra: format!("limit_req zone=registry burst={burst} nodelay;"),
+        ..NginxOptions::default()
+    })
+}
+
 fn speeds(c: &serde_json::Value) -> Vec<f64> {
     c["steps"]
         .as_array()
@@ -306,15 +322,7 @@ fn a_rate_limiters_throttle_onset_is_found_within_ten_percent() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let registry = Registry::start();
-    let nginx = Nginx::start(NginxOptions {
-        upstream_port: Some(registry.port),
-        http_extra: "map $request_method $creb_limited { GET all; default \"\"; }\n\
-                     limit_req_zone $creb_limited zone=registry:1m rate=30r/s;\n\
-                     limit_req_status 429;\n"
-            .into(),
-        location_extra: "limit_req zone=registry burst=2 nodelay;".into(),
-        ..NginxOptions::default()
-    });
+    let nginx = get_limiter(registry.port, "30r/s", 2);
     let (r, c, _) = constant_search(
         dir.path(),
         "throttle",
@@ -560,15 +568,7 @@ fn a_registry_that_fails_fast_is_never_sustained() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let registry = Registry::start();
-    let nginx = Nginx::start(NginxOptions {
-        upstream_port: Some(registry.port),
-        http_extra: "map $request_method $creb_limited { GET all; default \"\"; }\n\
-                     limit_req_zone $creb_limited zone=registry:1m rate=1r/m;\n\
-                     limit_req_status 429;\n"
-            .into(),
-        location_extra: "limit_req zone=registry burst=1 nodelay;".into(),
-        ..NginxOptions::default()
-    });
+    let nginx = get_limiter(registry.port, "1r/m", 1);
     let trace = constant_trace(dir.path(), 600, 10);
     let fast = [
         "--step",
