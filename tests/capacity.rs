@@ -607,9 +607,18 @@ fn a_registry_that_fails_fast_is_never_sustained() {
     let url = dying.url.clone();
     let killer = {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let second_step = dir.path().join("killed/steps/01/summary.json");
         let t = std::thread::spawn(move || {
-            // Past the prewarm and the first steps; the test's own bound on waiting.
-            let _ = rx.recv_timeout(Duration::from_secs(6));
+            // Once two steps are written (past the prewarm, whatever the machine's pace),
+            // or at the test's own bound on waiting.
+            let until = Instant::now() + Duration::from_secs(30);
+            while !second_step.exists() && Instant::now() < until {
+                match rx.recv_timeout(Duration::from_millis(50)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    // The search ended first (or the test is ending): kill now.
+                    _ => break,
+                }
+            }
             dying.kill();
         });
         (tx, t)
