@@ -725,3 +725,27 @@ fn objectives_and_loads_that_mean_nothing_are_refused() {
         r.stderr
     );
 }
+
+/// A step cut to the trace's span keeps its warm-up's share of it: at 16× a 10 s trace
+/// holds 0.6 s of schedule, shorter than the 1 s warm-up asked for, and the step still
+/// measures what it offered (a whole warm-up would have left nothing measured).
+#[test]
+fn a_step_cut_to_the_trace_still_measures() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let trace = constant_trace(dir.path(), 100, 10);
+    let (r, c, _) = search(
+        dir.path(),
+        "cut",
+        &trace,
+        &registry.url,
+        "error_rate < 50%",
+        &["--ladder", "16", "--step", "1s", "--step-warmup", "1s"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let step = &c["steps"][0];
+    assert!(f(&step["length_s"]) > 0.0, "{step}");
+    assert!(f(&step["operations_ok"]) > 0.0, "{step}");
+    assert_eq!(step["outcome"], "sustained", "{step}");
+}

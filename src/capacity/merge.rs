@@ -133,14 +133,20 @@ impl MergedStep {
         let aggregator = aggregator_of(&set.counters, &set.hlog)?;
         let step = &first.steps()[index];
         let seconds = |v: &Value| Duration::from_secs_f64(v.as_f64().unwrap_or(0.0).max(0.0));
+        let speed = step["speed"].as_f64().unwrap_or(1.0);
+        // The step's own warm-up: the ladder's, or its share of a step cut to the trace.
+        let schedule = step["trace_length_s"].as_f64().unwrap_or(0.0) / speed.max(1e-9);
+        let step_warmup = step["length_s"].as_f64().map_or(warmup_s, |measured| {
+            (schedule - measured).clamp(0.0, warmup_s)
+        });
         let at = StepAt {
             index,
-            speed: step["speed"].as_f64().unwrap_or(1.0),
+            speed,
             window: Window {
                 from: seconds(&step["trace_from_s"]),
                 length: Some(seconds(&step["trace_length_s"])),
             },
-            warmup_s,
+            warmup_s: step_warmup,
             // The hosts' due operations, back from their rates over the same length.
             offered: Some(
                 hosts

@@ -320,8 +320,8 @@ impl Stepper<'_> {
         if trace_len < wanted && !self.session.quiet() {
             eprintln!(
                 "creb-rs: warning: step {index} needs {:.1} s of the trace at {speed:.3}x; it \
-                 spans {:.1} s, so the step is cut to {:.2} s (its length_s): a longer trace, \
-                 or a shorter --step",
+                 spans {:.1} s, so the step is cut to {:.2} s, its warm-up in proportion (its \
+                 length_s): a longer trace, or a shorter --step",
                 wanted.as_secs_f64(),
                 span.as_secs_f64(),
                 trace_len.as_secs_f64() / speed
@@ -342,8 +342,15 @@ impl Stepper<'_> {
     /// ("failed: …", "could not be written: …").
     async fn step(&mut self, index: usize, speed: f64, length: f64) -> Result<StepRecord, String> {
         let (cap, session) = (self.cap, self.session);
-        let measured = cap.step.mul_f64(length);
-        let window = self.window(index, speed, measured);
+        let wanted = cap.step.mul_f64(length);
+        let window = self.window(index, speed, wanted);
+        // A step cut to the trace's span keeps its warm-up's share of it: a warm-up as long
+        // as the whole cut step would leave nothing measured.
+        let schedule = window.length.unwrap_or_default().div_f64(speed.max(1e-9));
+        let warmup = cap
+            .warmup
+            .mul_f64((schedule.as_secs_f64() / (cap.warmup + wanted).as_secs_f64()).min(1.0));
+        let measured = schedule.saturating_sub(warmup);
         let dir = session
             .output
             .dir
@@ -354,7 +361,7 @@ impl Stepper<'_> {
         let interval = (measured / 20).clamp(Duration::from_millis(10), session.output.interval);
         let output = RunOutput {
             dir: dir.clone(),
-            warmup: cap.warmup,
+            warmup,
             interval,
             live: None,
             ..session.output.clone()
