@@ -13,3 +13,7 @@ GGCR_VERSION=v0.22.1
 # go.mod has replace directives; MinIO is AGPL).
 S3_MODULE=github.com/johannesboyne/gofakes3/cmd/gofakes3
 S3_VERSION=v1.2.0
+# umoci unpacks generated images as a runtime's image tool does (`umoci unpack --rootless`);
+# 0.5 reads zstd layers, which Debian's 0.4.7 refuses.
+UMOCI_MODULE=github.com/opencontainers/umoci/cmd/umoci
+UMOCI_VERSION=v0.5.0

@@ -33,6 +33,9 @@ pub struct UploadReport {
     pub single_post_fallback: bool,
     /// PATCH requests sent.
     pub patches: u32,
+    /// The SHA-256 of a generated layer's uncompressed tar (its `diff_id`), learned while
+    /// it was sent.
+    pub diff: Option<[u8; 32]>,
 }
 
 /// The result of a mount attempt.
@@ -335,6 +338,7 @@ impl RegistryClient {
                 .patch_chunks(&scope, location, &source, chunk, &mut m, &mut report)
                 .await?;
             let sha = Sha256Sum(tap.finish());
+            report.diff = Some(tap.finish_diff());
             self.put_final(&location, &sha.digest(), RequestBody::Empty, &scope, &mut m)
                 .await?;
             Ok(sha)

@@ -15,6 +15,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use url::Url;
 
+use crate::content::layer::{Compression, LayerForm, DEFAULT_RATIO};
 use crate::net::HttpClient;
 use crate::oci::manifest::ManifestFormat;
 use crate::results::thresholds::MaxErrors;
@@ -519,6 +520,69 @@ impl From<ManifestFormatArg> for ManifestFormat {
         match a {
             ManifestFormatArg::Oci => ManifestFormat::Oci,
             ManifestFormatArg::Docker => ManifestFormat::Docker,
+        }
+    }
+}
+
+/// How generated layers are made (`--compression`, `--compress-ratio`): one group for
+/// every command that generates layers.
+#[derive(Debug, Clone, Args)]
+pub struct LayerArgs {
+    /// Layer compression: gzip, zstd, none.
+    ///
+    /// Each generated layer is a tar of a file tree, compressed so (docs/images.md).
+    #[arg(help_heading = "Workload", long, value_enum, value_name = "KIND", default_value_t = CompressionArg::Gzip, hide_possible_values = true)]
+    pub compression: CompressionArg,
+
+    /// Compressed ÷ uncompressed size of generated layers: a layer of S bytes unpacks to
+    /// S/R bytes of tar (default 0.35, what gzip makes of a Debian system's files).
+    #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "R", value_parser = parse_ratio)]
+    pub compress_ratio: Option<f64>,
+}
+
+impl LayerArgs {
+    /// The layers' form; zstd with the docker manifest format is refused (docker has no
+    /// zstd layer type).
+    pub fn form(&self, format: ManifestFormat) -> anyhow::Result<LayerForm> {
+        let compression = Compression::from(self.compression);
+        if compression == Compression::Zstd && format == ManifestFormat::Docker {
+            anyhow::bail!(
+                "--compression zstd needs --manifest-format oci: the docker format has no zstd layer type"
+            );
+        }
+        LayerForm::new(compression, self.compress_ratio.unwrap_or(DEFAULT_RATIO))
+            .map_err(|e| anyhow::anyhow!("--compress-ratio: {e}"))
+    }
+}
+
+/// `--compress-ratio`: a number in 0.01..=1.
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number (compressed ÷ uncompressed, e.g. 0.35)"))?;
+    if !(0.01..=1.0).contains(&r) {
+        return Err(format!(
+            "{s} is outside 0.01..1 (compressed ÷ uncompressed, e.g. 0.35)"
+        ));
+    }
+    Ok(r)
+}
+
+/// `--compression`: the names of [`Compression`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompressionArg {
+    Gzip,
+    Zstd,
+    None,
+}
+
+impl From<CompressionArg> for Compression {
+    fn from(a: CompressionArg) -> Self {
+        match a {
+            CompressionArg::Gzip => Compression::Gzip,
+            CompressionArg::Zstd => Compression::Zstd,
+            CompressionArg::None => Compression::None,
         }
     }
 }

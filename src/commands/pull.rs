@@ -15,6 +15,7 @@ use url::Url;
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
 use crate::exec::pull::PullTargets;
+use crate::oci::manifest::Platform;
 use crate::oci::{Reference, Repository};
 use crate::session::connect::RegistryConfig;
 use crate::session::status::ExitStatus;
@@ -90,6 +91,17 @@ pub struct PullArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long)]
     pub referrers: bool,
 
+    /// The platform to pull from an image index (`OS/ARCH[/VARIANT]`, e.g. `linux/arm64`),
+    /// as clients pick: default this machine's, else the index's first image. An index
+    /// without it is an error.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "OS/ARCH"
+    )]
+    pub platform: Option<Platform>,
+
     /// Distributed pull: also fetch blobs from this registry (repeatable or
     /// comma-separated), which must hold the same images. Manifests come from the first
     /// `--registry`; each blob from the endpoint `--route` picks, all in parallel.
@@ -155,6 +167,7 @@ impl TryFrom<&PullArgs> for PullConfig {
             concurrency: a.concurrency.get(),
             verify: a.verify.or_none(a.no_verify).into(),
             referrers: a.referrers,
+            platform: a.platform.clone(),
         })
     }
 }

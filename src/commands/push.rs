@@ -7,10 +7,11 @@ use std::num::NonZeroUsize;
 use clap::Args;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
-use super::args::{ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
+use super::args::{LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
 use crate::client::UploadMode;
 use crate::content::DEFAULT_SEED;
 use crate::exec::push::{HashWhen, PushWork};
+use crate::oci::manifest::Platform;
 use crate::oci::{Repository, Tag};
 use crate::plan::image::ImageSpec;
 use crate::session::connect::RegistryConfig;
@@ -23,7 +24,7 @@ use crate::units::ByteSize;
 /// `push --help` ends with these.
 pub const EXAMPLES: &str = "\
 Examples:
-  # 10 images of 3 layers of 10 MiB, 8 uploads in flight, results kept
+  # 10 images of 3 layers of 10 MiB (gzip tars of file trees), 8 uploads at once, results kept
   creb-rs push --registry http://127.0.0.1:5000 --repo bench/app --images 10 --layers 3 \\
     --layer-size 10MiB --concurrency 8 --output-dir results/push
   # chunked uploads (POST, PATCH 5 MiB at a time, PUT) to a TLS registry with a private CA
@@ -116,6 +117,21 @@ pub struct PushArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = ManifestFormatArg::Oci)]
     pub manifest_format: ManifestFormatArg,
 
+    #[command(flatten)]
+    pub layer: LayerArgs,
+
+    /// Push each image for these platforms (`linux/amd64,linux/arm64`): one image per
+    /// platform, each with layers of its own, under an image index (a manifest list with
+    /// the docker format) tagged as the image.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "OS/ARCH,...",
+        value_delimiter = ','
+    )]
+    pub platforms: Vec<Platform>,
+
     /// Seed of the generated content (decimal or 0x-hex). Same seed, repository and tag
     /// give the same bytes and digests on every host.
     #[arg(hide_short_help = true, help_heading = "Workload", long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
@@ -181,6 +197,8 @@ impl TryFrom<&PushArgs> for PushConfig {
                     layer_size: a.layer_size.bytes(),
                     mount_from: a.mount_from.clone(),
                     manifest_format: a.manifest_format.into(),
+                    layer_form: a.layer.form(a.manifest_format.into())?,
+                    platforms: platforms(&a.platforms)?,
                     seed: a.seed,
                 },
                 upload,
@@ -190,6 +208,16 @@ impl TryFrom<&PushArgs> for PushConfig {
             concurrency: a.concurrency.get(),
         })
     }
+}
+
+/// `--platforms`, each named once.
+fn platforms(given: &[Platform]) -> anyhow::Result<Vec<Platform>> {
+    for (i, p) in given.iter().enumerate() {
+        if given[..i].contains(p) {
+            anyhow::bail!("--platforms names {p} twice");
+        }
+    }
+    Ok(given.to_vec())
 }
 
 /// Runs `creb-rs push`.

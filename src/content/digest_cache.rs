@@ -7,16 +7,17 @@
 //! and every digest is computed afresh. A wrong entry the sample missed is still caught at
 //! the first upload (the registry checks the digest) or verified read.
 //!
-//! Format: a header line `creb-rs digest cache <scheme>\n`, then 72-byte entries (the
-//! content's 40 bytes, [`ContentSpec::to_bytes`], then its SHA-256), in no order.
+//! Format: a header line `creb-rs digest cache <scheme>\n`, then 108-byte entries (the
+//! content's 44 bytes, [`ContentSpec::to_bytes`], its SHA-256, then its diff digest: a
+//! layer's uncompressed tar's SHA-256, plain content's own), in no order.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::content::{ContentSpec, SCHEME};
+use crate::content::{ContentSpec, SCHEME, SPEC_BYTES};
 use crate::fast_hash::FastHashMap;
 
-const ENTRY: usize = 72;
+const ENTRY: usize = SPEC_BYTES + 64;
 
 /// How many entries a load recomputes, at most.
 pub const SAMPLE: usize = 16;
@@ -36,6 +37,8 @@ fn header() -> String {
 pub struct DigestCache {
     path: PathBuf,
     entries: FastHashMap<ContentSpec, [u8; 32]>,
+    /// Layers' diff digests (plain content's is its digest).
+    diffs: FastHashMap<ContentSpec, [u8; 32]>,
     /// Entries added since the load.
     added: usize,
     /// Why the file was set aside, if it was (another scheme, unreadable, stale).
@@ -74,11 +77,20 @@ impl DigestCache {
         cache.cut = (body.len() % ENTRY) as u64;
         cache.entries.reserve(body.len() / ENTRY);
         for entry in body.chunks_exact(ENTRY) {
-            let mut spec = [0u8; 40];
-            spec.copy_from_slice(&entry[..40]);
+            let mut spec = [0u8; SPEC_BYTES];
+            spec.copy_from_slice(&entry[..SPEC_BYTES]);
             let mut sha = [0u8; 32];
-            sha.copy_from_slice(&entry[40..]);
-            cache.entries.insert(ContentSpec::from_bytes(&spec), sha);
+            sha.copy_from_slice(&entry[SPEC_BYTES..SPEC_BYTES + 32]);
+            let mut diff = [0u8; 32];
+            diff.copy_from_slice(&entry[SPEC_BYTES + 32..]);
+            // A form this version does not know is no entry of its.
+            let Some(spec) = ContentSpec::from_bytes(&spec) else {
+                continue;
+            };
+            if spec.is_layer() {
+                cache.diffs.insert(spec, diff);
+            }
+            cache.entries.insert(spec, sha);
         }
         cache
     }
@@ -95,6 +107,15 @@ impl DigestCache {
     /// The digest of `spec`, if held.
     pub fn get(&self, spec: &ContentSpec) -> Option<[u8; 32]> {
         self.entries.get(spec).copied()
+    }
+
+    /// The diff digest of `spec` (a layer's uncompressed tar's), if held.
+    pub fn diff(&self, spec: &ContentSpec) -> Option<[u8; 32]> {
+        if spec.is_layer() {
+            self.diffs.get(spec).copied()
+        } else {
+            self.get(spec)
+        }
     }
 
     /// Recomputes the smallest [`SAMPLE`] entries among `used` that the cache holds (no more
@@ -124,12 +145,14 @@ impl DigestCache {
                 break;
             }
             checked += 1;
-            if self.entries.get(spec) != Some(&spec.sha256()) {
+            let (sha, diff) = spec.digests();
+            if self.entries.get(spec) != Some(&sha) || self.diff(spec) != Some(diff) {
                 let why = format!(
                     "stale: the digest it holds for a {} byte blob is not that blob's",
                     spec.size()
                 );
                 self.entries.clear();
+                self.diffs.clear();
                 self.set_aside = Some(why.clone());
                 return Err(why);
             }
@@ -137,8 +160,11 @@ impl DigestCache {
         Ok(checked)
     }
 
-    /// Remembers a computed digest.
-    pub fn insert(&mut self, spec: ContentSpec, sha256: [u8; 32]) {
+    /// Remembers a computed digest and diff digest.
+    pub fn insert(&mut self, spec: ContentSpec, sha256: [u8; 32], diff: [u8; 32]) {
+        if spec.is_layer() {
+            self.diffs.insert(spec, diff);
+        }
         if self.entries.insert(spec, sha256).is_none() {
             self.added += 1;
         }
@@ -173,6 +199,7 @@ impl DigestCache {
             for (spec, sha) in &self.entries {
                 out.write_all(&spec.to_bytes())?;
                 out.write_all(sha)?;
+                out.write_all(&self.diffs.get(spec).copied().unwrap_or(*sha))?;
             }
             out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         }
@@ -196,7 +223,7 @@ pub fn mark_stale(path: &Path) -> std::io::Result<()> {
 
 /// Adds digests to a cache file as they are learned (a prewarm hashing what it sends), so
 /// a prewarm stopped halfway leaves every digest it learned, for the run phase and other
-/// hosts. Entries are appended whole (72 bytes, one write each); a file of another scheme
+/// hosts. Entries are appended whole (108 bytes, one write each); a file of another scheme
 /// is left alone (nothing is appended), a last entry cut short is cut off first.
 #[derive(Debug)]
 pub struct Appender {
@@ -239,11 +266,17 @@ impl Appender {
         })
     }
 
-    /// Appends one digest.
-    pub fn append(&self, spec: &ContentSpec, sha256: &[u8; 32]) -> std::io::Result<()> {
+    /// Appends one digest and its diff digest.
+    pub fn append(
+        &self,
+        spec: &ContentSpec,
+        sha256: &[u8; 32],
+        diff: &[u8; 32],
+    ) -> std::io::Result<()> {
         let mut entry = [0u8; ENTRY];
-        entry[..40].copy_from_slice(&spec.to_bytes());
-        entry[40..].copy_from_slice(sha256);
+        entry[..SPEC_BYTES].copy_from_slice(&spec.to_bytes());
+        entry[SPEC_BYTES..SPEC_BYTES + 32].copy_from_slice(sha256);
+        entry[SPEC_BYTES + 32..].copy_from_slice(diff);
         let mut file = self
             .file
             .lock()
@@ -266,7 +299,8 @@ mod tests {
         let mut cache = DigestCache::load(&path);
         assert!(cache.is_empty() && cache.set_aside.is_none());
         for s in &specs {
-            cache.insert(*s, s.sha256());
+            let (sha, diff) = s.digests();
+            cache.insert(*s, sha, diff);
         }
         assert!(cache.save().unwrap());
 
@@ -283,8 +317,9 @@ mod tests {
         // One wrong digest, on the smallest entry: found, and the cache is emptied.
         let mut bytes = std::fs::read(&path).unwrap();
         let at = header().len();
-        let first = ContentSpec::from_bytes(&bytes[at..at + 40].try_into().unwrap());
-        bytes[at + 40] ^= 1;
+        let first =
+            ContentSpec::from_bytes(&bytes[at..at + SPEC_BYTES].try_into().unwrap()).unwrap();
+        bytes[at + SPEC_BYTES] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         let mut stale = DigestCache::load(&path);
         let used = [first];
@@ -314,8 +349,12 @@ mod tests {
             .map(|i| ContentSpec::new(7, format!("sent/{i}").as_bytes(), 5000 + i))
             .collect();
         let appender = Appender::open(&path).unwrap();
-        appender.append(&specs[0], &specs[0].sha256()).unwrap();
-        appender.append(&specs[1], &specs[1].sha256()).unwrap();
+        appender
+            .append(&specs[0], &specs[0].sha256(), &specs[0].sha256())
+            .unwrap();
+        appender
+            .append(&specs[1], &specs[1].sha256(), &specs[1].sha256())
+            .unwrap();
         drop(appender);
         // A writer stopped in the middle of its third entry.
         let mut file = std::fs::OpenOptions::new()
@@ -332,7 +371,9 @@ mod tests {
         // Appending again first cuts the partial entry off, so what follows stays aligned.
         let appender = Appender::open(&path).unwrap();
         assert_eq!(appender.cut, 30);
-        appender.append(&specs[2], &specs[2].sha256()).unwrap();
+        appender
+            .append(&specs[2], &specs[2].sha256(), &specs[2].sha256())
+            .unwrap();
         drop(appender);
         let cache = DigestCache::load(&path);
         assert_eq!(cache.len(), 3);

@@ -26,7 +26,11 @@ impl HashWatch for Unwatched {
     fn done(&self) {}
 }
 
-/// The SHA-256 of every job's content on `threads` threads (at least one): the largest
+/// A hashed content: its key, the content, its SHA-256 and diff digest.
+pub type Hashed<K> = (K, ContentSpec, [u8; 32], [u8; 32]);
+
+/// The SHA-256 and diff digest ([`ContentSpec::digests_while`]) of every job's content on
+/// `threads` threads (at least one): the largest
 /// first, each to the thread with the fewest bytes so far. A stop (`watch` answering
 /// `false`) ends each thread after the content it is hashing: the result then holds fewer
 /// digests than jobs. `watch.start` is the caller's to call.
@@ -34,7 +38,7 @@ pub fn sha256_on_threads<K: Send>(
     mut jobs: Vec<(K, ContentSpec)>,
     threads: usize,
     watch: &dyn HashWatch,
-) -> Vec<(K, ContentSpec, [u8; 32])> {
+) -> Vec<Hashed<K>> {
     jobs.sort_by_key(|(_, spec)| std::cmp::Reverse(spec.size()));
     let threads = threads.max(1);
     let mut buckets: Vec<Vec<(K, ContentSpec)>> = (0..threads).map(|_| Vec::new()).collect();
@@ -44,7 +48,7 @@ pub fn sha256_on_threads<K: Send>(
         loads[lightest] += job.1.size();
         buckets[lightest].push(job);
     }
-    let results: Vec<Vec<(K, ContentSpec, [u8; 32])>> = std::thread::scope(|scope| {
+    let results: Vec<Vec<Hashed<K>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = buckets
             .into_iter()
             .filter(|bucket| !bucket.is_empty())
@@ -52,8 +56,8 @@ pub fn sha256_on_threads<K: Send>(
                 scope.spawn(move || {
                     let mut done = Vec::with_capacity(bucket.len());
                     for (k, spec) in bucket {
-                        match spec.sha256_while(|bytes| watch.hashed(bytes)) {
-                            Some(sha) => done.push((k, spec, sha)),
+                        match spec.digests_while(|bytes| watch.hashed(bytes)) {
+                            Some((sha, diff)) => done.push((k, spec, sha, diff)),
                             None => break,
                         }
                         watch.done();
@@ -94,11 +98,11 @@ mod tests {
             .collect();
         for threads in [0, 1, 3, 8] {
             let mut done = sha256_on_threads(jobs.clone(), threads, &Unwatched);
-            done.sort_by_key(|(k, _, _)| *k);
+            done.sort_by_key(|(k, _, _, _)| *k);
             assert_eq!(done.len(), jobs.len());
-            for ((k, spec, sha), (k0, spec0)) in done.iter().zip(&jobs) {
+            for ((k, spec, sha, diff), (k0, spec0)) in done.iter().zip(&jobs) {
                 assert_eq!((k, spec), (k0, spec0));
-                assert_eq!(*sha, spec.sha256());
+                assert_eq!((*sha, *diff), spec.digests());
             }
         }
         let stop = Counting(AtomicU64::new(0), 10_000);

@@ -12,9 +12,16 @@
 //! nothing larger than one chunk is ever held in memory. The key is the SHA-256 of a
 //! versioned domain tag, the seed and the identity; changing this scheme changes every
 //! digest, which the golden test below guards.
+//!
+//! A layer ([`ContentSpec::layer`]) is the same key made into a tar of a file tree,
+//! compressed as asked ([`layer`]); its bytes are as reachable at any offset, and its
+//! uncompressed tar's digest (the config's `diff_id`) is computed in the same pass as the
+//! blob's.
 
 pub mod digest_cache;
 pub mod hashing;
+pub mod layer;
+mod mix;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -25,38 +32,51 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use sha2::{Digest as _, Sha256};
 
 use crate::digest::Digest;
+use layer::{Frames, LayerForm};
+use mix::splitmix64;
 
 /// The seed of generated content when none is given; printed with every result so runs
 /// can be repeated.
 pub const DEFAULT_SEED: u64 = 1;
 
-/// Bytes per generator block; also the chunk size of streamed bodies.
-pub const BLOCK: u64 = 64 * 1024;
+/// Bytes per generator block; also the chunk size of streamed bodies, and a layer's frame.
+pub const BLOCK: u64 = layer::FRAME;
 
 const DOMAIN: &[u8] = b"creb-rs/content/v1\0";
 
-/// The name of the content scheme: digests computed under another are not these.
-pub const SCHEME: &str = "creb-rs/content/v1";
+/// The name of the content scheme: digests computed under another are not these (v2: layers
+/// are tar archives).
+pub const SCHEME: &str = "creb-rs/content/v2";
 
-/// A generated blob: its key and its size. Cheap to copy; holds no bytes.
+/// A generated blob: its key, its size and what it is. Cheap to copy; holds no bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ContentSpec {
     key: [u64; 4],
     size: u64,
+    form: Form,
+}
+
+/// What a blob's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// The key's pseudo-random bytes.
+    Raw,
+    /// An image layer: a tar of a file tree, compressed as the form says.
+    Layer(LayerForm),
 }
 
 impl std::fmt::Debug for ContentSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ContentSpec({:016x}…, {} bytes)", self.key[0], self.size)
+        write!(
+            f,
+            "ContentSpec({:016x}…, {} bytes, {:?})",
+            self.key[0], self.size, self.form
+        )
     }
 }
 
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+/// Bytes of [`ContentSpec::to_bytes`].
+pub const SPEC_BYTES: usize = 44;
 
 impl ContentSpec {
     /// Content for `identity` under `seed`, `size` bytes long.
@@ -73,34 +93,76 @@ impl ContentSpec {
             b.copy_from_slice(&out[i * 8..i * 8 + 8]);
             *word = u64::from_le_bytes(b);
         }
-        ContentSpec { key, size }
+        ContentSpec {
+            key,
+            size,
+            form: Form::Raw,
+        }
+    }
+
+    /// An image layer for `identity` under `seed`, `size` bytes long, made as `form` says;
+    /// a size below the form's smallest layer gives plain bytes ([`ContentSpec::is_layer`]
+    /// says which, so the caller counts them).
+    pub fn layer(seed: u64, identity: &[u8], size: u64, form: LayerForm) -> Self {
+        let mut spec = ContentSpec::new(seed, identity, size);
+        if size >= form.min_size() {
+            spec.form = Form::Layer(form);
+        }
+        spec
     }
 
     pub fn size(&self) -> u64 {
         self.size
     }
 
-    /// Its key and size as bytes (what `--digest-cache` files store): equal bytes, equal
-    /// content.
-    pub fn to_bytes(&self) -> [u8; 40] {
-        let mut out = [0u8; 40];
+    /// What the bytes are.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+
+    /// Whether the bytes are a tar layer (not plain bytes).
+    pub fn is_layer(&self) -> bool {
+        matches!(self.form, Form::Layer(_))
+    }
+
+    /// Its key, size and form as bytes (what `--digest-cache` files store): equal bytes,
+    /// equal content.
+    pub fn to_bytes(&self) -> [u8; SPEC_BYTES] {
+        let mut out = [0u8; SPEC_BYTES];
         for (i, word) in self.key.iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
         }
-        out[32..].copy_from_slice(&self.size.to_le_bytes());
+        out[32..40].copy_from_slice(&self.size.to_le_bytes());
+        if let Form::Layer(form) = self.form {
+            out[40..43].copy_from_slice(&form.to_bytes());
+        }
         out
     }
 
-    /// The content [`ContentSpec::to_bytes`] wrote.
-    pub fn from_bytes(bytes: &[u8; 40]) -> ContentSpec {
+    /// The content [`ContentSpec::to_bytes`] wrote (`None`: a form this version does not
+    /// know).
+    pub fn from_bytes(bytes: &[u8; SPEC_BYTES]) -> Option<ContentSpec> {
         let word = |at: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&bytes[at..at + 8]);
             u64::from_le_bytes(b)
         };
-        ContentSpec {
+        let form = match bytes[40..44] {
+            [0, 0, 0, 0] => Form::Raw,
+            [a, b, c, 0] => Form::Layer(LayerForm::from_bytes([a, b, c])?),
+            _ => return None,
+        };
+        Some(ContentSpec {
             key: [word(0), word(8), word(16), word(24)],
             size: word(32),
+            form,
+        })
+    }
+
+    fn frames(&self) -> Option<Frames> {
+        match self.form {
+            Form::Raw => None,
+            Form::Layer(form) => Some(Frames::new(self.key, form, self.size)),
         }
     }
 
@@ -125,6 +187,10 @@ impl ContentSpec {
             offset + buf.len() as u64,
             self.size
         );
+        if let Some(mut frames) = self.frames() {
+            frames.fill(offset, buf);
+            return;
+        }
         let mut written = 0usize;
         let mut pos = offset;
         while written < buf.len() {
@@ -146,6 +212,7 @@ impl ContentSpec {
             pos: range.start,
             end: range.end,
             tap: None,
+            frames: self.frames().map(Box::new),
         }
     }
 
@@ -161,7 +228,20 @@ impl ContentSpec {
 
     /// [`ContentSpec::sha256`], telling `go_on` the bytes of each block hashed: `None` as
     /// soon as it answers `false` (a stop), so a large blob does not hold a stop up.
-    pub fn sha256_while(&self, mut go_on: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
+    pub fn sha256_while(&self, go_on: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
+        self.digests_while(go_on).map(|(blob, _)| blob)
+    }
+
+    /// The blob's SHA-256 and its diff digest (the uncompressed tar's for a layer, the
+    /// blob's own for plain bytes), computed in one pass, telling `go_on` as
+    /// [`ContentSpec::sha256_while`] does.
+    pub fn digests_while(
+        &self,
+        mut go_on: impl FnMut(u64) -> bool,
+    ) -> Option<([u8; 32], [u8; 32])> {
+        if let Form::Layer(form) = self.form {
+            return layer::digests_while(self.key, form, self.size, go_on);
+        }
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; self.size.min(BLOCK) as usize];
         let mut pos = 0u64;
@@ -174,7 +254,13 @@ impl ContentSpec {
                 return None;
             }
         }
-        Some(hasher.finalize().into())
+        let sha: [u8; 32] = hasher.finalize().into();
+        Some((sha, sha))
+    }
+
+    /// The blob's SHA-256 and its diff digest ([`ContentSpec::digests_while`]).
+    pub fn digests(&self) -> ([u8; 32], [u8; 32]) {
+        self.digests_while(|_| true).unwrap_or_default()
     }
 }
 
@@ -193,6 +279,8 @@ pub struct ContentCheck {
     /// The word in progress when a chunk ended inside one, and how much of it was used.
     word: [u8; 8],
     used: usize,
+    /// A layer's frames, made again to compare with (one frame held at a time).
+    frames: Option<Box<Frames>>,
 }
 
 impl ContentCheck {
@@ -203,7 +291,30 @@ impl ContentCheck {
             rng: None,
             word: [0; 8],
             used: 8,
+            frames: spec.frames().map(Box::new),
         }
+    }
+
+    /// [`ContentCheck::check`] for a layer: each chunk compared with the frame it falls in.
+    fn check_frames(&mut self, mut chunk: &[u8]) -> Result<(), u64> {
+        let Some(frames) = self.frames.as_mut() else {
+            return Err(self.pos);
+        };
+        while !chunk.is_empty() {
+            if self.pos >= self.spec.size {
+                return Err(self.pos);
+            }
+            let (start, want) = frames.frame(frames.frame_of(self.pos), None);
+            let within = (self.pos - start) as usize;
+            let n = (want.len() - within).min(chunk.len());
+            if chunk[..n] != want[within..within + n] {
+                let at = first_difference(&chunk[..n], &want[within..within + n]);
+                return Err(self.pos + at as u64);
+            }
+            self.pos += n as u64;
+            chunk = &chunk[n..];
+        }
+        Ok(())
     }
 
     /// Bytes checked so far.
@@ -219,6 +330,9 @@ impl ContentCheck {
     /// Checks the next bytes of the body; `Err(offset)` at the first byte that differs from
     /// the content, or that lies past its end.
     pub fn check(&mut self, mut chunk: &[u8]) -> Result<(), u64> {
+        if self.frames.is_some() {
+            return self.check_frames(chunk);
+        }
         while !chunk.is_empty() {
             if self.pos >= self.spec.size {
                 return Err(self.pos);
@@ -308,6 +422,8 @@ pub struct ContentReader {
     end: u64,
     /// Hears every chunk as it is generated (a digest computed while the bytes are sent).
     tap: Option<Arc<SendHash>>,
+    /// A layer's frames (the one in progress held).
+    frames: Option<Box<Frames>>,
 }
 
 impl ContentReader {
@@ -332,6 +448,9 @@ impl ContentReader {
 pub struct SendHash {
     spec: ContentSpec,
     state: std::sync::Mutex<(u64, Sha256)>,
+    /// A layer's diff digest: the next frame whose uncompressed bytes it needs, and the
+    /// hash of those before.
+    diff: std::sync::Mutex<(u64, Sha256)>,
 }
 
 /// Two are equal when they hash the same content (they end with the same digest).
@@ -348,7 +467,41 @@ impl SendHash {
         Arc::new(SendHash {
             spec,
             state: std::sync::Mutex::new((0, Sha256::new())),
+            diff: std::sync::Mutex::new((0, Sha256::new())),
         })
+    }
+
+    /// Frame `k` of a layer is about to be made: the diff hash, if `k` is the frame it
+    /// needs next (`go` hears it and the frame counts as hashed).
+    fn frame_made<R>(&self, k: u64, go: impl FnOnce(Option<&mut Sha256>) -> R) -> R {
+        match self.diff.lock() {
+            Ok(mut diff) if diff.0 == k => {
+                diff.0 += 1;
+                go(Some(&mut diff.1))
+            }
+            _ => go(None),
+        }
+    }
+
+    /// The diff digest: a layer's uncompressed tar's SHA-256 (the frames never made in order
+    /// made now), plain content's own digest.
+    pub fn finish_diff(&self) -> [u8; 32] {
+        if !self.spec.is_layer() {
+            return self.finish();
+        }
+        let Some(mut frames) = self.spec.frames() else {
+            return self.finish();
+        };
+        let Ok(state) = self.diff.lock() else {
+            return self.spec.digests().1;
+        };
+        let (next, mut hasher) = (state.0, state.1.clone());
+        drop(state);
+        let last = frames.frame_of(self.spec.size.saturating_sub(1));
+        for k in next..=last {
+            frames.frame(k, Some(&mut hasher));
+        }
+        hasher.finalize().into()
     }
 
     /// The content this hashes.
@@ -394,6 +547,25 @@ impl Iterator for ContentReader {
     fn next(&mut self) -> Option<Bytes> {
         if self.pos >= self.end {
             return None;
+        }
+        if let Some(frames) = self.frames.as_mut() {
+            let k = frames.frame_of(self.pos);
+            let (start, bytes) = match (&self.tap, frames.holds(k)) {
+                (Some(tap), false) => tap.frame_made(k, |diff| frames.frame(k, diff)),
+                _ => frames.frame(k, None),
+            };
+            // Chunks end at block boundaries, as plain content's do.
+            let to_boundary = BLOCK - self.pos % BLOCK;
+            let within = (self.pos - start) as usize;
+            let take = (bytes.len() - within)
+                .min(to_boundary as usize)
+                .min((self.end - self.pos) as usize);
+            let buf = Bytes::copy_from_slice(&bytes[within..within + take]);
+            if let Some(tap) = &self.tap {
+                tap.saw(self.pos, &buf);
+            }
+            self.pos += take as u64;
+            return Some(buf);
         }
         let to_boundary = BLOCK - self.pos % BLOCK;
         let take = to_boundary.min(self.end - self.pos) as usize;

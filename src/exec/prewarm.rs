@@ -148,10 +148,11 @@ impl Prewarm<'_> {
             None => client
                 .upload_hashing(&job.repo, spec, None, OpCtx::default())
                 .await
-                .map(|(sum, _)| {
+                .map(|(sum, report)| {
                     self.learned.insert(job.key, sum.0);
                     if let Some(cache) = self.cache {
-                        if let Err(e) = cache.append(&spec, &sum.0) {
+                        let diff = report.diff.unwrap_or(sum.0);
+                        if let Err(e) = cache.append(&spec, &sum.0, &diff) {
                             self.env
                                 .errors
                                 .note(format!("cannot add to the digest cache: {e}"));

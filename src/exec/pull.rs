@@ -14,7 +14,7 @@ use super::bounded::{drive, Bounds, Driven, JobEnv};
 use crate::client::{ClientError, OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, ErrorLog, Op, Outcome, Sample};
-use crate::oci::manifest::ParsedManifest;
+use crate::oci::manifest::{ParsedManifest, Platform};
 use crate::oci::{Reference, Repository};
 use crate::route::{Object, Request, Router};
 
@@ -33,6 +33,9 @@ pub struct PullWork {
     pub repo: Repository,
     /// List and fetch each image's referrers.
     pub referrers: bool,
+    /// The platform to pick from an index (`--platform`); `None`: this machine's, else the
+    /// index's first image.
+    pub platform: Option<Platform>,
 }
 
 /// The clients of a pull (one per endpoint) and how blobs are spread over them.
@@ -110,17 +113,27 @@ pub async fn pull_images(
     driven
 }
 
-/// Resolves a reference to an image manifest (through an index if needed): the manifest
-/// and its digest.
+/// Resolves a reference to an image manifest (through an index if needed, picking
+/// `platform`'s image as clients do): the manifest and its digest. An index without the
+/// platform asked for is an error naming the platforms it has.
 async fn fetch_image_manifest(
     client: &RegistryClient,
     repo: &Repository,
     reference: &Reference,
+    platform: Option<&Platform>,
 ) -> Result<(ParsedManifest, Digest), ClientError> {
     let fetched = client
         .manifest_get(repo, reference, OpCtx::for_repository(repo))
         .await?;
-    if let Some(entry) = fetched.parsed.pick_platform() {
+    let picked =
+        fetched
+            .parsed
+            .pick_platform(platform)
+            .map_err(|message| ClientError::Unexpected {
+                kind: ErrorKind::Other,
+                message,
+            })?;
+    if let Some(entry) = picked {
         let inner = Reference::Digest(entry.digest.clone());
         let fetched = client
             .manifest_get(repo, &inner, OpCtx::for_repository(repo))
@@ -205,7 +218,8 @@ async fn pull_image(
     let mut received = 0u64;
     let client = sources.first();
     let mut subject = None;
-    let outcome = match fetch_image_manifest(client, repo, reference).await {
+    let platform = work.platform.as_ref();
+    let outcome = match fetch_image_manifest(client, repo, reference, platform).await {
         Err(e) => {
             env.errors
                 .note(format!("{repo}:{reference}: manifest: {e}"));

@@ -13,9 +13,11 @@ use crate::client::{BlobSource, ClientError, MountOutcome, OpCtx, RegistryClient
 use crate::content::ContentSpec;
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Sample};
-use crate::oci::manifest::{build_artifact, Descriptor, OCI_MANIFEST};
+use crate::oci::manifest::{build_artifact, Descriptor, Platform, OCI_MANIFEST};
 use crate::oci::Reference;
-use crate::plan::image::{image_layers, plan_image, plan_over, ImagePlan, ImageSpec};
+use crate::plan::image::{
+    image_layers, plan_image, plan_index, plan_over, ImagePlan, ImageSpec, LayerDigests,
+};
 
 /// What `push` sends.
 #[derive(Debug, Clone)]
@@ -163,13 +165,18 @@ async fn attach_artifacts(
 
 /// The plan of image `index`, made on the runtime when it is small and on the blocking
 /// pool otherwise.
-async fn plan_of(work: &PushWork, index: u64) -> Result<ImagePlan, String> {
+async fn plan_of(
+    work: &PushWork,
+    index: u64,
+    platform: Option<&Platform>,
+) -> Result<ImagePlan, String> {
     let spec = &work.images;
     if spec.layers <= PLAN_INLINE_LAYERS && spec.image_bytes() <= PLAN_INLINE_BYTES {
-        return plan_image(spec, index);
+        return plan_image(spec, index, platform);
     }
     let spec = spec.clone();
-    match tokio::task::spawn_blocking(move || plan_image(&spec, index)).await {
+    let platform = platform.cloned();
+    match tokio::task::spawn_blocking(move || plan_image(&spec, index, platform.as_ref())).await {
         Ok(planned) => planned,
         Err(e) => Err(format!("preparation failed: {e}")),
     }
@@ -222,6 +229,7 @@ async fn push_image_blobs(
     client: &RegistryClient,
     work: &PushWork,
     index: u64,
+    platform: Option<&Platform>,
     permits: &Semaphore,
     env: JobEnv<'_>,
 ) -> Option<(Instant, Result<ImagePlan, ClientError>)> {
@@ -233,17 +241,23 @@ async fn push_image_blobs(
     };
     let unplanned = |e: String| env.errors.note(format!("image {index}: {e}"));
     if let (HashWhen::WhileSending, UploadMode::Chunked { chunk_size }) = (work.hash, work.upload) {
-        let (tag, layers) = image_layers(&work.images, index).map_err(unplanned).ok()?;
+        let (tag, layers) = image_layers(&work.images, index, platform)
+            .map_err(unplanned)
+            .ok()?;
         let start = Instant::now();
         let pushed = async {
             let digests = push_hashing(client, work, &layers, chunk_size, permits, env).await?;
-            let plan = plan_over(&work.images, tag, layers.into_iter().zip(digests).collect());
+            let layers = layers.into_iter().zip(digests).collect();
+            let plan = plan_over(&work.images, tag, layers, platform);
             push_blobs(client, work, &[config(&plan)], permits, env).await?;
             Ok(plan)
         };
         return Some((start, pushed.await));
     }
-    let plan = plan_of(work, index).await.map_err(unplanned).ok()?;
+    let plan = plan_of(work, index, platform)
+        .await
+        .map_err(unplanned)
+        .ok()?;
     let start = Instant::now();
     let mut blobs = vec![config(&plan)];
     for (spec, d) in &plan.layers {
@@ -254,7 +268,8 @@ async fn push_image_blobs(
 }
 
 /// Uploads `layers` in PATCHes of `chunk_size`, each hashed as it is sent and holding one
-/// of `permits`: their digests, or the first failure.
+/// of `permits`: their digests (the blob's and the uncompressed tar's, both learned from
+/// the bytes as they were made), or the first failure.
 async fn push_hashing(
     client: &RegistryClient,
     work: &PushWork,
@@ -262,7 +277,7 @@ async fn push_hashing(
     chunk_size: u64,
     permits: &Semaphore,
     env: JobEnv<'_>,
-) -> Result<Vec<Digest>, ClientError> {
+) -> Result<Vec<LayerDigests>, ClientError> {
     let repo = &work.images.repo;
     let uploads = layers.iter().enumerate().map(|(j, &spec)| async move {
         let _permit = permit(permits, env).await?;
@@ -270,7 +285,13 @@ async fn push_hashing(
             .upload_hashing(repo, spec, Some(chunk_size), OpCtx::for_repository(repo))
             .await;
         match uploaded {
-            Ok((sum, _)) => Ok(sum.digest()),
+            Ok((sum, report)) => Ok(LayerDigests {
+                diff: report
+                    .diff
+                    .map(Digest::from_sha256)
+                    .unwrap_or_else(|| sum.digest()),
+                blob: sum.digest(),
+            }),
             Err(e) => {
                 env.errors
                     .note(format!("{repo}: layer {j} ({} bytes): {e}", spec.size()));
@@ -284,7 +305,8 @@ async fn push_hashing(
         .collect()
 }
 
-/// Pushes image `index`; records the `image_push` session.
+/// Pushes image `index` (one image per platform and their index, with `--platforms`);
+/// records the `image_push` session.
 async fn push_image(
     client: &RegistryClient,
     work: &PushWork,
@@ -293,20 +315,35 @@ async fn push_image(
     env: JobEnv<'_>,
 ) {
     let repo = &work.images.repo;
-    let Some((start, pushed)) = push_image_blobs(client, work, index, permits, env).await else {
-        return;
-    };
+    let mut start = None;
     let mut outcome = Outcome::Ok;
-    let plan = match pushed {
-        Err(e) => {
-            outcome = Outcome::Error(e.kind());
-            None
-        }
-        Ok(_) if env.shutdown.is_cancelled() => return,
-        Ok(plan) => Some(plan),
-    };
-    if let Some(plan) = &plan {
-        let reference = Reference::Tag(plan.tag.clone());
+    let mut sent = 0u64;
+    // The tag's manifest (the image, or the index) once it is in: the artifacts' subject.
+    let mut tagged: Option<(ImagePlan, Descriptor)> = None;
+    let mut entries = Vec::new();
+    for platform in work.images.platform_slots() {
+        let Some((began, pushed)) =
+            push_image_blobs(client, work, index, platform.as_ref(), permits, env).await
+        else {
+            return;
+        };
+        start.get_or_insert(began);
+        let plan = match pushed {
+            Err(e) => {
+                outcome = Outcome::Error(e.kind());
+                sent += work.images.layers * work.images.layer_size;
+                break;
+            }
+            Ok(_) if env.shutdown.is_cancelled() => return,
+            Ok(plan) => plan,
+        };
+        let layers: u64 = plan.layers.iter().map(|(spec, _)| spec.size()).sum();
+        sent += layers + plan.config.0.len() as u64 + plan.manifest.len() as u64;
+        // Under an index, each image goes by its digest; alone, by the tag.
+        let reference = match &platform {
+            Some(_) => Reference::Digest(Digest::sha256_of(&plan.manifest)),
+            None => Reference::Tag(plan.tag.clone()),
+        };
         let put = client
             .manifest_put(
                 repo,
@@ -321,18 +358,41 @@ async fn push_image(
                 env.errors
                     .note(format!("{repo}:{}: manifest: {e}", plan.tag));
                 outcome = Outcome::Error(e.kind());
+                break;
             }
-            Ok(digest) if work.attach > 0 => {
-                let subject = Descriptor {
+            Ok(digest) => {
+                let descriptor = Descriptor {
                     media_type: plan.media_type.to_owned(),
                     digest,
                     size: plan.manifest.len() as u64,
-                    platform: None,
+                    platform: platform.clone(),
                 };
-                attach_artifacts(client, work, plan, &subject, env.errors).await;
+                entries.push(descriptor.clone());
+                tagged = Some((plan, descriptor));
             }
-            Ok(_) => {}
         }
+    }
+    let Some(start) = start else {
+        return;
+    };
+    if outcome.is_ok() && !work.images.platforms.is_empty() {
+        tagged = match push_index(client, work, index, &entries).await {
+            Ok((index_descriptor, bytes)) => {
+                sent += bytes.len() as u64;
+                tagged.map(|(plan, _)| (plan, index_descriptor))
+            }
+            Err(e) => {
+                env.errors.note(format!(
+                    "{repo}:{}: index: {e}",
+                    work.images.image_tag(index)
+                ));
+                outcome = Outcome::Error(e.kind());
+                None
+            }
+        };
+    }
+    if let (true, Some((plan, subject))) = (work.attach > 0 && outcome.is_ok(), &tagged) {
+        attach_artifacts(client, work, plan, subject, env.errors).await;
     }
     if outcome == Outcome::Error(ErrorKind::Cancelled) {
         return;
@@ -341,11 +401,36 @@ async fn push_image(
     if !outcome.is_ok() {
         env.progress.add_error();
     }
-    // What the image sends when it all goes (a failed image: its layers).
-    let sent = plan.map_or(work.images.image_bytes(), |plan| {
-        let layers: u64 = plan.layers.iter().map(|(spec, _)| spec.size()).sum();
-        layers + plan.config.0.len() as u64 + plan.manifest.len() as u64
-    });
     let sample = Sample::session(Op::ImagePush, outcome, start, sent, 0);
     client.recorder().record(sample).await;
+}
+
+/// Pushes the index over image `index`'s per-platform manifests under its tag: its
+/// descriptor and bytes.
+async fn push_index(
+    client: &RegistryClient,
+    work: &PushWork,
+    index: u64,
+    entries: &[Descriptor],
+) -> Result<(Descriptor, Bytes), ClientError> {
+    let repo = &work.images.repo;
+    let tag = work.images.image_tag(index);
+    let reference = Reference::Tag(tag.parse().map_err(ClientError::Protocol)?);
+    let (bytes, media_type) = plan_index(&work.images, entries);
+    let digest = client
+        .manifest_put(
+            repo,
+            &reference,
+            bytes.clone(),
+            media_type,
+            OpCtx::for_repository(repo),
+        )
+        .await?;
+    let descriptor = Descriptor {
+        media_type: media_type.to_owned(),
+        digest,
+        size: bytes.len() as u64,
+        platform: None,
+    };
+    Ok((descriptor, bytes))
 }

@@ -1,25 +1,31 @@
 //! Manifests: the media types creb-rs speaks, building valid image manifests for generated
 //! content, and parsing what registries return.
 //!
-//! Generated layers are random bytes, not tarballs; registries store blobs without looking
-//! inside, so they are declared as uncompressed layers (`…layer.v1.tar`) whose `diff_id` is
-//! their own digest, which keeps the image config self-consistent.
+//! Generated layers are tar archives, compressed as their form says and declared with the
+//! matching media type; the config's `diff_ids` are their uncompressed tars' digests. A
+//! layer too small to be a tar is plain bytes, declared uncompressed (`…layer.v1.tar`) with
+//! its own digest as `diff_id`, which keeps the config self-consistent.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::content::layer::Compression;
+use crate::content::Form;
 use crate::digest::Digest;
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+pub const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const OCI_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
 pub const DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+pub const DOCKER_LAYER_TAR: &str = "application/vnd.docker.image.rootfs.diff.tar";
 /// Old signed schema 1, still found in traces of old registries; fetched but not built.
 pub const DOCKER_V1_SIGNED: &str = "application/vnd.docker.distribution.manifest.v1+prettyjws";
 
@@ -49,16 +55,36 @@ impl ManifestFormat {
             ManifestFormat::Docker => DOCKER_MANIFEST,
         }
     }
+    /// The media type of an index over one image per platform.
+    pub fn index_type(self) -> &'static str {
+        match self {
+            ManifestFormat::Oci => OCI_INDEX,
+            ManifestFormat::Docker => DOCKER_LIST,
+        }
+    }
     fn config_type(self) -> &'static str {
         match self {
             ManifestFormat::Oci => OCI_CONFIG,
             ManifestFormat::Docker => DOCKER_CONFIG,
         }
     }
-    pub fn layer_type(self) -> &'static str {
-        match self {
-            ManifestFormat::Oci => OCI_LAYER,
-            ManifestFormat::Docker => DOCKER_LAYER,
+    /// The media type of a layer of `form` (zstd with the docker format, refused where
+    /// flags are read, is declared as OCI's zstd type).
+    pub fn layer_type(self, form: Form) -> &'static str {
+        let compression = match form {
+            Form::Raw => Compression::None,
+            Form::Layer(l) => l.compression,
+        };
+        match (self, compression) {
+            (ManifestFormat::Oci, Compression::None) => OCI_LAYER,
+            (ManifestFormat::Oci, Compression::Gzip) => OCI_LAYER_GZIP,
+            (_, Compression::Zstd) => OCI_LAYER_ZSTD,
+            (ManifestFormat::Docker, Compression::Gzip) => DOCKER_LAYER,
+            // Plain bytes were always declared docker's gzip type; a `none` tar is a tar.
+            (ManifestFormat::Docker, Compression::None) => match form {
+                Form::Raw => DOCKER_LAYER,
+                Form::Layer(_) => DOCKER_LAYER_TAR,
+            },
         }
     }
 }
@@ -74,12 +100,88 @@ pub struct Descriptor {
     pub platform: Option<Platform>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Platform {
     #[serde(default)]
     pub architecture: String,
     #[serde(default)]
     pub os: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// The platform this program runs on, in the OCI's names (`amd64`, `arm64`, …).
+    pub fn this_machine() -> Platform {
+        let architecture = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            "powerpc64" => "ppc64le",
+            other => other,
+        };
+        Platform {
+            architecture: architecture.to_owned(),
+            os: std::env::consts::OS.to_owned(),
+            variant: None,
+        }
+    }
+
+    /// Whether an index entry of platform `self` serves a client asking for `want` (a
+    /// variant counts only when asked for).
+    pub fn matches(&self, want: &Platform) -> bool {
+        self.os == want.os
+            && self.architecture == want.architecture
+            && (want.variant.is_none() || self.variant == want.variant)
+    }
+
+    /// `linux/amd64` (what generated images were before platforms could be chosen).
+    pub fn linux_amd64() -> Platform {
+        Platform {
+            architecture: "amd64".to_owned(),
+            os: "linux".to_owned(),
+            variant: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Platform {
+    type Err = String;
+
+    /// `OS/ARCH` or `OS/ARCH/VARIANT`, e.g. `linux/arm64/v8`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.trim().split('/').collect();
+        let ok = |p: &str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match parts[..] {
+            [os, arch] if ok(os) && ok(arch) => Ok(Platform {
+                os: os.to_owned(),
+                architecture: arch.to_owned(),
+                variant: None,
+            }),
+            [os, arch, v] if ok(os) && ok(arch) && ok(v) => Ok(Platform {
+                os: os.to_owned(),
+                architecture: arch.to_owned(),
+                variant: Some(v.to_owned()),
+            }),
+            _ => Err(format!(
+                "'{s}' is not a platform (OS/ARCH or OS/ARCH/VARIANT, e.g. linux/amd64)"
+            )),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -92,6 +194,24 @@ struct ManifestJson<'a> {
     layers: &'a [Descriptor],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     annotations: BTreeMap<&'static str, String>,
+}
+
+/// An image index (docker: a manifest list) over `manifests`, each with its platform.
+pub fn build_index(format: ManifestFormat, manifests: &[Descriptor]) -> Bytes {
+    #[derive(Serialize)]
+    struct Index<'a> {
+        #[serde(rename = "schemaVersion")]
+        schema_version: u32,
+        #[serde(rename = "mediaType")]
+        media_type: &'a str,
+        manifests: &'a [Descriptor],
+    }
+    let index = Index {
+        schema_version: 2,
+        media_type: format.index_type(),
+        manifests,
+    };
+    Bytes::from(serde_json::to_vec(&index).unwrap_or_default())
 }
 
 /// The empty config of an OCI 1.1 artifact manifest (`{}`).
@@ -166,22 +286,38 @@ pub fn build_manifest(
     Bytes::from(encode(BTreeMap::from([(PADDING_ANNOTATION, padding)])))
 }
 
-/// A deterministic, valid image config whose `diff_ids` are the layer digests and whose
-/// label makes it unique to `identity`.
+/// When generated images and their layers were made (the layers' files' mtime).
+pub const CREATED: &str = "2017-06-20T00:00:00Z";
+
+/// A deterministic, valid image config for `platform` over layers whose uncompressed tars'
+/// digests are `diff_ids`, one history entry per layer, a label making it unique to
+/// `identity`.
 pub fn build_config(
     format: ManifestFormat,
     identity: &str,
-    layers: &[Descriptor],
+    diff_ids: &[Digest],
+    platform: &Platform,
 ) -> (Bytes, Descriptor) {
-    let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
-    let value = serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "created": "2017-06-20T00:00:00Z",
+    let ids: Vec<&str> = diff_ids.iter().map(|d| d.as_str()).collect();
+    let history: Vec<serde_json::Value> = (0..diff_ids.len())
+        .map(|i| {
+            serde_json::json!({
+                "created": CREATED,
+                "created_by": format!("creb-rs generated layer {i}"),
+            })
+        })
+        .collect();
+    let mut value = serde_json::json!({
+        "architecture": platform.architecture,
+        "os": platform.os,
+        "created": CREATED,
         "config": { "Labels": { "io.creb-rs.identity": identity } },
-        "rootfs": { "type": "layers", "diff_ids": diff_ids },
-        "history": [{ "created_by": "creb-rs generated image" }],
+        "rootfs": { "type": "layers", "diff_ids": ids },
+        "history": history,
     });
+    if let Some(v) = &platform.variant {
+        value["variant"] = serde_json::Value::String(v.clone());
+    }
     let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
     let descriptor = Descriptor {
         media_type: format.config_type().to_owned(),
@@ -283,18 +419,35 @@ impl ParsedManifest {
         }
     }
 
-    /// For an index: the linux/amd64 entry, else the first.
-    pub fn pick_platform(&self) -> Option<&Descriptor> {
-        match self {
-            ParsedManifest::Index { manifests } => manifests
+    /// For an index, the entry a client picks: `want`'s (an error naming what the index
+    /// holds when it has none), else this machine's platform, else the first entry.
+    /// `Ok(None)` for an image manifest.
+    pub fn pick_platform(&self, want: Option<&Platform>) -> Result<Option<&Descriptor>, String> {
+        let ParsedManifest::Index { manifests } = self else {
+            return Ok(None);
+        };
+        let here = Platform::this_machine();
+        let matching = |p: &Platform| {
+            manifests
                 .iter()
-                .find(|d| {
-                    d.platform
-                        .as_ref()
-                        .is_some_and(|p| p.os == "linux" && p.architecture == "amd64")
-                })
-                .or_else(|| manifests.first()),
-            ParsedManifest::Image { .. } => None,
+                .find(|d| d.platform.as_ref().is_some_and(|q| q.matches(p)))
+        };
+        match want {
+            Some(p) => matching(p).map(Some).ok_or_else(|| {
+                let held: Vec<String> = manifests
+                    .iter()
+                    .filter_map(|d| d.platform.as_ref().map(Platform::to_string))
+                    .collect();
+                format!(
+                    "the index has no image for {p} (it has {})",
+                    if held.is_empty() {
+                        "no platforms".to_owned()
+                    } else {
+                        held.join(", ")
+                    }
+                )
+            }),
+            None => Ok(matching(&here).or_else(|| manifests.first())),
         }
     }
 }
@@ -315,7 +468,13 @@ mod tests {
     #[test]
     fn built_manifest_parses_back() {
         let layers = vec![layer(1), layer(2)];
-        let (config_bytes, config) = build_config(ManifestFormat::Oci, "img-0", &layers);
+        let diff_ids: Vec<Digest> = layers.iter().map(|l| l.digest.clone()).collect();
+        let (config_bytes, config) = build_config(
+            ManifestFormat::Oci,
+            "img-0",
+            &diff_ids,
+            &Platform::linux_amd64(),
+        );
         assert_eq!(config.size, config_bytes.len() as u64);
         let bytes = build_manifest(ManifestFormat::Oci, &config, &layers, None);
         let parsed = ParsedManifest::parse(&bytes, None).unwrap();
@@ -329,7 +488,12 @@ mod tests {
     #[test]
     fn padding_hits_the_exact_size() {
         let layers = vec![layer(1)];
-        let (_, config) = build_config(ManifestFormat::Docker, "x", &layers);
+        let (_, config) = build_config(
+            ManifestFormat::Docker,
+            "x",
+            &[layers[0].digest.clone()],
+            &Platform::linux_amd64(),
+        );
         let plain = build_manifest(ManifestFormat::Docker, &config, &layers, None);
         for target in [plain.len() as u64 + 40, 4096, 50_000] {
             let padded = build_manifest(ManifestFormat::Docker, &config, &layers, Some(target));
@@ -351,7 +515,36 @@ mod tests {
             Digest::sha256_of(b"b")
         );
         let parsed = ParsedManifest::parse(idx.as_bytes(), None).unwrap();
-        assert_eq!(parsed.pick_platform().unwrap().size, 2);
+        let pick = |want: Option<&str>| {
+            let want: Option<Platform> = want.map(|w| w.parse().unwrap());
+            parsed
+                .pick_platform(want.as_ref())
+                .map(|d| d.map(|d| d.size))
+        };
+        assert_eq!(pick(Some("linux/arm64")), Ok(Some(1)));
+        assert_eq!(pick(Some("linux/amd64")), Ok(Some(2)));
+        let none = pick(Some("linux/s390x")).unwrap_err();
+        assert!(
+            none.contains("linux/s390x") && none.contains("linux/arm64, linux/amd64"),
+            "{none}"
+        );
+        // No platform asked: this machine's, else the first entry.
+        let here = Platform::this_machine();
+        let want = if here.to_string() == "linux/arm64" {
+            1
+        } else {
+            2
+        };
+        if here.os == "linux" && ["amd64", "arm64"].contains(&here.architecture.as_str()) {
+            assert_eq!(pick(None), Ok(Some(want)));
+        } else {
+            assert_eq!(pick(None), Ok(Some(1)));
+        }
+        assert!("linux".parse::<Platform>().is_err());
+        assert_eq!(
+            "linux/arm64/v8".parse::<Platform>().unwrap().to_string(),
+            "linux/arm64/v8"
+        );
         let s1 = format!(
             r#"{{"schemaVersion":1,"fsLayers":[{{"blobSum":"{0}"}},{{"blobSum":"{1}"}},{{"blobSum":"{0}"}}]}}"#,
             Digest::sha256_of(b"a"),

@@ -5,8 +5,9 @@ use bytes::Bytes;
 
 use super::catalog::{self, Catalog};
 use super::linker::PushedLayer;
+use crate::content::Form;
 use crate::digest::Digest;
-use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat};
+use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat, Platform};
 use crate::trace::Sym;
 
 /// Builds a manifest (with its config) over `layers`, padded to `pad_to`.
@@ -19,13 +20,16 @@ pub fn manifest_over(
     let descriptors: Vec<Descriptor> = layers
         .iter()
         .map(|(digest, size)| Descriptor {
-            media_type: format.layer_type().to_owned(),
+            media_type: format.layer_type(Form::Raw).to_owned(),
             digest: digest.clone(),
             size: *size,
             platform: None,
         })
         .collect();
-    let (config_bytes, config) = build_config(format, config_identity, &descriptors);
+    // The replay's layers are plain bytes: each one's diff_id is its own digest.
+    let diff_ids: Vec<Digest> = layers.iter().map(|(d, _)| d.clone()).collect();
+    let (config_bytes, config) =
+        build_config(format, config_identity, &diff_ids, &Platform::linux_amd64());
     let manifest = build_manifest(
         format,
         &config,

@@ -264,14 +264,17 @@ pub(super) async fn learn_missing(
             .context("the digests stopped unexpectedly")?;
     line.finish();
     if let Some(cache) = cache {
-        for (_, spec, sha) in &found {
-            if let Err(e) = cache.append(spec, sha) {
+        for (_, spec, sha, diff) in &found {
+            if let Err(e) = cache.append(spec, sha, diff) {
                 tracing::warn!("cannot add to the digest cache: {e}");
                 break;
             }
         }
     }
-    keep_digests(catalog, found.into_iter().map(|(key, _, sha)| (key, sha)))?;
+    keep_digests(
+        catalog,
+        found.into_iter().map(|(key, _, sha, _)| (key, sha)),
+    )?;
     Ok((!stats.stopped).then_some(stats))
 }
 

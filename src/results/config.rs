@@ -17,6 +17,7 @@ use url::Url;
 use crate::auth::credentials::CredentialInfo;
 use crate::client::retry::RetryPolicy;
 use crate::client::Verify;
+use crate::content::layer::LayerForm;
 use crate::net::TransportConfig;
 use crate::oci::manifest::ManifestFormat;
 use crate::oci::{Repository, Tag, UploadMode};
@@ -131,6 +132,12 @@ pub struct PushBlock {
     pub layer_size: u64,
     pub mount_from: Option<Repository>,
     pub manifest_format: ManifestFormat,
+    /// How the layers are made: `{"compression": "gzip", "ratio": 0.35}`.
+    pub layer_form: LayerForm,
+    /// Layers too small to be a tar of their compression, pushed as plain bytes.
+    pub raw_layers: u64,
+    /// The platforms of each image (`--platforms`; empty: one image, no index).
+    pub platforms: Vec<String>,
     pub seed: u64,
     pub upload: UploadMode,
     /// When a layer's digest is computed: `first` or `while_sending`.
@@ -149,6 +156,8 @@ pub struct PullBlock {
     pub concurrency: usize,
     pub verify: Verify,
     pub referrers: bool,
+    /// The platform picked from an index (`--platform`), when one was asked for.
+    pub platform: Option<String>,
     /// Several endpoints: how blobs are spread over them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteKind>,

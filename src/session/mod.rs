@@ -265,7 +265,11 @@ impl Session {
         for message in errors.messages() {
             eprintln!("creb-rs: {message}");
         }
-        Ok(exit_status(&run.summary, slow, false))
+        // An image that failed although every request it made succeeded (an index without
+        // the platform asked for) fails the run: no operation count would show it.
+        let images_failed: u64 = run.summary.sessions.values().map(|s| s.errors).sum();
+        let unexplained = images_failed > 0 && run.summary.totals.errors == 0;
+        Ok(exit_status(&run.summary, slow, unexplained))
     }
 }
 

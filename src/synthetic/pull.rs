@@ -13,6 +13,7 @@ use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::pull::{pull_images, references, PullTargets, PullWork, Sources};
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog, Recorder};
+use crate::oci::manifest::Platform;
 use crate::oci::Repository;
 use crate::progress::Progress;
 use crate::results::config::{PullBlock, PullTargetsBlock, RunConfig};
@@ -35,6 +36,8 @@ pub struct PullConfig {
     pub verify: Verify,
     /// List and fetch each image's referrers (`--referrers`).
     pub referrers: bool,
+    /// The platform picked from an index (`--platform`).
+    pub platform: Option<Platform>,
     /// Several endpoints: how blobs are spread over them.
     pub route: Option<RouteKind>,
 }
@@ -60,6 +63,7 @@ impl PullConfig {
             concurrency: self.concurrency,
             verify: self.verify,
             referrers: self.referrers,
+            platform: self.platform.as_ref().map(Platform::to_string),
             route: self.route,
         }))
     }
@@ -107,6 +111,7 @@ pub async fn run(
     let work = PullWork {
         repo: cfg.repo.clone(),
         referrers: cfg.referrers,
+        platform: cfg.platform.clone(),
     };
     let listed = match fatal {
         None => {

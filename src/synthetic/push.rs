@@ -43,6 +43,13 @@ impl PushConfig {
             layer_size: images.layer_size,
             mount_from: images.mount_from.clone(),
             manifest_format: images.manifest_format,
+            layer_form: images.layer_form,
+            raw_layers: if images.raw_layers() {
+                images.images * images.layers
+            } else {
+                0
+            },
+            platforms: images.platforms.iter().map(|p| p.to_string()).collect(),
             seed: images.seed,
             upload: self.work.upload,
             hash: self.work.hash.name(),
@@ -152,6 +159,17 @@ fn summarize(
             ),
         });
     }
+    if images.raw_layers() {
+        warnings.push(Warning {
+            kind: "raw_layers".into(),
+            message: format!(
+                "--layer-size {} is below the smallest {} layer ({} bytes): every layer is plain bytes, not a tar clients can unpack",
+                images.layer_size,
+                images.layer_form.compression,
+                images.layer_form.min_size()
+            ),
+        });
+    }
     if ran.limited {
         warnings.push(Warning {
             kind: "max_run_time".into(),
@@ -209,6 +227,8 @@ fn dataset_json(work: &PushWork) -> serde_json::Value {
         "layer_size": images.layer_size,
         "mount_from": images.mount_from,
         "manifest_format": images.manifest_format,
+        "layer_form": images.layer_form,
+        "platforms": images.platforms.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
         "seed": images.seed,
     });
     if work.attach > 0 {

@@ -169,7 +169,8 @@ async fn registry_errors_over(http: HttpClient) {
     let (_, config) = creb::oci::manifest::build_config(
         creb::oci::manifest::ManifestFormat::Oci,
         "x",
-        std::slice::from_ref(&descriptor),
+        &[layer.digest()],
+        &creb::oci::manifest::Platform::linux_amd64(),
     );
     let manifest = creb::oci::manifest::build_manifest(
         creb::oci::manifest::ManifestFormat::Oci,

@@ -40,10 +40,10 @@ fn u(v: &serde_json::Value) -> u64 {
 }
 
 /// A registry running as a target describes it.
-struct Running {
-    url: String,
+pub(crate) struct Running {
+    pub(crate) url: String,
     /// Flags every command needs for it (credentials, `--ca-cert`).
-    flags: Vec<String>,
+    pub(crate) flags: Vec<String>,
     /// The distribution process, whose log tells its own 500s (the tag race) apart.
     registry: Option<Registry>,
     /// A read-only target's upstream (a pull-through cache's): where content to read is
@@ -55,7 +55,7 @@ struct Running {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Target {
+pub(crate) enum Target {
     Distribution28,
     Distribution3,
     Distribution3Token,
@@ -82,7 +82,7 @@ impl Target {
     }
 
     /// The first column of the document's table.
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Target::Distribution28 => "distribution 2.8 (Debian docker-registry)",
             Target::Distribution3 => "distribution v3",
@@ -107,7 +107,7 @@ impl Target {
     }
 
     /// Starts it, or says why it cannot run here (a skip unless CREB_REQUIRE_COMPAT=1).
-    fn start(self) -> Result<Running, String> {
+    pub(crate) fn start(self) -> Result<Running, String> {
         let dir = tempfile::tempdir().unwrap();
         let binary =
             match self.tool() {

@@ -25,6 +25,7 @@ mod merge;
 mod metrics;
 mod output_faults;
 mod push_pull;
+mod real_images;
 mod recipes;
 mod replay;
 mod report_html;

@@ -212,8 +212,8 @@ fn the_digest_cache_is_reused_and_found_stale() {
     // computes every digest and has no error.
     let mut bytes = std::fs::read(&cache).unwrap();
     let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
-    for entry in bytes[header..].chunks_exact_mut(72) {
-        entry[40] ^= 0xff;
+    for entry in bytes[header..].chunks_exact_mut(108) {
+        entry[44] ^= 0xff;
     }
     std::fs::write(&cache, &bytes).unwrap();
     let r = replay("run", "stale");
@@ -253,12 +253,12 @@ fn a_cached_digest_the_registry_refuses_marks_the_cache_stale() {
     let mut bytes = std::fs::read(&cache).unwrap();
     let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
     let size = |e: &[u8]| u64::from_le_bytes(e[32..40].try_into().unwrap());
-    let mut sizes: Vec<u64> = bytes[header..].chunks_exact(72).map(size).collect();
+    let mut sizes: Vec<u64> = bytes[header..].chunks_exact(108).map(size).collect();
     sizes.sort_unstable();
     let kept = sizes[32.min(sizes.len() - 1)];
-    for entry in bytes[header..].chunks_exact_mut(72) {
+    for entry in bytes[header..].chunks_exact_mut(108) {
         if size(entry) > kept {
-            entry[40] ^= 0xff;
+            entry[44] ^= 0xff;
         }
     }
     std::fs::write(&cache, &bytes).unwrap();
@@ -293,7 +293,7 @@ fn read_json(path: &std::path::Path) -> serde_json::Value {
 fn cache_entries(path: &std::path::Path) -> usize {
     let bytes = std::fs::read(path).unwrap_or_default();
     let header = bytes.iter().position(|b| *b == b'\n').map_or(0, |p| p + 1);
-    bytes.len().saturating_sub(header) / 72
+    bytes.len().saturating_sub(header) / 108
 }
 
 /// A prewarm stopped after its first uploads leaves every digest it learned in the cache:
@@ -374,8 +374,8 @@ fn a_stopped_prewarm_leaves_the_digests_it_learned() {
     // Every entry altered: the run finds the cache stale and computes its digests.
     let mut bytes = std::fs::read(&cache).unwrap();
     let header = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
-    for entry in bytes[header..].chunks_exact_mut(72) {
-        entry[41] ^= 0x10;
+    for entry in bytes[header..].chunks_exact_mut(108) {
+        entry[45] ^= 0x10;
     }
     std::fs::write(&cache, &bytes).unwrap();
     let r = run(args("run", "stale"));

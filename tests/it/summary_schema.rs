@@ -185,7 +185,8 @@ fn the_schema_rejects_broken_summaries() {
             },
             "credentials": {"source": "anonymous", "username": null},
             "repo": "a/b", "tag": "latest", "images": 1, "layers": 1, "layer_size": 1024, "mount_from": null,
-            "manifest_format": "oci", "seed": 1, "upload": {"mode": "monolithic"}, "hash": "first",
+            "manifest_format": "oci", "layer_form": {"compression": "gzip", "ratio": 0.35},
+            "raw_layers": 0, "platforms": [], "seed": 1, "upload": {"mode": "monolithic"}, "hash": "first",
             "attach": 0, "concurrency": 1
         }
     });

@@ -4,6 +4,10 @@
 //! `&mut Catalog` adds a digest: a catalog shared with the run's threads never changes.
 
 use super::*;
+use crate::content::hashing::Hashed;
+
+/// A content's key with its SHA-256 and diff digest.
+type KeyDigests = (ContentKey, [u8; 32], [u8; 32]);
 
 /// What [`Catalog::compute_digests_with`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -82,7 +86,7 @@ impl Catalog {
         up_front: UpFront,
     ) -> DigestStats {
         let (stats, digests) = self.hash_contents(threads, cache, watch, up_front);
-        self.add_digests(digests);
+        self.add_digests(digests.into_iter().map(|(key, sha, _)| (key, sha)));
         stats
     }
 
@@ -119,11 +123,11 @@ impl Catalog {
         &self,
         threads: usize,
         watch: &dyn HashWatch,
-    ) -> (DigestStats, Vec<(ContentKey, ContentSpec, [u8; 32])>) {
+    ) -> (DigestStats, Vec<Hashed<ContentKey>>) {
         let (stats, digests) = self.hash_contents(threads, None, watch, UpFront::ALL);
         let found = digests
             .into_iter()
-            .map(|(key, sha)| (key, self.content_of(key), sha))
+            .map(|(key, sha, diff)| (key, self.content_of(key), sha, diff))
             .collect();
         (stats, found)
     }
@@ -155,7 +159,7 @@ impl Catalog {
         mut cache: Option<&mut DigestCache>,
         watch: &dyn HashWatch,
         up_front: UpFront,
-    ) -> (DigestStats, Vec<(ContentKey, [u8; 32])>) {
+    ) -> (DigestStats, Vec<KeyDigests>) {
         let mut stats = DigestStats::default();
         let mut jobs: Vec<(ContentKey, ContentSpec)> = Vec::new();
         let mut add = |key: ContentKey, spec: ContentSpec| {
@@ -177,7 +181,7 @@ impl Catalog {
         for repo in &self.filler_repos {
             add(ContentKey::Filler(*repo), self.filler_content(*repo));
         }
-        let mut known: Vec<(ContentKey, [u8; 32])> = Vec::new();
+        let mut known: Vec<KeyDigests> = Vec::new();
         if let Some(cache) = cache.as_deref_mut() {
             match cache.check(jobs.iter().map(|(_, spec)| spec)) {
                 Ok(checked) => stats.checked = checked,
@@ -185,9 +189,9 @@ impl Catalog {
             }
             let mut rest = Vec::with_capacity(jobs.len());
             for (key, spec) in jobs {
-                match cache.get(&spec) {
-                    Some(sha) => known.push((key, sha)),
-                    None => rest.push((key, spec)),
+                match (cache.get(&spec), cache.diff(&spec)) {
+                    (Some(sha), Some(diff)) => known.push((key, sha, diff)),
+                    _ => rest.push((key, spec)),
                 }
             }
             jobs = rest;
@@ -203,13 +207,13 @@ impl Catalog {
         stats.threads = threads;
         let results = crate::content::hashing::sha256_on_threads(jobs, threads, watch);
         stats.stopped = results.len() < stats.computed;
-        let computed = results.into_iter().map(|(key, spec, sha)| {
+        let computed = results.into_iter().map(|(key, spec, sha, diff)| {
             if let Some(cache) = cache.as_deref_mut() {
-                cache.insert(spec, sha);
+                cache.insert(spec, sha, diff);
             }
-            (key, sha)
+            (key, sha, diff)
         });
-        let all: Vec<(ContentKey, [u8; 32])> = computed.chain(known).collect();
+        let all: Vec<KeyDigests> = computed.chain(known).collect();
         (stats, all)
     }
 
@@ -291,7 +295,7 @@ mod tests {
         let (found_stats, found) = catalog.missing_digests(2, &Unwatched);
         assert_eq!(found_stats.computed, stats.deferred);
         assert_eq!(found.len(), stats.deferred);
-        for (key, spec, sha) in &found {
+        for (key, spec, sha, _) in &found {
             assert_eq!(
                 catalog.known_digest(*key),
                 None,
@@ -302,10 +306,10 @@ mod tests {
         }
         // Half of them as a prewarm learns them while sending, the rest after.
         let (learned, after) = found.split_at(found.len() / 2);
-        catalog.add_digests(learned.iter().map(|(key, _, sha)| (*key, *sha)));
+        catalog.add_digests(learned.iter().map(|(key, _, sha, _)| (*key, *sha)));
         assert_eq!(catalog.missing_digests(2, &Unwatched).1.len(), after.len());
-        catalog.add_digests(after.iter().map(|(key, _, sha)| (*key, *sha)));
-        for (key, _, sha) in &found {
+        catalog.add_digests(after.iter().map(|(key, _, sha, _)| (*key, *sha)));
+        for (key, _, sha, _) in &found {
             assert_eq!(catalog.known_digest(*key), Some(*sha), "{key:?}");
             if let ContentKey::Blob(d) = key {
                 assert_eq!(catalog.blob_sha256(*d), *sha);

@@ -1,0 +1,778 @@
+//! Generated image layers: a tar of a file tree (`tree`), compressed as deployed (gzip,
+//! zstd or none) at a chosen ratio, exactly the size asked for, built without running a
+//! compressor.
+//!
+//! The compressed blob is cut into frames of [`FRAME`] bytes (the last one takes the rest):
+//! each a whole gzip member or zstd frame, so a frame's bytes (and a gzip member's CRC) need
+//! no byte before it; finding where the tar stream stands at a frame's start replays the
+//! walk's arithmetic, never its bytes. Inside a frame, random bytes, headers and zeros go
+//! out as stored deflate blocks or raw zstd blocks (memory speed), each run of one byte as a
+//! fixed-Huffman block of back-references or a zstd RLE block (a few bytes for thousands),
+//! and the frame ends with one literal block holding exactly the bytes its size has left,
+//! which makes every size exact. Gzip trailers carry each member's CRC-32 and length.
+
+mod tree;
+
+use std::ops::Range;
+
+use sha2::{Digest as _, Sha256};
+
+use tree::{Costs, Seg, Walk};
+
+pub use tree::MTIME;
+
+/// Compressed bytes per frame (gzip member, zstd frame); the last frame holds the rest.
+/// Also the content's block ([`crate::content::BLOCK`]): a reader's chunks end at frames.
+pub const FRAME: u64 = 64 * 1024;
+
+/// How a layer's tar is compressed (`--compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "gzip" => Ok(Compression::Gzip),
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err(format!("unknown compression '{s}' (gzip, zstd or none)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The compression ratio (compressed ÷ uncompressed) of generated layers when none is
+/// given: what `gzip -6` made of a tar of a Debian system's programs, libraries and
+/// documentation (docs/images.md).
+pub const DEFAULT_RATIO: f64 = 0.35;
+
+/// How generated layers are made: the compression and the ratio it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayerForm {
+    pub compression: Compression,
+    /// Compressed ÷ uncompressed, in thousandths (1..=1000).
+    ratio_milli: u16,
+}
+
+impl Default for LayerForm {
+    fn default() -> Self {
+        LayerForm::new(Compression::Gzip, DEFAULT_RATIO).unwrap_or(LayerForm {
+            compression: Compression::Gzip,
+            ratio_milli: 350,
+        })
+    }
+}
+
+/// Written as `{"compression": "gzip", "ratio": 0.35}` (what meta.json says of a run's
+/// layers).
+impl serde::Serialize for LayerForm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("LayerForm", 2)?;
+        st.serialize_field("compression", &self.compression)?;
+        st.serialize_field("ratio", &self.ratio())?;
+        st.end()
+    }
+}
+
+impl LayerForm {
+    /// A form; the ratio is compressed ÷ uncompressed, from 0.01 to 1.
+    pub fn new(compression: Compression, ratio: f64) -> Result<LayerForm, String> {
+        if !(0.01..=1.0).contains(&ratio) {
+            return Err(format!(
+                "a compression ratio is compressed ÷ uncompressed, from 0.01 to 1 (got {ratio})"
+            ));
+        }
+        Ok(LayerForm {
+            compression,
+            ratio_milli: (ratio * 1000.0).round() as u16,
+        })
+    }
+
+    /// Compressed ÷ uncompressed.
+    pub fn ratio(&self) -> f64 {
+        f64::from(self.ratio_milli) / 1000.0
+    }
+
+    /// The form as 3 bytes (what digest caches key on).
+    pub(super) fn to_bytes(self) -> [u8; 3] {
+        let kind = match self.compression {
+            Compression::None => 1,
+            Compression::Gzip => 2,
+            Compression::Zstd => 3,
+        };
+        let r = self.ratio_milli.to_le_bytes();
+        [kind, r[0], r[1]]
+    }
+
+    pub(super) fn from_bytes(b: [u8; 3]) -> Option<LayerForm> {
+        let compression = match b[0] {
+            1 => Compression::None,
+            2 => Compression::Gzip,
+            3 => Compression::Zstd,
+            _ => return None,
+        };
+        Some(LayerForm {
+            compression,
+            ratio_milli: u16::from_le_bytes([b[1], b[2]]),
+        })
+    }
+
+    /// The smallest layer of this form: a top directory, an empty file and the end marker.
+    /// A smaller size is generated as plain bytes and said to be (`raw_layers`).
+    pub fn min_size(&self) -> u64 {
+        match self.compression {
+            Compression::None => 3 * 512 + 1024,
+            Compression::Gzip | Compression::Zstd => 3 * 512 + 512,
+        }
+    }
+
+    fn costs(&self) -> Costs {
+        match self.compression {
+            Compression::None => Costs {
+                literal_overhead: 0,
+                run_fixed: 0,
+                run_per_258: 258.0,
+                run_is_literal: true,
+                per_frame: 0,
+                frame: FRAME,
+                margin: 0,
+            },
+            // A stored block's header and alignment; a fixed block's header, end and a
+            // short back-reference; 13 bits per 258 bytes; a member's header, trailer,
+            // final block and a block cut at each end.
+            Compression::Gzip => Costs {
+                literal_overhead: 6,
+                run_fixed: 6,
+                run_per_258: 13.0 / 8.0,
+                run_is_literal: false,
+                per_frame: 48,
+                frame: FRAME,
+                margin: 64,
+            },
+            Compression::Zstd => Costs {
+                literal_overhead: 3,
+                run_fixed: 4,
+                run_per_258: 4.0 * 258.0 / tree::MAX_SEGMENT as f64,
+                run_is_literal: false,
+                per_frame: 24,
+                frame: FRAME,
+                margin: 32,
+            },
+        }
+    }
+}
+
+/// How many frames a blob of `size` bytes has.
+fn frame_count(size: u64) -> u64 {
+    (size / FRAME).max(1)
+}
+
+/// The bytes of frame `k` of a blob of `size` bytes.
+fn frame_range(size: u64, k: u64) -> Range<u64> {
+    let start = k * FRAME;
+    let end = if k + 1 >= frame_count(size) {
+        size
+    } else {
+        start + FRAME
+    };
+    start..end
+}
+
+/// What a frame holds, in stream order.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// Bytes `from..from + len` of a segment, in a block of their own.
+    Literal {
+        seg: Seg,
+        from: u64,
+        len: u64,
+    },
+    /// A run; `history` when the frame already holds the byte before it.
+    Run {
+        byte: u8,
+        len: u64,
+        history: bool,
+    },
+    /// The final literal block: `len` bytes, the [`Op::Tail`]s that follow.
+    Final {
+        len: u64,
+    },
+    Tail {
+        seg: Seg,
+        from: u64,
+        len: u64,
+    },
+}
+
+/// Where a layer's generation stands: the walk, the segment in progress, and the frame
+/// the next plan is for. Replaying plans without rendering them moves it to any frame.
+#[derive(Debug, Clone)]
+pub(super) struct Cursor {
+    key: [u64; 4],
+    form: LayerForm,
+    size: u64,
+    walk: Walk,
+    /// The segment being placed and how much of it frames already hold.
+    seg: Option<(Seg, u64)>,
+    /// The frame the next plan is for.
+    frame: u64,
+    ops: Vec<Op>,
+}
+
+impl Cursor {
+    pub(super) fn new(key: [u64; 4], form: LayerForm, size: u64) -> Cursor {
+        Cursor {
+            key,
+            form,
+            size,
+            walk: Walk::new(key, form.ratio(), size, form.costs()),
+            seg: None,
+            frame: 0,
+            ops: Vec::with_capacity(64),
+        }
+    }
+
+    /// The segment in progress (a new one from the walk when none is).
+    fn current(&mut self, used: u64) -> (Seg, u64) {
+        match self.seg {
+            Some(s) => s,
+            None => {
+                let s = (self.walk.next(used), 0);
+                self.seg = Some(s);
+                s
+            }
+        }
+    }
+
+    /// Takes `n` bytes of the stream, whatever segments they are in, as the final block.
+    /// `used`: the compressed bytes before them.
+    fn take_final(&mut self, mut n: u64, mut used: u64) {
+        self.ops.push(Op::Final { len: n });
+        while n > 0 {
+            let (seg, from) = self.current(used);
+            let len = (seg.len() - from).min(n);
+            self.ops.push(Op::Tail { seg, from, len });
+            n -= len;
+            used += len;
+            self.seg = if from + len == seg.len() {
+                None
+            } else {
+                Some((seg, from + len))
+            };
+        }
+    }
+
+    /// Plans the next frame into `self.ops`.
+    fn plan(&mut self) {
+        self.ops.clear();
+        let budget = frame_range(self.size, self.frame);
+        let start = budget.start;
+        let budget = budget.end - budget.start;
+        match self.form.compression {
+            Compression::None => self.plan_plain(start, budget),
+            Compression::Gzip => self.plan_gzip(start, budget),
+            Compression::Zstd => self.plan_zstd(start, budget),
+        }
+        self.frame += 1;
+    }
+
+    fn plan_plain(&mut self, start: u64, budget: u64) {
+        self.take_final(budget, start);
+    }
+
+    fn plan_zstd(&mut self, start: u64, budget: u64) {
+        // Magic, frame header descriptor, window descriptor; the final raw block's header.
+        let mut used = 6;
+        loop {
+            let (seg, from) = self.current(start + used);
+            let len = seg.len() - from;
+            let (op, cost) = match seg {
+                Seg::Run { byte, .. } => (
+                    Op::Run {
+                        byte,
+                        len,
+                        history: true,
+                    },
+                    4,
+                ),
+                _ => (Op::Literal { seg, from, len }, 3 + len),
+            };
+            if used + cost + 3 > budget {
+                break;
+            }
+            used += cost;
+            self.ops.push(op);
+            self.seg = None;
+        }
+        self.take_final(budget - used - 3, start + used);
+    }
+
+    fn plan_gzip(&mut self, start: u64, budget: u64) {
+        // Bits of deflate data so far; the member's header and trailer are 18 bytes.
+        let mut bits = 0u64;
+        let mut held = 0u64;
+        loop {
+            let (seg, from) = self.current(start + 10 + bits / 8);
+            let len = seg.len() - from;
+            let (op, after) = match seg {
+                Seg::Run { byte, .. } => {
+                    let history = held > 0;
+                    (
+                        Op::Run { byte, len, history },
+                        bits + 3 + run_bits(byte, len, history) + 7,
+                    )
+                }
+                _ => (Op::Literal { seg, from, len }, stored_bits(bits, len)),
+            };
+            if final_room(after, budget).is_none() {
+                break;
+            }
+            bits = after;
+            held += len;
+            self.ops.push(op);
+            self.seg = None;
+        }
+        let room = final_room(bits, budget).unwrap_or(0);
+        self.take_final(room, start + budget - room);
+    }
+
+    /// Plans the next frame and writes it to `out` (cleared first); `diff` hears the
+    /// frame's uncompressed bytes.
+    pub(super) fn render_next(&mut self, out: &mut Vec<u8>, diff: Option<&mut Sha256>) {
+        self.plan();
+        out.clear();
+        let mut sink = Uncompressed {
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+            diff,
+        };
+        match self.form.compression {
+            Compression::None => render_plain(&self.key, &self.ops, out, &mut sink),
+            Compression::Gzip => render_gzip(&self.key, &self.ops, out, &mut sink),
+            Compression::Zstd => render_zstd(&self.key, &self.ops, out, &mut sink),
+        }
+    }
+
+    /// Plans the next frame without writing it.
+    pub(super) fn skip(&mut self) {
+        self.plan();
+    }
+
+    /// The frame the next plan is for.
+    pub(super) fn frame(&self) -> u64 {
+        self.frame
+    }
+}
+
+/// Bit position after a stored block of `len` bytes begun at `bits`.
+fn stored_bits(bits: u64, len: u64) -> u64 {
+    (bits + 3).div_ceil(8) * 8 + 32 + 8 * len
+}
+
+/// Bytes the final literal block can hold when the data so far ends at `bits`: what the
+/// frame has left after the member's header and trailer and the block's own header (two
+/// blocks when it holds more than one can). `None`: the frame is already too full.
+fn final_room(bits: u64, budget: u64) -> Option<u64> {
+    let fixed = 10 + (bits + 3).div_ceil(8) + 4 + 8;
+    let room = budget.checked_sub(fixed)?;
+    if room > 65_535 {
+        room.checked_sub(5).filter(|r| *r <= 2 * 65_535)
+    } else {
+        Some(room)
+    }
+}
+
+/// How a frame's uncompressed bytes are heard: the gzip member's CRC and length, and the
+/// layer's diff digest when it is being computed.
+struct Uncompressed<'a> {
+    crc: crc32fast::Hasher,
+    len: u64,
+    diff: Option<&'a mut Sha256>,
+}
+
+impl Uncompressed<'_> {
+    fn bytes(&mut self, b: &[u8]) {
+        self.crc.update(b);
+        self.len += b.len() as u64;
+        if let Some(d) = self.diff.as_deref_mut() {
+            d.update(b);
+        }
+    }
+
+    fn run(&mut self, byte: u8, mut len: u64) {
+        let buf = [byte; 4096];
+        while len > 0 {
+            let n = len.min(4096) as usize;
+            self.bytes(&buf[..n]);
+            len -= n as u64;
+        }
+    }
+}
+
+/// Appends bytes `from..from + len` of `seg` to `out`.
+fn put_segment(key: &[u64; 4], seg: &Seg, from: u64, len: u64, out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(at + len as usize, 0);
+    seg.render(key, from, &mut out[at..]);
+}
+
+fn render_plain(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+    for op in ops {
+        match *op {
+            Op::Literal { seg, from, len } | Op::Tail { seg, from, len } => {
+                let at = out.len();
+                put_segment(key, &seg, from, len, out);
+                sink.bytes(&out[at..]);
+            }
+            Op::Run { byte, len, .. } => {
+                out.resize(out.len() + len as usize, byte);
+                sink.run(byte, len);
+            }
+            Op::Final { .. } => {}
+        }
+    }
+}
+
+fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+    // Magic; no content size, checksum or dictionary, not single-segment; a 128 KiB window.
+    out.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x38]);
+    let block_header = |out: &mut Vec<u8>, last: bool, kind: u32, size: u64| {
+        let h = u32::from(last) | (kind << 1) | ((size as u32) << 3);
+        out.extend_from_slice(&h.to_le_bytes()[..3]);
+    };
+    for op in ops {
+        match *op {
+            Op::Literal { seg, from, len } => {
+                block_header(out, false, 0, len);
+                let at = out.len();
+                put_segment(key, &seg, from, len, out);
+                sink.bytes(&out[at..]);
+            }
+            Op::Run { byte, len, .. } => {
+                block_header(out, false, 1, len);
+                out.push(byte);
+                sink.run(byte, len);
+            }
+            Op::Final { len } => block_header(out, true, 0, len),
+            Op::Tail { seg, from, len } => {
+                let at = out.len();
+                put_segment(key, &seg, from, len, out);
+                sink.bytes(&out[at..]);
+            }
+        }
+    }
+}
+
+/// Writes deflate's bit stream: bits go in from the least significant end of each byte.
+struct Bits<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl Bits<'_> {
+    fn put(&mut self, value: u64, count: u32) {
+        self.acc |= value << self.n;
+        self.n += count;
+        while self.n >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.n -= 8;
+        }
+    }
+
+    /// A Huffman code: sent from its most significant bit.
+    fn code(&mut self, code: u32, len: u32) {
+        let reversed = code.reverse_bits() >> (32 - len);
+        self.put(u64::from(reversed), len);
+    }
+
+    /// Pads to the next byte boundary.
+    fn align(&mut self) {
+        if self.n > 0 {
+            self.out.push(self.acc as u8);
+            self.acc = 0;
+            self.n = 0;
+        }
+    }
+
+    fn stored_header(&mut self, last: bool, len: u64) {
+        self.put(u64::from(last), 3);
+        self.align();
+        let len = len as u16;
+        self.out.extend_from_slice(&len.to_le_bytes());
+        self.out.extend_from_slice(&(!len).to_le_bytes());
+    }
+
+    /// The fixed-Huffman code of a literal byte or of a length's symbol.
+    fn literal(&mut self, byte: u8) {
+        if byte < 144 {
+            self.code(0x30 + u32::from(byte), 8);
+        } else {
+            self.code(0x190 + u32::from(byte) - 144, 9);
+        }
+    }
+
+    /// A back-reference of `len` (3..=258) bytes at distance 1.
+    fn copy(&mut self, len: u64) {
+        let (symbol, extra, extra_bits) = length_symbol(len);
+        if symbol < 280 {
+            self.code(symbol - 256, 7);
+        } else {
+            self.code(0xC0 + symbol - 280, 8);
+        }
+        if extra_bits > 0 {
+            self.put(extra, extra_bits);
+        }
+        self.code(0, 5);
+    }
+}
+
+const LENGTH_BASE: [u64; 29] = [
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
+    163, 195, 227, 258,
+];
+const LENGTH_EXTRA: [u32; 29] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+];
+
+/// Deflate's length symbol for `len` (3..=258), its extra bits' value and count.
+fn length_symbol(len: u64) -> (u32, u64, u32) {
+    let i = LENGTH_BASE.iter().rposition(|b| *b <= len).unwrap_or(0);
+    (257 + i as u32, len - LENGTH_BASE[i], LENGTH_EXTRA[i])
+}
+
+/// Bits of a back-reference of `len` bytes: its length code and extra bits, distance code.
+fn copy_bits(len: u64) -> u64 {
+    let (symbol, _, extra) = length_symbol(len);
+    let code = if symbol < 280 { 7 } else { 8 };
+    u64::from(code + extra) + 5
+}
+
+fn literal_bits(byte: u8) -> u64 {
+    if byte < 144 {
+        8
+    } else {
+        9
+    }
+}
+
+/// A run of `len` bytes as back-references: how many of 258, then up to two shorter ones,
+/// then literal bytes (a run of one or two).
+fn run_parts(len: u64) -> (u64, [u64; 2], u64) {
+    if len < 3 {
+        return (0, [0, 0], len);
+    }
+    let (mut full, rest) = (len / 258, len % 258);
+    match rest {
+        0 => (full, [0, 0], 0),
+        1 | 2 => {
+            full -= 1;
+            let r = rest + 258;
+            (full, [r - 3, 3], 0)
+        }
+        r => (full, [r, 0], 0),
+    }
+}
+
+/// Bits a run's symbols take (not its block header or end); without history its first byte
+/// is a literal.
+fn run_bits(byte: u8, len: u64, history: bool) -> u64 {
+    let (len, first) = if history || len == 0 {
+        (len, 0)
+    } else {
+        (len - 1, literal_bits(byte))
+    };
+    let (full, tail, lits) = run_parts(len);
+    first
+        + full * 13
+        + tail
+            .iter()
+            .filter(|t| **t > 0)
+            .map(|t| copy_bits(*t))
+            .sum::<u64>()
+        + lits * literal_bits(byte)
+}
+
+fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+    // Magic, deflate, no flags, no time, no extra flags, unknown OS.
+    out.extend_from_slice(&[0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF]);
+    let mut bits = Bits { out, acc: 0, n: 0 };
+    // The final block's bytes left in its current stored block.
+    let mut block_left = 0u64;
+    let mut final_left = 0u64;
+    for op in ops {
+        match *op {
+            Op::Literal { seg, from, len } => {
+                bits.stored_header(false, len);
+                let at = bits.out.len();
+                put_segment(key, &seg, from, len, bits.out);
+                sink.bytes(&bits.out[at..]);
+            }
+            Op::Run { byte, len, history } => {
+                bits.put(0, 1);
+                bits.put(1, 2);
+                let mut len = len;
+                if !history && len > 0 {
+                    bits.literal(byte);
+                    len -= 1;
+                }
+                let (full, tail, lits) = run_parts(len);
+                for _ in 0..full {
+                    bits.copy(258);
+                }
+                for t in tail.into_iter().filter(|t| *t > 0) {
+                    bits.copy(t);
+                }
+                for _ in 0..lits {
+                    bits.literal(byte);
+                }
+                bits.code(0, 7);
+                sink.run(byte, op_len(op));
+            }
+            Op::Final { len } => {
+                final_left = len;
+                block_left = len.min(65_535);
+                bits.stored_header(final_left == block_left, block_left);
+            }
+            Op::Tail { seg, from, len } => {
+                let (mut from, mut len) = (from, len);
+                while len > 0 {
+                    if block_left == 0 {
+                        block_left = final_left.min(65_535);
+                        bits.stored_header(final_left == block_left, block_left);
+                    }
+                    let n = len.min(block_left);
+                    let at = bits.out.len();
+                    put_segment(key, &seg, from, n, bits.out);
+                    sink.bytes(&bits.out[at..]);
+                    block_left -= n;
+                    final_left -= n;
+                    from += n;
+                    len -= n;
+                }
+            }
+        }
+    }
+    bits.align();
+    let crc = std::mem::replace(&mut sink.crc, crc32fast::Hasher::new()).finalize();
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&(sink.len as u32).to_le_bytes());
+}
+
+fn op_len(op: &Op) -> u64 {
+    match *op {
+        Op::Literal { len, .. } | Op::Run { len, .. } | Op::Tail { len, .. } => len,
+        Op::Final { .. } => 0,
+    }
+}
+
+/// Generates a layer frame by frame, keeping the last frame it made (a reader's or a
+/// check's position moves forward; a jump back starts the walk again).
+#[derive(Debug, Clone)]
+pub(super) struct Frames {
+    start: Cursor,
+    cursor: Cursor,
+    buf: Vec<u8>,
+    /// The frame `buf` holds.
+    held: Option<u64>,
+}
+
+impl Frames {
+    pub(super) fn new(key: [u64; 4], form: LayerForm, size: u64) -> Frames {
+        let cursor = Cursor::new(key, form, size);
+        Frames {
+            start: cursor.clone(),
+            cursor,
+            buf: Vec::new(),
+            held: None,
+        }
+    }
+
+    /// The frame holding byte `offset` and the offset its bytes start at.
+    pub(super) fn frame_of(&self, offset: u64) -> u64 {
+        (offset / FRAME).min(frame_count(self.cursor.size) - 1)
+    }
+
+    /// Whether frame `k` is the one held (asking for it makes nothing).
+    pub(super) fn holds(&self, k: u64) -> bool {
+        self.held == Some(k)
+    }
+
+    /// The bytes of frame `k`, and where they start in the blob; `diff` hears its
+    /// uncompressed bytes when the frame is made now.
+    pub(super) fn frame(&mut self, k: u64, diff: Option<&mut Sha256>) -> (u64, &[u8]) {
+        if self.held != Some(k) {
+            if self.cursor.frame() > k {
+                self.cursor = self.start.clone();
+            }
+            while self.cursor.frame() < k {
+                self.cursor.skip();
+            }
+            self.cursor.render_next(&mut self.buf, diff);
+            self.held = Some(k);
+        }
+        (frame_range(self.cursor.size, k).start, &self.buf)
+    }
+
+    /// Copies bytes `offset..offset + out.len()` of the blob into `out`.
+    pub(super) fn fill(&mut self, mut offset: u64, mut out: &mut [u8]) {
+        while !out.is_empty() {
+            let k = self.frame_of(offset);
+            let (start, bytes) = self.frame(k, None);
+            let within = (offset - start) as usize;
+            let n = (bytes.len() - within).min(out.len());
+            out[..n].copy_from_slice(&bytes[within..within + n]);
+            out = &mut out[n..];
+            offset += n as u64;
+        }
+    }
+}
+
+/// The blob's SHA-256 and its uncompressed tar's (the diff_id), in one pass; `go_on` hears
+/// the bytes of each frame and can stop the hashing (`None`).
+pub(super) fn digests_while(
+    key: [u64; 4],
+    form: LayerForm,
+    size: u64,
+    mut go_on: impl FnMut(u64) -> bool,
+) -> Option<([u8; 32], [u8; 32])> {
+    let mut cursor = Cursor::new(key, form, size);
+    let mut blob = Sha256::new();
+    let mut diff = Sha256::new();
+    let mut buf = Vec::with_capacity(2 * FRAME as usize);
+    for _ in 0..frame_count(size) {
+        cursor.render_next(&mut buf, Some(&mut diff));
+        blob.update(&buf);
+        if !go_on(buf.len() as u64) {
+            return None;
+        }
+    }
+    Some((blob.finalize().into(), diff.finalize().into()))
+}
+
+#[cfg(test)]
+mod tests;
