@@ -379,4 +379,38 @@ mod tests {
         assert_eq!(cache.len(), 3);
         assert_eq!(cache.get(&specs[2]), Some(specs[2].sha256()));
     }
+
+    #[test]
+    fn a_layers_diff_digest_is_kept_beside_its_digest_and_checked() {
+        use crate::content::layer::{Compression, LayerForm};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests");
+        let form = LayerForm::new(Compression::Zstd, 0.5).unwrap();
+        let specs: Vec<ContentSpec> = (0..3u64)
+            .map(|i| ContentSpec::layer(7, format!("layer/{i}").as_bytes(), 5000 + i, form))
+            .collect();
+        let appender = Appender::open(&path).unwrap();
+        for s in &specs {
+            let (sha, diff) = s.digests();
+            appender.append(s, &sha, &diff).unwrap();
+        }
+        drop(appender);
+        let mut cache = DigestCache::load(&path);
+        assert_eq!(cache.len(), 3);
+        for s in &specs {
+            assert_eq!((cache.get(s), cache.diff(s)), {
+                let (sha, diff) = s.digests();
+                (Some(sha), Some(diff))
+            });
+        }
+        assert_eq!(cache.check(&specs).unwrap(), 3);
+        // A wrong diff digest alone makes the cache stale.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = header().len() + SPEC_BYTES + 32;
+        bytes[at] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut stale = DigestCache::load(&path);
+        assert!(stale.check(&specs).unwrap_err().contains("stale"));
+        assert!(stale.is_empty());
+    }
 }

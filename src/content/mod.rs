@@ -752,6 +752,78 @@ mod tests {
         );
     }
 
+    fn layer(identity: &[u8], size: u64) -> ContentSpec {
+        use layer::{Compression, LayerForm};
+        ContentSpec::layer(
+            5,
+            identity,
+            size,
+            LayerForm::new(Compression::Gzip, 0.35).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_layer_is_checked_and_hashed_as_plain_content_is() {
+        let spec = layer(b"check", 3 * BLOCK + 4099);
+        assert!(spec.is_layer());
+        let good = all_bytes(&spec);
+        let whole = |bytes: &[u8]| {
+            let mut c = ContentCheck::new(spec);
+            c.check(bytes).map(|()| c.complete())
+        };
+        assert_eq!(whole(&good), Ok(true));
+        for at in [0usize, 9, BLOCK as usize, good.len() - 1] {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x40;
+            assert_eq!(whole(&flipped), Err(at as u64), "a byte flipped at {at}");
+        }
+        let mut extra = good.clone();
+        extra.push(0);
+        assert_eq!(whole(&extra), Err(good.len() as u64));
+        // Cut anywhere, in any pieces: the same verdict.
+        let mut check = ContentCheck::new(spec);
+        for piece in good.chunks(7_777) {
+            check.check(piece).unwrap();
+        }
+        assert!(check.complete());
+        // The digests while sending are the layer's, however the bytes went; the diff
+        // digest is its uncompressed tar's.
+        let (blob, diff) = spec.digests();
+        assert_eq!(blob, spec.sha256());
+        assert_ne!(blob, diff);
+        let tap = SendHash::new(spec);
+        let _ = spec
+            .reader(0..spec.size())
+            .tapped(Some(tap.clone()))
+            .count();
+        assert_eq!((tap.finish(), tap.finish_diff()), (blob, diff));
+        let tap = SendHash::new(spec);
+        let _ = spec
+            .reader(BLOCK..spec.size())
+            .tapped(Some(tap.clone()))
+            .count();
+        let _ = spec.reader(0..10).tapped(Some(tap.clone())).count();
+        assert_eq!((tap.finish(), tap.finish_diff()), (blob, diff));
+        // Too small for a tar: plain bytes, its own diff.
+        let small = layer(b"small", 1000);
+        assert!(!small.is_layer());
+        assert_eq!(small.digests().0, small.digests().1);
+    }
+
+    #[test]
+    fn a_layers_bytes_name_its_form() {
+        let spec = layer(b"form", 100_000);
+        let back = ContentSpec::from_bytes(&spec.to_bytes()).unwrap();
+        assert_eq!(back, spec);
+        assert_ne!(
+            spec.to_bytes(),
+            ContentSpec::new(5, b"form", 100_000).to_bytes()
+        );
+        let mut unknown = spec.to_bytes();
+        unknown[40] = 9;
+        assert_eq!(ContentSpec::from_bytes(&unknown), None);
+    }
+
     proptest! {
         #[test]
         fn a_check_is_the_same_however_the_body_is_cut(
