@@ -2,7 +2,7 @@
 //! size so the threads finish together, each block's bytes reported to a [`HashWatch`]
 //! (a progress line) that can stop the hashing between blocks.
 
-use super::ContentSpec;
+use super::{ContentSpec, Sums};
 
 /// What hears of a hashing as it goes (a progress line, a stop).
 pub trait HashWatch: Sync {
@@ -27,7 +27,7 @@ impl HashWatch for Unwatched {
 }
 
 /// A hashed content: its key, the content, its SHA-256 and diff digest.
-pub type Hashed<K> = (K, ContentSpec, [u8; 32], [u8; 32]);
+pub type Hashed<K> = (K, ContentSpec, Sums);
 
 /// The SHA-256 and diff digest ([`ContentSpec::digests_while`]) of every job's content on
 /// `threads` threads (at least one): the largest
@@ -57,7 +57,7 @@ pub fn sha256_on_threads<K: Send>(
                     let mut done = Vec::with_capacity(bucket.len());
                     for (k, spec) in bucket {
                         match spec.digests_while(|bytes| watch.hashed(bytes)) {
-                            Some((sha, diff)) => done.push((k, spec, sha, diff)),
+                            Some((blob, diff)) => done.push((k, spec, Sums { blob, diff })),
                             None => break,
                         }
                         watch.done();
@@ -98,11 +98,11 @@ mod tests {
             .collect();
         for threads in [0, 1, 3, 8] {
             let mut done = sha256_on_threads(jobs.clone(), threads, &Unwatched);
-            done.sort_by_key(|(k, _, _, _)| *k);
+            done.sort_by_key(|(k, _, _)| *k);
             assert_eq!(done.len(), jobs.len());
-            for ((k, spec, sha, diff), (k0, spec0)) in done.iter().zip(&jobs) {
+            for ((k, spec, sums), (k0, spec0)) in done.iter().zip(&jobs) {
                 assert_eq!((k, spec), (k0, spec0));
-                assert_eq!((*sha, *diff), spec.digests());
+                assert_eq!(*sums, spec.sums());
             }
         }
         let stop = Counting(AtomicU64::new(0), 10_000);

@@ -75,6 +75,24 @@ impl std::fmt::Debug for ContentSpec {
     }
 }
 
+/// A content's two digests: the blob's SHA-256, and its diff digest (a layer's uncompressed
+/// tar's SHA-256, the config's `diff_id`; plain content's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sums {
+    pub blob: [u8; 32],
+    pub diff: [u8; 32],
+}
+
+impl Sums {
+    pub fn blob_digest(&self) -> Digest {
+        Digest::from_sha256(self.blob)
+    }
+
+    pub fn diff_digest(&self) -> Digest {
+        Digest::from_sha256(self.diff)
+    }
+}
+
 /// Bytes of [`ContentSpec::to_bytes`].
 pub const SPEC_BYTES: usize = 44;
 
@@ -261,6 +279,12 @@ impl ContentSpec {
     /// The blob's SHA-256 and its diff digest ([`ContentSpec::digests_while`]).
     pub fn digests(&self) -> ([u8; 32], [u8; 32]) {
         self.digests_while(|_| true).unwrap_or_default()
+    }
+
+    /// [`ContentSpec::digests`] as [`Sums`].
+    pub fn sums(&self) -> Sums {
+        let (blob, diff) = self.digests();
+        Sums { blob, diff }
     }
 }
 
@@ -805,9 +829,22 @@ mod tests {
         let _ = spec.reader(0..10).tapped(Some(tap.clone())).count();
         assert_eq!((tap.finish(), tap.finish_diff()), (blob, diff));
         // Too small for a tar: plain bytes, its own diff.
-        let small = layer(b"small", 1000);
+        let small = layer(b"small", 20);
         assert!(!small.is_layer());
         assert_eq!(small.digests().0, small.digests().1);
+        for c in [
+            layer::Compression::Gzip,
+            layer::Compression::Zstd,
+            layer::Compression::None,
+        ] {
+            let form = layer::LayerForm::new(c, 0.35).unwrap();
+            let min = form.min_size();
+            assert!(ContentSpec::layer(1, b"x", min, form).is_layer());
+            assert!(
+                !ContentSpec::layer(1, b"x", min - 1, form).is_layer(),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]

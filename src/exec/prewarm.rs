@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::bounded::{drive, Bounds, JobEnv};
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient, UploadMode};
 use crate::content::digest_cache::Appender;
+use crate::content::Sums;
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, Event, Op, Sample};
 use crate::oci::manifest::ManifestFormat;
@@ -43,22 +44,22 @@ pub struct PrewarmReport {
 /// while the stage runs (jobs of other repositories and endpoints find them here), and
 /// handed to the catalog when it ends ([`Learned::into_digests`]).
 #[derive(Debug, Default)]
-pub struct Learned(std::sync::Mutex<HashMap<ContentKey, [u8; 32]>>);
+pub struct Learned(std::sync::Mutex<HashMap<ContentKey, Sums>>);
 
 impl Learned {
-    /// The digest of `key`'s content, if a job learned it.
-    pub fn get(&self, key: ContentKey) -> Option<[u8; 32]> {
+    /// The digests of `key`'s content, if a job learned them.
+    pub fn get(&self, key: ContentKey) -> Option<Sums> {
         self.0.lock().ok()?.get(&key).copied()
     }
 
-    fn insert(&self, key: ContentKey, sha256: [u8; 32]) {
+    fn insert(&self, key: ContentKey, sums: Sums) {
         if let Ok(mut map) = self.0.lock() {
-            map.insert(key, sha256);
+            map.insert(key, sums);
         }
     }
 
     /// Every digest learned.
-    pub fn into_digests(self) -> Vec<(ContentKey, [u8; 32])> {
+    pub fn into_digests(self) -> Vec<(ContentKey, Sums)> {
         let map = self
             .0
             .into_inner()
@@ -137,6 +138,7 @@ impl Prewarm<'_> {
             .catalog
             .known_digest(job.key)
             .or_else(|| self.learned.get(job.key))
+            .map(|sums| sums.blob)
             .or_else(|| (spec.size() <= KEEP_DIGEST_ABOVE).then(|| spec.sha256()));
         let result = match known {
             Some(sha) => {
@@ -149,10 +151,13 @@ impl Prewarm<'_> {
                 .upload_hashing(&job.repo, spec, None, OpCtx::default())
                 .await
                 .map(|(sum, report)| {
-                    self.learned.insert(job.key, sum.0);
+                    let sums = Sums {
+                        blob: sum.0,
+                        diff: report.diff.unwrap_or(sum.0),
+                    };
+                    self.learned.insert(job.key, sums);
                     if let Some(cache) = self.cache {
-                        let diff = report.diff.unwrap_or(sum.0);
-                        if let Err(e) = cache.append(&spec, &sum.0, &diff) {
+                        if let Err(e) = cache.append(&spec, &sums.blob, &sums.diff) {
                             self.env
                                 .errors
                                 .note(format!("cannot add to the digest cache: {e}"));

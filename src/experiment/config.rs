@@ -221,6 +221,12 @@ pub struct ExperimentSpec {
     pub chunk_size: Option<FlagValue>,
     #[serde(default)]
     pub manifest_format: Option<String>,
+    /// `--compression` of generated layers: `gzip`, `zstd` or `none`.
+    #[serde(default)]
+    pub compression: Option<String>,
+    /// `--compress-ratio`: compressed ÷ uncompressed.
+    #[serde(default)]
+    pub compress_ratio: Option<FlagValue>,
     // replay and pull
     #[serde(default)]
     pub verify: Option<String>,
@@ -291,6 +297,11 @@ pub const KEYS: &[(&str, &[Kind])] = &[
         "manifest_format",
         &[Kind::Replay, Kind::Push, Kind::Capacity],
     ),
+    ("compression", &[Kind::Replay, Kind::Push, Kind::Capacity]),
+    (
+        "compress_ratio",
+        &[Kind::Replay, Kind::Push, Kind::Capacity],
+    ),
     ("verify", &[Kind::Replay, Kind::Pull, Kind::Capacity]),
     ("no_verify", &[Kind::Replay, Kind::Pull, Kind::Capacity]),
     ("repo", &[Kind::Push, Kind::Pull]),
@@ -314,7 +325,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
 impl ExperimentSpec {
     /// The kind-specific keys this table sets.
     fn keys_set(&self) -> Vec<&'static str> {
-        let set: [(&'static str, bool); 36] = [
+        let set: [(&'static str, bool); 38] = [
             ("seed", self.seed.is_some()),
             ("traces", self.traces.is_some()),
             ("mode", self.mode.is_some()),
@@ -333,6 +344,8 @@ impl ExperimentSpec {
             ("strict", self.strict.is_some()),
             ("chunk_size", self.chunk_size.is_some()),
             ("manifest_format", self.manifest_format.is_some()),
+            ("compression", self.compression.is_some()),
+            ("compress_ratio", self.compress_ratio.is_some()),
             ("verify", self.verify.is_some()),
             ("no_verify", self.no_verify.is_some()),
             ("repo", self.repo.is_some()),

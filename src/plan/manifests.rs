@@ -5,29 +5,51 @@ use bytes::Bytes;
 
 use super::catalog::{self, Catalog};
 use super::linker::PushedLayer;
-use crate::content::Form;
+use crate::content::{ContentSpec, Form, Sums};
 use crate::digest::Digest;
 use crate::oci::manifest::{build_config, build_manifest, Descriptor, ManifestFormat, Platform};
 use crate::trace::Sym;
+
+/// A layer a replayed manifest references: its digests, size and form (which gives its
+/// media type).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeLayer {
+    pub digest: Digest,
+    pub size: u64,
+    /// Its uncompressed tar's digest (the config's `diff_id`).
+    pub diff: Digest,
+    pub form: Form,
+}
+
+impl RecipeLayer {
+    /// The layer of generated `content` whose digests are `sums`.
+    pub fn of(content: &ContentSpec, sums: Sums) -> RecipeLayer {
+        RecipeLayer {
+            digest: sums.blob_digest(),
+            size: content.size(),
+            diff: sums.diff_digest(),
+            form: content.form(),
+        }
+    }
+}
 
 /// Builds a manifest (with its config) over `layers`, padded to `pad_to`.
 pub fn manifest_over(
     format: ManifestFormat,
     config_identity: &str,
-    layers: &[(Digest, u64)],
+    layers: &[RecipeLayer],
     pad_to: u64,
 ) -> (Bytes, Descriptor, Bytes) {
     let descriptors: Vec<Descriptor> = layers
         .iter()
-        .map(|(digest, size)| Descriptor {
-            media_type: format.layer_type(Form::Raw).to_owned(),
-            digest: digest.clone(),
-            size: *size,
+        .map(|l| Descriptor {
+            media_type: format.layer_type(l.form).to_owned(),
+            digest: l.digest.clone(),
+            size: l.size,
             platform: None,
         })
         .collect();
-    // The replay's layers are plain bytes: each one's diff_id is its own digest.
-    let diff_ids: Vec<Digest> = layers.iter().map(|(d, _)| d.clone()).collect();
+    let diff_ids: Vec<Digest> = layers.iter().map(|l| l.diff.clone()).collect();
     let (config_bytes, config) =
         build_config(format, config_identity, &diff_ids, &Platform::linux_amd64());
     let manifest = build_manifest(
@@ -47,7 +69,7 @@ pub fn manifest_over(
 pub struct ManifestRecipe {
     pub format: ManifestFormat,
     pub identity: String,
-    pub layers: Vec<(Digest, u64)>,
+    pub layers: Vec<RecipeLayer>,
     pub pad_to: u64,
 }
 
@@ -133,19 +155,20 @@ pub fn recipe_over(
     layers: impl Iterator<Item = PushedLayer>,
     format: ManifestFormat,
 ) -> ManifestRecipe {
-    let mut layers: Vec<(Digest, u64)> = layers
+    let mut layers: Vec<RecipeLayer> = layers
         .map(|layer| match layer {
-            PushedLayer::Upload(head) => (
-                catalog.upload_digest(head),
-                catalog.upload_content(head).size(),
-            ),
-            PushedLayer::Existing(d) => (catalog.blob_digest(d), catalog.blob_content(d).size()),
+            PushedLayer::Upload(head) => {
+                RecipeLayer::of(&catalog.upload_content(head), catalog.upload_sums(head))
+            }
+            PushedLayer::Existing(d) => {
+                RecipeLayer::of(&catalog.blob_content(d), catalog.blob_sums(d))
+            }
         })
         .collect();
     if layers.is_empty() {
-        layers.push((
-            catalog.filler_digest(repo),
-            catalog.filler_content(repo).size(),
+        layers.push(RecipeLayer::of(
+            &catalog.filler_content(repo),
+            catalog.filler_sums(repo),
         ));
     }
     ManifestRecipe {
@@ -156,22 +179,22 @@ pub fn recipe_over(
     }
 }
 
-/// The layers (digest, size) of a manifest the run reads.
-pub fn read_manifest_layers(catalog: &Catalog, repo: Sym, reference: Sym) -> Vec<(Digest, u64)> {
+/// The layers of a manifest the run reads.
+pub fn read_manifest_layers(catalog: &Catalog, repo: Sym, reference: Sym) -> Vec<RecipeLayer> {
     let facts = catalog.manifests.get(&(repo, reference));
-    let layers: Vec<(Digest, u64)> = facts
+    let layers: Vec<RecipeLayer> = facts
         .map(|m| {
             catalog
                 .manifest_layers(m)
                 .iter()
-                .map(|d| (catalog.blob_digest(*d), catalog.blob_content(*d).size()))
+                .map(|d| RecipeLayer::of(&catalog.blob_content(*d), catalog.blob_sums(*d)))
                 .collect()
         })
         .unwrap_or_default();
     if layers.is_empty() {
-        vec![(
-            catalog.filler_digest(repo),
-            catalog.filler_content(repo).size(),
+        vec![RecipeLayer::of(
+            &catalog.filler_content(repo),
+            catalog.filler_sums(repo),
         )]
     } else {
         layers

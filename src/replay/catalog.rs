@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::config::{CacheFile, ReplayConfig};
 use crate::content::digest_cache::{Appender, DigestCache};
+use crate::content::Sums;
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;
 use crate::plan::catalog::{Catalog, ContentKey, DigestStats, HashWatch, Keep, UpFront};
@@ -246,7 +247,7 @@ async fn hash_catalog(
 /// a stop ended the hashing.
 pub(super) async fn learn_missing(
     catalog: &mut Arc<Catalog>,
-    learned: Vec<(ContentKey, [u8; 32])>,
+    learned: Vec<(ContentKey, Sums)>,
     cache: Option<&Appender>,
     session: &Session,
     stop: &Shutdown,
@@ -264,17 +265,14 @@ pub(super) async fn learn_missing(
             .context("the digests stopped unexpectedly")?;
     line.finish();
     if let Some(cache) = cache {
-        for (_, spec, sha, diff) in &found {
-            if let Err(e) = cache.append(spec, sha, diff) {
+        for (_, spec, sums) in &found {
+            if let Err(e) = cache.append(spec, &sums.blob, &sums.diff) {
                 tracing::warn!("cannot add to the digest cache: {e}");
                 break;
             }
         }
     }
-    keep_digests(
-        catalog,
-        found.into_iter().map(|(key, _, sha, _)| (key, sha)),
-    )?;
+    keep_digests(catalog, found.into_iter().map(|(key, _, sums)| (key, sums)))?;
     Ok((!stats.stopped).then_some(stats))
 }
 
@@ -282,7 +280,7 @@ pub(super) async fn learn_missing(
 /// (the run's threads get it after the prewarm).
 fn keep_digests(
     catalog: &mut Arc<Catalog>,
-    digests: impl IntoIterator<Item = (ContentKey, [u8; 32])>,
+    digests: impl IntoIterator<Item = (ContentKey, Sums)>,
 ) -> anyhow::Result<()> {
     Arc::get_mut(catalog)
         .ok_or_else(|| anyhow::anyhow!("the catalog is shared while the prewarm adds its digests"))?
@@ -321,6 +319,8 @@ pub(super) fn dataset_json(
         "repos": cfg.plan.repos,
         "upload": cfg.plan.upload,
         "manifest_format": cfg.plan.manifest_format,
+        "layer_form": cfg.content.layer_form,
+        "raw_layers": catalog.raw_layers(),
         "session_gap_ms": cfg.plan.session_gap_ms,
     });
     if !cfg.sizes.is_identity() {

@@ -122,6 +122,7 @@ impl ReplayConfig {
             skip_invalid: self.skip_invalid,
             replay_failed: self.replay_failed,
             plan: self.plan.clone(),
+            layer_form: self.content.layer_form,
             sizes: (!self.sizes.is_identity()).then_some(self.sizes),
             max_lateness_ms: self.max_lateness_ms,
             grace_s: self.grace_s,

@@ -206,7 +206,12 @@ impl Engine {
         }
         self.prepared = Some(Prepared {
             dataset: catalog::dataset_json(cfg, &self.input, &catalog),
-            preparation: serde_json::to_value(&preparation).unwrap_or_default(),
+            preparation: {
+                let mut p = serde_json::to_value(&preparation).unwrap_or_default();
+                // Blobs generated as plain bytes, not tars (the `raw_layers` warning).
+                p["raw_layers"] = catalog.raw_layers().into();
+                p
+            },
             catalog,
             spool,
         });

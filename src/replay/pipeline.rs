@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::config::{ReplayConfig, Window};
 use super::context::{clients_for, endpoint_summaries, shard_of, Context, Prepared};
-use super::validity::{unsized_uploads_warning, validity_warnings, warn};
+use super::validity::{raw_layers_warning, unsized_uploads_warning, validity_warnings, warn};
 use crate::client::RegistryClient;
 use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport};
 use crate::exec::pacer::wait_for_anchor;
@@ -239,6 +239,7 @@ async fn execute(
     let checks = checks_of(cfg, start_skew_ms, canary.as_ref(), cpu, &exec);
     validity_warnings(cfg, &checks, &exec, &aggregator, &mut warnings);
     unsized_uploads_warning(catalog, &mut warnings);
+    raw_layers_warning(catalog, &mut warnings);
     stop_warnings(context, &mut warnings);
     Ok(Ran {
         exec,

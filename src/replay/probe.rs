@@ -155,6 +155,11 @@ fn settings(cfg: &ReplayConfig) -> String {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default()
         ),
+        format!(
+            "--compression {} --compress-ratio {}",
+            cfg.content.layer_form.compression,
+            cfg.content.layer_form.ratio()
+        ),
     ];
     if let Some(n) = cfg.limit_requests {
         parts.push(format!("--limit-requests {n}"));
@@ -201,7 +206,8 @@ pub(super) fn verdict(
         return Err(format!(
             "the registry does not hold what this run reads: {what}. The prewarm ran with other \
              settings than this run ({}): run --phase prewarm with the same --seed, \
-             --repo-prefix or --repo-map, --manifest-format and limits (or --phase all), then \
+             --repo-prefix or --repo-map, --manifest-format, --compression, --compress-ratio and \
+             limits (or --phase all), then \
              this run again",
             settings(cfg)
         ));

@@ -20,7 +20,7 @@ pub(super) fn warn(warnings: &mut Vec<Warning>, kind: &str, message: String) {
 
 /// Warnings that record a deliberate change of what the numbers mean: `--strict` does not
 /// fail a run for them.
-pub(super) const CHOSEN: [&str; 2] = ["sizes_scaled", "max_run_time"];
+pub(super) const CHOSEN: [&str; 3] = ["sizes_scaled", "max_run_time", "raw_layers"];
 
 /// The warning of scaled sizes (`--size-scale`, `--max-object-size`), if they are.
 pub(super) fn size_warning(cfg: &ReplayConfig, warnings: &mut Vec<Warning>) {
@@ -64,6 +64,26 @@ pub(super) fn unsized_uploads_warning(catalog: &Catalog, warnings: &mut Vec<Warn
             u.count,
             u.from_reads,
             crate::units::ByteSize(catalog.content_options().unknown_blob_size)
+        ),
+    );
+}
+
+/// The warning of blobs too small to be a tar of their compression: generated as plain
+/// bytes, which registries store but clients cannot unpack.
+pub(super) fn raw_layers_warning(catalog: &Catalog, warnings: &mut Vec<Warning>) {
+    let raw = catalog.raw_layers();
+    if raw == 0 {
+        return;
+    }
+    let form = catalog.content_options().layer_form;
+    warn(
+        warnings,
+        "raw_layers",
+        format!(
+            "{raw} blobs and uploads of the trace are smaller than the smallest {} layer ({} \
+             bytes): they are plain bytes of their recorded size, not tars a client can unpack",
+            form.compression,
+            form.min_size()
         ),
     );
 }

@@ -78,6 +78,8 @@ pub struct ReplayBlock {
     pub skip_invalid: bool,
     pub replay_failed: bool,
     pub plan: PlanOptions,
+    /// How blobs are generated: `{"compression": "gzip", "ratio": 0.35}`.
+    pub layer_form: LayerForm,
     /// Blob and upload sizes relative to the trace's (absent when they are the trace's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sizes: Option<SizeScale>,

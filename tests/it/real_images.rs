@@ -1,9 +1,9 @@
 //! The images creb-rs pushes, read by real clients: on docker-registry, distribution v3 and
-//! distribution v3 on S3, `push` with each compression makes images that crane validates and
-//! exports, skopeo copies to an OCI layout and umoci unpacks into a file tree (all installed
-//! by scripts/setup; CI requires them, `CREB_REQUIRE_COMPAT=1`). Each layer is fetched and
-//! decompressed here too: its size is the one asked for, and its uncompressed digest is the
-//! config's `diff_id`.
+//! distribution v3 on S3, `push` with each compression, `push --platforms` and a replay's
+//! prewarm make images that crane validates and exports, skopeo copies to an OCI layout and
+//! umoci unpacks into a file tree (all installed by scripts/setup; CI requires them,
+//! `CREB_REQUIRE_COMPAT=1`). Each pushed layer is fetched and decompressed here too: its size
+//! is the one asked for, and its uncompressed digest is the config's `diff_id`.
 //!
 //! `crane validate` reads every layer through gzip whatever its media type
 //! (go-containerregistry's `validate.computeLayer`), so zstd and uncompressed images are
@@ -226,7 +226,8 @@ fn count_files(dir: &Path) -> usize {
     n
 }
 
-/// Every compression pushed to `target` and read back by every client.
+/// Every compression pushed to `target`, an index of two platforms, and a replay's
+/// prewarm, each read back by every client.
 fn every_compression_on(target: Target) {
     if clients().is_none() {
         return;
@@ -252,25 +253,27 @@ fn every_compression_on(target: Target) {
             compression,
         );
     }
+    several_platforms_make_an_index_clients_pick_from(&running);
+    a_replays_prewarm_makes_images_clients_unpack(&running);
 }
 
 #[test]
-fn pushed_images_are_read_by_real_clients_on_docker_registry() {
+fn generated_images_are_read_by_real_clients_on_docker_registry() {
     every_compression_on(Target::Distribution28);
 }
 
 #[test]
-fn pushed_images_are_read_by_real_clients_on_distribution_v3() {
+fn generated_images_are_read_by_real_clients_on_distribution_v3() {
     every_compression_on(Target::Distribution3);
 }
 
 #[test]
-fn pushed_images_are_read_by_real_clients_on_distribution_v3_on_s3() {
+fn generated_images_are_read_by_real_clients_on_distribution_v3_on_s3() {
     every_compression_on(Target::S3Redirect);
 }
 
-/// A layer smaller than the smallest tar of its compression is plain bytes: counted in
-/// meta.json and warned about, never silently.
+/// A layer smaller than the smallest tar of its compression (an empty tar: 32 bytes in gzip)
+/// is plain bytes: counted in meta.json and warned about, never silently.
 #[test]
 fn layers_too_small_for_a_tar_are_counted_and_warned_about() {
     let registry = crate::common::Registry::start();
@@ -286,7 +289,7 @@ fn layers_too_small_for_a_tar_are_counted_and_warned_about() {
             "--layers",
             "3",
             "--layer-size",
-            "512",
+            "20",
             "--output-dir",
             out.to_str().unwrap(),
         ],
@@ -342,35 +345,30 @@ fn zstd_with_the_docker_format_is_a_usage_error() {
 /// tagged as the image: crane validates the index and every image, skopeo copies each
 /// platform's image and umoci unpacks it; `pull --platform` picks its image from the index,
 /// and an index without the platform asked for is an error that names what it has.
-#[test]
-fn several_platforms_make_an_index_clients_pick_from() {
-    let Some((crane, skopeo, umoci)) = clients() else {
-        return;
-    };
-    let registry = crate::common::Registry::start();
+fn several_platforms_make_an_index_clients_pick_from(running: &Running) {
+    let (crane, skopeo, umoci) = clients().expect("clients checked");
+    let registry = running;
     let host = registry
         .url
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
-    let r = run_bin(
-        &[
-            "push",
-            "--registry",
-            &registry.url,
-            "--repo",
-            "multi/app",
-            "--layers",
-            "2",
-            "--layer-size",
-            "100KiB",
-            "--platforms",
-            "linux/amd64,linux/arm64",
-            "-q",
-        ],
-        None,
-        &[],
-    );
+    let mut args = vec![
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "multi/app",
+        "--layers",
+        "2",
+        "--layer-size",
+        "100KiB",
+        "--platforms",
+        "linux/amd64,linux/arm64",
+        "-q",
+    ];
+    args.extend(running.flags.iter().map(String::as_str));
+    let r = run_bin(&args, None, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let image = format!("{host}/multi/app:latest");
     client(&crane, &["validate", "--remote", &image, "--insecure"]);
@@ -452,21 +450,19 @@ fn several_platforms_make_an_index_clients_pick_from() {
 
     let out = scratch.path().join("pull-arm64");
     let pull = |platform: &str, out: &Path| {
-        run_bin(
-            &[
-                "pull",
-                "--registry",
-                &registry.url,
-                "--repo",
-                "multi/app",
-                "--platform",
-                platform,
-                "--output-dir",
-                out.to_str().unwrap(),
-            ],
-            None,
-            &[],
-        )
+        let mut args = vec![
+            "pull",
+            "--registry",
+            &registry.url,
+            "--repo",
+            "multi/app",
+            "--platform",
+            platform,
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        args.extend(running.flags.iter().map(String::as_str));
+        run_bin(&args, None, &[])
     };
     let r = pull("linux/arm64", &out);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -486,4 +482,90 @@ fn several_platforms_make_an_index_clients_pick_from() {
         said.contains("no image for linux/s390x") && said.contains("linux/amd64, linux/arm64"),
         "{said}"
     );
+}
+
+/// The images a replay's prewarm makes from a trace (its blobs as gzip tar layers of their
+/// recorded sizes, zstd on request) are images too: crane validates every manifest the
+/// prewarm pushed, and skopeo and umoci copy and unpack one of each repository.
+fn a_replays_prewarm_makes_images_clients_unpack(registry: &Running) {
+    let (crane, skopeo, umoci) = clients().expect("clients checked");
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    for compression in ["gzip", "zstd"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let out = scratch.path().join("prewarm");
+        let prefix = format!("trace-{compression}");
+        let mut args = vec![
+            "replay",
+            trace,
+            "--registry",
+            &registry.url,
+            "--phase",
+            "prewarm",
+            "--compression",
+            compression,
+            "--repo-prefix",
+            &prefix,
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend(registry.flags.iter().map(String::as_str));
+        let r = run_bin(&args, None, &[]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["config"]["layer_form"]["compression"], compression);
+        let host = registry
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let catalog = String::from_utf8(client(&crane, &["catalog", &host, "--insecure"])).unwrap();
+        let repos: Vec<&str> = catalog
+            .lines()
+            .filter(|l| l.starts_with(&format!("{prefix}/")))
+            .collect();
+        assert!(!repos.is_empty(), "the prewarm pushed repositories");
+        let mut unpacked = 0;
+        for repo in repos.iter().take(6) {
+            let tags = String::from_utf8(client(
+                &crane,
+                &["ls", &format!("{host}/{repo}"), "--insecure"],
+            ))
+            .unwrap();
+            let Some(tag) = tags.lines().next() else {
+                continue;
+            };
+            let image = format!("{host}/{repo}:{tag}");
+            let mut validate = vec!["validate", "--remote", &image, "--insecure"];
+            if compression != "gzip" {
+                validate.push("--fast");
+            }
+            client(&crane, &validate);
+            let layout = scratch.path().join(format!("oci-{unpacked}"));
+            client(
+                &skopeo,
+                &[
+                    "copy",
+                    "-q",
+                    "--src-tls-verify=false",
+                    &format!("docker://{image}"),
+                    &format!("oci:{}:t", layout.display()),
+                ],
+            );
+            let bundle = scratch.path().join(format!("bundle-{unpacked}"));
+            client(
+                &umoci,
+                &[
+                    "unpack",
+                    "--rootless",
+                    "--image",
+                    &format!("{}:t", layout.display()),
+                    bundle.to_str().unwrap(),
+                ],
+            );
+            unpacked += 1;
+        }
+        assert!(unpacked > 0, "{compression}: no tagged image to unpack");
+    }
 }

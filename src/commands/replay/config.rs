@@ -11,7 +11,8 @@ use crate::commands::args::{
     parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
 };
 use crate::commands::args::{
-    ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs, VerifyArg,
+    LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs,
+    VerifyArg,
 };
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
@@ -165,6 +166,9 @@ pub struct ReplayArgs {
     /// Manifest flavour of generated images.
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_enum, default_value_t = ManifestFormatArg::Oci)]
     pub manifest_format: ManifestFormatArg,
+
+    #[command(flatten)]
+    pub layer: LayerArgs,
 
     /// Count and skip malformed records instead of stopping at the first.
     #[arg(help_heading = "Workload", hide_short_help = true, long)]
@@ -487,6 +491,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             content: ContentOptions {
                 seed: a.seed,
                 sizes,
+                layer_form: a.layer.form(a.manifest_format.into())?,
                 ..ContentOptions::default()
             },
             sizes,

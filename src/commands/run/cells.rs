@@ -167,6 +167,8 @@ pub fn cell_argv(
             push_text(&mut argv, "--upload", &s.upload);
             push_value(&mut argv, "--chunk-size", &s.chunk_size);
             push_text(&mut argv, "--manifest-format", &s.manifest_format);
+            push_text(&mut argv, "--compression", &s.compression);
+            push_value(&mut argv, "--compress-ratio", &s.compress_ratio);
             push_value(&mut argv, "--max-lateness", &s.max_lateness);
             push_value(&mut argv, "--grace", &s.grace);
             push_value(&mut argv, "--session-gap", &s.session_gap);
@@ -199,6 +201,8 @@ pub fn cell_argv(
             push_flag(&mut argv, "--monolithic", s.monolithic);
             push_flag(&mut argv, "--single-post", s.single_post);
             push_text(&mut argv, "--manifest-format", &s.manifest_format);
+            push_text(&mut argv, "--compression", &s.compression);
+            push_value(&mut argv, "--compress-ratio", &s.compress_ratio);
         }
         Kind::Pull => {
             if let Some(repo) = &s.repo {

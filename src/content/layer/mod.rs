@@ -140,12 +140,16 @@ impl LayerForm {
         })
     }
 
-    /// The smallest layer of this form: a top directory, an empty file and the end marker.
-    /// A smaller size is generated as plain bytes and said to be (`raw_layers`).
+    /// The smallest layer of this form: an empty tar (its end marker alone) unique to its
+    /// key — a gzip member of 32 bytes (the size of the empty layer docker pushes; its
+    /// header's time field is the key's), a zstd frame of 21 and 1,032 bytes uncompressed
+    /// (8 of the key's bytes after the end marker). A smaller size is generated as plain
+    /// bytes and said to be (`raw_layers`); a larger one holds a tree as soon as one fits.
     pub fn min_size(&self) -> u64 {
         match self.compression {
-            Compression::None => 3 * 512 + 1024,
-            Compression::Gzip | Compression::Zstd => 3 * 512 + 512,
+            Compression::None => 1032,
+            Compression::Gzip => 32,
+            Compression::Zstd => 21,
         }
     }
 
@@ -331,15 +335,17 @@ impl Cursor {
     }
 
     fn plan_gzip(&mut self, start: u64, budget: u64) {
-        // Bits of deflate data so far; the member's header and trailer are 18 bytes.
+        // Bits of deflate data so far; the member's header and trailer are 18 bytes. A run
+        // copies the byte before it when the frame holds one equal to it, else begins with a
+        // literal.
         let mut bits = 0u64;
-        let mut held = 0u64;
+        let mut previous: Option<u8> = None;
         loop {
             let (seg, from) = self.current(start + 10 + bits / 8);
             let len = seg.len() - from;
             let (op, after) = match seg {
                 Seg::Run { byte, .. } => {
-                    let history = held > 0;
+                    let history = previous == Some(byte);
                     (
                         Op::Run { byte, len, history },
                         bits + 3 + run_bits(byte, len, history) + 7,
@@ -351,7 +357,7 @@ impl Cursor {
                 break;
             }
             bits = after;
-            held += len;
+            previous = seg.last_byte().or(previous);
             self.ops.push(op);
             self.seg = None;
         }
@@ -618,8 +624,15 @@ fn run_bits(byte: u8, len: u64, history: bool) -> u64 {
 }
 
 fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
-    // Magic, deflate, no flags, no time, no extra flags, unknown OS.
-    out.extend_from_slice(&[0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF]);
+    // Magic, deflate, no flags, a time that is the key's (every member of the layer has it:
+    // even an empty layer is unique), no extra flags, unknown OS.
+    let mixed = key
+        .iter()
+        .fold(0u64, |h, w| crate::content::mix::splitmix64(h ^ w));
+    let time = (mixed as u32 | 1).to_le_bytes();
+    out.extend_from_slice(&[0x1F, 0x8B, 8, 0]);
+    out.extend_from_slice(&time);
+    out.extend_from_slice(&[0, 0xFF]);
     let mut bits = Bits { out, acc: 0, n: 0 };
     // The final block's bytes left in its current stored block.
     let mut block_left = 0u64;

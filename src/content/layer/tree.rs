@@ -52,7 +52,7 @@ pub(super) enum Seg {
         last: u8,
     },
     Zeros(u64),
-    /// `len` copies of `byte`, which the stream's previous byte always is.
+    /// `len` copies of `byte` (the stream's previous byte, after a piece of random bytes).
     Run {
         byte: u8,
         len: u64,
@@ -60,6 +60,19 @@ pub(super) enum Seg {
 }
 
 impl Seg {
+    /// The segment's last byte (`None` when it is empty).
+    pub(super) fn last_byte(&self) -> Option<u8> {
+        if self.len() == 0 {
+            return None;
+        }
+        Some(match *self {
+            // A ustar header ends inside its zero-filled prefix field.
+            Seg::Header(_) | Seg::Zeros(_) => 0,
+            Seg::Random { last, .. } => last,
+            Seg::Run { byte, .. } => byte,
+        })
+    }
+
     pub(super) fn len(&self) -> u64 {
         match *self {
             Seg::Header(_) => 512,
@@ -191,9 +204,8 @@ enum Phase {
         left: u64,
         random: u64,
     },
-    /// The end marker's run of 1,023 zeros (its first zero is behind).
-    EndRun,
-    /// After the end marker: zeros, as many as the blob's size leaves room for.
+    /// After the end marker: the layer's random bytes, as many as its size leaves room for
+    /// (readers stop at the end marker; the diff digest covers them).
     Trail,
 }
 
@@ -256,9 +268,10 @@ impl Costs {
         random + pieces * self.literal_overhead + run_cost + self.literal(pad(len))
     }
 
-    /// The end marker.
+    /// The end marker: a run of 1,024 zeros (its first byte a literal where the byte before
+    /// is not a zero).
     fn end(&self) -> u64 {
-        self.literal(1) + self.run(1023)
+        self.run(1024)
     }
 }
 
@@ -335,6 +348,11 @@ impl Walk {
     pub(super) fn next(&mut self, used: u64) -> Seg {
         match self.phase {
             Phase::Top => {
+                let c = self.costs;
+                // A blob too small for a directory is an empty tar: the end marker alone.
+                if c.framed(c.literal(512) + c.end()) > self.size.saturating_sub(used) {
+                    return self.end();
+                }
                 self.entry = 1;
                 self.phase = Phase::Entry;
                 let h = self.header(None, 0);
@@ -387,18 +405,23 @@ impl Walk {
                 self.phase = Phase::Data { left, random };
                 self.emit(Seg::Run { byte, len })
             }
-            Phase::EndRun => {
-                self.phase = Phase::Trail;
-                self.emit(Seg::Run { byte: 0, len: 1023 })
+            Phase::Trail => {
+                // Key-derived bytes, so that even an empty tar is unique to its layer.
+                let id = self.pieces;
+                self.pieces += 1;
+                self.emit(Seg::Random {
+                    id,
+                    len: PIECE,
+                    last: 0,
+                })
             }
-            Phase::Trail => self.emit(Seg::Zeros(MAX_SEGMENT)),
         }
     }
 
-    /// The end marker begins: one zero, then [`Phase::EndRun`].
+    /// The end marker: two blocks of zeros, as one run.
     fn end(&mut self) -> Seg {
-        self.phase = Phase::EndRun;
-        self.emit(Seg::Zeros(1))
+        self.phase = Phase::Trail;
+        self.emit(Seg::Run { byte: 0, len: 1024 })
     }
 
     /// How many of a file's `len` bytes are random, so the tar after it holds `1 / ratio`

@@ -7,7 +7,7 @@ use super::*;
 use crate::content::hashing::Hashed;
 
 /// A content's key with its SHA-256 and diff digest.
-type KeyDigests = (ContentKey, [u8; 32], [u8; 32]);
+type KeyDigests = (ContentKey, Sums);
 
 /// What [`Catalog::compute_digests_with`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -86,13 +86,13 @@ impl Catalog {
         up_front: UpFront,
     ) -> DigestStats {
         let (stats, digests) = self.hash_contents(threads, cache, watch, up_front);
-        self.add_digests(digests.into_iter().map(|(key, sha, _)| (key, sha)));
+        self.add_digests(digests);
         stats
     }
 
     /// Keeps `digests` (computed, taken from a cache, or learned while the content was
     /// sent) beside those the catalog holds; a digest given again replaces the earlier one.
-    pub fn add_digests(&mut self, digests: impl IntoIterator<Item = (ContentKey, [u8; 32])>) {
+    pub fn add_digests(&mut self, digests: impl IntoIterator<Item = (ContentKey, Sums)>) {
         let (mut blobs, mut uploads) = (Vec::new(), Vec::new());
         for (key, digest) in digests {
             match key {
@@ -127,13 +127,13 @@ impl Catalog {
         let (stats, digests) = self.hash_contents(threads, None, watch, UpFront::ALL);
         let found = digests
             .into_iter()
-            .map(|(key, sha, diff)| (key, self.content_of(key), sha, diff))
+            .map(|(key, sums)| (key, self.content_of(key), sums))
             .collect();
         (stats, found)
     }
 
-    /// The digest of `key`'s content if the catalog holds it (computed, cached or added).
-    pub fn known_digest(&self, key: ContentKey) -> Option<[u8; 32]> {
+    /// The digests of `key`'s content if the catalog holds them (computed, cached or added).
+    pub fn known_digest(&self, key: ContentKey) -> Option<Sums> {
         match key {
             ContentKey::Blob(d) => self.blob_digests.get(&d),
             ContentKey::Upload(p) => self.upload_digests.get(&p),
@@ -190,7 +190,7 @@ impl Catalog {
             let mut rest = Vec::with_capacity(jobs.len());
             for (key, spec) in jobs {
                 match (cache.get(&spec), cache.diff(&spec)) {
-                    (Some(sha), Some(diff)) => known.push((key, sha, diff)),
+                    (Some(blob), Some(diff)) => known.push((key, Sums { blob, diff })),
                     _ => rest.push((key, spec)),
                 }
             }
@@ -207,11 +207,11 @@ impl Catalog {
         stats.threads = threads;
         let results = crate::content::hashing::sha256_on_threads(jobs, threads, watch);
         stats.stopped = results.len() < stats.computed;
-        let computed = results.into_iter().map(|(key, spec, sha, diff)| {
+        let computed = results.into_iter().map(|(key, spec, sums)| {
             if let Some(cache) = cache.as_deref_mut() {
-                cache.insert(spec, sha, diff);
+                cache.insert(spec, sums.blob, sums.diff);
             }
-            (key, sha, diff)
+            (key, sums)
         });
         let all: Vec<KeyDigests> = computed.chain(known).collect();
         (stats, all)
@@ -224,23 +224,33 @@ impl Catalog {
 
     /// [`Catalog::blob_digest`] as raw SHA-256 bytes.
     pub fn blob_sha256(&self, digest: Sym) -> [u8; 32] {
+        self.blob_sums(digest).blob
+    }
+
+    /// Both digests of a trace blob's content (kept, or computed now).
+    pub fn blob_sums(&self, digest: Sym) -> Sums {
         match self.blob_digests.get(&digest) {
-            Some(sha) => *sha,
+            Some(sums) => *sums,
             None => self.digest_now(ContentKey::Blob(digest)),
         }
     }
 
     pub fn upload_digest(&self, head: Position) -> Digest {
-        Digest::from_sha256(match self.upload_digests.get(&position_key(head)) {
-            Some(sha) => *sha,
-            None => self.digest_now(ContentKey::Upload(position_key(head))),
-        })
+        self.upload_sums(head).blob_digest()
     }
 
-    /// A digest no table holds, computed now: small content, or content whose digest was
+    /// Both digests of an upload's content (kept, or computed now).
+    pub fn upload_sums(&self, head: Position) -> Sums {
+        match self.upload_digests.get(&position_key(head)) {
+            Some(sums) => *sums,
+            None => self.digest_now(ContentKey::Upload(position_key(head))),
+        }
+    }
+
+    /// Digests no table holds, computed now: small content, or content whose digests were
     /// left to a prewarm that did not send it.
-    fn digest_now(&self, key: ContentKey) -> [u8; 32] {
-        self.content_of(key).sha256()
+    fn digest_now(&self, key: ContentKey) -> Sums {
+        self.content_of(key).sums()
     }
 
     pub fn filler_digest(&self, repo: Sym) -> Digest {
@@ -249,8 +259,13 @@ impl Catalog {
 
     /// [`Catalog::filler_digest`] as raw SHA-256 bytes.
     pub fn filler_sha256(&self, repo: Sym) -> [u8; 32] {
+        self.filler_sums(repo).blob
+    }
+
+    /// Both digests of a repository's filler layer (kept, or computed now).
+    pub fn filler_sums(&self, repo: Sym) -> Sums {
         match self.filler_digests.get(&repo) {
-            Some(sha) => *sha,
+            Some(sums) => *sums,
             None => self.digest_now(ContentKey::Filler(repo)),
         }
     }
@@ -295,24 +310,24 @@ mod tests {
         let (found_stats, found) = catalog.missing_digests(2, &Unwatched);
         assert_eq!(found_stats.computed, stats.deferred);
         assert_eq!(found.len(), stats.deferred);
-        for (key, spec, sha, _) in &found {
+        for (key, spec, sums) in &found {
             assert_eq!(
                 catalog.known_digest(*key),
                 None,
                 "{key:?} held before it was added"
             );
-            assert_eq!(*sha, spec.sha256(), "{key:?}");
+            assert_eq!(*sums, spec.sums(), "{key:?}");
             assert_eq!(catalog.content_of(*key), *spec);
         }
         // Half of them as a prewarm learns them while sending, the rest after.
         let (learned, after) = found.split_at(found.len() / 2);
-        catalog.add_digests(learned.iter().map(|(key, _, sha, _)| (*key, *sha)));
+        catalog.add_digests(learned.iter().map(|(key, _, sums)| (*key, *sums)));
         assert_eq!(catalog.missing_digests(2, &Unwatched).1.len(), after.len());
-        catalog.add_digests(after.iter().map(|(key, _, sha, _)| (*key, *sha)));
-        for (key, _, sha, _) in &found {
-            assert_eq!(catalog.known_digest(*key), Some(*sha), "{key:?}");
+        catalog.add_digests(after.iter().map(|(key, _, sums)| (*key, *sums)));
+        for (key, _, sums) in &found {
+            assert_eq!(catalog.known_digest(*key), Some(*sums), "{key:?}");
             if let ContentKey::Blob(d) = key {
-                assert_eq!(catalog.blob_sha256(*d), *sha);
+                assert_eq!(catalog.blob_sums(*d), *sums);
             }
         }
         assert!(catalog.missing_digests(2, &Unwatched).1.is_empty());

@@ -3,6 +3,7 @@
 //! generated for them is made of: its identity (from the trace facts that make it unique)
 //! and its size (`--size-scale`, `--max-object-size`).
 
+use crate::content::layer::LayerForm;
 use crate::plan::linker::{Position, PushedLayer};
 use crate::trace::Sym;
 
@@ -246,6 +247,9 @@ pub struct ContentOptions {
     pub filler_size: u64,
     /// Recorded blob and upload sizes, scaled.
     pub sizes: SizeScale,
+    /// How blobs are made: tar layers of a file tree, compressed so (a blob smaller than
+    /// the smallest such layer is plain bytes).
+    pub layer_form: LayerForm,
 }
 
 impl Default for ContentOptions {
@@ -253,11 +257,16 @@ impl Default for ContentOptions {
         ContentOptions {
             seed: crate::content::DEFAULT_SEED,
             unknown_blob_size: 4096,
-            filler_size: 512,
+            filler_size: FILLER_SIZE,
             sizes: SizeScale::ONE,
+            layer_form: LayerForm::default(),
         }
     }
 }
+
+/// The size of a repository's filler layer: a tar of every compression (the smallest
+/// uncompressed one is 2,560 bytes).
+pub const FILLER_SIZE: u64 = 4096;
 
 /// Layers per manifest remembered at most.
 pub(super) const MAX_MANIFEST_LAYERS: usize = 128;

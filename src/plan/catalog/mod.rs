@@ -30,7 +30,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::linker::{mounted, Position, PushedLayer, Role, SessionLinker};
 use super::sorted_map::SortedMap;
 use crate::content::digest_cache::DigestCache;
-use crate::content::ContentSpec;
+use crate::content::{ContentSpec, Sums};
 use crate::digest::Digest;
 use crate::fast_hash::FastHashMap;
 use crate::trace::{Interner, Item, Method, Record, Sym, Target, TraceError};
@@ -71,9 +71,9 @@ pub struct Catalog {
     /// (repository, reference) of every manifest PUT, in position order.
     pushed: Box<[(Sym, Sym)]>,
     /// SHA-256 of the content larger than [`KEEP_DIGEST_ABOVE`], once computed.
-    blob_digests: SortedMap<Sym, [u8; 32]>,
-    upload_digests: SortedMap<u64, [u8; 32]>,
-    filler_digests: HashMap<Sym, [u8; 32]>,
+    blob_digests: SortedMap<Sym, Sums>,
+    upload_digests: SortedMap<u64, Sums>,
+    filler_digests: HashMap<Sym, Sums>,
     keep: Keep,
     content: ContentOptions,
     /// Uploads the trace gives no size for.
@@ -172,10 +172,11 @@ impl Catalog {
     pub fn blob_content(&self, digest: Sym) -> ContentSpec {
         let name = self.names.resolve(digest);
         let size = self.known_blob_size(digest);
-        ContentSpec::new(
+        ContentSpec::layer(
             self.content.seed,
             format!("trace/blob/{name}").as_bytes(),
             size,
+            self.content.layer_form,
         )
     }
 
@@ -189,17 +190,39 @@ impl Catalog {
             b => self.content.sizes.apply(b),
         };
         let identity = format!("trace/upload/{identity:016x}");
-        ContentSpec::new(self.content.seed, identity.as_bytes(), size)
+        ContentSpec::layer(
+            self.content.seed,
+            identity.as_bytes(),
+            size,
+            self.content.layer_form,
+        )
     }
 
     /// The filler layer of a repository.
     pub fn filler_content(&self, repo: Sym) -> ContentSpec {
         let identity = format!("trace/filler/{}", self.names.resolve(repo));
-        ContentSpec::new(
+        ContentSpec::layer(
             self.content.seed,
             identity.as_bytes(),
             self.content.filler_size,
+            self.content.layer_form,
         )
+    }
+
+    /// Blobs and uploads smaller than the smallest layer of their form: generated as plain
+    /// bytes, not tars (`raw_layers`).
+    pub fn raw_layers(&self) -> u64 {
+        let min = self.content.layer_form.min_size();
+        let blobs = self
+            .blobs
+            .keys()
+            .filter(|d| self.known_blob_size(**d) < min)
+            .count();
+        let uploads = self
+            .uploads()
+            .filter(|(head, _)| self.upload_content(*head).size() < min)
+            .count();
+        (blobs + uploads) as u64
     }
 
     /// Total bytes of content prewarm pushes (blobs only), for progress and reports.
@@ -236,7 +259,7 @@ impl Catalog {
             (
                 "kept digests",
                 (self.blob_digests.len() + self.upload_digests.len() + self.filler_digests.len())
-                    * 40,
+                    * (8 + size_of::<Sums>()),
             ),
         ]
     }
