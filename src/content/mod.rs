@@ -33,7 +33,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::digest::Digest;
 use layer::{Frames, LayerForm};
-use mix::splitmix64;
+use mix::{fill_from, splitmix64};
 
 /// The seed of generated content when none is given; printed with every result so runs
 /// can be repeated.
@@ -409,33 +409,6 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
         .zip(b)
         .position(|(x, y)| x != y)
         .unwrap_or(a.len().min(b.len()))
-}
-
-/// Writes the block stream from byte `within` on into `out`. The stream is defined as the
-/// little-endian bytes of successive `next_u64` outputs, so it does not depend on where
-/// reads start or end (`fill_bytes` takes a short tail from `next_u32`, which would).
-fn fill_from(rng: &mut Xoshiro256PlusPlus, within: usize, out: &mut [u8]) {
-    for _ in 0..within / 8 {
-        rng.next_u64();
-    }
-    let mut start = 0;
-    let skip = within % 8;
-    if skip != 0 {
-        let word = rng.next_u64().to_le_bytes();
-        let take = (8 - skip).min(out.len());
-        out[..take].copy_from_slice(&word[skip..skip + take]);
-        start = take;
-    }
-    let mut words = out[start..].chunks_exact_mut(8);
-    for w in &mut words {
-        w.copy_from_slice(&rng.next_u64().to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    if !tail.is_empty() {
-        let word = rng.next_u64().to_le_bytes();
-        let n = tail.len();
-        tail.copy_from_slice(&word[..n]);
-    }
 }
 
 /// Yields the content of a range in chunks of at most [`BLOCK`] bytes, aligned to blocks.

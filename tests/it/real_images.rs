@@ -80,7 +80,7 @@ const LAYER_SIZE: u64 = 300_001;
 
 /// Pushes `repo` with two layers of `compression` and checks what every client makes of it.
 fn push_and_read(running: &Running, scratch: &Path, repo: &str, compression: &str) {
-    let (crane, skopeo, umoci) = clients().expect("clients checked");
+    let (crane, _, _) = clients().expect("clients checked");
     let size = LAYER_SIZE.to_string();
     let mut args = vec![
         "push",
@@ -154,30 +154,7 @@ fn push_and_read(running: &Running, scratch: &Path, repo: &str, compression: &st
     assert!(names.len() > 20, "{} entries: {names:?}", names.len());
     assert!(names.iter().all(|n| n.starts_with("creb-")), "{names:?}");
 
-    let layout = scratch.join(format!("oci-{compression}"));
-    let dest = format!("oci:{}:t", layout.display());
-    client(
-        &skopeo,
-        &[
-            "copy",
-            "-q",
-            "--src-tls-verify=false",
-            &format!("docker://{image}"),
-            &dest,
-        ],
-    );
-    let bundle = scratch.join(format!("bundle-{compression}"));
-    client(
-        &umoci,
-        &[
-            "unpack",
-            "--rootless",
-            "--image",
-            &format!("{}:t", layout.display()),
-            bundle.to_str().unwrap(),
-        ],
-    );
-    let rootfs = bundle.join("rootfs");
+    let rootfs = copy_and_unpack(&image, &scratch.join(compression), &[]);
     let files = count_files(&rootfs);
     let exported_files = names.iter().filter(|n| !n.ends_with('/')).count();
     assert!(files > 10, "{files} files unpacked");
@@ -185,6 +162,33 @@ fn push_and_read(running: &Running, scratch: &Path, repo: &str, compression: &st
         files <= exported_files,
         "umoci unpacked {files} files, crane exported {exported_files} entries"
     );
+}
+
+/// Copies `image` to an OCI layout under `at` with skopeo (`extra` flags added) and unpacks
+/// it with umoci: the bundle's root file system.
+fn copy_and_unpack(image: &str, at: &Path, extra: &[&str]) -> PathBuf {
+    let (_, skopeo, umoci) = clients().expect("clients checked");
+    std::fs::create_dir_all(at).unwrap();
+    let layout = at.join("oci");
+    let mut copy = vec!["copy", "-q", "--src-tls-verify=false"];
+    copy.extend(extra);
+    let from = format!("docker://{image}");
+    let to = format!("oci:{}:t", layout.display());
+    copy.extend([from.as_str(), to.as_str()]);
+    client(&skopeo, &copy);
+    let bundle = at.join("bundle");
+    let image = format!("{}:t", layout.display());
+    client(
+        &umoci,
+        &[
+            "unpack",
+            "--rootless",
+            "--image",
+            &image,
+            bundle.to_str().unwrap(),
+        ],
+    );
+    bundle.join("rootfs")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -346,7 +350,7 @@ fn zstd_with_the_docker_format_is_a_usage_error() {
 /// platform's image and umoci unpacks it; `pull --platform` picks its image from the index,
 /// and an index without the platform asked for is an error that names what it has.
 fn several_platforms_make_an_index_clients_pick_from(running: &Running) {
-    let (crane, skopeo, umoci) = clients().expect("clients checked");
+    let (crane, _, _) = clients().expect("clients checked");
     let registry = running;
     let host = registry
         .url
@@ -415,33 +419,13 @@ fn several_platforms_make_an_index_clients_pick_from(running: &Running) {
             .collect();
         layer_sets.push(layers);
         let arch = platform.rsplit('/').next().unwrap();
-        let layout = scratch.path().join(format!("oci-{arch}"));
-        client(
-            &skopeo,
-            &[
-                "copy",
-                "-q",
-                "--src-tls-verify=false",
-                "--override-arch",
-                arch,
-                "--override-os",
-                "linux",
-                &format!("docker://{image}"),
-                &format!("oci:{}:t", layout.display()),
-            ],
+        let at = scratch.path().join(arch);
+        let rootfs = copy_and_unpack(
+            &image,
+            &at,
+            &["--override-arch", arch, "--override-os", "linux"],
         );
-        let bundle = scratch.path().join(format!("bundle-{arch}"));
-        client(
-            &umoci,
-            &[
-                "unpack",
-                "--rootless",
-                "--image",
-                &format!("{}:t", layout.display()),
-                bundle.to_str().unwrap(),
-            ],
-        );
-        assert!(count_files(&bundle.join("rootfs")) > 0, "{platform}");
+        assert!(count_files(&rootfs) > 0, "{platform}");
     }
     assert!(
         layer_sets[0].iter().all(|l| !layer_sets[1].contains(l)),
@@ -488,7 +472,7 @@ fn several_platforms_make_an_index_clients_pick_from(running: &Running) {
 /// recorded sizes, zstd on request) are images too: crane validates every manifest the
 /// prewarm pushed, and skopeo and umoci copy and unpack one of each repository.
 fn a_replays_prewarm_makes_images_clients_unpack(registry: &Running) {
-    let (crane, skopeo, umoci) = clients().expect("clients checked");
+    let (crane, _, _) = clients().expect("clients checked");
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
     for compression in ["gzip", "zstd"] {
         let scratch = tempfile::tempdir().unwrap();
@@ -542,28 +526,8 @@ fn a_replays_prewarm_makes_images_clients_unpack(registry: &Running) {
                 validate.push("--fast");
             }
             client(&crane, &validate);
-            let layout = scratch.path().join(format!("oci-{unpacked}"));
-            client(
-                &skopeo,
-                &[
-                    "copy",
-                    "-q",
-                    "--src-tls-verify=false",
-                    &format!("docker://{image}"),
-                    &format!("oci:{}:t", layout.display()),
-                ],
-            );
-            let bundle = scratch.path().join(format!("bundle-{unpacked}"));
-            client(
-                &umoci,
-                &[
-                    "unpack",
-                    "--rootless",
-                    "--image",
-                    &format!("{}:t", layout.display()),
-                    bundle.to_str().unwrap(),
-                ],
-            );
+            let rootfs = copy_and_unpack(&image, &scratch.path().join(unpacked.to_string()), &[]);
+            assert!(rootfs.is_dir(), "{image}");
             unpacked += 1;
         }
         assert!(unpacked > 0, "{compression}: no tagged image to unpack");

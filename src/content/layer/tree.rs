@@ -8,10 +8,10 @@
 //! of one byte, the run's length steered so the whole tar holds `1 / ratio` uncompressed
 //! bytes for every byte of literal data (headers and padding count as literal).
 
-use rand::{RngCore, SeedableRng};
+use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::content::mix::splitmix64;
+use crate::content::mix::{fill_from, splitmix64};
 
 /// `ln` of the median file size (1,915 bytes).
 const SIZE_MU: f64 = 7.557;
@@ -113,27 +113,7 @@ fn piece_rng(key: &[u64; 4], id: u64) -> Xoshiro256PlusPlus {
 
 /// Bytes `from..` of piece `id`: the little-endian bytes of its generator's words.
 fn random_bytes(key: &[u64; 4], id: u64, from: u64, out: &mut [u8]) {
-    let mut rng = piece_rng(key, id);
-    for _ in 0..from / 8 {
-        rng.next_u64();
-    }
-    let skip = (from % 8) as usize;
-    let mut at = 0;
-    if skip != 0 {
-        let word = rng.next_u64().to_le_bytes();
-        let n = (8 - skip).min(out.len());
-        out[..n].copy_from_slice(&word[skip..skip + n]);
-        at = n;
-    }
-    let mut words = out[at..].chunks_exact_mut(8);
-    for w in &mut words {
-        w.copy_from_slice(&rng.next_u64().to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    if !tail.is_empty() {
-        let n = tail.len();
-        tail.copy_from_slice(&rng.next_u64().to_le_bytes()[..n]);
-    }
+    fill_from(&mut piece_rng(key, id), from as usize, out);
 }
 
 impl Header {
