@@ -73,7 +73,8 @@ pub struct Cli {
 pub const EXIT_STATUSES: &str = "\
 Exit status (every command):
   0    completed
-  1    completed, but an operation failed (more than --max-errors, 0 by default), or a
+  1    completed, but an operation failed (more than --max-errors, 0 by default), an image
+       failed though its requests did not (pull --platform absent from an index), or a
        validity check failed with --strict
   2    usage, configuration or I/O error (nothing was measured, or the registry was unusable)
   3    completed, but a --fail-if threshold held
