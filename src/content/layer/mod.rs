@@ -6,11 +6,13 @@
 //! each a whole gzip member or zstd frame, so a frame's bytes (and a gzip member's CRC) need
 //! no byte before it; finding where the tar stream stands at a frame's start replays the
 //! walk's arithmetic, never its bytes. Inside a frame, random bytes, headers and zeros go
-//! out as stored deflate blocks or raw zstd blocks (memory speed), each run of one byte as a
+//! out as stored deflate blocks or raw zstd blocks (memory speed), each run of zeros as a
 //! fixed-Huffman block of back-references or a zstd RLE block (a few bytes for thousands),
 //! and the frame ends with one literal block holding exactly the bytes its size has left,
-//! which makes every size exact. Gzip trailers carry each member's CRC-32 and length.
+//! which makes every size exact. Gzip trailers carry each member's CRC-32 and length (a long
+//! run of zeros advances the CRC by arithmetic, `crc`, instead of being hashed).
 
+mod crc;
 mod tree;
 
 use std::ops::Range;
@@ -244,6 +246,8 @@ pub(super) struct Cursor {
     /// The frame the next plan is for.
     frame: u64,
     ops: Vec<Op>,
+    /// The zero-run operator last used (kept from frame to frame).
+    zeros: crc::Zeros,
 }
 
 impl Cursor {
@@ -256,6 +260,7 @@ impl Cursor {
             seg: None,
             frame: 0,
             ops: Vec::with_capacity(64),
+            zeros: crc::Zeros::default(),
         }
     }
 
@@ -371,15 +376,17 @@ impl Cursor {
         self.plan();
         out.clear();
         let mut sink = Uncompressed {
-            crc: crc32fast::Hasher::new(),
+            crc: (self.form.compression == Compression::Gzip).then(crc32fast::Hasher::new),
             len: 0,
             diff,
+            zeros: std::mem::take(&mut self.zeros),
         };
         match self.form.compression {
             Compression::None => render_plain(&self.key, &self.ops, out, &mut sink),
             Compression::Gzip => render_gzip(&self.key, &self.ops, out, &mut sink),
             Compression::Zstd => render_zstd(&self.key, &self.ops, out, &mut sink),
         }
+        self.zeros = sink.zeros;
     }
 
     /// Plans the next frame without writing it.
@@ -414,27 +421,56 @@ fn final_room(bits: u64, budget: u64) -> Option<u64> {
 /// How a frame's uncompressed bytes are heard: the gzip member's CRC and length, and the
 /// layer's diff digest when it is being computed.
 struct Uncompressed<'a> {
-    crc: crc32fast::Hasher,
+    /// The CRC-32, for gzip (zstd and uncompressed layers have none to make).
+    crc: Option<crc32fast::Hasher>,
     len: u64,
     diff: Option<&'a mut Sha256>,
+    zeros: crc::Zeros,
 }
 
 impl Uncompressed<'_> {
     fn bytes(&mut self, b: &[u8]) {
-        self.crc.update(b);
+        if let Some(crc) = self.crc.as_mut() {
+            crc.update(b);
+        }
         self.len += b.len() as u64;
         if let Some(d) = self.diff.as_deref_mut() {
             d.update(b);
         }
     }
 
-    fn run(&mut self, byte: u8, mut len: u64) {
-        let buf = [byte; 4096];
-        while len > 0 {
-            let n = len.min(4096) as usize;
-            self.bytes(&buf[..n]);
-            len -= n as u64;
+    /// A run: a long run of zeros advances the CRC by arithmetic (cheaper than hashing
+    /// past a few KiB; the digest, when computed, still hears them); others are hashed.
+    fn run(&mut self, byte: u8, len: u64) {
+        let (Some(crc), true) = (self.crc.as_mut(), byte == 0 && len >= ZERO_RUN_ARITHMETIC) else {
+            let buf = [byte; 4096];
+            let mut left = len;
+            while left > 0 {
+                let n = left.min(4096) as usize;
+                self.bytes(&buf[..n]);
+                left -= n as u64;
+            }
+            return;
+        };
+        let advanced = self.zeros.append(crc.clone().finalize(), len);
+        *crc = crc32fast::Hasher::new_with_initial(advanced);
+        self.len += len;
+        if let Some(d) = self.diff.as_deref_mut() {
+            feed(d, 0, len);
         }
+    }
+}
+
+/// Runs of zeros from this long on advance a CRC by arithmetic rather than by hashing.
+const ZERO_RUN_ARITHMETIC: u64 = 4096;
+
+/// Feeds `len` copies of `byte` to a SHA-256.
+fn feed(d: &mut Sha256, byte: u8, mut len: u64) {
+    let buf = [byte; 4096];
+    while len > 0 {
+        let n = len.min(4096) as usize;
+        d.update(&buf[..n]);
+        len -= n as u64;
     }
 }
 
@@ -691,7 +727,7 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
         }
     }
     bits.align();
-    let crc = std::mem::replace(&mut sink.crc, crc32fast::Hasher::new()).finalize();
+    let crc = sink.crc.take().map_or(0, crc32fast::Hasher::finalize);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&(sink.len as u32).to_le_bytes());
 }
