@@ -117,23 +117,26 @@ fn random_bytes(key: &[u64; 4], id: u64, from: u64, out: &mut [u8]) {
 }
 
 impl Header {
-    fn name(&self) -> String {
-        let mut name = format!("creb-{:08x}/", self.top);
+    /// Writes the entry's name (`creb-XXXXXXXX/d3/d7/f12`, at most 71 bytes) into the
+    /// header's 100-byte name field, without allocating: headers are made again for every
+    /// frame that is read back.
+    fn write_name(&self, field: &mut [u8]) {
+        use std::io::Write;
+        let mut out = &mut field[..100];
+        // The longest name fits the field, so no write can fail.
+        let _ = write!(out, "creb-{:08x}/", self.top);
         for d in &self.dirs[..self.depth as usize] {
-            name.push_str(&format!("d{d}/"));
+            let _ = write!(out, "d{d}/");
         }
         if let Some(f) = self.file {
-            name.push_str(&format!("f{f}"));
+            let _ = write!(out, "f{f}");
         }
-        name
     }
 
     /// The ustar header block.
     pub(super) fn render(&self) -> [u8; 512] {
         let mut h = [0u8; 512];
-        let name = self.name();
-        let n = name.len().min(100);
-        h[..n].copy_from_slice(&name.as_bytes()[..n]);
+        self.write_name(&mut h);
         let (mode, kind) = match self.file {
             Some(_) => (0o644, b'0'),
             None => (0o755, b'5'),
