@@ -22,7 +22,13 @@ fuzz_target!(|data: &[u8]| {
     let content_type = std::str::from_utf8(content_type).ok();
     if let Ok(parsed) = ParsedManifest::parse(manifest, content_type) {
         let _ = parsed.blobs();
-        let _ = parsed.pick_platform();
+        // With no platform asked for (this machine's) and with one named in the body.
+        let _ = parsed.pick_platform(None);
+        let _ = parsed.pick_platform(Some(&creb::oci::manifest::Platform {
+            architecture: "arm64".into(),
+            os: "linux".into(),
+            variant: Some("v8".into()),
+        }));
     }
     let _ = parse_token_response(
         token,
