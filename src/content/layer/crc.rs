@@ -5,20 +5,15 @@
 /// The reflected CRC-32 polynomial.
 const POLY: u32 = 0xEDB8_8320;
 
-/// a(x) · b(x) modulo the polynomial (bit 31 is x^0).
+/// a(x) · b(x) modulo the polynomial (bit 31 is x^0), without branches: each of a's bits
+/// masks a multiple of b in.
 fn multiply(a: u32, mut b: u32) -> u32 {
-    let mut m = 1u32 << 31;
     let mut p = 0u32;
-    loop {
-        if a & m != 0 {
-            p ^= b;
-            if a & (m - 1) == 0 {
-                return p;
-            }
-        }
-        m >>= 1;
-        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    for i in (0..32).rev() {
+        p ^= b & 0u32.wrapping_sub((a >> i) & 1);
+        b = (b >> 1) ^ (POLY & 0u32.wrapping_sub(b & 1));
     }
+    p
 }
 
 /// x^(2^k) modulo the polynomial, for k = 0..32.

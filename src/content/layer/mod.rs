@@ -13,6 +13,7 @@
 //! run of zeros advances the CRC by arithmetic, `crc`, instead of being hashed).
 
 mod crc;
+mod pool;
 mod tree;
 
 use std::ops::Range;
@@ -372,7 +373,7 @@ impl Cursor {
 
     /// Plans the next frame and writes it to `out` (cleared first); `diff` hears the
     /// frame's uncompressed bytes.
-    pub(super) fn render_next(&mut self, out: &mut Vec<u8>, diff: Option<&mut Sha256>) {
+    pub(super) fn render_next(&mut self, out: &mut Out, diff: Option<&mut Sha256>) {
         self.plan();
         out.clear();
         let mut sink = Uncompressed {
@@ -397,6 +398,74 @@ impl Cursor {
     /// The frame the next plan is for.
     pub(super) fn frame(&self) -> u64 {
         self.frame
+    }
+}
+
+/// A frame's bytes, written into a buffer kept from frame to frame: its bytes are
+/// initialised once, when it grows, so a frame's literal bytes are written where they stay
+/// (no zeroing first, no copy).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Out {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Out {
+    /// A buffer that holds any frame without growing (the last frame can be almost two).
+    pub(super) fn for_frames() -> Out {
+        Out {
+            buf: vec![0; 2 * FRAME as usize + 64],
+            len: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The next `n` bytes, to be written (what they held before is overwritten).
+    fn slot(&mut self, n: usize) -> &mut [u8] {
+        let end = self.len + n;
+        if end > self.buf.len() {
+            self.buf.resize(end.max(2 * self.buf.len()), 0);
+        }
+        let at = self.len;
+        self.len = end;
+        &mut self.buf[at..end]
+    }
+
+    fn push(&mut self, b: u8) {
+        self.slot(1)[0] = b;
+    }
+
+    /// The first `n` (at most 8) little-endian bytes of `word`, written as one word (a copy
+    /// of a length known only at run time would be a call per write).
+    fn put_word(&mut self, word: u64, n: usize) {
+        let at = self.len;
+        self.slot(8).copy_from_slice(&word.to_le_bytes());
+        self.len = at + n.min(8);
+    }
+
+    fn extend_from_slice(&mut self, b: &[u8]) {
+        self.slot(b.len()).copy_from_slice(b);
+    }
+
+    /// `n` copies of `byte`.
+    fn fill(&mut self, byte: u8, n: usize) {
+        self.slot(n).fill(byte);
+    }
+
+    /// The bytes written from `at` on.
+    fn since(&self, at: usize) -> &[u8] {
+        &self.buf[at..self.len]
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -443,7 +512,14 @@ impl Uncompressed<'_> {
     /// past a few KiB; the digest, when computed, still hears them); others are hashed.
     fn run(&mut self, byte: u8, len: u64) {
         let (Some(crc), true) = (self.crc.as_mut(), byte == 0 && len >= ZERO_RUN_ARITHMETIC) else {
-            let buf = [byte; 4096];
+            static ZEROS: [u8; 4096] = [0; 4096];
+            let other;
+            let buf: &[u8; 4096] = if byte == 0 {
+                &ZEROS
+            } else {
+                other = [byte; 4096];
+                &other
+            };
             let mut left = len;
             while left > 0 {
                 let n = left.min(4096) as usize;
@@ -462,7 +538,7 @@ impl Uncompressed<'_> {
 }
 
 /// Runs of zeros from this long on advance a CRC by arithmetic rather than by hashing.
-const ZERO_RUN_ARITHMETIC: u64 = 4096;
+const ZERO_RUN_ARITHMETIC: u64 = 1024;
 
 /// Feeds `len` copies of `byte` to a SHA-256.
 fn feed(d: &mut Sha256, byte: u8, mut len: u64) {
@@ -475,22 +551,20 @@ fn feed(d: &mut Sha256, byte: u8, mut len: u64) {
 }
 
 /// Appends bytes `from..from + len` of `seg` to `out`.
-fn put_segment(key: &[u64; 4], seg: &Seg, from: u64, len: u64, out: &mut Vec<u8>) {
-    let at = out.len();
-    out.resize(at + len as usize, 0);
-    seg.render(key, from, &mut out[at..]);
+fn put_segment(key: &[u64; 4], seg: &Seg, from: u64, len: u64, out: &mut Out) {
+    seg.render(key, from, out.slot(len as usize));
 }
 
-fn render_plain(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+fn render_plain(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
     for op in ops {
         match *op {
             Op::Literal { seg, from, len } | Op::Tail { seg, from, len } => {
                 let at = out.len();
                 put_segment(key, &seg, from, len, out);
-                sink.bytes(&out[at..]);
+                sink.bytes(out.since(at));
             }
             Op::Run { byte, len, .. } => {
-                out.resize(out.len() + len as usize, byte);
+                out.fill(byte, len as usize);
                 sink.run(byte, len);
             }
             Op::Final { .. } => {}
@@ -498,10 +572,10 @@ fn render_plain(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncomp
     }
 }
 
-fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
     // Magic; no content size, checksum or dictionary, not single-segment; a 128 KiB window.
     out.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x38]);
-    let block_header = |out: &mut Vec<u8>, last: bool, kind: u32, size: u64| {
+    let block_header = |out: &mut Out, last: bool, kind: u32, size: u64| {
         let h = u32::from(last) | (kind << 1) | ((size as u32) << 3);
         out.extend_from_slice(&h.to_le_bytes()[..3]);
     };
@@ -511,7 +585,7 @@ fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
                 block_header(out, false, 0, len);
                 let at = out.len();
                 put_segment(key, &seg, from, len, out);
-                sink.bytes(&out[at..]);
+                sink.bytes(out.since(at));
             }
             Op::Run { byte, len, .. } => {
                 block_header(out, false, 1, len);
@@ -522,7 +596,7 @@ fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
             Op::Tail { seg, from, len } => {
                 let at = out.len();
                 put_segment(key, &seg, from, len, out);
-                sink.bytes(&out[at..]);
+                sink.bytes(out.since(at));
             }
         }
     }
@@ -530,19 +604,21 @@ fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
 
 /// Writes deflate's bit stream: bits go in from the least significant end of each byte.
 struct Bits<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut Out,
     acc: u64,
     n: u32,
 }
 
 impl Bits<'_> {
+    /// Adds `count` bits (at most 56: the accumulator holds fewer than 8 before).
     fn put(&mut self, value: u64, count: u32) {
         self.acc |= value << self.n;
         self.n += count;
-        while self.n >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.n -= 8;
+        let whole = self.n / 8;
+        if whole > 0 {
+            self.out.put_word(self.acc, whole as usize);
+            self.acc = self.acc.checked_shr(8 * whole).unwrap_or(0);
+            self.n -= 8 * whole;
         }
     }
 
@@ -575,6 +651,20 @@ impl Bits<'_> {
             self.code(0x30 + u32::from(byte), 8);
         } else {
             self.code(0x190 + u32::from(byte) - 144, 9);
+        }
+    }
+
+    /// `count` back-references of 258 bytes at distance 1 (most of a run of zeros), four
+    /// at a time: each is the same 13 bits (length symbol 285's code, distance code 0).
+    fn copies_258(&mut self, mut count: u64) {
+        const ONE: u64 = (0xC5u8.reverse_bits()) as u64;
+        const FOUR: u64 = ONE | ONE << 13 | ONE << 26 | ONE << 39;
+        while count >= 4 {
+            self.put(FOUR, 52);
+            count -= 4;
+        }
+        for _ in 0..count {
+            self.put(ONE, 13);
         }
     }
 
@@ -659,7 +749,7 @@ fn run_bits(byte: u8, len: u64, history: bool) -> u64 {
         + lits * literal_bits(byte)
 }
 
-fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompressed) {
+fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
     // Magic, deflate, no flags, a time that is the key's (every member of the layer has it:
     // even an empty layer is unique), no extra flags, unknown OS.
     let mixed = key
@@ -679,7 +769,7 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
                 bits.stored_header(false, len);
                 let at = bits.out.len();
                 put_segment(key, &seg, from, len, bits.out);
-                sink.bytes(&bits.out[at..]);
+                sink.bytes(bits.out.since(at));
             }
             Op::Run { byte, len, history } => {
                 bits.put(0, 1);
@@ -690,9 +780,7 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
                     len -= 1;
                 }
                 let (full, tail, lits) = run_parts(len);
-                for _ in 0..full {
-                    bits.copy(258);
-                }
+                bits.copies_258(full);
                 for t in tail.into_iter().filter(|t| *t > 0) {
                     bits.copy(t);
                 }
@@ -717,7 +805,7 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Vec<u8>, sink: &mut Uncompr
                     let n = len.min(block_left);
                     let at = bits.out.len();
                     put_segment(key, &seg, from, n, bits.out);
-                    sink.bytes(&bits.out[at..]);
+                    sink.bytes(bits.out.since(at));
                     block_left -= n;
                     final_left -= n;
                     from += n;
@@ -745,7 +833,7 @@ fn op_len(op: &Op) -> u64 {
 pub(super) struct Frames {
     start: Cursor,
     cursor: Cursor,
-    buf: Vec<u8>,
+    buf: Out,
     /// The frame `buf` holds.
     held: Option<u64>,
 }
@@ -756,7 +844,7 @@ impl Frames {
         Frames {
             start: cursor.clone(),
             cursor,
-            buf: Vec::new(),
+            buf: Out::for_frames(),
             held: None,
         }
     }
@@ -784,7 +872,7 @@ impl Frames {
             self.cursor.render_next(&mut self.buf, diff);
             self.held = Some(k);
         }
-        (frame_range(self.cursor.size, k).start, &self.buf)
+        (frame_range(self.cursor.size, k).start, self.buf.as_slice())
     }
 
     /// Copies bytes `offset..offset + out.len()` of the blob into `out`.
@@ -812,10 +900,10 @@ pub(super) fn digests_while(
     let mut cursor = Cursor::new(key, form, size);
     let mut blob = Sha256::new();
     let mut diff = Sha256::new();
-    let mut buf = Vec::with_capacity(2 * FRAME as usize);
+    let mut buf = Out::for_frames();
     for _ in 0..frame_count(size) {
         cursor.render_next(&mut buf, Some(&mut diff));
-        blob.update(&buf);
+        blob.update(buf.as_slice());
         if !go_on(buf.len() as u64) {
             return None;
         }

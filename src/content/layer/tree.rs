@@ -8,10 +8,7 @@
 //! of zeros, the run's length steered so the whole tar holds `1 / ratio` uncompressed
 //! bytes for every byte of literal data (headers and padding count as literal).
 
-use rand::SeedableRng;
-use rand_xoshiro::Xoshiro256PlusPlus;
-
-use crate::content::mix::{fill_from, splitmix64};
+use crate::content::mix::splitmix64;
 
 /// `ln` of the median file size (1,915 bytes).
 const SIZE_MU: f64 = 7.557;
@@ -45,7 +42,7 @@ pub(super) struct Header {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Seg {
     Header(Header),
-    /// `len` random bytes of piece `id` (its own generator), the last one `last`.
+    /// `len` random bytes of piece `id` (`pool`), the last one `last`.
     Random {
         id: u64,
         len: u64,
@@ -83,12 +80,15 @@ impl Seg {
     /// Writes bytes `from..from + out.len()` of the segment into `out`.
     pub(super) fn render(&self, key: &[u64; 4], from: u64, out: &mut [u8]) {
         match *self {
-            Seg::Header(h) => {
-                let bytes = h.render();
-                out.copy_from_slice(&bytes[from as usize..from as usize + out.len()]);
-            }
+            Seg::Header(h) => match <&mut [u8; 512]>::try_from(&mut *out) {
+                Ok(whole) if from == 0 => h.render_into(whole),
+                _ => {
+                    let bytes = h.render();
+                    out.copy_from_slice(&bytes[from as usize..from as usize + out.len()]);
+                }
+            },
             Seg::Random { id, len, last } => {
-                random_bytes(key, id, from, out);
+                super::pool::piece_bytes(key, id, from, out);
                 if from + out.len() as u64 == len {
                     if let Some(b) = out.last_mut() {
                         *b = last;
@@ -101,42 +101,40 @@ impl Seg {
     }
 }
 
-/// The generator of random piece `id`.
-fn piece_rng(key: &[u64; 4], id: u64) -> Xoshiro256PlusPlus {
-    let mut seed = [0u8; 32];
-    for (i, word) in key.iter().enumerate() {
-        let mixed = splitmix64(word ^ splitmix64(id ^ (0xA5A5_0000_0000_0000 | i as u64)));
-        seed[i * 8..i * 8 + 8].copy_from_slice(&mixed.to_le_bytes());
-    }
-    Xoshiro256PlusPlus::from_seed(seed)
-}
-
-/// Bytes `from..` of piece `id`: the little-endian bytes of its generator's words.
-fn random_bytes(key: &[u64; 4], id: u64, from: u64, out: &mut [u8]) {
-    fill_from(&mut piece_rng(key, id), from as usize, out);
-}
-
 impl Header {
     /// Writes the entry's name (`creb-XXXXXXXX/d3/d7/f12`, at most 71 bytes) into the
     /// header's 100-byte name field, without allocating: headers are made again for every
     /// frame that is read back.
     fn write_name(&self, field: &mut [u8]) {
-        use std::io::Write;
-        let mut out = &mut field[..100];
-        // The longest name fits the field, so no write can fail.
-        let _ = write!(out, "creb-{:08x}/", self.top);
+        field[..5].copy_from_slice(b"creb-");
+        for i in 0..8 {
+            field[5 + i] = b"0123456789abcdef"[((self.top >> (28 - 4 * i)) & 0xF) as usize];
+        }
+        field[13] = b'/';
+        let mut at = 14;
         for d in &self.dirs[..self.depth as usize] {
-            let _ = write!(out, "d{d}/");
+            field[at] = b'd';
+            at = decimal(u64::from(*d), field, at + 1);
+            field[at] = b'/';
+            at += 1;
         }
         if let Some(f) = self.file {
-            let _ = write!(out, "f{f}");
+            field[at] = b'f';
+            decimal(f, field, at + 1);
         }
     }
 
     /// The ustar header block.
     pub(super) fn render(&self) -> [u8; 512] {
         let mut h = [0u8; 512];
-        self.write_name(&mut h);
+        self.render_into(&mut h);
+        h
+    }
+
+    /// [`Header::render`] into a block that may hold anything before.
+    pub(super) fn render_into(&self, h: &mut [u8; 512]) {
+        h.fill(0);
+        self.write_name(h);
         let (mode, kind) = match self.file {
             Some(_) => (0o644, b'0'),
             None => (0o755, b'5'),
@@ -154,11 +152,21 @@ impl Header {
         octal(&mut h[329..337], 0);
         octal(&mut h[337..345], 0);
         h[148..156].fill(b' ');
-        let sum: u64 = h.iter().map(|b| u64::from(*b)).sum();
+        let sum = u64::from(h.iter().map(|b| u32::from(*b)).sum::<u32>());
         octal(&mut h[148..155], sum);
         h[155] = b' ';
-        h
     }
+}
+
+/// Writes `value`'s decimal digits into `field` from `at` on; where they end.
+fn decimal(value: u64, field: &mut [u8], at: usize) -> usize {
+    let digits = value.checked_ilog10().unwrap_or(0) as usize + 1;
+    let mut v = value;
+    for i in (at..at + digits).rev() {
+        field[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    at + digits
 }
 
 /// Writes `value` as zero-padded octal digits ending in a NUL, filling `field`.
