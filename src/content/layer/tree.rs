@@ -131,20 +131,39 @@ impl Header {
         h
     }
 
-    /// [`Header::render`] into a block that may hold anything before.
+    /// [`Header::render`] into a block that may hold anything before: the fields every
+    /// entry shares come from a template, and the checksum adds what differs to the
+    /// template's.
     pub(super) fn render_into(&self, h: &mut [u8; 512]) {
-        h.fill(0);
+        let (template, base) = header_template();
+        *h = *template;
         self.write_name(h);
-        let (mode, kind) = match self.file {
-            Some(_) => (0o644, b'0'),
-            None => (0o755, b'5'),
-        };
-        octal(&mut h[100..108], mode);
+        if self.file.is_none() {
+            octal(&mut h[100..108], 0o755);
+            h[156] = b'5';
+        }
+        octal(&mut h[124..136], self.size);
+        let varying: u32 = h[..108]
+            .iter()
+            .chain(&h[124..136])
+            .chain(&h[156..157])
+            .map(|b| u32::from(*b))
+            .sum();
+        octal(&mut h[148..155], u64::from(base + varying));
+        h[155] = b' ';
+    }
+}
+
+/// The header fields every entry shares (a regular file's mode and type, owners, time,
+/// magic), with the name and size left blank, and the checksum of everything but the name,
+/// mode, size and type (its own field counted as spaces).
+fn header_template() -> &'static ([u8; 512], u32) {
+    static TEMPLATE: std::sync::OnceLock<([u8; 512], u32)> = std::sync::OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let mut h = [0u8; 512];
         octal(&mut h[108..116], 0);
         octal(&mut h[116..124], 0);
-        octal(&mut h[124..136], self.size);
         octal(&mut h[136..148], MTIME);
-        h[156] = kind;
         h[257..263].copy_from_slice(b"ustar\0");
         h[263..265].copy_from_slice(b"00");
         h[265..269].copy_from_slice(b"root");
@@ -152,10 +171,11 @@ impl Header {
         octal(&mut h[329..337], 0);
         octal(&mut h[337..345], 0);
         h[148..156].fill(b' ');
-        let sum = u64::from(h.iter().map(|b| u32::from(*b)).sum::<u32>());
-        octal(&mut h[148..155], sum);
-        h[155] = b' ';
-    }
+        let base = h.iter().map(|b| u32::from(*b)).sum();
+        octal(&mut h[100..108], 0o644);
+        h[156] = b'0';
+        (h, base)
+    })
 }
 
 /// Writes `value`'s decimal digits into `field` from `at` on; where they end.
