@@ -240,3 +240,27 @@ fn the_smallest_layer_is_an_empty_tar_unique_to_its_key() {
     // The empty gzip layer is as small as docker's (32 bytes).
     assert_eq!(LayerForm::default().min_size(), 32);
 }
+
+/// Pins the layers' bytes (the walk, the pool of random words, the framing): if this
+/// changes, hosts of different versions disagree on every layer's digest and a dataset's
+/// digest cache no longer matches. Change it deliberately, with the cache's scheme.
+#[test]
+fn golden_layer_digests() {
+    let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let mut got = Vec::new();
+    for compression in [Compression::Gzip, Compression::Zstd, Compression::None] {
+        let form = LayerForm::new(compression, 0.35).unwrap();
+        let (blob, diff) = digests_while(key(42), form, 300_000, |_| true).unwrap();
+        got.push(format!("{compression} {} {}", hex(blob), hex(diff)));
+    }
+    assert_eq!(got, GOLDEN_LAYERS);
+}
+
+const GOLDEN_LAYERS: [&str; 3] = [
+    "gzip 17c606cef4fbfdaf3058af0ea16c72a2e308baa78d37bcab846a17e009e7707c \
+     9530eaa41c89b6f41fadc3c21c4119af12b31ce4eafc261ba9c76d119f0f33e6",
+    "zstd 8f7b0971b2410b4e9703717ccaaca0bfa3c332c26a189f05179e04310d0e20d1 \
+     b5d603f435e65290e8f63d7c451f9203a0b594cfe2c733295a29e79d3aa16866",
+    "none b1031f4fb7be6f62da01717690df81b96d78d5afc42128b762d2aade5889ff09 \
+     b1031f4fb7be6f62da01717690df81b96d78d5afc42128b762d2aade5889ff09",
+];

@@ -10,14 +10,14 @@
 
 use crate::content::mix::splitmix64;
 
+use super::pool::PIECE;
+
 /// `ln` of the median file size (1,915 bytes).
 const SIZE_MU: f64 = 7.557;
 /// The log-normal's spread: the 90th percentile at 23,703 bytes.
 const SIZE_SIGMA: f64 = 1.963;
 /// The largest file a layer holds (the ustar size field reaches 8 GiB).
 const MAX_FILE: u64 = 1 << 30;
-/// Random bytes per piece of file data.
-pub(super) const PIECE: u64 = 4096;
 /// The longest segment: every segment fits one stored deflate block.
 pub(super) const MAX_SEGMENT: u64 = 65_535;
 /// One in this many entries starts a directory (the measured tree: 7.7 files a directory).
