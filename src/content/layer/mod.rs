@@ -411,10 +411,12 @@ pub(super) struct Out {
 }
 
 impl Out {
-    /// A buffer that holds any frame without growing (the last frame can be almost two).
-    pub(super) fn for_frames() -> Out {
+    /// A buffer for the frames of a blob of `size` bytes: room for its first frame (a small
+    /// layer's check or read allocates no more than its size); it grows once if the last
+    /// frame is longer.
+    pub(super) fn for_frames(size: u64) -> Out {
         Out {
-            buf: vec![0; 2 * FRAME as usize + 64],
+            buf: vec![0; frame_range(size, 0).end as usize + 64],
             len: 0,
         }
     }
@@ -844,7 +846,7 @@ impl Frames {
         Frames {
             start: cursor.clone(),
             cursor,
-            buf: Out::for_frames(),
+            buf: Out::for_frames(size),
             held: None,
         }
     }
@@ -900,7 +902,7 @@ pub(super) fn digests_while(
     let mut cursor = Cursor::new(key, form, size);
     let mut blob = Sha256::new();
     let mut diff = Sha256::new();
-    let mut buf = Out::for_frames();
+    let mut buf = Out::for_frames(size);
     for _ in 0..frame_count(size) {
         cursor.render_next(&mut buf, Some(&mut diff));
         blob.update(buf.as_slice());
