@@ -888,13 +888,17 @@ async fn the_slowest_repositories_are_ranked_with_a_minimum_count() {
     assert_eq!(ranked("apps/slow"), Some(true), "{repos:?}");
     assert_eq!(ranked("apps/fast"), Some(true), "{repos:?}");
     assert_ne!(ranked("apps/one"), Some(true), "{repos:?}");
-    let p90 = |name: &str| {
-        repos.iter().find(|r| r["name"] == name).unwrap()["latency_ms"]["p90"]
+    // The held GETs take the 40 ms at least; the others only what the machine adds, which on
+    // a loaded two-core runner can itself reach tens of milliseconds, so they are compared
+    // with the held ones rather than with a fixed bound.
+    let latency = |name: &str, at: &str| {
+        repos.iter().find(|r| r["name"] == name).unwrap()["latency_ms"][at]
             .as_f64()
             .unwrap()
     };
     assert!(
-        p90("apps/slow") >= 40.0 && p90("apps/fast") < 40.0,
+        latency("apps/slow", "p50") >= 40.0
+            && latency("apps/fast", "p50") < latency("apps/slow", "p50"),
         "{repos:?}"
     );
     let text = creb::report::render_text(&serde_json::from_value(run).unwrap());
