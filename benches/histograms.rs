@@ -5,7 +5,7 @@
 //! - `aggregator_record/*`: `Aggregator::record`, the aggregator thread's per-sample work
 //!   (find the sample's interval, then the (operation, size class) cell, then record);
 //! - `recorder_channel/*`: the whole path a worker uses — `Recorder::record` through the
-//!   bounded channel to the aggregator thread started by `spawn_aggregator_with` — timed from
+//!   bounded channel to the aggregator thread started by `AggregatorBuilder::spawn` — timed from
 //!   the first send until the aggregator has recorded the last sample (`finish`).
 //!
 //! Samples are a deterministic stream (xorshift) of six operations over all size classes,
@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant as StdInstant};
 
 use creb::metrics::{
-    spawn_aggregator_with, Aggregator, AggregatorConfig, ErrorKind, Op, Outcome, Sample, SizeClass,
+    Aggregator, AggregatorBuilder, AggregatorConfig, ErrorKind, Op, Outcome, Sample, SizeClass,
     SparseHistogram, Stats, Timing,
 };
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -168,12 +168,12 @@ fn histograms(c: &mut Criterion) {
                 aggregator.record(black_box(&samples[i & (STREAM - 1)]));
                 i += 1;
             });
-            black_box(aggregator.intervals);
+            black_box(aggregator.intervals());
         });
         group.bench_function(BenchmarkId::new("recorder_channel", mode.name()), |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {
-                    let (recorder, handle) = spawn_aggregator_with(config, None);
+                    let (recorder, handle) = AggregatorBuilder::default().config(config).spawn();
                     let started = StdInstant::now();
                     for i in 0..iters as usize {
                         recorder.record(samples[i & (STREAM - 1)]).await;
@@ -182,7 +182,11 @@ fn histograms(c: &mut Criterion) {
                     let aggregator = handle.finish().await;
                     let elapsed = started.elapsed();
                     assert_eq!(
-                        aggregator.table.cells().map(|(_, s)| s.count).sum::<u64>(),
+                        aggregator
+                            .table()
+                            .cells()
+                            .map(|(_, s)| s.count)
+                            .sum::<u64>(),
                         iters
                     );
                     elapsed

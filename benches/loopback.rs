@@ -31,7 +31,7 @@ use creb::auth::credentials::Credentials;
 use creb::auth::registry_auth::RegistryAuth;
 use creb::client::{ClientOptions, OpCtx, RegistryClient};
 use creb::digest::Digest;
-use creb::metrics::{spawn_aggregator, Op, Recorder};
+use creb::metrics::{AggregatorBuilder, Op, Recorder};
 use creb::net::{build_transport, HttpClient, TransportConfig};
 use creb::oci::manifest::{build_manifest, Descriptor, ManifestFormat, OCI_CONFIG, OCI_LAYER};
 use creb::oci::{Reference, Repository};
@@ -185,7 +185,7 @@ fn loopback(c: &mut Criterion) {
         (HttpClient::Reqwest, 1),
     ] {
         let name = format!("manifest_get_{}", format!("{http:?}").to_lowercase());
-        let (recorder, aggregator) = rt.block_on(async { spawn_aggregator() });
+        let (recorder, aggregator) = rt.block_on(async { AggregatorBuilder::default().spawn() });
         let client = client(addr, recorder, http);
         rt.block_on(async {
             // As every run starts: the preflight GET /v2/, then one checked manifest.
@@ -203,7 +203,10 @@ fn loopback(c: &mut Criterion) {
         );
         drop(client);
         let aggregator = rt.block_on(aggregator.finish());
-        let gets = aggregator.table.op_total(Op::ManifestGet).expect("samples");
+        let gets = aggregator
+            .table()
+            .op_total(Op::ManifestGet)
+            .expect("samples");
         assert_eq!(gets.errors, 0);
         let ms = |q: f64| gets.latency.value_at_quantile(q) as f64 / 1000.0;
         println!(

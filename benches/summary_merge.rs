@@ -197,11 +197,11 @@ async fn write_result_dir(dir: &Path, index: u32, wall: SystemTime) {
     }
     drop(recorder);
     let aggregator = handle.finish().await;
-    assert_eq!(aggregator.intervals, MERGE_INTERVALS);
+    assert_eq!(aggregator.intervals(), MERGE_INTERVALS);
     assert!(
-        aggregator.sink_error.is_none(),
+        aggregator.sink_error().is_none(),
         "{:?}",
-        aggregator.sink_error
+        aggregator.sink_error()
     );
     let summary = Summary::build(
         run_info(
@@ -281,7 +281,8 @@ fn summary_merge(c: &mut Criterion) {
         totals.add(&once);
     }
     drop(tables);
-    let aggregator = Aggregator::from_parts(totals, [0; Event::COUNT], INTERVALS);
+    let aggregator =
+        Aggregator::from_parts(totals, [0; Event::COUNT], INTERVALS, Default::default());
     let mut group = c.benchmark_group("summary");
     group.sample_size(20);
     group.warm_up_time(Duration::from_secs(1));

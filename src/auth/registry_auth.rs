@@ -347,7 +347,7 @@ mod tests {
 
     use super::*;
     use crate::auth::secret::Secret;
-    use crate::metrics::spawn_aggregator;
+    use crate::metrics::AggregatorBuilder;
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
     fn challenge(extra: &str) -> HeaderMap {
@@ -371,7 +371,7 @@ mod tests {
         transport: ScriptedTransport,
         creds: Credentials,
     ) -> (Arc<RegistryAuth>, crate::metrics::AggregatorHandle) {
-        let (recorder, handle) = spawn_aggregator();
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
         (
             Arc::new(RegistryAuth::new(creds, Arc::new(transport), recorder)),
             handle,
@@ -432,7 +432,7 @@ mod tests {
         drop(auth);
         let agg = handle.finish().await;
         assert_eq!(
-            agg.table
+            agg.table()
                 .op_total(crate::metrics::Op::TokenFetch)
                 .unwrap()
                 .ok,

@@ -181,7 +181,7 @@ impl MergedStep {
             objectives: thresholds,
             max_errors: self.max_errors,
         };
-        let mut record = judge(rules, &summary, &aggregator.table, at);
+        let mut record = judge(rules, &summary, aggregator.table(), at);
         // Whether a host's generator kept up is that host's to say (a merged result has no
         // generator of its own).
         let held_back = hosts

@@ -399,13 +399,13 @@ impl Stepper<'_> {
             speed,
             window,
             warmup_s: finished.summary.warmup_s.unwrap_or(0.0),
-            offered: Some(finished.aggregator.offered_counted),
-            scheduled: Some(finished.aggregator.scheduled),
+            offered: Some(finished.aggregator.offered_counted()),
+            scheduled: Some(finished.aggregator.scheduled()),
         };
         Ok(judge(
             cap.rules(),
             &finished.summary,
-            &finished.aggregator.table,
+            finished.aggregator.table(),
             at,
         ))
     }

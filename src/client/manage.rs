@@ -234,7 +234,7 @@ mod tests {
             handle
                 .finish()
                 .await
-                .table
+                .table()
                 .op_total(Op::TagList)
                 .unwrap()
                 .ok,
@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(listed, tags);
         drop(c);
         let agg = handle.finish().await;
-        assert_eq!(agg.events[Event::TagListNoLink.index()], 2);
+        assert_eq!(agg.event(Event::TagListNoLink), 2);
 
         // A registry that ignores `n` and `last`: one page, nothing twice.
         let t = ScriptedTransport::new(move |_| {

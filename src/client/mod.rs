@@ -915,13 +915,13 @@ pub(crate) mod test_support {
     use std::sync::Arc;
 
     use super::*;
-    use crate::metrics::{spawn_aggregator, AggregatorHandle};
+    use crate::metrics::{AggregatorBuilder, AggregatorHandle};
     use crate::net::scripted::ScriptedTransport;
 
     /// A client of `http://registry.test/` over `transport`, recording into a fresh
     /// aggregator.
     pub(crate) fn client(transport: ScriptedTransport) -> (RegistryClient, AggregatorHandle) {
-        let (recorder, handle) = spawn_aggregator();
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
         let c = RegistryClient::new(
             Arc::new(transport),
             "http://registry.test/".parse().unwrap(),
@@ -947,7 +947,7 @@ mod tests {
 
     use super::test_support::{client, repo};
     use super::*;
-    use crate::metrics::spawn_aggregator;
+    use crate::metrics::AggregatorBuilder;
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
     #[tokio::test]
@@ -976,7 +976,7 @@ mod tests {
         assert_eq!(err.codes(), ["TOOMANYREQUESTS"]);
         drop(c);
         let agg = handle.finish().await;
-        let stats = agg.table.op_total(Op::BlobGet).unwrap();
+        let stats = agg.table().op_total(Op::BlobGet).unwrap();
         assert_eq!(stats.errors_by_kind[&ErrorKind::Http(429)], 1);
         assert!(
             stats.latency.is_empty(),
@@ -1002,7 +1002,7 @@ mod tests {
                 _ => ScriptedResponse::status(503),
             }
         });
-        let (recorder, handle) = spawn_aggregator();
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
         let options = ClientOptions {
             retry: RetryPolicy {
                 on: parse_retry_on("429,5xx").unwrap(),
@@ -1044,8 +1044,8 @@ mod tests {
         assert_eq!(patches, 1, "a PATCH is never sent twice");
         drop(c);
         let agg = handle.finish().await;
-        assert_eq!(agg.events[Event::Retry.index()], 2);
-        let get = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!(agg.event(Event::Retry), 2);
+        let get = agg.table().op_total(Op::BlobGet).unwrap();
         assert_eq!((get.ok, get.http_requests), (1, 3));
     }
 
@@ -1106,12 +1106,12 @@ mod tests {
         );
         drop(c);
         let agg = handle.finish().await;
-        assert_eq!(agg.events[Event::H2GoAway.index()], 2);
-        assert_eq!(agg.events[Event::H2RefusedStream.index()], 1);
-        assert_eq!(agg.events[Event::UnprocessedRetry.index()], 3);
-        let get = agg.table.op_total(Op::BlobGet).unwrap();
+        assert_eq!(agg.event(Event::H2GoAway), 2);
+        assert_eq!(agg.event(Event::H2RefusedStream), 1);
+        assert_eq!(agg.event(Event::UnprocessedRetry), 3);
+        let get = agg.table().op_total(Op::BlobGet).unwrap();
         assert_eq!((get.ok, get.errors, get.http_requests), (1, 0, 3));
-        let put = agg.table.op_total(Op::UploadPut).unwrap();
+        let put = agg.table().op_total(Op::UploadPut).unwrap();
         assert_eq!(put.errors_by_kind[&ErrorKind::ConnectionClosed], 1);
     }
 
@@ -1122,7 +1122,7 @@ mod tests {
             "https://[::1]:5443/",
             "http://127.0.0.1:5000/",
         ] {
-            let (recorder, _h) = spawn_aggregator();
+            let (recorder, _h) = AggregatorBuilder::default().spawn();
             let t = ScriptedTransport::new(|_| ScriptedResponse::status(200));
             let c = RegistryClient::new(
                 Arc::new(t),

@@ -499,9 +499,9 @@ mod tests {
         );
         drop(c);
         let agg = handle.finish().await;
-        assert_eq!(agg.events[Event::UploadResume.index()], 1);
-        assert_eq!(agg.table.op_total(Op::UploadPatch).unwrap().errors, 1);
-        assert_eq!(agg.table.op_total(Op::BlobUpload).unwrap().ok, 1);
+        assert_eq!(agg.event(Event::UploadResume), 1);
+        assert_eq!(agg.table().op_total(Op::UploadPatch).unwrap().errors, 1);
+        assert_eq!(agg.table().op_total(Op::BlobUpload).unwrap().ok, 1);
     }
 
     #[tokio::test]

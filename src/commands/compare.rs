@@ -70,11 +70,11 @@ fn gate(
     };
     let baseline = Baseline {
         summary: base.summary.clone(),
-        table: aggregator_of(&base.counters, &base.hlog)?.table,
+        table: aggregator_of(&base.counters, &base.hlog)?.into_table(),
         dir: base.dir.clone(),
         dataset_hash: base.meta.dataset_hash.clone(),
     };
-    let table = aggregator_of(&run.counters, &run.hlog)?.table;
+    let table = aggregator_of(&run.counters, &run.hlog)?.into_table();
     let judged = verdicts(&thresholds, &run.summary, &table, Some(&baseline));
     Ok(report(&judged))
 }

@@ -306,7 +306,7 @@ mod tests {
     use super::*;
     use crate::client::ClientOptions;
     use crate::metrics::Event;
-    use crate::metrics::{spawn_aggregator, Aggregator};
+    use crate::metrics::{Aggregator, AggregatorBuilder};
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
     use crate::route::health::Health;
     use crate::route::{RouteOptions, Router};
@@ -327,7 +327,7 @@ mod tests {
                 .header("content-length", "0")
                 .delay(delay)
         });
-        let (recorder, aggregator) = spawn_aggregator();
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
         let client = RegistryClient::new(
             Arc::new(transport),
             "http://registry.test/".parse().unwrap(),
@@ -375,7 +375,7 @@ mod tests {
     async fn delay_mode_shows_the_backlog_behind_a_stall() {
         let (agg, report) = run(Mode::Delay, 1).await;
         assert_eq!(report.replayed, 100);
-        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        let s = agg.table().op_total(Op::BlobHead).unwrap();
         let latency_p99 = ms(s.latency.value_at_quantile(0.99));
         let service = s.service.as_ref().unwrap();
         let lag = s.schedule_lag.as_ref().unwrap();
@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(report.replayed, 100);
         // One slot: never two in flight, though a finished task may wait to be reaped.
         assert_eq!(report.max_in_flight, 1);
-        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        let s = agg.table().op_total(Op::BlobHead).unwrap();
         // Coordinated omission: one slow sample, the rest at service time.
         assert!(ms(s.latency.value_at_quantile(0.99)) < 5.0);
         assert!(ms(s.latency.max()) >= 499.0);
@@ -420,7 +420,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn more_slots_absorb_the_stall_in_delay_mode() {
         let (agg, _) = run(Mode::Delay, 64).await;
-        let s = agg.table.op_total(Op::BlobHead).unwrap();
+        let s = agg.table().op_total(Op::BlobHead).unwrap();
         assert!(
             ms(s.latency.value_at_quantile(0.98)) < 5.0,
             "only the stalled request is slow"
@@ -435,7 +435,7 @@ mod tests {
         use crate::net::transport::TransportError;
         use crate::route::RouteKind;
 
-        let (recorder, aggregator) = spawn_aggregator();
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
         let up =
             ScriptedTransport::new(|_| ScriptedResponse::status(200).header("content-length", "0"));
         let refusing = Arc::new(ScriptedTransport::new(|_| {
@@ -516,30 +516,30 @@ mod tests {
         let (agg, report, refused) = two_endpoints(true).await;
         assert_eq!(refused, 3);
         assert_eq!(report.replayed, 60);
-        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
-        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        let node0 = agg.endpoint(0).unwrap().op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoint(1).unwrap().op_total(Op::BlobHead).unwrap();
         // Ops 1, 3, 5 were refused; the third marked node 1 down; the other 27 of its ops
         // went to node 0.
         assert_eq!((node1.count, node1.errors), (3, 3));
         assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
         assert_eq!((node0.count, node0.ok), (57, 57));
-        assert_eq!(agg.events[Event::EndpointDown.index()], 1);
-        assert_eq!(agg.events[Event::Failover.index()], 27);
-        let total = agg.table.op_total(Op::BlobHead).unwrap();
+        assert_eq!(agg.event(Event::EndpointDown), 1);
+        assert_eq!(agg.event(Event::Failover), 27);
+        let total = agg.table().op_total(Op::BlobHead).unwrap();
         assert_eq!(total.count, node0.count + node1.count);
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_failover_a_down_endpoints_share_fails_unsent() {
         let (agg, _, refused) = two_endpoints(false).await;
-        let node0 = agg.endpoints[0].op_total(Op::BlobHead).unwrap();
-        let node1 = agg.endpoints[1].op_total(Op::BlobHead).unwrap();
+        let node0 = agg.endpoint(0).unwrap().op_total(Op::BlobHead).unwrap();
+        let node1 = agg.endpoint(1).unwrap().op_total(Op::BlobHead).unwrap();
         assert_eq!((node0.count, node0.ok), (30, 30));
         assert_eq!((node1.count, node1.errors), (30, 30));
         assert_eq!(node1.errors_by_kind[&ErrorKind::Connect], 3);
         assert_eq!(node1.errors_by_kind[&ErrorKind::EndpointDown], 27);
         assert_eq!(refused, 3, "nothing sent to a down endpoint");
-        assert_eq!(agg.events[Event::Failover.index()], 0);
+        assert_eq!(agg.event(Event::Failover), 0);
     }
 
     /// Replays `ops` pings, each folding `folded` records, against a registry that never
@@ -553,7 +553,7 @@ mod tests {
         let transport = ScriptedTransport::new(|_| {
             ScriptedResponse::status(200).delay(Duration::from_secs(3600))
         });
-        let (recorder, aggregator) = spawn_aggregator();
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
         let client = RegistryClient::new(
             Arc::new(transport),
             "http://registry.test/".parse().unwrap(),
@@ -591,7 +591,8 @@ mod tests {
         let report = Executor::single(client, options, shutdown).run(rx).await;
         let took = started.elapsed();
         let agg = aggregator.finish().await;
-        let cancelled = agg.table.op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled];
+        let cancelled =
+            agg.table().op_total(Op::Ping).unwrap().errors_by_kind[&ErrorKind::Cancelled];
         (report, cancelled, took)
     }
 

@@ -315,7 +315,7 @@ mod tests {
     use http::Method;
 
     use crate::client::ClientOptions;
-    use crate::metrics::spawn_aggregator;
+    use crate::metrics::AggregatorBuilder;
     use crate::metrics::ErrorLog;
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
     use crate::net::transport::RequestBody;
@@ -479,7 +479,7 @@ mod tests {
         assert_eq!(catalog.manifests.len(), 5);
         let names = ["http://n0.test/", "http://n1.test/", "http://n2.test/"];
         let nodes: Vec<Arc<Mutex<Node>>> = names.iter().map(|_| Arc::default()).collect();
-        let (recorder, _aggregator) = spawn_aggregator();
+        let (recorder, _aggregator) = AggregatorBuilder::default().spawn();
         let clients: Vec<RegistryClient> = names
             .iter()
             .zip(&nodes)

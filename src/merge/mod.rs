@@ -21,7 +21,7 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::metrics::hist::add_exact;
 use crate::metrics::split::{ABSENT_NAME, MAX_VALUES, OTHER_NAME};
-use crate::metrics::EndpointCounters;
+use crate::metrics::KeyCounters;
 use crate::metrics::{new_histogram, Level, StatsTable};
 use crate::outfile::same_path;
 use crate::results::attribution;
@@ -55,7 +55,7 @@ fn hosts_of(set: &ResultSet) -> anyhow::Result<Vec<HostInfo>> {
     }
     let aggregator = aggregator_of(&set.counters, &set.hlog)?;
     let mut all = new_histogram();
-    for ((op, _), s) in aggregator.table.cells() {
+    for ((op, _), s) in aggregator.table().cells() {
         if op.level() == Level::Operation {
             add_exact(&mut all, &s.latency);
         }
@@ -252,7 +252,7 @@ fn merge_endpoints(
 }
 
 /// `endpoints.csv` summed by interval: (start_s as written, counters by endpoint index).
-type EndpointIntervals = BTreeMap<u64, (String, Vec<EndpointCounters>)>;
+type EndpointIntervals = BTreeMap<u64, (String, Vec<KeyCounters>)>;
 
 /// Sums `endpoints.csv` (columns as in [`ENDPOINTS_HEADER`]) by interval and endpoint.
 fn merge_endpoint_rows(sets: &[ResultSet]) -> EndpointIntervals {
@@ -266,7 +266,7 @@ fn merge_endpoint_rows(sets: &[ResultSet]) -> EndpointIntervals {
                 .entry(interval)
                 .or_insert_with(|| (start, Vec::new()));
             if slots.len() <= endpoint {
-                slots.resize(endpoint + 1, EndpointCounters::default());
+                slots.resize(endpoint + 1, KeyCounters::default());
             }
             slots[endpoint].add(&counters);
         }
@@ -692,8 +692,7 @@ pub fn merge_into(
         counters.add(&s.counters);
     }
     let hlog = merge_hlogs(&sets);
-    let mut aggregator = aggregator_of(&counters, &hlog)?;
-    aggregator.batches.interval = interval;
+    let aggregator = aggregator_of(&counters, &hlog)?.with_batch_interval(interval);
     let mut hosts = Vec::new();
     for s in &sets {
         hosts.extend(hosts_of(s)?);

@@ -14,11 +14,16 @@
 
 pub mod aggregator;
 pub mod attribution;
+pub mod breakdown;
 mod error_log;
 pub mod exposition;
 pub mod hist;
+pub mod interval;
 pub mod live;
 pub mod op;
+pub mod recorder;
+mod sessions;
+pub mod spawn;
 pub mod split;
 pub mod steady;
 pub mod uncertainty;
@@ -29,14 +34,16 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
 
-pub use aggregator::{
-    spawn_aggregator, spawn_aggregator_live, spawn_aggregator_with, Aggregator, AggregatorConfig,
-    AggregatorHandle, EndpointCounters, Interval, IntervalCounters, IntervalSink, Recorder,
-    Scheduled, SessionMsg, WarmupCounts,
-};
+pub use aggregator::Aggregator;
+pub use breakdown::KeyCounters;
 pub use error_log::ErrorLog;
 pub use hist::{new_histogram, HistogramSettings, Recording, SparseHistogram, HISTOGRAM_SETTINGS};
+pub use interval::{
+    AggregatorConfig, Interval, IntervalCounters, IntervalSink, Scheduled, WarmupCounts,
+};
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
+pub use recorder::{Recorder, SessionMsg};
+pub use spawn::{AggregatorBuilder, AggregatorHandle};
 
 /// Success or the kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -637,7 +644,7 @@ mod tests {
 
     #[tokio::test]
     async fn sessions_end_when_closed_and_every_member_ended() {
-        let (recorder, handle) = spawn_aggregator();
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
         for (id, start) in [(1, 0), (1, 5), (2, 0)] {
@@ -667,7 +674,7 @@ mod tests {
             })
             .await;
         let agg = handle.finish().await;
-        let pulls = agg.table.op_total(Op::ImagePull).unwrap();
+        let pulls = agg.table().op_total(Op::ImagePull).unwrap();
         assert_eq!(
             (pulls.count, pulls.errors, pulls.bytes_received),
             (1, 1, 15)
@@ -678,13 +685,13 @@ mod tests {
 
     #[tokio::test]
     async fn aggregator_counts_everything_sent_before_finish() {
-        let (recorder, handle) = spawn_aggregator();
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
         for _ in 0..1000 {
             recorder
                 .record(sample(Op::BlobHead, Outcome::Ok, None, 1))
                 .await;
         }
         let agg = handle.finish().await;
-        assert_eq!(agg.table.op_total(Op::BlobHead).unwrap().count, 1000);
+        assert_eq!(agg.table().op_total(Op::BlobHead).unwrap().count, 1000);
     }
 }

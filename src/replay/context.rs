@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::config::ReplayConfig;
 use crate::client::{ClientOptions, RegistryClient};
-use crate::metrics::{spawn_aggregator, Aggregator, ErrorLog, Recorder};
+use crate::metrics::{Aggregator, AggregatorBuilder, ErrorLog, Recorder};
 use crate::plan::ShardSpec;
 use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
@@ -59,7 +59,7 @@ pub(super) async fn connect(
     stop: &Shutdown,
 ) -> anyhow::Result<(Vec<Connection>, Result<(), String>)> {
     let options = ClientOptions::verifying(cfg.verify);
-    let (first_recorder, first_aggregator) = spawn_aggregator();
+    let (first_recorder, first_aggregator) = AggregatorBuilder::default().spawn();
     let pool = cfg.concurrency.max(cfg.prewarm_concurrency);
     let mut connections = Vec::with_capacity(names.len());
     if cfg.routing.is_some() {

@@ -97,7 +97,7 @@ fn stale_cache(
     let cached = preparation["digests"]["cached"].as_u64().unwrap_or(0);
     let refused: u64 = [Op::UploadPut, Op::BlobUpload]
         .iter()
-        .filter_map(|op| aggregator.table.op_total(*op))
+        .filter_map(|op| aggregator.table().op_total(*op))
         .map(|s| {
             let refused = s.counts.errors_by_kind.get(&ErrorKind::Http(400));
             refused.copied().unwrap_or(0)

@@ -9,7 +9,7 @@ use super::config::ReplayConfig;
 use super::context::Context;
 use crate::client::OpCtx;
 use crate::digest::Digest;
-use crate::metrics::spawn_aggregator;
+use crate::metrics::AggregatorBuilder;
 use crate::oci::Reference;
 use crate::plan::catalog::Catalog;
 use crate::plan::prewarm::read_manifest_digest;
@@ -46,7 +46,7 @@ fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
 /// Asks the registry for a sample of what prewarm would have pushed.
 pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
     let cfg = context.cfg;
-    let (recorder, aggregator) = spawn_aggregator();
+    let (recorder, aggregator) = AggregatorBuilder::default().spawn();
     let clients: Vec<_> = context
         .connections
         .iter()

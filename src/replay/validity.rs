@@ -127,8 +127,8 @@ pub(super) fn validity_warnings(
         // One rule for the table, the warning and the report (docs/measurement.md): an
         // operation is late when it was sent more than 10 ms after it could start, its
         // intended instant or, for a manifest PUT, the end of its uploads if later.
-        for op in aggregator.table.ops() {
-            if let Some(s) = aggregator.table.op_total(op) {
+        for op in aggregator.table().ops() {
+            if let Some(s) = aggregator.table().op_total(op) {
                 late += s.late_starts[1];
                 if s.schedule_lag.is_some() {
                     ops += s.count;

@@ -138,7 +138,7 @@ fn listed(d: &Dimension) -> Vec<Attributed> {
 
 /// A run's lists and how complete they are.
 pub fn of(aggregator: &Aggregator) -> (Vec<Attributed>, Vec<Attributed>, Option<AttributionInfo>) {
-    let a = &aggregator.attribution;
+    let a = aggregator.attribution();
     if a.is_empty() {
         return (Vec::new(), Vec::new(), None);
     }
@@ -153,7 +153,7 @@ pub fn of(aggregator: &Aggregator) -> (Vec<Attributed>, Vec<Attributed>, Option<
 
 /// Each listed entry's latency histogram, tagged for `attribution.hlog` (a run's).
 pub fn histograms(aggregator: &Aggregator) -> IntervalHistograms {
-    let a = &aggregator.attribution;
+    let a = aggregator.attribution();
     let mut tagged = IntervalHistograms::new();
     for (kind, d) in [
         (Kind::Repository, &a.repositories),

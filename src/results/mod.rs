@@ -118,15 +118,17 @@ impl RunOutput {
             anchor,
             warmup: self.warmup,
         };
-        Ok(crate::metrics::aggregator::spawn_aggregator_watched(
-            config,
-            sink,
-            self.live.as_ref().map(|l| std::sync::Arc::clone(&l.0)),
-            progress,
-            self.split_by
-                .clone()
-                .map(|name| std::sync::Arc::new(crate::metrics::split::HeaderSplit::new(name))),
-        ))
+        Ok(crate::metrics::AggregatorBuilder::default()
+            .config(config)
+            .sink(sink)
+            .live(self.live.as_ref().map(|l| std::sync::Arc::clone(&l.0)))
+            .progress(progress)
+            .split(
+                self.split_by
+                    .clone()
+                    .map(|name| std::sync::Arc::new(crate::metrics::split::HeaderSplit::new(name))),
+            )
+            .spawn())
     }
 }
 

@@ -101,7 +101,7 @@ fn add_cells(into: &mut Vec<CellCounters>, from: &[CellCounters]) {
 }
 
 impl Counters {
-    /// The counters of a run; `endpoints` names the tables of `aggregator.endpoints`
+    /// The counters of a run; `endpoints` names the tables of `Aggregator::endpoint`
     /// (URL and index, from the summary's `endpoints` block).
     pub fn of(
         aggregator: &Aggregator,
@@ -115,8 +115,7 @@ impl Counters {
                 url: url.clone(),
                 index: e.index,
                 cells: aggregator
-                    .endpoints
-                    .get(e.index)
+                    .endpoint(e.index)
                     .map(cells_of)
                     .unwrap_or_default(),
             })
@@ -136,8 +135,8 @@ impl Counters {
         Counters {
             schema_version: COUNTERS_VERSION,
             interval_s: interval.as_secs_f64(),
-            intervals: aggregator.intervals,
-            cells: cells_of(&aggregator.table),
+            intervals: aggregator.intervals(),
+            cells: cells_of(aggregator.table()),
             events: aggregator.event_counts(),
             endpoints,
             split,
@@ -492,9 +491,12 @@ pub fn aggregator_of(counters: &Counters, hlog: &HlogContents) -> anyhow::Result
             events[e.index()] = *n;
         }
     }
-    let mut aggregator = Aggregator::from_parts(table, events, counters.intervals);
-    aggregator.batches = batches;
-    Ok(aggregator)
+    Ok(Aggregator::from_parts(
+        table,
+        events,
+        counters.intervals,
+        batches,
+    ))
 }
 
 /// Rebuilds each endpoint's whole-run table from the `endpoints` cells of the counters
@@ -663,7 +665,7 @@ pub fn write_final(
         let anchor = humantime::parse_rfc3339_weak(&meta.anchor).unwrap_or(std::time::UNIX_EPOCH);
         let tables: Vec<(usize, &StatsTable)> = endpoints
             .values()
-            .filter_map(|e| Some((e.index, aggregator.endpoints.get(e.index)?)))
+            .filter_map(|e| Some((e.index, aggregator.endpoint(e.index)?)))
             .collect();
         write_endpoint_histograms(
             dir,

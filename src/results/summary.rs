@@ -361,10 +361,11 @@ impl HeaderSplitSummary {
 /// from the run's batches and the operation's histograms (all size classes).
 fn with_intervals(operations: &mut BTreeMap<String, OpSummary>, aggregator: &Aggregator) {
     use crate::metrics::uncertainty::{Metric, QUANTILES};
-    for op in aggregator.table.ops() {
-        let (Some(summary), Some(stats)) =
-            (operations.get_mut(op.name()), aggregator.table.op_total(op))
-        else {
+    for op in aggregator.table().ops() {
+        let (Some(summary), Some(stats)) = (
+            operations.get_mut(op.name()),
+            aggregator.table().op_total(op),
+        ) else {
             continue;
         };
         let fields = [
@@ -378,7 +379,7 @@ fn with_intervals(operations: &mut BTreeMap<String, OpSummary>, aggregator: &Agg
             let (Some(p), Some(h)) = (field.as_mut(), metric.of(&stats)) else {
                 continue;
             };
-            let batches = &aggregator.batches;
+            let batches = aggregator.batches();
             p.set_intervals(QUANTILES.map(|q| batches.interval(op, metric, q, h)));
         }
     }
@@ -458,7 +459,7 @@ impl EndpointSummary {
             .zip(transitions)
             .enumerate()
             .map(|(i, (name, t))| {
-                let summary = EndpointSummary::build(i, aggregator.endpoints.get(i), duration, t);
+                let summary = EndpointSummary::build(i, aggregator.endpoint(i), duration, t);
                 (name.clone(), summary)
             })
             .collect()
@@ -587,11 +588,11 @@ impl Summary {
             sessions,
             errors,
         } = summarize_table(
-            &aggregator.table,
+            aggregator.table(),
             info.duration.saturating_sub(aggregator.warmup()),
         );
         with_intervals(&mut operations, aggregator);
-        let steady = crate::metrics::steady::judge(&aggregator.batches, info.model == "closed");
+        let steady = crate::metrics::steady::judge(aggregator.batches(), info.model == "closed");
         let mut warnings = info.warnings;
         if steady.steady == Some(false) {
             let moved: Vec<String> = steady.drift.iter().map(|d| d.describe()).collect();
@@ -623,7 +624,7 @@ impl Summary {
             duration_s: (measured.as_secs_f64() * 1e6).round() / 1e6,
             warmup_s: (!warmup.is_zero()).then_some(warmup.as_secs_f64()),
             warmup: (!warmup.is_zero()).then(|| {
-                let w = &aggregator.in_warmup;
+                let w = aggregator.in_warmup();
                 WarmupSummary {
                     operations: w.operations,
                     errors: w.errors,

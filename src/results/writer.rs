@@ -17,9 +17,7 @@ use super::hlog;
 use crate::metrics::attribution::Who;
 use crate::metrics::hist::{new_histogram, Recording};
 use crate::metrics::split::ValueCounters;
-use crate::metrics::{
-    EndpointCounters, Interval, IntervalSink, Level, Op, Outcome, Sample, StatsTable,
-};
+use crate::metrics::{Interval, IntervalSink, KeyCounters, Level, Op, Outcome, Sample, StatsTable};
 
 /// Operations with their own columns in `timeline.csv` (count, p50, p99).
 pub const TIMELINE_FAMILIES: [Op; 11] = [
@@ -74,10 +72,7 @@ pub fn endpoint_columns(endpoints: usize) -> Vec<String> {
 }
 
 /// The values of [`endpoint_columns`] for one interval.
-pub fn endpoint_values(
-    endpoints: usize,
-    counters: &[crate::metrics::EndpointCounters],
-) -> Vec<String> {
+pub fn endpoint_values(endpoints: usize, counters: &[crate::metrics::KeyCounters]) -> Vec<String> {
     (0..several(endpoints))
         .flat_map(|i| {
             let c = counters.get(i).copied().unwrap_or_default();
@@ -286,7 +281,7 @@ fn opt_ms(d: Option<Duration>) -> String {
 
 /// One row of `endpoints.csv` (columns as in [`ENDPOINTS_HEADER`]): an endpoint's counters
 /// in the interval `index` that starts `start` seconds (as written) after the anchor.
-pub fn endpoint_row(index: u64, start: &str, endpoint: usize, c: &EndpointCounters) -> [String; 8] {
+pub fn endpoint_row(index: u64, start: &str, endpoint: usize, c: &KeyCounters) -> [String; 8] {
     [
         index.to_string(),
         start.to_owned(),
@@ -301,11 +296,11 @@ pub fn endpoint_row(index: u64, start: &str, endpoint: usize, c: &EndpointCounte
 
 /// A row of `endpoints.csv` read back: (interval, start as written, endpoint, counters);
 /// `None` when its interval or endpoint is not a number.
-pub fn parse_endpoint_row(row: &[String]) -> Option<(u64, String, usize, EndpointCounters)> {
+pub fn parse_endpoint_row(row: &[String]) -> Option<(u64, String, usize, KeyCounters)> {
     let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok());
     let (interval, endpoint) = (num(0)?, num(2)?);
     let n = |i: usize| num(i).unwrap_or(0);
-    let counters = EndpointCounters {
+    let counters = KeyCounters {
         completed: n(3),
         ok: n(4),
         errors: n(5),

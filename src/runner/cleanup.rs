@@ -164,7 +164,7 @@ impl<D: CellDriver> Runner<'_, D> {
         index: usize,
     ) -> Result<(RegistryClient, AggregatorHandle), String> {
         let config = self.driver.registry(&self.file.registries[index])?;
-        let (recorder, aggregator) = crate::metrics::spawn_aggregator();
+        let (recorder, aggregator) = crate::metrics::AggregatorBuilder::default().spawn();
         let options = ClientOptions {
             push_scopes: true,
             verify: Verify::None,

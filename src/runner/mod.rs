@@ -391,7 +391,7 @@ impl<D: CellDriver> Runner<'_, D> {
             }
         }
         let config = self.driver.registry(reg)?;
-        let (recorder, aggregator) = crate::metrics::spawn_aggregator();
+        let (recorder, aggregator) = crate::metrics::AggregatorBuilder::default().spawn();
         let checked = match config
             .connect(recorder, ClientOptions::default(), 1, &self.shutdown)
             .await

@@ -161,7 +161,7 @@ impl Session {
                 )
                 .await?;
         }
-        if let (Some(e), Some(_)) = (&run.aggregator.sink_error, &shown.dir) {
+        if let (Some(e), Some(_)) = (run.aggregator.sink_error(), &shown.dir) {
             run.summary.warnings.push(cut_short(e));
         }
         write_and_show(run, shown)?;
@@ -201,7 +201,7 @@ impl Session {
             };
             workload_difference(base, this, self.flags.force)
         });
-        let table = &run.aggregator.table;
+        let table = run.aggregator.table();
         run.summary.thresholds = if other_workload.is_some() {
             let own: Vec<Threshold> = self
                 .thresholds
@@ -303,7 +303,7 @@ fn open_baseline(
         .with_context(|| format!("--baseline {}", dir.display()))?;
     Ok(Some(Baseline {
         summary: set.summary,
-        table: aggregator.table,
+        table: aggregator.into_table(),
         dir: set.dir,
         dataset_hash: set.meta.dataset_hash,
     }))
@@ -379,7 +379,7 @@ fn write_and_show(run: &mut Finished, shown: &Shown) -> anyhow::Result<()> {
 }
 
 fn write_dir(run: &mut Finished, dir: &Path) -> anyhow::Result<()> {
-    if let Some(e) = &run.aggregator.sink_error {
+    if let Some(e) = run.aggregator.sink_error() {
         eprintln!(
             "creb-rs: warning: writing {} during the run failed: {e}",
             dir.display()

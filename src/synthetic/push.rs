@@ -150,7 +150,7 @@ fn summarize(
 ) -> Finished {
     let images = &cfg.work.images;
     let mut warnings = Vec::new();
-    let existed = aggregator.events[Event::BlobExists.index()];
+    let existed = aggregator.event(Event::BlobExists);
     if existed > 0 {
         warnings.push(Warning {
             kind: "blobs_existed".into(),

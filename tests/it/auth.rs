@@ -340,7 +340,7 @@ async fn expired_tokens_are_renewed_within_one_run() {
     use creb::auth::secret::Secret;
     use creb::client::{BlobSource, ClientOptions, OpCtx, RegistryClient, UploadMode};
     use creb::content::ContentSpec;
-    use creb::metrics::{spawn_aggregator, Event, Op};
+    use creb::metrics::{AggregatorBuilder, Event, Op};
     use creb::net::reqwest_transport::ReqwestTransport;
     use creb::net::transport::Transport;
     use creb::net::TransportConfig;
@@ -351,7 +351,7 @@ async fn expired_tokens_are_renewed_within_one_run() {
         backdate: DISTRIBUTION_LEEWAY,
         ..issuer_config()
     });
-    let (recorder, aggregator) = spawn_aggregator();
+    let (recorder, aggregator) = AggregatorBuilder::default().spawn();
     let transport: Arc<dyn Transport> =
         Arc::new(ReqwestTransport::new(TransportConfig::default()).unwrap());
     let creds = Credentials::Basic {
@@ -396,9 +396,9 @@ async fn expired_tokens_are_renewed_within_one_run() {
     }
     drop(client);
     let agg = aggregator.finish().await;
-    assert_eq!(agg.table.op_total(Op::BlobUpload).unwrap().ok, 2);
+    assert_eq!(agg.table().op_total(Op::BlobUpload).unwrap().ok, 2);
     assert!(
-        agg.events[Event::AuthRetry.index()] >= 2,
+        agg.event(Event::AuthRetry) >= 2,
         "GET /v2/ once, then the stale token once"
     );
     let push_fetches = issuer

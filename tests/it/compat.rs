@@ -623,7 +623,7 @@ fn delete(t: &Running, dir: &Path) -> String {
             unreachable!()
         };
         let config = RegistryConfig::try_from(&args.registry).unwrap();
-        let (recorder, _aggregator) = creb::metrics::spawn_aggregator();
+        let (recorder, _aggregator) = creb::metrics::AggregatorBuilder::default().spawn();
         let options = ClientOptions {
             push_scopes: true,
             ..ClientOptions::default()

@@ -139,11 +139,11 @@ fn spectrum_chart(
     service: bool,
 ) -> Option<Figure> {
     let mut series = Vec::new();
-    for op in agg.table.ops() {
+    for op in agg.table().ops() {
         if op.level() == Level::Request {
             continue;
         }
-        let Some(stats) = agg.table.op_total(op) else {
+        let Some(stats) = agg.table().op_total(op) else {
             continue;
         };
         let h = if service {

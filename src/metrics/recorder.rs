@@ -1,0 +1,155 @@
+//! What the workers send the aggregator: the messages of its channel and the [`Recorder`]
+//! that sends them (cheap to clone, one per worker or endpoint).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::attribution::Who;
+use super::split::HeaderSplit;
+use super::{ErrorKind, Event, Sample};
+
+/// What flows to the aggregator.
+#[derive(Debug, Clone)]
+pub(crate) enum Msg {
+    Sample(Recorded),
+    /// Endpoint `.0` exists (sent when its recorder is made, before any of its samples), so
+    /// every interval has a row for it.
+    Endpoint(u16),
+    Event(Event),
+    Session(SessionMsg),
+    /// An operation was due (delay mode: its intended instant) or dispatched (stress).
+    Offered(Instant),
+    /// The interval clock ticked at this instant (taken on the async side, the clock the
+    /// samples use).
+    Tick(Instant),
+    /// Flush everything and stop.
+    Stop,
+}
+
+/// A sample as recorded: through which endpoint's client (runs over several endpoints), the
+/// `--split-by-header` label its answer gave ([`super::split::HeaderSplit::label`]), and
+/// whom its operation was for (attribution).
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    pub sample: Sample,
+    pub endpoint: Option<u16>,
+    pub label: Option<u8>,
+    pub who: Option<Who>,
+}
+
+impl Recorded {
+    pub(super) fn plain(sample: Sample) -> Recorded {
+        Recorded {
+            sample,
+            endpoint: None,
+            label: None,
+            who: None,
+        }
+    }
+}
+
+/// Progress of an image session whose members are separate operations (an image pull in
+/// a trace replay). The aggregator turns a closed session whose members all ended into one
+/// `image_pull` sample, from the earliest member start to the last end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionMsg {
+    /// A member of session `id` starts; `start` is its intended (or actual) start.
+    Started { id: u64, start: Instant },
+    /// A member ended.
+    Ended {
+        id: u64,
+        end: Instant,
+        error: Option<ErrorKind>,
+        bytes: u64,
+    },
+    /// No further member will start.
+    Closed { id: u64 },
+}
+
+/// A cheap, cloneable handle that sends measurements to the aggregator.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+    /// Runs over several endpoints: the endpoint whose client records here.
+    endpoint: Option<u16>,
+    /// `--split-by-header`: the header whose value labels each sample.
+    split: Option<Arc<HeaderSplit>>,
+}
+
+impl Recorder {
+    /// Sends a sample; waits only if the aggregator is a full channel behind.
+    pub async fn record(&self, sample: Sample) {
+        self.record_as(sample, None, None).await;
+    }
+
+    /// A sample with the label its answer gave `--split-by-header` (ignored without one)
+    /// and whom its operation was for.
+    pub async fn record_as(&self, sample: Sample, label: Option<u8>, who: Option<Who>) {
+        let recorded = Recorded {
+            sample,
+            endpoint: self.endpoint,
+            label: label.filter(|_| self.split.is_some()),
+            who,
+        };
+        // The aggregator outlives every worker; a send error can only happen after it
+        // finished, when nothing is reported any more.
+        let _ = self.tx.send(Msg::Sample(recorded)).await;
+    }
+
+    /// `--split-by-header`: the header whose value labels the samples, if any.
+    pub fn split(&self) -> Option<&HeaderSplit> {
+        self.split.as_deref()
+    }
+
+    /// The same aggregator, with every sample also counted for endpoint `index`
+    /// ([`super::Aggregator::endpoint`]).
+    pub fn for_endpoint(&self, index: usize) -> Recorder {
+        let endpoint = u16::try_from(index).unwrap_or(u16::MAX);
+        // Made before the run starts, when the channel is empty: a full channel (never at
+        // that point) only costs the endpoint its rows in intervals before its first sample.
+        let _ = self.tx.try_send(Msg::Endpoint(endpoint));
+        Recorder {
+            tx: self.tx.clone(),
+            endpoint: Some(endpoint),
+            split: self.split.clone(),
+        }
+    }
+
+    /// A recorder whose measurements go nowhere (health probes, which are not workload).
+    pub fn discard() -> Recorder {
+        let (tx, _) = mpsc::channel(1);
+        Recorder {
+            tx,
+            endpoint: None,
+            split: None,
+        }
+    }
+
+    /// Counts an event.
+    pub async fn event(&self, event: Event) {
+        let _ = self.tx.send(Msg::Event(event)).await;
+    }
+
+    /// Reports session progress.
+    pub async fn session(&self, msg: SessionMsg) {
+        let _ = self.tx.send(Msg::Session(msg)).await;
+    }
+
+    /// An operation was due at `at` (the offered load of the timeline).
+    pub async fn offered(&self, at: Instant) {
+        let _ = self.tx.send(Msg::Offered(at)).await;
+    }
+}
+
+impl Recorder {
+    /// The recorder of a new aggregator's channel.
+    pub(super) fn new(tx: mpsc::Sender<Msg>, split: Option<Arc<HeaderSplit>>) -> Recorder {
+        Recorder {
+            tx,
+            endpoint: None,
+            split,
+        }
+    }
+}
