@@ -1,7 +1,7 @@
 //! Breakdowns of a run's samples by a key each recorded sample may carry — the endpoint that
 //! sent it, the header value that answered it, the repository and client it was for — each
 //! with bounded figures per key for the open intervals and for the run: the idea written
-//! once ([`Breakdown`]), the indexed kind endpoints and `--split-by-header` are ([`Keyed`]),
+//! once (`Breakdown`), the indexed kind endpoints and `--split-by-header` are ([`Keyed`]),
 //! and attribution as another instance.
 
 use std::sync::Arc;
