@@ -624,13 +624,45 @@ pub enum VerifyArg {
     None,
 }
 
-impl VerifyArg {
-    /// The mode `--verify` asks for, or `none` with the older `--no-verify`.
-    pub fn or_none(self, no_verify: bool) -> VerifyArg {
-        if no_verify {
+/// `--verify` and the older `--no-verify`: one group for pull and replay, whose defaults
+/// differ (a replay reads content it generated, a pull images it did not).
+#[derive(Args, Debug, Clone, Default)]
+pub struct VerifyArgs {
+    /// How a blob read is checked: compare, sha256 or none.
+    ///
+    /// `compare`, replay's default: the body against the content creb-rs generated for it,
+    /// regenerated in step (memory speed); pick it for load, where creb-rs's own CPU must
+    /// stay far below the registry's (content creb-rs did not generate is hashed). `sha256`,
+    /// pull's default: hashed and compared with its digest, as a client would; pick it to
+    /// check a registry end to end. `none`: read to the end, its size checked; pick it only
+    /// to find creb-rs's own ceiling. `compare` and `sha256` catch a flipped byte, a short
+    /// or long body and another blob's body; `none` only wrong sizes.
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_enum,
+        value_name = "MODE",
+        hide_possible_values = true
+    )]
+    pub verify: Option<VerifyArg>,
+
+    /// The same as `--verify none`.
+    #[arg(
+        help_heading = "Workload",
+        hide = true,
+        long,
+        conflicts_with = "verify"
+    )]
+    pub no_verify: bool,
+}
+
+impl VerifyArgs {
+    /// The mode asked for: `--verify`'s, `none` with `--no-verify`, or else `default`.
+    pub fn mode(&self, default: VerifyArg) -> VerifyArg {
+        if self.no_verify {
             VerifyArg::None
         } else {
-            self
+            self.verify.unwrap_or(default)
         }
     }
 }

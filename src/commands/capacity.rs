@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::replay::{PhaseArg, ReplayArgs, ReplayConfig};
 use crate::capacity::{CapacityConfig, Gate, SearchOptions};
-use crate::exec::{Mode, Phase};
+use crate::exec::Mode;
 use crate::results::thresholds::{parse_all, MaxErrors};
 use crate::session::{ExitStatus, OutputOptions, Session};
 use crate::shutdown::Shutdown;
@@ -116,13 +116,9 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
         .iter()
         .map(|t| Gate::parse(t).map_err(|e| anyhow::anyhow!("--fail-if '{t}': {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut cfg = ReplayConfig::try_from(&args.replay)?;
     // An open model always (the trace's timing, sped up): a closed loop finds only its own
-    // ceiling. Prewarmed once, then the steps.
-    cfg.mode = Mode::Delay;
-    if args.replay.phase == PhaseArg::All {
-        cfg.phase = Phase::All;
-    }
+    // ceiling. Prewarmed once (--phase all), then the steps.
+    let cfg = ReplayConfig::in_mode(&args.replay, Mode::Delay)?;
     let objectives =
         parse_all(&args.slo).map_err(|e| anyhow::anyhow!("--slo '{}': {}", e.text, e.reason))?;
     if let Some(t) = objectives.iter().find(|t| t.needs_baseline()) {
@@ -154,9 +150,11 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
     let names = cfg.registry.endpoint_names();
     let quiet = args.replay.output.quiet || args.replay.output.json;
     super::limits::prepare(cfg.concurrency, names.len(), "--concurrency", quiet)?;
-    let mut output = OutputOptions::from(&args.replay.output);
     // The gates judge the answer, not each step.
-    output.fail_if.clear();
+    let output = OutputOptions {
+        fail_if: Vec::new(),
+        ..OutputOptions::from(&args.replay.output)
+    };
     let labels = crate::replay::labels(&cfg);
     let session = Session::open(&output, labels, &names, cfg.plan.shard.index).await?;
     args.replay.stop.arm(&shutdown);

@@ -13,7 +13,9 @@ use clap::Args;
 use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
-use super::args::{OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg};
+use super::args::{
+    OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg, VerifyArgs,
+};
 use crate::exec::pull::PullTargets;
 use crate::oci::manifest::Platform;
 use crate::oci::{Reference, Repository};
@@ -67,23 +69,8 @@ pub struct PullArgs {
     #[arg(help_heading = "Workload", long, value_name = "N", default_value = "4", value_parser = parse_concurrency)]
     pub concurrency: NonZeroUsize,
 
-    /// How a blob read is checked: sha256 or none.
-    ///
-    /// `sha256`: hashed and compared with its digest; pick it to check a registry end to
-    /// end. `none`: read to the end, its size checked; pick it only to find creb-rs's own
-    /// ceiling. `compare`, replay's default, hashes here too: a pull reads images whose
-    /// content it did not generate.
-    #[arg(help_heading = "Workload", long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Sha256, hide_possible_values = true)]
-    pub verify: VerifyArg,
-
-    /// The same as `--verify none`.
-    #[arg(
-        help_heading = "Workload",
-        hide = true,
-        long,
-        conflicts_with = "verify"
-    )]
-    pub no_verify: bool,
+    #[command(flatten)]
+    pub verify: VerifyArgs,
 
     /// Also list each image's referrers (OCI 1.1: signatures, SBOMs, what `push --attach`
     /// adds) and fetch their manifests. A registry without the referrers API is counted
@@ -165,7 +152,7 @@ impl TryFrom<&PullArgs> for PullConfig {
             repo: a.repo.clone(),
             targets,
             concurrency: a.concurrency.get(),
-            verify: a.verify.or_none(a.no_verify).into(),
+            verify: a.verify.mode(VerifyArg::Sha256).into(),
             referrers: a.referrers,
             platform: a.platform.clone(),
         })

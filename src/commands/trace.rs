@@ -25,8 +25,8 @@ use crate::analysis::trace::import::{
 use crate::analysis::trace::{
     compute_stats, render_text, sample_records, validate_trace, Records, SampleMethod, StatsOptions,
 };
-use crate::plan::capacity::Capacity;
 use crate::plan::catalog::SizeScale;
+use crate::plan::footprint::Footprint;
 use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
 use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
@@ -668,22 +668,23 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
     if stats.records == 0 {
         anyhow::bail!("{} holds no trace record", input.describe());
     }
-    let capacity = if a.capacity {
+    let footprint = if a.capacity {
         let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
             .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
-        Some(Capacity::of(&input, sizes)?)
+        Some(Footprint::of(&input, sizes)?)
     } else {
         None
     };
     if a.json {
         let mut value = serde_json::to_value(&stats)?;
-        if let Some(c) = &capacity {
+        if let Some(c) = &footprint {
+            // Its key in the JSON is the flag's name.
             value["capacity"] = serde_json::to_value(c)?;
         }
         out.json(&value)?;
     } else {
         let mut text = render_text(&stats);
-        if let Some(c) = &capacity {
+        if let Some(c) = &footprint {
             text.push('\n');
             text.push_str(&c.to_string());
         }

@@ -11,8 +11,8 @@
 //! This file holds the plan's types; [`Naming`] gives trace names registry names, the
 //! manifest functions build what a push sends and a read expects, and [`Planner`] is pass 2.
 
-pub mod capacity;
 pub mod catalog;
+pub mod footprint;
 pub mod image;
 pub mod linker;
 mod manifests;

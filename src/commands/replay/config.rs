@@ -12,7 +12,7 @@ use crate::commands::args::{
 };
 use crate::commands::args::{
     LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs,
-    VerifyArg,
+    VerifyArg, VerifyArgs,
 };
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
@@ -186,25 +186,8 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Workload", hide_short_help = true, long, value_name = "N", value_parser = parse_concurrency)]
     pub prewarm_concurrency: Option<NonZeroUsize>,
 
-    /// How a blob read is checked: compare, sha256 or none.
-    ///
-    /// `compare`: the body against the content creb-rs generated for it, regenerated in step
-    /// (memory speed); pick it for load, where creb-rs's own CPU must stay far below the
-    /// registry's. `sha256`: hashed and compared with its digest, as a client would; pick it
-    /// to check a registry end to end. `none`: read to the end, its size checked; pick it
-    /// only to find creb-rs's own ceiling. `compare` and `sha256` catch a flipped byte, a
-    /// short or long body and another blob's body; `none` only wrong sizes.
-    #[arg(help_heading = "Workload", long, value_enum, value_name = "MODE", default_value_t = VerifyArg::Compare, hide_possible_values = true)]
-    pub verify: VerifyArg,
-
-    /// The same as `--verify none`.
-    #[arg(
-        help_heading = "Workload",
-        hide = true,
-        long,
-        conflicts_with = "verify"
-    )]
-    pub no_verify: bool,
+    #[command(flatten)]
+    pub verify: VerifyArgs,
 
     /// stress (closed model, as fast as it goes) or delay (open model, the trace's timing).
     ///
@@ -429,6 +412,14 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
     type Error = anyhow::Error;
 
     fn try_from(a: &ReplayArgs) -> anyhow::Result<Self> {
+        ReplayConfig::in_mode(a, a.mode.into())
+    }
+}
+
+impl ReplayConfig {
+    /// The replay the flags describe, in `mode` whatever `--mode` says (a capacity search's
+    /// steps are an open model always).
+    pub fn in_mode(a: &ReplayArgs, mode: Mode) -> anyhow::Result<Self> {
         if a.chunk_size.bytes() == 0 {
             anyhow::bail!("--chunk-size must be at least 1 byte");
         }
@@ -465,7 +456,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
             registry,
             routing,
             traces: a.traces.clone(),
-            mode: a.mode.into(),
+            mode,
             speed: a.speed,
             concurrency: a.concurrency.get(),
             prewarm_concurrency: a.prewarm_concurrency.unwrap_or(a.concurrency).get(),
@@ -503,7 +494,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
                 .start_at
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
             start_at_time: a.start_at,
-            verify: a.verify.or_none(a.no_verify).into(),
+            verify: a.verify.mode(VerifyArg::Compare).into(),
             strict: a.strict,
             window: None,
         })

@@ -9,7 +9,7 @@ use crate::units::{grouped, ByteSize};
 
 /// The figures of `trace stats --capacity`.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Capacity {
+pub struct Footprint {
     pub size_scale: f64,
     pub max_object_size: Option<u64>,
     /// Distinct blobs the run reads (the prewarm pushes each to every repository reading it).
@@ -28,9 +28,9 @@ pub struct Capacity {
     pub storage_bytes: u64,
 }
 
-impl Capacity {
+impl Footprint {
     /// Reads `input` once, as a replay's first pass does with its default session gap.
-    pub fn of(input: &TraceInput, sizes: SizeScale) -> Result<Capacity, TraceError> {
+    pub fn of(input: &TraceInput, sizes: SizeScale) -> Result<Footprint, TraceError> {
         let mut reader = TraceReader::open(input, Default::default(), Interner::default())?;
         let mut gets: FastHashMap<Sym, u64> = Default::default();
         let items = (&mut reader).inspect(|item| {
@@ -65,7 +65,7 @@ impl Capacity {
             .map(|(d, n)| n.saturating_mul(catalog.blob_content(*d).size()))
             .fold(0, u64::saturating_add);
         let uploads = catalog.uploads().len();
-        Ok(Capacity {
+        Ok(Footprint {
             size_scale: sizes.factor(),
             max_object_size: sizes.max,
             blobs: catalog.blobs.len(),
@@ -80,7 +80,7 @@ impl Capacity {
     }
 }
 
-impl std::fmt::Display for Capacity {
+impl std::fmt::Display for Footprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let scale = match (self.size_scale < 1.0, self.max_object_size) {
             (false, None) => "sizes as recorded".to_string(),
@@ -134,7 +134,7 @@ mod tests {
         ];
         std::fs::write(&path, format!("[{}]", records.join(",\n"))).unwrap();
         let input = TraceInput { files: vec![path] };
-        let c = Capacity::of(&input, SizeScale::default()).unwrap();
+        let c = Footprint::of(&input, SizeScale::default()).unwrap();
         assert_eq!((c.blobs, c.blob_bytes), (2, 2 * TIB));
         assert_eq!(
             c.read_bytes,
