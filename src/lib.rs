@@ -7,7 +7,7 @@
 //! | layer | modules |
 //! |---|---|
 //! | foundations | `units`, `fast_hash`, `digest`, `outfile`, `content`, `shutdown`, `progress` |
-//! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `route`, `plan`, `results` |
+//! | domain cores | `metrics`, `oci`, `net`, `auth`, `client`, `trace`, `unpack`, `route`, `plan`, `results` |
 //! | engines | `exec`, `analysis`, `merge`, `experiment`, `report`, `session`, `synthetic`, `replay`, `capacity`, `runner` |
 //! | commands | `commands` |
 //!
@@ -43,6 +43,7 @@ mod shutdown;
 pub mod synthetic;
 pub mod trace;
 mod units;
+pub mod unpack;
 
 pub use commands::{run, Cli, ExitStatus};
 pub use shutdown::Shutdown;

@@ -272,6 +272,15 @@ pub enum ErrorKind {
     Cancelled,
     /// Not sent: its endpoint was down and failover is off (`--no-failover`).
     EndpointDown,
+    /// An unpacked layer (`--unpack`) is not the compression its media type declares, or
+    /// not a tar.
+    LayerInvalid,
+    /// An unpacked layer's tar does not hash to the diff_id its image's config gives it.
+    DiffIdMismatch,
+    /// An unpacked layer holds an entry whose path or link would leave the directory.
+    UnsafePath,
+    /// An unpacked layer's tar grew past its bound (a decompression bomb): stopped.
+    DecompressionBomb,
     /// Anything else the transport reported.
     Other,
 }
@@ -306,6 +315,10 @@ impl ErrorKind {
             ErrorKind::Auth => "auth",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::EndpointDown => "endpoint_down",
+            ErrorKind::LayerInvalid => "layer_invalid",
+            ErrorKind::DiffIdMismatch => "diff_id_mismatch",
+            ErrorKind::UnsafePath => "unsafe_path",
+            ErrorKind::DecompressionBomb => "decompression_bomb",
             ErrorKind::Other => "other",
         }
     }
@@ -334,6 +347,10 @@ impl ErrorKind {
             ErrorKind::Auth,
             ErrorKind::Cancelled,
             ErrorKind::EndpointDown,
+            ErrorKind::LayerInvalid,
+            ErrorKind::DiffIdMismatch,
+            ErrorKind::UnsafePath,
+            ErrorKind::DecompressionBomb,
             ErrorKind::Other,
         ]
         .into_iter()
@@ -364,6 +381,10 @@ mod tests {
             ErrorKind::NotAManifest,
             ErrorKind::DigestHeaderMismatch,
             ErrorKind::NotJson,
+            ErrorKind::LayerInvalid,
+            ErrorKind::DiffIdMismatch,
+            ErrorKind::UnsafePath,
+            ErrorKind::DecompressionBomb,
         ] {
             assert_eq!(ErrorKind::from_key(&kind.key()), Some(kind));
         }

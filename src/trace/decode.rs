@@ -40,14 +40,14 @@ pub fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
 
 /// A zstd stream of any number of frames (ruzstd's `StreamingDecoder` reads one), skipping
 /// skippable frames.
-struct ZstdFrames<R> {
+pub(crate) struct ZstdFrames<R> {
     source: R,
     decoder: ruzstd::decoding::FrameDecoder,
     in_frame: bool,
 }
 
 impl<R: BufRead> ZstdFrames<R> {
-    fn new(source: R) -> Self {
+    pub(crate) fn new(source: R) -> Self {
         ZstdFrames {
             source,
             decoder: ruzstd::decoding::FrameDecoder::new(),

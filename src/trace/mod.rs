@@ -8,7 +8,7 @@
 //! - [`synth`]: synthetic traces shaped like docker clients, for tests and workloads.
 //! - [`mod@write`]: traces written in the IBM layout (JSON array, optionally gzip).
 
-mod decode;
+pub(crate) mod decode;
 mod parse;
 pub mod reader;
 pub mod record;
