@@ -31,6 +31,7 @@ pub mod retry;
 mod upload;
 
 pub use error::{ClientError, OpError};
+pub use pull::Tap;
 pub use upload::{MountOutcome, UploadMode, UploadReport};
 
 use crate::auth::challenge::challenges_of;

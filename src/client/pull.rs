@@ -15,6 +15,9 @@ use crate::oci::headers::truncate;
 use crate::oci::manifest::{ParsedManifest, ACCEPT as MANIFEST_ACCEPT};
 use crate::oci::reference::{Reference, Repository};
 
+/// Where a tapped read hands each chunk of a body ([`RegistryClient::blob_get_tapped`]).
+pub type Tap = tokio::sync::mpsc::Sender<bytes::Bytes>;
+
 impl RegistryClient {
     /// `GET /v2/`: the API version check every client starts with.
     pub async fn ping(&self, ctx: OpCtx) -> Result<(), ClientError> {
@@ -38,7 +41,8 @@ impl RegistryClient {
     /// Reads a body to its end, checking it when verification is on: compared with
     /// `content` (the bytes creb-rs generated for it) when given and `compare` is on, else
     /// hashed. With an `expected` size, a body that runs past it is cut off at its first
-    /// extra byte (`size_mismatch`): no server can stream more than it promised.
+    /// extra byte (`size_mismatch`): no server can stream more than it promised. With a
+    /// `tap`, each chunk is also handed on once checked.
     async fn read_verified(
         &self,
         mut response: HttpResponse,
@@ -46,6 +50,7 @@ impl RegistryClient {
         expected: Option<u64>,
         content: Option<&ContentSpec>,
         m: &mut Meter<'_>,
+        mut tap: Option<&Tap>,
     ) -> Result<u64, ClientError> {
         let options = &self.inner.options;
         let mut compare = content
@@ -74,6 +79,13 @@ impl RegistryClient {
                         expected: digest.to_string(),
                         actual: format!("other bytes (the body differs from byte {at} on)"),
                     });
+                }
+            }
+            // Waits while the reader of the tap is behind: its back-pressure on the read.
+            // A reader that stopped (it failed) gets nothing more; the body is still read.
+            if let Some(t) = tap {
+                if t.send(chunk).await.is_err() {
+                    tap = None;
                 }
             }
         }
@@ -111,7 +123,23 @@ impl RegistryClient {
         expected_size: Option<u64>,
         ctx: OpCtx,
     ) -> Result<u64, ClientError> {
-        self.get_blob(repo, digest, expected_size, None, ctx).await
+        self.get_blob(repo, digest, expected_size, None, None, ctx)
+            .await
+    }
+
+    /// [`Self::blob_get`] whose body also goes to `tap`, chunk by chunk as each is read and
+    /// checked (a layer's unpacker: `--unpack`). A full `tap` holds the read back; the
+    /// verdict on the body is still the read's own.
+    pub async fn blob_get_tapped(
+        &self,
+        repo: &Repository,
+        digest: &Digest,
+        expected_size: Option<u64>,
+        tap: &Tap,
+        ctx: OpCtx,
+    ) -> Result<u64, ClientError> {
+        self.get_blob(repo, digest, expected_size, None, Some(tap), ctx)
+            .await
     }
 
     /// [`Self::blob_get`] of a blob whose content creb-rs generated (`content`, whose digest
@@ -124,7 +152,7 @@ impl RegistryClient {
         content: &ContentSpec,
         ctx: OpCtx,
     ) -> Result<u64, ClientError> {
-        self.get_blob(repo, digest, Some(content.size()), Some(content), ctx)
+        self.get_blob(repo, digest, Some(content.size()), Some(content), None, ctx)
             .await
     }
 
@@ -134,6 +162,7 @@ impl RegistryClient {
         digest: &Digest,
         expected_size: Option<u64>,
         content: Option<&ContentSpec>,
+        tap: Option<&Tap>,
         ctx: OpCtx,
     ) -> Result<u64, ClientError> {
         let mut m = self.meter(Op::BlobGet, ctx);
@@ -148,7 +177,7 @@ impl RegistryClient {
             }
             let received = m.bytes_received;
             let read = self
-                .read_verified(ex.response, digest, expected_size, content, &mut m)
+                .read_verified(ex.response, digest, expected_size, content, &mut m, tap)
                 .await;
             if let Some((sent, headers_at)) = storage {
                 let outcome = match &read {

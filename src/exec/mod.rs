@@ -34,6 +34,7 @@ pub mod push;
 pub mod sizes;
 mod targets;
 mod task;
+pub mod unpack;
 
 pub use executor::Executor;
 pub use options::{ExecOptions, ExecReport, Mode, Phase};

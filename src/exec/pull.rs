@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::bounded::{drive, Bounds, Driven, JobEnv};
+use super::unpack::{pull_unpacking, Pool, UnpackWork};
 use crate::client::{ClientError, OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, ErrorLog, Op, Outcome, Sample};
@@ -36,6 +37,8 @@ pub struct PullWork {
     /// The platform to pick from an index (`--platform`); `None`: this machine's, else the
     /// index's first image.
     pub platform: Option<Platform>,
+    /// `--unpack`: each image's layers unpacked as a runtime does.
+    pub unpack: Option<UnpackWork>,
 }
 
 /// The clients of a pull (one per endpoint) and how blobs are spread over them.
@@ -94,6 +97,7 @@ pub async fn pull_images(
     env: JobEnv<'_>,
 ) -> Driven {
     let permits = Semaphore::new(bounds.concurrency.max(1));
+    let pool = work.unpack.as_ref().map(Pool::new);
     let driven = drive(
         references,
         bounds,
@@ -101,7 +105,8 @@ pub async fn pull_images(
         |_| (),
         |reference| {
             let permits = &permits;
-            async move { pull_image(sources, work, &reference, permits, env).await }
+            let pool = pool.as_ref();
+            async move { pull_image(sources, work, &reference, permits, pool, env).await }
         },
         |()| {},
     )
@@ -205,12 +210,13 @@ async fn pull_blobs(
     (received, results.into_iter().find_map(Result::err))
 }
 
-/// Pulls one image; records the `image_pull` session.
+/// Pulls one image; records the `image_pull` session (and `image_ready` with `--unpack`).
 async fn pull_image(
     sources: &Sources,
     work: &PullWork,
     reference: &Reference,
     permits: &Semaphore,
+    pool: Option<&Pool>,
     env: JobEnv<'_>,
 ) {
     let repo = &work.repo;
@@ -218,6 +224,8 @@ async fn pull_image(
     let mut received = 0u64;
     let client = sources.first();
     let mut subject = None;
+    let mut uncompressed = None;
+    let mut downloaded = None;
     let platform = work.platform.as_ref();
     let outcome = match fetch_image_manifest(client, repo, reference, platform).await {
         Err(e) => {
@@ -227,9 +235,25 @@ async fn pull_image(
         }
         Ok((manifest, digest)) => {
             subject = Some(digest);
-            let (bytes, failed) = pull_blobs(sources, repo, &manifest, permits, env).await;
-            received = bytes;
-            failed.map_or(Outcome::Ok, |e| Outcome::Error(e.kind()))
+            match (&work.unpack, pool, &manifest) {
+                (Some(unpack), Some(pool), ParsedManifest::Image { config, layers }) => {
+                    let name = format!("{repo}:{reference}");
+                    let (client, config) = (sources.first(), config.as_ref());
+                    let u = pull_unpacking(
+                        client, repo, &name, config, layers, permits, pool, unpack, env,
+                    )
+                    .await;
+                    received = u.received;
+                    uncompressed = Some(u.uncompressed);
+                    downloaded = u.downloaded;
+                    u.failed.map_or(Outcome::Ok, Outcome::Error)
+                }
+                _ => {
+                    let (bytes, failed) = pull_blobs(sources, repo, &manifest, permits, env).await;
+                    received = bytes;
+                    failed.map_or(Outcome::Ok, |e| Outcome::Error(e.kind()))
+                }
+            }
         }
     };
     if outcome == Outcome::Error(ErrorKind::Cancelled) {
@@ -242,6 +266,13 @@ async fn pull_image(
     if !outcome.is_ok() {
         env.progress.add_error();
     }
-    let sample = Sample::session(Op::ImagePull, outcome, start, 0, received);
+    let mut sample = Sample::session(Op::ImagePull, outcome, start, 0, received);
+    // Unpacking, the pull ends at its last byte, not at its last layer applied.
+    sample.timing.end = downloaded.unwrap_or(sample.timing.end);
     client.recorder().record(sample).await;
+    if work.unpack.is_some() {
+        // From the same start: the time until the image could run.
+        let ready = Sample::session(Op::ImageReady, outcome, start, 0, uncompressed.unwrap_or(0));
+        client.recorder().record(ready).await;
+    }
 }

@@ -14,7 +14,9 @@ pub enum Level {
     /// One HTTP exchange inside an operation (the PATCHes of an upload, a redirect hop) or
     /// beside it (a token fetch). Reported per name, never added into `totals.requests`.
     Request,
-    /// A group of operations with a dependency order (an image pull or push).
+    /// A group of operations with a dependency order (an image pull or push), or what a
+    /// client does with what they brought (`--unpack`: a layer unpacked, an image ready to
+    /// run). Never added into `totals.requests`.
     Session,
 }
 
@@ -61,6 +63,8 @@ ops! {
     TokenFetch = "token_fetch", Request;
     ImagePull = "image_pull", Session;
     ImagePush = "image_push", Session;
+    LayerUnpack = "layer_unpack", Session;
+    ImageReady = "image_ready", Session;
 }
 
 impl Op {

@@ -40,6 +40,8 @@ pub struct PullConfig {
     pub platform: Option<Platform>,
     /// Several endpoints: how blobs are spread over them.
     pub route: Option<RouteKind>,
+    /// `--unpack`: each image's layers unpacked as a runtime does.
+    pub unpack: Option<crate::exec::unpack::UnpackWork>,
 }
 
 impl PullConfig {
@@ -112,6 +114,7 @@ pub async fn run(
         repo: cfg.repo.clone(),
         referrers: cfg.referrers,
         platform: cfg.platform.clone(),
+        unpack: cfg.unpack.clone(),
     };
     let listed = match fatal {
         None => {

@@ -41,3 +41,4 @@ mod tls;
 mod token_issuer_harness;
 mod trace_commands;
 mod trace_import;
+mod unpack;

@@ -1,0 +1,318 @@
+//! `--unpack` in a pull: each layer's body, tapped as it downloads, goes to its unpacker on a
+//! bounded pool; one image's layers are applied in order, as a runtime applies them, while
+//! later layers still download; each is checked against the config's diff_id. Samples:
+//! `layer_unpack` per layer, `image_ready` per image (from the pull's start to its last
+//! layer applied).
+//!
+//! Memory stays bounded: between a download and its unpacker wait at most [`QUEUE`] chunks
+//! (each at most a connection's read buffer). An unpacker slower than the download, or one
+//! still waiting for its turn (an earlier layer of its image, a free worker), fills its
+//! queue, and the download then waits: back-pressure on the pull, never unbounded
+//! buffering. The wait is the pull's (its `blob_get` lasts longer), the unpack time is
+//! `image_ready`'s; the request loop itself never unpacks (the pool is blocking threads).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+
+use super::bounded::JobEnv;
+use crate::client::{ClientError, OpCtx, RegistryClient};
+use crate::metrics::{ErrorKind, Op, Outcome, Sample};
+use crate::oci::manifest::Descriptor;
+use crate::oci::Repository;
+use crate::unpack::{self, Layer, LayerCompression, Limits, Target};
+
+/// Chunks that may wait between a layer's download and its unpacker.
+pub const QUEUE: usize = 16;
+
+/// The largest image config read for its diff_ids.
+const CONFIG_LIMIT: usize = 4 << 20;
+
+/// How a pull unpacks its images.
+#[derive(Debug, Clone)]
+pub struct UnpackWork {
+    /// Apply the layers under `dir/<image>/`; `None`: read every entry and discard it.
+    pub dir: Option<PathBuf>,
+    /// Leave what was applied (`--keep-unpacked`); else it is removed once the image is
+    /// ready.
+    pub keep: bool,
+    pub limits: Limits,
+    /// Layers unpacked at once across all images: the pool's threads.
+    pub workers: usize,
+}
+
+/// The unpack workers of a pull, shared by its images.
+#[derive(Debug)]
+pub struct Pool {
+    workers: Semaphore,
+    /// Images started, to name their directories apart.
+    images: std::sync::atomic::AtomicU64,
+}
+
+impl Pool {
+    pub fn new(work: &UnpackWork) -> Pool {
+        Pool {
+            workers: Semaphore::new(work.workers.max(1)),
+            images: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// What an image's unpacking came to.
+#[derive(Debug, Default)]
+pub(super) struct Unpacked {
+    /// Bytes of the blobs downloaded.
+    pub received: u64,
+    /// Bytes of the layers' tars.
+    pub uncompressed: u64,
+    /// The first failure: a download's, else an unpack's.
+    pub failed: Option<ErrorKind>,
+    /// When the last blob's last byte arrived: where `image_pull` ends.
+    pub downloaded: Option<Instant>,
+}
+
+/// The body of a layer as its unpacker reads it: the chunks its download hands on, until
+/// the download ends (the sender is dropped).
+struct Chunks {
+    rx: mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current.advance(n);
+        Ok(n)
+    }
+}
+
+/// The directory an image is applied under: its name made safe, and a number apart.
+fn image_dir(root: &Path, name: &str, n: u64) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    root.join(format!("{safe}-{n}"))
+}
+
+/// The diff_ids of an image config's `rootfs`, read from its blob (tapped, bounded).
+async fn diff_ids(
+    client: &RegistryClient,
+    repo: &Repository,
+    config: &Descriptor,
+) -> Result<(u64, Vec<String>), ClientError> {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
+    let read = async move {
+        let ctx = OpCtx::for_repository(repo);
+        client
+            .blob_get_tapped(repo, &config.digest, Some(config.size), &tx, ctx)
+            .await
+    };
+    let collect = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            if body.len() + chunk.len() <= CONFIG_LIMIT {
+                body.extend_from_slice(&chunk);
+            }
+        }
+        body
+    };
+    let (read, body) = tokio::join!(read, collect);
+    let received = read?;
+    #[derive(serde::Deserialize)]
+    struct Config {
+        rootfs: RootFs,
+    }
+    #[derive(serde::Deserialize)]
+    struct RootFs {
+        diff_ids: Vec<String>,
+    }
+    let parsed: Config = serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
+        kind: ErrorKind::LayerInvalid,
+        message: format!(
+            "{repo}@{}: the config has no rootfs.diff_ids: {e}",
+            config.digest
+        ),
+    })?;
+    Ok((received, parsed.rootfs.diff_ids))
+}
+
+/// One layer: its download tapped into its unpacker, which starts when the layer before it
+/// was applied (`turn`) and a worker is free. Returns the bytes received, the tar's, and
+/// the failure, and when the download ended.
+#[allow(clippy::too_many_arguments)]
+async fn layer(
+    client: &RegistryClient,
+    repo: &Repository,
+    d: &Descriptor,
+    diff_id: Option<String>,
+    target: Option<Arc<Mutex<Target>>>,
+    turn: oneshot::Receiver<()>,
+    done: oneshot::Sender<()>,
+    downloads: &Semaphore,
+    pool: &Pool,
+    work: &UnpackWork,
+) -> (u64, u64, Option<ErrorKind>, Instant) {
+    let (tx, rx) = mpsc::channel::<Bytes>(QUEUE);
+    let download = async move {
+        let Ok(_permit) = downloads.acquire().await else {
+            return (Err(ClientError::Cancelled), Instant::now());
+        };
+        let expected = (d.size > 0).then_some(d.size);
+        let r = client
+            .blob_get_tapped(repo, &d.digest, expected, &tx, OpCtx::for_repository(repo))
+            .await;
+        drop(tx);
+        (r, Instant::now())
+    };
+    let compression = LayerCompression::of_media_type(&d.media_type);
+    let size = d.size;
+    let limits = work.limits;
+    let unpacked = async {
+        // The layer before this one is applied first (or failed).
+        let _ = turn.await;
+        let Ok(_worker) = pool.workers.acquire().await else {
+            return None;
+        };
+        let start = Instant::now();
+        let applied = tokio::task::spawn_blocking(move || {
+            let Some(compression) = compression else {
+                return Err(unpack::UnpackError::NotTar("not a layer media type".into()));
+            };
+            let layer = Layer {
+                compression,
+                size,
+                diff_id: diff_id.as_deref(),
+            };
+            let body = Chunks {
+                rx,
+                current: Bytes::new(),
+            };
+            let mut guard = target
+                .as_ref()
+                .map(|t| t.lock().unwrap_or_else(|e| e.into_inner()));
+            unpack::unpack(body, layer, guard.as_deref_mut(), limits)
+        })
+        .await;
+        Some((start, applied))
+    };
+    let ((downloaded, at), unpacked) = tokio::join!(download, unpacked);
+    let _ = done.send(());
+    let received = match downloaded {
+        Ok(n) => n,
+        // The download's failure is the layer's: its unpacker only saw a cut body.
+        Err(e) => return (0, 0, Some(e.kind()), at),
+    };
+    let Some((start, applied)) = unpacked else {
+        return (received, 0, Some(ErrorKind::Cancelled), at);
+    };
+    let (outcome, bytes) = match applied {
+        Ok(Ok(u)) => (Outcome::Ok, u.uncompressed),
+        Ok(Err(e)) => {
+            tracing::warn!("{repo}@{}: unpack: {e}", d.digest);
+            (Outcome::Error(e.kind()), 0)
+        }
+        Err(e) => {
+            tracing::warn!("{repo}@{}: unpack: {e}", d.digest);
+            (Outcome::Error(ErrorKind::Other), 0)
+        }
+    };
+    let sample = Sample::session(Op::LayerUnpack, outcome, start, 0, bytes);
+    client.recorder().record(sample).await;
+    let failed = match outcome {
+        Outcome::Ok => None,
+        Outcome::Error(kind) => Some(kind),
+    };
+    (received, bytes, failed, at)
+}
+
+/// Pulls an image's config and layers with every layer unpacked in order.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn pull_unpacking(
+    client: &RegistryClient,
+    repo: &Repository,
+    name: &str,
+    config: Option<&Descriptor>,
+    layers: &[Descriptor],
+    downloads: &Semaphore,
+    pool: &Pool,
+    work: &UnpackWork,
+    env: JobEnv<'_>,
+) -> Unpacked {
+    let mut out = Unpacked::default();
+    let ids = match config {
+        Some(c) => match diff_ids(client, repo, c).await {
+            Ok((n, ids)) => {
+                out.received += n;
+                ids
+            }
+            Err(e) => {
+                env.errors.note(format!("{repo}@{}: config: {e}", c.digest));
+                out.failed = Some(e.kind());
+                return out;
+            }
+        },
+        None => Vec::new(),
+    };
+    if config.is_some() && ids.len() != layers.len() {
+        env.errors.note(format!(
+            "{name}: the config lists {} diff_ids for {} layers",
+            ids.len(),
+            layers.len()
+        ));
+        out.failed = Some(ErrorKind::DiffIdMismatch);
+        return out;
+    }
+    let n = pool
+        .images
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = work.dir.as_ref().map(|root| image_dir(root, name, n));
+    let target = match dir.as_deref().map(Target::new).transpose() {
+        Ok(t) => t.map(|t| Arc::new(Mutex::new(t))),
+        Err(e) => {
+            env.errors.note(format!("{name}: --unpack-dir: {e}"));
+            out.failed = Some(ErrorKind::Other);
+            return out;
+        }
+    };
+    // Each layer's unpacker waits for the one before it.
+    let (first, mut turn) = oneshot::channel();
+    let _ = first.send(());
+    let mut jobs = Vec::new();
+    for (i, d) in layers.iter().enumerate() {
+        let (done, next) = oneshot::channel();
+        let diff_id = ids.get(i).cloned();
+        let t = target.clone();
+        jobs.push(layer(
+            client, repo, d, diff_id, t, turn, done, downloads, pool, work,
+        ));
+        turn = next;
+    }
+    for (received, bytes, failed, at) in futures_util::future::join_all(jobs).await {
+        out.received += received;
+        out.uncompressed += bytes;
+        out.failed = out.failed.or(failed);
+        out.downloaded = out.downloaded.max(Some(at));
+    }
+    if let (Some(dir), false) = (&dir, work.keep) {
+        if let Err(e) = unpack::remove_unpacked(dir) {
+            env.errors
+                .note(format!("{}: removing it: {e}", dir.display()));
+        }
+    }
+    out
+}
