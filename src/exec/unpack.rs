@@ -167,7 +167,7 @@ async fn layer(
     pool: &Pool,
     work: &UnpackWork,
 ) -> (u64, u64, Option<ErrorKind>, Instant) {
-    let (tx, rx) = mpsc::channel::<Bytes>(QUEUE);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
     let download = async move {
         let Ok(_permit) = downloads.acquire().await else {
             return (Err(ClientError::Cancelled), Instant::now());
@@ -185,6 +185,10 @@ async fn layer(
     let unpacked = async {
         // The layer before this one is applied first (or failed).
         let _ = turn.await;
+        // A worker is taken once the body flows, never while the download still waits for
+        // its own turn to download: a worker held by a layer that cannot download while
+        // the downloads wait for workers would stop the pull.
+        let first = rx.recv().await.unwrap_or_default();
         let Ok(_worker) = pool.workers.acquire().await else {
             return None;
         };
@@ -198,10 +202,7 @@ async fn layer(
                 size,
                 diff_id: diff_id.as_deref(),
             };
-            let body = Chunks {
-                rx,
-                current: Bytes::new(),
-            };
+            let body = Chunks { rx, current: first };
             let mut guard = target
                 .as_ref()
                 .map(|t| t.lock().unwrap_or_else(|e| e.into_inner()));

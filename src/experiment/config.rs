@@ -255,6 +255,9 @@ pub struct ExperimentSpec {
     // pull
     #[serde(default)]
     pub all_tags: Option<bool>,
+    /// `--unpack`: each image unpacked as a runtime does (`layer_unpack`, `image_ready`).
+    #[serde(default)]
+    pub unpack: Option<bool>,
     // capacity
     /// `--slo`: what must hold for a load to be sustained.
     #[serde(default)]
@@ -313,6 +316,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("single_post", &[Kind::Push]),
     ("fresh_content", &[Kind::Push]),
     ("all_tags", &[Kind::Pull]),
+    ("unpack", &[Kind::Pull]),
     ("slo", &[Kind::Capacity]),
     ("step", &[Kind::Capacity]),
     ("step_warmup", &[Kind::Capacity]),
@@ -325,7 +329,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
 impl ExperimentSpec {
     /// The kind-specific keys this table sets.
     fn keys_set(&self) -> Vec<&'static str> {
-        let set: [(&'static str, bool); 38] = [
+        let set: [(&'static str, bool); 39] = [
             ("seed", self.seed.is_some()),
             ("traces", self.traces.is_some()),
             ("mode", self.mode.is_some()),
@@ -357,6 +361,7 @@ impl ExperimentSpec {
             ("single_post", self.single_post.is_some()),
             ("fresh_content", self.fresh_content.is_some()),
             ("all_tags", self.all_tags.is_some()),
+            ("unpack", self.unpack.is_some()),
             ("slo", !self.slo.is_empty()),
             ("step", self.step.is_some()),
             ("step_warmup", self.step_warmup.is_some()),

@@ -293,3 +293,55 @@ async fn wrong_diff_ids_layers_that_are_no_tar_and_escaping_paths_fail_the_pull(
     assert!(!dir.path().join("escaped").exists());
     assert!(!dir.path().join("root").join("escaped").exists());
 }
+
+/// Many images and layers at once, each layer longer than what may wait for its unpacker
+/// (so downloads do wait), fewer workers than layers in flight: every image is ready. (A worker taken before a layer's body flowed once stopped such a pull for good:
+/// workers held by layers waiting to download, downloads waiting on layers without a
+/// worker.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_images_unpack_at_once_without_stalling() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let status = creb(&[
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "many/img",
+        "--images",
+        "4",
+        "--layers",
+        "4",
+        "--layer-size",
+        "8MiB",
+        "--concurrency",
+        "4",
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let out = dir.path().join("out");
+    let args = [
+        "pull",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "many/img",
+        "--images",
+        "4",
+        "--unpack",
+        "--concurrency",
+        "4",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let pull = creb(&args);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(120), pull)
+        .await
+        .expect("the pull ends");
+    assert_eq!(status, ExitStatus::Success);
+    let s = summary_json(&out);
+    assert_eq!(s["sessions"]["image_ready"]["ok"], 4, "{}", s["sessions"]);
+    assert_eq!(s["sessions"]["layer_unpack"]["ok"], 16, "{}", s["sessions"]);
+}

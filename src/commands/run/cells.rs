@@ -212,6 +212,7 @@ pub fn cell_argv(
             push_text(&mut argv, "--tag", &s.tag);
             push_value(&mut argv, "--images", &s.images);
             push_flag(&mut argv, "--all-tags", s.all_tags);
+            push_flag(&mut argv, "--unpack", s.unpack);
             push_text(&mut argv, "--verify", &s.verify);
             push_flag(&mut argv, "--no-verify", s.no_verify);
         }
