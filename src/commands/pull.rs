@@ -83,7 +83,7 @@ pub struct PullArgs {
     #[arg(help_heading = "Workload", long)]
     pub unpack: bool,
 
-    /// With --unpack: write the files under DIR/<image>/, removed when the image is ready
+    /// With --unpack: write the files under `DIR/<image>/`, removed when the image is ready
     /// unless --keep-unpacked.
     #[arg(
         help_heading = "Workload",
