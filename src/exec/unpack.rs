@@ -282,6 +282,10 @@ pub(super) async fn pull_unpacking(
         .images
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = work.dir.as_ref().map(|root| image_dir(root, name, n));
+    // Removed when the image is done, or when a stop drops its pull mid-way.
+    let _written = Written {
+        dir: dir.clone().filter(|_| !work.keep),
+    };
     let target = match dir.as_deref().map(Target::new).transpose() {
         Ok(t) => t.map(|t| Arc::new(Mutex::new(t))),
         Err(e) => {
@@ -309,11 +313,22 @@ pub(super) async fn pull_unpacking(
         out.failed = out.failed.or(failed);
         out.downloaded = out.downloaded.max(Some(at));
     }
-    if let (Some(dir), false) = (&dir, work.keep) {
-        if let Err(e) = unpack::remove_unpacked(dir) {
-            env.errors
-                .note(format!("{}: removing it: {e}", dir.display()));
+    out
+}
+
+/// What an image wrote under `--unpack-dir`, removed when it goes out of scope: after the
+/// image is ready, or when a stop's grace ran out and its pull was dropped (an unpacker
+/// still writing then fails on the missing directory and stops).
+struct Written {
+    dir: Option<PathBuf>,
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            if let Err(e) = unpack::remove_unpacked(dir) {
+                tracing::warn!("{}: removing what was unpacked: {e}", dir.display());
+            }
         }
     }
-    out
 }

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 use tar::EntryType;
 
-use super::UnpackError;
+use super::error::UnpackError;
 
 /// Why applying an entry failed.
 pub(super) enum Error {
@@ -59,6 +59,10 @@ impl Target {
         body: &mut impl Read,
         whiteout: bool,
     ) -> Result<(), Error> {
+        // A directory removed under the unpacker (a stop) is never made again.
+        if !self.root.is_dir() {
+            return Err(Error::Write(io::Error::from(io::ErrorKind::NotFound)));
+        }
         let refused = || Error::Refused(UnpackError::UnsafePath(name.to_owned()));
         let dest = self.resolve(path).ok_or_else(refused)?;
         if dest == self.root {

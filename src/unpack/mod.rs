@@ -11,16 +11,17 @@
 //! and a component that is a link made by an earlier entry is refused.
 
 mod apply;
+mod error;
 
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::metrics::ErrorKind;
 use crate::trace::decode::ZstdFrames;
 
 pub use apply::Target;
+pub use error::UnpackError;
 
 /// How a layer's tar is compressed, by its media type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,42 +97,6 @@ pub struct Unpacked {
     pub whiteouts: u64,
     /// `sha256:` of the tar.
     pub diff_id: String,
-}
-
-/// Why a layer could not be unpacked.
-#[derive(Debug, thiserror::Error)]
-pub enum UnpackError {
-    #[error("the layer is not {0}: {1}")]
-    Compression(&'static str, String),
-    #[error("the layer is not a tar: {0}")]
-    NotTar(String),
-    #[error("diff_id mismatch: the config says {expected}, the layer's tar is {actual}")]
-    DiffId { expected: String, actual: String },
-    #[error("entry {0:?} would leave the directory")]
-    UnsafePath(String),
-    #[error(
-        "the layer's tar grows past {bound} bytes ({ratio} times its {compressed} bytes): stopped"
-    )]
-    Bomb {
-        bound: u64,
-        ratio: u64,
-        compressed: u64,
-    },
-    #[error("unpacking: {0}")]
-    Io(io::Error),
-}
-
-impl UnpackError {
-    /// The error kind a failed unpack is counted under.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            UnpackError::Compression(..) | UnpackError::NotTar(_) => ErrorKind::LayerInvalid,
-            UnpackError::DiffId { .. } => ErrorKind::DiffIdMismatch,
-            UnpackError::UnsafePath(_) => ErrorKind::UnsafePath,
-            UnpackError::Bomb { .. } => ErrorKind::DecompressionBomb,
-            UnpackError::Io(_) => ErrorKind::Other,
-        }
-    }
 }
 
 /// A reader that counts and hashes what passes through it, and stops at a bound.

@@ -7,6 +7,7 @@ use std::io::Write;
 use super::*;
 use crate::content::layer::{Compression, LayerForm};
 use crate::content::ContentSpec;
+use crate::metrics::ErrorKind;
 
 fn generated(compression: Compression, size: u64) -> (Vec<u8>, String) {
     let form = LayerForm::new(compression, 0.5).unwrap();

@@ -345,3 +345,87 @@ async fn many_images_unpack_at_once_without_stalling() {
     assert_eq!(s["sessions"]["image_ready"]["ok"], 4, "{}", s["sessions"]);
     assert_eq!(s["sessions"]["layer_unpack"]["ok"], 16, "{}", s["sessions"]);
 }
+
+/// A stop while an image unpacks (its layers held back by a slow proxy, `--grace 0s`): the
+/// pull exits 130 with a valid result marked interrupted, and what it made under
+/// `--unpack-dir` is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_unpack_leaves_a_result_and_removes_the_files() {
+    use crate::common::faults::{Fault, FaultProxy};
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let status = creb(&[
+        "push",
+        "--registry",
+        &registry.url,
+        "--repo",
+        "stop/img",
+        "--layers",
+        "2",
+        "--layer-size",
+        "1MiB",
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let proxy = FaultProxy::start(
+        registry.port,
+        Fault::Delay(std::time::Duration::from_secs(3)),
+    );
+    // The config comes at once; each layer's GET is held 3 s.
+    proxy.set_filter(|method, path| method == "GET" && path.contains("/blobs/"));
+    let root = dir.path().join("unpacked");
+    let out = dir.path().join("out");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args([
+            "pull",
+            "--registry",
+            &proxy.url,
+            "--repo",
+            "stop/img",
+            "--unpack",
+            "--unpack-dir",
+            root.to_str().unwrap(),
+            "--grace",
+            "0s",
+            "--quiet",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env_remove("DOCKER_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The image's directory exists once its config was read and its layers asked for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir(&root).map_or(true, |mut d| d.next().is_none()) {
+        assert!(std::time::Instant::now() < deadline, "no image directory");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pull did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(130));
+    let s = summary_json(&out);
+    assert_eq!(s["interrupted"], true, "{s}");
+    assert!(
+        std::fs::read_dir(&root).unwrap().next().is_none(),
+        "left under --unpack-dir: {:?}",
+        files_under(&root)
+    );
+}
