@@ -151,37 +151,64 @@ async fn diff_ids(
     Ok((received, parsed.rootfs.diff_ids))
 }
 
-/// One layer: its download tapped into its unpacker, which starts when the layer before it
-/// was applied (`turn`) and a worker is free. Returns the bytes received, the tar's, and
-/// the failure, and when the download ended.
-#[allow(clippy::too_many_arguments)]
-async fn layer(
-    client: &RegistryClient,
-    repo: &Repository,
-    d: &Descriptor,
+/// What an image's layers share: where they come from, the download slots and unpack
+/// workers they take, how they are unpacked.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    client: &'a RegistryClient,
+    repo: &'a Repository,
+    downloads: &'a Semaphore,
+    pool: &'a Pool,
+    work: &'a UnpackWork,
+}
+
+/// One layer of an image: what it is checked against, where it is applied, and its place
+/// in the image's order (`turn`: the layer before it is done; `done`: this one is).
+struct LayerJob<'a> {
+    d: &'a Descriptor,
     diff_id: Option<String>,
     target: Option<Arc<Mutex<Target>>>,
     turn: oneshot::Receiver<()>,
     done: oneshot::Sender<()>,
-    downloads: &Semaphore,
-    pool: &Pool,
-    work: &UnpackWork,
-) -> (u64, u64, Option<ErrorKind>, Instant) {
+}
+
+/// How one layer came out.
+struct LayerDone {
+    /// Bytes of the blob received.
+    received: u64,
+    /// Bytes of its tar.
+    tar: u64,
+    /// Its failure: the download's, else the unpack's, with what to tell the user.
+    failed: Option<(ErrorKind, String)>,
+    /// When its download ended.
+    at: Instant,
+}
+
+/// One layer: its download tapped into its unpacker, which starts when the layer before it
+/// was applied and a worker is free; records its `layer_unpack`.
+async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
+    let LayerJob {
+        d,
+        diff_id,
+        target,
+        turn,
+        done,
+    } = job;
     let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
     let download = async move {
-        let Ok(_permit) = downloads.acquire().await else {
+        let Ok(_permit) = s.downloads.acquire().await else {
             return (Err(ClientError::Cancelled), Instant::now());
         };
         let expected = (d.size > 0).then_some(d.size);
-        let r = client
-            .blob_get_tapped(repo, &d.digest, expected, &tx, OpCtx::for_repository(repo))
+        let ctx = OpCtx::for_repository(s.repo);
+        let r = (s.client)
+            .blob_get_tapped(s.repo, &d.digest, expected, &tx, ctx)
             .await;
         drop(tx);
         (r, Instant::now())
     };
     let compression = LayerCompression::of_media_type(&d.media_type);
-    let size = d.size;
-    let limits = work.limits;
+    let (size, limits) = (d.size, s.work.limits);
     let unpacked = async {
         // The layer before this one is applied first (or failed).
         let _ = turn.await;
@@ -189,7 +216,7 @@ async fn layer(
         // its own turn to download: a worker held by a layer that cannot download while
         // the downloads wait for workers would stop the pull.
         let first = rx.recv().await.unwrap_or_default();
-        let Ok(_worker) = pool.workers.acquire().await else {
+        let Ok(_worker) = s.pool.workers.acquire().await else {
             return None;
         };
         let start = Instant::now();
@@ -213,32 +240,41 @@ async fn layer(
     };
     let ((downloaded, at), unpacked) = tokio::join!(download, unpacked);
     let _ = done.send(());
-    let received = match downloaded {
-        Ok(n) => n,
+    let mut out = LayerDone {
+        received: 0,
+        tar: 0,
+        failed: None,
+        at,
+    };
+    let what = format!("{}@{}", s.repo, d.digest);
+    match (downloaded, unpacked) {
         // The download's failure is the layer's: its unpacker only saw a cut body.
-        Err(e) => return (0, 0, Some(e.kind()), at),
-    };
-    let Some((start, applied)) = unpacked else {
-        return (received, 0, Some(ErrorKind::Cancelled), at);
-    };
-    let (outcome, bytes) = match applied {
-        Ok(Ok(u)) => (Outcome::Ok, u.uncompressed),
-        Ok(Err(e)) => {
-            tracing::warn!("{repo}@{}: unpack: {e}", d.digest);
-            (Outcome::Error(e.kind()), 0)
+        (Err(e), _) => out.failed = Some((e.kind(), format!("{what}: {e}"))),
+        (Ok(n), None) => {
+            out.received = n;
+            out.failed = Some((ErrorKind::Cancelled, format!("{what}: cancelled")));
         }
-        Err(e) => {
-            tracing::warn!("{repo}@{}: unpack: {e}", d.digest);
-            (Outcome::Error(ErrorKind::Other), 0)
+        (Ok(n), Some((start, applied))) => {
+            out.received = n;
+            let outcome = match applied {
+                Ok(Ok(u)) => {
+                    out.tar = u.uncompressed;
+                    Outcome::Ok
+                }
+                Ok(Err(e)) => {
+                    out.failed = Some((e.kind(), format!("{what}: unpack: {e}")));
+                    Outcome::Error(e.kind())
+                }
+                Err(e) => {
+                    out.failed = Some((ErrorKind::Other, format!("{what}: unpack: {e}")));
+                    Outcome::Error(ErrorKind::Other)
+                }
+            };
+            let sample = Sample::session(Op::LayerUnpack, outcome, start, 0, out.tar);
+            s.client.recorder().record(sample).await;
         }
-    };
-    let sample = Sample::session(Op::LayerUnpack, outcome, start, 0, bytes);
-    client.recorder().record(sample).await;
-    let failed = match outcome {
-        Outcome::Ok => None,
-        Outcome::Error(kind) => Some(kind),
-    };
-    (received, bytes, failed, at)
+    }
+    out
 }
 
 /// Pulls an image's config and layers with every layer unpacked in order.
@@ -297,21 +333,36 @@ pub(super) async fn pull_unpacking(
     // Each layer's unpacker waits for the one before it.
     let (first, mut turn) = oneshot::channel();
     let _ = first.send(());
+    let shared = Shared {
+        client,
+        repo,
+        downloads,
+        pool,
+        work,
+    };
     let mut jobs = Vec::new();
     for (i, d) in layers.iter().enumerate() {
         let (done, next) = oneshot::channel();
-        let diff_id = ids.get(i).cloned();
-        let t = target.clone();
-        jobs.push(layer(
-            client, repo, d, diff_id, t, turn, done, downloads, pool, work,
-        ));
+        let job = LayerJob {
+            d,
+            diff_id: ids.get(i).cloned(),
+            target: target.clone(),
+            turn,
+            done,
+        };
+        jobs.push(layer(shared, job));
         turn = next;
     }
-    for (received, bytes, failed, at) in futures_util::future::join_all(jobs).await {
-        out.received += received;
-        out.uncompressed += bytes;
-        out.failed = out.failed.or(failed);
-        out.downloaded = out.downloaded.max(Some(at));
+    for done in futures_util::future::join_all(jobs).await {
+        out.received += done.received;
+        out.uncompressed += done.tar;
+        out.downloaded = out.downloaded.max(Some(done.at));
+        if let Some((kind, message)) = done.failed {
+            if kind != ErrorKind::Cancelled {
+                env.errors.note(message);
+            }
+            out.failed = out.failed.or(Some(kind));
+        }
     }
     out
 }
