@@ -179,7 +179,7 @@ pub(super) fn check_path(path: &Path) -> Result<(), UnpackError> {
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
     match inside {
         true => Ok(()),
-        false => Err(UnsafePath::of(path)),
+        false => Err(unsafe_path(path)),
     }
 }
 
@@ -187,7 +187,7 @@ pub(super) fn check_path(path: &Path) -> Result<(), UnpackError> {
 /// not climb above the root from the directory the link is in.
 pub(super) fn check_link(path: &Path, link: &Path, hard: bool) -> Result<(), UnpackError> {
     if hard {
-        return check_path(link).map_err(|_| UnsafePath::of(path));
+        return check_path(link).map_err(|_| unsafe_path(path));
     }
     if link.is_absolute() {
         return Ok(());
@@ -205,17 +205,13 @@ pub(super) fn check_link(path: &Path, link: &Path, hard: bool) -> Result<(), Unp
             _ => {}
         }
         if depth < 0 {
-            return Err(UnsafePath::of(path));
+            return Err(unsafe_path(path));
         }
     }
     Ok(())
 }
 
 /// The refusal of an entry by its path.
-struct UnsafePath;
-
-impl UnsafePath {
-    fn of(path: &Path) -> UnpackError {
-        UnpackError::UnsafePath(path.to_string_lossy().into_owned())
-    }
+fn unsafe_path(path: &Path) -> UnpackError {
+    UnpackError::UnsafePath(path.to_string_lossy().into_owned())
 }
