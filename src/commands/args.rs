@@ -624,6 +624,54 @@ pub enum VerifyArg {
     None,
 }
 
+/// `--unpack` and its directory: one group for pull and replay.
+#[derive(Args, Debug, Clone, Default)]
+pub struct UnpackArgs {
+    /// Unpack each image as a runtime does (`layer_unpack`, `image_ready`).
+    ///
+    /// Every layer decompressed, its tar walked and its diff_id checked, layers applied in
+    /// order: `image_ready` is the time until the image could run. Without --unpack-dir nothing is written: every entry is read and discarded. Layers
+    /// are unpacked on as many threads as there are cores. A pull unpacks a layer while it
+    /// downloads (a layer waiting for its turn holds its download back); a replay unpacks
+    /// each layer of the trace's image pulls once its read ended and was verified, as a
+    /// runtime unpacks from its content store, so no request's latency holds an unpack
+    /// (docs/unpack.md).
+    #[arg(help_heading = "Workload", long)]
+    pub unpack: bool,
+
+    /// With --unpack: write the files under `DIR/<image>/`, removed when the image is ready
+    /// unless --keep-unpacked.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "DIR",
+        requires = "unpack"
+    )]
+    pub unpack_dir: Option<std::path::PathBuf>,
+
+    /// With --unpack-dir: leave the unpacked files.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        requires = "unpack_dir"
+    )]
+    pub keep_unpacked: bool,
+}
+
+impl UnpackArgs {
+    /// What `--unpack` asks for, if it was given: on as many threads as there are cores.
+    pub fn work(&self) -> Option<crate::exec::unpack::UnpackWork> {
+        self.unpack.then(|| crate::exec::unpack::UnpackWork {
+            dir: self.unpack_dir.clone(),
+            keep: self.keep_unpacked,
+            limits: crate::unpack::Limits::default(),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        })
+    }
+}
+
 /// `--verify` and the older `--no-verify`: one group for pull and replay, whose defaults
 /// differ (a replay reads content it generated, a pull images it did not).
 #[derive(Args, Debug, Clone, Default)]

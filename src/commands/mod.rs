@@ -206,7 +206,12 @@ pub enum Command {
     Pull(pull::PullArgs),
     /// Replay IBM registry traces: prewarm the registry, then replay in stress (closed) or
     /// delay (open, trace timing) mode.
-    #[command(after_help = replay::SHORT_EXAMPLES, after_long_help = replay::EXAMPLES)]
+    #[command(
+        after_help = replay::SHORT_EXAMPLES,
+        after_long_help = replay::EXAMPLES,
+        // In -h by its example, not in the list: replay's list fills the 40 lines.
+        mut_arg("unpack", |a| a.hide_short_help(true))
+    )]
     Replay(Box<replay::ReplayArgs>),
     /// Find the load a registry sustains under objectives (--slo): an open-model search over
     /// a trace's load, step by step, in delay mode; capacity.json and the curve.
@@ -222,7 +227,8 @@ pub enum Command {
             .help("Exit 3 when EXPR holds for the answer (repeatable): 'capacity < 500/s' \
                    (operations per second) or 'capacity < 4x' (the trace's speed factor)")
             .long_help(None)
-            .hide_short_help(true))
+            .hide_short_help(true)),
+        mut_arg("unpack", |a| a.hide_short_help(true))
     )]
     Capacity(Box<capacity::CapacityArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).

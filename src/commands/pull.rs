@@ -14,10 +14,10 @@ use url::Url;
 
 use super::args::{parse_concurrency, parse_count_u64, REGISTRY_URL};
 use super::args::{
-    OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, VerifyArg, VerifyArgs,
+    OutputArgs, RegistryArgs, RouteKindArg, RuntimeArgs, StopArgs, UnpackArgs, VerifyArg,
+    VerifyArgs,
 };
 use crate::exec::pull::PullTargets;
-use crate::exec::unpack::UnpackWork;
 use crate::oci::manifest::Platform;
 use crate::oci::{Reference, Repository};
 use crate::session::connect::RegistryConfig;
@@ -73,35 +73,8 @@ pub struct PullArgs {
     #[command(flatten)]
     pub verify: VerifyArgs,
 
-    /// Unpack each image as a runtime does: every layer decompressed, its tar walked and its
-    /// diff_id checked, layers applied in order; adds `layer_unpack` and `image_ready` (the
-    /// time until the image could run).
-    ///
-    /// Without --unpack-dir nothing is written: every entry is read and discarded. Layers
-    /// are unpacked on as many threads as there are cores, while later ones download; a
-    /// layer waiting for its turn holds its download back (docs/unpack.md).
-    #[arg(help_heading = "Workload", long)]
-    pub unpack: bool,
-
-    /// With --unpack: write the files under `DIR/<image>/`, removed when the image is ready
-    /// unless --keep-unpacked.
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        value_name = "DIR",
-        requires = "unpack"
-    )]
-    pub unpack_dir: Option<std::path::PathBuf>,
-
-    /// With --unpack-dir: leave the unpacked files.
-    #[arg(
-        help_heading = "Workload",
-        hide_short_help = true,
-        long,
-        requires = "unpack_dir"
-    )]
-    pub keep_unpacked: bool,
+    #[command(flatten)]
+    pub unpack: UnpackArgs,
 
     /// Also list each image's referrers (OCI 1.1: signatures, SBOMs, what `push --attach`
     /// adds) and fetch their manifests. A registry without the referrers API is counted
@@ -186,12 +159,7 @@ impl TryFrom<&PullArgs> for PullConfig {
             verify: a.verify.mode(VerifyArg::Sha256).into(),
             referrers: a.referrers,
             platform: a.platform.clone(),
-            unpack: a.unpack.then(|| UnpackWork {
-                dir: a.unpack_dir.clone(),
-                keep: a.keep_unpacked,
-                limits: crate::unpack::Limits::default(),
-                workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            }),
+            unpack: a.unpack.work(),
         })
     }
 }

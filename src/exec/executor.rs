@@ -13,8 +13,10 @@ use tokio::time::Instant;
 use super::deps::Deps;
 use super::options::{ExecOptions, ExecReport, Mode};
 use super::pacer::{self, Pacer};
+use super::session_unpack::{Chains, Unpacking};
 use super::targets::Targets;
 use super::task::{op_of, run_task, TaskDone, TaskEnv};
+use super::unpack::UnpackWork;
 use crate::client::RegistryClient;
 use crate::fast_hash::FastHashMap;
 use crate::metrics::{ErrorKind, ErrorLog, Op, Recorder, Sample, SessionMsg};
@@ -35,6 +37,8 @@ pub struct Executor {
     pub shutdown: Shutdown,
     pub errors: ErrorLog,
     pub progress: Option<Arc<Progress>>,
+    /// `replay --unpack`: the layers of the plan's pull sessions unpacked.
+    pub unpack: Option<UnpackWork>,
 }
 
 /// A task in flight, as the dispatcher remembers it (to count it if it is cancelled).
@@ -65,6 +69,8 @@ struct Dispatch {
     in_flight: FastHashMap<Id, InFlight>,
     report: ExecReport,
     pacer: Pacer,
+    /// The order of each open pull's layers, with `--unpack`.
+    chains: Chains,
 }
 
 impl Executor {
@@ -78,6 +84,7 @@ impl Executor {
             shutdown,
             errors: ErrorLog::default(),
             progress: None,
+            unpack: None,
         }
     }
 
@@ -98,6 +105,7 @@ impl Executor {
             in_flight: FastHashMap::default(),
             report: ExecReport::default(),
             pacer: Pacer::new(self.options.mode == Mode::Delay && precise),
+            chains: Chains::default(),
             env: Arc::new(TaskEnv {
                 targets: self.targets,
                 recorder: self.recorder,
@@ -106,6 +114,7 @@ impl Executor {
                 shutdown: self.shutdown,
                 errors: self.errors,
                 progress: self.progress,
+                unpacking: self.unpack.map(Unpacking::new),
             }),
         };
         loop {
@@ -179,6 +188,7 @@ impl Dispatch {
             match item {
                 None => return Next::End,
                 Some(PlanItem::CloseSession(id)) => {
+                    self.chains.close(id);
                     self.env.recorder.session(SessionMsg::Closed { id }).await;
                 }
                 Some(PlanItem::Op(op)) => return Next::Run(op),
@@ -227,10 +237,23 @@ impl Dispatch {
             started,
             records: op.records(),
         };
+        // A layer of a pull takes its place in the pull's order now, in plan order.
+        let layer = match (&self.env.unpacking, op.session, &op.action) {
+            (
+                Some(u),
+                Some(SessionTag::PullLayer(id)),
+                Action::BlobGet {
+                    repo,
+                    diff_id: Some(_),
+                    ..
+                },
+            ) => Some(self.chains.slot(id, repo, u)),
+            _ => None,
+        };
         // Boxed: the task's future is a few kilobytes (the whole client call inline), and
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
-        let task = Box::pin(run_task(op, choice, intended, env, permit));
+        let task = Box::pin(run_task(op, choice, intended, env, permit, layer));
         let handle = self.tasks.spawn(task);
         self.in_flight.insert(handle.id(), meta);
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
@@ -505,6 +528,7 @@ mod tests {
             shutdown: Shutdown::new(),
             errors: ErrorLog::default(),
             progress: None,
+            unpack: None,
         }
         .run(rx)
         .await;

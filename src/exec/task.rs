@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::deps::Deps;
+use super::session_unpack::{self, LayerSlot, ReadLayer, Unpacking};
 use super::targets::Targets;
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
 use crate::metrics::attribution::Who;
@@ -32,6 +33,8 @@ pub(super) struct TaskEnv {
     pub(super) shutdown: Shutdown,
     pub(super) errors: ErrorLog,
     pub(super) progress: Option<Arc<Progress>>,
+    /// `replay --unpack`: what the layers of pull sessions are unpacked with.
+    pub(super) unpacking: Option<Unpacking>,
 }
 
 /// What a finished task tells the dispatcher.
@@ -111,6 +114,7 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             repo,
             digest,
             content,
+            ..
         } => client.blob_get_generated(repo, digest, content, ctx).await,
         Action::BlobHead { repo, digest } => client.blob_head(repo, digest, ctx).await.map(|_| 0),
         Action::BlobDelete { repo, digest } => {
@@ -153,15 +157,16 @@ struct Push {
 }
 
 /// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot)
-/// until it is done.
+/// until it is done; a layer of a pull with its place in the pull (`layer`, `--unpack`) is
+/// then unpacked, its slot given back once it waits for that.
 pub(super) async fn run_task(
     mut op: PlannedOp,
     choice: Choice,
     intended: Option<Instant>,
     env: Arc<TaskEnv>,
     permit: OwnedSemaphorePermit,
+    layer: Option<LayerSlot>,
 ) -> TaskDone {
-    let _permit = permit;
     let push = wait_for_uploads(&op, &env).await;
     // A manifest PUT could start only once its uploads ended: its schedule lag runs from
     // then (its latency still from the intended instant).
@@ -211,12 +216,39 @@ pub(super) async fn run_task(
     if let Some(p) = &env.progress {
         p.add_done(op.records());
     }
+    let applied = match (layer, &env.unpacking, &op.action) {
+        (
+            Some(layer),
+            Some(u),
+            Action::BlobGet {
+                repo,
+                digest,
+                content,
+                diff_id,
+            },
+        ) => {
+            let read = ReadLayer {
+                content,
+                diff_id: *diff_id,
+                what: format!("{repo}@{digest}"),
+                failed: error,
+                end,
+            };
+            let (recorder, errors) = (&env.recorder, &env.errors);
+            Some(session_unpack::apply(u, layer, read, permit, recorder, errors).await)
+        }
+        _ => {
+            drop(permit);
+            None
+        }
+    };
     if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
         let ended = SessionMsg::Ended {
             id,
             end,
             error,
             bytes,
+            applied,
         };
         env.recorder.session(ended).await;
     }

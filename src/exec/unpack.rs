@@ -29,6 +29,9 @@ use crate::unpack::{self, Layer, LayerCompression, Limits, Target};
 /// Chunks that may wait between a layer's download and its unpacker.
 pub const QUEUE: usize = 16;
 
+/// `replay --unpack`: layers per unpack worker that may wait, read, for their unpack.
+pub const BACKLOG_PER_WORKER: usize = 16;
+
 /// The largest image config read for its diff_ids.
 const CONFIG_LIMIT: usize = 4 << 20;
 
@@ -45,6 +48,19 @@ pub struct UnpackWork {
     pub workers: usize,
 }
 
+impl UnpackWork {
+    /// The results' record of it.
+    pub fn block(&self) -> crate::results::config::UnpackBlock {
+        crate::results::config::UnpackBlock {
+            dir: self.dir.clone(),
+            keep_unpacked: self.keep,
+            workers: self.workers,
+            bound_ratio: self.limits.ratio,
+            bound_floor: self.limits.floor,
+        }
+    }
+}
+
 /// The unpack workers of a pull, shared by its images.
 #[derive(Debug)]
 pub struct Pool {
@@ -59,6 +75,12 @@ impl Pool {
             workers: Semaphore::new(work.workers.max(1)),
             images: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A number no other image of this pool has, for its directory.
+    pub(super) fn next_image(&self) -> u64 {
+        self.images
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -98,7 +120,7 @@ impl Read for Chunks {
 }
 
 /// The directory an image is applied under: its name made safe, and a number apart.
-fn image_dir(root: &Path, name: &str, n: u64) -> PathBuf {
+pub(super) fn image_dir(root: &Path, name: &str, n: u64) -> PathBuf {
     let safe: String = name
         .chars()
         .map(|c| match c {
@@ -184,6 +206,49 @@ struct LayerDone {
     at: Instant,
 }
 
+/// One layer's unpack as a blocking thread of the pool runs it.
+pub(super) struct Blocking {
+    /// `None`: the media type is no layer's (the unpack fails as `layer_invalid`).
+    pub compression: Option<LayerCompression>,
+    /// The compressed size, which the decompression bound scales with.
+    pub size: u64,
+    pub diff_id: Option<String>,
+    pub target: Option<Arc<Mutex<Target>>>,
+    pub limits: Limits,
+}
+
+/// The unpack's start and result, or `None` when the pool closed.
+pub(super) type Ran = Option<(
+    Instant,
+    Result<Result<unpack::Unpacked, unpack::UnpackError>, tokio::task::JoinError>,
+)>;
+
+impl Blocking {
+    /// Unpacks `body` once a worker of `pool` is free, on a blocking thread (the request
+    /// loop never unpacks).
+    pub(super) async fn run<R: Read + Send + 'static>(self, pool: &Pool, body: R) -> Ran {
+        let Ok(_worker) = pool.workers.acquire().await else {
+            return None;
+        };
+        let start = Instant::now();
+        let applied = tokio::task::spawn_blocking(move || {
+            let Some(compression) = self.compression else {
+                return Err(unpack::UnpackError::NotTar("not a layer media type".into()));
+            };
+            let layer = Layer {
+                compression,
+                size: self.size,
+                diff_id: self.diff_id.as_deref(),
+            };
+            let mut guard =
+                (self.target.as_ref()).map(|t| t.lock().unwrap_or_else(|e| e.into_inner()));
+            unpack::unpack(body, layer, guard.as_deref_mut(), self.limits)
+        })
+        .await;
+        Some((start, applied))
+    }
+}
+
 /// One layer: its download tapped into its unpacker, which starts when the layer before it
 /// was applied and a worker is free; records its `layer_unpack`.
 async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
@@ -207,8 +272,13 @@ async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
         drop(tx);
         (r, Instant::now())
     };
-    let compression = LayerCompression::of_media_type(&d.media_type);
-    let (size, limits) = (d.size, s.work.limits);
+    let job = Blocking {
+        compression: LayerCompression::of_media_type(&d.media_type),
+        size: d.size,
+        diff_id,
+        target,
+        limits: s.work.limits,
+    };
     let unpacked = async {
         // The layer before this one is applied first (or failed).
         let _ = turn.await;
@@ -216,27 +286,7 @@ async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
         // its own turn to download: a worker held by a layer that cannot download while
         // the downloads wait for workers would stop the pull.
         let first = rx.recv().await.unwrap_or_default();
-        let Ok(_worker) = s.pool.workers.acquire().await else {
-            return None;
-        };
-        let start = Instant::now();
-        let applied = tokio::task::spawn_blocking(move || {
-            let Some(compression) = compression else {
-                return Err(unpack::UnpackError::NotTar("not a layer media type".into()));
-            };
-            let layer = Layer {
-                compression,
-                size,
-                diff_id: diff_id.as_deref(),
-            };
-            let body = Chunks { rx, current: first };
-            let mut guard = target
-                .as_ref()
-                .map(|t| t.lock().unwrap_or_else(|e| e.into_inner()));
-            unpack::unpack(body, layer, guard.as_deref_mut(), limits)
-        })
-        .await;
-        Some((start, applied))
+        job.run(s.pool, Chunks { rx, current: first }).await
     };
     let ((downloaded, at), unpacked) = tokio::join!(download, unpacked);
     let _ = done.send(());
@@ -314,10 +364,7 @@ pub(super) async fn pull_unpacking(
         out.failed = Some(ErrorKind::DiffIdMismatch);
         return out;
     }
-    let n = pool
-        .images
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = work.dir.as_ref().map(|root| image_dir(root, name, n));
+    let dir = (work.dir.as_ref()).map(|root| image_dir(root, name, pool.next_image()));
     // Removed when the image is done, or when a stop drops its pull mid-way.
     let _written = Written {
         dir: dir.clone().filter(|_| !work.keep),
@@ -370,8 +417,8 @@ pub(super) async fn pull_unpacking(
 /// What an image wrote under `--unpack-dir`, removed when it goes out of scope: after the
 /// image is ready, or when a stop's grace ran out and its pull was dropped (an unpacker
 /// still writing then fails on the missing directory and stops).
-struct Written {
-    dir: Option<PathBuf>,
+pub(super) struct Written {
+    pub(super) dir: Option<PathBuf>,
 }
 
 impl Drop for Written {

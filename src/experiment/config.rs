@@ -316,7 +316,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("single_post", &[Kind::Push]),
     ("fresh_content", &[Kind::Push]),
     ("all_tags", &[Kind::Pull]),
-    ("unpack", &[Kind::Pull]),
+    ("unpack", &[Kind::Pull, Kind::Replay, Kind::Capacity]),
     ("slo", &[Kind::Capacity]),
     ("step", &[Kind::Capacity]),
     ("step_warmup", &[Kind::Capacity]),

@@ -312,8 +312,11 @@ impl Aggregator {
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => {
                 // A finished image pull is a sample like any other, in requests.csv too.
-                if let Some(sample) = self.sessions.handle(m) {
-                    self.recorded(Recorded::plain(sample), sink);
+                if let Some((pull, ready)) = self.sessions.handle(m) {
+                    self.recorded(Recorded::plain(pull), sink);
+                    if let Some(ready) = ready {
+                        self.recorded(Recorded::plain(ready), sink);
+                    }
                 }
             }
             Msg::Offered(at) => {

@@ -42,7 +42,7 @@ pub use interval::{
     AggregatorConfig, Interval, IntervalCounters, IntervalSink, Scheduled, WarmupCounts,
 };
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
-pub use recorder::{Recorder, SessionMsg};
+pub use recorder::{Applied, Recorder, SessionMsg};
 pub use spawn::{AggregatorBuilder, AggregatorHandle};
 
 /// Success or the kind of failure.
@@ -661,6 +661,7 @@ mod tests {
                 end: at(20),
                 error: None,
                 bytes: 10,
+                applied: None,
             })
             .await;
         recorder.session(SessionMsg::Closed { id: 1 }).await;
@@ -671,6 +672,7 @@ mod tests {
                 end: at(50),
                 error: Some(ErrorKind::Timeout),
                 bytes: 5,
+                applied: None,
             })
             .await;
         let agg = handle.finish().await;
@@ -681,6 +683,60 @@ mod tests {
         );
         let lat = pulls.error_latency.unwrap().max();
         assert!((49_000..=51_000).contains(&lat), "{lat}");
+    }
+
+    /// A session whose layers were unpacked is ready at its last layer applied (after its
+    /// last byte), failed by an unpack's failure, its bytes the tars'; a session with no
+    /// layer unpacked has no `image_ready`.
+    #[tokio::test]
+    async fn a_session_with_layers_applied_is_ready_at_the_last() {
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let applied = |ms, error, uncompressed| Applied {
+            at: at(ms),
+            error,
+            uncompressed,
+        };
+        for (id, members) in [(1, 3), (2, 2), (3, 1)] {
+            for _ in 0..members {
+                let start = at(0);
+                recorder.session(SessionMsg::Started { id, start }).await;
+            }
+        }
+        let ends = [
+            (1, 5, None),
+            (1, 20, Some(applied(70, None, 300))),
+            (1, 30, Some(applied(45, None, 200))),
+            (2, 10, Some(applied(15, Some(ErrorKind::DiffIdMismatch), 0))),
+            (2, 12, None),
+            (3, 8, None),
+        ];
+        for (id, end, applied) in ends {
+            let ended = SessionMsg::Ended {
+                id,
+                end: at(end),
+                error: None,
+                bytes: 100,
+                applied,
+            };
+            recorder.session(ended).await;
+        }
+        for id in 1..=3 {
+            recorder.session(SessionMsg::Closed { id }).await;
+        }
+        let agg = handle.finish().await;
+        let pulls = agg.table().op_total(Op::ImagePull).unwrap();
+        assert_eq!((pulls.count, pulls.errors), (3, 0));
+        let ready = agg.table().op_total(Op::ImageReady).unwrap();
+        assert_eq!(
+            (ready.count, ready.errors, ready.bytes_received),
+            (2, 1, 500)
+        );
+        let ok = ready.latency.max();
+        assert!((69_000..=71_000).contains(&ok), "{ok}");
+        let failed = ready.error_latency.as_ref().unwrap().max();
+        assert!((14_000..=16_000).contains(&failed), "{failed}");
     }
 
     #[tokio::test]

@@ -126,10 +126,13 @@ pub enum Event {
     /// A full page of the tag list came without a `Link` to the next; the next was asked
     /// for with `last=` (a registry's deviation from the spec).
     TagListNoLink,
+    /// `replay --unpack`: a layer read ended while the layers waiting to be unpacked were at
+    /// their bound; it kept its in-flight slot until one was unpacked.
+    UnpackBehind,
 }
 
 impl Event {
-    pub const ALL: [Event; 17] = [
+    pub const ALL: [Event; 18] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -147,6 +150,7 @@ impl Event {
         Event::UnprocessedRetry,
         Event::ReferrersUnsupported,
         Event::TagListNoLink,
+        Event::UnpackBehind,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -169,6 +173,7 @@ impl Event {
             Event::UnprocessedRetry => "unprocessed_retry",
             Event::ReferrersUnsupported => "referrers_unsupported",
             Event::TagListNoLink => "tag_list_no_link",
+            Event::UnpackBehind => "unpack_behind",
         }
     }
 

@@ -52,20 +52,31 @@ impl Recorded {
 
 /// Progress of an image session whose members are separate operations (an image pull in
 /// a trace replay). The aggregator turns a closed session whose members all ended into one
-/// `image_pull` sample, from the earliest member start to the last end.
+/// `image_pull` sample, from the earliest member start to the last end, and (a session
+/// with a layer unpacked, `replay --unpack`) one `image_ready`, to the last layer applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionMsg {
     /// A member of session `id` starts; `start` is its intended (or actual) start.
     Started { id: u64, start: Instant },
-    /// A member ended.
+    /// A member ended: its request at `end`; a layer it read unpacked as `applied` says.
     Ended {
         id: u64,
         end: Instant,
         error: Option<ErrorKind>,
         bytes: u64,
+        applied: Option<Applied>,
     },
     /// No further member will start.
     Closed { id: u64 },
+}
+
+/// A layer of a pull session unpacked (`replay --unpack`): when its unpack ended, how, and
+/// the bytes of its tar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub at: Instant,
+    pub error: Option<ErrorKind>,
+    pub uncompressed: u64,
 }
 
 /// A cheap, cloneable handle that sends measurements to the aggregator.

@@ -141,6 +141,9 @@ pub enum Action {
         repo: Repository,
         digest: Digest,
         content: ContentSpec,
+        /// A layer's diff_id, as the config prewarm pushed lists it (what `--unpack`
+        /// checks its tar against); `None` for content that is no layer.
+        diff_id: Option<crate::digest::Sha256Sum>,
     },
     BlobHead {
         repo: Repository,

@@ -374,10 +374,13 @@ where
                     }),
                     _ => None,
                 };
+                let content = catalog.blob_content(digest);
+                let sums = catalog.blob_sums(digest);
                 let action = Action::BlobGet {
                     repo: self.naming.repo(catalog, repo),
-                    digest: catalog.blob_digest(digest),
-                    content: catalog.blob_content(digest),
+                    digest: Digest::from_sha256(sums.blob),
+                    diff_id: content.is_layer().then_some(Sha256Sum(sums.diff)),
+                    content,
                 };
                 Some(self.op(record, action, 0, session))
             }

@@ -57,6 +57,8 @@ pub struct ReplayConfig {
     pub routing: Option<RoutingConfig>,
     /// The part of the trace's time a run replays (all of it when absent).
     pub window: Option<Window>,
+    /// `--unpack`: the layers of the trace's pulls unpacked.
+    pub unpack: Option<crate::exec::unpack::UnpackWork>,
 }
 
 /// A part of a trace's time: from `from` after its first record, `length` long (to its end
@@ -136,6 +138,7 @@ impl ReplayConfig {
                 failover: r.failover,
             }),
             window: self.window.map(|w| WindowBlock::new(w.from, w.length)),
+            unpack: self.unpack.as_ref().map(|u| u.block()),
         }))
     }
 

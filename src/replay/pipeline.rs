@@ -19,7 +19,7 @@ use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, Canar
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
-use crate::metrics::Recorder;
+use crate::metrics::{Op, Recorder};
 use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::Progress;
@@ -223,6 +223,7 @@ async fn execute(
         shutdown: shutdown.clone(),
         errors: errors.clone(),
         progress: Some(Arc::clone(&progress)),
+        unpack: cfg.unpack.clone(),
     };
     let exec = executor.run(rx).await;
     line.finish();
@@ -401,7 +402,11 @@ fn judge(
             .warnings
             .iter()
             .any(|w| !super::validity::CHOSEN.contains(&w.kind.as_str()));
-    Ok(exit_status(summary, slow, strict_failed))
+    // A layer that did not unpack (--unpack) is no request --max-errors could tolerate:
+    // the image it belongs to could not run.
+    let unpack_failed =
+        (summary.sessions.get(Op::LayerUnpack.name())).is_some_and(|s| s.errors > 0);
+    Ok(exit_status(summary, slow, strict_failed || unpack_failed))
 }
 
 /// Why a run replayed nothing: its records and what skipped them.

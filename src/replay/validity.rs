@@ -166,6 +166,20 @@ pub(super) fn validity_warnings(
             );
         }
     }
+    let behind = aggregator.event(crate::metrics::Event::UnpackBehind);
+    if behind > 0 {
+        warn(
+            warnings,
+            "unpack_behind",
+            format!(
+                "{behind} layer reads ended while {} layers already waited to be unpacked \
+                 (--unpack): they kept their in-flight slots until one was, so the unpack \
+                 pool, not the registry, held the load back",
+                cfg.unpack.as_ref().map_or(0, |u| u.workers.max(1))
+                    * crate::exec::unpack::BACKLOG_PER_WORKER
+            ),
+        );
+    }
     if let Some(skew) = checks.start_skew_ms {
         if skew.abs() > 50.0 {
             warn(

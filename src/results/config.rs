@@ -94,6 +94,25 @@ pub struct ReplayBlock {
     /// The part of the trace's time the run replayed (absent: all of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowBlock>,
+    /// `--unpack`: how the layers of the run's pulls were unpacked (absent: they were not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unpack: Option<UnpackBlock>,
+}
+
+/// How layers were unpacked (`--unpack`).
+#[derive(Debug, Clone, Serialize)]
+pub struct UnpackBlock {
+    /// Where the files were written (`--unpack-dir`); absent: every entry was read and
+    /// discarded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    pub keep_unpacked: bool,
+    /// Layers unpacked at once.
+    pub workers: usize,
+    /// The decompression bound: a layer's tar at most `bound_ratio` times its size, never
+    /// less than `bound_floor` bytes.
+    pub bound_ratio: u64,
+    pub bound_floor: u64,
 }
 
 /// Routing over several endpoints.
@@ -163,6 +182,9 @@ pub struct PullBlock {
     /// Several endpoints: how blobs are spread over them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteKind>,
+    /// `--unpack`: how each image's layers were unpacked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unpack: Option<UnpackBlock>,
 }
 
 /// What a pull fetched.

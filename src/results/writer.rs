@@ -20,7 +20,7 @@ use crate::metrics::split::ValueCounters;
 use crate::metrics::{Interval, IntervalSink, KeyCounters, Level, Op, Outcome, Sample, StatsTable};
 
 /// Operations with their own columns in `timeline.csv` (count, p50, p99).
-pub const TIMELINE_FAMILIES: [Op; 11] = [
+pub const TIMELINE_FAMILIES: [Op; 13] = [
     Op::ManifestGet,
     Op::ManifestHead,
     Op::ManifestPut,
@@ -32,6 +32,8 @@ pub const TIMELINE_FAMILIES: [Op; 11] = [
     Op::TokenFetch,
     Op::ImagePull,
     Op::ImagePush,
+    Op::LayerUnpack,
+    Op::ImageReady,
 ];
 
 /// The columns of `endpoints.csv` (runs over several endpoints), in order.

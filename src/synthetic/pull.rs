@@ -67,6 +67,10 @@ impl PullConfig {
             referrers: self.referrers,
             platform: self.platform.as_ref().map(Platform::to_string),
             route: self.route,
+            unpack: self
+                .unpack
+                .as_ref()
+                .map(crate::exec::unpack::UnpackWork::block),
         }))
     }
 }

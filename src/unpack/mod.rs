@@ -31,6 +31,18 @@ pub enum LayerCompression {
     None,
 }
 
+impl From<crate::content::layer::Compression> for LayerCompression {
+    /// The compression of a layer creb-rs generated.
+    fn from(c: crate::content::layer::Compression) -> Self {
+        use crate::content::layer::Compression;
+        match c {
+            Compression::Gzip => LayerCompression::Gzip,
+            Compression::Zstd => LayerCompression::Zstd,
+            Compression::None => LayerCompression::None,
+        }
+    }
+}
+
 impl LayerCompression {
     /// The compression a layer media type names (OCI and docker), or `None` for one that is
     /// not a layer's.

@@ -2,6 +2,8 @@
 //! into a file tree with `layer_unpack` per layer and `image_ready` per image; hand-made
 //! images with a wrong diff_id, a layer that is no tar and an entry that climbs out of the
 //! directory fail the pull with their own error kinds, and nothing is written outside.
+//! `replay --unpack`: the layers of a trace's pulls unpacked in stress and delay mode, the
+//! accounting of the trace unchanged, and a stop that removes what was written.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -417,6 +419,274 @@ async fn a_stop_during_an_unpack_leaves_a_result_and_removes_the_files() {
         assert!(
             std::time::Instant::now() < deadline,
             "the pull did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(130));
+    let s = summary_json(&out);
+    assert_eq!(s["interrupted"], true, "{s}");
+    assert!(
+        std::fs::read_dir(&root).unwrap().next().is_none(),
+        "left under --unpack-dir: {:?}",
+        files_under(&root)
+    );
+}
+
+/// A trace whose pulls all read their layers, every layer large enough to be a tar.
+fn pulls_trace(dir: &Path, sessions: u32, layer_size: (u64, u64)) -> String {
+    use creb::trace::synth::{generate, SynthOptions};
+    let (records, _) = generate(&SynthOptions {
+        seed: 5,
+        sessions,
+        mean_gap_ms: 100.0,
+        clients: 6,
+        repos: 3,
+        pull_share: 0.9,
+        layer_fetch_share: 1.0,
+        layer_size,
+        duplicate_share: 0.0,
+        failed_share: 0.0,
+        ..SynthOptions::default()
+    });
+    let path = dir.join("pulls.json");
+    creb::trace::write::write_file(&path, &records).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn n(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// In stress mode and then in delay mode, every layer a pull of the trace reads is
+/// unpacked (`layer_unpack`) and its pull gets an `image_ready`; the trace's accounting and
+/// requests are those of a replay without `--unpack`; the files are written under
+/// `--unpack-dir` (kept, or removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_unpacks_the_layers_its_pulls_read() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = pulls_trace(dir.path(), 40, (64 * 1024, 512 * 1024));
+    let kept = dir.path().join("kept");
+    let out = dir.path().join("stress");
+    let args = [
+        "replay",
+        &trace,
+        "--registry",
+        &registry.url,
+        "--mode",
+        "stress",
+        "--concurrency",
+        "8",
+        "--unpack",
+        "--unpack-dir",
+        kept.to_str().unwrap(),
+        "--keep-unpacked",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let status = creb(&args).await;
+    let s = summary_json(&out);
+    registry.assert_exit_but_tag_races(i32::from(status.code()), &s, "stress --unpack");
+    let sessions = &s["sessions"];
+    let (unpacked, ready, pulls) = (
+        &sessions["layer_unpack"],
+        &sessions["image_ready"],
+        &sessions["image_pull"],
+    );
+    assert!(n(&unpacked["ok"]) >= 10, "{sessions}");
+    assert_eq!(n(&unpacked["errors"]), 0, "{}", s["errors"]);
+    // Every layer read of a pull is unpacked: as many as the blob reads.
+    assert_eq!(
+        n(&unpacked["count"]),
+        n(&s["operations"]["blob_get"]["ok"]),
+        "{sessions}"
+    );
+    // A pull with a layer unpacked is ready once; the others read no layer.
+    assert!(n(&ready["ok"]) > 0 && n(&ready["count"]) <= n(&pulls["count"]));
+    // The tars are larger than the gzip layers read.
+    assert!(n(&unpacked["bytes"]) > n(&s["operations"]["blob_get"]["bytes"]));
+    assert_eq!(n(&ready["bytes"]), n(&unpacked["bytes"]), "{sessions}");
+    // Unpacking is no request: the trace's operations are accounted as always.
+    let t = &s["trace"];
+    let skipped: u64 = t["skipped"].as_object().unwrap().values().map(n).sum();
+    assert_eq!(
+        n(&t["records"]),
+        n(&t["replayed"]) + n(&t["folded"]) + skipped
+    );
+    assert_eq!(n(&t["replayed"]), n(&s["totals"]["requests"]));
+    assert_eq!(
+        s["config"]["unpack"]["keep_unpacked"], true,
+        "{}",
+        s["config"]
+    );
+    let files = files_under(&kept);
+    assert!(files.len() > 10, "{files:?}");
+
+    // Delay mode over the prewarmed registry; nothing stays without --keep-unpacked.
+    let gone = dir.path().join("gone");
+    let out = dir.path().join("delay");
+    let args = [
+        "replay",
+        &trace,
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--speed",
+        "4",
+        "--phase",
+        "run",
+        "--unpack",
+        "--unpack-dir",
+        gone.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let status = creb(&args).await;
+    let s = summary_json(&out);
+    registry.assert_exit_but_tag_races(i32::from(status.code()), &s, "delay --unpack");
+    let sessions = &s["sessions"];
+    assert!(n(&sessions["image_ready"]["ok"]) > 0, "{sessions}");
+    assert_eq!(
+        n(&sessions["layer_unpack"]["count"]),
+        n(&s["operations"]["blob_get"]["ok"]),
+        "{sessions}"
+    );
+    assert!(files_under(&gone).is_empty(), "{:?}", files_under(&gone));
+
+    // A directory that cannot be made (a file is in the way): every layer fails to unpack
+    // (`other`, the reason in the run's error list), and the run fails although every
+    // request succeeded.
+    let blocked = dir.path().join("blocked");
+    std::fs::write(&blocked, b"a file").unwrap();
+    let out = dir.path().join("blocked-run");
+    let args = [
+        "replay",
+        &trace,
+        "--registry",
+        &registry.url,
+        "--mode",
+        "stress",
+        "--phase",
+        "run",
+        "--limit-requests",
+        "60",
+        "--unpack",
+        "--unpack-dir",
+        blocked.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let status = creb(&args).await;
+    let s = summary_json(&out);
+    assert_eq!(status, ExitStatus::Failed, "{}", s["sessions"]);
+    let unpacked = &s["sessions"]["layer_unpack"];
+    assert!(n(&unpacked["errors"]) > 0, "{unpacked}");
+    assert_eq!(n(&unpacked["ok"]), 0, "{unpacked}");
+    assert_eq!(
+        unpacked["errors_by_kind"]["other"], unpacked["errors"],
+        "{unpacked}"
+    );
+}
+
+/// `replay --unpack` unpacks what a verified read proved: with `--verify none` there is
+/// nothing proved, and a prewarm pulls no image; both are refused before any work.
+#[test]
+fn replay_unpack_without_verification_or_pulls_is_refused() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sample-trace.json");
+    for (extra, expect) in [
+        (["--verify", "none"], "--verify none proves nothing"),
+        (["--phase", "prewarm"], "--phase prewarm pulls none"),
+    ] {
+        let mut args = vec![
+            "replay",
+            trace,
+            "--registry",
+            "http://127.0.0.1:9",
+            "--unpack",
+        ];
+        args.extend(extra);
+        let r = crate::common::run_bin(&args, None, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(expect), "{args:?}: {}", r.stderr);
+    }
+}
+
+/// A stop while a replay's pulls unpack (their layer reads held by a slow proxy, `--grace
+/// 0s`): exit 130, a result marked interrupted, nothing left under `--unpack-dir`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_replay_unpack_removes_the_files() {
+    use crate::common::faults::{Fault, FaultProxy};
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = pulls_trace(dir.path(), 20, (64 * 1024, 256 * 1024));
+    let status = creb(&[
+        "replay",
+        &trace,
+        "--registry",
+        &registry.url,
+        "--phase",
+        "prewarm",
+        "--output-dir",
+        dir.path().join("prewarm").to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    let proxy = FaultProxy::start(
+        registry.port,
+        Fault::Delay(std::time::Duration::from_secs(3)),
+    );
+    proxy.set_filter(|method, path| method == "GET" && path.contains("/blobs/"));
+    let root = dir.path().join("unpacked");
+    let out = dir.path().join("out");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args([
+            "replay",
+            &trace,
+            "--registry",
+            &proxy.url,
+            "--phase",
+            "run",
+            "--mode",
+            "stress",
+            "--unpack",
+            "--unpack-dir",
+            root.to_str().unwrap(),
+            "--grace",
+            "0s",
+            "--quiet",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env_remove("DOCKER_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A pull's directory exists once its first layer read started.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir(&root).map_or(true, |mut d| d.next().is_none()) {
+        assert!(std::time::Instant::now() < deadline, "no image directory");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay did not stop"
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };

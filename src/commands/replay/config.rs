@@ -12,7 +12,7 @@ use crate::commands::args::{
 };
 use crate::commands::args::{
     LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs,
-    VerifyArg, VerifyArgs,
+    UnpackArgs, VerifyArg, VerifyArgs,
 };
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
@@ -29,7 +29,7 @@ use crate::units::{parse_duration, ByteSize};
 pub const SHORT_EXAMPLES: &str = "\
 Examples (more with --help):
   creb-rs replay fixtures/sample-trace.json --registry http://127.0.0.1:5000 --output-dir out
-  creb-rs replay trace.json --registry http://127.0.0.1:5000 --mode delay --speed 4";
+  creb-rs replay trace.json --registry http://127.0.0.1:5000 --mode delay --speed 4 --unpack";
 
 /// `replay --help` ends with these.
 pub const EXAMPLES: &str = "\
@@ -188,6 +188,9 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub verify: VerifyArgs,
+
+    #[command(flatten)]
+    pub unpack: UnpackArgs,
 
     /// stress (closed model, as fast as it goes) or delay (open model, the trace's timing).
     ///
@@ -440,6 +443,17 @@ impl ReplayConfig {
         let gap_ms = i64::try_from(a.session_gap.as_millis()).unwrap_or(i64::MAX);
         let sizes = SizeScale::new(a.size_scale.unwrap_or(1.0), a.max_object_size.map(|b| b.0))
             .map_err(|e| anyhow::anyhow!("--size-scale/--max-object-size: {e}"))?;
+        let verify = a.verify.mode(VerifyArg::Compare);
+        if a.unpack.unpack && verify == VerifyArg::None {
+            anyhow::bail!(
+                "--unpack unpacks each layer as its read proved it to be (generated again, as a \
+                 runtime reads its content store back): --verify none proves nothing; use \
+                 --verify compare or sha256"
+            );
+        }
+        if a.unpack.unpack && matches!(a.phase, PhaseArg::Prewarm) {
+            anyhow::bail!("--unpack unpacks the images the run pulls; --phase prewarm pulls none");
+        }
         let registry = RegistryConfig::try_from(&a.registry)?;
         let routing = (registry.endpoints.len() > 1).then(|| RoutingConfig {
             route: RouteOptions {
@@ -494,9 +508,10 @@ impl ReplayConfig {
                 .start_at
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
             start_at_time: a.start_at,
-            verify: a.verify.mode(VerifyArg::Compare).into(),
+            verify: verify.into(),
             strict: a.strict,
             window: None,
+            unpack: a.unpack.work(),
         })
     }
 }

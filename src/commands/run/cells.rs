@@ -179,6 +179,7 @@ pub fn cell_argv(
             push_flag(&mut argv, "--strict", s.strict);
             push_text(&mut argv, "--verify", &s.verify);
             push_flag(&mut argv, "--no-verify", s.no_verify);
+            push_flag(&mut argv, "--unpack", s.unpack);
             if let Some(p) = reg.repo_prefix.as_deref().map(|p| p.trim_matches('/')) {
                 if !p.is_empty() {
                     argv.push("--repo-prefix".into());
