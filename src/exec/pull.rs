@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::bounded::{drive, Bounds, Driven, JobEnv};
-use super::unpack::{pull_unpacking, Pool, UnpackWork};
+use super::unpack::{pull_unpacking, Pool, Shared, UnpackWork};
 use crate::client::{ClientError, OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, ErrorLog, Op, Outcome, Sample};
@@ -238,11 +238,14 @@ async fn pull_image(
             match (&work.unpack, pool, &manifest) {
                 (Some(unpack), Some(pool), ParsedManifest::Image { config, layers }) => {
                     let name = format!("{repo}:{reference}");
-                    let (client, config) = (sources.first(), config.as_ref());
-                    let u = pull_unpacking(
-                        client, repo, &name, config, layers, permits, pool, unpack, env,
-                    )
-                    .await;
+                    let shared = Shared {
+                        client: sources.first(),
+                        repo,
+                        downloads: permits,
+                        pool,
+                        work: unpack,
+                    };
+                    let u = pull_unpacking(shared, &name, config.as_ref(), layers, env).await;
                     received = u.received;
                     uncompressed = Some(u.uncompressed);
                     downloaded = u.downloaded;

@@ -176,12 +176,12 @@ async fn diff_ids(
 /// What an image's layers share: where they come from, the download slots and unpack
 /// workers they take, how they are unpacked.
 #[derive(Clone, Copy)]
-struct Shared<'a> {
-    client: &'a RegistryClient,
-    repo: &'a Repository,
-    downloads: &'a Semaphore,
-    pool: &'a Pool,
-    work: &'a UnpackWork,
+pub(super) struct Shared<'a> {
+    pub client: &'a RegistryClient,
+    pub repo: &'a Repository,
+    pub downloads: &'a Semaphore,
+    pub pool: &'a Pool,
+    pub work: &'a UnpackWork,
 }
 
 /// One layer of an image: what it is checked against, where it is applied, and its place
@@ -327,19 +327,21 @@ async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
     out
 }
 
-/// Pulls an image's config and layers with every layer unpacked in order.
-#[allow(clippy::too_many_arguments)]
+/// Pulls image `name`'s config and layers with every layer unpacked in order.
 pub(super) async fn pull_unpacking(
-    client: &RegistryClient,
-    repo: &Repository,
+    shared: Shared<'_>,
     name: &str,
     config: Option<&Descriptor>,
     layers: &[Descriptor],
-    downloads: &Semaphore,
-    pool: &Pool,
-    work: &UnpackWork,
     env: JobEnv<'_>,
 ) -> Unpacked {
+    let Shared {
+        client,
+        repo,
+        pool,
+        work,
+        ..
+    } = shared;
     let mut out = Unpacked::default();
     let ids = match config {
         Some(c) => match diff_ids(client, repo, c).await {
@@ -380,13 +382,6 @@ pub(super) async fn pull_unpacking(
     // Each layer's unpacker waits for the one before it.
     let (first, mut turn) = oneshot::channel();
     let _ = first.send(());
-    let shared = Shared {
-        client,
-        repo,
-        downloads,
-        pool,
-        work,
-    };
     let mut jobs = Vec::new();
     for (i, d) in layers.iter().enumerate() {
         let (done, next) = oneshot::channel();
