@@ -121,6 +121,16 @@ impl Sha256Sum {
         Sha256Sum(Sha256::digest(data).into())
     }
 
+    /// The sum a `sha256:` digest names; `None` for another algorithm.
+    pub fn from_digest(digest: &Digest) -> Option<Self> {
+        if digest.algorithm() != "sha256" {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(digest.encoded(), &mut bytes).ok()?;
+        Some(Sha256Sum(bytes))
+    }
+
     /// `sha256:<64 lowercase hex>`, in a stack buffer.
     fn text(&self) -> [u8; 71] {
         const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -105,6 +105,12 @@ impl RegistryAuth {
         }
     }
 
+    /// What it authenticates with (a replica without credentials of its own takes the
+    /// primary's, `--replica`).
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
     pub fn new(
         credentials: Credentials,
         transport: Arc<dyn Transport>,

@@ -624,6 +624,91 @@ pub enum VerifyArg {
     None,
 }
 
+/// `--replica` and how replicas are watched: one group for push and replay.
+#[derive(Args, Debug, Clone)]
+pub struct ReplicaArgs {
+    /// Watch this replica (repeatable): the time until it serves each push.
+    ///
+    /// After each image push is answered, the replica is asked for the manifest by digest
+    /// (the same content) and then every blob it references (HEAD 200); the time from the
+    /// push's answer to the last of them is the image's `replication` at that replica, in
+    /// `operations` and the replica's `endpoints` entry. Its credentials: the Docker
+    /// config's for its host, else the registry's; its TLS settings: the registry's. The
+    /// watch's requests are not the workload's: they are counted as the events
+    /// `replica_request` and `replica_request_failed` (docs/replication.md).
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "URL",
+        value_parser = REGISTRY_URL
+    )]
+    pub replica: Vec<Url>,
+
+    /// With --replica: between two looks at a replica for an image (doubled after each
+    /// 429, up to 32 times).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "D",
+        default_value = "100ms",
+        value_parser = parse_duration,
+        requires = "replica"
+    )]
+    pub replica_poll: Duration,
+
+    /// With --replica: how long a replica may take to serve an image before it counts as
+    /// `replication_timeout`.
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "D",
+        default_value = "5m",
+        value_parser = parse_duration,
+        requires = "replica"
+    )]
+    pub replica_timeout: Duration,
+
+    /// With --replica: images watched at once at most; an image pushed while that many are
+    /// watched is not (the event `replica_watch_skipped`, and a warning).
+    #[arg(
+        help_heading = "Workload",
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        default_value = "1000",
+        value_parser = parse_concurrency,
+        requires = "replica"
+    )]
+    pub replica_max_watches: NonZeroUsize,
+}
+
+impl ReplicaArgs {
+    /// The replicas asked for, and how to watch them; `None` without `--replica`.
+    pub fn spec(&self) -> anyhow::Result<Option<crate::exec::replicate::ReplicaSpec>> {
+        if self.replica.is_empty() {
+            return Ok(None);
+        }
+        if self.replica_poll.is_zero() {
+            anyhow::bail!("--replica-poll must be longer than 0");
+        }
+        for (i, url) in self.replica.iter().enumerate() {
+            if self.replica[..i].contains(url) {
+                anyhow::bail!("--replica {url} is given twice");
+            }
+        }
+        Ok(Some(crate::exec::replicate::ReplicaSpec {
+            urls: self.replica.clone(),
+            work: crate::exec::replicate::ReplicaWork {
+                poll: self.replica_poll,
+                timeout: self.replica_timeout,
+                max_watches: self.replica_max_watches.get(),
+            },
+        }))
+    }
+}
+
 /// `--unpack` and its directory: one group for pull and replay.
 #[derive(Args, Debug, Clone, Default)]
 pub struct UnpackArgs {

@@ -199,7 +199,7 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Push generated images (unique, deterministic layers) and time every request.
-    #[command(after_help = push::EXAMPLES)]
+    #[command(after_help = push::SHORT_EXAMPLES, after_long_help = push::EXAMPLES)]
     Push(push::PushArgs),
     /// Pull images: manifest, then every blob read to the end and verified.
     #[command(after_help = pull::EXAMPLES)]

@@ -7,7 +7,9 @@ use std::num::NonZeroUsize;
 use clap::Args;
 
 use super::args::{parse_concurrency, parse_count_u64, parse_seed};
-use super::args::{LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RuntimeArgs, StopArgs};
+use super::args::{
+    LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, ReplicaArgs, RuntimeArgs, StopArgs,
+};
 use crate::client::UploadMode;
 use crate::content::DEFAULT_SEED;
 use crate::exec::push::{HashWhen, PushWork};
@@ -22,6 +24,16 @@ use crate::synthetic::push::{self, PushConfig};
 use crate::units::ByteSize;
 
 /// `push --help` ends with these.
+/// `push -h` ends with these.
+pub const SHORT_EXAMPLES: &str = "\
+Examples (more with --help):
+  # 10 images of 3 layers of 10 MiB (gzip tars of file trees), 8 uploads at once, results kept
+  creb-rs push --registry http://127.0.0.1:5000 --repo bench/app --images 10 --layers 3 \\
+    --layer-size 10MiB --concurrency 8 --output-dir results/push
+  creb-rs push --registry http://127.0.0.1:5000 --repo bench/app --layers 2 --layer-size 64MiB \\
+    --replica http://127.0.0.1:5001";
+
+/// `push --help` ends with these.
 pub const EXAMPLES: &str = "\
 Examples:
   # 10 images of 3 layers of 10 MiB (gzip tars of file trees), 8 uploads at once, results kept
@@ -29,7 +41,10 @@ Examples:
     --layer-size 10MiB --concurrency 8 --output-dir results/push
   # chunked uploads (POST, PATCH 5 MiB at a time, PUT) to a TLS registry with a private CA
   creb-rs push --registry https://registry.internal --ca-cert ca.pem --repo bench/app \\
-    --layers 2 --layer-size 64MiB --chunk-size 5MiB";
+    --layers 2 --layer-size 64MiB --chunk-size 5MiB
+  # how long each image takes until a replica kept by a sync job serves it (replication)
+  creb-rs push --registry http://127.0.0.1:5000 --repo bench/app --images 20 --layers 2 \\
+    --layer-size 64MiB --replica http://127.0.0.1:5001 --fail-if 'p99(replication) > 2m'";
 
 #[derive(Debug, Clone, Args)]
 pub struct PushArgs {
@@ -120,6 +135,9 @@ pub struct PushArgs {
     #[command(flatten)]
     pub layer: LayerArgs,
 
+    #[command(flatten)]
+    pub replica: ReplicaArgs,
+
     /// Push each image for these platforms (`linux/amd64,linux/arm64`): one image per
     /// platform, each with layers of its own, under an image index (a manifest list with
     /// the docker format) tagged as the image.
@@ -206,6 +224,7 @@ impl TryFrom<&PushArgs> for PushConfig {
                 attach: a.attach,
             },
             concurrency: a.concurrency.get(),
+            replicas: a.replica.spec()?,
         })
     }
 }
@@ -225,7 +244,7 @@ pub async fn run(args: PushArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatu
     let cfg = PushConfig::try_from(&args)?;
     let quiet = args.output.quiet || args.output.json;
     super::limits::prepare(cfg.concurrency, 1, "--concurrency", quiet)?;
-    let names = cfg.registry.endpoint_names();
+    let names = cfg.endpoint_names();
     let session = Session::open(&(&args.output).into(), push::labels(&cfg), &names, 0).await?;
     let watch = session.watch_registry().await?;
     args.stop.arm(&shutdown);

@@ -31,6 +31,7 @@ pub(crate) mod pacer;
 pub mod prewarm;
 pub mod pull;
 pub mod push;
+pub mod replicate;
 mod session_unpack;
 pub mod sizes;
 mod targets;

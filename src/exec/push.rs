@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::bounded::{drive, Bounds, Driven, JobEnv};
+use super::replicate::{Pushed, Replicas};
 use crate::client::{BlobSource, ClientError, MountOutcome, OpCtx, RegistryClient, UploadMode};
 use crate::content::ContentSpec;
 use crate::digest::Digest;
@@ -71,6 +72,7 @@ pub async fn push_images(
     work: &PushWork,
     bounds: Bounds,
     env: JobEnv<'_>,
+    replicas: Option<&Replicas>,
 ) -> Driven {
     let permits = Semaphore::new(bounds.concurrency.max(1));
     let driven = drive(
@@ -78,7 +80,7 @@ pub async fn push_images(
         bounds,
         env.shutdown,
         |_| (),
-        |index| push_image(client, work, index, &permits, env),
+        |index| push_image(client, work, index, &permits, env, replicas),
         |()| {},
     )
     .await;
@@ -306,18 +308,22 @@ async fn push_hashing(
 }
 
 /// Pushes image `index` (one image per platform and their index, with `--platforms`);
-/// records the `image_push` session.
+/// records the `image_push` session, and hands the image to the `replicas`' watch once it
+/// is in.
 async fn push_image(
     client: &RegistryClient,
     work: &PushWork,
     index: u64,
     permits: &Semaphore,
     env: JobEnv<'_>,
+    replicas: Option<&Replicas>,
 ) {
     let repo = &work.images.repo;
     let mut start = None;
     let mut outcome = Outcome::Ok;
     let mut sent = 0u64;
+    // What a replica must serve: each image's manifest and blobs.
+    let mut blobs = Vec::new();
     // The tag's manifest (the image, or the index) once it is in: the artifacts' subject.
     let mut tagged: Option<(ImagePlan, Descriptor)> = None;
     let mut entries = Vec::new();
@@ -361,6 +367,8 @@ async fn push_image(
                 break;
             }
             Ok(digest) => {
+                blobs.push(plan.config.1.digest.clone());
+                blobs.extend(plan.layers.iter().map(|(_, d)| d.digest.clone()));
                 let descriptor = Descriptor {
                     media_type: plan.media_type.to_owned(),
                     digest,
@@ -390,6 +398,21 @@ async fn push_image(
                 None
             }
         };
+    }
+    if let (Some(replicas), true, Some((_, tag))) = (replicas, outcome.is_ok(), &tagged) {
+        // The tag's manifest first (an index's, then its images'), as a client pulls.
+        let mut manifests = vec![tag.digest.clone()];
+        if !work.images.platforms.is_empty() {
+            manifests.extend(entries.iter().map(|e| e.digest.clone()));
+        }
+        let pushed = Pushed {
+            repo: repo.clone(),
+            manifests,
+            blobs,
+            bytes: sent,
+            at: Instant::now(),
+        };
+        replicas.watch(pushed).await;
     }
     if let (true, Some((plan, subject))) = (work.attach > 0 && outcome.is_ok(), &tagged) {
         attach_artifacts(client, work, plan, subject, env.errors).await;

@@ -258,6 +258,9 @@ pub struct ExperimentSpec {
     /// `--unpack`: each image unpacked as a runtime does (`layer_unpack`, `image_ready`).
     #[serde(default)]
     pub unpack: Option<bool>,
+    /// `--replica`: replicas watched for each pushed image (`replication`).
+    #[serde(default)]
+    pub replica: Vec<String>,
     // capacity
     /// `--slo`: what must hold for a load to be sustained.
     #[serde(default)]
@@ -317,6 +320,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("fresh_content", &[Kind::Push]),
     ("all_tags", &[Kind::Pull]),
     ("unpack", &[Kind::Pull, Kind::Replay, Kind::Capacity]),
+    ("replica", &[Kind::Push]),
     ("slo", &[Kind::Capacity]),
     ("step", &[Kind::Capacity]),
     ("step_warmup", &[Kind::Capacity]),
@@ -329,7 +333,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
 impl ExperimentSpec {
     /// The kind-specific keys this table sets.
     fn keys_set(&self) -> Vec<&'static str> {
-        let set: [(&'static str, bool); 39] = [
+        let set: [(&'static str, bool); 40] = [
             ("seed", self.seed.is_some()),
             ("traces", self.traces.is_some()),
             ("mode", self.mode.is_some()),
@@ -362,6 +366,7 @@ impl ExperimentSpec {
             ("fresh_content", self.fresh_content.is_some()),
             ("all_tags", self.all_tags.is_some()),
             ("unpack", self.unpack.is_some()),
+            ("replica", !self.replica.is_empty()),
             ("slo", !self.slo.is_empty()),
             ("step", self.step.is_some()),
             ("step_warmup", self.step_warmup.is_some()),

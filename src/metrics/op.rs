@@ -17,6 +17,9 @@ pub enum Level {
     /// A group of operations with a dependency order (an image pull or push), or what a
     /// client does with what they brought (`--unpack`: a layer unpacked, an image ready to
     /// run). Never added into `totals.requests`.
+    ///
+    /// (`replication`, from a push's answer to a replica serving it, is a `Request`: it is
+    /// reported in `operations`, per replica endpoint, and never added into the totals.)
     Session,
 }
 
@@ -61,6 +64,7 @@ ops! {
     Redirect = "redirect", Request;
     StorageGet = "storage_get", Request;
     TokenFetch = "token_fetch", Request;
+    Replication = "replication", Request;
     ImagePull = "image_pull", Session;
     ImagePush = "image_push", Session;
     LayerUnpack = "layer_unpack", Session;
@@ -129,10 +133,19 @@ pub enum Event {
     /// `replay --unpack`: a layer read ended while the layers waiting to be unpacked were at
     /// their bound; it kept its in-flight slot until one was unpacked.
     UnpackBehind,
+    /// `--replica`: a request creb-rs sent to a replica to watch for a push (a manifest GET
+    /// or a blob HEAD): not the workload's, counted apart.
+    ReplicaRequest,
+    /// `--replica`: such a request failed (the replica down, refusing, 5xx); the watch
+    /// goes on until `--replica-timeout`.
+    ReplicaRequestFailed,
+    /// `--replica`: a pushed image was not watched because `--replica-max-watches` images
+    /// were watched already.
+    ReplicaWatchSkipped,
 }
 
 impl Event {
-    pub const ALL: [Event; 18] = [
+    pub const ALL: [Event; 21] = [
         Event::BlobExists,
         Event::MountFallback,
         Event::SinglePostFallback,
@@ -151,6 +164,9 @@ impl Event {
         Event::ReferrersUnsupported,
         Event::TagListNoLink,
         Event::UnpackBehind,
+        Event::ReplicaRequest,
+        Event::ReplicaRequestFailed,
+        Event::ReplicaWatchSkipped,
     ];
     pub const COUNT: usize = Event::ALL.len();
 
@@ -174,6 +190,9 @@ impl Event {
             Event::ReferrersUnsupported => "referrers_unsupported",
             Event::TagListNoLink => "tag_list_no_link",
             Event::UnpackBehind => "unpack_behind",
+            Event::ReplicaRequest => "replica_request",
+            Event::ReplicaRequestFailed => "replica_request_failed",
+            Event::ReplicaWatchSkipped => "replica_watch_skipped",
         }
     }
 
@@ -290,6 +309,10 @@ pub enum ErrorKind {
     UnsafePath,
     /// An unpacked layer's tar grew past its bound (a decompression bomb): stopped.
     DecompressionBomb,
+    /// `--replica`: a replica did not serve a pushed image within `--replica-timeout`.
+    ReplicationTimeout,
+    /// `--replica`: a replica served other content under a pushed manifest's digest.
+    ReplicaMismatch,
     /// Anything else the transport reported.
     Other,
 }
@@ -328,6 +351,8 @@ impl ErrorKind {
             ErrorKind::DiffIdMismatch => "diff_id_mismatch",
             ErrorKind::UnsafePath => "unsafe_path",
             ErrorKind::DecompressionBomb => "decompression_bomb",
+            ErrorKind::ReplicationTimeout => "replication_timeout",
+            ErrorKind::ReplicaMismatch => "replica_mismatch",
             ErrorKind::Other => "other",
         }
     }
@@ -360,6 +385,8 @@ impl ErrorKind {
             ErrorKind::DiffIdMismatch,
             ErrorKind::UnsafePath,
             ErrorKind::DecompressionBomb,
+            ErrorKind::ReplicationTimeout,
+            ErrorKind::ReplicaMismatch,
             ErrorKind::Other,
         ]
         .into_iter()
@@ -394,6 +421,8 @@ mod tests {
             ErrorKind::DiffIdMismatch,
             ErrorKind::UnsafePath,
             ErrorKind::DecompressionBomb,
+            ErrorKind::ReplicationTimeout,
+            ErrorKind::ReplicaMismatch,
         ] {
             assert_eq!(ErrorKind::from_key(&kind.key()), Some(kind));
         }

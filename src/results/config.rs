@@ -99,6 +99,15 @@ pub struct ReplayBlock {
     pub unpack: Option<UnpackBlock>,
 }
 
+/// The replicas watched (`--replica`) and how.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaBlock {
+    pub replicas: Vec<String>,
+    pub poll_s: f64,
+    pub timeout_s: f64,
+    pub max_watches: usize,
+}
+
 /// How layers were unpacked (`--unpack`).
 #[derive(Debug, Clone, Serialize)]
 pub struct UnpackBlock {
@@ -165,6 +174,9 @@ pub struct PushBlock {
     pub hash: &'static str,
     pub attach: u64,
     pub concurrency: usize,
+    /// `--replica`: the replicas watched for each pushed image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaBlock>,
 }
 
 /// `pull`'s block.

@@ -20,7 +20,7 @@ use crate::metrics::split::ValueCounters;
 use crate::metrics::{Interval, IntervalSink, KeyCounters, Level, Op, Outcome, Sample, StatsTable};
 
 /// Operations with their own columns in `timeline.csv` (count, p50, p99).
-pub const TIMELINE_FAMILIES: [Op; 13] = [
+pub const TIMELINE_FAMILIES: [Op; 14] = [
     Op::ManifestGet,
     Op::ManifestHead,
     Op::ManifestPut,
@@ -34,6 +34,7 @@ pub const TIMELINE_FAMILIES: [Op; 13] = [
     Op::ImagePush,
     Op::LayerUnpack,
     Op::ImageReady,
+    Op::Replication,
 ];
 
 /// The columns of `endpoints.csv` (runs over several endpoints), in order.

@@ -84,6 +84,61 @@ impl RegistryConfig {
             };
             (Credentials::Anonymous, info)
         });
+        self.connect_with(creds, info, recorder, options, concurrency)
+    }
+
+    /// A replica's connection (`--replica URL`), which records into `recorder`: the
+    /// credentials the Docker config holds for the replica's host, else the primary's
+    /// (`primary`, whatever gave them: flags, environment or Docker config); the primary's
+    /// TLS, transport and retry settings.
+    pub async fn connect_replica(
+        &self,
+        url: &Url,
+        primary: &Connection,
+        recorder: Recorder,
+        stop: &Shutdown,
+    ) -> anyhow::Result<Connection> {
+        let replica = RegistryConfig {
+            base: url.clone(),
+            endpoints: vec![url.clone()],
+            credentials: CredentialOptions {
+                username: None,
+                password: None,
+                ..self.credentials.clone()
+            },
+            ..self.clone()
+        };
+        let own = stop
+            .race(credentials::resolve(&replica.credentials, url))
+            .await
+            .transpose()
+            .with_context(|| format!("credentials for --replica {}", replica.display()))?;
+        let (creds, info) = match own {
+            Some((creds, info)) if creds != Credentials::Anonymous => (creds, info),
+            _ => (
+                primary.auth.credentials().clone(),
+                CredentialInfo {
+                    source: format!("the primary's ({})", primary.credentials.source),
+                    username: primary.credentials.username.clone(),
+                },
+            ),
+        };
+        let options = ClientOptions {
+            retry: self.retry.clone(),
+            ..ClientOptions::default()
+        };
+        replica.connect_with(creds, info, recorder, options, 4)
+    }
+
+    /// The client of these settings with credentials already resolved.
+    fn connect_with(
+        &self,
+        creds: Credentials,
+        info: CredentialInfo,
+        recorder: Recorder,
+        options: ClientOptions,
+        concurrency: usize,
+    ) -> anyhow::Result<Connection> {
         tracing::info!(registry = %self.display(), credentials = %info.source, "connecting");
         let mut transport = self.transport.clone();
         transport.pool_max_idle_per_host = transport.pool_max_idle_per_host.max(concurrency);

@@ -269,7 +269,11 @@ impl Session {
         // the platform asked for) fails the run: no operation count would show it.
         let images_failed: u64 = run.summary.sessions.values().map(|s| s.errors).sum();
         let unexplained = images_failed > 0 && run.summary.totals.errors == 0;
-        Ok(exit_status(&run.summary, slow, unexplained))
+        Ok(exit_status(
+            &run.summary,
+            slow,
+            unexplained || replication_failed(&run.summary),
+        ))
     }
 }
 
@@ -332,6 +336,13 @@ pub fn exit_status(summary: &Summary, slow: bool, strict_failed: bool) -> ExitSt
     } else {
         ExitStatus::Success
     }
+}
+
+/// Whether a replica failed to serve a pushed image (`--replica`): no request of the
+/// workload failed, and no `--max-errors` tolerates it.
+pub fn replication_failed(summary: &Summary) -> bool {
+    let replication = crate::metrics::Op::Replication.name();
+    (summary.operations.get(replication)).is_some_and(|o| o.errors > 0)
 }
 
 /// Gives an interrupted result (push, pull, a prewarm, a replay stopped at any stage) the

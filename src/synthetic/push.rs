@@ -9,11 +9,13 @@ use crate::auth::credentials::CredentialInfo;
 use crate::client::ClientOptions;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::push::{push_images, PushWork};
+use crate::exec::replicate::{Replica, ReplicaSpec, Replicas};
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog, Event};
 use crate::progress::Progress;
 use crate::results::config::{PushBlock, RunConfig};
 use crate::results::store::EndpointLink;
+use crate::results::summary::EndpointSummary;
 use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
 use crate::session::connect::{endpoint_links, preflight, RegistryConfig};
 use crate::session::observe::RegistryWatch;
@@ -27,9 +29,19 @@ pub struct PushConfig {
     pub registry: RegistryConfig,
     pub work: PushWork,
     pub concurrency: usize,
+    /// `--replica`: the replicas watched for each pushed image.
+    pub replicas: Option<ReplicaSpec>,
 }
 
 impl PushConfig {
+    /// The registry, then each replica, as the results name them (replicas are endpoints
+    /// of the run: their `replication` is counted for them).
+    pub fn endpoint_names(&self) -> Vec<String> {
+        let mut names = self.registry.endpoint_names();
+        names.extend(self.replicas.iter().flat_map(ReplicaSpec::names));
+        names
+    }
+
     /// The results' `config` block of this push, its credentials from `credentials`.
     pub fn config_block(&self, credentials: &CredentialInfo) -> RunConfig {
         let images = &self.work.images;
@@ -55,6 +67,7 @@ impl PushConfig {
             hash: self.work.hash.name(),
             attach: self.work.attach,
             concurrency: self.concurrency,
+            replica: self.replicas.as_ref().map(ReplicaSpec::block),
         }))
     }
 }
@@ -81,14 +94,30 @@ pub async fn run(
         push_scopes: true,
         ..ClientOptions::default()
     };
+    let errors = ErrorLog::default();
+    // With replicas, every endpoint's numbers are kept apart: the registry is endpoint 0.
+    let primary = match cfg.replicas {
+        Some(_) => recorder.for_endpoint(0),
+        None => recorder.clone(),
+    };
     let connection = cfg
         .registry
-        .connect(recorder, options, cfg.concurrency, shutdown)
+        .connect(primary.clone(), options, cfg.concurrency, shutdown)
         .await?;
-    let errors = ErrorLog::default();
+    let mut connections = vec![connection];
+    let replicas = match &cfg.replicas {
+        Some(spec) => {
+            let (replicas, more) =
+                connect_replicas(cfg, spec, &connections[0], &recorder, &errors, shutdown).await?;
+            connections.extend(more);
+            Some(replicas)
+        }
+        None => None,
+    };
+    let connection = &connections[0];
 
-    let preflight = preflight(&connection, &cfg.registry.display(), shutdown).await;
-    let client = connection.client.clone();
+    let preflight = preflight(connection, &cfg.registry.display(), shutdown).await;
+    let client = connection.client_for(primary);
     if preflight.is_ok() {
         let progress = Progress::new(images.images);
         let line = session.progress_line("push", "images", &progress);
@@ -101,20 +130,26 @@ pub async fn run(
             errors: &errors,
             progress: &progress,
         };
-        push_images(&client, &cfg.work, bounds, env).await;
+        push_images(&client, &cfg.work, bounds, env, replicas.as_ref()).await;
         line.finish();
+    }
+    // The push's duration: the watch of its last images may go on after it.
+    let duration = start.elapsed();
+    if let Some(replicas) = &replicas {
+        // The last images' watches end, or a stop ends them within the grace.
+        replicas.finish(shutdown.token(), grace).await;
     }
     // What a stop cut off (an upload in flight past the grace, the first GET /v2/) is a
     // failure like any other.
     client.record_cut_off().await;
-    let duration = start.elapsed();
     drop(client);
-    let links = endpoint_links(&[cfg.registry.display()], std::slice::from_ref(&connection));
+    drop(replicas);
+    let links = endpoint_links(&cfg.endpoint_names(), &connections);
     let aggregator = aggregator.finish().await;
 
     let finished = summarize(
         cfg,
-        &connection.credentials,
+        &connections[0].credentials,
         aggregator,
         links,
         Ran {
@@ -176,7 +211,7 @@ fn summarize(
             message: "ended at --max-run-time; the images not started were not pushed".into(),
         });
     }
-    let summary = Summary::build(
+    let mut summary = Summary::build(
         RunInfo {
             command: "push".into(),
             mode: "push".into(),
@@ -195,6 +230,11 @@ fn summarize(
         },
         &aggregator,
     );
+    if cfg.replicas.is_some() {
+        let names = cfg.endpoint_names();
+        let each = EndpointSummary::of_each(&names, &aggregator, ran.duration, Vec::new());
+        summary.endpoints = Some(each);
+    }
     let mut meta = Meta::new(
         &summary,
         MetaInput {
@@ -235,4 +275,46 @@ fn dataset_json(work: &PushWork) -> serde_json::Value {
         d["attach"] = work.attach.into();
     }
     d
+}
+
+/// Connects to each replica of `spec` (its client records nothing: the watch is not the
+/// workload), its `replication` samples counted for its endpoint (after the registry's).
+async fn connect_replicas(
+    cfg: &PushConfig,
+    spec: &ReplicaSpec,
+    primary: &crate::session::connect::Connection,
+    recorder: &crate::metrics::Recorder,
+    errors: &ErrorLog,
+    shutdown: &Shutdown,
+) -> anyhow::Result<(Replicas, Vec<crate::session::connect::Connection>)> {
+    let mut replicas = Vec::new();
+    let mut connections = Vec::new();
+    for (i, (url, name)) in spec.urls.iter().zip(spec.names()).enumerate() {
+        let silent = crate::metrics::Recorder::discard();
+        let c = (cfg.registry)
+            .connect_replica(url, primary, silent, shutdown)
+            .await?;
+        replicas.push(Replica {
+            name,
+            client: c.client.clone(),
+            recorder: recorder.for_endpoint(1 + i),
+        });
+        connections.push(c);
+    }
+    let replicas = Replicas::new(replicas, spec.work, recorder.clone(), errors.clone());
+    Ok((replicas, connections))
+}
+
+/// The warnings of a run that watched replicas: images it could not watch.
+pub fn replica_warnings(aggregator: &Aggregator, warnings: &mut Vec<Warning>) {
+    let skipped = aggregator.event(Event::ReplicaWatchSkipped);
+    if skipped > 0 {
+        warnings.push(Warning {
+            kind: "replica_watch_skipped".into(),
+            message: format!(
+                "{skipped} pushed images were not watched at the replicas: \
+                 --replica-max-watches images were watched already; replication covers the others"
+            ),
+        });
+    }
 }

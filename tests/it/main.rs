@@ -28,6 +28,7 @@ mod push_pull;
 mod real_images;
 mod recipes;
 mod replay;
+mod replication;
 mod report_html;
 mod route;
 mod scale;

@@ -204,6 +204,10 @@ pub fn cell_argv(
             push_text(&mut argv, "--manifest-format", &s.manifest_format);
             push_text(&mut argv, "--compression", &s.compression);
             push_value(&mut argv, "--compress-ratio", &s.compress_ratio);
+            for replica in &s.replica {
+                argv.push("--replica".into());
+                argv.push(replica.clone());
+            }
         }
         Kind::Pull => {
             if let Some(repo) = &s.repo {
