@@ -209,8 +209,10 @@ pub enum Command {
     #[command(
         after_help = replay::SHORT_EXAMPLES,
         after_long_help = replay::EXAMPLES,
-        // In -h by its example, not in the list: replay's list fills the 40 lines.
-        mut_arg("unpack", |a| a.hide_short_help(true))
+        // In -h by its example (--unpack) or in --help (--replica), not in the list:
+        // replay's list fills the 40 lines.
+        mut_arg("unpack", |a| a.hide_short_help(true)),
+        mut_arg("replica", |a| a.hide_short_help(true))
     )]
     Replay(Box<replay::ReplayArgs>),
     /// Find the load a registry sustains under objectives (--slo): an open-model search over
@@ -228,7 +230,8 @@ pub enum Command {
                    (operations per second) or 'capacity < 4x' (the trace's speed factor)")
             .long_help(None)
             .hide_short_help(true)),
-        mut_arg("unpack", |a| a.hide_short_help(true))
+        mut_arg("unpack", |a| a.hide_short_help(true)),
+        mut_arg("replica", |a| a.hide_short_help(true))
     )]
     Capacity(Box<capacity::CapacityArgs>),
     /// Merge the result directories of many hosts exactly (histograms add; nothing averages).

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::deps::Deps;
 use super::options::{ExecOptions, ExecReport, Mode};
 use super::pacer::{self, Pacer};
+use super::replicate::Replicas;
 use super::session_unpack::{Chains, Unpacking};
 use super::targets::Targets;
 use super::task::{op_of, run_task, TaskDone, TaskEnv};
@@ -39,6 +40,8 @@ pub struct Executor {
     pub progress: Option<Arc<Progress>>,
     /// `replay --unpack`: the layers of the plan's pull sessions unpacked.
     pub unpack: Option<UnpackWork>,
+    /// `replay --replica`: the replicas watched for each image the plan pushes.
+    pub replicas: Option<Arc<Replicas>>,
 }
 
 /// A task in flight, as the dispatcher remembers it (to count it if it is cancelled).
@@ -85,6 +88,7 @@ impl Executor {
             errors: ErrorLog::default(),
             progress: None,
             unpack: None,
+            replicas: None,
         }
     }
 
@@ -115,6 +119,7 @@ impl Executor {
                 errors: self.errors,
                 progress: self.progress,
                 unpacking: self.unpack.map(Unpacking::new),
+                replicas: self.replicas,
             }),
         };
         loop {
@@ -529,6 +534,7 @@ mod tests {
             errors: ErrorLog::default(),
             progress: None,
             unpack: None,
+            replicas: None,
         }
         .run(rx)
         .await;

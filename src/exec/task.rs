@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::deps::Deps;
+use super::replicate::{Pushed, Replicas};
 use super::session_unpack::{self, LayerSlot, ReadLayer, Unpacking};
 use super::targets::Targets;
 use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
@@ -35,6 +36,8 @@ pub(super) struct TaskEnv {
     pub(super) progress: Option<Arc<Progress>>,
     /// `replay --unpack`: what the layers of pull sessions are unpacked with.
     pub(super) unpacking: Option<Unpacking>,
+    /// `replay --replica`: the replicas watched for each image pushed.
+    pub(super) replicas: Option<Arc<Replicas>>,
 }
 
 /// What a finished task tells the dispatcher.
@@ -213,6 +216,11 @@ pub(super) async fn run_task(
     if let Some(push) = push {
         record_push(&op, &push, error, start, end, &env.recorder).await;
     }
+    if let (Some(replicas), None) = (&env.replicas, error) {
+        if let Some(pushed) = pushed_image(&op.action, end) {
+            replicas.watch(pushed).await;
+        }
+    }
     if let Some(p) = &env.progress {
         p.add_done(op.records());
     }
@@ -369,4 +377,35 @@ async fn record_push(
     );
     sample.timing.end = end;
     recorder.record(sample).await;
+}
+
+/// What a replica must serve of the image a manifest PUT answered at `at` put in: the
+/// manifest by digest, then what it references (`None` for other operations).
+fn pushed_image(action: &Action, at: Instant) -> Option<Pushed> {
+    let Action::ManifestPut { repo, manifest, .. } = action else {
+        return None;
+    };
+    let bytes = manifest.bytes();
+    let mut pushed = Pushed {
+        repo: repo.clone(),
+        manifests: vec![crate::digest::Digest::sha256_of(&bytes)],
+        blobs: Vec::new(),
+        bytes: bytes.len() as u64,
+        at,
+    };
+    let parsed = crate::oci::manifest::ParsedManifest::parse(&bytes, None).ok()?;
+    match parsed {
+        crate::oci::manifest::ParsedManifest::Image { config, layers } => {
+            for d in config.into_iter().chain(layers) {
+                pushed.bytes += d.size;
+                pushed.blobs.push(d.digest);
+            }
+        }
+        crate::oci::manifest::ParsedManifest::Index { manifests } => {
+            pushed
+                .manifests
+                .extend(manifests.into_iter().map(|d| d.digest));
+        }
+    }
+    Some(pushed)
 }

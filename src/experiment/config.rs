@@ -320,7 +320,7 @@ pub const KEYS: &[(&str, &[Kind])] = &[
     ("fresh_content", &[Kind::Push]),
     ("all_tags", &[Kind::Pull]),
     ("unpack", &[Kind::Pull, Kind::Replay, Kind::Capacity]),
-    ("replica", &[Kind::Push]),
+    ("replica", &[Kind::Push, Kind::Replay]),
     ("slo", &[Kind::Capacity]),
     ("step", &[Kind::Capacity]),
     ("step_warmup", &[Kind::Capacity]),

@@ -59,6 +59,8 @@ pub struct ReplayConfig {
     pub window: Option<Window>,
     /// `--unpack`: the layers of the trace's pulls unpacked.
     pub unpack: Option<crate::exec::unpack::UnpackWork>,
+    /// `--replica`: the replicas watched for each image the run pushes.
+    pub replicas: Option<crate::exec::replicate::ReplicaSpec>,
 }
 
 /// A part of a trace's time: from `from` after its first record, `length` long (to its end
@@ -139,6 +141,7 @@ impl ReplayConfig {
             }),
             window: self.window.map(|w| WindowBlock::new(w.from, w.length)),
             unpack: self.unpack.as_ref().map(|u| u.block()),
+            replica: self.replicas.as_ref().map(|r| r.block()),
         }))
     }
 

@@ -90,9 +90,13 @@ pub(super) async fn connect(
 }
 
 /// One client per connection, recording into `recorder` (tagged per endpoint when there
-/// are several).
-pub(super) fn clients_for(connections: &[Connection], recorder: &Recorder) -> Vec<RegistryClient> {
-    if connections.len() == 1 {
+/// are several, or when other endpoints, `apart`, are counted too).
+pub(super) fn clients_for(
+    connections: &[Connection],
+    recorder: &Recorder,
+    apart: bool,
+) -> Vec<RegistryClient> {
+    if connections.len() == 1 && !apart {
         return vec![connections[0].client_for(recorder.clone())];
     }
     connections
@@ -110,7 +114,9 @@ pub(super) fn endpoint_summaries(
     duration: Duration,
     transitions: Option<Vec<Vec<Transition>>>,
 ) -> Option<BTreeMap<String, EndpointSummary>> {
-    cfg.routing?;
+    if cfg.routing.is_none() && cfg.replicas.is_none() {
+        return None;
+    }
     let transitions = transitions.unwrap_or_default();
     Some(EndpointSummary::of_each(
         names,

@@ -92,6 +92,8 @@ struct Ran {
     aggregator: crate::metrics::Aggregator,
     planner: anyhow::Result<PlannerEnd>,
     health: Arc<Health>,
+    /// `--replica`: how each replica was reached.
+    replica_connections: Vec<crate::session::connect::Connection>,
     /// When the schedule started, on the wall clock, and how far from `--start-at`.
     started_at: SystemTime,
     start_skew_ms: Option<f64>,
@@ -199,7 +201,19 @@ async fn execute(
         connections.len(),
         Some(Arc::clone(&progress)),
     )?;
-    let clients = clients_for(connections, &recorder);
+    // With replicas, the registry's endpoints are counted apart from theirs.
+    let apart = cfg.replicas.is_some();
+    let clients = clients_for(connections, &recorder, apart);
+    let (replicas, replica_connections) = match &cfg.replicas {
+        Some(spec) => {
+            let first = connections.len();
+            let (r, c) = (cfg.registry)
+                .connect_replicas(spec, &connections[0], &recorder, first, errors, shutdown)
+                .await?;
+            (Some(Arc::new(r)), c)
+        }
+        None => (None, Vec::new()),
+    };
     let targets = targets_for(context, &clients, anchor, anchor_wall);
     wait_for_anchor(anchor, PRECISE_TIMER, shutdown.token()).await;
     let started_at = SystemTime::now();
@@ -224,9 +238,17 @@ async fn execute(
         errors: errors.clone(),
         progress: Some(Arc::clone(&progress)),
         unpack: cfg.unpack.clone(),
+        replicas: replicas.clone(),
     };
     let exec = executor.run(rx).await;
     line.finish();
+    if let Some(replicas) = &replicas {
+        // The watches of the last pushes end (the schedule is over), or a stop ends them
+        // within the grace.
+        let grace = Duration::from_secs_f64(cfg.grace_s);
+        replicas.finish(shutdown.token(), grace).await;
+    }
+    drop(replicas);
     canary_stop.cancel();
     let canary = canary.await.ok();
     let cpu = match (cpu_before, process_cpu_time()) {
@@ -247,6 +269,7 @@ async fn execute(
         aggregator,
         planner,
         health,
+        replica_connections,
         started_at,
         start_skew_ms,
         anchor_wall,
@@ -317,9 +340,12 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
         },
         &ran.aggregator,
     );
+    // The replicas are endpoints of the run after the registry's.
+    let mut all = names.to_vec();
+    all.extend(cfg.replicas.iter().flat_map(|r| r.names()));
     summary.endpoints = endpoint_summaries(
         cfg,
-        names,
+        &all,
         &ran.aggregator,
         ran.exec.duration,
         Some(ran.health.transitions()),
@@ -338,6 +364,9 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
     );
     meta.preparation = Some(context.preparation.clone());
     meta.endpoints = endpoint_links(names, connections);
+    if let Some(spec) = &cfg.replicas {
+        (meta.endpoints).extend(endpoint_links(&spec.names(), &ran.replica_connections));
+    }
     Finished {
         summary,
         aggregator: ran.aggregator,
@@ -406,7 +435,8 @@ fn judge(
     // the image it belongs to could not run.
     let unpack_failed =
         (summary.sessions.get(Op::LayerUnpack.name())).is_some_and(|s| s.errors > 0);
-    Ok(exit_status(summary, slow, strict_failed || unpack_failed))
+    let failed = unpack_failed || crate::session::replication_failed(summary);
+    Ok(exit_status(summary, slow, strict_failed || failed))
 }
 
 /// Why a run replayed nothing: its records and what skipped them.

@@ -44,7 +44,7 @@ pub(super) async fn phase(
     let started_at = SystemTime::now();
     let start = Instant::now();
     let (recorder, aggregator) = out.start_over(start, started_at, context.connections.len())?;
-    let clients = clients_for(context.connections, &recorder);
+    let clients = clients_for(context.connections, &recorder, false);
     let report = push_all(context, catalog, &clients).await?;
     let duration = start.elapsed();
     drop(clients);
@@ -312,7 +312,10 @@ fn summarize(
         },
         &aggregator,
     );
-    summary.endpoints = endpoint_summaries(cfg, names, &aggregator, duration, None);
+    // The prewarm watches no replica: its endpoints are the registry's alone.
+    if cfg.routing.is_some() {
+        summary.endpoints = endpoint_summaries(cfg, names, &aggregator, duration, None);
+    }
     let mut meta = Meta::new(
         &summary,
         MetaInput {

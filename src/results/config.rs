@@ -97,6 +97,9 @@ pub struct ReplayBlock {
     /// `--unpack`: how the layers of the run's pulls were unpacked (absent: they were not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unpack: Option<UnpackBlock>,
+    /// `--replica`: the replicas watched for each image the run pushed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaBlock>,
 }
 
 /// The replicas watched (`--replica`) and how.

@@ -12,7 +12,8 @@ use crate::auth::registry_auth::RegistryAuth;
 use crate::auth::secret::Credentials;
 use crate::client::retry::RetryPolicy;
 use crate::client::{ClientError, ClientOptions, OpCtx, RegistryClient};
-use crate::metrics::Recorder;
+use crate::exec::replicate::{Replica, ReplicaSpec, Replicas};
+use crate::metrics::{ErrorLog, Recorder};
 use crate::net::transport::Transport;
 use crate::net::{build_transport, TransportConfig};
 use crate::results::config::RegistryBlock;
@@ -128,6 +129,33 @@ impl RegistryConfig {
             ..ClientOptions::default()
         };
         replica.connect_with(creds, info, recorder, options, 4)
+    }
+
+    /// Connects to each replica of `spec` (`--replica`) for a run connected to this
+    /// registry as `primary`: each replica's client records nothing (the watch is not the
+    /// workload), its `replication` samples go to `recorder` for endpoint `first + i`.
+    pub async fn connect_replicas(
+        &self,
+        spec: &ReplicaSpec,
+        primary: &Connection,
+        recorder: &Recorder,
+        first: usize,
+        errors: &ErrorLog,
+        stop: &Shutdown,
+    ) -> anyhow::Result<(Replicas, Vec<Connection>)> {
+        let mut replicas = Vec::new();
+        let mut connections = Vec::new();
+        for (i, (url, name)) in spec.urls.iter().zip(spec.names()).enumerate() {
+            let c = (self.connect_replica(url, primary, Recorder::discard(), stop)).await?;
+            replicas.push(Replica {
+                name,
+                client: c.client.clone(),
+                recorder: recorder.for_endpoint(first + i),
+            });
+            connections.push(c);
+        }
+        let replicas = Replicas::new(replicas, spec.work, recorder.clone(), errors.clone());
+        Ok((replicas, connections))
     }
 
     /// The client of these settings with credentials already resolved.

@@ -9,7 +9,7 @@ use crate::auth::credentials::CredentialInfo;
 use crate::client::ClientOptions;
 use crate::exec::bounded::{Bounds, JobEnv};
 use crate::exec::push::{push_images, PushWork};
-use crate::exec::replicate::{Replica, ReplicaSpec, Replicas};
+use crate::exec::replicate::ReplicaSpec;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog, Event};
 use crate::progress::Progress;
@@ -107,8 +107,9 @@ pub async fn run(
     let mut connections = vec![connection];
     let replicas = match &cfg.replicas {
         Some(spec) => {
-            let (replicas, more) =
-                connect_replicas(cfg, spec, &connections[0], &recorder, &errors, shutdown).await?;
+            let (replicas, more) = (cfg.registry)
+                .connect_replicas(spec, &connections[0], &recorder, 1, &errors, shutdown)
+                .await?;
             connections.extend(more);
             Some(replicas)
         }
@@ -275,34 +276,6 @@ fn dataset_json(work: &PushWork) -> serde_json::Value {
         d["attach"] = work.attach.into();
     }
     d
-}
-
-/// Connects to each replica of `spec` (its client records nothing: the watch is not the
-/// workload), its `replication` samples counted for its endpoint (after the registry's).
-async fn connect_replicas(
-    cfg: &PushConfig,
-    spec: &ReplicaSpec,
-    primary: &crate::session::connect::Connection,
-    recorder: &crate::metrics::Recorder,
-    errors: &ErrorLog,
-    shutdown: &Shutdown,
-) -> anyhow::Result<(Replicas, Vec<crate::session::connect::Connection>)> {
-    let mut replicas = Vec::new();
-    let mut connections = Vec::new();
-    for (i, (url, name)) in spec.urls.iter().zip(spec.names()).enumerate() {
-        let silent = crate::metrics::Recorder::discard();
-        let c = (cfg.registry)
-            .connect_replica(url, primary, silent, shutdown)
-            .await?;
-        replicas.push(Replica {
-            name,
-            client: c.client.clone(),
-            recorder: recorder.for_endpoint(1 + i),
-        });
-        connections.push(c);
-    }
-    let replicas = Replicas::new(replicas, spec.work, recorder.clone(), errors.clone());
-    Ok((replicas, connections))
 }
 
 /// The warnings of a run that watched replicas: images it could not watch.

@@ -3,7 +3,8 @@
 //! job does), one nobody copies to. The lag measured lies within the job's period and copy
 //! time; the replica never written to gives `replication_timeout` and exit 1; a replica
 //! whose manifests come back changed (a proxy flipping a byte: no real registry serves other
-//! content under a digest on demand) gives `replica_mismatch`.
+//! content under a digest on demand) gives `replica_mismatch`. `replay --replica` follows
+//! every manifest PUT of its run phase, none of its prewarm.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,8 +29,8 @@ fn crane() -> Option<PathBuf> {
     found
 }
 
-/// A sync job: every `period`, crane lists the primary's tags of `repo` and copies each to
-/// the replica. Returns its stop flag and the longest pass it made.
+/// A sync job: every `period`, crane lists the primary's tags of `repo` (of every
+/// repository with `*`) and copies each to the replica. Returns its stop flag and the longest pass it made.
 fn sync_job(
     crane: PathBuf,
     from: u16,
@@ -55,18 +56,30 @@ fn sync_job(
                 return;
             }
             let began = Instant::now();
-            let listed = run(&["ls", &format!("127.0.0.1:{from}/{repo}")]);
-            for tag in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
-                let out = run(&[
-                    "copy",
-                    &format!("127.0.0.1:{from}/{repo}:{tag}"),
-                    &format!("127.0.0.1:{to}/{repo}:{tag}"),
-                ]);
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+            // One repository, or (`*`) every one the primary lists.
+            let repos = if repo == "*" {
+                let listed = run(&["catalog", &format!("127.0.0.1:{from}")]);
+                String::from_utf8_lossy(&listed.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect()
+            } else {
+                vec![repo.to_owned()]
+            };
+            for repo in repos {
+                let listed = run(&["ls", &format!("127.0.0.1:{from}/{repo}")]);
+                for tag in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+                    let out = run(&[
+                        "copy",
+                        &format!("127.0.0.1:{from}/{repo}:{tag}"),
+                        &format!("127.0.0.1:{to}/{repo}:{tag}"),
+                    ]);
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
             }
             let took = began.elapsed();
             let mut l = longest2.lock().unwrap();
@@ -292,4 +305,79 @@ fn a_stop_ends_the_watches_and_counts_them() {
     assert_eq!(s["interrupted"], true);
     let r = &s["operations"]["replication"];
     assert_eq!(n(&r["errors_by_kind"]["cancelled"]), 2, "{r}");
+}
+
+/// A replay that pushes: every manifest PUT of its run is followed to the synced replica
+/// (none of the prewarm's), counted for the replica's endpoint; the trace's accounting is
+/// unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_follows_every_push_of_its_run_to_the_replica() {
+    use creb::trace::synth::{generate, SynthOptions};
+    let Some(crane) = crane() else { return };
+    let primary = Registry::start();
+    let replica = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (records, _) = generate(&SynthOptions {
+        seed: 3,
+        sessions: 24,
+        mean_gap_ms: 100.0,
+        clients: 4,
+        repos: 2,
+        pull_share: 0.4,
+        layer_size: (1024, 64 * 1024),
+        duplicate_share: 0.0,
+        failed_share: 0.0,
+        ..SynthOptions::default()
+    });
+    let trace = dir.path().join("pushes.json");
+    creb::trace::write::write_file(&trace, &records).unwrap();
+    let (stop, _) = sync_job(
+        crane,
+        primary.port,
+        replica.port,
+        "*",
+        Duration::from_millis(1000),
+    );
+    let out = dir.path().join("out");
+    let args = [
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &primary.url,
+        "--mode",
+        "stress",
+        "--concurrency",
+        "4",
+        "--replica",
+        &replica.url,
+        "--replica-timeout",
+        "60s",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let status = creb(&args).await;
+    stop.store(true, Ordering::Relaxed);
+    let s = summary_json(&out);
+    primary.assert_exit_but_tag_races(i32::from(status.code()), &s, "replay --replica");
+    let puts = n(&s["operations"]["manifest_put"]["ok"]);
+    assert!(puts > 0, "{}", s["operations"]);
+    let r = &s["operations"]["replication"];
+    assert_eq!((n(&r["ok"]), n(&r["errors"])), (puts, 0), "{r}");
+    let replica_name = replica.url.trim_end_matches('/');
+    let e = &s["endpoints"][replica_name]["operations"]["replication"];
+    assert_eq!(n(&e["ok"]), puts, "{}", s["endpoints"]);
+    let t = &s["trace"];
+    let skipped: u64 = t["skipped"].as_object().unwrap().values().map(n).sum();
+    assert_eq!(
+        n(&t["records"]),
+        n(&t["replayed"]) + n(&t["folded"]) + skipped
+    );
+    assert_eq!(n(&t["replayed"]), n(&s["totals"]["requests"]));
+    let prewarm = summary_json(&out.join("prewarm"));
+    assert!(
+        prewarm["operations"]["replication"].is_null(),
+        "{}",
+        prewarm["operations"]
+    );
 }

@@ -11,8 +11,8 @@ use crate::commands::args::{
     parse_concurrency, parse_count_u64, parse_seed, parse_size_scale, parse_speed, parse_start_at,
 };
 use crate::commands::args::{
-    LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, RouteArgs, RuntimeArgs, StopArgs,
-    UnpackArgs, VerifyArg, VerifyArgs,
+    LayerArgs, ManifestFormatArg, OutputArgs, RegistryArgs, ReplicaArgs, RouteArgs, RuntimeArgs,
+    StopArgs, UnpackArgs, VerifyArg, VerifyArgs,
 };
 use crate::content::DEFAULT_SEED;
 use crate::exec::Mode;
@@ -191,6 +191,9 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub unpack: UnpackArgs,
+
+    #[command(flatten)]
+    pub replica: ReplicaArgs,
 
     /// stress (closed model, as fast as it goes) or delay (open model, the trace's timing).
     ///
@@ -512,6 +515,7 @@ impl ReplayConfig {
             strict: a.strict,
             window: None,
             unpack: a.unpack.work(),
+            replicas: a.replica.spec()?,
         })
     }
 }

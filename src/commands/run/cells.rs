@@ -180,6 +180,12 @@ pub fn cell_argv(
             push_text(&mut argv, "--verify", &s.verify);
             push_flag(&mut argv, "--no-verify", s.no_verify);
             push_flag(&mut argv, "--unpack", s.unpack);
+            if s.kind == Kind::Replay {
+                for replica in &s.replica {
+                    argv.push("--replica".into());
+                    argv.push(replica.clone());
+                }
+            }
             if let Some(p) = reg.repo_prefix.as_deref().map(|p| p.trim_matches('/')) {
                 if !p.is_empty() {
                     argv.push("--repo-prefix".into());
