@@ -165,6 +165,23 @@ impl Replicas {
     }
 }
 
+/// The warnings of a run that watched replicas: images it could not watch.
+pub fn warnings(
+    aggregator: &crate::metrics::Aggregator,
+    warnings: &mut Vec<crate::results::Warning>,
+) {
+    let skipped = aggregator.event(Event::ReplicaWatchSkipped);
+    if skipped > 0 {
+        warnings.push(crate::results::Warning {
+            kind: "replica_watch_skipped".into(),
+            message: format!(
+                "{skipped} pushed images were not watched at the replicas: \
+                 --replica-max-watches images were watched already; replication covers the others"
+            ),
+        });
+    }
+}
+
 /// One replica watched for one pushed image.
 struct Watch {
     replicas: Arc<[Replica]>,

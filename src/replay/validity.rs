@@ -166,6 +166,7 @@ pub(super) fn validity_warnings(
             );
         }
     }
+    crate::exec::replicate::warnings(aggregator, warnings);
     let behind = aggregator.event(crate::metrics::Event::UnpackBehind);
     if behind > 0 {
         warn(

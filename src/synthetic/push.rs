@@ -206,6 +206,7 @@ fn summarize(
             ),
         });
     }
+    crate::exec::replicate::warnings(&aggregator, &mut warnings);
     if ran.limited {
         warnings.push(Warning {
             kind: "max_run_time".into(),
@@ -276,18 +277,4 @@ fn dataset_json(work: &PushWork) -> serde_json::Value {
         d["attach"] = work.attach.into();
     }
     d
-}
-
-/// The warnings of a run that watched replicas: images it could not watch.
-pub fn replica_warnings(aggregator: &Aggregator, warnings: &mut Vec<Warning>) {
-    let skipped = aggregator.event(Event::ReplicaWatchSkipped);
-    if skipped > 0 {
-        warnings.push(Warning {
-            kind: "replica_watch_skipped".into(),
-            message: format!(
-                "{skipped} pushed images were not watched at the replicas: \
-                 --replica-max-watches images were watched already; replication covers the others"
-            ),
-        });
-    }
 }

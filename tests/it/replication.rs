@@ -181,8 +181,8 @@ async fn a_replica_kept_by_a_sync_job_serves_each_push_within_its_period() {
     assert_eq!(s["config"]["replica"]["replicas"][0], replica_name);
 }
 
-/// A replica nobody copies to: `replication_timeout` for every image, exit 1; a replica
-/// whose manifests come back changed: `replica_mismatch`.
+/// A replica nobody copies to, and one that is down: `replication_timeout` for every
+/// image, exit 1; a replica whose manifests come back changed: `replica_mismatch`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_never_written_times_out_and_one_serving_other_content_mismatches() {
     let Some(crane) = crane() else { return };
@@ -197,13 +197,15 @@ async fn a_replica_never_written_times_out_and_one_serving_other_content_mismatc
         Duration::from_millis(500),
     );
     let changed = FaultProxy::start(copied.port, Fault::CorruptByte);
+    // A replica that is down: nothing listens there.
+    let down = format!("http://127.0.0.1:{}", crate::common::free_port());
     changed.set_filter(|method, path| method == "GET" && path.contains("/manifests/"));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let status = push(
         &primary,
         "repl/bad",
-        &[&empty.url, &changed.url],
+        &[&empty.url, &changed.url, &down],
         &["--replica-timeout", "3s", "--replica-poll", "50ms"],
         &out,
     )
@@ -219,6 +221,18 @@ async fn a_replica_never_written_times_out_and_one_serving_other_content_mismatc
         n(&timed_out["errors_by_kind"]["replication_timeout"]),
         4,
         "{timed_out}"
+    );
+    let unreachable = of(&down);
+    assert_eq!(
+        n(&unreachable["errors_by_kind"]["replication_timeout"]),
+        4,
+        "{unreachable}"
+    );
+    // The down replica's failed requests are counted; the run went on.
+    assert!(
+        n(&s["events"]["replica_request_failed"]) >= 4,
+        "{}",
+        s["events"]
     );
     let mismatched = of(&changed.url);
     assert_eq!(
@@ -380,4 +394,38 @@ async fn a_replay_follows_every_push_of_its_run_to_the_replica() {
         "{}",
         prewarm["operations"]
     );
+}
+
+/// At most `--replica-max-watches` images are watched: the others are counted and warned
+/// about, never queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_past_the_watch_cap_are_counted_not_watched() {
+    let primary = Registry::start();
+    let empty = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let extra = [
+        "--replica-timeout",
+        "5s",
+        "--replica-max-watches",
+        "1",
+        "--concurrency",
+        "1",
+    ];
+    let status = push(&primary, "repl/cap", &[&empty.url], &extra, &out).await;
+    assert_eq!(status, ExitStatus::Failed);
+    let s = summary_json(&out);
+    let skipped = n(&s["events"]["replica_watch_skipped"]);
+    let watched = n(&s["operations"]["replication"]["count"]);
+    assert!(
+        skipped >= 1 && skipped + watched == 4,
+        "{skipped} + {watched}"
+    );
+    let kinds: Vec<&str> = s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"replica_watch_skipped"), "{kinds:?}");
 }
