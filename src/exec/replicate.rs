@@ -312,3 +312,80 @@ impl Watch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The watch on a paused clock against a scripted replica: a 429 storm on demand is what
+    //! no real registry gives.
+
+    use super::*;
+    use crate::client::ClientOptions;
+    use crate::metrics::AggregatorBuilder;
+    use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
+
+    /// Three 429s stretch the interval to 200, 400 and 800 ms; then the manifest and the
+    /// blob are served, and the image's replication ends there.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_storm_doubles_the_interval_until_the_replica_serves() {
+        let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":2},"layers":[]}"#;
+        let digest = Digest::sha256_of(manifest);
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        let transport = ScriptedTransport::new(move |req| {
+            let mut seen = seen.lock().unwrap();
+            seen.push(Instant::now());
+            if req.url.path().contains("/manifests/") && seen.len() <= 3 {
+                return ScriptedResponse::status(429).header("content-length", "0");
+            }
+            if req.url.path().contains("/manifests/") {
+                return ScriptedResponse::status(200)
+                    .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+                    .header("content-length", &manifest.len().to_string())
+                    .body(&manifest[..]);
+            }
+            ScriptedResponse::status(200).header("content-length", "2")
+        });
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://replica.test/".parse().unwrap(),
+            Recorder::discard(),
+            ClientOptions::default(),
+        );
+        let replica = Replica {
+            name: "http://replica.test".into(),
+            client,
+            recorder: recorder.clone(),
+        };
+        let work = ReplicaWork {
+            poll: Duration::from_millis(100),
+            timeout: Duration::from_secs(60),
+            max_watches: 4,
+        };
+        let replicas = Replicas::new(vec![replica], work, recorder.clone(), ErrorLog::default());
+        let start = Instant::now();
+        replicas
+            .watch(Pushed {
+                repo: "a/b".parse().unwrap(),
+                manifests: vec![digest],
+                blobs: vec![Digest::sha256_of(b"{}")],
+                bytes: 100,
+                at: start,
+            })
+            .await;
+        replicas
+            .finish(&CancellationToken::new(), Duration::ZERO)
+            .await;
+        drop(replicas);
+        drop(recorder);
+        let at: Vec<u128> = (asked.lock().unwrap().iter())
+            .map(|t| t.duration_since(start).as_millis())
+            .collect();
+        assert_eq!(at, [0, 200, 600, 1400, 1400], "{at:?}");
+        let agg = aggregator.finish().await;
+        let r = agg.table().op_total(Op::Replication).unwrap();
+        assert_eq!((r.count, r.errors), (1, 0));
+        let lat = r.latency.max();
+        assert!((1_390_000..=1_410_000).contains(&lat), "{lat}");
+    }
+}

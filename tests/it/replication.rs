@@ -137,11 +137,17 @@ async fn a_replica_kept_by_a_sync_job_serves_each_push_within_its_period() {
     let (stop, longest) = sync_job(crane, primary.port, replica.port, "repl/app", period);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    // A threshold on the lag is read (it does not hold: exit 0).
     let status = push(
         &primary,
         "repl/app",
         &[&replica.url],
-        &["--replica-timeout", "60s"],
+        &[
+            "--replica-timeout",
+            "60s",
+            "--fail-if",
+            "p99(replication) > 1h",
+        ],
         &out,
     )
     .await;
