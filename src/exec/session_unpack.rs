@@ -10,16 +10,17 @@
 //! event `unpack_behind`): in stress mode the load slows down, in delay mode the schedule
 //! lag and the in-flight cap's warnings show it; nothing is buffered without bound.
 
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::unpack::{image_dir, Blocking, Pool, UnpackWork, Written, BACKLOG_PER_WORKER};
-use crate::content::{ContentReader, ContentSpec, Form};
+use super::unpack::{
+    image_dir, Blocking, ChunkReader, Pool, UnpackWork, Written, BACKLOG_PER_WORKER,
+};
+use crate::content::{ContentSpec, Form};
 use crate::digest::{Digest, Sha256Sum};
 use crate::fast_hash::FastHashMap;
 use crate::metrics::{Applied, ErrorKind, ErrorLog, Event, Op, Outcome, Recorder, Sample};
@@ -140,31 +141,6 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// A layer's content as its unpacker reads it: generated again, chunk by chunk.
-struct Generated {
-    chunks: ContentReader,
-    current: Bytes,
-    stop: Arc<AtomicBool>,
-}
-
-impl Read for Generated {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(std::io::Error::other("stopped"));
-            }
-            match self.chunks.next() {
-                Some(chunk) => self.current = chunk,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current.advance(n);
-        Ok(n)
-    }
-}
-
 /// Unpacks a layer whose read ended, in its turn: gives the read's in-flight `slot` back
 /// once the layer has a place in the backlog, records its `layer_unpack`, and returns what
 /// its pull session hears.
@@ -226,10 +202,17 @@ pub(super) async fn apply(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let _stop = StopOnDrop(Arc::clone(&stop));
-    let body = Generated {
-        chunks: read.content.reader(0..read.content.size()),
+    // Generated again chunk by chunk, until the task is dropped.
+    let mut generated = read.content.reader(0..read.content.size());
+    let chunks = std::iter::from_fn(move || {
+        if stop.load(Ordering::Relaxed) {
+            return Some(Err(std::io::Error::other("stopped")));
+        }
+        generated.next().map(Ok)
+    });
+    let body = ChunkReader {
+        chunks,
         current: Bytes::new(),
-        stop,
     };
     let ran = job.run(&u.pool, body).await;
     drop(waiting);

@@ -97,18 +97,18 @@ pub(super) struct Unpacked {
     pub downloaded: Option<Instant>,
 }
 
-/// The body of a layer as its unpacker reads it: the chunks its download hands on, until
-/// the download ends (the sender is dropped).
-struct Chunks {
-    rx: mpsc::Receiver<Bytes>,
-    current: Bytes,
+/// A layer's body as its unpacker reads it, from the chunks `chunks` yields: a download's
+/// (until its sender is dropped), or its content generated again (`replay --unpack`).
+pub(super) struct ChunkReader<I> {
+    pub chunks: I,
+    pub current: Bytes,
 }
 
-impl Read for Chunks {
+impl<I: Iterator<Item = std::io::Result<Bytes>>> Read for ChunkReader<I> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(chunk) => self.current = chunk,
+            match self.chunks.next() {
+                Some(chunk) => self.current = chunk?,
                 None => return Ok(0),
             }
         }
@@ -286,7 +286,12 @@ async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
         // its own turn to download: a worker held by a layer that cannot download while
         // the downloads wait for workers would stop the pull.
         let first = rx.recv().await.unwrap_or_default();
-        job.run(s.pool, Chunks { rx, current: first }).await
+        let chunks = std::iter::from_fn(move || rx.blocking_recv().map(Ok));
+        let body = ChunkReader {
+            chunks,
+            current: first,
+        };
+        job.run(s.pool, body).await
     };
     let ((downloaded, at), unpacked) = tokio::join!(download, unpacked);
     let _ = done.send(());

@@ -152,6 +152,24 @@ pub fn wait_listening(child: &mut Child, port: u16, what: &str) {
     }
 }
 
+/// Sends SIGINT to `child` and waits (at most 20 s, else a failure naming `what`) for it
+/// to exit: its exit code.
+pub fn interrupt_and_wait(child: &mut Child, what: &str) -> Option<i32> {
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        assert!(Instant::now() < deadline, "{what} did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A registry binary scripts/setup installs with `go install` (`registry`, `crane`) in
 /// `$CREB_TOOLS/bin` (default `~/.cache/creb-rs/tools/bin`), if it is there.
 pub fn tool(name: &str) -> Option<PathBuf> {

@@ -307,19 +307,7 @@ fn a_stop_ends_the_watches_and_counts_them() {
     }
     // The manifest PUT is answered before the watch starts: give it a moment.
     std::thread::sleep(Duration::from_millis(300));
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(Instant::now() < deadline, "the watches did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let code = crate::common::interrupt_and_wait(&mut child, "the watches");
     assert_eq!(code, Some(130));
     let s = summary_json(&out);
     assert_eq!(s["interrupted"], true);

@@ -406,22 +406,7 @@ async fn a_stop_during_an_unpack_leaves_a_result_and_removes_the_files() {
         assert!(std::time::Instant::now() < deadline, "no image directory");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the pull did not stop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let code = crate::common::interrupt_and_wait(&mut child, "the pull");
     assert_eq!(code, Some(130));
     let s = summary_json(&out);
     assert_eq!(s["interrupted"], true, "{s}");
@@ -674,22 +659,7 @@ async fn a_stop_during_a_replay_unpack_removes_the_files() {
         assert!(std::time::Instant::now() < deadline, "no image directory");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replay did not stop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let code = crate::common::interrupt_and_wait(&mut child, "the replay");
     assert_eq!(code, Some(130));
     let s = summary_json(&out);
     assert_eq!(s["interrupted"], true, "{s}");
