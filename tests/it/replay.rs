@@ -48,7 +48,7 @@ fn u(v: &serde_json::Value) -> u64 {
 }
 
 /// `records = replayed + folded + Σ skipped`, exactly.
-fn assert_reconciled(summary: &serde_json::Value) {
+pub(crate) fn assert_reconciled(summary: &serde_json::Value) {
     let t = &summary["trace"];
     let skipped: u64 = t["skipped"].as_object().unwrap().values().map(u).sum();
     assert_eq!(

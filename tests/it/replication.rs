@@ -375,13 +375,7 @@ async fn a_replay_follows_every_push_of_its_run_to_the_replica() {
     let replica_name = replica.url.trim_end_matches('/');
     let e = &s["endpoints"][replica_name]["operations"]["replication"];
     assert_eq!(n(&e["ok"]), puts, "{}", s["endpoints"]);
-    let t = &s["trace"];
-    let skipped: u64 = t["skipped"].as_object().unwrap().values().map(n).sum();
-    assert_eq!(
-        n(&t["records"]),
-        n(&t["replayed"]) + n(&t["folded"]) + skipped
-    );
-    assert_eq!(n(&t["replayed"]), n(&s["totals"]["requests"]));
+    crate::replay::assert_reconciled(&s);
     let prewarm = summary_json(&out.join("prewarm"));
     assert!(
         prewarm["operations"]["replication"].is_null(),
