@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::result::{Capacity, GateVerdict};
+use crate::results::capacity::{Capacity, GateVerdict};
 use crate::results::thresholds::{split_cmp, Cmp};
 
 /// What a gate compares.

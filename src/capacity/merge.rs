@@ -8,47 +8,37 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use serde_json::Value;
 
-use super::result::{write_result, CapacityResult, StepRecord, CAPACITY_JSON, STEPS_DIR};
 use super::run::{judge, knee, result_of, Head, Rules, StepAt};
-use super::search::Outcome;
 use crate::metrics::Scheduled;
 use crate::replay::Window;
+use crate::results::capacity::{CapacityResult, Kind, Outcome, StepRecord};
 use crate::results::store::{aggregator_of, load};
 use crate::results::thresholds::MaxErrors;
 use crate::results::thresholds::{parse_all, Threshold};
+use crate::results::STEPS_DIR;
 
 /// Whether `dir` holds a capacity search or ladder (its `capacity.json`).
 pub fn is_capacity(dir: &Path) -> bool {
-    dir.join(CAPACITY_JSON).is_file()
+    CapacityResult::is_in(dir)
 }
 
-/// One host's capacity.json, as far as the merge reads it.
+/// One host's capacity.json.
 struct Host {
     dir: PathBuf,
-    json: Value,
+    result: CapacityResult,
 }
 
 impl Host {
     fn read(dir: &Path) -> anyhow::Result<Host> {
-        let path = dir.join(CAPACITY_JSON);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let json = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
         Ok(Host {
             dir: dir.to_owned(),
-            json,
+            result: CapacityResult::read(dir)?,
         })
     }
 
-    fn steps(&self) -> &[Value] {
-        self.json["steps"].as_array().map_or(&[], Vec::as_slice)
-    }
-
-    fn number(&self, field: &str) -> f64 {
-        self.json[field].as_f64().unwrap_or(0.0)
+    fn steps(&self) -> &[StepRecord] {
+        &self.result.steps
     }
 }
 
@@ -59,27 +49,47 @@ fn same_ladder(hosts: &[Host]) -> anyhow::Result<usize> {
         bail!("nothing to merge");
     };
     for h in hosts {
-        if h.json["kind"] != "ladder" {
+        if h.result.kind != Kind::Ladder {
             bail!(
                 "{} is a capacity search: each host chose its loads from its own steps, so \
                  searches do not merge; run the same --ladder on every host",
                 h.dir.display()
             );
         }
-        for field in ["objectives", "step_s", "warmup_s", "trace_span_s"] {
-            if h.json[field] != first.json[field] {
+        let (a, b) = (&first.result, &h.result);
+        for (field, ours, theirs) in [
+            (
+                "objectives",
+                format!("{:?}", a.objectives),
+                format!("{:?}", b.objectives),
+            ),
+            (
+                "step_s",
+                format!("{:?}", a.step_s),
+                format!("{:?}", b.step_s),
+            ),
+            (
+                "warmup_s",
+                format!("{:?}", a.warmup_s),
+                format!("{:?}", b.warmup_s),
+            ),
+            (
+                "trace_span_s",
+                format!("{:?}", a.trace_span_s),
+                format!("{:?}", b.trace_span_s),
+            ),
+        ] {
+            if ours != theirs {
                 bail!(
-                    "{} and {} are not the same ladder: their {field} differ ({} against {})",
+                    "{} and {} are not the same ladder: their {field} differ ({ours} against \
+                     {theirs})",
                     first.dir.display(),
                     h.dir.display(),
-                    first.json[field],
-                    h.json[field]
                 );
             }
         }
     }
-    let speeds =
-        |h: &Host| -> Vec<Value> { h.steps().iter().map(|s| s["speed"].clone()).collect() };
+    let speeds = |h: &Host| -> Vec<f64> { h.steps().iter().map(|s| s.speed).collect() };
     let count = hosts.iter().map(|h| h.steps().len()).min().unwrap_or(0);
     for h in hosts {
         if speeds(h)[..count] != speeds(first)[..count] {
@@ -132,19 +142,19 @@ impl MergedStep {
         let set = load(&merged_dir)?;
         let aggregator = aggregator_of(&set.counters, &set.hlog)?;
         let step = &first.steps()[index];
-        let seconds = |v: &Value| Duration::from_secs_f64(v.as_f64().unwrap_or(0.0).max(0.0));
-        let speed = step["speed"].as_f64().unwrap_or(1.0);
+        let seconds = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let speed = step.speed;
         // The step's own warm-up: the ladder's, or its share of a step cut to the trace.
-        let schedule = step["trace_length_s"].as_f64().unwrap_or(0.0) / speed.max(1e-9);
-        let step_warmup = step["length_s"].as_f64().map_or(warmup_s, |measured| {
+        let schedule = step.trace_length_s / speed.max(1e-9);
+        let step_warmup = step.length_s.map_or(warmup_s, |measured| {
             (schedule - measured).clamp(0.0, warmup_s)
         });
         let at = StepAt {
             index,
             speed,
             window: Window {
-                from: seconds(&step["trace_from_s"]),
-                length: Some(seconds(&step["trace_length_s"])),
+                from: seconds(step.trace_from_s),
+                length: Some(seconds(step.trace_length_s)),
             },
             warmup_s: step_warmup,
             // The hosts' due operations, back from their rates over the same length.
@@ -153,8 +163,7 @@ impl MergedStep {
                     .iter()
                     .map(|h| {
                         let s = &h.steps()[index];
-                        let due = s["offered_rps"].as_f64().unwrap_or(0.0)
-                            * s["length_s"].as_f64().unwrap_or(0.0);
+                        let due = s.offered_rps * s.length_s.unwrap_or(0.0);
                         due.round() as u64
                     })
                     .sum(),
@@ -166,8 +175,8 @@ impl MergedStep {
                 .map(|h| {
                     let s = &h.steps()[index];
                     Some(Scheduled {
-                        ok: s["operations_ok"].as_u64()?,
-                        failed: s["operations_failed"].as_u64()?,
+                        ok: s.operations_ok?,
+                        failed: s.operations_failed?,
                     })
                 })
                 .try_fold(Scheduled::default(), |sum, host| {
@@ -187,10 +196,10 @@ impl MergedStep {
         let held_back = hosts
             .iter()
             .map(|h| &h.steps()[index])
-            .find(|s| s["outcome"] == "generator_limited");
+            .find(|s| s.outcome == Outcome::GeneratorLimited);
         if let (Some(s), false) = (held_back, record.outcome == Outcome::Sustained) {
             record.outcome = Outcome::GeneratorLimited;
-            record.why = s["why"].as_str().map(str::to_owned);
+            record.why.clone_from(&s.why);
         }
         Ok(record)
     }
@@ -220,12 +229,7 @@ pub fn merge_ladders(
     }
     crate::results::prepare_result_dir(out, force)?;
     let first = &hosts[0];
-    let objectives: Vec<String> = first.json["objectives"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o.as_str().map(str::to_owned))
-        .collect();
+    let objectives = first.result.objectives.clone();
     let thresholds = parse_all(&objectives).map_err(|e| {
         anyhow::anyhow!(
             "{}: objective '{}': {}",
@@ -234,14 +238,12 @@ pub fn merge_ladders(
             e.reason
         )
     })?;
-    let warmup_s = first.number("warmup_s");
-    // Ladders written before the bound was recorded judged failures by the objectives only.
-    let max_errors: MaxErrors = match first.json["max_errors"].as_str() {
-        Some(text) => text
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{}: max_errors: {e}", first.dir.display()))?,
-        None => MaxErrors::Percent(100.0),
-    };
+    let warmup_s = first.result.warmup_s;
+    let max_errors: MaxErrors = first
+        .result
+        .max_errors
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{}: max_errors: {e}", first.dir.display()))?;
     let mut steps = Vec::new();
     for index in 0..count {
         let merged = MergedStep {
@@ -255,14 +257,14 @@ pub fn merge_ladders(
     }
     let (speed, at_least, ended) = knee(&steps);
     let head = Head {
-        kind: "ladder",
+        kind: Kind::Ladder,
         objectives,
         max_errors: max_errors.to_string(),
-        step_s: first.number("step_s"),
+        step_s: first.result.step_s,
         warmup_s,
-        trace_span_s: first.number("trace_span_s"),
+        trace_span_s: first.result.trace_span_s,
     };
     let result = result_of(head, steps, (speed, at_least), ended, &[]);
-    write_result(out, &result)?;
+    result.write(out)?;
     Ok(result)
 }

@@ -4,12 +4,11 @@
 
 pub mod gate;
 pub mod merge;
-pub mod page;
-pub mod result;
 pub mod run;
 pub mod search;
 
+pub use crate::results::capacity::CapacityResult;
+pub use crate::results::{CAPACITY_JSON, STEPS_DIR};
 pub use gate::Gate;
-pub use result::{CapacityResult, CAPACITY_JSON, STEPS_DIR};
 pub use run::{capacity, CapacityConfig};
 pub use search::{judge_step, Next, Outcome, Search, SearchOptions};

@@ -9,14 +9,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::gate::Gate;
-use super::result::{
-    render, step_line, write_result, Capacity, CapacityResult, StepRecord, STEPS_DIR,
-};
 use super::search::{blame, judge_step, Blame, Next, Outcome, Search, SearchOptions};
 use crate::exec::Phase;
 use crate::metrics::{Scheduled, StatsTable};
 use crate::replay::{ReplayConfig, Window};
+use crate::report::capacity::{render, step_line};
+use crate::results::capacity::{Capacity, CapacityResult, Kind, LimitedBy, StepRecord};
 use crate::results::thresholds::{MaxErrors, Threshold};
+use crate::results::STEPS_DIR;
 use crate::results::{RunOutput, Summary};
 use crate::session::{ExitStatus, Session};
 use crate::shutdown::Shutdown;
@@ -170,7 +170,7 @@ pub async fn capacity(
                  without an answer ({}); what was found before it is kept",
                 record.index,
                 record.speed,
-                record.operations_failed,
+                record.operations_failed.unwrap_or(0),
                 record.errors.keys().cloned().collect::<Vec<_>>().join(", ")
             );
             steps.push(record);
@@ -278,7 +278,7 @@ async fn finish(
     failure: Option<String>,
 ) -> anyhow::Result<ExitStatus> {
     if let Some(dir) = &session.output.dir {
-        write_result(dir, result)?;
+        result.write(dir)?;
     }
     if session.flags.json {
         println!("{}", serde_json::to_string_pretty(result)?);
@@ -542,11 +542,11 @@ pub fn judge(rules: Rules<'_>, summary: &Summary, table: &StatsTable, at: StepAt
         speed,
         trace_from_s: window.from.as_secs_f64(),
         trace_length_s: window.length.unwrap_or_default().as_secs_f64(),
-        length_s: measured,
+        length_s: Some(measured),
         offered_rps,
         achieved_rps,
-        operations_ok: done.ok,
-        operations_failed: done.failed,
+        operations_ok: Some(done.ok),
+        operations_failed: Some(done.failed),
         outcome,
         why,
         objectives,
@@ -593,8 +593,8 @@ pub fn stopped_answering(record: &StepRecord) -> bool {
         "timeout",
         "endpoint_down",
     ];
-    record.operations_ok == 0
-        && record.operations_failed > 0
+    record.operations_ok == Some(0)
+        && record.operations_failed.is_some_and(|failed| failed > 0)
         && record
             .errors
             .keys()
@@ -622,9 +622,9 @@ fn answer(
     };
     let head = Head {
         kind: if cap.ladder.is_some() {
-            "ladder"
+            Kind::Ladder
         } else {
-            "search"
+            Kind::Search
         },
         objectives: cap.objectives.iter().map(ToString::to_string).collect(),
         max_errors: cap.max_errors.to_string(),
@@ -670,15 +670,15 @@ impl End {
     }
 
     /// What bounds an answer that ended so (`at_least`: no load above it failed).
-    fn limited_by(&self, at_least: bool) -> &'static str {
+    fn limited_by(&self, at_least: bool) -> LimitedBy {
         match self {
-            End::Converged | End::LadderRan if at_least => "ceiling",
-            End::Converged | End::LadderRan => "registry",
-            End::MaxTime => "max_time",
-            End::Stopped => "stopped",
-            End::HeldBack { .. } => "generator",
-            End::Undecided { .. } => "undecided",
-            End::Failed(_) => "error",
+            End::Converged | End::LadderRan if at_least => LimitedBy::Ceiling,
+            End::Converged | End::LadderRan => LimitedBy::Registry,
+            End::MaxTime => LimitedBy::MaxTime,
+            End::Stopped => LimitedBy::Stopped,
+            End::HeldBack { .. } => LimitedBy::Generator,
+            End::Undecided { .. } => LimitedBy::Undecided,
+            End::Failed(_) => LimitedBy::Error,
         }
     }
 }
@@ -726,7 +726,7 @@ pub fn knee(steps: &[StepRecord]) -> (Option<f64>, bool, End) {
 /// What capacity.json says of the search or ladder beside its steps.
 #[derive(Debug, Clone)]
 pub struct Head {
-    pub kind: &'static str,
+    pub kind: Kind,
     pub objectives: Vec<String>,
     pub max_errors: String,
     pub step_s: f64,

@@ -4,9 +4,8 @@
 //! their uncertainty, the run steady, the generator not the limit). No clock, no request:
 //! the replay engine runs the steps.
 
-use serde::{Deserialize, Serialize};
-
 use crate::metrics::StatsTable;
+pub use crate::results::capacity::{ObjectiveVerdict, Outcome};
 use crate::results::thresholds::Threshold;
 use crate::results::Summary;
 
@@ -40,21 +39,6 @@ impl Default for SearchOptions {
             retries: 2,
         }
     }
-}
-
-/// How one step came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Every objective held, the run was steady, the generator kept up.
-    Sustained,
-    /// An objective broke, or the run was not steady (queues growing).
-    Unsustained,
-    /// An objective too close to its limit to decide with the samples the step had.
-    Undecided,
-    /// The generator could not offer the load (its in-flight cap, its lag, its CPU): the
-    /// registry's capacity above this load is unknown.
-    GeneratorLimited,
 }
 
 /// The next thing the search wants.
@@ -177,16 +161,6 @@ impl Search {
     pub fn passed(&self) -> Option<f64> {
         self.passed
     }
-}
-
-/// How one objective came out on one step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ObjectiveVerdict {
-    pub objective: String,
-    /// `met`, `broken`, `undecided` (the interval straddles the limit) or `no_data`.
-    pub verdict: String,
-    pub value: Option<f64>,
-    pub interval: Option<[f64; 2]>,
 }
 
 /// Judges one step: every objective (an expression that must hold, `--slo`) and whether the

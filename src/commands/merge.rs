@@ -63,7 +63,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<ExitStatus> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&result)?);
         } else if !args.quiet {
-            print!("{}", crate::capacity::result::render(&result));
+            print!("{}", crate::report::capacity::render(&result));
         }
         return Ok(ExitStatus::Success);
     }

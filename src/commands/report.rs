@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use crate::outfile::Kind;
 use crate::report::{host_table, render_csv, render_text_with};
+use crate::results::capacity::CapacityResult;
 use crate::results::store::load;
 use crate::session::status::ExitStatus;
 
@@ -90,7 +91,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             .collect();
         crate::outfile::check(path, "-o", Kind::Report, &inputs, args.force)?;
     }
-    if crate::capacity::merge::is_capacity(&args.dir) && !args.dir.join("summary.json").exists() {
+    if CapacityResult::is_in(&args.dir) && !args.dir.join("summary.json").exists() {
         return capacity_report(&args, format);
     }
     let set = load(&args.dir)?;
@@ -160,19 +161,11 @@ fn emit(text: &str, path: Option<&std::path::Path>, quiet: bool) -> anyhow::Resu
 /// `report OUT` of a capacity search or ladder: its table, capacity.json, or its HTML page
 /// with the curves (each step's own report is `report OUT/steps/NN`).
 fn capacity_report(args: &ReportArgs, format: Format) -> anyhow::Result<ExitStatus> {
-    let path = args.dir.join(crate::capacity::CAPACITY_JSON);
-    let read = || {
-        std::fs::read_to_string(&path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
-    };
+    let (result, json) = CapacityResult::read_with_text(&args.dir)?;
     let text = match format {
-        Format::Html => crate::capacity::page::render(&args.dir)?,
-        Format::Json => read()?,
-        Format::Text => {
-            let c: serde_json::Value = serde_json::from_str(&read()?)
-                .map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
-            crate::capacity::result::render_value(&c)
-        }
+        Format::Html => crate::report::capacity::page::render(&result, &args.dir),
+        Format::Json => json,
+        Format::Text => crate::report::capacity::render(&result),
         Format::Csv => anyhow::bail!(
             "{} is a capacity result: its CSV is each step's (`creb-rs report {}/steps/NN \
              --format csv`)",

@@ -250,11 +250,7 @@ pub fn is_complete(record: &CellRecord, out: &Path) -> bool {
 
 /// Whether `dir` holds a capacity search's or ladder's answer that no stop cut off.
 fn capacity_complete(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join(crate::results::CAPACITY_JSON)) else {
-        return false;
-    };
-    serde_json::from_str::<serde_json::Value>(&text)
-        .is_ok_and(|c| c["limited_by"].is_string() && c["limited_by"] != "stopped")
+    crate::results::capacity::CapacityResult::read(dir).is_ok_and(|c| !c.stopped())
 }
 
 #[cfg(test)]

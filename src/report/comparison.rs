@@ -21,6 +21,7 @@ use super::page;
 use crate::experiment::checkpoint::{CellRecord, Checkpoint};
 use crate::experiment::config::ExperimentFile;
 use crate::metrics::hist::Percentiles;
+use crate::results::capacity::CapacityResult;
 use crate::results::summary::OpSummary;
 use crate::results::{read_summary, write_atomic, Summary};
 
@@ -87,15 +88,13 @@ pub struct CapacityFacts {
 impl CapacityFacts {
     /// The answer in `dir`'s capacity.json, if it holds one.
     pub fn read(dir: &Path) -> Option<CapacityFacts> {
-        let text = std::fs::read_to_string(dir.join(crate::results::CAPACITY_JSON)).ok()?;
-        let c: serde_json::Value = serde_json::from_str(&text).ok()?;
-        let answer = &c["capacity"];
+        let c = CapacityResult::read(dir).ok()?;
         Some(CapacityFacts {
-            speed: answer["speed"].as_f64(),
-            requests_per_s: answer["requests_per_s"].as_f64(),
-            at_least: answer["at_least"] == true,
-            limited_by: c["limited_by"].as_str().unwrap_or("").to_owned(),
-            stopped: c["limited_by"] == "stopped",
+            speed: c.capacity.speed,
+            requests_per_s: c.capacity.requests_per_s,
+            at_least: c.capacity.at_least,
+            limited_by: c.limited_by.name().to_owned(),
+            stopped: c.stopped(),
         })
     }
 

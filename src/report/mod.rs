@@ -4,6 +4,7 @@
 //! ([`compare`]). Rendering only: the commands decide where it goes, and diagnostics go
 //! to stderr.
 
+pub mod capacity;
 pub mod chart;
 pub mod compare;
 pub mod comparison;

@@ -9,6 +9,7 @@
 //! end in an I/O error.
 
 pub mod attribution;
+pub mod capacity;
 pub mod config;
 mod files;
 pub mod hlog;

@@ -7,39 +7,29 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
-
-use super::result::CAPACITY_JSON;
 use crate::metrics::{Level, Op};
 use crate::report::chart::{escape, line_chart, LineChart, Series, XScale, YScale, TOTAL};
 use crate::report::page;
+use crate::results::capacity::{CapacityResult, Outcome, StepRecord};
 use crate::results::thresholds::Threshold;
 
 /// The steps sorted by offered load: (offered, achieved, step).
-fn by_offered(c: &Value) -> Vec<(f64, f64, &Value)> {
-    let mut steps: Vec<(f64, f64, &Value)> = c["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            (
-                s["offered_rps"].as_f64().unwrap_or(0.0),
-                s["achieved_rps"].as_f64().unwrap_or(0.0),
-                s,
-            )
-        })
+fn by_offered(c: &CapacityResult) -> Vec<(f64, f64, &StepRecord)> {
+    let mut steps: Vec<(f64, f64, &StepRecord)> = c
+        .steps
+        .iter()
+        .map(|s| (s.offered_rps, s.achieved_rps, s))
         .collect();
     steps.sort_by(|a, b| a.0.total_cmp(&b.0));
     steps
 }
 
 /// Latency percentiles (p50, p99) of every workload operation against the offered load.
-fn latency_chart(c: &Value) -> String {
+fn latency_chart(c: &CapacityResult) -> String {
     let steps = by_offered(c);
-    let mut ops: Vec<String> = steps
+    let mut ops: Vec<&String> = steps
         .iter()
-        .flat_map(|(_, _, s)| s["percentiles"].as_object().into_iter().flatten())
-        .map(|(op, _)| op.clone())
+        .flat_map(|(_, _, s)| s.percentiles.keys())
         // The workload's operations: the HTTP exchanges inside them (an upload's PATCHes)
         // are in each step's own report.
         .filter(|op| Op::from_name(op).map(Op::level) != Some(Level::Request))
@@ -52,7 +42,7 @@ fn latency_chart(c: &Value) -> String {
             let points: Vec<(f64, f64)> = steps
                 .iter()
                 .filter_map(|(offered, _, s)| {
-                    let v = s["percentiles"][op][which].as_f64()?;
+                    let v = s.percentiles.get(*op)?[which]?;
                     Some((*offered, v))
                 })
                 .collect();
@@ -70,8 +60,7 @@ fn latency_chart(c: &Value) -> String {
     let (lo, hi) = steps.iter().fold((0.0f64, 0.0f64), |(lo, hi), (x, _, _)| {
         (lo.min(*x), hi.max(*x))
     });
-    let objectives = c["objectives"].as_array().into_iter().flatten();
-    for text in objectives.filter_map(Value::as_str) {
+    for text in &c.objectives {
         let limit = Threshold::parse(text)
             .ok()
             .and_then(|t| t.latency_limit_ms());
@@ -100,7 +89,7 @@ fn latency_chart(c: &Value) -> String {
 }
 
 /// Achieved against offered operations per second, with the line where they are equal.
-fn throughput_chart(c: &Value) -> String {
+fn throughput_chart(c: &CapacityResult) -> String {
     let steps = by_offered(c);
     let top = steps.iter().map(|(o, a, _)| o.max(*a)).fold(0.0, f64::max);
     line_chart(&LineChart {
@@ -129,21 +118,19 @@ fn throughput_chart(c: &Value) -> String {
     })
 }
 
-fn number(v: &Value, digits: usize) -> String {
-    v.as_f64()
-        .map_or_else(|| "–".to_owned(), |x| format!("{x:.digits$}"))
+fn number(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".to_owned(), |x| format!("{x:.digits$}"))
 }
 
 /// Every step: its speed, what it offered and achieved, its outcome and why.
-fn steps_table(out: &mut String, c: &Value) {
+fn steps_table(out: &mut String, c: &CapacityResult) {
     out.push_str(
         "<section id=\"steps\"><h2>Steps</h2><table><thead><tr><th>step</th><th>speed</th>\
          <th>offered/s</th><th>achieved/s</th><th class=\"l\">outcome</th><th class=\"l\">why</th>\
          </tr></thead><tbody>",
     );
-    for s in c["steps"].as_array().into_iter().flatten() {
-        let outcome = s["outcome"].as_str().unwrap_or("");
-        let class = if outcome == "sustained" {
+    for s in &c.steps {
+        let class = if s.outcome == Outcome::Sustained {
             ""
         } else {
             " class=\"failed\""
@@ -151,36 +138,27 @@ fn steps_table(out: &mut String, c: &Value) {
         let _ = write!(
             out,
             "<tr{class}><td>{}</td><td>{}×</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l msg\">{}</td></tr>",
-            s["index"],
-            number(&s["speed"], 3),
-            number(&s["offered_rps"], 1),
-            number(&s["achieved_rps"], 1),
-            escape(outcome),
-            escape(s["why"].as_str().unwrap_or(""))
+            s.index,
+            number(Some(s.speed), 3),
+            number(Some(s.offered_rps), 1),
+            number(Some(s.achieved_rps), 1),
+            escape(s.outcome.name()),
+            escape(s.why.as_deref().unwrap_or(""))
         );
     }
 }
 
-/// The page of the capacity result in `dir`.
-pub fn render(dir: &Path) -> anyhow::Result<String> {
-    let path = dir.join(CAPACITY_JSON);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    let c: Value = serde_json::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
+/// The page of the capacity result `c`, read from `dir`.
+pub fn render(c: &CapacityResult, dir: &Path) -> String {
     let mut out = String::with_capacity(64 * 1024);
-    let kind = c["kind"].as_str().unwrap_or("search");
+    let kind = c.kind.name();
     page::begin(&mut out, &format!("creb-rs capacity {kind}"));
-    let cap = &c["capacity"];
-    let answer = match cap["speed"].as_f64() {
+    let cap = &c.capacity;
+    let answer = match cap.speed {
         Some(speed) => format!(
             "{}{speed:.3}× the trace's load, {} operations/s",
-            if cap["at_least"] == true {
-                "at least "
-            } else {
-                ""
-            },
-            number(&cap["requests_per_s"], 1)
+            if cap.at_least { "at least " } else { "" },
+            number(cap.requests_per_s, 1)
         ),
         None => "no load sustained".to_owned(),
     };
@@ -189,49 +167,48 @@ pub fn render(dir: &Path) -> anyhow::Result<String> {
         "<header class=\"top\"><h1>creb-rs capacity ({})</h1><div class=\"sub\">{} · limited by {} · {}</div></header>",
         escape(kind),
         escape(&answer),
-        escape(c["limited_by"].as_str().unwrap_or("")),
-        escape(c["ended"].as_str().unwrap_or(""))
+        escape(c.limited_by.name()),
+        escape(&c.ended)
     );
     out.push_str(
         "<nav><a href=\"#answer\">answer</a><a href=\"#capacity-latency\">latency</a>\
          <a href=\"#capacity-throughput\">throughput</a><a href=\"#steps\">steps</a></nav><main>",
     );
-    let objectives: Vec<String> = c["objectives"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o.as_str().map(escape))
-        .collect();
+    let objectives: Vec<String> = c.objectives.iter().map(|o| escape(o)).collect();
+    let throttled = c
+        .throttle_onset
+        .as_ref()
+        .and_then(|t| Some((t.speed?, t.requests_per_s)));
     let _ = write!(
         out,
         "<section id=\"answer\"><h2>Answer</h2><dl class=\"facts\"><dt>capacity</dt><dd>{}</dd>\
          <dt>not sustained at</dt><dd>{}</dd><dt>throttled (429) from</dt><dd>{}</dd>\
          <dt>objectives</dt><dd>{}</dd><dt>steps</dt><dd>{} s measured after {} s of warm-up</dd></dl></section>",
         escape(&answer),
-        cap["upper_speed"].as_f64().map_or("–".to_owned(), |s| format!(
+        cap.upper_speed.map_or("–".to_owned(), |s| format!(
             "{s:.3}× ({} operations/s offered)",
-            number(&cap["upper_requests_per_s"], 1)
+            number(cap.upper_requests_per_s, 1)
         )),
-        c["throttle_onset"]["speed"].as_f64().map_or("–".to_owned(), |s| format!(
+        throttled.map_or("–".to_owned(), |(s, rate)| format!(
             "{s:.3}× ({} operations/s offered)",
-            number(&c["throttle_onset"]["requests_per_s"], 1)
+            number(rate, 1)
         )),
         objectives.join(" · "),
-        number(&c["step_s"], 1),
-        number(&c["warmup_s"], 1)
+        number(Some(c.step_s), 1),
+        number(Some(c.warmup_s), 1)
     );
     for (id, title, svg, caption) in [
         (
             "capacity-latency",
             "Latency against offered load",
-            latency_chart(&c),
+            latency_chart(c),
             "Each step's percentiles against the load it offered: flat while the registry \
              keeps up, then the knee where queues build (the hockey stick).",
         ),
         (
             "capacity-throughput",
             "Achieved against offered throughput",
-            throughput_chart(&c),
+            throughput_chart(c),
             "Operations completed per second against those offered: on the dashed line while \
              the registry keeps up, below it once it falls behind.",
         ),
@@ -241,8 +218,8 @@ pub fn render(dir: &Path) -> anyhow::Result<String> {
             "<section id=\"{id}\"><h2>{title}</h2><figure>{svg}<figcaption>{caption}</figcaption></figure></section>"
         );
     }
-    steps_table(&mut out, &c);
+    steps_table(&mut out, c);
     out.push_str("</tbody></table></section></main>");
     page::end(&mut out, &format!("from {}", dir.display()));
-    Ok(out)
+    out
 }
