@@ -17,7 +17,6 @@
 
 use std::path::{Path, PathBuf};
 
-use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
 use creb::plan::catalog::{Catalog, ContentOptions, Keep};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
@@ -92,7 +91,7 @@ fn prepare(dir: &Path, profile: Profile) -> Prepared {
     )
     .expect("catalog")
     .seal(names);
-    catalog.compute_digests(available_cores());
+    catalog.compute_digests(std::thread::available_parallelism().map_or(1, |n| n.get()));
     // The spool replay writes in pass 1: its size per record (docs/benchmarks.md).
     let mut spool = SpoolWriter::new();
     for item in &items {

@@ -21,7 +21,6 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 use std::process::ExitCode;
 
-use creb::exec::canary::available_cores;
 use creb::oci::manifest::ManifestFormat;
 use creb::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
@@ -120,7 +119,8 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
     let mut catalog = Catalog::build_staged(|| spool.items(), 60_000, content, Keep::Run, names)?;
     let staged_peak = counting_alloc::peak() as f64 / 1e6;
     let pass1 = started.elapsed().as_secs_f64();
-    let digests = catalog.compute_digests(available_cores());
+    let digests =
+        catalog.compute_digests(std::thread::available_parallelism().map_or(1, |n| n.get()));
     let objects = catalog.blobs.len() + catalog.manifests.len() + catalog.uploads().len();
     println!(
         "catalog: {} records in {pass1:.1}s ({:.0} records/s); live heap {:.2} MB for {objects} \

@@ -13,8 +13,14 @@
 //!
 //! `main.rs` only parses arguments and hands them to [`commands::main_with`]; tests drive
 //! [`commands::run()`] in-process.
+//!
+//! The library's face, what a caller may use, is the `pub` modules below; the others are
+//! internal (ARCHITECTURE.md, "The library's face", says which and where to start).
 
 #![forbid(unsafe_code)]
+// Every type the face reaches can be named from outside: a face type that names an internal
+// one re-exports it.
+#![warn(unnameable_types)]
 
 pub mod analysis;
 pub mod auth;
@@ -23,14 +29,14 @@ pub mod client;
 pub mod commands;
 pub mod content;
 pub mod digest;
-pub mod exec;
+pub(crate) mod exec;
 pub mod experiment;
 mod fast_hash;
 pub mod merge;
 pub mod metrics;
 pub mod net;
 pub mod oci;
-pub mod outfile;
+pub(crate) mod outfile;
 pub mod plan;
 mod progress;
 pub mod replay;
@@ -43,7 +49,8 @@ mod shutdown;
 pub mod synthetic;
 pub mod trace;
 mod units;
-pub mod unpack;
+pub(crate) mod unpack;
 
 pub use commands::{run, Cli, ExitStatus};
 pub use shutdown::Shutdown;
+pub use units::ByteSize;

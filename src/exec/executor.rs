@@ -18,6 +18,7 @@ use super::session_unpack::{Chains, Unpacking};
 use super::targets::Targets;
 use super::task::{op_of, run_task, TaskDone, TaskEnv};
 use super::unpack::UnpackWork;
+#[cfg(test)]
 use crate::client::RegistryClient;
 use crate::fast_hash::FastHashMap;
 use crate::metrics::{ErrorKind, ErrorLog, Op, Recorder, Sample, SessionMsg};
@@ -77,7 +78,8 @@ struct Dispatch {
 }
 
 impl Executor {
-    /// An executor of one endpoint: every operation goes to `client`.
+    /// An executor of one endpoint: every operation goes to `client` (the unit tests).
+    #[cfg(test)]
     pub fn single(client: RegistryClient, options: ExecOptions, shutdown: Shutdown) -> Executor {
         Executor {
             recorder: client.recorder().clone(),

@@ -41,4 +41,3 @@ pub mod unpack;
 pub use executor::Executor;
 pub use options::{ExecOptions, ExecReport, Mode, Phase};
 pub use targets::Targets;
-pub use task::op_of;

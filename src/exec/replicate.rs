@@ -28,7 +28,7 @@ use crate::oci::{Reference, Repository};
 #[derive(Debug, Clone, Copy)]
 pub struct ReplicaWork {
     /// Between two looks at a replica (`--replica-poll`); doubled after each 429, up to
-    /// [`MAX_BACKOFF`] times.
+    /// `MAX_BACKOFF` (32) times.
     pub poll: Duration,
     /// How long a replica may take (`--replica-timeout`).
     pub timeout: Duration,

@@ -32,7 +32,7 @@ use crate::oci::{Reference, Repository, Tag};
 
 pub use manifests::{
     manifest_over, push_manifest, push_recipe, read_manifest_identity, read_manifest_layers,
-    BuiltManifest, ManifestBody, ManifestRecipe,
+    BuiltManifest, ManifestBody, ManifestRecipe, RecipeLayer,
 };
 pub use naming::Naming;
 pub use planner::Planner;

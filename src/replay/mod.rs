@@ -32,7 +32,6 @@ mod validity;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::exec::Phase;
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::ErrorLog;
 use crate::plan::catalog::UpFront;
@@ -46,6 +45,11 @@ use crate::units::ByteSize;
 
 pub use catalog::Preparation;
 pub use config::{CacheFile, ReplayConfig, RoutingConfig, Window};
+// The settings of the drivers a replay's configuration names (the drivers are internal).
+pub use crate::exec::replicate::{ReplicaSpec, ReplicaWork};
+pub use crate::exec::unpack::UnpackWork;
+pub use crate::exec::{Mode, Phase};
+pub use crate::unpack::Limits as UnpackLimits;
 use context::{connect, Context, Prepared, Unrun};
 
 /// Replays `input` as `cfg` says, its results going to `session`: the registry reached and

@@ -5,7 +5,7 @@
 //! what each experiment pushes ([`Pushed`]): a push experiment its repository's tags, a
 //! replay into the repositories its trace names (with the registry's `repo_prefix`), whose
 //! tags are listed with the tags API. The walk that deletes them is
-//! [`crate::exec::cleanup`]. Blobs uploaded by a replay without a manifest are not found
+//! `exec::cleanup`. Blobs uploaded by a replay without a manifest are not found
 //! this way; distribution's garbage collector removes unreferenced blobs.
 //!
 //! A registry that does not allow deletion (405, `UNSUPPORTED`, 403) is reported in the

@@ -16,7 +16,9 @@ pub mod status;
 
 use crate::metrics::live::RunInfoLabels;
 use crate::metrics::{Aggregator, ErrorLog};
-use crate::progress::{self, Progress, ProgressLine};
+use crate::progress;
+pub use crate::progress::{Display as ProgressDisplay, LiveHistogram};
+pub use crate::progress::{Progress, ProgressLine};
 use crate::report::render_text_with;
 use crate::results::store::{workload_difference, write_final, Workload};
 use crate::results::thresholds::{parse_all, report, verdicts, Baseline, Threshold};

@@ -1,5 +1,5 @@
 //! `pull` as a library call: fetch manifests, then every blob they reference, read to the
-//! end and verified ([`crate::exec::pull`]), measured into a session and published. Over
+//! end and verified (`exec::pull`), measured into a session and published. Over
 //! several endpoints (`--from`), manifests come from the first and each blob from the one
 //! the route names; the summary then has per-endpoint numbers.
 

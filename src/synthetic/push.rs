@@ -1,5 +1,5 @@
 //! `push` as a library call: generate images of unique layers ([`crate::plan::image`]) and
-//! push them ([`crate::exec::push`]), measured into a session and published.
+//! push them (`exec::push`), measured into a session and published.
 
 use std::time::{Duration, SystemTime};
 

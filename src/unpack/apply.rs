@@ -44,11 +44,6 @@ impl Target {
         })
     }
 
-    /// Where the layers are applied.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// Applies one entry.
     pub(super) fn apply(
         &mut self,

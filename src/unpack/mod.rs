@@ -303,7 +303,8 @@ fn classify(e: io::Error) -> Failure {
     }
 }
 
-/// Unpacks a layer held whole in memory (tests and tools).
+/// Unpacks a layer held whole in memory (the unit tests).
+#[cfg(test)]
 pub fn unpack_bytes(
     body: &[u8],
     layer: Layer<'_>,

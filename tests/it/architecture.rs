@@ -445,17 +445,90 @@ fn modules_import_only_from_their_layer_or_the_ones_before_it() {
     );
 }
 
+/// The modules `src/lib.rs` declares, each with whether it is `pub` (part of the face).
+fn declared_modules(lib: &str) -> Vec<(String, bool)> {
+    lib.lines()
+        .filter_map(|l| {
+            let (rest, public) = match l.strip_prefix("pub mod ") {
+                Some(rest) => (rest, true),
+                None => (
+                    l.strip_prefix("pub(crate) mod ")
+                        .or_else(|| l.strip_prefix("mod "))?,
+                    false,
+                ),
+            };
+            Some((rest.trim_end_matches(';').to_owned(), public))
+        })
+        .collect()
+}
+
+/// ARCHITECTURE.md's table of the library's face: (face, internal) modules.
+fn face_table() -> (Vec<String>, Vec<String>) {
+    let doc = fs::read_to_string(Path::new(SRC).join("../ARCHITECTURE.md")).unwrap();
+    let section = doc
+        .split("## The library's face")
+        .nth(1)
+        .expect("ARCHITECTURE.md has no section \"The library's face\"");
+    let row = |name: &str| -> Vec<String> {
+        let line = section
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("the face table has no row '{name}'"));
+        line.split(',')
+            .map(|m| {
+                m.trim()
+                    .trim_end_matches('|')
+                    .trim()
+                    .trim_matches('`')
+                    .to_owned()
+            })
+            .filter(|m| !m.is_empty())
+            .collect()
+    };
+    (row("face"), row("internal"))
+}
+
+#[test]
+fn the_face_is_what_lib_rs_makes_public_and_nothing_else() {
+    let lib = fs::read_to_string(Path::new(SRC).join("lib.rs")).unwrap();
+    let declared = declared_modules(&lib);
+    let (mut face, mut internal) = face_table();
+    let mut public: Vec<String> = declared
+        .iter()
+        .filter(|d| d.1)
+        .map(|d| d.0.clone())
+        .collect();
+    let mut hidden: Vec<String> = declared
+        .iter()
+        .filter(|d| !d.1)
+        .map(|d| d.0.clone())
+        .collect();
+    for list in [&mut face, &mut internal, &mut public, &mut hidden] {
+        list.sort();
+    }
+    assert_eq!(
+        public, face,
+        "src/lib.rs's pub modules and ARCHITECTURE.md's face differ"
+    );
+    assert_eq!(
+        hidden, internal,
+        "src/lib.rs's internal modules and ARCHITECTURE.md's differ"
+    );
+}
+
+#[test]
+fn the_face_check_reads_pub_crate_and_private_modules_as_internal() {
+    let lib = "pub mod a;\npub(crate) mod b;\nmod c;\n// mod d;\n";
+    assert_eq!(
+        declared_modules(lib),
+        [("a".into(), true), ("b".into(), false), ("c".into(), false)]
+    );
+}
+
 #[test]
 fn the_table_names_every_module_of_the_library_and_no_other() {
     let lib = fs::read_to_string(Path::new(SRC).join("lib.rs")).unwrap();
-    let mut declared: Vec<String> = lib
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("pub mod ")
-                .or_else(|| l.strip_prefix("mod "))
-        })
-        .map(|m| m.trim_end_matches(';').to_owned())
-        .collect();
+    let mut declared: Vec<String> = declared_modules(&lib).into_iter().map(|(m, _)| m).collect();
     let mut listed: Vec<String> = layers().into_iter().flat_map(|(_, m)| m).collect();
     declared.sort();
     listed.sort();
