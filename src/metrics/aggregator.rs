@@ -91,7 +91,7 @@ impl Default for Aggregator {
     }
 }
 
-/// What results read: the run's figures.
+/// What results read (the run's figures), then how the aggregator is made, fed and run.
 impl Aggregator {
     /// The whole run: the sum of every interval counted.
     pub fn table(&self) -> &StatsTable {
@@ -166,9 +166,8 @@ impl Aggregator {
     pub fn attribution(&self) -> &Attribution {
         &self.attribution
     }
-}
 
-impl Aggregator {
+    /// An aggregator of a run cut into intervals as `config` says.
     pub fn new(config: AggregatorConfig) -> Self {
         let mut aggregator = Aggregator {
             config: Some(config),
@@ -494,9 +493,8 @@ mod tests {
             p99 >= Duration::from_millis(50) && p99 < Duration::from_millis(80),
             "{p99:?}"
         );
-        assert_eq!(
-            progress.latency.take_quantile(0.99),
-            None,
+        assert!(
+            progress.latency.take_quantile(0.99).is_none(),
             "one sample, taken"
         );
         let lag = progress.lag.take_quantile(0.99).unwrap();
