@@ -42,6 +42,16 @@ impl Host {
     }
 }
 
+/// What hosts running the same ladder share, field by field, as written.
+fn head(r: &CapacityResult) -> [(&'static str, String); 4] {
+    [
+        ("objectives", format!("{:?}", r.objectives)),
+        ("step_s", format!("{:?}", r.step_s)),
+        ("warmup_s", format!("{:?}", r.warmup_s)),
+        ("trace_span_s", format!("{:?}", r.trace_span_s)),
+    ]
+}
+
 /// The hosts ran the same ladder (a ladder each, the same objectives, steps, warm-up,
 /// trace and speeds): how many steps every one of them ran.
 fn same_ladder(hosts: &[Host]) -> anyhow::Result<usize> {
@@ -56,29 +66,7 @@ fn same_ladder(hosts: &[Host]) -> anyhow::Result<usize> {
                 h.dir.display()
             );
         }
-        let (a, b) = (&first.result, &h.result);
-        for (field, ours, theirs) in [
-            (
-                "objectives",
-                format!("{:?}", a.objectives),
-                format!("{:?}", b.objectives),
-            ),
-            (
-                "step_s",
-                format!("{:?}", a.step_s),
-                format!("{:?}", b.step_s),
-            ),
-            (
-                "warmup_s",
-                format!("{:?}", a.warmup_s),
-                format!("{:?}", b.warmup_s),
-            ),
-            (
-                "trace_span_s",
-                format!("{:?}", a.trace_span_s),
-                format!("{:?}", b.trace_span_s),
-            ),
-        ] {
+        for ((field, ours), (_, theirs)) in head(&first.result).into_iter().zip(head(&h.result)) {
             if ours != theirs {
                 bail!(
                     "{} and {} are not the same ladder: their {field} differ ({ours} against \

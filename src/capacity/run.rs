@@ -338,6 +338,23 @@ impl Stepper<'_> {
         window
     }
 
+    /// Where step `index` writes its results (`OUT/steps/NN`), with its warm-up, and
+    /// intervals fine enough that the warm-up left out is the one asked for (whole
+    /// intervals) and a step of `measured` has batches for its intervals and its steadiness.
+    fn output(&self, index: usize, warmup: Duration, measured: Duration) -> RunOutput {
+        let run = &self.session.output;
+        RunOutput {
+            dir: run
+                .dir
+                .as_ref()
+                .map(|d| d.join(STEPS_DIR).join(format!("{index:02}"))),
+            warmup,
+            interval: (measured / 20).clamp(Duration::from_millis(10), run.interval),
+            live: None,
+            ..run.clone()
+        }
+    }
+
     /// Runs step `index` and writes its result directory: its record, or what failed
     /// ("failed: …", "could not be written: …").
     async fn step(&mut self, index: usize, speed: f64, length: f64) -> Result<StepRecord, String> {
@@ -350,22 +367,8 @@ impl Stepper<'_> {
         let warmup = cap
             .warmup
             .mul_f64((schedule.as_secs_f64() / (cap.warmup + wanted).as_secs_f64()).min(1.0));
-        let measured = schedule.saturating_sub(warmup);
-        let dir = session
-            .output
-            .dir
-            .as_ref()
-            .map(|d| d.join(STEPS_DIR).join(format!("{index:02}")));
-        // Intervals fine enough that the warm-up left out is the one asked for (whole
-        // intervals) and a step has batches for its intervals and its steadiness.
-        let interval = (measured / 20).clamp(Duration::from_millis(10), session.output.interval);
-        let output = RunOutput {
-            dir: dir.clone(),
-            warmup,
-            interval,
-            live: None,
-            ..session.output.clone()
-        };
+        let output = self.output(index, warmup, schedule.saturating_sub(warmup));
+        let dir = output.dir.clone();
         // A ladder's step k starts k slots after the shared start; a search's first step at
         // it, the others as soon as the last ended.
         let start_at = match (&cap.ladder, self.cfg.start_at_time) {

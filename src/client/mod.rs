@@ -584,12 +584,7 @@ impl RegistryClient {
             };
             let response = result?;
             if on_origin {
-                let v = match response.version {
-                    http::Version::HTTP_10 => 1,
-                    http::Version::HTTP_2 => 3,
-                    _ => 2,
-                };
-                self.inner.version.store(v, Ordering::Relaxed);
+                self.note_version(response.version);
             }
             let hop = Hop {
                 sent,
@@ -618,6 +613,16 @@ impl RegistryClient {
                 requests: state.requests,
             });
         }
+    }
+
+    /// The HTTP version the registry's origin answered in (what the result says was used).
+    fn note_version(&self, version: http::Version) {
+        let v = match version {
+            http::Version::HTTP_10 => 1,
+            http::Version::HTTP_2 => 3,
+            _ => 2,
+        };
+        self.inner.version.store(v, Ordering::Relaxed);
     }
 
     /// One attempt of `request` to `url`: its headers without any `Authorization` of its

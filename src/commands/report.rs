@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use crate::outfile::Kind;
-use crate::report::{host_table, render_csv, render_text_with};
+use crate::report::render_csv;
 use crate::results::capacity::CapacityResult;
 use crate::results::store::load;
 use crate::session::status::ExitStatus;
@@ -106,23 +106,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     let text = match format {
-        Format::Text => {
-            let mut t = String::new();
-            if !set.meta.hosts.is_empty() {
-                t.push_str(&host_table(&set.meta.hosts));
-                t.push('\n');
-            }
-            t.push_str(&render_text_with(
-                &set.summary,
-                &set.meta.endpoints,
-                &set.meta.hosts,
-            ));
-            if !set.registry_metrics.is_empty() {
-                t.push('\n');
-                t.push_str(&crate::report::registry_table(&set.registry_metrics));
-            }
-            t
-        }
+        Format::Text => crate::report::render_result(&set),
         Format::Json => serde_json::to_string_pretty(&set.summary)? + "\n",
         Format::Csv => render_csv(&set.summary)?,
         Format::Html => {

@@ -480,24 +480,29 @@ async fn learn_sizes(
     Ok((!shutdown.is_cancelled()).then_some((LearnedSizes(found.sizes), not_sized)))
 }
 
+/// The anonymizer `trace import` was asked for: none, keyed by a file, or a random key.
+fn anonymizer(a: &ImportArgs) -> anyhow::Result<Anonymizer> {
+    if a.no_anonymize {
+        return Ok(Anonymizer::off());
+    }
+    let Some(path) = &a.anonymize_key_file else {
+        return Anonymizer::random().context("cannot draw a random anonymization key");
+    };
+    let key = std::fs::read(path)
+        .with_context(|| format!("cannot read the key file {}", path.display()))?;
+    if key.len() < 16 {
+        anyhow::bail!(
+            "{}: a key of {} bytes is too short (at least 16; e.g. head -c 32 /dev/urandom > key)",
+            path.display(),
+            key.len()
+        );
+    }
+    Ok(Anonymizer::keyed(&key))
+}
+
 fn run_import(a: &ImportArgs, out: Out, learned: LearnedSizes) -> anyhow::Result<ExitStatus> {
     check_out(&a.out, &a.inputs(), a.force)?;
-    let anonymizer = if a.no_anonymize {
-        Anonymizer::off()
-    } else if let Some(path) = &a.anonymize_key_file {
-        let key = std::fs::read(path)
-            .with_context(|| format!("cannot read the key file {}", path.display()))?;
-        if key.len() < 16 {
-            anyhow::bail!(
-                "{}: a key of {} bytes is too short (at least 16; e.g. head -c 32 /dev/urandom > key)",
-                path.display(),
-                key.len()
-            );
-        }
-        Anonymizer::keyed(&key)
-    } else {
-        Anonymizer::random().context("cannot draw a random anonymization key")?
-    };
+    let anonymizer = anonymizer(a)?;
     let opts = ImportOptions {
         format: a.format.into(),
         anonymizer,

@@ -108,6 +108,60 @@ pub async fn clean(client: &RegistryClient, targets: &[Target], shutdown: &Shutd
     record
 }
 
+/// What a clean-up deletes in one repository: the manifests its tags name (an index's
+/// children too) and the blobs they reference.
+#[derive(Default)]
+struct Found {
+    manifests: BTreeSet<Digest>,
+    blobs: BTreeSet<Digest>,
+}
+
+impl Found {
+    /// Adds what `tag` names (an unknown tag is counted as not found, a failure noted).
+    async fn tag(
+        &mut self,
+        client: &RegistryClient,
+        repo: &Repository,
+        tag: Tag,
+        record: &mut Cleaned,
+    ) {
+        let ctx = OpCtx::default;
+        let reference = Reference::Tag(tag.clone());
+        let m = match client.manifest_get(repo, &reference, ctx()).await {
+            Ok(m) => m,
+            Err(ClientError::Status { status: 404, .. }) => {
+                record.not_found += 1;
+                return;
+            }
+            Err(e) => {
+                record.errors += 1;
+                note(record, format!("{repo}:{tag}: {e}"));
+                return;
+            }
+        };
+        self.manifests.insert(m.digest());
+        match ParsedManifest::parse(&m.bytes, m.media_type()) {
+            Ok(ParsedManifest::Index {
+                manifests: children,
+            }) => {
+                for child in children {
+                    let r = Reference::Digest(child.digest.clone());
+                    if let Ok(c) = client.manifest_get(repo, &r, ctx()).await {
+                        if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
+                            self.blobs.extend(p.blobs().into_iter().map(|d| d.digest));
+                        }
+                    }
+                    self.manifests.insert(child.digest);
+                }
+            }
+            Ok(image) => self
+                .blobs
+                .extend(image.blobs().into_iter().map(|d| d.digest)),
+            Err(e) => note(record, format!("{repo}:{tag}: {e}")),
+        }
+    }
+}
+
 /// Deletes one target's manifests, then its blobs; `false` when the registry cannot be
 /// reached (the other targets would fail the same way).
 async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cleaned) -> bool {
@@ -126,38 +180,11 @@ async fn clean_target(client: &RegistryClient, target: &Target, record: &mut Cle
             }
         },
     };
-    let mut manifests: BTreeSet<Digest> = BTreeSet::new();
-    let mut blobs: BTreeSet<Digest> = BTreeSet::new();
+    let mut found = Found::default();
     for tag in tags {
-        let reference = Reference::Tag(tag.clone());
-        match client.manifest_get(repo, &reference, ctx()).await {
-            Ok(m) => {
-                manifests.insert(m.digest());
-                match ParsedManifest::parse(&m.bytes, m.media_type()) {
-                    Ok(ParsedManifest::Index {
-                        manifests: children,
-                    }) => {
-                        for child in children {
-                            let r = Reference::Digest(child.digest.clone());
-                            if let Ok(c) = client.manifest_get(repo, &r, ctx()).await {
-                                if let Ok(p) = ParsedManifest::parse(&c.bytes, c.media_type()) {
-                                    blobs.extend(p.blobs().into_iter().map(|d| d.digest));
-                                }
-                            }
-                            manifests.insert(child.digest);
-                        }
-                    }
-                    Ok(image) => blobs.extend(image.blobs().into_iter().map(|d| d.digest)),
-                    Err(e) => note(record, format!("{repo}:{tag}: {e}")),
-                }
-            }
-            Err(ClientError::Status { status: 404, .. }) => record.not_found += 1,
-            Err(e) => {
-                record.errors += 1;
-                note(record, format!("{repo}:{tag}: {e}"));
-            }
-        }
+        found.tag(client, repo, tag, record).await;
     }
+    let Found { manifests, blobs } = found;
     for digest in &manifests {
         let o = outcome(client.manifest_delete(repo, digest, ctx()).await);
         if count(record, "manifest", o) {

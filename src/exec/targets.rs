@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::client::RegistryClient;
 use crate::metrics::Recorder;
+use crate::oci::Repository;
 use crate::plan::{Action, PlannedOp};
 use crate::route::health::{Choice, Health};
 use crate::route::{Object, Request, RouteOptions, Router};
@@ -53,55 +54,8 @@ impl Targets {
                 failed_over: false,
             };
         }
-        let reference;
-        let (object, write) = match &op.action {
-            Action::Ping => (Object::None, false),
-            Action::ManifestGet {
-                repo, reference: r, ..
-            }
-            | Action::ManifestHead { repo, reference: r } => {
-                reference = r.to_string();
-                (
-                    Object::Manifest {
-                        repo: repo.as_str(),
-                        reference: &reference,
-                    },
-                    false,
-                )
-            }
-            Action::ManifestPut { repo, tag, .. } => (
-                Object::Manifest {
-                    repo: repo.as_str(),
-                    reference: tag.as_str(),
-                },
-                true,
-            ),
-            Action::BlobGet { digest, .. } | Action::BlobHead { digest, .. } => {
-                (Object::Blob(digest.as_str()), false)
-            }
-            // An upload goes where the manifest of its push will (see `Action::BlobUpload`).
-            Action::BlobUpload {
-                push: Some((repo, tag)),
-                ..
-            } => (
-                Object::Manifest {
-                    repo: repo.as_str(),
-                    reference: tag.as_str(),
-                },
-                true,
-            ),
-            Action::BlobDelete { digest, .. }
-            | Action::BlobUpload { digest, .. }
-            | Action::BlobMount { digest, .. } => (Object::Blob(digest.as_str()), true),
-            Action::ManifestDelete { repo, digest } => (
-                Object::Manifest {
-                    repo: repo.as_str(),
-                    reference: digest.as_str(),
-                },
-                true,
-            ),
-            Action::TagList { repo } => (Object::Repository(repo.as_str()), false),
-        };
+        let mut reference = String::new();
+        let (object, write) = object_of(&op.action, &mut reference);
         let candidates = self.router.candidates(&Request {
             seq: op.seq,
             client: op.client,
@@ -109,5 +63,39 @@ impl Targets {
             write,
         });
         self.health.choose(&candidates)
+    }
+}
+
+/// What an operation touches on the ring, and whether it writes; `scratch` holds a manifest
+/// reference spelled out for it.
+fn object_of<'a>(action: &'a Action, scratch: &'a mut String) -> (Object<'a>, bool) {
+    let manifest = |repo: &'a Repository, reference: &'a str| Object::Manifest {
+        repo: repo.as_str(),
+        reference,
+    };
+    match action {
+        Action::Ping => (Object::None, false),
+        Action::ManifestGet {
+            repo, reference, ..
+        }
+        | Action::ManifestHead { repo, reference } => {
+            *scratch = reference.to_string();
+            let spelled: &'a String = scratch;
+            (manifest(repo, spelled), false)
+        }
+        Action::ManifestPut { repo, tag, .. } => (manifest(repo, tag.as_str()), true),
+        Action::BlobGet { digest, .. } | Action::BlobHead { digest, .. } => {
+            (Object::Blob(digest.as_str()), false)
+        }
+        // An upload goes where the manifest of its push will (see `Action::BlobUpload`).
+        Action::BlobUpload {
+            push: Some((repo, tag)),
+            ..
+        } => (manifest(repo, tag.as_str()), true),
+        Action::BlobDelete { digest, .. }
+        | Action::BlobUpload { digest, .. }
+        | Action::BlobMount { digest, .. } => (Object::Blob(digest.as_str()), true),
+        Action::ManifestDelete { repo, digest } => (manifest(repo, digest.as_str()), true),
+        Action::TagList { repo } => (Object::Repository(repo.as_str()), false),
     }
 }

@@ -105,13 +105,10 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             media_type,
             ..
         } => {
-            let manifest = manifest.bytes();
+            let (reference, manifest) = (Reference::Tag(tag.clone()), manifest.bytes());
             let len = manifest.len() as u64;
-            let reference = Reference::Tag(tag.clone());
-            client
-                .manifest_put(repo, &reference, manifest, media_type, ctx)
-                .await
-                .map(|_| len)
+            let put = client.manifest_put(repo, &reference, manifest, media_type, ctx);
+            put.await.map(|_| len)
         }
         Action::BlobGet {
             repo,
@@ -131,10 +128,8 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             ..
         } => {
             let source = BlobSource::Content(*content);
-            client
-                .upload_blob(repo, digest, &source, *mode, None, ctx)
-                .await
-                .map(|r| r.bytes_sent)
+            let upload = client.upload_blob(repo, digest, &source, *mode, None, ctx);
+            upload.await.map(|r| r.bytes_sent)
         }
         Action::TagList { repo } => client
             .tag_list(repo, None, ctx)

@@ -70,7 +70,6 @@ pub(super) async fn prepare(
     stop: &Shutdown,
     up_front: UpFront,
 ) -> anyhow::Result<Option<(Arc<Catalog>, Option<Spool>, Preparation)>> {
-    let quiet = session.quiet();
     let prepared = Instant::now();
     let watch = Watch {
         stop: stop.clone(),
@@ -99,36 +98,41 @@ pub(super) async fn prepare(
             eprintln!("creb-rs: warning: {cache}: {why}; every digest was computed again");
         }
     }
-    if !quiet {
-        let d = &prep.digests;
-        eprintln!(
-            "creb-rs: trace: {} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{}{})",
-            catalog.items,
-            (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
-            catalog.blob_read_count(),
-            ByteSize(catalog.prewarm_bytes()),
-            catalog.manifests.len(),
-            prep.total_s,
-            prep.read_s,
-            prep.digest_s,
-            d.computed,
-            ByteSize(d.bytes_hashed),
-            d.threads,
-            if d.threads == 1 { "" } else { "s" },
-            d.on_use,
-            if cfg.digest_cache.is_some() {
-                format!(", {} from the cache ({} of them checked)", d.cached, d.checked)
-            } else {
-                String::new()
-            },
-            if d.deferred > 0 {
-                format!(", {} left to the prewarm, which hashes them as it sends them", d.deferred)
-            } else {
-                String::new()
-            }
-        );
+    if !session.quiet() {
+        eprintln!("creb-rs: trace: {}", prepared_line(&catalog, &prep, cfg));
     }
     Ok(Some((Arc::new(catalog), spool, prep)))
+}
+
+/// What the trace holds and how long preparing it took, reading and hashing apart.
+fn prepared_line(catalog: &Catalog, prep: &Preparation, cfg: &ReplayConfig) -> String {
+    let d = &prep.digests;
+    format!(
+        "{} records, {:.1}s of trace time; the run reads {} blobs ({}) and {} manifests; prepared in {:.1}s (reading {:.1}s, digests {:.1}s: {} computed over {} on {} thread{}, {} of small content hashed when used{}{})",
+        catalog.items,
+        (catalog.end_ms - catalog.origin_ms.unwrap_or(catalog.end_ms)) as f64 / 1000.0,
+        catalog.blob_read_count(),
+        ByteSize(catalog.prewarm_bytes()),
+        catalog.manifests.len(),
+        prep.total_s,
+        prep.read_s,
+        prep.digest_s,
+        d.computed,
+        ByteSize(d.bytes_hashed),
+        d.threads,
+        if d.threads == 1 { "" } else { "s" },
+        d.on_use,
+        if cfg.digest_cache.is_some() {
+            format!(", {} from the cache ({} of them checked)", d.cached, d.checked)
+        } else {
+            String::new()
+        },
+        if d.deferred > 0 {
+            format!(", {} left to the prewarm, which hashes them as it sends them", d.deferred)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Pass 1 on a blocking thread: the catalog of the trace, and (when a run follows) the

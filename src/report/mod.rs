@@ -156,6 +156,26 @@ fn shards_label(summary: &Summary, hosts: &[HostInfo]) -> String {
     }
 }
 
+/// A result directory as text (`report OUT`): the hosts of a merged run, the table, and
+/// the registry's own metrics when they were scraped.
+pub fn render_result(set: &crate::results::ResultSet) -> String {
+    let mut t = String::new();
+    if !set.meta.hosts.is_empty() {
+        t.push_str(&host_table(&set.meta.hosts));
+        t.push('\n');
+    }
+    t.push_str(&render_text_with(
+        &set.summary,
+        &set.meta.endpoints,
+        &set.meta.hosts,
+    ));
+    if !set.registry_metrics.is_empty() {
+        t.push('\n');
+        t.push_str(&registry_table(&set.registry_metrics));
+    }
+    t
+}
+
 /// The human summary table, with how each endpoint was reached (from `meta.json`) and, for
 /// a merged result, the hosts it holds.
 pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[HostInfo]) -> String {

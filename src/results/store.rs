@@ -382,41 +382,18 @@ pub fn load(dir: &Path) -> anyhow::Result<ResultSet> {
     let hlog = hlog::read(&bytes, interval)
         .with_context(|| format!("{} is not valid", hlog_path.display()))?;
     let timeline = read_csv_rows(&dir.join("timeline.csv"))?;
-    let endpoints_path = dir.join(ENDPOINTS_HLOG);
-    let endpoint_histograms = if endpoints_path.exists() {
-        Some(read_whole_run(&endpoints_path)?)
-    } else {
-        None
-    };
-    let split_path = dir.join(SPLIT_HLOG);
-    let split_histograms = if split_path.exists() {
-        Some(read_whole_run(&split_path)?)
-    } else {
-        None
-    };
-    let attribution_path = dir.join(super::attribution::ATTRIBUTION_HLOG);
-    let attribution_histograms = if attribution_path.exists() {
-        Some(read_whole_run(&attribution_path)?)
-    } else {
-        None
-    };
-    let csv_path = dir.join(ENDPOINTS_CSV);
-    let endpoint_rows = if csv_path.exists() {
-        read_csv_rows(&csv_path)?
-    } else {
-        Vec::new()
-    };
-    let split_csv = dir.join(SPLIT_CSV);
-    let split_rows = if split_csv.exists() {
-        read_csv_rows(&split_csv)?
-    } else {
-        Vec::new()
-    };
-    let registry_path = dir.join(super::registry_metrics::REGISTRY_METRICS_JSON);
-    let registry_metrics = if registry_path.exists() {
-        read_json(&registry_path)?
-    } else {
-        Vec::new()
+    // The files a run writes only when it has what they hold.
+    let optional = |name: &str| Some(dir.join(name)).filter(|p| p.exists());
+    let whole_run = |name: &str| optional(name).map(|p| read_whole_run(&p)).transpose();
+    let rows = |name: &str| optional(name).map_or(Ok(Vec::new()), |p| read_csv_rows(&p));
+    let endpoint_histograms = whole_run(ENDPOINTS_HLOG)?;
+    let split_histograms = whole_run(SPLIT_HLOG)?;
+    let attribution_histograms = whole_run(super::attribution::ATTRIBUTION_HLOG)?;
+    let endpoint_rows = rows(ENDPOINTS_CSV)?;
+    let split_rows = rows(SPLIT_CSV)?;
+    let registry_metrics = match optional(super::registry_metrics::REGISTRY_METRICS_JSON) {
+        Some(path) => read_json(&path)?,
+        None => Vec::new(),
     };
     Ok(ResultSet {
         dir: dir.to_path_buf(),

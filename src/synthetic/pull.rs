@@ -208,6 +208,33 @@ struct Ran {
     limited: bool,
 }
 
+/// What the pull was and how it ran, for its summary.
+fn run_info(cfg: &PullConfig, names: &[String], connection: &Connection, ran: &Ran) -> RunInfo {
+    let mut warnings = Vec::new();
+    if ran.limited {
+        warnings.push(Warning {
+            kind: "max_run_time".into(),
+            message: "ended at --max-run-time; the images not started were not pulled".into(),
+        });
+    }
+    RunInfo {
+        command: "pull".into(),
+        mode: "pull".into(),
+        model: "closed".into(),
+        concurrency: cfg.concurrency as u64,
+        registry: names.join(","),
+        seed: 0,
+        shard: Shard { index: 0, count: 1 },
+        started_at: ran.started_at,
+        duration: ran.duration,
+        interrupted: ran.interrupted,
+        trace: None,
+        checks: None,
+        warnings,
+        config: cfg.config_block(&connection.credentials),
+    }
+}
+
 /// The pull's summary (per endpoint too, when blobs were routed over several) and metadata.
 fn summarize(
     cfg: &PullConfig,
@@ -216,39 +243,14 @@ fn summarize(
     ran: Ran,
     interval: Duration,
 ) -> Finished {
+    let info = run_info(cfg, names, &connections[0], &ran);
     let Ran {
         aggregator,
         started_at,
         duration,
-        interrupted,
-        limited,
+        ..
     } = ran;
-    let mut warnings = Vec::new();
-    if limited {
-        warnings.push(Warning {
-            kind: "max_run_time".into(),
-            message: "ended at --max-run-time; the images not started were not pulled".into(),
-        });
-    }
-    let mut summary = Summary::build(
-        RunInfo {
-            command: "pull".into(),
-            mode: "pull".into(),
-            model: "closed".into(),
-            concurrency: cfg.concurrency as u64,
-            registry: names.join(","),
-            seed: 0,
-            shard: Shard { index: 0, count: 1 },
-            started_at,
-            duration,
-            interrupted,
-            trace: None,
-            checks: None,
-            warnings,
-            config: cfg.config_block(&connections[0].credentials),
-        },
-        &aggregator,
-    );
+    let mut summary = Summary::build(info, &aggregator);
     if cfg.route.is_some() {
         summary.endpoints = Some(EndpointSummary::of_each(
             names,

@@ -176,14 +176,9 @@ struct Ran {
     interval: Duration,
 }
 
-/// The push's summary and metadata, ready to publish.
-fn summarize(
-    cfg: &PushConfig,
-    credentials: &CredentialInfo,
-    aggregator: Aggregator,
-    links: Vec<EndpointLink>,
-    ran: Ran,
-) -> Finished {
+/// What changes what the push's numbers mean: blobs that were there already, layers that
+/// are not tars, replicas not watched, an end at --max-run-time.
+fn warnings(cfg: &PushConfig, aggregator: &Aggregator, ran: &Ran) -> Vec<Warning> {
     let images = &cfg.work.images;
     let mut warnings = Vec::new();
     let existed = aggregator.event(Event::BlobExists);
@@ -206,13 +201,26 @@ fn summarize(
             ),
         });
     }
-    crate::exec::replicate::warnings(&aggregator, &mut warnings);
+    crate::exec::replicate::warnings(aggregator, &mut warnings);
     if ran.limited {
         warnings.push(Warning {
             kind: "max_run_time".into(),
             message: "ended at --max-run-time; the images not started were not pushed".into(),
         });
     }
+    warnings
+}
+
+/// The push's summary and metadata, ready to publish.
+fn summarize(
+    cfg: &PushConfig,
+    credentials: &CredentialInfo,
+    aggregator: Aggregator,
+    links: Vec<EndpointLink>,
+    ran: Ran,
+) -> Finished {
+    let images = &cfg.work.images;
+    let warnings = warnings(cfg, &aggregator, &ran);
     let mut summary = Summary::build(
         RunInfo {
             command: "push".into(),

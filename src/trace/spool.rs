@@ -249,66 +249,72 @@ fn encode(item: &Item, out: &mut Vec<u8>) {
 }
 
 fn decode(input: &mut impl BufRead) -> io::Result<Item> {
-    Ok(match byte(input)? {
-        RECORD => {
-            let file = get_u32(input)?;
-            let number = get(input)?;
-            let time_ms = unzigzag(get(input)?);
-            let method = method_of(byte(input)?)?;
-            let target = decode_target(input)?;
-            let client = get_sym(input)?;
-            let size = get(input)?;
-            let status = u16::try_from(get(input)?).map_err(|_| corrupt("status"))?;
-            let duration_us = get(input)?;
-            let flags = byte(input)?;
-            if flags > 0b11 {
-                return Err(corrupt("flags"));
-            }
-            let id = if flags & 1 == 1 {
-                let mut b = [0u8; 8];
-                input.read_exact(&mut b)?;
-                Some(u64::from_le_bytes(b))
-            } else {
-                None
-            };
-            Item::Record(Record {
-                file,
-                number,
-                time_ms,
-                method,
-                target,
-                client,
-                size,
-                status,
-                duration_us,
-                id,
-                size_unknown: flags & 2 == 2,
-            })
-        }
-        SKIPPED => {
-            let reason = match byte(input)? {
-                0 => SkipReason::Invalid,
-                1 => SkipReason::Duplicate,
-                2 => SkipReason::FailedInTrace,
-                _ => return Err(corrupt("skip reason")),
-            };
-            let file = get_u32(input)?;
-            let number = get(input)?;
-            let client = get_sym(input)?;
-            let time_ms = match byte(input)? {
-                0 => None,
-                1 => Some(unzigzag(get(input)?)),
-                _ => return Err(corrupt("time")),
-            };
-            Item::Skipped {
-                reason,
-                file,
-                number,
-                client,
-                time_ms,
-            }
-        }
-        _ => return Err(corrupt("item kind")),
+    match byte(input)? {
+        RECORD => decode_record(input).map(Item::Record),
+        SKIPPED => decode_skipped(input),
+        _ => Err(corrupt("item kind")),
+    }
+}
+
+/// A record, after its kind byte.
+fn decode_record(input: &mut impl BufRead) -> io::Result<Record> {
+    let file = get_u32(input)?;
+    let number = get(input)?;
+    let time_ms = unzigzag(get(input)?);
+    let method = method_of(byte(input)?)?;
+    let target = decode_target(input)?;
+    let client = get_sym(input)?;
+    let size = get(input)?;
+    let status = u16::try_from(get(input)?).map_err(|_| corrupt("status"))?;
+    let duration_us = get(input)?;
+    let flags = byte(input)?;
+    if flags > 0b11 {
+        return Err(corrupt("flags"));
+    }
+    let id = if flags & 1 == 1 {
+        let mut b = [0u8; 8];
+        input.read_exact(&mut b)?;
+        Some(u64::from_le_bytes(b))
+    } else {
+        None
+    };
+    Ok(Record {
+        file,
+        number,
+        time_ms,
+        method,
+        target,
+        client,
+        size,
+        status,
+        duration_us,
+        id,
+        size_unknown: flags & 2 == 2,
+    })
+}
+
+/// A skipped record, after its kind byte.
+fn decode_skipped(input: &mut impl BufRead) -> io::Result<Item> {
+    let reason = match byte(input)? {
+        0 => SkipReason::Invalid,
+        1 => SkipReason::Duplicate,
+        2 => SkipReason::FailedInTrace,
+        _ => return Err(corrupt("skip reason")),
+    };
+    let file = get_u32(input)?;
+    let number = get(input)?;
+    let client = get_sym(input)?;
+    let time_ms = match byte(input)? {
+        0 => None,
+        1 => Some(unzigzag(get(input)?)),
+        _ => return Err(corrupt("time")),
+    };
+    Ok(Item::Skipped {
+        reason,
+        file,
+        number,
+        client,
+        time_ms,
     })
 }
 

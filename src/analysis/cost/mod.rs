@@ -379,62 +379,56 @@ fn bill_text(e: &Estimate, s: &mut String) {
     use std::fmt::Write;
     let m = &e.monthly;
     let _ = writeln!(s);
-    let _ = writeln!(s, "{:<44} {:>14}", "per month", e.provider.currency);
-    let _ = writeln!(
-        s,
-        "{:<44} {:>14}",
-        format!(
+    // One line of the bill: what is charged, and its cost right-aligned.
+    let mut line = |what: &str, cost: &str| {
+        let _ = writeln!(s, "{what:<44} {cost:>14}");
+    };
+    line("per month", &e.provider.currency);
+    let storage = &m.storage;
+    line(
+        &format!(
             "storage  {} billable of {} ({} included) x {:.4}",
-            gb(m.storage.billable_gb),
-            gb(m.storage.gb),
-            gb(m.storage.included_gb),
-            m.storage.per_gb_month
+            gb(storage.billable_gb),
+            gb(storage.gb),
+            gb(storage.included_gb),
+            storage.per_gb_month
         ),
-        money(m.storage.cost)
+        &money(storage.cost),
     );
-    let _ = writeln!(
-        s,
-        "{:<44} {:>14}",
-        format!("egress   {}", gb(m.egress.gb)),
-        money(m.egress.cost)
+    line(
+        &format!("egress   {}", gb(m.egress.gb)),
+        &money(m.egress.cost),
     );
     for t in m.egress.tiers.iter().filter(|t| t.gb > 0.0) {
         let range = match t.to_gb {
             Some(to) => format!("{:.0}-{:.0} GB", t.from_gb, to),
             None => format!("over {:.0} GB", t.from_gb),
         };
-        let _ = writeln!(
-            s,
-            "{:<44} {:>14}",
-            format!("  {range}: {} x {}", gb(t.gb), t.per_gb),
-            money(t.cost)
+        line(
+            &format!("  {range}: {} x {}", gb(t.gb), t.per_gb),
+            &money(t.cost),
         );
     }
-    let _ = writeln!(
-        s,
-        "{:<44} {:>14}",
-        format!(
+    let requests = &m.requests;
+    line(
+        &format!(
             "requests {:.0} reads, {:.0} writes",
-            m.requests.reads, m.requests.writes
+            requests.reads, requests.writes
         ),
-        money(m.requests.cost)
+        &money(requests.cost),
     );
-    let _ = writeln!(
-        s,
-        "{:<44} {:>14}",
-        format!(
+    line(
+        &format!(
             "fees     {}/day, {}/month",
             m.fees.per_day, m.fees.per_month
         ),
-        money(m.fees.cost)
+        &money(m.fees.cost),
     );
-    let _ = writeln!(s, "{:<44} {:>14}", "total per month", money(m.total));
+    line("total per month", &money(m.total));
     if e.projection.months != 1.0 {
-        let _ = writeln!(
-            s,
-            "{:<44} {:>14}",
-            format!("total over {} months", e.projection.months),
-            money(e.total)
+        line(
+            &format!("total over {} months", e.projection.months),
+            &money(e.total),
         );
     }
 }

@@ -127,7 +127,13 @@ impl EventSource {
                 _ => None,
             };
         }
-        match self.uploads.observe(r)? {
+        let pushed = self.uploads.observe(r)?;
+        self.pushed(pushed)
+    }
+
+    /// The event of a layer an upload or a push of a known blob put in a repository.
+    fn pushed(&mut self, pushed: PushEvent) -> Option<PrefetchEvent> {
+        match pushed {
             PushEvent::Uploaded(layer) if layer.size > 0 => {
                 let key = match layer.digest {
                     Some(d) => {

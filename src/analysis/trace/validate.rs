@@ -56,6 +56,18 @@ pub fn validate(input: &TraceInput, all: bool) -> Validation {
     v
 }
 
+impl Validation {
+    /// A valid record: counted, its time widening the trace's span.
+    fn count(&mut self, r: &crate::trace::Record) {
+        self.records += 1;
+        if r.failed_in_trace() {
+            self.failed_in_trace += 1;
+        }
+        self.first_ms = Some(self.first_ms.map_or(r.time_ms, |f| f.min(r.time_ms)));
+        self.last_ms = Some(self.last_ms.map_or(r.time_ms, |l| l.max(r.time_ms)));
+    }
+}
+
 fn check_file(path: &Path, all: bool, v: &mut Validation) {
     let single = TraceInput {
         files: vec![path.to_path_buf()],
@@ -86,14 +98,7 @@ fn check_file(path: &Path, all: bool, v: &mut Validation) {
             Detailed {
                 item: Item::Record(r),
                 ..
-            } => {
-                v.records += 1;
-                if r.failed_in_trace() {
-                    v.failed_in_trace += 1;
-                }
-                v.first_ms = Some(v.first_ms.map_or(r.time_ms, |f| f.min(r.time_ms)));
-                v.last_ms = Some(v.last_ms.map_or(r.time_ms, |l| l.max(r.time_ms)));
-            }
+            } => v.count(&r),
             Detailed {
                 item: Item::Skipped { reason, number, .. },
                 invalid: why,

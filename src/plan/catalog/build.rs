@@ -33,6 +33,22 @@ struct DraftUpload {
     unknown: bool,
 }
 
+impl DraftUpload {
+    /// A later record of the upload (a PATCH or the closing PUT adds its bytes).
+    fn add_member(&mut self, r: &Record) {
+        self.members += 1;
+        self.unknown |= r.size_unknown;
+        match r.method {
+            Method::Patch => {
+                self.bytes += r.size;
+                self.patches += 1;
+            }
+            Method::Put => self.bytes += r.size,
+            _ => {}
+        }
+    }
+}
+
 /// A push while pass 1 runs (its `facts.identity` holds the record's time until sealed).
 struct DraftPush {
     key: u64,
@@ -370,16 +386,7 @@ impl Draft {
                 if let Some((index, last)) = self.open_uploads.get_mut(&position_key(*head)) {
                     *last = r.time_ms;
                     if let Some(u) = self.uploads.get_mut(*index as usize) {
-                        u.members += 1;
-                        u.unknown |= r.size_unknown;
-                        match r.method {
-                            Method::Patch => {
-                                u.bytes += r.size;
-                                u.patches += 1;
-                            }
-                            Method::Put => u.bytes += r.size,
-                            _ => {}
-                        }
+                        u.add_member(r);
                     }
                 }
             }

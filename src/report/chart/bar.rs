@@ -172,6 +172,21 @@ fn draw_panel(out: &mut String, c: &BarChart, panel: &Panel, at: &Place) {
     );
 }
 
+/// The whisker of a bar at `y` whose range is `lo`–`hi`, and where it ends on the right;
+/// `None` when the range is off the scale.
+fn whisker_of(scale: &Scale, (lo, hi): (f64, f64), y: f64) -> Option<(String, f64)> {
+    let (x0, x1) = (scale.map(lo)?, scale.map(hi)?);
+    let path = format!(
+        r##"<path class="whisker" d="M{a} {m}H{b}M{a} {t}V{u}M{b} {t}V{u}" stroke="#222222" fill="none"/>"##,
+        a = px(x0),
+        b = px(x1),
+        m = px(y + 7.0),
+        t = px(y + 3.0),
+        u = px(y + 11.0)
+    );
+    Some((path, x1))
+}
+
 /// A panel's bars from `base`, each with its value (and its range's whisker), or "–" where
 /// a row has no value.
 fn draw_bars(out: &mut String, c: &BarChart, panel: &Panel, scale: &Scale, base: f64, at: &Place) {
@@ -211,16 +226,8 @@ fn draw_bars(out: &mut String, c: &BarChart, panel: &Panel, scale: &Scale, base:
         let mut tip = value_label(v);
         let mut whisker = String::new();
         if let Some((lo, hi)) = range_of(i) {
-            if let (Some(x0), Some(x1)) = (scale.map(lo), scale.map(hi)) {
-                let _ = write!(
-                    whisker,
-                    r##"<path class="whisker" d="M{a} {m}H{b}M{a} {t}V{u}M{b} {t}V{u}" stroke="#222222" fill="none"/>"##,
-                    a = px(x0),
-                    b = px(x1),
-                    m = px(y + 7.0),
-                    t = px(y + 3.0),
-                    u = px(y + 11.0)
-                );
+            if let Some((path, x1)) = whisker_of(scale, (lo, hi), y) {
+                whisker = path;
                 label_x = label_x.max(x1 + 4.0);
                 tip = format!("median {tip}, {}–{}", value_label(lo), value_label(hi));
             }

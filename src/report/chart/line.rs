@@ -123,6 +123,18 @@ struct Frame {
     h: f64,
 }
 
+/// One line of the grid, from (x.0, y.0) to (x.1, y.1).
+fn grid_line(out: &mut String, x: (f64, f64), y: (f64, f64)) {
+    let _ = write!(
+        out,
+        r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
+        px(x.0),
+        px(x.1),
+        px(y.0),
+        px(y.1)
+    );
+}
+
 /// The grid, the ticks and their labels, the axes and their names.
 fn axes(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Scale) {
     let Frame { x0, x1, y0, y1, h } = *f;
@@ -130,27 +142,13 @@ fn axes(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Sca
     let yticks = yscale.ticks();
     for (v, _) in &yticks {
         if let Some(y) = yscale.map(*v) {
-            let _ = write!(
-                out,
-                r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
-                px(x0),
-                px(x1),
-                px(y),
-                px(y)
-            );
+            grid_line(out, (x0, x1), (y, y));
         }
     }
     let xticks = xscale.ticks();
     for (v, _) in &xticks {
         if let Some(x) = xscale.map(*v) {
-            let _ = write!(
-                out,
-                r#"<line x1="{}" x2="{}" y1="{}" y2="{}"/>"#,
-                px(x),
-                px(x),
-                px(y0),
-                px(y1)
-            );
+            grid_line(out, (x, x), (y0, y1));
         }
     }
     out.push_str("</g>");

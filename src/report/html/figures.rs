@@ -388,9 +388,8 @@ fn latency_over_time_chart(set: &ResultSet) -> Figure {
     }
 }
 
-/// Schedule lag per interval, all operations' lag histograms added; `None` without lag data.
-fn lag_chart(set: &ResultSet) -> Option<Figure> {
-    let positions = interval_positions(set);
+/// Every interval's schedule lag: its operations' lag histograms added.
+fn lag_by_interval(set: &ResultSet) -> BTreeMap<u64, Histogram<u64>> {
     let mut merged: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
     for (&index, hs) in &set.hlog.intervals {
         for (tag, h) in hs {
@@ -401,6 +400,13 @@ fn lag_chart(set: &ResultSet) -> Option<Figure> {
             }
         }
     }
+    merged
+}
+
+/// Schedule lag per interval, all operations' lag histograms added; `None` without lag data.
+fn lag_chart(set: &ResultSet) -> Option<Figure> {
+    let positions = interval_positions(set);
+    let merged = lag_by_interval(set);
     if merged.is_empty() {
         return None;
     }
@@ -492,45 +498,19 @@ fn endpoint_charts(set: &ResultSet) -> Vec<Figure> {
     if names.is_empty() || set.endpoint_rows.is_empty() {
         return Vec::new();
     }
-    let chart = |id: &'static str, column: usize, title: &str, y_label: &str, caption: &str| {
-        let mut by_endpoint = endpoint_series(set, column);
-        let series: Vec<Series> = names
-            .iter()
-            .map(|&(i, url)| Series {
-                name: format!("{i}: {url}"),
-                points: by_endpoint.remove(&i).unwrap_or_default(),
-                color: i,
-                dashed: false,
-            })
-            .collect();
-        Figure {
-            id,
-            title: title.into(),
-            caption: caption.into(),
-            svg: line_chart(&LineChart {
-                id: id.into(),
-                title: title.into(),
-                x_label: "time since start (s)".into(),
-                y_label: y_label.into(),
-                x: XScale::Linear,
-                y: YScale::Linear,
-                series,
-                subtitle: format!(
-                    "per endpoint, per interval of {} s; workload operations",
-                    set.meta.interval_s
-                ),
-                x_extent: time_extent(set),
-            }),
-        }
+    let chart = |id, column, [title, y_label, caption]: [&str; 3]| {
+        endpoint_chart(set, &names, id, column, [title, y_label, caption])
     };
     let mut figs = vec![chart(
         "endpoint-throughput",
         3,
-        "Throughput per endpoint",
-        "operations per second",
-        "Operations completed per second on each endpoint (successes and failures). Even \
-         lines mean the routing spreads the load; a line falling to zero is a node that \
-         stopped answering, and the lines of the nodes that take over its share rise.",
+        [
+            "Throughput per endpoint",
+            "operations per second",
+            "Operations completed per second on each endpoint (successes and failures). Even \
+             lines mean the routing spreads the load; a line falling to zero is a node that \
+             stopped answering, and the lines of the nodes that take over its share rise.",
+        ],
     )];
     let any_errors = set
         .summary
@@ -542,13 +522,55 @@ fn endpoint_charts(set: &ResultSet) -> Vec<Figure> {
         figs.push(chart(
             "endpoint-errors",
             5,
-            "Failures per endpoint",
-            "failed operations per second",
-            "Failed operations per second on each endpoint: a sick node stands out here \
-             before it is marked down (see the transitions in the endpoints table).",
+            [
+                "Failures per endpoint",
+                "failed operations per second",
+                "Failed operations per second on each endpoint: a sick node stands out here \
+                 before it is marked down (see the transitions in the endpoints table).",
+            ],
         ));
     }
     figs
+}
+
+/// One of [`endpoint_charts`]: `column` of the endpoints' timeline per second, a line per
+/// endpoint; its title, y label and caption.
+fn endpoint_chart(
+    set: &ResultSet,
+    names: &[(usize, &str)],
+    id: &'static str,
+    column: usize,
+    [title, y_label, caption]: [&str; 3],
+) -> Figure {
+    let mut by_endpoint = endpoint_series(set, column);
+    let series: Vec<Series> = names
+        .iter()
+        .map(|&(i, url)| Series {
+            name: format!("{i}: {url}"),
+            points: by_endpoint.remove(&i).unwrap_or_default(),
+            color: i,
+            dashed: false,
+        })
+        .collect();
+    Figure {
+        id,
+        title: title.into(),
+        caption: caption.into(),
+        svg: line_chart(&LineChart {
+            id: id.into(),
+            title: title.into(),
+            x_label: "time since start (s)".into(),
+            y_label: y_label.into(),
+            x: XScale::Linear,
+            y: YScale::Linear,
+            series,
+            subtitle: format!(
+                "per endpoint, per interval of {} s; workload operations",
+                set.meta.interval_s
+            ),
+            x_extent: time_extent(set),
+        }),
+    }
 }
 
 /// Size classes as people read them.
@@ -588,18 +610,25 @@ pub(super) fn class_rows(
     rows
 }
 
-fn size_class_chart(set: &ResultSet) -> Figure {
-    let rows = class_rows(set);
+/// Which run of equal neighbours each item is in (0, 0, 1, 2, 2 for a a b c c): rows of one
+/// operation are drawn as one group.
+fn runs_of<'a>(items: impl Iterator<Item = &'a str>) -> Vec<usize> {
     let mut groups = Vec::new();
     let mut group = 0;
     let mut last = "";
-    for (op, _, _) in &rows {
-        if !last.is_empty() && *op != last {
+    for item in items {
+        if !last.is_empty() && item != last {
             group += 1;
         }
-        last = op;
+        last = item;
         groups.push(group);
     }
+    groups
+}
+
+fn size_class_chart(set: &ResultSet) -> Figure {
+    let rows = class_rows(set);
+    let groups = runs_of(rows.iter().map(|(op, _, _)| *op));
     let mut panels = vec![
         Panel {
             title: "operations (count)".into(),

@@ -45,23 +45,11 @@ fn combined(line: &str) -> Result<Parsed, String> {
             .parse()
             .map_err(|_| format!("bytes '{n}' is not a number"))?,
     };
-    let fields: Vec<&str> = times.split_whitespace().collect();
-    let duration_s: f64 = fields
-        .first()
-        .and_then(|s| s.parse().ok())
-        .ok_or("no $request_time after the user agent (see the log_format in docs/traces.md)")?;
-    // `$msec` after `$upstream_response_time` (which holds one time per upstream tried),
-    // when the log_format has it: seconds since the epoch, with a fraction; then
-    // `$content_length` (`-` when the request had none).
-    let at_msec = (2..fields.len()).find(|&i| {
-        fields[i]
-            .parse::<f64>()
-            .is_ok_and(|v| v > 1e9 && fields[i].contains('.'))
-    });
-    let msec = at_msec.and_then(|i| fields[i].parse::<f64>().ok());
-    let body = at_msec
-        .and_then(|i| fields.get(i + 1))
-        .and_then(|s| s.parse::<u64>().ok());
+    let Times {
+        duration_s,
+        msec,
+        body,
+    } = Times::of(times)?;
     let end_ms = match msec {
         Some(s) => s * 1000.0,
         None => time_local_ms(time_local)
@@ -85,6 +73,42 @@ fn combined(line: &str) -> Result<Parsed, String> {
         id: None,
         second_resolution: msec.is_none(),
     }))
+}
+
+/// What the log_format logs after the user agent.
+struct Times {
+    /// `$request_time`.
+    duration_s: f64,
+    /// `$msec`, when logged: seconds since the epoch, with a fraction.
+    msec: Option<f64>,
+    /// `$content_length`, when logged and not `-`.
+    body: Option<u64>,
+}
+
+impl Times {
+    fn of(times: &str) -> Result<Times, String> {
+        let fields: Vec<&str> = times.split_whitespace().collect();
+        let duration_s: f64 = fields.first().and_then(|s| s.parse().ok()).ok_or(
+            "no $request_time after the user agent (see the log_format in docs/traces.md)",
+        )?;
+        // `$msec` after `$upstream_response_time` (which holds one time per upstream tried),
+        // when the log_format has it: seconds since the epoch, with a fraction; then
+        // `$content_length` (`-` when the request had none).
+        let at_msec = (2..fields.len()).find(|&i| {
+            fields[i]
+                .parse::<f64>()
+                .is_ok_and(|v| v > 1e9 && fields[i].contains('.'))
+        });
+        let msec = at_msec.and_then(|i| fields[i].parse::<f64>().ok());
+        let body = at_msec
+            .and_then(|i| fields.get(i + 1))
+            .and_then(|s| s.parse::<u64>().ok());
+        Ok(Times {
+            duration_s,
+            msec,
+            body,
+        })
+    }
 }
 
 /// `25/Nov/2026:06:28:49 +0000` → Unix ms.
