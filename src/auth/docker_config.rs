@@ -151,6 +151,42 @@ pub async fn ask_helper(
     }))
 }
 
+/// The credentials an `auths` entry of `path` holds: an identity token, or a user name
+/// and password (`auth`, base64, or the two fields).
+fn from_entry(entry: &AuthEntry, path: &Path) -> Result<Option<DockerCredential>, CredentialError> {
+    if let Some(token) = entry.identitytoken.as_ref().filter(|t| !t.is_empty()) {
+        let username = match &entry.auth {
+            Some(a) => decode_auth(a).ok().map(|(u, _)| u),
+            None => entry.username.clone(),
+        };
+        return Ok(Some(DockerCredential {
+            credentials: Credentials::IdentityToken {
+                username,
+                token: Secret::new(token.clone()),
+            },
+            source: "docker-config:identitytoken".into(),
+        }));
+    }
+    let pair = match (&entry.auth, &entry.username, &entry.password) {
+        (Some(a), _, _) if !a.is_empty() => Some(
+            decode_auth(a)
+                .map_err(|e| CredentialError::DockerConfig(format!("{}: {e}", path.display())))?,
+        ),
+        (_, Some(u), Some(p)) => Some((u.clone(), p.clone())),
+        _ => None,
+    };
+    if let Some((username, password)) = pair {
+        return Ok(Some(DockerCredential {
+            credentials: Credentials::Basic {
+                username,
+                password: Secret::new(password),
+            },
+            source: "docker-config:auth".into(),
+        }));
+    }
+    Ok(None)
+}
+
 /// Looks `host` up in the docker config under `dir` (see the module doc for the order).
 pub async fn lookup(
     dir: Option<&Path>,
@@ -188,35 +224,8 @@ pub async fn lookup(
         }));
     }
     if let Some(entry) = find(&config.auths, host) {
-        if let Some(token) = entry.identitytoken.as_ref().filter(|t| !t.is_empty()) {
-            let username = match &entry.auth {
-                Some(a) => decode_auth(a).ok().map(|(u, _)| u),
-                None => entry.username.clone(),
-            };
-            return Ok(Some(DockerCredential {
-                credentials: Credentials::IdentityToken {
-                    username,
-                    token: Secret::new(token.clone()),
-                },
-                source: "docker-config:identitytoken".into(),
-            }));
-        }
-        let pair =
-            match (&entry.auth, &entry.username, &entry.password) {
-                (Some(a), _, _) if !a.is_empty() => Some(decode_auth(a).map_err(|e| {
-                    CredentialError::DockerConfig(format!("{}: {e}", path.display()))
-                })?),
-                (_, Some(u), Some(p)) => Some((u.clone(), p.clone())),
-                _ => None,
-            };
-        if let Some((username, password)) = pair {
-            return Ok(Some(DockerCredential {
-                credentials: Credentials::Basic {
-                    username,
-                    password: Secret::new(password),
-                },
-                source: "docker-config:auth".into(),
-            }));
+        if let Some(found) = from_entry(entry, &path)? {
+            return Ok(Some(found));
         }
     }
     if let Some(store) = config.creds_store.as_ref().filter(|s| !s.is_empty()) {

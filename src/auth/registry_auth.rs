@@ -249,6 +249,7 @@ impl Authenticator for RegistryAuth {
         })
     }
 
+    #[allow(clippy::too_many_lines)]
     fn challenged<'a>(
         &'a self,
         headers: &'a HeaderMap,

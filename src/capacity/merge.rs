@@ -107,28 +107,11 @@ struct MergedStep {
 }
 
 impl MergedStep {
-    /// Merges the hosts' results of this step into `out/steps/NN/` and judges the merged
-    /// step against `thresholds`.
-    fn judge(
-        &self,
-        hosts: &[Host],
-        out: &Path,
-        thresholds: &[Threshold],
-    ) -> anyhow::Result<StepRecord> {
+    /// Where the step stood in the ladder, from the first host's record, with the hosts'
+    /// offered and scheduled operations added.
+    fn at(&self, hosts: &[Host]) -> StepAt {
         let (index, warmup_s) = (self.index, self.warmup_s);
         let first = &hosts[0];
-        let name = format!("{index:02}");
-        let parts: Vec<PathBuf> = hosts
-            .iter()
-            .map(|h| h.dir.join(STEPS_DIR).join(&name))
-            .collect();
-        let merged_dir = out.join(STEPS_DIR).join(&name);
-        std::fs::create_dir_all(&merged_dir)
-            .with_context(|| format!("cannot create {}", merged_dir.display()))?;
-        let (summary, _) = crate::merge::merge_into(&parts, &merged_dir, self.partial, self.force)
-            .with_context(|| format!("step {index}"))?;
-        let set = load(&merged_dir)?;
-        let aggregator = aggregator_of(&set.counters, &set.hlog)?;
         let step = &first.steps()[index];
         let seconds = |s: f64| Duration::from_secs_f64(s.max(0.0));
         let speed = step.speed;
@@ -137,7 +120,7 @@ impl MergedStep {
         let step_warmup = step.length_s.map_or(warmup_s, |measured| {
             (schedule - measured).clamp(0.0, warmup_s)
         });
-        let at = StepAt {
+        StepAt {
             index,
             speed,
             window: Window {
@@ -173,7 +156,31 @@ impl MergedStep {
                         failed: sum.failed + h.failed,
                     })
                 }),
-        };
+        }
+    }
+
+    /// Merges the hosts' results of this step into `out/steps/NN/` and judges the merged
+    /// step against `thresholds`.
+    fn judge(
+        &self,
+        hosts: &[Host],
+        out: &Path,
+        thresholds: &[Threshold],
+    ) -> anyhow::Result<StepRecord> {
+        let index = self.index;
+        let name = format!("{index:02}");
+        let parts: Vec<PathBuf> = hosts
+            .iter()
+            .map(|h| h.dir.join(STEPS_DIR).join(&name))
+            .collect();
+        let merged_dir = out.join(STEPS_DIR).join(&name);
+        std::fs::create_dir_all(&merged_dir)
+            .with_context(|| format!("cannot create {}", merged_dir.display()))?;
+        let (summary, _) = crate::merge::merge_into(&parts, &merged_dir, self.partial, self.force)
+            .with_context(|| format!("step {index}"))?;
+        let set = load(&merged_dir)?;
+        let aggregator = aggregator_of(&set.counters, &set.hlog)?;
+        let at = self.at(hosts);
         let rules = Rules {
             objectives: thresholds,
             max_errors: self.max_errors,

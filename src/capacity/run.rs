@@ -64,6 +64,7 @@ impl CapacityConfig {
 
 /// Runs the search: prepares and prewarms the trace, then steps until the search is done,
 /// `max_time` has passed or a stop; writes `capacity.json` into the session's directory.
+#[allow(clippy::too_many_lines)]
 pub async fn capacity(
     cfg: &ReplayConfig,
     cap: &CapacityConfig,
@@ -460,6 +461,7 @@ pub struct Rules<'a> {
 
 /// The record of one finished step, from its summary and exact histograms: the objectives'
 /// verdicts, the offered and achieved rates, the outcome and why.
+#[allow(clippy::too_many_lines)]
 pub fn judge(rules: Rules<'_>, summary: &Summary, table: &StatsTable, at: StepAt) -> StepRecord {
     let StepAt {
         index,

@@ -89,8 +89,9 @@ fn parse_share(s: &str) -> Result<f64, String> {
     Ok(v / 100.0)
 }
 
-/// Runs `creb-rs capacity`.
-pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+/// Refuses what no search can run: a --max-time shorter than one step, only a prewarm, a
+/// ladder that does not ascend.
+fn check(args: &CapacityArgs) -> anyhow::Result<()> {
     let one_step = args.step.max(Duration::from_millis(100)) + args.step_warmup;
     if args.max_time < one_step {
         anyhow::bail!(
@@ -109,6 +110,12 @@ pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitS
     if args.ladder.windows(2).any(|w| w[1] <= w[0]) {
         anyhow::bail!("--ladder: the loads ascend, each above the last");
     }
+    Ok(())
+}
+
+/// Runs `creb-rs capacity`.
+pub async fn run(args: CapacityArgs, shutdown: Shutdown) -> anyhow::Result<ExitStatus> {
+    check(&args)?;
     let gates = args
         .replay
         .output

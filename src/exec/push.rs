@@ -310,6 +310,7 @@ async fn push_hashing(
 /// Pushes image `index` (one image per platform and their index, with `--platforms`);
 /// records the `image_push` session, and hands the image to the `replicas`' watch once it
 /// is in.
+#[allow(clippy::too_many_lines)]
 async fn push_image(
     client: &RegistryClient,
     work: &PushWork,

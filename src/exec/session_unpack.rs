@@ -144,6 +144,7 @@ impl Drop for StopOnDrop {
 /// Unpacks a layer whose read ended, in its turn: gives the read's in-flight `slot` back
 /// once the layer has a place in the backlog, records its `layer_unpack`, and returns what
 /// its pull session hears.
+#[allow(clippy::too_many_lines)]
 pub(super) async fn apply(
     u: &Unpacking,
     layer: LayerSlot,

@@ -157,6 +157,7 @@ struct Push {
 /// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot)
 /// until it is done; a layer of a pull with its place in the pull (`layer`, `--unpack`) is
 /// then unpacked, its slot given back once it waits for that.
+#[allow(clippy::too_many_lines)]
 pub(super) async fn run_task(
     mut op: PlannedOp,
     choice: Choice,

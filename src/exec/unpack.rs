@@ -251,6 +251,7 @@ impl Blocking {
 
 /// One layer: its download tapped into its unpacker, which starts when the layer before it
 /// was applied and a worker is free; records its `layer_unpack`.
+#[allow(clippy::too_many_lines)]
 async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
     let LayerJob {
         d,
@@ -333,6 +334,7 @@ async fn layer(s: Shared<'_>, job: LayerJob<'_>) -> LayerDone {
 }
 
 /// Pulls image `name`'s config and layers with every layer unpacked in order.
+#[allow(clippy::too_many_lines)]
 pub(super) async fn pull_unpacking(
     shared: Shared<'_>,
     name: &str,

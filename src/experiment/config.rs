@@ -483,6 +483,7 @@ impl ExperimentFile {
     }
 
     /// Parses `text` (read from `path`); relative paths resolve against `base_dir`.
+    #[allow(clippy::too_many_lines)]
     pub fn parse(text: &str, path: &Path, base_dir: &Path) -> Result<ExperimentFile, ConfigError> {
         let file = path.display().to_string();
         let at = |offset: usize, message: String| {
@@ -581,6 +582,15 @@ fn check_registry(
             format!("registry name '{}' is used twice", r.name),
         ));
     }
+    check_credentials(r, key_at)
+}
+
+/// A registry's credentials: by reference only (an environment variable or a command), a
+/// password with a username and the other way round, none when anonymous.
+fn check_credentials(
+    r: &RegistrySpec,
+    key_at: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
     if let Some(p) = &r.password {
         return Err(key_at(
             "password",
@@ -642,6 +652,7 @@ fn check_registry(
 /// An experiment table's own rules: a name that can name a directory, used once; only the
 /// keys of its kind, and the ones its kind needs; registries that exist. The registries it
 /// runs on, by index.
+#[allow(clippy::too_many_lines)]
 fn check_experiment(
     e: &ExperimentSpec,
     names: &mut BTreeSet<String>,

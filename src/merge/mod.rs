@@ -73,6 +73,7 @@ fn hosts_of(set: &ResultSet) -> anyhow::Result<Vec<HostInfo>> {
 }
 
 /// Refuses results that do not belong together.
+#[allow(clippy::too_many_lines)]
 fn check_compatible(sets: &[ResultSet], partial: bool) -> anyhow::Result<u32> {
     let first = &sets[0];
     let name = |s: &ResultSet| s.dir.display().to_string();
@@ -329,6 +330,7 @@ fn ms(us: u64) -> String {
 }
 
 /// Sums the timelines by interval; recomputes rates and percentiles.
+#[allow(clippy::too_many_lines)]
 fn merge_timelines(
     sets: &[ResultSet],
     hlog: &HlogContents,
@@ -677,6 +679,7 @@ fn host_warnings(sets: &[ResultSet]) -> Vec<Warning> {
 
 /// [`merge`]; an earlier result in `out` is replaced (never one being merged), and with
 /// `force` files of a result's names that creb-rs did not write too.
+#[allow(clippy::too_many_lines)]
 pub fn merge_into(
     dirs: &[PathBuf],
     out: &Path,

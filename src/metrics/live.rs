@@ -207,6 +207,7 @@ pub struct LiveMetrics {
 impl LiveMetrics {
     /// The metrics of a run described by `info` against `endpoints` (their `host:port`,
     /// in the order of the run's endpoint list).
+    #[allow(clippy::too_many_lines)]
     pub fn new(info: RunInfoLabels, endpoints: &[String]) -> LiveMetrics {
         let mut registry = Registry::default();
         let operations = Family::<OpOutcome, Counter>::default();

@@ -36,6 +36,7 @@ pub(super) type Finished = (Sample, Option<Sample>);
 
 impl Sessions {
     /// Tracks a session; returns its samples when it has just finished.
+    #[allow(clippy::too_many_lines)]
     pub(super) fn handle(&mut self, msg: SessionMsg) -> Option<Finished> {
         let id = match msg {
             SessionMsg::Started { id, start } => {

@@ -125,44 +125,7 @@ impl AggregatorBuilder {
                 let mut aggregator = Aggregator::new(config);
                 aggregator.feed(live, progress, split);
                 let mut sink = sink;
-                // Under load, drain what arrived and sleep: parked on the channel, the thread
-                // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,
-                // less when a quarter of the channel would fill sooner at the rate of the last
-                // pause (below 200k messages a second it wakes 50 times a second; an operation
-                // sends a few). Idle, it parks until the next message. Timing is taken where
-                // samples are made, so this changes only when they are counted, never what is
-                // counted; intervals are flushed a tick after they end, so a late count still
-                // lands in its own interval.
-                let mut pause = DRAIN_PAUSE;
-                'run: loop {
-                    let mut drained = 0usize;
-                    loop {
-                        match rx.try_recv() {
-                            Ok(msg) => {
-                                drained += 1;
-                                if !aggregator.handle(msg, &mut sink) {
-                                    break 'run;
-                                }
-                            }
-                            Err(mpsc::error::TryRecvError::Empty) => break,
-                            Err(mpsc::error::TryRecvError::Disconnected) => break 'run,
-                        }
-                    }
-                    if drained > 0 {
-                        pause = drain_pause(drained, pause);
-                        std::thread::sleep(pause);
-                        continue;
-                    }
-                    pause = DRAIN_PAUSE;
-                    match rx.blocking_recv() {
-                        Some(msg) => {
-                            if !aggregator.handle(msg, &mut sink) {
-                                break;
-                            }
-                        }
-                        None => break,
-                    }
-                }
+                run(&mut aggregator, &mut rx, &mut sink);
                 let _ = done_tx.send(aggregator);
             });
         if let Err(e) = spawned {
@@ -184,6 +147,53 @@ impl AggregatorBuilder {
             Recorder::new(tx.clone(), recorder_split),
             AggregatorHandle { tx, done, ticker },
         )
+    }
+}
+
+/// The aggregator's thread until its channel closes or it is told to stop: every message
+/// handled, and `sink` written.
+fn run(
+    aggregator: &mut Aggregator,
+    rx: &mut mpsc::Receiver<Msg>,
+    sink: &mut Option<Box<dyn IntervalSink>>,
+) {
+    // Under load, drain what arrived and sleep: parked on the channel, the thread
+    // would be woken (a futex round trip) for every message. It sleeps up to 20 ms,
+    // less when a quarter of the channel would fill sooner at the rate of the last
+    // pause (below 200k messages a second it wakes 50 times a second; an operation
+    // sends a few). Idle, it parks until the next message. Timing is taken where
+    // samples are made, so this changes only when they are counted, never what is
+    // counted; intervals are flushed a tick after they end, so a late count still
+    // lands in its own interval.
+    let mut pause = DRAIN_PAUSE;
+    'run: loop {
+        let mut drained = 0usize;
+        loop {
+            match rx.try_recv() {
+                Ok(msg) => {
+                    drained += 1;
+                    if !aggregator.handle(msg, sink) {
+                        break 'run;
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => break 'run,
+            }
+        }
+        if drained > 0 {
+            pause = drain_pause(drained, pause);
+            std::thread::sleep(pause);
+            continue;
+        }
+        pause = DRAIN_PAUSE;
+        match rx.blocking_recv() {
+            Some(msg) => {
+                if !aggregator.handle(msg, sink) {
+                    break;
+                }
+            }
+            None => break,
+        }
     }
 }
 

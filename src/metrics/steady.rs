@@ -189,6 +189,7 @@ fn longest(x: &[f64], stalled: impl Fn(f64) -> bool) -> Option<(usize, usize)> {
 /// Judges a run from its `batches`, each `batch_s` long; `closed` says whether throughput is
 /// the generator's to keep (a closed loop) rather than the trace's (an open model, whose
 /// offered rate changes by itself).
+#[allow(clippy::too_many_lines)]
 pub fn judge(batches: &Batches, closed: bool) -> SteadyState {
     let batch_s = batches.batch_s();
     // The last batch is left out: a workload winding down (its last operations draining)

@@ -155,6 +155,7 @@ impl HyperTransport {
 }
 
 impl Transport for HyperTransport {
+    #[allow(clippy::too_many_lines)]
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
             let HttpRequest {

@@ -123,6 +123,7 @@ impl SessionLinker {
     }
 
     /// The role of `record` (the next record of the trace) in its session.
+    #[allow(clippy::too_many_lines)]
     pub fn role(&mut self, record: &Record) -> Role {
         self.evict(record.time_ms);
         let (Some(client), Some(repo)) = (record.client, record.target.repo()) else {

@@ -235,6 +235,7 @@ where
     }
 
     /// Plans one record of this shard: an operation, or a fold, or a skip.
+    #[allow(clippy::too_many_lines)]
     fn plan(&mut self, record: &Record, role: Role) -> Option<PlannedOp> {
         let pos = (record.file, record.number);
         let format = self.options.manifest_format;

@@ -164,6 +164,7 @@ fn stop_warnings(context: &Context<'_>, warnings: &mut Vec<Warning>) {
 
 /// Plans pass 2 on a blocking thread and executes it from the shared anchor, while a
 /// canary and the process CPU clock watch the generator.
+#[allow(clippy::too_many_lines)]
 async fn execute(
     context: &Context<'_>,
     prepared: &Prepared,

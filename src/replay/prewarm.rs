@@ -161,25 +161,7 @@ async fn push_all(
     };
     let mut report = PrewarmReport::default();
     let learned = Learned::default();
-    let naming = Naming::new(cfg.plan.repos.clone());
-    let staged = match content_jobs(catalog, context.router, naming) {
-        Some((count, contents)) => {
-            if talk {
-                eprintln!(
-                    "creb-rs: prewarm: {count} blobs the run reads (per repository and node) first, each hashed as it is sent"
-                );
-            }
-            progress.add_total(count as u64);
-            let line = context
-                .session
-                .progress_line("prewarm", "objects", &progress);
-            let first = stage.driver(catalog, &learned);
-            first.contents(contents, &mut report).await;
-            line.finish();
-            true
-        }
-        None => false,
-    };
+    let staged = stage.contents(catalog, &learned, talk, &mut report).await;
     if staged {
         if context.shutdown.is_cancelled() {
             return Ok(report);
@@ -222,11 +204,41 @@ async fn push_all(
 struct Stage<'a> {
     context: &'a Context<'a>,
     clients: &'a [RegistryClient],
-    progress: &'a Progress,
+    progress: &'a Arc<Progress>,
     cache: Option<&'a Appender>,
 }
 
 impl<'a> Stage<'a> {
+    /// The first stage, when there is one: the content the run reads, uploaded at once and
+    /// hashed as it is sent. Whether it ran.
+    async fn contents(
+        &self,
+        catalog: &Catalog,
+        learned: &Learned,
+        talk: bool,
+        report: &mut PrewarmReport,
+    ) -> bool {
+        let naming = Naming::new(self.context.cfg.plan.repos.clone());
+        let Some((count, contents)) = content_jobs(catalog, self.context.router, naming) else {
+            return false;
+        };
+        if talk {
+            eprintln!(
+                "creb-rs: prewarm: {count} blobs the run reads (per repository and node) first, each hashed as it is sent"
+            );
+        }
+        self.progress.add_total(count as u64);
+        let line = self
+            .context
+            .session
+            .progress_line("prewarm", "objects", self.progress);
+        self.driver(catalog, learned)
+            .contents(contents, report)
+            .await;
+        line.finish();
+        true
+    }
+
     /// The prewarm driver over `catalog` as it stands, the digests it learns kept in `learned`.
     fn driver<'s>(&'s self, catalog: &'s Catalog, learned: &'s Learned) -> Prewarm<'s> {
         let cfg = self.context.cfg;

@@ -7,7 +7,7 @@
 
 use super::config::ReplayConfig;
 use super::context::Context;
-use crate::client::OpCtx;
+use crate::client::{OpCtx, RegistryClient};
 use crate::digest::Digest;
 use crate::metrics::AggregatorBuilder;
 use crate::oci::Reference;
@@ -54,69 +54,100 @@ pub(super) async fn probe(context: &Context<'_>, catalog: &Catalog) -> Found {
         .collect();
     let mut naming = Naming::new(cfg.plan.repos.clone());
     let mut found = Found::default();
-    let blobs = catalog.blob_reads();
-    for i in spread(blobs.len(), BLOBS) {
-        let (repo_sym, d) = blobs[i];
-        let repo = naming.repo(catalog, repo_sym);
-        let digest = Digest::from_sha256(catalog.blob_sha256(d));
-        let endpoint = first(context, Object::Blob(digest.as_str()));
-        let head = clients[endpoint].blob_head(&repo, &digest, OpCtx::default());
-        let Some(answer) = until_stopped(context, head).await else {
-            break;
-        };
-        match answer {
-            Ok(Some(_)) => found.asked += 1,
-            Ok(None) => {
-                found.asked += 1;
-                found.missing += 1;
-            }
-            Err(_) => {}
-        }
-    }
-    // A manifest the trace also pushes may hold the run's own content from an earlier run:
-    // only those nobody but prewarm writes say what prewarm did.
-    let pushed: std::collections::HashSet<_> = catalog.pushed_manifests().iter().copied().collect();
-    let manifests: Vec<_> = catalog
-        .manifests
-        .keys()
-        .copied()
-        .filter(|key| !pushed.contains(key))
-        .collect();
-    for i in spread(manifests.len(), MANIFESTS) {
-        let (repo_sym, reference_sym) = manifests[i];
-        let repo = naming.repo(catalog, repo_sym);
-        let tag = naming.tag(catalog, repo_sym, reference_sym);
-        let expected =
-            read_manifest_digest(catalog, cfg.plan.manifest_format, repo_sym, reference_sym);
-        let endpoint = first(
-            context,
-            Object::Manifest {
-                repo: repo.as_str(),
-                reference: tag.as_str(),
-            },
-        );
-        let reference = Reference::Tag(tag.clone());
-        let head = clients[endpoint].manifest_head(&repo, &reference, OpCtx::default());
-        let Some(answer) = until_stopped(context, head).await else {
-            break;
-        };
-        match answer {
-            Ok(Some(head)) => {
-                found.asked += 1;
-                if head.digest.is_some_and(|d| d != expected) {
-                    found.different += 1;
-                }
-            }
-            Ok(None) => {
-                found.asked += 1;
-                found.missing += 1;
-            }
-            Err(_) => {}
-        }
-    }
+    found.blobs(context, catalog, &clients, &mut naming).await;
+    found
+        .manifests(context, catalog, &clients, &mut naming)
+        .await;
     drop(clients);
     drop(aggregator.finish().await);
     found
+}
+
+impl Found {
+    /// HEADs a sample of the blobs the run reads, each on the endpoint that holds it.
+    async fn blobs(
+        &mut self,
+        context: &Context<'_>,
+        catalog: &Catalog,
+        clients: &[RegistryClient],
+        naming: &mut Naming,
+    ) {
+        let blobs = catalog.blob_reads();
+        for i in spread(blobs.len(), BLOBS) {
+            let (repo_sym, d) = blobs[i];
+            let repo = naming.repo(catalog, repo_sym);
+            let digest = Digest::from_sha256(catalog.blob_sha256(d));
+            let endpoint = first(context, Object::Blob(digest.as_str()));
+            let head = clients[endpoint].blob_head(&repo, &digest, OpCtx::default());
+            let Some(answer) = until_stopped(context, head).await else {
+                break;
+            };
+            match answer {
+                Ok(Some(_)) => self.asked += 1,
+                Ok(None) => {
+                    self.asked += 1;
+                    self.missing += 1;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// HEADs a sample of the manifests only prewarm writes, their digests compared.
+    async fn manifests(
+        &mut self,
+        context: &Context<'_>,
+        catalog: &Catalog,
+        clients: &[RegistryClient],
+        naming: &mut Naming,
+    ) {
+        // A manifest the trace also pushes may hold the run's own content from an earlier run:
+        // only those nobody but prewarm writes say what prewarm did.
+        let pushed: std::collections::HashSet<_> =
+            catalog.pushed_manifests().iter().copied().collect();
+        let manifests: Vec<_> = catalog
+            .manifests
+            .keys()
+            .copied()
+            .filter(|key| !pushed.contains(key))
+            .collect();
+        for i in spread(manifests.len(), MANIFESTS) {
+            let (repo_sym, reference_sym) = manifests[i];
+            let repo = naming.repo(catalog, repo_sym);
+            let tag = naming.tag(catalog, repo_sym, reference_sym);
+            let expected = read_manifest_digest(
+                catalog,
+                context.cfg.plan.manifest_format,
+                repo_sym,
+                reference_sym,
+            );
+            let endpoint = first(
+                context,
+                Object::Manifest {
+                    repo: repo.as_str(),
+                    reference: tag.as_str(),
+                },
+            );
+            let reference = Reference::Tag(tag.clone());
+            let head = clients[endpoint].manifest_head(&repo, &reference, OpCtx::default());
+            let Some(answer) = until_stopped(context, head).await else {
+                break;
+            };
+            match answer {
+                Ok(Some(head)) => {
+                    self.asked += 1;
+                    if head.digest.is_some_and(|d| d != expected) {
+                        self.different += 1;
+                    }
+                }
+                Ok(None) => {
+                    self.asked += 1;
+                    self.missing += 1;
+                }
+                Err(_) => {}
+            }
+        }
+    }
 }
 
 /// `future`'s output, or `None` when a stop comes first (the probe then ends).

@@ -88,6 +88,7 @@ pub(super) fn raw_layers_warning(catalog: &Catalog, warnings: &mut Vec<Warning>)
     );
 }
 
+#[allow(clippy::too_many_lines)]
 pub(super) fn validity_warnings(
     cfg: &ReplayConfig,
     checks: &Checks,

@@ -273,6 +273,21 @@ pub fn csv_header() -> Vec<String> {
     h
 }
 
+/// A main operation's count, p50 and p99 (empty when the run had none).
+fn op_cells(o: Option<&OpSummary>) -> [String; 3] {
+    let Some(o) = o else {
+        return Default::default();
+    };
+    let latency = |p: fn(&Percentiles) -> Option<f64>| {
+        o.latency_ms
+            .as_ref()
+            .and_then(p)
+            .map(num)
+            .unwrap_or_default()
+    };
+    [o.count.to_string(), latency(|p| p.p50), latency(|p| p.p99)]
+}
+
 fn csv_row(row: &Row) -> Vec<String> {
     let c = &row.record;
     let s = row.summary.as_ref();
@@ -305,26 +320,7 @@ fn csv_row(row: &Row) -> Vec<String> {
                 s.interrupted.to_string(),
             ]);
             for name in MAIN_OPS {
-                match op(s, name) {
-                    Some(o) => {
-                        v.push(o.count.to_string());
-                        v.push(
-                            o.latency_ms
-                                .as_ref()
-                                .and_then(|p| p.p50)
-                                .map(num)
-                                .unwrap_or_default(),
-                        );
-                        v.push(
-                            o.latency_ms
-                                .as_ref()
-                                .and_then(|p| p.p99)
-                                .map(num)
-                                .unwrap_or_default(),
-                        );
-                    }
-                    None => v.extend([String::new(), String::new(), String::new()]),
-                }
+                v.extend(op_cells(op(s, name)));
             }
         }
         None => v.extend(std::iter::repeat_n(String::new(), 9 + 3 * MAIN_OPS.len())),
@@ -493,6 +489,59 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
+/// The panels of a registries chart: `op_name`'s p50 and p99, operations per second and
+/// errors, each a bar per registry.
+fn panels(bars: &Bars, op_name: &str) -> Vec<Panel> {
+    let panel = |title: String, f: &dyn Fn(&Row) -> Option<f64>, log_ratio, color, integer| {
+        let (values, ranges) = bars.values(f);
+        Panel {
+            title,
+            values,
+            log_ratio,
+            color,
+            integer,
+            ranges,
+        }
+    };
+    let lat = |r: &Row, f: fn(&Percentiles) -> Option<f64>| {
+        r.summary
+            .as_ref()
+            .and_then(|s| op(s, op_name))
+            .and_then(|o| o.latency_ms.as_ref())
+            .and_then(f)
+    };
+    vec![
+        panel(
+            format!("{op_name} p50 (ms)"),
+            &|r| lat(r, |p| p.p50),
+            100.0,
+            0,
+            false,
+        ),
+        panel(
+            format!("{op_name} p99 (ms)"),
+            &|r| lat(r, |p| p.p99),
+            100.0,
+            3,
+            false,
+        ),
+        panel(
+            "operations/s".into(),
+            &|r| r.summary.as_ref().map(|s| s.throughput.requests_per_s),
+            100.0,
+            2,
+            false,
+        ),
+        panel(
+            "errors".into(),
+            &|r| r.summary.as_ref().map(|s| s.totals.errors as f64),
+            1e9,
+            1,
+            true,
+        ),
+    ]
+}
+
 /// The registries compared in the latest round that has results. With repetitions, one bar
 /// per registry at the median of its repetitions, with a whisker from the lowest to the
 /// highest: the spread is the noise a difference must clear. Without, one bar per cell.
@@ -513,24 +562,6 @@ fn registries_chart(
         return;
     };
     let bars = Bars::of(rows, last, repetitions);
-    let panel = |title: String, f: &dyn Fn(&Row) -> Option<f64>, log_ratio, color, integer| {
-        let (values, ranges) = bars.values(f);
-        Panel {
-            title,
-            values,
-            log_ratio,
-            color,
-            integer,
-            ranges,
-        }
-    };
-    let lat = |r: &Row, f: fn(&Percentiles) -> Option<f64>| {
-        r.summary
-            .as_ref()
-            .and_then(|s| op(s, op_name))
-            .and_then(|o| o.latency_ms.as_ref())
-            .and_then(f)
-    };
     let labels = bars.labels(repetitions);
     let repeated = bars.repeated;
     let chart = BarChart {
@@ -544,36 +575,7 @@ fn registries_chart(
         },
         groups: (0..labels.len()).collect(),
         rows: labels,
-        panels: vec![
-            panel(
-                format!("{op_name} p50 (ms)"),
-                &|r| lat(r, |p| p.p50),
-                100.0,
-                0,
-                false,
-            ),
-            panel(
-                format!("{op_name} p99 (ms)"),
-                &|r| lat(r, |p| p.p99),
-                100.0,
-                3,
-                false,
-            ),
-            panel(
-                "operations/s".into(),
-                &|r| r.summary.as_ref().map(|s| s.throughput.requests_per_s),
-                100.0,
-                2,
-                false,
-            ),
-            panel(
-                "errors".into(),
-                &|r| r.summary.as_ref().map(|s| s.totals.errors as f64),
-                1e9,
-                1,
-                true,
-            ),
-        ],
+        panels: panels(&bars, op_name),
     };
     out.push_str(&bar_chart(&chart));
 }

@@ -176,10 +176,8 @@ pub fn render_result(set: &crate::results::ResultSet) -> String {
     t
 }
 
-/// The human summary table, with how each endpoint was reached (from `meta.json`) and, for
-/// a merged result, the hosts it holds.
-pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[HostInfo]) -> String {
-    let mut out = String::new();
+/// The first lines of the table: what ran against which registry, and its totals.
+fn head_lines(out: &mut String, summary: &Summary, hosts: &[HostInfo]) {
     // A pull generates nothing, so its seed means nothing.
     let seed = if summary.command == "pull" {
         String::new()
@@ -214,6 +212,13 @@ pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[Host
         summary.throughput.requests_per_s,
         if summary.interrupted { "  INTERRUPTED" } else { "" }
     );
+}
+
+/// The human summary table, with how each endpoint was reached (from `meta.json`) and, for
+/// a merged result, the hosts it holds.
+pub fn render_text_with(summary: &Summary, links: &[EndpointLink], hosts: &[HostInfo]) -> String {
+    let mut out = String::new();
+    head_lines(&mut out, summary, hosts);
     if let Some(line) = steady_line(summary) {
         let _ = writeln!(out, "{line}");
     }
@@ -591,27 +596,30 @@ pub fn host_table(hosts: &[HostInfo]) -> String {
     out
 }
 
+/// The columns of the operations table as CSV.
+const CSV_COLUMNS: [&str; 16] = [
+    "operation",
+    "count",
+    "ok",
+    "errors",
+    "bytes",
+    "requests_per_s",
+    "bytes_per_s",
+    "mean_ms",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "service_p99_ms",
+    "lag_p99_ms",
+    "value",
+];
+
 /// The operations table as CSV: one row per operation and session.
 pub fn render_csv(summary: &Summary) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "operation",
-        "count",
-        "ok",
-        "errors",
-        "bytes",
-        "requests_per_s",
-        "bytes_per_s",
-        "mean_ms",
-        "p50_ms",
-        "p90_ms",
-        "p99_ms",
-        "p999_ms",
-        "max_ms",
-        "service_p99_ms",
-        "lag_p99_ms",
-        "value",
-    ])?;
+    w.write_record(CSV_COLUMNS)?;
     let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
     // One row: operation, its counts and rates, its latency, then the rest.
     let row = |name: &str, counts: [String; 6], l: Option<Percentiles>, rest: [String; 3]| {

@@ -578,6 +578,7 @@ fn op_summary(stats: &Stats, classes: Vec<(String, &Stats)>, duration: Duration)
 
 impl Summary {
     /// Builds the summary of a finished (or interrupted) run.
+    #[allow(clippy::too_many_lines)]
     pub fn build(info: RunInfo, aggregator: &Aggregator) -> Summary {
         // `--warmup`: what it left out is not in the numbers, nor in the time they cover.
         let warmup = aggregator.warmup();

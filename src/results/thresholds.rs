@@ -252,6 +252,7 @@ fn parse_number(value: &str) -> Result<f64, String> {
 }
 
 impl Threshold {
+    #[allow(clippy::too_many_lines)]
     pub fn parse(text: &str) -> Result<Threshold, ThresholdError> {
         let err = |reason: String| ThresholdError {
             text: text.to_owned(),

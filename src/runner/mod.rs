@@ -293,6 +293,7 @@ impl<D: CellDriver> Runner<'_, D> {
     /// each round at its slot (slots that passed while a round ran are skipped and said so),
     /// until the schedule's rounds are done or `until` has passed. Whether a stop
     /// interrupted them.
+    #[allow(clippy::too_many_lines)]
     async fn rounds(&mut self, anchor: SystemTime) -> anyhow::Result<bool> {
         let schedule = self.cp.schedule;
         // The round to start with: the last recorded one if it is not complete, else the next.
@@ -481,6 +482,7 @@ impl<D: CellDriver> Runner<'_, D> {
     /// One cell of round `label` (number `place.0` of `place.1`): skipped when it is
     /// complete already, failed unrun when its registry does not answer (checked once a
     /// round, in `checked`), else run and recorded. `Some` when a stop ends the round.
+    #[allow(clippy::too_many_lines)]
     async fn round_cell(
         &mut self,
         cell: &Cell,

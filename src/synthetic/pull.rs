@@ -82,6 +82,7 @@ pub fn labels() -> RunInfoLabels {
 
 /// Pulls what `cfg` names into `session`'s results (`watch` the registry's own metrics,
 /// when asked), each job stopped by `shutdown` after `grace`.
+#[allow(clippy::too_many_lines)]
 pub async fn run(
     cfg: &PullConfig,
     session: Session,

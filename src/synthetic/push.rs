@@ -79,6 +79,7 @@ pub fn labels(cfg: &PushConfig) -> RunInfoLabels {
 
 /// Pushes the images `cfg` describes into `session`'s results (`watch` the registry's own
 /// metrics, when asked), each job stopped by `shutdown` after `grace`.
+#[allow(clippy::too_many_lines)]
 pub async fn run(
     cfg: &PushConfig,
     session: Session,

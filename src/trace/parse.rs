@@ -310,6 +310,7 @@ pub(super) fn raw_time(raw: &Fields<'_>) -> Option<i64> {
 }
 
 /// Validates a raw object into a record, interning its names.
+#[allow(clippy::too_many_lines)]
 pub(super) fn build(
     raw: &Fields<'_>,
     names: &mut Interner,

@@ -547,6 +547,7 @@ impl TraceReader {
 
     /// Reads one object of file `f` into the heap or the pending queue. Returns true when
     /// `f` needs no more filling (its share of the heap is full, or it ended).
+    #[allow(clippy::too_many_lines)]
     fn read_one(&mut self, f: u32) -> bool {
         let fi = f as usize;
         let Some(active) = self.active[fi].as_mut() else {

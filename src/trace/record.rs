@@ -550,6 +550,7 @@ fn has_slash(s: &str) -> bool {
 /// bytes (the separators are ASCII): it runs for every record read, and the
 /// `char`- and substring-pattern searches of `str` cost more to set up than a URI takes to
 /// scan.
+#[allow(clippy::too_many_lines)]
 pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
     let end = memchr::memchr2(b'?', b'#', uri.as_bytes()).unwrap_or(uri.len());
     let path = trim_start_slashes(&uri[..end]);

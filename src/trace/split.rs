@@ -94,6 +94,7 @@ impl<R: Read> Splitter<R> {
 
     /// Reads the next object and hands it to `f` with its stream offset and bytes.
     /// `Ok(None)` at the end of input.
+    #[allow(clippy::too_many_lines)]
     pub(super) fn next_with<T>(
         &mut self,
         f: impl FnOnce(u64, &[u8], Fields<'_>) -> T,

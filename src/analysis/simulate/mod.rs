@@ -268,7 +268,18 @@ fn trace_line(t: &TraceInfo) -> String {
     )
 }
 
+/// One row of the cache simulation's table.
+fn cache_row(s: &mut String, c: [String; 10]) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{:>7}  {:>10}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>10}",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+    );
+}
+
 /// The human summary of a cache simulation.
+#[allow(clippy::too_many_lines)]
 pub fn cache_text(out: &CacheOutput) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -288,37 +299,40 @@ pub fn cache_text(out: &CacheOutput) -> String {
         out.ssd_factor
     );
     let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "{:>7}  {:>10}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>10}",
-        "memory%",
-        "memory",
-        "ssd",
-        "mem-only",
-        "two-tier",
-        "from mem",
-        "from ssd",
-        "byte hit",
-        "steady",
-        "filled at"
+    cache_row(
+        &mut s,
+        [
+            "memory%",
+            "memory",
+            "ssd",
+            "mem-only",
+            "two-tier",
+            "from mem",
+            "from ssd",
+            "byte hit",
+            "steady",
+            "filled at",
+        ]
+        .map(str::to_owned),
     );
     for p in &out.points {
         let t = &p.two_tier;
-        let _ = writeln!(
-            s,
-            "{:>7}  {:>10}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>10}",
-            format!("{:.1}%", p.percent_of_working_set),
-            ByteSize(t.config.memory_bytes).to_string(),
-            ByteSize(t.config.ssd_bytes).to_string(),
-            pct(p.memory_only.overall.hit_ratio.overall),
-            pct(t.overall.hit_ratio.overall),
-            pct(t.overall.hit_ratio.memory),
-            pct(t.overall.hit_ratio.ssd),
-            pct(t.overall.byte_hit_ratio.overall),
-            t.steady_state
-                .as_ref()
-                .map_or("-".to_owned(), |r| pct(r.hit_ratio.overall)),
-            t.filled_at_request.map_or("never".to_owned(), grouped),
+        cache_row(
+            &mut s,
+            [
+                format!("{:.1}%", p.percent_of_working_set),
+                ByteSize(t.config.memory_bytes).to_string(),
+                ByteSize(t.config.ssd_bytes).to_string(),
+                pct(p.memory_only.overall.hit_ratio.overall),
+                pct(t.overall.hit_ratio.overall),
+                pct(t.overall.hit_ratio.memory),
+                pct(t.overall.hit_ratio.ssd),
+                pct(t.overall.byte_hit_ratio.overall),
+                t.steady_state
+                    .as_ref()
+                    .map_or("-".to_owned(), |r| pct(r.hit_ratio.overall)),
+                t.filled_at_request.map_or("never".to_owned(), grouped),
+            ],
         );
     }
     if let [p] = out.points.as_slice() {

@@ -305,6 +305,7 @@ impl PrefetchSim {
     }
 
     /// Applies one event.
+    #[allow(clippy::too_many_lines)]
     pub fn apply(&mut self, event: PrefetchEvent) {
         let t = match event {
             PrefetchEvent::LayerPushed { time_ms, .. }

@@ -115,35 +115,7 @@ impl UploadTracker {
                 }))
             }
             (Method::Patch | Method::Put, Target::Upload { repo, session }) => {
-                let s = match self.sessions.get_mut(&session) {
-                    Some(s) => s,
-                    None => {
-                        let digest = self
-                            .missing
-                            .get_mut(&(r.client, repo))
-                            .and_then(|q| q.pop_front())
-                            .map(|(d, _)| d);
-                        self.sessions.entry(session).or_insert(Session {
-                            digest,
-                            bytes: 0,
-                            last_ms: r.time_ms,
-                        })
-                    }
-                };
-                s.bytes = s.bytes.saturating_add(r.size);
-                s.last_ms = r.time_ms;
-                if r.method == Method::Patch {
-                    return None;
-                }
-                let s = self.sessions.remove(&session)?;
-                Some(PushEvent::Uploaded(PushedLayer {
-                    repo,
-                    client: r.client,
-                    digest: s.digest,
-                    session: Some(session),
-                    size: s.bytes,
-                    time_ms: r.time_ms,
-                }))
+                self.upload_record(r, repo, session)
             }
             (Method::Delete, Target::Upload { session, .. }) => {
                 self.sessions.remove(&session);
@@ -151,6 +123,40 @@ impl UploadTracker {
             }
             _ => None,
         }
+    }
+
+    /// A PATCH or the closing PUT of an upload session: the PUT completes the layer (named
+    /// by the HEAD 404 its client made last in the repository, when there was one).
+    fn upload_record(&mut self, r: &Record, repo: Sym, session: SessionId) -> Option<PushEvent> {
+        let s = match self.sessions.get_mut(&session) {
+            Some(s) => s,
+            None => {
+                let digest = self
+                    .missing
+                    .get_mut(&(r.client, repo))
+                    .and_then(|q| q.pop_front())
+                    .map(|(d, _)| d);
+                self.sessions.entry(session).or_insert(Session {
+                    digest,
+                    bytes: 0,
+                    last_ms: r.time_ms,
+                })
+            }
+        };
+        s.bytes = s.bytes.saturating_add(r.size);
+        s.last_ms = r.time_ms;
+        if r.method == Method::Patch {
+            return None;
+        }
+        let s = self.sessions.remove(&session)?;
+        Some(PushEvent::Uploaded(PushedLayer {
+            repo,
+            client: r.client,
+            digest: s.digest,
+            session: Some(session),
+            size: s.bytes,
+            time_ms: r.time_ms,
+        }))
     }
 
     fn sweep(&mut self) {

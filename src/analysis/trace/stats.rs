@@ -491,6 +491,7 @@ impl Acc {
         self.sessions.not_followed += expired;
     }
 
+    #[allow(clippy::too_many_lines)]
     fn finish(mut self, files: usize, names: &Interner, out_of_order: u64) -> TraceStats {
         if self.minute.is_some() {
             self.flush_minute();

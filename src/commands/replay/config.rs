@@ -425,6 +425,7 @@ impl TryFrom<&ReplayArgs> for ReplayConfig {
 impl ReplayConfig {
     /// The replay the flags describe, in `mode` whatever `--mode` says (a capacity search's
     /// steps are an open model always).
+    #[allow(clippy::too_many_lines)]
     pub fn in_mode(a: &ReplayArgs, mode: Mode) -> anyhow::Result<Self> {
         if a.chunk_size.bytes() == 0 {
             anyhow::bail!("--chunk-size must be at least 1 byte");

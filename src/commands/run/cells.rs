@@ -115,6 +115,7 @@ pub fn cell_seed(exp: &Experiment, cell: &Cell) -> Result<u64, String> {
 }
 
 /// The command line of a cell (without the program name), writing into `out_dir`.
+#[allow(clippy::too_many_lines)]
 pub fn cell_argv(
     file: &ExperimentFile,
     cell: &Cell,

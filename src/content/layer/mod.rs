@@ -751,6 +751,7 @@ fn run_bits(byte: u8, len: u64, history: bool) -> u64 {
         + lits * literal_bits(byte)
 }
 
+#[allow(clippy::too_many_lines)]
 fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
     // Magic, deflate, no flags, a time that is the key's (every member of the layer has it:
     // even an empty layer is unique), no extra flags, unknown OS.

@@ -356,6 +356,7 @@ impl Walk {
     }
 
     /// The next segment; `used` is the compressed bytes the frames hold before it.
+    #[allow(clippy::too_many_lines)]
     pub(super) fn next(&mut self, used: u64) -> Seg {
         match self.phase {
             Phase::Top => {

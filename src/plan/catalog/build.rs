@@ -215,6 +215,7 @@ impl Draft {
         }
     }
 
+    #[allow(clippy::too_many_lines)]
     fn seal_uploads(&mut self, names: &Interner) {
         self.open_uploads = FastHashMap::default();
         let name = |sym: u32| match sym {

@@ -148,6 +148,34 @@ fn steps_table(out: &mut String, c: &CapacityResult) {
     }
 }
 
+/// The answer, the loads around it, the objectives and the steps' length.
+fn answer_section(out: &mut String, c: &CapacityResult, answer: &str) {
+    let cap = &c.capacity;
+    let objectives: Vec<String> = c.objectives.iter().map(|o| escape(o)).collect();
+    let throttled = c
+        .throttle_onset
+        .as_ref()
+        .and_then(|t| Some((t.speed?, t.requests_per_s)));
+    let _ = write!(
+        out,
+        "<section id=\"answer\"><h2>Answer</h2><dl class=\"facts\"><dt>capacity</dt><dd>{}</dd>\
+         <dt>not sustained at</dt><dd>{}</dd><dt>throttled (429) from</dt><dd>{}</dd>\
+         <dt>objectives</dt><dd>{}</dd><dt>steps</dt><dd>{} s measured after {} s of warm-up</dd></dl></section>",
+        escape(answer),
+        cap.upper_speed.map_or("–".to_owned(), |s| format!(
+            "{s:.3}× ({} operations/s offered)",
+            number(cap.upper_requests_per_s, 1)
+        )),
+        throttled.map_or("–".to_owned(), |(s, rate)| format!(
+            "{s:.3}× ({} operations/s offered)",
+            number(rate, 1)
+        )),
+        objectives.join(" · "),
+        number(Some(c.step_s), 1),
+        number(Some(c.warmup_s), 1)
+    );
+}
+
 /// The page of the capacity result `c`, read from `dir`.
 pub fn render(c: &CapacityResult, dir: &Path) -> String {
     let mut out = String::with_capacity(64 * 1024);
@@ -174,29 +202,7 @@ pub fn render(c: &CapacityResult, dir: &Path) -> String {
         "<nav><a href=\"#answer\">answer</a><a href=\"#capacity-latency\">latency</a>\
          <a href=\"#capacity-throughput\">throughput</a><a href=\"#steps\">steps</a></nav><main>",
     );
-    let objectives: Vec<String> = c.objectives.iter().map(|o| escape(o)).collect();
-    let throttled = c
-        .throttle_onset
-        .as_ref()
-        .and_then(|t| Some((t.speed?, t.requests_per_s)));
-    let _ = write!(
-        out,
-        "<section id=\"answer\"><h2>Answer</h2><dl class=\"facts\"><dt>capacity</dt><dd>{}</dd>\
-         <dt>not sustained at</dt><dd>{}</dd><dt>throttled (429) from</dt><dd>{}</dd>\
-         <dt>objectives</dt><dd>{}</dd><dt>steps</dt><dd>{} s measured after {} s of warm-up</dd></dl></section>",
-        escape(&answer),
-        cap.upper_speed.map_or("–".to_owned(), |s| format!(
-            "{s:.3}× ({} operations/s offered)",
-            number(cap.upper_requests_per_s, 1)
-        )),
-        throttled.map_or("–".to_owned(), |(s, rate)| format!(
-            "{s:.3}× ({} operations/s offered)",
-            number(rate, 1)
-        )),
-        objectives.join(" · "),
-        number(Some(c.step_s), 1),
-        number(Some(c.warmup_s), 1)
-    );
+    answer_section(&mut out, c, &answer);
     for (id, title, svg, caption) in [
         (
             "capacity-latency",

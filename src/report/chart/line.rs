@@ -189,6 +189,34 @@ fn axes(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Sca
     );
 }
 
+/// A series' SVG path (broken where a value is missing or off the scale) and the points
+/// drawn.
+fn path_of(s: &Series, xscale: &Scale, yscale: &Scale) -> (String, Vec<(f64, f64)>) {
+    let mut d = String::new();
+    let mut pen_down = false;
+    let mut visible = Vec::new();
+    for &(x, y) in &s.points {
+        match (
+            xscale.map(x),
+            y.is_finite().then(|| yscale.map(y)).flatten(),
+        ) {
+            (Some(px_), Some(py)) => {
+                let _ = write!(
+                    d,
+                    "{}{},{}",
+                    if pen_down { "L" } else { "M" },
+                    px(px_),
+                    px(py)
+                );
+                pen_down = true;
+                visible.push((px_, py));
+            }
+            _ => pen_down = false,
+        }
+    }
+    (d, visible)
+}
+
 /// Each series' line (broken where a value is missing), its markers when few, and "no
 /// data" when nothing falls on the chart.
 fn series_lines(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, yscale: &Scale) {
@@ -204,28 +232,7 @@ fn series_lines(out: &mut String, c: &LineChart, f: &Frame, xscale: &Scale, ysca
         r#"<g class="series-lines" clip-path="url(#clip-{id})">"#
     );
     for s in &c.series {
-        let mut d = String::new();
-        let mut pen_down = false;
-        let mut visible = Vec::new();
-        for &(x, y) in &s.points {
-            match (
-                xscale.map(x),
-                y.is_finite().then(|| yscale.map(y)).flatten(),
-            ) {
-                (Some(px_), Some(py)) => {
-                    let _ = write!(
-                        d,
-                        "{}{},{}",
-                        if pen_down { "L" } else { "M" },
-                        px(px_),
-                        px(py)
-                    );
-                    pen_down = true;
-                    visible.push((px_, py));
-                }
-                _ => pen_down = false,
-            }
-        }
+        let (d, visible) = path_of(s, xscale, yscale);
         let dash = if s.dashed {
             r#" stroke-dasharray="7 4""#
         } else {

@@ -131,13 +131,8 @@ fn spectrum(h: &Histogram<u64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The percentile spectrum of every operation and session, from the exact totals.
-fn spectrum_chart(
-    set: &ResultSet,
-    agg: &Aggregator,
-    id: &'static str,
-    service: bool,
-) -> Option<Figure> {
+/// Each operation's and session's latency (or service time) spectrum, one series each.
+fn spectrum_series(set: &ResultSet, agg: &Aggregator, service: bool) -> Vec<Series> {
     let mut series = Vec::new();
     for op in agg.table().ops() {
         if op.level() == Level::Request {
@@ -164,6 +159,17 @@ fn spectrum_chart(
             dashed: op.level() == Level::Session,
         });
     }
+    series
+}
+
+/// The percentile spectrum of every operation and session, from the exact totals.
+fn spectrum_chart(
+    set: &ResultSet,
+    agg: &Aggregator,
+    id: &'static str,
+    service: bool,
+) -> Option<Figure> {
+    let series = spectrum_series(set, agg, service);
     if service && series.is_empty() {
         return None;
     }
@@ -258,6 +264,7 @@ fn throughput_chart(set: &ResultSet) -> Figure {
     }
 }
 
+#[allow(clippy::too_many_lines)]
 fn errors_chart(set: &ResultSet) -> Figure {
     let t = Timeline::new(&set.timeline);
     let positions = interval_positions(set);

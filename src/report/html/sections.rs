@@ -159,6 +159,7 @@ pub(super) fn run_section(out: &mut String, set: &ResultSet) {
 }
 
 /// What the run was: command, registry, how it was reached, when, its totals.
+#[allow(clippy::too_many_lines)]
 fn run_facts(out: &mut String, set: &ResultSet) {
     let s = &set.summary;
     let m = &set.meta;

@@ -49,6 +49,7 @@ impl Profile {
     }
 
     /// The generator's parameters for this profile.
+    #[allow(clippy::too_many_lines)]
     pub fn params(self) -> ProfileParams {
         let base = ProfileParams {
             requests_per_minute: 250.0,
@@ -486,6 +487,7 @@ fn solve_exponent(n: usize, draws: f64, repeat: f64, target: f64) -> f64 {
 }
 
 impl ProfileGenerator {
+    #[allow(clippy::too_many_lines)]
     pub fn new(opts: &ProfileOptions) -> Self {
         let p = opts.profile.params();
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(opts.seed);

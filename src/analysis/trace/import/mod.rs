@@ -252,6 +252,7 @@ fn record(r: &LogRequest, a: &Anonymizer, seq: u64) -> Result<(i64, RawRecord), 
 }
 
 /// Reads every line of `files` (plain, gzip or zstd), writes the trace to `out`.
+#[allow(clippy::too_many_lines)]
 pub fn import(files: &[PathBuf], out: &Path, opts: &ImportOptions) -> anyhow::Result<ImportReport> {
     let mut report = ImportReport {
         format: Some(opts.format),
@@ -484,6 +485,7 @@ pub fn sized_objects(
 }
 
 /// The report for people.
+#[allow(clippy::too_many_lines)]
 pub fn render(r: &ImportReport) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();

@@ -130,6 +130,7 @@ pub fn sized_object(r: &LogRequest) -> Option<(String, String)> {
 
 impl UploadSizes {
     /// Sizes `record` (made from `r`) if it is part of an upload or a mount.
+    #[allow(clippy::too_many_lines)]
     pub fn apply(&mut self, r: &LogRequest, record: &mut RawRecord, learned: &LearnedSizes) {
         let Some((repo, session, query)) = upload_parts(&r.uri) else {
             return;
