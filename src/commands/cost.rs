@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::analysis::cost::{estimate, load_table, measure, text, Estimate};
+use crate::analysis::cost::{estimate, load_table, measure, Estimate};
+use crate::report::analysis::cost::text;
 use crate::session::status::ExitStatus;
 use crate::units::ByteSize;
 

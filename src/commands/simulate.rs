@@ -9,9 +9,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::analysis::simulate::{
-    cache_text, prefetch_text, simulate_cache_files, simulate_prefetch_files, PrefetchConfig,
-    TraceInfo, PAPER_RETENTIONS,
+    simulate_cache_files, simulate_prefetch_files, PrefetchConfig, TraceInfo, PAPER_RETENTIONS,
 };
+use crate::report::analysis::simulate::{cache_text, prefetch_text};
 use crate::session::status::ExitStatus;
 use crate::units::{parse_duration, ByteSize};
 

@@ -19,14 +19,15 @@ use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
 use super::args::parse_seed;
 use crate::analysis::trace::import::{
-    import, render as render_import, sized_objects, Anonymizer, ImportOptions, LearnedSizes,
-    LogFormat,
+    import, sized_objects, Anonymizer, ImportOptions, LearnedSizes, LogFormat,
 };
 use crate::analysis::trace::{
-    compute_stats, render_text, sample_records, validate_trace, Records, SampleMethod, StatsOptions,
+    compute_stats, sample_records, validate_trace, Records, SampleMethod, StatsOptions,
 };
 use crate::plan::catalog::SizeScale;
 use crate::plan::footprint::Footprint;
+use crate::report::analysis::import::render as render_import;
+use crate::report::analysis::trace_stats::render_text;
 use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
 use crate::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
@@ -691,7 +692,7 @@ fn run_stats(a: &StatsArgs, out: Out) -> anyhow::Result<ExitStatus> {
         let mut text = render_text(&stats);
         if let Some(c) = &footprint {
             text.push('\n');
-            text.push_str(&c.to_string());
+            text.push_str(&crate::report::analysis::footprint::render(c));
         }
         out.text(&text);
         out.note(&format!(

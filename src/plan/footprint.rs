@@ -5,7 +5,6 @@
 use crate::fast_hash::FastHashMap;
 use crate::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
 use crate::trace::{Interner, Item, Method, Sym, Target, TraceError, TraceInput, TraceReader};
-use crate::units::{grouped, ByteSize};
 
 /// The figures of `trace stats --capacity`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -77,38 +76,6 @@ impl Footprint {
             read_bytes,
             storage_bytes: blob_bytes.saturating_add(upload_bytes),
         })
-    }
-}
-
-impl std::fmt::Display for Footprint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let scale = match (self.size_scale < 1.0, self.max_object_size) {
-            (false, None) => "sizes as recorded".to_string(),
-            (true, None) => format!("sizes ×{}", self.size_scale),
-            (false, Some(m)) => format!("sizes capped at {}", ByteSize(m)),
-            (true, Some(m)) => format!("sizes ×{}, capped at {}", self.size_scale, ByteSize(m)),
-        };
-        writeln!(f, "capacity ({scale})")?;
-        writeln!(
-            f,
-            "  prewarm: {} blobs, {} stored; {} pushes, {} sent",
-            grouped(self.blobs as u64),
-            ByteSize(self.blob_bytes),
-            grouped(self.prewarm_pushes as u64),
-            ByteSize(self.prewarm_bytes),
-        )?;
-        writeln!(
-            f,
-            "  run: {} uploads, {} sent and stored; {} received by blob GETs",
-            grouped(self.uploads as u64),
-            ByteSize(self.upload_bytes),
-            ByteSize(self.read_bytes),
-        )?;
-        writeln!(
-            f,
-            "  registry storage after the run: {}",
-            ByteSize(self.storage_bytes)
-        )
     }
 }
 

@@ -34,6 +34,20 @@ pub struct Preparation {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest_cache: Option<PathBuf>,
     pub digest_cache_written: bool,
+    /// Blobs generated as plain bytes, not tars (the `raw_layers` warning): recorded once
+    /// the catalog is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_layers: Option<u64>,
+    /// The digests the run uses that the prewarm learned, while sending and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prewarm_digests: Option<PrewarmDigests>,
+}
+
+/// The digests a prewarm learned: hashed while its uploads were sent, and computed after.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PrewarmDigests {
+    pub while_sending: u64,
+    pub after: u64,
 }
 
 /// Where pass 1 stands, for its progress lines: the records read, then the digests.
@@ -238,6 +252,8 @@ async fn hash_catalog(
             digests,
             digest_cache: cache_file.map(|f| f.path),
             digest_cache_written: written,
+            raw_layers: None,
+            prewarm_digests: None,
         };
         Some((catalog, prep))
     })

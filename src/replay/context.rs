@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::catalog::Preparation;
 use super::config::ReplayConfig;
 use crate::client::{ClientOptions, RegistryClient};
 use crate::metrics::{Aggregator, AggregatorBuilder, ErrorLog, Recorder};
@@ -36,7 +37,7 @@ pub(super) struct Context<'a> {
     pub(super) shutdown: &'a Shutdown,
     pub(super) errors: &'a ErrorLog,
     /// How pass 1 spent its time (meta.json `preparation`).
-    pub(super) preparation: &'a serde_json::Value,
+    pub(super) preparation: &'a Preparation,
 }
 
 /// The trace as pass 1 left it for the runs.
@@ -47,7 +48,7 @@ pub(super) struct Prepared {
     pub(super) spool: Option<crate::trace::Spool>,
     pub(super) dataset: serde_json::Value,
     /// How pass 1 (and the prewarm's hashing) spent their time (meta.json `preparation`).
-    pub(super) preparation: serde_json::Value,
+    pub(super) preparation: Preparation,
 }
 
 /// Connects to every endpoint (one client, connection pool and credential cache each when

@@ -43,7 +43,7 @@ use crate::shutdown::Shutdown;
 use crate::trace::TraceInput;
 use crate::units::ByteSize;
 
-pub use catalog::Preparation;
+pub use catalog::{Preparation, PrewarmDigests};
 pub use config::{CacheFile, ReplayConfig, RoutingConfig, Window};
 // The settings of the drivers a replay's configuration names (the drivers are internal).
 pub use crate::exec::replicate::{ReplicaSpec, ReplicaWork};
@@ -210,11 +210,9 @@ impl Engine {
         }
         self.prepared = Some(Prepared {
             dataset: catalog::dataset_json(cfg, &self.input, &catalog),
-            preparation: {
-                let mut p = serde_json::to_value(&preparation).unwrap_or_default();
-                // Blobs generated as plain bytes, not tars (the `raw_layers` warning).
-                p["raw_layers"] = catalog.raw_layers().into();
-                p
+            preparation: Preparation {
+                raw_layers: Some(catalog.raw_layers()),
+                ..preparation
             },
             catalog,
             spool,

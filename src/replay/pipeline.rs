@@ -363,7 +363,7 @@ fn summarize(context: &Context<'_>, ran: Ran, planner: Option<&PlannerEnd>) -> F
             interval: context.output.interval,
         },
     );
-    meta.preparation = Some(context.preparation.clone());
+    meta.preparation = Some(super::prewarm::preparation_json(context.preparation));
     meta.endpoints = endpoint_links(names, connections);
     if let Some(spec) = &cfg.replicas {
         (meta.endpoints).extend(endpoint_links(&spec.names(), &ran.replica_connections));

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::catalog::learn_missing;
+use super::catalog::{learn_missing, Preparation, PrewarmDigests};
 use super::config::CacheFile;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
@@ -90,11 +90,11 @@ pub(super) async fn phase(
 /// the warning, also said on stderr, names it.
 fn stale_cache(
     cache: Option<&CacheFile>,
-    preparation: &serde_json::Value,
+    preparation: &Preparation,
     aggregator: &Aggregator,
 ) -> Option<Warning> {
     let cache = cache?;
-    let cached = preparation["digests"]["cached"].as_u64().unwrap_or(0);
+    let cached = preparation.digests.cached as u64;
     let refused: u64 = [Op::UploadPut, Op::BlobUpload]
         .iter()
         .filter_map(|op| aggregator.table().op_total(*op))
@@ -121,18 +121,21 @@ fn stale_cache(
     })
 }
 
+/// The preparation as meta.json holds it: a JSON document, its keys sorted.
+pub(super) fn preparation_json(preparation: &Preparation) -> serde_json::Value {
+    serde_json::to_value(preparation).unwrap_or_default()
+}
+
 /// The run's preparation (meta.json) after a prewarm: the digests the run uses were learned
 /// by the prewarm, while sending and after.
-pub(super) fn with_digests(
-    preparation: &serde_json::Value,
-    report: &PrewarmReport,
-) -> serde_json::Value {
-    let mut p = preparation.clone();
-    p["prewarm_digests"] = serde_json::json!({
-        "while_sending": report.digests_learned,
-        "after": report.digests_computed,
-    });
-    p
+pub(super) fn with_digests(preparation: &Preparation, report: &PrewarmReport) -> Preparation {
+    Preparation {
+        prewarm_digests: Some(PrewarmDigests {
+            while_sending: report.digests_learned,
+            after: report.digests_computed,
+        }),
+        ..preparation.clone()
+    }
 }
 
 /// Plans the prewarm's jobs and carries them out with the phase's progress line, in
@@ -340,7 +343,7 @@ fn summarize(
             interval: context.session.output.interval,
         },
     );
-    meta.preparation = Some(context.preparation.clone());
+    meta.preparation = Some(preparation_json(context.preparation));
     meta.endpoints = endpoint_links(names, connections);
     Finished {
         summary,

@@ -4,6 +4,7 @@
 //! ([`compare`]). Rendering only: the commands decide where it goes, and diagnostics go
 //! to stderr.
 
+pub mod analysis;
 pub mod capacity;
 pub mod chart;
 pub mod compare;
@@ -15,6 +16,7 @@ use std::fmt::Write as _;
 
 use crate::metrics::hist::Percentiles;
 use crate::results::attribution::Attributed;
+use crate::results::config::ConfigFacts;
 use crate::results::registry_metrics::RegistryMetricsRecord;
 use crate::results::store::{EndpointLink, HostInfo};
 use crate::results::summary::{OpSummary, Summary};
@@ -186,8 +188,8 @@ fn head_lines(out: &mut String, summary: &Summary, hosts: &[HostInfo]) {
     };
     // How downloads were checked changes what a read costs creb-rs: said with the model.
     // (A prewarm and a push read nothing back.)
-    let verify = summary.config["verify"]
-        .as_str()
+    let verify = ConfigFacts::of(&summary.config)
+        .verify
         .filter(|_| summary.mode != "prewarm")
         .map_or(String::new(), |v| format!("  verify {v}"));
     let _ = writeln!(

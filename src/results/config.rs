@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::auth::credentials::CredentialInfo;
@@ -40,6 +40,26 @@ impl RunConfig {
     /// The block as JSON, as the files hold it.
     pub fn to_value(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// What reports read back of a result's `config` block, in its types. The block itself
+/// stays the JSON document the files hold: hashed with its keys sorted, compared key by key
+/// and carried whole by a merge, whichever command wrote it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConfigFacts {
+    /// How blob reads were checked (`pull`, `replay`).
+    #[serde(default)]
+    pub verify: Option<String>,
+    /// Blob and upload sizes relative to the trace's (a replay at another scale).
+    #[serde(default)]
+    pub sizes: Option<SizeScale>,
+}
+
+impl ConfigFacts {
+    /// The facts of `config` (none of a block that does not hold them).
+    pub fn of(config: &serde_json::Value) -> ConfigFacts {
+        ConfigFacts::deserialize(config).unwrap_or_default()
     }
 }
 

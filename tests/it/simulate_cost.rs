@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use creb::analysis::cost::text as cost_text;
 use creb::analysis::simulate::{simulate_cache_files, simulate_prefetch_files};
 use creb::commands::cost::{self, CostArgs};
 use creb::commands::simulate::{self, SimulateArgs, SimulateCommand};
+use creb::report::analysis::cost::text as cost_text;
 use creb::trace::synth::{format_ms, Profile, ProfileGenerator, ProfileOptions, SynthLength};
 use creb::trace::write::{write_file, write_file_iter, RawRecord};
 use creb::ExitStatus;

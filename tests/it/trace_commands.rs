@@ -207,7 +207,7 @@ fn stats_counts_the_hand_written_fixture_exactly() {
     let back: TraceStats = serde_json::from_value(json).unwrap();
     assert_eq!(back, s);
 
-    let text = creb::analysis::trace::render_text(&s);
+    let text = creb::report::analysis::trace_stats::render_text(&s);
     for want in [
         "Trace: 15 records in 1 file",
         "1 invalid, 1 duplicate; 2 failed",

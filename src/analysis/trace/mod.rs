@@ -9,5 +9,5 @@ pub mod validate;
 pub use sample::{
     sample as sample_trace, sample_records, Records, SampleError, SampleMethod, SampleReport,
 };
-pub use stats::{compute_stats, render_text, StatsOptions, TraceStats};
+pub use stats::{compute_stats, StatsOptions, TraceStats};
 pub use validate::{validate as validate_trace, Validation};

@@ -180,7 +180,7 @@ impl PackedLayer {
 /// How the sizes of generated blobs relate to the trace's (`--size-scale`,
 /// `--max-object-size`): every size the trace records is multiplied by the scale, rounded
 /// up (never to 0), then capped. Integer arithmetic, so every host computes the same sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SizeScale {
     /// The scale in parts per billion (1,000,000,000: sizes as recorded).
     pub ppb: u64,

@@ -10,6 +10,7 @@ use super::table::{bytes, fact, mib, ops_table, opt_ms, td};
 use crate::metrics::Level;
 use crate::report::chart::escape;
 use crate::report::ms;
+use crate::results::config::ConfigFacts;
 use crate::results::store::HostInfo;
 use crate::results::summary::Checks;
 use crate::results::{ResultSet, TraceCounts};
@@ -44,12 +45,12 @@ pub(super) fn header_section(out: &mut String, set: &ResultSet) {
 /// How the run's sizes differ from the trace's (`--size-scale`, `--max-object-size`), as
 /// its configuration records it.
 fn scaled_sizes(set: &ResultSet) -> Option<String> {
-    let sizes = set.meta.config.get("sizes")?;
+    let sizes = ConfigFacts::of(&set.meta.config).sizes?;
     let mut how = Vec::new();
-    if let Some(ppb) = sizes["ppb"].as_u64().filter(|p| *p != 1_000_000_000) {
-        how.push(format!("×{}", ppb as f64 / 1e9));
+    if sizes.ppb != 1_000_000_000 {
+        how.push(format!("×{}", sizes.ppb as f64 / 1e9));
     }
-    if let Some(max) = sizes["max"].as_u64() {
+    if let Some(max) = sizes.max {
         how.push(format!("≤ {}", crate::units::ByteSize(max)));
     }
     (!how.is_empty()).then(|| how.join(" "))
@@ -213,8 +214,8 @@ fn run_facts(out: &mut String, set: &ResultSet) {
     fact(out, "actual start", &m.actual_start);
     fact(out, "tool", &format!("{} {}", s.tool.name, s.tool.version));
     fact(out, "in-flight limit", &s.concurrency.to_string());
-    if let Some(verify) = m.config.get("verify").and_then(|v| v.as_str()) {
-        fact(out, "blob verification", verify);
+    if let Some(verify) = ConfigFacts::of(&m.config).verify {
+        fact(out, "blob verification", &verify);
     }
     fact(out, "config hash", &m.config_hash);
     fact(out, "dataset hash", &m.dataset_hash);

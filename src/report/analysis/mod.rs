@@ -1,0 +1,8 @@
+//! The offline analyses as people read them: `trace stats` (and its `--capacity`), `trace
+//! import --stats`, `simulate` and `cost`, each rendered from the typed result its analysis computed.
+
+pub mod cost;
+pub mod footprint;
+pub mod import;
+pub mod simulate;
+pub mod trace_stats;
