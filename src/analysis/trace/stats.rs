@@ -1,7 +1,7 @@
 //! `trace stats`: the FAST'18 characterization of a trace, computed in one streaming pass.
 //!
 //! Owns [`TraceStats`] (the report, whose JSON field names are a contract), its computation
-//! ([`compute_stats`]) and its text rendering ([`render_text`]).
+//! ([`compute_stats`]); its text is `report::analysis::trace_stats`.
 //!
 //! Memory: constant in the number of records except for what grows with *distinct objects*
 //! — per-layer, per-manifest, per-repository and per-client request counts (exact, for the
