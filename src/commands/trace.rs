@@ -27,6 +27,9 @@ use crate::analysis::trace::{
 use crate::plan::catalog::SizeScale;
 use crate::plan::footprint::Footprint;
 use crate::report::analysis::import::render as render_import;
+use crate::report::analysis::trace_files::{
+    problems_line, valid_line, Sampled, Synthesized, Validated,
+};
 use crate::report::analysis::trace_stats::render_text;
 use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
@@ -741,16 +744,7 @@ fn run_sample(a: &SampleArgs, out: Out) -> anyhow::Result<ExitStatus> {
         );
     }
     if a.json {
-        out.json(&serde_json::json!({
-            "method": method.name(),
-            "selection": report.selection,
-            "out": a.out,
-            "read": report.read,
-            "written": report.written,
-            "invalid": report.invalid,
-            "first": report.first_ms.map(format_ms),
-            "last": report.last_ms.map(format_ms),
-        }))?;
+        out.json(&Sampled::of(&report, method.name(), &a.out))?;
         return Ok(ExitStatus::Success);
     }
     let range = match (report.first_ms, report.last_ms) {
@@ -798,18 +792,8 @@ fn run_synth(a: &SynthArgs, out: Out) -> anyhow::Result<ExitStatus> {
         .with_context(|| format!("{}: cannot write", a.out.display()))?;
     let s = generator.stats();
     if a.json {
-        out.json(&serde_json::json!({
-            "profile": Profile::from(a.profile),
-            "seed": a.seed,
-            "out": a.out,
-            "written": written,
-            "first": first.map(format_ms),
-            "last": last.map(format_ms),
-            "pulls": s.pulls,
-            "pushes": s.pushes,
-            "duplicates": s.duplicates,
-            "failed_in_trace": s.failed,
-        }))?;
+        let profile = (Profile::from(a.profile), a.seed);
+        out.json(&Synthesized::of(s, profile, &a.out, written, (first, last)))?;
         return Ok(ExitStatus::Success);
     }
     out.note(&format!(
@@ -836,17 +820,7 @@ fn run_validate(a: &ValidateArgs, out: Out) -> anyhow::Result<ExitStatus> {
     let input = resolve(&a.traces)?;
     let v = validate_trace(&input, a.all);
     if a.json {
-        out.json(&serde_json::json!({
-            "valid": v.is_ok(),
-            "files": v.files,
-            "records": v.records,
-            "duplicates": v.duplicates,
-            "failed_in_trace": v.failed_in_trace,
-            "out_of_order": v.out_of_order,
-            "first": v.first_ms.map(format_ms),
-            "last": v.last_ms.map(format_ms),
-            "problems": v.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        }))?;
+        out.json(&Validated::of(&v))?;
         return Ok(if v.is_ok() {
             ExitStatus::Success
         } else {
@@ -857,33 +831,9 @@ fn run_validate(a: &ValidateArgs, out: Out) -> anyhow::Result<ExitStatus> {
         for problem in &v.problems {
             eprintln!("{problem}");
         }
-        eprintln!(
-            "trace validate: {} problem{} in {} file{}, {} valid records{}",
-            v.problems.len(),
-            if v.problems.len() == 1 { "" } else { "s" },
-            v.files,
-            if v.files == 1 { "" } else { "s" },
-            grouped(v.records),
-            if a.all {
-                ""
-            } else {
-                " before the first problem (--all reports every one)"
-            }
-        );
+        eprintln!("{}", problems_line(&v, a.all));
         return Ok(ExitStatus::Usage);
     }
-    out.text(&format!(
-        "OK: {} records in {} file{}{} ({} duplicates, {} failed in the original, {} out of order)\n",
-        grouped(v.records),
-        v.files,
-        if v.files == 1 { "" } else { "s" },
-        match (v.first_ms, v.last_ms) {
-            (Some(f), Some(l)) => format!(", {} to {}", format_ms(f), format_ms(l)),
-            _ => String::new(),
-        },
-        grouped(v.duplicates),
-        grouped(v.failed_in_trace),
-        grouped(v.out_of_order),
-    ));
+    out.text(&valid_line(&v));
     Ok(ExitStatus::Success)
 }
