@@ -63,22 +63,7 @@ pub(super) async fn phase(
     };
     let slow = context.session.publish(&mut finished, None, &shown).await?;
     if !shown.quiet && !shown.json {
-        let digests = if report.digests_learned + report.digests_computed > 0 {
-            format!(
-                "; digests: {} computed while sending, {} after",
-                report.digests_learned, report.digests_computed
-            )
-        } else {
-            String::new()
-        };
-        println!(
-            "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed{digests}\n",
-            report.blobs_pushed,
-            report.blobs_present,
-            report.manifests_pushed,
-            report.manifests_present,
-            report.failed
-        );
+        println!("{}", crate::report::prewarm_line(&report));
     }
     // Objects that could not be prewarmed fail the phase as failed operations fail a run.
     Ok((exit_status(&finished.summary, slow, false), report))

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod comparison;
 pub mod html;
 pub mod page;
+pub mod run;
 
 use std::fmt::Write as _;
 
@@ -156,6 +157,26 @@ fn shards_label(summary: &Summary, hosts: &[HostInfo]) -> String {
     } else {
         format!("  merged {} of {count} shards", held.len())
     }
+}
+
+/// What a replay's prewarm pushed and found, in a line (and a blank one after it).
+pub(crate) fn prewarm_line(report: &crate::exec::prewarm::PrewarmReport) -> String {
+    let digests = if report.digests_learned + report.digests_computed > 0 {
+        format!(
+            "; digests: {} computed while sending, {} after",
+            report.digests_learned, report.digests_computed
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "prewarm: {} blobs pushed, {} present; {} manifests pushed, {} present; {} failed{digests}\n",
+        report.blobs_pushed,
+        report.blobs_present,
+        report.manifests_pushed,
+        report.manifests_present,
+        report.failed
+    )
 }
 
 /// A result directory as text (`report OUT`): the hosts of a merged run, the table, and

@@ -32,7 +32,7 @@ use crate::experiment::cells::{round_cells, Layout};
 use crate::experiment::config::ExperimentFile;
 use crate::metrics::live::LiveSlot;
 use crate::net::serve::MetricsServer;
-use crate::report::comparison;
+use crate::report::{comparison, run};
 use crate::runner::{Outcome, RunSettings, Schedule};
 use crate::session::status::ExitStatus;
 use crate::shutdown::Shutdown;
@@ -110,24 +110,6 @@ pub struct RunArgs {
     pub runtime: crate::commands::args::RuntimeArgs,
 }
 
-/// A shell-quoted command line, for `--dry-run`.
-fn shell_line(argv: &[String]) -> String {
-    let quote = |a: &String| {
-        if !a.is_empty()
-            && a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
-        {
-            a.clone()
-        } else {
-            format!("'{}'", a.replace('\'', "'\\''"))
-        }
-    };
-    std::iter::once("creb-rs".to_owned())
-        .chain(argv.iter().map(quote))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// The schedule the flags ask for.
 fn schedule(args: &RunArgs) -> Schedule {
     Schedule {
@@ -197,30 +179,14 @@ fn dry_run(args: &RunArgs, file: &ExperimentFile, out: &Path) -> anyhow::Result<
     let layout = Layout {
         rounds: schedule.rounds_layout,
     };
-    println!(
-        "{} experiments, {} registries: {} cells per round ({}); results in {}",
-        file.experiments.len(),
-        file.registries.len(),
-        round_cells(file, 0).len(),
-        schedule,
-        out.display()
-    );
+    let mut cells = Vec::new();
     for cell in round_cells(file, 0) {
         let dir = out.join(layout.cell_dir(file, &cell));
         let argv = cells::cell_argv(file, &cell, &dir).map_err(anyhow::Error::msg)?;
-        let exp = &file.experiments[cell.experiment];
-        println!(
-            "{} on {}{}:\n  {}",
-            exp.spec.name,
-            file.registries[cell.registry].name,
-            if exp.spec.repetitions() > 1 {
-                format!(" (rep {})", cell.rep + 1)
-            } else {
-                String::new()
-            },
-            shell_line(&argv)
-        );
+        cells.push((cell, argv));
     }
+    let schedule = schedule.to_string();
+    print!("{}", run::dry_run_text(file, &schedule, out, &cells));
     Ok(())
 }
 
@@ -233,12 +199,12 @@ fn show_end(
     out: &Path,
 ) -> anyhow::Result<()> {
     if args.json {
-        let json = serde_json::json!({
-            "output_dir": out,
-            "exit_code": outcome.status.code(),
-            "checkpoint": outcome.checkpoint,
-        });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        let end = run::RunEnd {
+            checkpoint: &outcome.checkpoint,
+            exit_code: outcome.status.code(),
+            output_dir: out,
+        };
+        println!("{}", serde_json::to_string_pretty(&end)?);
         return Ok(());
     }
     if outcome.ran.is_empty() && !outcome.interrupted {
@@ -257,24 +223,4 @@ fn show_end(
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dry_run_lines_are_shell_quoted() {
-        let line = shell_line(&[
-            "push".into(),
-            "--password-cmd".into(),
-            "printf %s \"$PW\"".into(),
-            "--fail-if".into(),
-            "p99(blob_get) > 2s".into(),
-        ]);
-        assert_eq!(
-            line,
-            "creb-rs push --password-cmd 'printf %s \"$PW\"' --fail-if 'p99(blob_get) > 2s'"
-        );
-    }
 }
