@@ -18,7 +18,7 @@ use crate::oci::Repository;
 use crate::progress::Progress;
 use crate::results::config::{PullBlock, PullTargetsBlock, RunConfig};
 use crate::results::summary::EndpointSummary;
-use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
+use crate::results::{Meta, MetaInput, RunInfo, Summary, Warning};
 use crate::route::{RouteKind, RouteOptions, Router};
 use crate::session::connect::{endpoint_links, preflight, Connection, RegistryConfig};
 use crate::session::observe::RegistryWatch;
@@ -218,22 +218,14 @@ fn run_info(cfg: &PullConfig, names: &[String], connection: &Connection, ran: &R
             message: "ended at --max-run-time; the images not started were not pulled".into(),
         });
     }
-    RunInfo {
-        command: "pull".into(),
-        mode: "pull".into(),
-        model: "closed".into(),
-        concurrency: cfg.concurrency as u64,
+    let pull = super::ClosedLoop {
+        command: "pull",
+        concurrency: cfg.concurrency,
         registry: names.join(","),
         seed: 0,
-        shard: Shard { index: 0, count: 1 },
-        started_at: ran.started_at,
-        duration: ran.duration,
-        interrupted: ran.interrupted,
-        trace: None,
-        checks: None,
-        warnings,
-        config: cfg.config_block(&connection.credentials),
-    }
+    };
+    let ran_for = (ran.started_at, ran.duration, ran.interrupted);
+    pull.run_info(ran_for, warnings, cfg.config_block(&connection.credentials))
 }
 
 /// The pull's summary (per endpoint too, when blobs were routed over several) and metadata.

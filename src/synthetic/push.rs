@@ -16,7 +16,7 @@ use crate::progress::Progress;
 use crate::results::config::{PushBlock, RunConfig};
 use crate::results::store::EndpointLink;
 use crate::results::summary::EndpointSummary;
-use crate::results::{Meta, MetaInput, RunInfo, Shard, Summary, Warning};
+use crate::results::{Meta, MetaInput, Summary, Warning};
 use crate::session::connect::{endpoint_links, preflight, RegistryConfig};
 use crate::session::observe::RegistryWatch;
 use crate::session::status::ExitStatus;
@@ -222,25 +222,15 @@ fn summarize(
 ) -> Finished {
     let images = &cfg.work.images;
     let warnings = warnings(cfg, &aggregator, &ran);
-    let mut summary = Summary::build(
-        RunInfo {
-            command: "push".into(),
-            mode: "push".into(),
-            model: "closed".into(),
-            concurrency: cfg.concurrency as u64,
-            registry: cfg.registry.display(),
-            seed: images.seed,
-            shard: Shard { index: 0, count: 1 },
-            started_at: ran.started_at,
-            duration: ran.duration,
-            interrupted: ran.interrupted,
-            trace: None,
-            checks: None,
-            warnings,
-            config: cfg.config_block(credentials),
-        },
-        &aggregator,
-    );
+    let push = super::ClosedLoop {
+        command: "push",
+        concurrency: cfg.concurrency,
+        registry: cfg.registry.display(),
+        seed: images.seed,
+    };
+    let ran_for = (ran.started_at, ran.duration, ran.interrupted);
+    let info = push.run_info(ran_for, warnings, cfg.config_block(credentials));
+    let mut summary = Summary::build(info, &aggregator);
     if cfg.replicas.is_some() {
         let names = cfg.endpoint_names();
         let each = EndpointSummary::of_each(&names, &aggregator, ran.duration, Vec::new());
