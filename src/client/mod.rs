@@ -570,17 +570,8 @@ impl RegistryClient {
             state
                 .requests
                 .note(result.as_ref().ok().map(|r| r.status.as_u16()));
-            let unprocessed = result.as_ref().err().and_then(|e| e.unprocessed);
-            if self.resend_unprocessed(unprocessed, &mut state).await {
+            let Some(result) = self.settle(result, &mut state, retryable).await else {
                 continue;
-            }
-            let result = if retryable {
-                match self.retry(result, &mut state).await {
-                    Some(result) => result,
-                    None => continue,
-                }
-            } else {
-                result
             };
             let response = result?;
             if on_origin {
@@ -592,11 +583,15 @@ impl RegistryClient {
                 on_origin,
                 follow,
             };
-            let Some(response) = self
-                .after_answer(response, &request.url, &mut state, scope, hop)
-                .await?
-            else {
-                continue;
+            // An answer to act on is a rare path, boxed as `settle`'s.
+            let response = if may_act_on(response.status) {
+                let answer = self.after_answer(response, &request.url, &mut state, scope, hop);
+                match Box::pin(answer).await? {
+                    Some(response) => response,
+                    None => continue,
+                }
+            } else {
+                response
             };
             let label = self
                 .inner
@@ -613,6 +608,26 @@ impl RegistryClient {
                 requests: state.requests,
             });
         }
+    }
+
+    /// What an attempt's `result` becomes: `None` to send the request again (one the server
+    /// never processed, or a `--retry`), else the result to act on. The rare paths are
+    /// boxed: the exchange's future sits in every operation's task, sized by its largest
+    /// state.
+    async fn settle(
+        &self,
+        result: Result<HttpResponse, TransportError>,
+        state: &mut Attempts,
+        retryable: bool,
+    ) -> Option<Result<HttpResponse, TransportError>> {
+        let unprocessed = result.as_ref().err().and_then(|e| e.unprocessed);
+        if unprocessed.is_some() && Box::pin(self.resend_unprocessed(unprocessed, state)).await {
+            return None;
+        }
+        if retryable {
+            return Box::pin(self.retry(result, state)).await;
+        }
+        Some(result)
     }
 
     /// The HTTP version the registry's origin answered in (what the result says was used).
@@ -654,7 +669,9 @@ impl RegistryClient {
                 Ready::Header(h) => {
                     attempt.headers.insert(AUTHORIZATION, h);
                 }
-                Ready::Later => self.inner.auth.authorize(&mut attempt, scope).await?,
+                Ready::Later => {
+                    Box::pin(self.inner.auth.authorize(&mut attempt, scope)).await?;
+                }
             }
         }
         Ok(attempt)
@@ -844,8 +861,19 @@ fn octet_stream() -> HeaderValue {
     HeaderValue::from_static("application/octet-stream")
 }
 
+/// Whether [`RegistryClient::after_answer`] may act on an answer of `status` (a challenge,
+/// a refused storage URL, a redirect); any other answer is the exchange's as it came.
+fn may_act_on(status: StatusCode) -> bool {
+    matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) || is_redirect(status)
+}
+
 /// Turns a non-success response into a typed error, reading (a bounded amount of) its body.
-async fn status_error(ex: Exchange) -> ClientError {
+/// Boxed: a rare path, and a future of its own size in every operation's task otherwise.
+fn status_error(ex: Exchange) -> futures_util::future::BoxFuture<'static, ClientError> {
+    Box::pin(read_status_error(ex))
+}
+
+async fn read_status_error(ex: Exchange) -> ClientError {
     let status = ex.response.status.as_u16();
     let retry_after = ex
         .response

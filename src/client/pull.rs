@@ -1,6 +1,7 @@
 //! Reads: the version check, blob and manifest GETs and HEADs. A GET reads its body to the
 //! end and (unless verification is off) checks it against the digest before it counts.
 
+use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, StatusCode};
 
@@ -248,66 +249,90 @@ impl RegistryClient {
         request
     }
 
-    /// `GET /v2/<repo>/manifests/<reference>` with every manifest type in `Accept`.
+    /// `GET /v2/<repo>/manifests/<reference>` with every manifest type in `Accept`, parsed.
     pub async fn manifest_get(
         &self,
         repo: &Repository,
         reference: &Reference,
         ctx: OpCtx,
     ) -> Result<FetchedManifest, ClientError> {
-        self.manifest_get_expecting(repo, reference, None, ctx)
-            .await
-    }
-
-    /// [`RegistryClient::manifest_get`] of a manifest whose digest is known in advance (a
-    /// replay's read of a manifest its prewarm pushed): any other answer is a
-    /// `digest_mismatch`, whatever the registry says its digest is.
-    pub async fn manifest_get_expecting(
-        &self,
-        repo: &Repository,
-        reference: &Reference,
-        expect: Option<&Sha256Sum>,
-        ctx: OpCtx,
-    ) -> Result<FetchedManifest, ClientError> {
         let mut m = self.meter(Op::ManifestGet, ctx);
         let r = async {
-            let request = self.manifest_request(Method::GET, repo, reference);
-            let ex = self.exchange(request, &self.read_scope(repo), true).await?;
-            m.exchanged(&ex);
-            if ex.response.status != StatusCode::OK {
-                return Err(status_error(ex).await);
-            }
-            // Kept as received: a header value shares the response's buffer.
-            let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
-            let returned = ex.response.headers.get("docker-content-digest").cloned();
-            check_manifest_type(content_type.as_ref())?;
-            let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
-            m.bytes_received = bytes.len() as u64;
-            let sha256 = Sha256Sum::of(&bytes);
-            if let Some(expected) = expect.filter(|e| **e != sha256) {
-                return Err(ClientError::DigestMismatch {
-                    expected: expected.digest().to_string(),
-                    actual: sha256.digest().to_string(),
-                });
-            }
-            if self.inner.options.verify.checks() {
-                check_manifest_digest(reference, returned.as_ref(), &sha256)?;
-            }
-            let media_type = content_type.as_ref().and_then(|v| v.to_str().ok());
-            let parsed =
-                ParsedManifest::parse(&bytes, media_type).map_err(|e| ClientError::Unexpected {
-                    kind: ErrorKind::NotAManifest,
-                    message: format!("the answer is not a manifest: {e}"),
-                })?;
+            let got = self.receive_manifest(repo, reference, None, &mut m).await?;
+            let parsed = got.parse()?;
             Ok(FetchedManifest {
-                bytes,
-                content_type,
-                sha256,
+                bytes: got.bytes,
+                content_type: got.content_type,
+                sha256: got.sha256,
                 parsed,
             })
         }
         .await;
         self.finish(&mut m, r).await
+    }
+
+    /// A manifest GET that only checks what came back (a replay's read, a replica's look),
+    /// returning the body. With `expect` (a manifest whose digest is known in advance: one
+    /// its prewarm or push sent) any other answer is a `digest_mismatch`, whatever the
+    /// registry says its digest is, and a body with that digest is the manifest creb-rs
+    /// built, so it is not parsed again; without, the body must parse as a manifest.
+    pub async fn manifest_read(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        expect: Option<&Sha256Sum>,
+        ctx: OpCtx,
+    ) -> Result<Bytes, ClientError> {
+        let mut m = self.meter(Op::ManifestGet, ctx);
+        let r = async {
+            let got = self
+                .receive_manifest(repo, reference, expect, &mut m)
+                .await?;
+            if expect.is_none() {
+                got.parse()?;
+            }
+            Ok(got.bytes)
+        }
+        .await;
+        self.finish(&mut m, r).await
+    }
+
+    /// A manifest GET's answer, read and checked up to its parse: status, type, size, the
+    /// digest asked for (`expect`, or the one a by-digest reference names).
+    async fn receive_manifest(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        expect: Option<&Sha256Sum>,
+        m: &mut Meter<'_>,
+    ) -> Result<ReceivedManifest, ClientError> {
+        let request = self.manifest_request(Method::GET, repo, reference);
+        let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+        m.exchanged(&ex);
+        if ex.response.status != StatusCode::OK {
+            return Err(status_error(ex).await);
+        }
+        // Kept as received: a header value shares the response's buffer.
+        let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
+        let returned = ex.response.headers.get("docker-content-digest").cloned();
+        check_manifest_type(content_type.as_ref())?;
+        let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
+        m.bytes_received = bytes.len() as u64;
+        let sha256 = Sha256Sum::of(&bytes);
+        if let Some(expected) = expect.filter(|e| **e != sha256) {
+            return Err(ClientError::DigestMismatch {
+                expected: expected.digest().to_string(),
+                actual: sha256.digest().to_string(),
+            });
+        }
+        if self.inner.options.verify.checks() {
+            check_manifest_digest(reference, returned.as_ref(), &sha256)?;
+        }
+        Ok(ReceivedManifest {
+            bytes,
+            content_type,
+            sha256,
+        })
     }
 
     /// `HEAD /v2/<repo>/manifests/<reference>`: `None` on 404.
@@ -326,6 +351,25 @@ impl RegistryClient {
         }
         .await;
         self.finish(&mut m, r).await
+    }
+}
+
+/// A manifest GET's body as [`RegistryClient::receive_manifest`] checked it.
+struct ReceivedManifest {
+    bytes: Bytes,
+    content_type: Option<HeaderValue>,
+    sha256: Sha256Sum,
+}
+
+impl ReceivedManifest {
+    /// The body as a manifest of its `Content-Type`; one that does not parse is
+    /// `not_a_manifest`.
+    fn parse(&self) -> Result<ParsedManifest, ClientError> {
+        let media_type = self.content_type.as_ref().and_then(|v| v.to_str().ok());
+        ParsedManifest::parse(&self.bytes, media_type).map_err(|e| ClientError::Unexpected {
+            kind: ErrorKind::NotAManifest,
+            message: format!("the answer is not a manifest: {e}"),
+        })
     }
 }
 
@@ -471,5 +515,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A read whose digest is known checks the bytes against it and does not parse them
+    /// again (the replay's manifest GETs); without one, the body must be a manifest. A body
+    /// that is valid JSON but no manifest is something a real registry does not serve on
+    /// demand.
+    #[tokio::test]
+    async fn a_manifest_read_is_parsed_only_when_its_digest_is_not_known() {
+        let body = r#"{"not":"a manifest"}"#;
+        let t = ScriptedTransport::new(move |_| {
+            ScriptedResponse::status(200)
+                .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+                .body(body)
+        });
+        let (c, _h) = client(t);
+        let repo = repo();
+        let tag: Reference = Reference::Tag("t".parse().unwrap());
+        let known = Sha256Sum::of(body.as_bytes());
+        let read = c.manifest_read(&repo, &tag, Some(&known), OpCtx::default());
+        assert_eq!(read.await.unwrap(), body.as_bytes());
+        let other = Sha256Sum::of(b"another manifest");
+        let read = c.manifest_read(&repo, &tag, Some(&other), OpCtx::default());
+        assert_eq!(read.await.unwrap_err().kind(), ErrorKind::DigestMismatch);
+        let read = c.manifest_read(&repo, &tag, None, OpCtx::default());
+        assert_eq!(read.await.unwrap_err().kind(), ErrorKind::NotAManifest);
+        let get = c.manifest_get(&repo, &tag, OpCtx::default());
+        assert_eq!(get.await.unwrap_err().kind(), ErrorKind::NotAManifest);
     }
 }

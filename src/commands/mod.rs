@@ -372,14 +372,26 @@ fn with_owners(mut e: clap::Error, argv: &[std::ffi::OsString]) -> clap::Error {
         // Clap's usage line carried its guess; this one the command's own.
         e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
     }
-    let here = used.map_or(String::new(), |u| format!(", not of `{u}`"));
-    let tip = clap::builder::StyledStr::from(format!(
-        "'--{long}' is a flag of {}{here}",
-        owners.join(", ")
-    ));
+    let tip = clap::builder::StyledStr::from(owners_tip(&long, &owners, used.as_deref()));
     e.remove(ContextKind::SuggestedArg);
     e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip]));
     e
+}
+
+/// The tip for `--long`, a flag of the commands `owners` (quoted), given on the command line
+/// of `used`.
+fn owners_tip(long: &str, owners: &[String], used: Option<&str>) -> String {
+    match used {
+        // The command's own flag, given before the command's name.
+        Some(u) if owners.contains(&format!("`{u}`")) => {
+            format!("'--{long}' is a flag of `{u}`: give it after `{u}`")
+        }
+        Some(u) => format!(
+            "'--{long}' is a flag of {}, not of `{u}`",
+            owners.join(", ")
+        ),
+        None => format!("'--{long}' is a flag of {}", owners.join(", ")),
+    }
 }
 
 /// The usage line of the subcommand `path` (`trace import`).

@@ -274,7 +274,7 @@ impl Watch {
             let expect = Sha256Sum::from_digest(digest);
             let reference = Reference::Digest(digest.clone());
             let got = (replica.client)
-                .manifest_get_expecting(repo, &reference, expect.as_ref(), ctx())
+                .manifest_read(repo, &reference, expect.as_ref(), ctx())
                 .await;
             match got {
                 Ok(_) => {

@@ -92,9 +92,9 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             reference,
             expect,
         } => client
-            .manifest_get_expecting(repo, reference, expect.as_ref(), ctx)
+            .manifest_read(repo, reference, expect.as_ref(), ctx)
             .await
-            .map(|m| m.bytes.len() as u64),
+            .map(|bytes| bytes.len() as u64),
         Action::ManifestHead { repo, reference } => {
             client.manifest_head(repo, reference, ctx).await.map(|_| 0)
         }
@@ -128,7 +128,9 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             ..
         } => {
             let source = BlobSource::Content(*content);
-            let upload = client.upload_blob(repo, digest, &source, *mode, None, ctx);
+            // Boxed: an upload's future is twice any other operation's, and the task of
+            // every operation would otherwise be that large.
+            let upload = Box::pin(client.upload_blob(repo, digest, &source, *mode, None, ctx));
             upload.await.map(|r| r.bytes_sent)
         }
         Action::TagList { repo } => client

@@ -3,6 +3,7 @@
 //! `request_timeout` of the body's end.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,16 +114,17 @@ impl Iterator for ProgressReader {
 
 /// Awaits `send` (request out, response headers in) under the run's deadlines: the body
 /// must keep moving while it is sent, the headers must come within `request_timeout` of the
-/// body's end, and all of it within `request_deadline` of the start.
+/// body's end, and all of it within `request_deadline` of the start. `send` is pinned by
+/// the caller: moved in, it would sit in this future's state twice (as the argument and
+/// pinned), and the request's whole exchange with it.
 pub(crate) async fn within_deadlines<T, F>(
-    send: F,
+    mut send: Pin<&mut F>,
     progress: &Progress,
     config: &TransportConfig,
 ) -> Result<T, TransportError>
 where
     F: Future<Output = Result<T, TransportError>>,
 {
-    tokio::pin!(send);
     loop {
         let (deadline, _) = progress.deadline(config);
         tokio::select! {

@@ -33,7 +33,7 @@ use super::config::{TransportBuildError, TransportConfig, MIN_READ_BUFFER};
 use super::deadline::{within_deadlines, Progress, ProgressReader};
 use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
 use super::plain_pool::{PlainPool, PoolSettings};
-use super::req_body::{BodyKind, ReqBody};
+use super::req_body::{BodyKind, ContentBody, ReqBody};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
 use crate::metrics::ErrorKind;
 
@@ -182,10 +182,10 @@ impl Transport for HyperTransport {
                     let progress = Arc::new(Progress::start(true));
                     let reader = spec.reader(range).tapped(tap);
                     let chunks = ProgressReader::new(reader, Arc::clone(&progress));
-                    let body = BodyKind::Content {
+                    let body = BodyKind::Content(Box::new(ContentBody {
                         chunks,
                         remaining: length,
-                    };
+                    }));
                     (body, Some(progress))
                 }
             };
@@ -207,7 +207,7 @@ impl Transport for HyperTransport {
                 // and query only; the pool adds `Host`.
                 *req.uri_mut() = uri_of(&url[url::Position::BeforePath..])?;
                 let send = self.plain.send(&url, req);
-                let response = within_deadlines(send, progress, config).await?;
+                let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
                 let (parts, body) = response.into_parts();
                 return Ok(
                     HttpResponse::new(parts.status, parts.headers, Box::pin(body))
@@ -219,7 +219,7 @@ impl Transport for HyperTransport {
             // The URL's own string becomes the URI's buffer: no copy.
             *req.uri_mut() = uri_of(String::from(url))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
-            let response = within_deadlines(send, progress, config).await?;
+            let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
             let (parts, incoming) = response.into_parts();
             Ok(
                 HttpResponse::new(parts.status, parts.headers, Box::pin(DataStream(incoming)))

@@ -88,8 +88,10 @@ struct Origin {
 /// progress while it is polled.
 pub(crate) struct Conn {
     sender: http1::SendRequest<ReqBody>,
-    /// `None` once the connection has ended.
-    driver: Option<Driver>,
+    /// `None` once the connection has ended. Boxed: hyper's connection state is most of a
+    /// kilobyte, and a connection moves between the pool, the request's future (idle and
+    /// in use) and its response body.
+    driver: Option<Pin<Box<Driver>>>,
     /// What it ended with, when that was an error.
     failure: Option<hyper::Error>,
 }
@@ -98,7 +100,7 @@ impl Conn {
     /// Lets the connection do its reading and writing; nothing once it has ended.
     fn drive(&mut self, cx: &mut Context<'_>) {
         if let Some(driver) = &mut self.driver {
-            if let Poll::Ready(end) = Pin::new(driver).poll(cx) {
+            if let Poll::Ready(end) = driver.as_mut().poll(cx) {
                 self.driver = None;
                 self.failure = end.err();
             }
@@ -143,7 +145,8 @@ impl PlainPool {
                 Some(conn) => (conn, true),
                 None => {
                     fresh += 1;
-                    (self.connect(url).await?, false)
+                    // Boxed: once per connection, and its future is larger than an exchange's.
+                    (Box::pin(self.connect(url)).await?, false)
                 }
             };
             match exchange(&mut conn, req).await {
@@ -306,7 +309,7 @@ impl PlainPool {
         );
         Ok(Conn {
             sender,
-            driver: Some(driver),
+            driver: Some(Box::pin(driver)),
             failure: None,
         })
     }

@@ -26,10 +26,16 @@ impl ReqBody {
 pub(super) enum BodyKind {
     Empty,
     Bytes(Option<Bytes>),
-    Content {
-        chunks: ProgressReader,
-        remaining: u64,
-    },
+    /// Boxed: a request waits in its connection's queue of 32 slots, each as large as the
+    /// largest request; generated content would make each slot 100 bytes larger.
+    Content(Box<ContentBody>),
+}
+
+/// Generated content as it is sent.
+#[derive(Debug)]
+pub(super) struct ContentBody {
+    pub(super) chunks: ProgressReader,
+    pub(super) remaining: u64,
 }
 
 impl Body for ReqBody {
@@ -43,10 +49,10 @@ impl Body for ReqBody {
         let next = match &mut self.get_mut().0 {
             BodyKind::Empty => None,
             BodyKind::Bytes(b) => b.take(),
-            BodyKind::Content { chunks, remaining } => {
-                let chunk = chunks.next();
+            BodyKind::Content(content) => {
+                let chunk = content.chunks.next();
                 if let Some(c) = &chunk {
-                    *remaining = remaining.saturating_sub(c.len() as u64);
+                    content.remaining = content.remaining.saturating_sub(c.len() as u64);
                 }
                 chunk
             }
@@ -58,7 +64,7 @@ impl Body for ReqBody {
         match &self.0 {
             BodyKind::Empty => true,
             BodyKind::Bytes(b) => b.is_none(),
-            BodyKind::Content { remaining, .. } => *remaining == 0,
+            BodyKind::Content(content) => content.remaining == 0,
         }
     }
 
@@ -66,7 +72,7 @@ impl Body for ReqBody {
         SizeHint::with_exact(match &self.0 {
             BodyKind::Empty => 0,
             BodyKind::Bytes(b) => b.as_ref().map_or(0, |b| b.len() as u64),
-            BodyKind::Content { remaining, .. } => *remaining,
+            BodyKind::Content(content) => content.remaining,
         })
     }
 }

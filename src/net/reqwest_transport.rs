@@ -92,7 +92,7 @@ impl Transport for ReqwestTransport {
             }
             let config = &self.config;
             let send = async { builder.send().await.map_err(|e| classify(&e)) };
-            let mut response = within_deadlines(send, &progress, config).await?;
+            let mut response = within_deadlines(std::pin::pin!(send), &progress, config).await?;
             let status = response.status();
             let version = response.version();
             let headers = std::mem::take(response.headers_mut());

@@ -896,7 +896,7 @@ fn load_requests_are_driven_in_exec_only() {
     let methods = client_request_methods();
     for expected in [
         "blob_get",
-        "manifest_get_expecting",
+        "manifest_read",
         "mount_blob",
         "ping",
         "upload_blob",

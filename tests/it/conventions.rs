@@ -708,6 +708,26 @@ fn a_flag_of_other_commands_is_said_to_be_theirs() {
         "{}",
         r.stderr
     );
+    // The command's own flag before its name: where it goes, not that it is "not" its own.
+    let r = run_bin(
+        &[
+            "--threads",
+            "1",
+            "replay",
+            "t.json",
+            "--registry",
+            "http://127.0.0.1:9",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("'--threads' is a flag of `replay`: give it after `replay`"),
+        "{}",
+        r.stderr
+    );
     // A misspelling no command takes keeps clap's tip.
     let r = run_bin(&["pull", "--registy", "http://127.0.0.1:9"], None, &[]);
     assert!(r.stderr.contains("--registry"), "{}", r.stderr);
