@@ -1,15 +1,16 @@
 //! The hyper transport (`--http-client hyper`, the default): for `http://` registries a
-//! pool of hyper HTTP/1.1 connections that each request drives in its own task
-//! (`src/net/plain_pool.rs`); for `https://` hyper-util's pooled client with rustls (ring)
-//! through hyper-rustls, which negotiates HTTP/2 where the registry offers it. Neither goes
-//! through reqwest's layers.
+//! pool of HTTP/1.1 connections of creb-rs's own that each request drives in its own task
+//! (`src/net/plain_pool.rs`, framing in `src/net/h1.rs`); for `https://` hyper-util's
+//! pooled client with rustls (ring) through hyper-rustls, which negotiates HTTP/2 where the
+//! registry offers it. Neither goes through reqwest's layers.
 //!
 //! Why it exists beside [`super::reqwest_transport`]: reqwest does not expose hyper's limit
 //! on a connection's read buffer, which grows with the bodies it carries and stays with the
 //! connection while it idles in the pool (about 60 KB each, 15 MB at 256 connections); here
-//! it is `read_buffer_max`. A request also skips reqwest's per-request layers (its own
-//! header and URL handling, redirect and proxy machinery), which this tool switches off
-//! anyway. Behaviour is the same: see [`crate::net`] for the shared rules.
+//! it is `read_buffer_max`, and a plain connection gives its buffer back when it idles. A
+//! request also skips reqwest's per-request layers (its own header and URL handling,
+//! redirect and proxy machinery), which this tool switches off anyway. Behaviour is the
+//! same: see [`crate::net`] for the shared rules.
 
 use std::pin::Pin;
 use std::sync::Arc;

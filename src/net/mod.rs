@@ -1,8 +1,9 @@
 //! What the real transports share: their settings, the deadlines around one exchange, TLS
 //! roots and the mapping of low-level errors to an [`ErrorKind`](crate::metrics::ErrorKind).
 //!
-//! Two transports implement [`Transport`] over real sockets: [`HyperTransport`] (hyper
-//! driven directly, with a bounded per-connection read buffer; the default) and
+//! Two transports implement [`Transport`] over real sockets: [`HyperTransport`] (HTTP/1.1
+//! connections of creb-rs's own for `http://`, hyper-util's client for `https://`, with a
+//! bounded per-connection read buffer; the default) and
 //! [`ReqwestTransport`] (reqwest over the same hyper). `--http-client` picks one; both
 //! follow the same rules so results do not depend on the choice: automatic redirects off
 //! (the client follows them to time each hop and to keep `Authorization` on its origin), no
@@ -18,6 +19,7 @@
 mod classify;
 mod config;
 mod deadline;
+mod h1;
 pub mod hyper_transport;
 pub mod links;
 mod plain_pool;

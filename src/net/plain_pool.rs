@@ -1,50 +1,56 @@
-//! Plain-HTTP/1.1 connections driven by the task that sends on them (`http://` registries
-//! with the hyper transport).
+//! Plain-HTTP/1.1 connections of creb-rs's own (`http://` registries with the hyper
+//! transport): the operation's task writes its request on the socket and reads the answer
+//! itself, with the framing of `src/net/h1.rs`.
 //!
-//! hyper-util's pooled client runs every connection in a task of its own: a request is
-//! handed to that task through a channel and its response and body come back through two
-//! more, so each exchange wakes another task several times. Here a connection is a pair
-//! of hyper's [`http1::SendRequest`] and [`http1::Connection`], and the operation's own
-//! task polls the connection while it waits for the response headers and while it reads
-//! the body. When the body has ended the pair goes back to its origin's idle list; a body
-//! dropped before its end closes the connection, as HTTP/1 requires.
+//! hyper's client runs a connection behind a queue of requests (a block of 32 request
+//! slots per connection), a fixed 8 KiB write buffer and a read buffer of 8 KiB or more:
+//! 26 KB per connection before any request, and a hand-off through channels for each.
+//! Here a connection is its socket, a request head buffer the size of the last head, and a
+//! read buffer that starts at 4 KiB, doubles while reads fill it (up to `read_buffer_max`)
+//! and is given back when the connection goes idle. When a response's body has ended the
+//! connection goes back to its origin's idle list; a body dropped before its end closes it,
+//! as HTTP/1 requires.
 //!
-//! An idle connection the server has closed is found out when it is next taken: driving it
-//! reads the end of the stream, it refuses the request unsent, and the request goes out on
-//! the next idle connection or a new one. A request that was sent is never sent again here
-//! (the client's `--retry` decides that). `https://` registries keep hyper-util's client,
-//! which negotiates TLS and HTTP/2.
+//! An idle connection the server has closed is found out when it is next taken (a read
+//! that does not block finds the end of the stream), and the request goes out on the next
+//! idle connection or a new one. A request that was sent is never sent again here (the
+//! client's `--retry` decides that). `https://` registries keep hyper-util's client, which
+//! negotiates TLS and HTTP/2.
 
 use std::collections::VecDeque;
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::HOST;
-use http::{HeaderValue, Request, Response};
-use http_body::Body;
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Request, Response, StatusCode};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use url::{Host, Position, Url};
 
-use super::classify::{body_kind, classify_chain, describe_chain};
+use super::classify::{classify_chain, describe_chain};
+use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head};
 use super::links::{origin_key, Links, Negotiated};
-use super::req_body::ReqBody;
+use super::req_body::{BodyKind, ReqBody};
 use super::transport::TransportError;
 use crate::metrics::ErrorKind;
 
-type Driver = http1::Connection<TokioIo<TcpStream>, ReqBody>;
+/// A connection's first read buffer: a response head and a small manifest in one read.
+const INITIAL_READ: usize = 4096;
 
-/// New connections one request may open because the ones before it closed unsent; idle
-/// connections found closed are not counted.
-const FRESH_TRIES: u32 = 3;
+/// Largest request head kept for the next request on a connection.
+const HEAD_KEPT: usize = 4096;
+
+/// Largest response head read (larger is `too_large`).
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Request bodies up to this size go out in the same write as their head.
+const SMALL_BODY: usize = 16 * 1024;
 
 /// Settings of a [`PlainPool`].
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +60,7 @@ pub(crate) struct PoolSettings {
     pub max_idle: usize,
     /// An idle connection older than this is closed instead of reused.
     pub idle_timeout: Duration,
-    /// Largest read buffer of a connection.
+    /// Largest read of a connection.
     pub read_buffer_max: usize,
 }
 
@@ -81,43 +87,146 @@ struct Origin {
     authority: Box<str>,
     host: HeaderValue,
     /// Oldest first; taken from the back.
-    idle: VecDeque<(Conn, Instant)>,
+    idle: VecDeque<(Box<Conn>, Instant)>,
 }
 
-/// One connection: hyper's sending half and the connection itself, which only makes
-/// progress while it is polled.
+/// One connection: its socket and buffers.
 pub(crate) struct Conn {
-    sender: http1::SendRequest<ReqBody>,
-    /// `None` once the connection has ended. Boxed: hyper's connection state is most of a
-    /// kilobyte, and a connection moves between the pool, the request's future (idle and
-    /// in use) and its response body.
-    driver: Option<Pin<Box<Driver>>>,
-    /// What it ended with, when that was an error.
-    failure: Option<hyper::Error>,
+    stream: TcpStream,
+    /// Bytes read and not used yet.
+    read: BytesMut,
+    /// The next read's size: doubles while reads fill it, up to `read_max`.
+    next_read: usize,
+    read_max: usize,
+    /// The head of the request being written.
+    head: Vec<u8>,
 }
 
 impl Conn {
-    /// Lets the connection do its reading and writing; nothing once it has ended.
-    fn drive(&mut self, cx: &mut Context<'_>) {
-        if let Some(driver) = &mut self.driver {
-            if let Poll::Ready(end) = driver.as_mut().poll(cx) {
-                self.driver = None;
-                self.failure = end.err();
+    fn new(stream: TcpStream, read_max: usize) -> Box<Conn> {
+        Box::new(Conn {
+            stream,
+            read: BytesMut::new(),
+            next_read: INITIAL_READ,
+            read_max: read_max.max(INITIAL_READ),
+            head: Vec::new(),
+        })
+    }
+
+    /// Reads what the socket has into `read`: `Ok(0)` at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        loop {
+            if self.read.capacity() - self.read.len() < self.next_read / 2 {
+                self.read.reserve(self.next_read);
+            }
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read_buf(&mut self.read) {
+                Ok(n) => {
+                    self.adapt(n);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 
-    fn is_open(&self) -> bool {
-        self.driver.is_some() && !self.sender.is_closed()
+    /// The next read's size after a read of `n` bytes: twice as large when it filled the
+    /// space it had, half when it used less than a quarter.
+    fn adapt(&mut self, n: usize) {
+        if n >= self.next_read {
+            self.next_read = (self.next_read * 2).min(self.read_max);
+        } else if n < self.next_read / 4 {
+            self.next_read = (self.next_read / 2).max(INITIAL_READ);
+        }
+    }
+
+    /// Whether the server closed the connection (or sent something unasked) while it sat
+    /// idle: a read that does not block finds out.
+    fn closed_while_idle(&mut self) -> bool {
+        let mut probe = [0u8; 1];
+        !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Gives back what a large body grew before the connection idles.
+    fn shrink(&mut self) {
+        if self.read.is_empty() {
+            self.read = BytesMut::new();
+        }
+        self.next_read = INITIAL_READ;
+        if self.head.capacity() > HEAD_KEPT {
+            self.head = Vec::new();
+        }
+    }
+
+    /// Writes the request: its head (with the body when small), then the body.
+    async fn write_request(
+        &mut self,
+        parts: &http::request::Parts,
+        host: &HeaderValue,
+        body: BodyKind,
+    ) -> io::Result<()> {
+        self.head.clear();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        h1::write_head(&mut self.head, &parts.method, target, host, &parts.headers);
+        match body {
+            BodyKind::Empty | BodyKind::Bytes(None) => self.stream.write_all(&self.head).await,
+            BodyKind::Bytes(Some(bytes)) if bytes.len() <= SMALL_BODY => {
+                self.head.extend_from_slice(&bytes);
+                self.stream.write_all(&self.head).await
+            }
+            BodyKind::Bytes(Some(bytes)) => {
+                self.stream.write_all(&self.head).await?;
+                self.stream.write_all(&bytes).await
+            }
+            BodyKind::Content(mut content) => {
+                self.stream.write_all(&self.head).await?;
+                for chunk in content.chunks.by_ref() {
+                    self.stream.write_all(&chunk).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the response head, skipping interim (1xx) answers.
+    async fn read_head(&mut self) -> Result<Head, TransportError> {
+        loop {
+            match h1::parse_head(&mut self.read) {
+                Ok(Some(head))
+                    if head.status.is_informational()
+                        && head.status != StatusCode::SWITCHING_PROTOCOLS => {}
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) => {
+                    if self.read.len() >= MAX_HEAD {
+                        return Err(TransportError::new(
+                            ErrorKind::TooLarge,
+                            format!("response head larger than {MAX_HEAD} bytes"),
+                        ));
+                    }
+                    match poll_fn(|cx| self.poll_fill(cx)).await {
+                        Ok(0) => {
+                            return Err(TransportError::new(
+                                ErrorKind::ConnectionClosed,
+                                "connection closed before the response head",
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(io_error(&e, ErrorKind::Other)),
+                    }
+                }
+                Err(e) => return Err(TransportError::new(ErrorKind::Protocol, e.to_string())),
+            }
+        }
     }
 }
 
-/// Why an exchange produced no response.
-enum Failed {
-    /// The connection closed before taking the request, which comes back unsent.
-    /// Boxed: a rare path, and the request is large.
-    Unsent(Box<Request<ReqBody>>, hyper::Error),
-    Sent(hyper::Error),
+/// An I/O error as a transport error, `kind` unless the error says more.
+fn io_error(err: &io::Error, kind: ErrorKind) -> TransportError {
+    TransportError::new(
+        classify_chain(err, kind),
+        describe_chain(err.to_string(), err),
+    )
 }
 
 impl PlainPool {
@@ -129,51 +238,48 @@ impl PlainPool {
         }
     }
 
-    /// Sends `req` to `url`'s origin and resolves when the response headers have arrived;
-    /// the returned body keeps driving the connection and gives it back at its end.
+    /// Sends `req` to `url`'s origin and resolves when the response head has arrived; the
+    /// returned body reads the rest from the connection and gives it back at its end.
     pub(crate) async fn send(
         self: &Arc<Self>,
         url: &Url,
-        mut req: Request<ReqBody>,
+        req: Request<ReqBody>,
     ) -> Result<Response<PooledBody>, TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
-        let (origin, host, mut idle) = self.checkout(authority)?;
-        req.headers_mut().insert(HOST, host);
-        let mut fresh = 0;
-        loop {
-            let (mut conn, reused) = match idle.take() {
-                Some(conn) => (conn, true),
-                None => {
-                    fresh += 1;
-                    // Boxed: once per connection, and its future is larger than an exchange's.
-                    (Box::pin(self.connect(url)).await?, false)
-                }
-            };
-            match exchange(&mut conn, req).await {
-                Ok(response) => {
-                    let (parts, incoming) = response.into_parts();
-                    let body = PooledBody {
-                        incoming,
-                        conn: Some(conn),
-                        origin,
-                        pool: Arc::clone(self),
-                    };
-                    return Ok(Response::from_parts(parts, body));
-                }
-                Err(Failed::Unsent(unsent, _)) if reused || fresh < FRESH_TRIES => {
-                    tracing::debug!(
-                        authority,
-                        reused,
-                        "connection closed before the request; sending it on another"
-                    );
-                    req = *unsent;
-                    idle = self.take(origin);
-                }
-                Err(Failed::Unsent(_, e) | Failed::Sent(e)) => {
-                    return Err(exchange_error(&e, conn.failure.as_ref()))
-                }
-            }
+        let (origin, host, idle) = self.checkout(authority)?;
+        let mut conn = match idle {
+            Some(conn) => conn,
+            // Boxed: once per connection, and its future is larger than an exchange's.
+            None => Box::pin(self.connect(url)).await?,
+        };
+        let (parts, body) = req.into_parts();
+        if let Err(e) = conn.write_request(&parts, &host, body.0).await {
+            return Err(io_error(&e, ErrorKind::ConnectionClosed));
         }
+        let head = conn.read_head().await?;
+        let framing = h1::framing(&parts.method, &head)
+            .map_err(|e| TransportError::new(ErrorKind::Protocol, e.to_string()))?;
+        let keep = h1::keep_alive(&head, framing);
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => Body::Ended,
+            Framing::Length(n) => Body::Length(n),
+            Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
+            Framing::Close => Body::UntilClose,
+        };
+        let mut response = Response::new(PooledBody {
+            state,
+            conn: Some(conn),
+            keep,
+            origin,
+            pool: Arc::clone(self),
+        });
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        if response.body().state == Body::Ended {
+            response.body_mut().release();
+        }
+        Ok(response)
     }
 
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
@@ -181,7 +287,7 @@ impl PlainPool {
     fn checkout(
         &self,
         authority: &str,
-    ) -> Result<(usize, HeaderValue, Option<Conn>), TransportError> {
+    ) -> Result<(usize, HeaderValue, Option<Box<Conn>>), TransportError> {
         let mut stale = Vec::new();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
@@ -203,21 +309,13 @@ impl PlainPool {
         Ok((origins.len() - 1, host, None))
     }
 
-    /// `origin`'s idle connection to use, as [`PlainPool::checkout`] finds it.
-    fn take(&self, origin: usize) -> Option<Conn> {
-        let mut stale = Vec::new();
-        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = self.pop_idle(&mut origins[origin], &mut stale);
-        drop(origins);
-        drop(stale);
-        conn
-    }
-
     /// The most recently used idle connection that is still open and not too old; older or
     /// closed ones met on the way go to `stale`, for the caller to close outside the lock.
-    fn pop_idle(&self, origin: &mut Origin, stale: &mut Vec<Conn>) -> Option<Conn> {
-        while let Some((conn, since)) = origin.idle.pop_back() {
-            if since.elapsed() < self.settings.idle_timeout && conn.is_open() {
+    // The connections stay boxed: they move between the pool, requests and bodies.
+    #[allow(clippy::vec_box)]
+    fn pop_idle(&self, origin: &mut Origin, stale: &mut Vec<Box<Conn>>) -> Option<Box<Conn>> {
+        while let Some((mut conn, since)) = origin.idle.pop_back() {
+            if since.elapsed() < self.settings.idle_timeout && !conn.closed_while_idle() {
                 tracing::trace!(origin = &*origin.authority, "reusing an idle connection");
                 return Some(conn);
             }
@@ -230,13 +328,13 @@ impl PlainPool {
         None
     }
 
-    /// Keeps `conn` for the next request to `origin` if it is open, closing the oldest idle
-    /// one past the cap.
-    fn give_back(&self, origin: usize, conn: Conn) {
-        if !conn.is_open() || self.settings.max_idle == 0 {
-            tracing::trace!("connection closed after its response");
+    /// Keeps `conn` for the next request to `origin`, closing the oldest idle one past the
+    /// cap.
+    fn give_back(&self, origin: usize, mut conn: Box<Conn>) {
+        if self.settings.max_idle == 0 {
             return;
         }
+        conn.shrink();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         let Origin {
             authority, idle, ..
@@ -256,7 +354,7 @@ impl PlainPool {
         drop(evicted);
     }
 
-    async fn connect(&self, url: &Url) -> Result<Conn, TransportError> {
+    async fn connect(&self, url: &Url) -> Result<Box<Conn>, TransportError> {
         let port = url.port_or_known_default().unwrap_or(80);
         let addrs: Vec<SocketAddr> = match url.host() {
             Some(Host::Ipv4(ip)) => vec![(ip, port).into()],
@@ -294,11 +392,6 @@ impl PlainPool {
         stream.set_nodelay(true).map_err(|e| {
             TransportError::new(ErrorKind::Connect, format!("tcp connect error: {e}"))
         })?;
-        let (sender, driver) = http1::Builder::new()
-            .max_buf_size(self.settings.read_buffer_max)
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| TransportError::new(ErrorKind::Connect, e.to_string()))?;
         self.links.opened(
             &origin_key(url),
             Negotiated {
@@ -307,11 +400,7 @@ impl PlainPool {
                 alpn: None,
             },
         );
-        Ok(Conn {
-            sender,
-            driver: Some(Box::pin(driver)),
-            failure: None,
-        })
+        Ok(Conn::new(stream, self.settings.read_buffer_max))
     }
 }
 
@@ -330,62 +419,110 @@ async fn connect_first(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
-/// One request on `conn`, the connection driven all along: wait until it can take a
-/// request, hand it over, wait for the response headers.
-async fn exchange(conn: &mut Conn, req: Request<ReqBody>) -> Result<Response<Incoming>, Failed> {
-    let ready = poll_fn(|cx| {
-        conn.drive(cx);
-        conn.sender.poll_ready(cx)
-    })
-    .await;
-    if let Err(e) = ready {
-        return Err(Failed::Unsent(Box::new(req), e));
-    }
-    let mut response = std::pin::pin!(conn.sender.try_send_request(req));
-    poll_fn(|cx| {
-        conn.drive(cx);
-        response.as_mut().poll(cx)
-    })
-    .await
-    .map_err(|mut e| match e.take_message() {
-        Some(req) => Failed::Unsent(Box::new(req), e.into_error()),
-        None => Failed::Sent(e.into_error()),
-    })
+/// Where a response body's reading is.
+#[derive(Debug, PartialEq, Eq)]
+enum Body {
+    /// This many bytes still to come.
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the server closes the connection.
+    UntilClose,
+    /// Read to its end.
+    Ended,
 }
 
-/// An exchange's error, classified by the connection's own failure when it has one (a
-/// reset says more than "connection closed").
-fn exchange_error(err: &hyper::Error, failure: Option<&hyper::Error>) -> TransportError {
-    let err = failure.unwrap_or(err);
-    let kind = classify_chain(err, ErrorKind::Other);
-    TransportError::new(kind, describe_chain(err.to_string(), err))
-}
-
-/// A response body that drives its connection while it is read and returns the
-/// connection to the pool at its end.
+/// A response body read from its connection, which goes back to the pool at the body's
+/// end.
 pub(crate) struct PooledBody {
-    incoming: Incoming,
+    state: Body,
     /// Until the end of the body.
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
+    /// Whether the connection may carry another request after this body.
+    keep: bool,
     origin: usize,
     pool: Arc<PlainPool>,
 }
 
 impl PooledBody {
     fn release(&mut self) {
+        self.state = Body::Ended;
         if let Some(conn) = self.conn.take() {
-            self.pool.give_back(self.origin, conn);
+            // Bytes past the end of the answer are not an answer to anything: close.
+            if self.keep && conn.read.is_empty() {
+                self.pool.give_back(self.origin, conn);
+            }
+        }
+    }
+
+    /// The next piece of the body, or `None` at its end.
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(Ok(None));
+        };
+        loop {
+            match &mut self.state {
+                Body::Ended => return Poll::Ready(Ok(None)),
+                Body::Length(left) => {
+                    if !conn.read.is_empty() {
+                        let n = usize::try_from(*left)
+                            .unwrap_or(usize::MAX)
+                            .min(conn.read.len());
+                        let data = conn.read.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.release();
+                        }
+                        return Poll::Ready(Ok(Some(data)));
+                    }
+                }
+                Body::Chunked(decoder) => match decoder.decode(&mut conn.read) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
+                    Ok(Decoded::End) => {
+                        self.release();
+                        return Poll::Ready(Ok(None));
+                    }
+                    Ok(Decoded::More) => {}
+                    Err(e) => {
+                        self.conn = None;
+                        return Poll::Ready(Err(TransportError::new(
+                            ErrorKind::Body,
+                            e.to_string(),
+                        )));
+                    }
+                },
+                Body::UntilClose => {
+                    if !conn.read.is_empty() {
+                        return Poll::Ready(Ok(Some(conn.read.split().freeze())));
+                    }
+                }
+            }
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) => {
+                    let ended = self.state == Body::UntilClose;
+                    self.state = Body::Ended;
+                    self.conn = None;
+                    if ended {
+                        return Poll::Ready(Ok(None));
+                    }
+                    return Poll::Ready(Err(TransportError::new(
+                        ErrorKind::ShortBody,
+                        "connection closed before the body's end",
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.conn = None;
+                    return Poll::Ready(Err(io_error(&e, ErrorKind::Body)));
+                }
+            }
         }
     }
 }
 
 impl Drop for PooledBody {
     fn drop(&mut self) {
-        // An empty body (HEAD, 204, a zero length) may end unread; anything else cut
-        // short leaves the connection mid-message, and dropping it closes it.
-        if self.incoming.is_end_stream() {
-            self.release();
-        } else if self.conn.is_some() {
+        // A body cut short leaves the connection mid-message: dropping it closes it.
+        if self.conn.is_some() && self.state != Body::Ended {
             tracing::trace!("closing a connection whose response body was not read to its end");
         }
     }
@@ -395,36 +532,10 @@ impl futures_util::Stream for PooledBody {
     type Item = Result<Bytes, TransportError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if let Some(conn) = &mut this.conn {
-            conn.drive(cx);
-        }
-        loop {
-            return match Pin::new(&mut this.incoming).poll_frame(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(None) => {
-                    this.release();
-                    Poll::Ready(None)
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    let failure = this.conn.take().and_then(|c| c.failure);
-                    let err = failure.as_ref().unwrap_or(&e);
-                    let kind = body_kind(err, ErrorKind::Body);
-                    Poll::Ready(Some(Err(TransportError::new(
-                        kind,
-                        describe_chain(err.to_string(), err),
-                    ))))
-                }
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        if this.incoming.is_end_stream() {
-                            this.release();
-                        }
-                        Poll::Ready(Some(Ok(data)))
-                    }
-                    Err(_trailers) => continue,
-                },
-            };
+        match ready!(self.get_mut().poll_piece(cx)) {
+            Ok(Some(data)) => Poll::Ready(Some(Ok(data))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
         }
     }
 }
