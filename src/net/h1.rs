@@ -188,6 +188,10 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
     }
 }
 
+/// Largest piece of a chunk's data handed on at once (each costs the reading task a unit
+/// of its cooperative budget: `src/net/plain_pool.rs`).
+pub(crate) const MAX_PIECE: usize = 64 * 1024;
+
 /// Longest chunk-size line (size, extensions) accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 
@@ -247,7 +251,10 @@ impl ChunkedDecoder {
                     if buf.is_empty() {
                         return Ok(Decoded::More);
                     }
-                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                    let n = usize::try_from(left)
+                        .unwrap_or(usize::MAX)
+                        .min(buf.len())
+                        .min(MAX_PIECE);
                     let data = buf.split_to(n).freeze();
                     let left = left - n as u64;
                     self.state = if left == 0 {

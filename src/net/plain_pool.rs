@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use url::{Host, Position, Url};
 
 use super::classify::{classify_chain, describe_chain};
-use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head};
+use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head, MAX_PIECE};
 use super::links::{origin_key, Links, Negotiated};
 use super::req_body::{BodyKind, ReqBody};
 use super::transport::TransportError;
@@ -454,61 +454,27 @@ impl PooledBody {
         }
     }
 
-    /// The next piece of the body, or `None` at its end.
+    /// The next piece of the body, or `None` at its end. Each piece (at most `MAX_PIECE`)
+    /// takes a unit of the task's cooperative budget, so a body that keeps arriving faster
+    /// than it is checked hands the thread back every few megabytes, and the answers
+    /// of the other requests in flight are read meanwhile.
     fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
-        let Some(conn) = self.conn.as_mut() else {
+        if self.conn.is_none() {
             return Poll::Ready(Ok(None));
-        };
+        }
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         loop {
-            match &mut self.state {
-                Body::Ended => return Poll::Ready(Ok(None)),
-                Body::Length(left) => {
-                    if !conn.read.is_empty() {
-                        let n = usize::try_from(*left)
-                            .unwrap_or(usize::MAX)
-                            .min(conn.read.len());
-                        let data = conn.read.split_to(n).freeze();
-                        *left -= n as u64;
-                        if *left == 0 {
-                            self.release();
-                        }
-                        return Poll::Ready(Ok(Some(data)));
-                    }
+            if let Some(got) = self.buffered_piece() {
+                if matches!(got, Ok(Some(_))) {
+                    coop.made_progress();
                 }
-                Body::Chunked(decoder) => match decoder.decode(&mut conn.read) {
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
-                    Ok(Decoded::End) => {
-                        self.release();
-                        return Poll::Ready(Ok(None));
-                    }
-                    Ok(Decoded::More) => {}
-                    Err(e) => {
-                        self.conn = None;
-                        return Poll::Ready(Err(TransportError::new(
-                            ErrorKind::Body,
-                            e.to_string(),
-                        )));
-                    }
-                },
-                Body::UntilClose => {
-                    if !conn.read.is_empty() {
-                        return Poll::Ready(Ok(Some(conn.read.split().freeze())));
-                    }
-                }
+                return Poll::Ready(got);
             }
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(Ok(None));
+            };
             match ready!(conn.poll_fill(cx)) {
-                Ok(0) => {
-                    let ended = self.state == Body::UntilClose;
-                    self.state = Body::Ended;
-                    self.conn = None;
-                    if ended {
-                        return Poll::Ready(Ok(None));
-                    }
-                    return Poll::Ready(Err(TransportError::new(
-                        ErrorKind::ShortBody,
-                        "connection closed before the body's end",
-                    )));
-                }
+                Ok(0) => return Poll::Ready(self.at_end_of_stream()),
                 Ok(_) => {}
                 Err(e) => {
                     self.conn = None;
@@ -516,6 +482,66 @@ impl PooledBody {
                 }
             }
         }
+    }
+
+    /// What the bytes already read give: a piece, the body's end or an error; `None` when
+    /// more must be read.
+    fn buffered_piece(&mut self) -> Option<Result<Option<Bytes>, TransportError>> {
+        let conn = self.conn.as_mut()?;
+        let mut done = false;
+        let piece = match &mut self.state {
+            Body::Ended => return Some(Ok(None)),
+            Body::Length(left) => {
+                if conn.read.is_empty() {
+                    return None;
+                }
+                let n = usize::try_from(*left)
+                    .unwrap_or(usize::MAX)
+                    .min(conn.read.len())
+                    .min(MAX_PIECE);
+                *left -= n as u64;
+                done = *left == 0;
+                conn.read.split_to(n).freeze()
+            }
+            Body::Chunked(decoder) => match decoder.decode(&mut conn.read) {
+                Ok(Decoded::Data(data)) => data,
+                Ok(Decoded::More) => return None,
+                Ok(Decoded::End) => {
+                    self.release();
+                    return Some(Ok(None));
+                }
+                Err(e) => {
+                    self.conn = None;
+                    return Some(Err(TransportError::new(ErrorKind::Body, e.to_string())));
+                }
+            },
+            Body::UntilClose => {
+                if conn.read.is_empty() {
+                    return None;
+                }
+                let n = conn.read.len().min(MAX_PIECE);
+                conn.read.split_to(n).freeze()
+            }
+        };
+        if done {
+            self.release();
+        }
+        Some(Ok(Some(piece)))
+    }
+
+    /// The connection's end of stream: the body's end when it was delimited by it, else a
+    /// short body.
+    fn at_end_of_stream(&mut self) -> Result<Option<Bytes>, TransportError> {
+        let ended = self.state == Body::UntilClose;
+        self.state = Body::Ended;
+        self.conn = None;
+        if ended {
+            return Ok(None);
+        }
+        Err(TransportError::new(
+            ErrorKind::ShortBody,
+            "connection closed before the body's end",
+        ))
     }
 }
 
