@@ -90,18 +90,23 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, H1Error> {
     } else {
         Version::HTTP_11
     };
-    // Offsets first: the lines borrow `buf`, which is split below.
+    // Offsets first (on the stack: nothing allocated per answer): the lines borrow `buf`,
+    // which is split below.
     let base = buf.as_ptr() as usize;
-    let mut spans = Vec::with_capacity(response.headers.len());
-    for h in response.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|e| H1Error::Header(format!("{}: {e}", h.name)))?;
-        let start = h.value.as_ptr() as usize - base;
-        spans.push((name, start, start + h.value.len()));
+    let count = response.headers.len();
+    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    for (span, h) in spans.iter_mut().zip(response.headers.iter()) {
+        let name = h.name.as_ptr() as usize - base;
+        let value = h.value.as_ptr() as usize - base;
+        *span = (name, name + h.name.len(), value, value + h.value.len());
     }
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for (name, start, end) in spans {
+    let mut headers = HeaderMap::with_capacity(count);
+    for &(name_start, name_end, start, end) in &spans[..count] {
+        let name = HeaderName::from_bytes(&head[name_start..name_end]).map_err(|e| {
+            let text = String::from_utf8_lossy(&head[name_start..name_end]);
+            H1Error::Header(format!("{text}: {e}"))
+        })?;
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|e| H1Error::Header(format!("{name}: {e}")))?;
         headers.append(name, value);

@@ -212,7 +212,9 @@ impl Conn {
                             ))
                         }
                         Ok(_) => {}
-                        Err(e) => return Err(io_error(&e, ErrorKind::Other)),
+                        Err(e) => {
+                            return Err(io_error("reading the response head", &e, ErrorKind::Other))
+                        }
                     }
                 }
                 Err(e) => return Err(TransportError::new(ErrorKind::Protocol, e.to_string())),
@@ -221,11 +223,12 @@ impl Conn {
     }
 }
 
-/// An I/O error as a transport error, `kind` unless the error says more.
-fn io_error(err: &io::Error, kind: ErrorKind) -> TransportError {
+/// An I/O error met while `doing` something, as a transport error: `kind` unless the error
+/// says more.
+fn io_error(doing: &str, err: &io::Error, kind: ErrorKind) -> TransportError {
     TransportError::new(
         classify_chain(err, kind),
-        describe_chain(err.to_string(), err),
+        describe_chain(format!("{doing}: {err}"), err),
     )
 }
 
@@ -254,7 +257,11 @@ impl PlainPool {
         };
         let (parts, body) = req.into_parts();
         if let Err(e) = conn.write_request(&parts, &host, body.0).await {
-            return Err(io_error(&e, ErrorKind::ConnectionClosed));
+            return Err(io_error(
+                "sending the request",
+                &e,
+                ErrorKind::ConnectionClosed,
+            ));
         }
         let head = conn.read_head().await?;
         let framing = h1::framing(&parts.method, &head)
@@ -478,7 +485,7 @@ impl PooledBody {
                 Ok(_) => {}
                 Err(e) => {
                     self.conn = None;
-                    return Poll::Ready(Err(io_error(&e, ErrorKind::Body)));
+                    return Poll::Ready(Err(io_error("reading the body", &e, ErrorKind::Body)));
                 }
             }
         }
