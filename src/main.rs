@@ -4,9 +4,14 @@
 
 use std::process::ExitCode;
 
-/// The static musl build allocates with jemalloc (musl's allocator is slow under threads);
-/// other builds keep the system's.
-#[cfg(all(target_env = "musl", target_pointer_width = "64"))]
+/// Every 64-bit build but MSVC's allocates with jemalloc (musl's allocator is slow under
+/// threads; one allocator for every build keeps their figures comparable); the
+/// `system-alloc` feature keeps the system's, for heap profilers.
+#[cfg(all(
+    not(feature = "system-alloc"),
+    not(target_env = "msvc"),
+    target_pointer_width = "64"
+))]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -4,11 +4,13 @@
 //! operations. On a stop it counts what was planned but not run, gives the tasks in flight
 //! the grace period, then cancels and records the rest.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::deps::Deps;
 use super::options::{ExecOptions, ExecReport, Mode};
@@ -75,6 +77,9 @@ struct Dispatch {
     pacer: Pacer,
     /// The order of each open pull's layers, with `--unpack`.
     chains: Chains,
+    /// The stop, waited for beside every wait of the dispatcher: one future for the whole
+    /// run, registered with the token once rather than at every operation.
+    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl Executor {
@@ -112,6 +117,7 @@ impl Executor {
             report: ExecReport::default(),
             pacer: Pacer::new(self.options.mode == Mode::Delay && precise),
             chains: Chains::default(),
+            stopped: Box::pin(cancelled.clone().cancelled_owned()),
             env: Arc::new(TaskEnv {
                 targets: self.targets,
                 recorder: self.recorder,
@@ -185,11 +191,10 @@ impl Dispatch {
     /// The next operation of the plan (closing the pull sessions the planner closes on the
     /// way), the plan's end, or a stop.
     async fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>) -> Next {
-        let cancelled = self.env.shutdown.token().clone();
         loop {
             let item = tokio::select! {
                 biased;
-                _ = cancelled.cancelled() => return Next::Stop,
+                () = &mut self.stopped => return Next::Stop,
                 item = plan.recv() => item,
             };
             match item {
@@ -224,10 +229,12 @@ impl Dispatch {
             }
         }
         let started = Instant::now();
-        recorder.offered(intended.unwrap_or(started)).await;
-        if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
-            let start = intended.unwrap_or(started);
-            recorder.session(SessionMsg::Started { id, start }).await;
+        let at = intended.unwrap_or(started);
+        match op.session {
+            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => {
+                recorder.offered_in(at, id).await;
+            }
+            _ => recorder.offered(at).await,
         }
         if matches!(
             op.action,
@@ -272,11 +279,10 @@ impl Dispatch {
     /// Waits until `intended` (if any) and for a free slot; the time spent waiting for the
     /// slot is counted as the cap binding. `None` on a stop.
     async fn slot(&mut self, intended: Option<Instant>) -> Option<OwnedSemaphorePermit> {
-        let cancelled = self.env.shutdown.token().clone();
         if let Some(due) = intended {
             tokio::select! {
                 biased;
-                _ = cancelled.cancelled() => return None,
+                () = &mut self.stopped => return None,
                 _ = self.pacer.sleep_until(due) => {}
             }
         }
@@ -286,7 +292,7 @@ impl Dispatch {
         let waited = Instant::now();
         let permit = tokio::select! {
             biased;
-            _ = cancelled.cancelled() => return None,
+            () = &mut self.stopped => return None,
             p = Arc::clone(&self.permits).acquire_owned() => p,
         };
         self.report.cap_wait += waited.elapsed();

@@ -24,7 +24,7 @@ use super::interval::{
     Scheduled, WarmupCounts,
 };
 use super::live::LiveMetrics;
-use super::recorder::{Msg, Recorded};
+use super::recorder::{Msg, Recorded, SessionMsg};
 use super::sessions::Sessions;
 use super::split::HeaderSplit;
 use super::uncertainty::Batches;
@@ -318,13 +318,17 @@ impl Aggregator {
                     }
                 }
             }
-            Msg::Offered(at) => {
+            Msg::Offered(at, session) => {
                 self.offered_total += 1;
                 if let Some(live) = &self.live {
                     live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
                 }
                 let index = self.index_of(at);
                 self.open.slot(index).2.offered += 1;
+                if let Some(id) = session {
+                    // A member's start never finishes its session: nothing to record.
+                    let _ = self.sessions.handle(SessionMsg::Started { id, start: at });
+                }
             }
             Msg::Tick(now) => {
                 // Keep the current and the previous interval open for stragglers.

@@ -181,8 +181,6 @@ impl Tally {
 #[derive(Debug, Clone)]
 pub struct Slot {
     pub name: Arc<str>,
-    /// Its weight in the ranking: its own plus what it inherited.
-    weight: u64,
     /// Tracked since the name's first operation: its tally is the whole truth.
     pub whole: bool,
     pub tally: Tally,
@@ -193,6 +191,10 @@ pub struct Slot {
 struct TopList {
     criterion: Criterion,
     slots: Vec<Slot>,
+    /// Each slot's weight in the ranking (its own plus what it inherited), apart from the
+    /// slots: a name not tracked scans them all for the least, a few cache lines instead
+    /// of one per slot.
+    weights: Vec<u64>,
     index: FastHashMap<Arc<str>, usize>,
     /// Some name was replaced: names seen may be missing.
     replaced: bool,
@@ -203,6 +205,7 @@ impl TopList {
         TopList {
             criterion,
             slots: Vec::with_capacity(TRACKED),
+            weights: Vec::with_capacity(TRACKED),
             index: FastHashMap::default(),
             replaced: false,
         }
@@ -211,9 +214,8 @@ impl TopList {
     fn record(&mut self, name: &Arc<str>, s: &Sample) {
         let w = self.criterion.weight(s);
         if let Some(&i) = self.index.get(name) {
-            let slot = &mut self.slots[i];
-            slot.weight = slot.weight.saturating_add(w);
-            slot.tally.add_sample(s);
+            self.weights[i] = self.weights[i].saturating_add(w);
+            self.slots[i].tally.add_sample(s);
             return;
         }
         if self.slots.len() < TRACKED {
@@ -222,20 +224,20 @@ impl TopList {
             self.index.insert(Arc::clone(name), self.slots.len());
             self.slots.push(Slot {
                 name: Arc::clone(name),
-                weight: w,
                 whole: !self.replaced,
                 tally,
             });
+            self.weights.push(w);
             return;
         }
         // Full: the least entry gives its place, and its weight, to the new name.
-        let Some(least) = (0..self.slots.len()).min_by_key(|&i| self.slots[i].weight) else {
+        let Some(least) = (0..self.weights.len()).min_by_key(|&i| self.weights[i]) else {
             return;
         };
         let slot = &mut self.slots[least];
         self.index.remove(&slot.name);
         slot.name = Arc::clone(name);
-        slot.weight = slot.weight.saturating_add(w);
+        self.weights[least] = self.weights[least].saturating_add(w);
         slot.whole = false;
         slot.tally.clear();
         slot.tally.add_sample(s);
@@ -247,14 +249,16 @@ impl TopList {
     /// their own in the ranking left out (a name that took a failing entry's place by a
     /// success inherits its weight, not its failures).
     fn top(&self, n: usize) -> Vec<&Slot> {
-        let mut slots: Vec<&Slot> = self
-            .slots
+        let mut slots: Vec<(u64, &Slot)> = self
+            .weights
             .iter()
-            .filter(|s| s.weight > 0 && self.criterion.of(&s.tally) > 0)
+            .copied()
+            .zip(&self.slots)
+            .filter(|&(w, s)| w > 0 && self.criterion.of(&s.tally) > 0)
             .collect();
-        slots.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
+        slots.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
         slots.truncate(n);
-        slots
+        slots.into_iter().map(|(_, s)| s).collect()
     }
 }
 
@@ -365,7 +369,7 @@ impl Dimension {
         let requests = &self.lists[0];
         !self.lists.iter().any(|l| l.replaced)
             && requests.slots.len() <= LISTED
-            && requests.slots.iter().all(|s| s.weight > 0)
+            && requests.weights.iter().all(|&w| w > 0)
     }
 }
 

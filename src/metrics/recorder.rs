@@ -19,8 +19,10 @@ pub(crate) enum Msg {
     Endpoint(u16),
     Event(Event),
     Session(SessionMsg),
-    /// An operation was due (delay mode: its intended instant) or dispatched (stress).
-    Offered(Instant),
+    /// An operation was due (delay mode: its intended instant) or dispatched (stress), and
+    /// (when it is a member of an image session) started as a member of session `.1` at
+    /// that instant: one message for both.
+    Offered(Instant, Option<u64>),
     /// The interval clock ticked at this instant (taken on the async side, the clock the
     /// samples use).
     Tick(Instant),
@@ -150,7 +152,13 @@ impl Recorder {
 
     /// An operation was due at `at` (the offered load of the timeline).
     pub async fn offered(&self, at: Instant) {
-        let _ = self.tx.send(Msg::Offered(at)).await;
+        let _ = self.tx.send(Msg::Offered(at, None)).await;
+    }
+
+    /// An operation was due at `at` and starts then as a member of image session `session`
+    /// ([`SessionMsg::Started`]).
+    pub async fn offered_in(&self, at: Instant, session: u64) {
+        let _ = self.tx.send(Msg::Offered(at, Some(session))).await;
     }
 }
 

@@ -35,10 +35,10 @@ pub(super) struct Sessions {
 pub(super) type Finished = (Sample, Option<Sample>);
 
 impl Sessions {
-    /// Tracks a session; returns its samples when it has just finished.
-    #[allow(clippy::too_many_lines)]
+    /// Tracks a session; returns its samples when it has just finished. One lookup of the
+    /// session per message (the map holds a session per client of the trace).
     pub(super) fn handle(&mut self, msg: SessionMsg) -> Option<Finished> {
-        let id = match msg {
+        let (id, s) = match msg {
             SessionMsg::Started { id, start } => {
                 let s = self.open.entry(id).or_insert(OpenSession {
                     start,
@@ -51,7 +51,8 @@ impl Sessions {
                 });
                 s.start = s.start.min(start);
                 s.pending += 1;
-                id
+                // A member that starts never finishes its session.
+                return None;
             }
             SessionMsg::Ended {
                 id,
@@ -60,62 +61,60 @@ impl Sessions {
                 bytes,
                 applied,
             } => {
-                if let Some(s) = self.open.get_mut(&id) {
-                    s.pending = s.pending.saturating_sub(1);
-                    s.end = s.end.max(end);
-                    s.bytes += bytes;
-                    if s.error.is_none() {
-                        s.error = error;
-                    }
-                    if let Some(a) = applied {
-                        let r = s.ready.get_or_insert(Applied {
-                            at: a.at,
-                            error: None,
-                            uncompressed: 0,
-                        });
-                        r.at = r.at.max(a.at);
-                        r.error = r.error.or(a.error);
-                        r.uncompressed += a.uncompressed;
-                    }
+                let s = self.open.get_mut(&id)?;
+                s.pending = s.pending.saturating_sub(1);
+                s.end = s.end.max(end);
+                s.bytes += bytes;
+                if s.error.is_none() {
+                    s.error = error;
                 }
-                id
+                if let Some(a) = applied {
+                    let r = s.ready.get_or_insert(Applied {
+                        at: a.at,
+                        error: None,
+                        uncompressed: 0,
+                    });
+                    r.at = r.at.max(a.at);
+                    r.error = r.error.or(a.error);
+                    r.uncompressed += a.uncompressed;
+                }
+                (id, s)
             }
             SessionMsg::Closed { id } => {
-                if let Some(s) = self.open.get_mut(&id) {
-                    s.closed = true;
-                }
-                id
+                let s = self.open.get_mut(&id)?;
+                s.closed = true;
+                (id, s)
             }
         };
-        let finished = self
-            .open
-            .get(&id)
-            .is_some_and(|s| s.closed && s.pending == 0);
-        if !finished {
+        if !(s.closed && s.pending == 0) {
             return None;
         }
-        let s = self.open.remove(&id)?;
-        let sample = |op, error: Option<ErrorKind>, end, bytes| Sample {
-            op,
-            outcome: error.map_or(Outcome::Ok, Outcome::Error),
-            size_class: SizeClass::of(bytes),
-            timing: Timing {
-                intended: None,
-                ready: None,
-                sent: s.start,
-                first_byte: None,
-                end,
-            },
-            bytes_sent: 0,
-            bytes_received: bytes,
-            http: HttpStatuses::NONE,
-        };
-        // Ready once every member's request ended and every layer was applied; failed by
-        // the first failure of either.
-        let ready = s.ready.map(|r| {
-            let error = s.error.or(r.error);
-            sample(Op::ImageReady, error, r.at.max(s.end), r.uncompressed)
-        });
-        Some((sample(Op::ImagePull, s.error, s.end, s.bytes), ready))
+        self.open.remove(&id).map(finished)
     }
+}
+
+/// The samples of session `s`, which has just finished.
+fn finished(s: OpenSession) -> Finished {
+    let sample = |op, error: Option<ErrorKind>, end, bytes| Sample {
+        op,
+        outcome: error.map_or(Outcome::Ok, Outcome::Error),
+        size_class: SizeClass::of(bytes),
+        timing: Timing {
+            intended: None,
+            ready: None,
+            sent: s.start,
+            first_byte: None,
+            end,
+        },
+        bytes_sent: 0,
+        bytes_received: bytes,
+        http: HttpStatuses::NONE,
+    };
+    // Ready once every member's request ended and every layer was applied; failed by
+    // the first failure of either.
+    let ready = s.ready.map(|r| {
+        let error = s.error.or(r.error);
+        sample(Op::ImageReady, error, r.at.max(s.end), r.uncompressed)
+    });
+    (sample(Op::ImagePull, s.error, s.end, s.bytes), ready)
 }

@@ -73,36 +73,67 @@ pub(crate) struct Head {
     pub headers: HeaderMap,
 }
 
+/// Header lines a head is first parsed with: a registry's answer has about ten. A head
+/// with more is parsed again with room for [`MAX_HEADERS`].
+const USUAL_HEADERS: usize = 24;
+
 /// Parses a response head at the start of `buf`, taking its bytes off `buf`; `Ok(None)`
 /// while the head is not complete. Header values share the head's bytes.
 pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, H1Error> {
-    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    parse_head_with::<USUAL_HEADERS>(buf)
+        .or_else(|| parse_head_with::<MAX_HEADERS>(buf))
+        .unwrap_or_else(|| Err(H1Error::Head(httparse::Error::TooManyHeaders.to_string())))
+}
+
+/// [`parse_head`] with room for `N` header lines (the arrays are on the stack and set up on
+/// every call: sized for the usual head, not the largest); `None` when the head has more.
+fn parse_head_with<const N: usize>(buf: &mut BytesMut) -> Option<Result<Option<Head>, H1Error>> {
+    let mut lines = [httparse::EMPTY_HEADER; N];
     let mut response = httparse::Response::new(&mut lines);
     let len = match response.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(H1Error::Head(e.to_string())),
+        Ok(httparse::Status::Partial) => return Some(Ok(None)),
+        Err(httparse::Error::TooManyHeaders) => return None,
+        Err(e) => return Some(Err(H1Error::Head(e.to_string()))),
     };
-    let code = response.code.unwrap_or(0);
-    let status = StatusCode::from_u16(code).map_err(|e| H1Error::Head(e.to_string()))?;
-    let version = if response.version == Some(0) {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
+    let (code, http10) = (response.code.unwrap_or(0), response.version == Some(0));
     // Offsets first (on the stack: nothing allocated per answer): the lines borrow `buf`,
-    // which is split below.
+    // which is split in `head_of`.
     let base = buf.as_ptr() as usize;
     let count = response.headers.len();
-    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut spans: [Span; N] = [(0, 0, 0, 0); N];
     for (span, h) in spans.iter_mut().zip(response.headers.iter()) {
         let name = h.name.as_ptr() as usize - base;
         let value = h.value.as_ptr() as usize - base;
         *span = (name, name + h.name.len(), value, value + h.value.len());
     }
+    Some(head_at(code, http10, &spans[..count], buf, len))
+}
+
+/// Where a header's name and value are in the head: start and end of each.
+type Span = (usize, usize, usize, usize);
+
+/// The head parsed from the first `len` bytes of `buf` (status `code`, HTTP/1.0 or 1.1, its
+/// header lines at `spans`), taken off `buf`.
+fn head_at(
+    code: u16,
+    http10: bool,
+    spans: &[Span],
+    buf: &mut BytesMut,
+    len: usize,
+) -> Result<Option<Head>, H1Error> {
+    let status = StatusCode::from_u16(code).map_err(|e| H1Error::Head(e.to_string()))?;
+    let version = if http10 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(count);
-    for &(name_start, name_end, start, end) in &spans[..count] {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for &(name_start, name_end, start, end) in spans {
         let name = HeaderName::from_bytes(&head[name_start..name_end]).map_err(|e| {
             let text = String::from_utf8_lossy(&head[name_start..name_end]);
             H1Error::Header(format!("{text}: {e}"))
@@ -348,6 +379,24 @@ mod tests {
             out,
             b"GET /v2/a/manifests/t HTTP/1.1\r\nhost: 127.0.0.1:5000\r\naccept: a/b\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn heads_with_more_lines_than_usual_parse_up_to_the_limit() {
+        let head = |lines: usize| {
+            let mut text = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..lines {
+                text.push_str(&format!("X-H{i}: {i}\r\n"));
+            }
+            text + "\r\n"
+        };
+        let many = head_of(&head(USUAL_HEADERS + 6));
+        assert_eq!(many.headers.len(), USUAL_HEADERS + 6);
+        assert_eq!(many.headers["x-h29"], "29");
+        let mut buf = BytesMut::from(head(MAX_HEADERS + 1).as_bytes());
+        let err = parse_head(&mut buf).unwrap_err();
+        assert!(err.to_string().contains("too many headers"), "{err}");
+        assert!(parse_head(&mut BytesMut::new()).unwrap().is_none());
     }
 
     #[test]

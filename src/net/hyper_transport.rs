@@ -33,7 +33,7 @@ use super::classify::{body_kind, classify_chain, describe_chain, unprocessed_of}
 use super::config::{TransportBuildError, TransportConfig, MIN_READ_BUFFER};
 use super::deadline::{within_deadlines, Progress, ProgressReader};
 use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
-use super::plain_pool::{PlainPool, PoolSettings};
+use super::plain_pool::{PlainPool, PlainRequest, PoolSettings};
 use super::req_body::{BodyKind, ContentBody, ReqBody};
 use super::transport::{HttpRequest, HttpResponse, RequestBody, Transport, TransportError};
 use crate::metrics::ErrorKind;
@@ -198,25 +198,25 @@ impl Transport for HyperTransport {
                     &local
                 }
             };
-            let plain = url.scheme() == "http";
+            let config = &self.config;
+            if url.scheme() == "http" {
+                // HTTP/1.1 on a connection of our own: the request line carries the path
+                // and query only; the pool adds `Host`.
+                let req = PlainRequest {
+                    method: &method,
+                    target: &url[url::Position::BeforePath..url::Position::AfterQuery],
+                    headers: &headers,
+                };
+                let send = self.plain.send(&url, req, body);
+                let (head, body) = within_deadlines(std::pin::pin!(send), progress, config).await?;
+                return Ok(HttpResponse::new(head.status, head.headers, Box::pin(body))
+                    .with_version(head.version)
+                    .with_idle_timeout(config.body_idle_timeout)
+                    .with_deadline(progress.end_by(config), config.request_deadline));
+            }
             let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method;
             *req.headers_mut() = headers;
-            let config = &self.config;
-            if plain {
-                // HTTP/1.1 on a connection of our own: the request line carries the path
-                // and query only; the pool adds `Host`.
-                *req.uri_mut() = uri_of(&url[url::Position::BeforePath..])?;
-                let send = self.plain.send(&url, req);
-                let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
-                let (parts, body) = response.into_parts();
-                return Ok(
-                    HttpResponse::new(parts.status, parts.headers, Box::pin(body))
-                        .with_version(parts.version)
-                        .with_idle_timeout(config.body_idle_timeout)
-                        .with_deadline(progress.end_by(config), config.request_deadline),
-                );
-            }
             // The URL's own string becomes the URI's buffer: no copy.
             *req.uri_mut() = uri_of(String::from(url))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };

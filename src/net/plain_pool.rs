@@ -27,7 +27,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -36,7 +36,7 @@ use url::{Host, Position, Url};
 use super::classify::{classify_chain, describe_chain};
 use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head, MAX_PIECE};
 use super::links::{origin_key, Links, Negotiated};
-use super::req_body::{BodyKind, ReqBody};
+use super::req_body::BodyKind;
 use super::transport::TransportError;
 use crate::metrics::ErrorKind;
 
@@ -51,6 +51,15 @@ const MAX_HEAD: usize = 64 * 1024;
 
 /// Request bodies up to this size go out in the same write as their head.
 const SMALL_BODY: usize = 16 * 1024;
+
+/// A request as the pool writes it: its method, its target (the URL's path and query) and
+/// its headers, borrowed from the caller (`Host` is the pool's).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlainRequest<'a> {
+    pub method: &'a Method,
+    pub target: &'a str,
+    pub headers: &'a HeaderMap,
+}
 
 /// Settings of a [`PlainPool`].
 #[derive(Debug, Clone, Copy)]
@@ -162,13 +171,12 @@ impl Conn {
     /// Writes the request: its head (with the body when small), then the body.
     async fn write_request(
         &mut self,
-        parts: &http::request::Parts,
+        req: &PlainRequest<'_>,
         host: &HeaderValue,
         body: BodyKind,
     ) -> io::Result<()> {
         self.head.clear();
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        h1::write_head(&mut self.head, &parts.method, target, host, &parts.headers);
+        h1::write_head(&mut self.head, req.method, req.target, host, req.headers);
         match body {
             BodyKind::Empty | BodyKind::Bytes(None) => self.stream.write_all(&self.head).await,
             BodyKind::Bytes(Some(bytes)) if bytes.len() <= SMALL_BODY => {
@@ -241,13 +249,15 @@ impl PlainPool {
         }
     }
 
-    /// Sends `req` to `url`'s origin and resolves when the response head has arrived; the
-    /// returned body reads the rest from the connection and gives it back at its end.
+    /// Sends `req` to `url`'s origin (its path and query the request's target) and resolves
+    /// when the response head has arrived; the returned body reads the rest from the
+    /// connection and gives it back at its end.
     pub(crate) async fn send(
         self: &Arc<Self>,
         url: &Url,
-        req: Request<ReqBody>,
-    ) -> Result<Response<PooledBody>, TransportError> {
+        req: PlainRequest<'_>,
+        body: BodyKind,
+    ) -> Result<(Head, PooledBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
         let (origin, host, idle) = self.checkout(authority)?;
         let mut conn = match idle {
@@ -255,8 +265,7 @@ impl PlainPool {
             // Boxed: once per connection, and its future is larger than an exchange's.
             None => Box::pin(self.connect(url)).await?,
         };
-        let (parts, body) = req.into_parts();
-        if let Err(e) = conn.write_request(&parts, &host, body.0).await {
+        if let Err(e) = conn.write_request(&req, &host, body).await {
             return Err(io_error(
                 "sending the request",
                 &e,
@@ -264,7 +273,7 @@ impl PlainPool {
             ));
         }
         let head = conn.read_head().await?;
-        let framing = h1::framing(&parts.method, &head)
+        let framing = h1::framing(req.method, &head)
             .map_err(|e| TransportError::new(ErrorKind::Protocol, e.to_string()))?;
         let keep = h1::keep_alive(&head, framing);
         let state = match framing {
@@ -273,20 +282,17 @@ impl PlainPool {
             Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
             Framing::Close => Body::UntilClose,
         };
-        let mut response = Response::new(PooledBody {
+        let mut body = PooledBody {
             state,
             conn: Some(conn),
             keep,
             origin,
             pool: Arc::clone(self),
-        });
-        *response.status_mut() = head.status;
-        *response.version_mut() = head.version;
-        *response.headers_mut() = head.headers;
-        if response.body().state == Body::Ended {
-            response.body_mut().release();
+        };
+        if body.state == Body::Ended {
+            body.release();
         }
-        Ok(response)
+        Ok((head, body))
     }
 
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
@@ -764,10 +770,13 @@ mod tests {
         let url = server.url("/bytes/4");
         for wait in [0, 0, 100, 0] {
             tokio::time::sleep(Duration::from_millis(wait)).await;
-            let mut req = Request::new(ReqBody::empty());
-            *req.uri_mut() = http::Uri::from_static("/bytes/4");
-            let response = pool.send(&url, req).await.unwrap();
-            let mut body = response.into_body();
+            let headers = HeaderMap::new();
+            let req = PlainRequest {
+                method: &Method::GET,
+                target: "/bytes/4",
+                headers: &headers,
+            };
+            let (_, mut body) = pool.send(&url, req, BodyKind::Empty).await.unwrap();
             while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
                 chunk.unwrap();
             }

@@ -14,13 +14,6 @@ use super::deadline::ProgressReader;
 #[derive(Debug)]
 pub struct ReqBody(pub(super) BodyKind);
 
-#[cfg(test)]
-impl ReqBody {
-    pub(crate) fn empty() -> Self {
-        ReqBody(BodyKind::Empty)
-    }
-}
-
 /// What a [`ReqBody`] carries.
 #[derive(Debug)]
 pub(super) enum BodyKind {

@@ -43,22 +43,94 @@ fn verifier(
     Ok(if config.insecure {
         Arc::new(AcceptAnyCertificate(provider))
     } else if roots.is_empty() {
-        Arc::new(
-            rustls_platform_verifier::Verifier::new(provider)
-                .map_err(|e| TransportBuildError::Client(e.to_string()))?,
-        )
+        Arc::new(Platform::new(provider, Vec::new()))
     } else {
         let pinned = roots
             .iter()
             .map(Pinned::of)
             .collect::<Result<Vec<_>, _>>()?;
-        let platform = rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider)
-            .map_err(|e| TransportBuildError::Certificate(e.to_string()))?;
         Arc::new(WithPinned {
-            inner: platform,
+            inner: Platform::new(provider, roots),
             pinned,
         })
     })
+}
+
+/// The platform's verifier with the `--ca-cert` roots, made when a handshake first needs
+/// it: loading the system roots costs milliseconds at every start, and a run against an
+/// `http://` registry never verifies a certificate.
+#[derive(Debug)]
+struct Platform {
+    provider: Arc<CryptoProvider>,
+    extra: Vec<CertificateDer<'static>>,
+    made: std::sync::OnceLock<Result<rustls_platform_verifier::Verifier, String>>,
+}
+
+impl Platform {
+    fn new(provider: Arc<CryptoProvider>, extra: Vec<CertificateDer<'static>>) -> Platform {
+        Platform {
+            provider,
+            extra,
+            made: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The verifier, or why the platform could not give one (a TLS error of the handshake).
+    fn get(&self) -> Result<&rustls_platform_verifier::Verifier, rustls::Error> {
+        let made = self.made.get_or_init(|| {
+            let provider = Arc::clone(&self.provider);
+            let made = if self.extra.is_empty() {
+                rustls_platform_verifier::Verifier::new(provider)
+            } else {
+                rustls_platform_verifier::Verifier::new_with_extra_roots(
+                    self.extra.clone(),
+                    provider,
+                )
+            };
+            made.map_err(|e| format!("the system's certificate roots: {e}"))
+        });
+        made.as_ref().map_err(|e| rustls::Error::General(e.clone()))
+    }
+}
+
+impl ServerCertVerifier for Platform {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.get()?
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get()?.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get()?.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        // What the provider verifies: the platform's verifier answers the same, and the
+        // roots need not be loaded to say it.
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// A `--ca-cert` certificate, with its validity period.
@@ -86,7 +158,7 @@ impl Pinned {
 /// certificates (see the module documentation).
 #[derive(Debug)]
 struct WithPinned {
-    inner: rustls_platform_verifier::Verifier,
+    inner: Platform,
     pinned: Vec<Pinned>,
 }
 
