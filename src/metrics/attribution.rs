@@ -90,12 +90,12 @@ impl Criterion {
     }
 
     /// What one operation adds to this ranking.
-    fn weight(self, s: &Sample) -> u64 {
+    fn weight(self, s: &Seen) -> u64 {
         match self {
             Criterion::Requests => 1,
-            Criterion::Time => micros(s),
-            Criterion::Bytes => s.bytes_sent + s.bytes_received,
-            Criterion::Errors => u64::from(!s.outcome.is_ok()),
+            Criterion::Time => s.us,
+            Criterion::Bytes => s.bytes,
+            Criterion::Errors => u64::from(!s.ok),
             Criterion::Latency => 0,
         }
     }
@@ -122,6 +122,25 @@ fn micros(s: &Sample) -> u64 {
     u64::try_from(s.timing.latency().as_micros()).unwrap_or(u64::MAX)
 }
 
+/// What a sample brings to the rankings, read from it once (each sample feeds eight of
+/// them: four rankings of repositories and four of clients).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    us: u64,
+    bytes: u64,
+    ok: bool,
+}
+
+impl Seen {
+    fn of(s: &Sample) -> Seen {
+        Seen {
+            us: micros(s),
+            bytes: s.bytes_sent + s.bytes_received,
+            ok: s.outcome.is_ok(),
+        }
+    }
+}
+
 /// The layout values are cut to: two significant digits over the standard range.
 fn coarse() -> &'static Histogram<u64> {
     static LAYOUT: OnceLock<Histogram<u64>> = OnceLock::new();
@@ -145,12 +164,18 @@ pub struct Tally {
 }
 
 impl Tally {
+    #[cfg(test)]
     fn add_sample(&mut self, s: &Sample) {
+        self.add_seen(Seen::of(s));
+    }
+
+    /// Counts one operation.
+    fn add_seen(&mut self, s: Seen) {
         self.count += 1;
-        self.bytes += s.bytes_sent + s.bytes_received;
-        let us = micros(s);
+        self.bytes += s.bytes;
+        let us = s.us;
         self.time_us = self.time_us.saturating_add(us);
-        if s.outcome.is_ok() {
+        if s.ok {
             let layout = coarse();
             self.latency
                 .record_us(layout.lowest_equivalent(us.min(layout.high())));
@@ -211,16 +236,16 @@ impl TopList {
         }
     }
 
-    fn record(&mut self, name: &Arc<str>, s: &Sample) {
-        let w = self.criterion.weight(s);
+    fn record(&mut self, name: &Arc<str>, s: Seen) {
+        let w = self.criterion.weight(&s);
         if let Some(&i) = self.index.get(name) {
             self.weights[i] = self.weights[i].saturating_add(w);
-            self.slots[i].tally.add_sample(s);
+            self.slots[i].tally.add_seen(s);
             return;
         }
         if self.slots.len() < TRACKED {
             let mut tally = Tally::default();
-            tally.add_sample(s);
+            tally.add_seen(s);
             self.index.insert(Arc::clone(name), self.slots.len());
             self.slots.push(Slot {
                 name: Arc::clone(name),
@@ -240,7 +265,7 @@ impl TopList {
         self.weights[least] = self.weights[least].saturating_add(w);
         slot.whole = false;
         slot.tally.clear();
-        slot.tally.add_sample(s);
+        slot.tally.add_seen(s);
         self.index.insert(Arc::clone(name), least);
         self.replaced = true;
     }
@@ -288,7 +313,7 @@ impl Default for Dimension {
 }
 
 impl Dimension {
-    fn record(&mut self, name: &Arc<str>, s: &Sample) {
+    fn record(&mut self, name: &Arc<str>, s: Seen) {
         for list in &mut self.lists {
             list.record(name, s);
         }
@@ -387,11 +412,12 @@ impl Attribution {
         if s.op.level() != Level::Operation {
             return;
         }
+        let seen = Seen::of(s);
         if let Some(r) = &who.repository {
-            self.repositories.record(r, s);
+            self.repositories.record(r, seen);
         }
         if let Some(c) = &who.client {
-            self.clients.record(c, s);
+            self.clients.record(c, seen);
         }
     }
 
