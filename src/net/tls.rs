@@ -49,6 +49,14 @@ fn verifier(
             .iter()
             .map(Pinned::of)
             .collect::<Result<Vec<_>, _>>()?;
+        // Each `--ca-cert` must serve as a root now, at the start: the platform's verifier
+        // that adds them to the system's is made at the first handshake.
+        let mut anchors = rustls::RootCertStore::empty();
+        for root in &roots {
+            anchors
+                .add(root.clone())
+                .map_err(|e| TransportBuildError::Certificate(e.to_string()))?;
+        }
         Arc::new(WithPinned {
             inner: Platform::new(provider, roots),
             pinned,
