@@ -43,7 +43,7 @@ fn verifier(
     Ok(if config.insecure {
         Arc::new(AcceptAnyCertificate(provider))
     } else if roots.is_empty() {
-        Arc::new(Platform::new(provider, Vec::new()))
+        Arc::new(Platform::new(provider, Vec::new(), Vec::new()))
     } else {
         let pinned = roots
             .iter()
@@ -57,30 +57,60 @@ fn verifier(
                 .add(root.clone())
                 .map_err(|e| TransportBuildError::Certificate(e.to_string()))?;
         }
-        Arc::new(WithPinned {
-            inner: Platform::new(provider, roots),
-            pinned,
-        })
+        Arc::new(Platform::new(provider, roots, pinned))
     })
 }
 
-/// The platform's verifier with the `--ca-cert` roots, made when a handshake first needs
-/// it: loading the system roots costs milliseconds at every start, and a run against an
-/// `http://` registry never verifies a certificate.
+/// The platform's verifier with the `--ca-cert` roots, then the `--ca-cert` certificates
+/// as pinned server certificates (see the module documentation). The platform's verifier
+/// is made when a handshake first needs it: loading the system roots costs milliseconds at
+/// every start, and a run against an `http://` registry never verifies a certificate.
 #[derive(Debug)]
 struct Platform {
     provider: Arc<CryptoProvider>,
     extra: Vec<CertificateDer<'static>>,
+    pinned: Vec<Pinned>,
     made: std::sync::OnceLock<Result<rustls_platform_verifier::Verifier, String>>,
 }
 
 impl Platform {
-    fn new(provider: Arc<CryptoProvider>, extra: Vec<CertificateDer<'static>>) -> Platform {
+    fn new(
+        provider: Arc<CryptoProvider>,
+        extra: Vec<CertificateDer<'static>>,
+        pinned: Vec<Pinned>,
+    ) -> Platform {
         Platform {
             provider,
             extra,
+            pinned,
             made: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The verdict on `end_entity` when it is one of the pinned certificates: accepted
+    /// within its validity period for the name dialled; `None` when it is not pinned.
+    fn pinned(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        server_name: &ServerName<'_>,
+        now: UnixTime,
+    ) -> Option<Result<ServerCertVerified, rustls::Error>> {
+        let pin = self
+            .pinned
+            .iter()
+            .find(|p| p.der.as_ref() == end_entity.as_ref())?;
+        let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        if now < pin.not_before {
+            return Some(Err(CertificateError::NotValidYet.into()));
+        }
+        if now > pin.not_after {
+            return Some(Err(CertificateError::Expired.into()));
+        }
+        Some(
+            rustls::server::ParsedCertificate::try_from(end_entity)
+                .and_then(|parsed| rustls::client::verify_server_name(&parsed, server_name))
+                .map(|()| ServerCertVerified::assertion()),
+        )
     }
 
     /// The verifier, or why the platform could not give one (a TLS error of the handshake).
@@ -110,8 +140,14 @@ impl ServerCertVerifier for Platform {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.get()?
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        let refused = match self.get().and_then(|v| {
+            v.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        }) {
+            Ok(ok) => return Ok(ok),
+            Err(e) => e,
+        };
+        self.pinned(end_entity, server_name, now)
+            .unwrap_or(Err(refused))
     }
 
     fn verify_tls12_signature(
@@ -159,75 +195,6 @@ impl Pinned {
             not_before: cert.validity().not_before.timestamp(),
             not_after: cert.validity().not_after.timestamp(),
         })
-    }
-}
-
-/// The platform's verifier, then the `--ca-cert` certificates as pinned server
-/// certificates (see the module documentation).
-#[derive(Debug)]
-struct WithPinned {
-    inner: Platform,
-    pinned: Vec<Pinned>,
-}
-
-impl ServerCertVerifier for WithPinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let refused = match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Ok(ok) => return Ok(ok),
-            Err(e) => e,
-        };
-        let Some(pin) = self
-            .pinned
-            .iter()
-            .find(|p| p.der.as_ref() == end_entity.as_ref())
-        else {
-            return Err(refused);
-        };
-        let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        if now < pin.not_before {
-            return Err(CertificateError::NotValidYet.into());
-        }
-        if now > pin.not_after {
-            return Err(CertificateError::Expired.into());
-        }
-        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_name(&parsed, server_name)?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 
