@@ -456,6 +456,17 @@ impl ParsedManifest {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_reference_generator_asks_for_what_creb_rs_asks_for() {
+        // scripts/bench-compare gives wrk creb-rs's Accept header, so the registry does the
+        // same work for both; a change here must reach the script too.
+        let script = include_str!("../../scripts/bench-compare");
+        assert!(
+            script.contains(&format!("request_accept='{ACCEPT}'")),
+            "scripts/bench-compare's request_accept is not oci::manifest::ACCEPT"
+        );
+    }
+
     fn layer(n: u8) -> Descriptor {
         Descriptor {
             media_type: OCI_LAYER.into(),
