@@ -45,8 +45,9 @@ pub const BLOCK: u64 = layer::FRAME;
 const DOMAIN: &[u8] = b"creb-rs/content/v1\0";
 
 /// The name of the content scheme: digests computed under another are not these (v2: layers
-/// are tar archives; v3: a layer's random pieces are masked windows of a shared pool).
-pub const SCHEME: &str = "creb-rs/content/v3";
+/// are tar archives; v3: a layer's random pieces are masked windows of a shared pool; v4:
+/// pieces of 16 KiB, consecutive literal segments in one block).
+pub const SCHEME: &str = "creb-rs/content/v4";
 
 /// A generated blob: its key, its size and what it is. Cheap to copy; holds no bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -24,6 +24,10 @@ use tree::{Costs, Seg, Walk};
 
 pub use tree::MTIME;
 
+/// The most bytes one literal block holds (a stored deflate block's limit; zstd's raw
+/// blocks keep to it too).
+const MAX_BLOCK: u64 = 65_535;
+
 /// Compressed bytes per frame (gzip member, zstd frame); the last frame holds the rest.
 /// Also the content's block ([`crate::content::BLOCK`]): a reader's chunks end at frames.
 pub const FRAME: u64 = 64 * 1024;
@@ -161,7 +165,8 @@ impl LayerForm {
             Compression::None => Costs {
                 literal_overhead: 0,
                 run_fixed: 0,
-                run_per_258: 258.0,
+                run_bytes: 1,
+                run_per: 1,
                 run_is_literal: true,
                 per_frame: 0,
                 frame: FRAME,
@@ -173,7 +178,8 @@ impl LayerForm {
             Compression::Gzip => Costs {
                 literal_overhead: 6,
                 run_fixed: 6,
-                run_per_258: 13.0 / 8.0,
+                run_bytes: 13,
+                run_per: 8 * 258,
                 run_is_literal: false,
                 per_frame: 48,
                 frame: FRAME,
@@ -182,7 +188,8 @@ impl LayerForm {
             Compression::Zstd => Costs {
                 literal_overhead: 3,
                 run_fixed: 4,
-                run_per_258: 4.0 * 258.0 / tree::MAX_SEGMENT as f64,
+                run_bytes: 4,
+                run_per: tree::MAX_SEGMENT,
                 run_is_literal: false,
                 per_frame: 24,
                 frame: FRAME,
@@ -211,11 +218,14 @@ fn frame_range(size: u64, k: u64) -> Range<u64> {
 /// What a frame holds, in stream order.
 #[derive(Debug, Clone, Copy)]
 enum Op {
-    /// Bytes `from..from + len` of a segment, in a block of their own.
+    /// Bytes `from..from + len` of a segment, in a literal block: one this op opens, of
+    /// `block` bytes (its own and those of the literals after it that join it), or, when
+    /// `block` is 0, the block of the op before.
     Literal {
         seg: Seg,
         from: u64,
         len: u64,
+        block: u64,
     },
     /// A run; `history` when the frame already holds the byte before it.
     Run {
@@ -316,55 +326,104 @@ impl Cursor {
     fn plan_zstd(&mut self, start: u64, budget: u64) {
         // Magic, frame header descriptor, window descriptor; the final raw block's header.
         let mut used = 6;
+        let mut open = None;
         loop {
             let (seg, from) = self.current(start + used);
             let len = seg.len() - from;
-            let (op, cost) = match seg {
-                Seg::Run { byte, .. } => (
-                    Op::Run {
-                        byte,
-                        len,
-                        history: true,
-                    },
-                    4,
-                ),
-                _ => (Op::Literal { seg, from, len }, 3 + len),
+            let joins = self.joins(open, &seg, len);
+            let cost = match seg {
+                Seg::Run { .. } => 4,
+                _ if joins => len,
+                _ => 3 + len,
             };
             if used + cost + 3 > budget {
                 break;
             }
             used += cost;
-            self.ops.push(op);
+            open = self.push(seg, from, len, open, joins, true);
             self.seg = None;
         }
         self.take_final(budget - used - 3, start + used);
     }
 
+    /// Whether a literal of `len` bytes of `seg` can join the literal block `open` (the
+    /// index of the op that opened it): consecutive literals share one block header and are
+    /// heard by the CRC in one call.
+    fn joins(&self, open: Option<usize>, seg: &Seg, len: u64) -> bool {
+        match (open, seg) {
+            (_, Seg::Run { .. }) | (None, _) => false,
+            (Some(i), _) => match self.ops[i] {
+                Op::Literal { block, .. } => block + len <= MAX_BLOCK,
+                _ => false,
+            },
+        }
+    }
+
+    /// Pushes the op of `len` bytes of `seg` from `from`; the literal block open after it.
+    fn push(
+        &mut self,
+        seg: Seg,
+        from: u64,
+        len: u64,
+        open: Option<usize>,
+        joins: bool,
+        history: bool,
+    ) -> Option<usize> {
+        if let Seg::Run { byte, .. } = seg {
+            self.ops.push(Op::Run { byte, len, history });
+            return None;
+        }
+        match open {
+            Some(i) if joins => {
+                if let Op::Literal { block, .. } = &mut self.ops[i] {
+                    *block += len;
+                }
+                self.ops.push(Op::Literal {
+                    seg,
+                    from,
+                    len,
+                    block: 0,
+                });
+                Some(i)
+            }
+            _ => {
+                self.ops.push(Op::Literal {
+                    seg,
+                    from,
+                    len,
+                    block: len,
+                });
+                Some(self.ops.len() - 1)
+            }
+        }
+    }
+
     fn plan_gzip(&mut self, start: u64, budget: u64) {
         // Bits of deflate data so far; the member's header and trailer are 18 bytes. A run
         // copies the byte before it when the frame holds one equal to it, else begins with a
-        // literal.
+        // literal. A literal joins the stored block before it when it directly follows one
+        // (stored data ends on a byte boundary: it adds its bytes alone).
         let mut bits = 0u64;
         let mut previous: Option<u8> = None;
+        let mut open = None;
         loop {
             let (seg, from) = self.current(start + 10 + bits / 8);
             let len = seg.len() - from;
-            let (op, after) = match seg {
+            let joins = self.joins(open, &seg, len);
+            let (after, history) = match seg {
                 Seg::Run { byte, .. } => {
                     let history = previous == Some(byte);
-                    (
-                        Op::Run { byte, len, history },
-                        bits + 3 + run_bits(byte, len, history) + 7,
-                    )
+                    (bits + 3 + run_bits(byte, len, history) + 7, history)
                 }
-                _ => (Op::Literal { seg, from, len }, stored_bits(bits, len)),
+                _ if joins => (bits + 8 * len, false),
+                _ => (stored_bits(bits, len), false),
             };
             if final_room(after, budget).is_none() {
                 break;
             }
             bits = after;
             previous = seg.last_byte().or(previous);
-            self.ops.push(op);
+            open = self.push(seg, from, len, open, joins, history);
             self.seg = None;
         }
         let room = final_room(bits, budget).unwrap_or(0);
@@ -558,18 +617,28 @@ fn put_segment(key: &[u64; 4], seg: &Seg, from: u64, len: u64, out: &mut Out) {
 }
 
 fn render_plain(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
+    // The frame is the tar's bytes themselves: heard in one call once written.
     for op in ops {
         match *op {
-            Op::Literal { seg, from, len } | Op::Tail { seg, from, len } => {
-                let at = out.len();
+            Op::Literal { seg, from, len, .. } | Op::Tail { seg, from, len } => {
                 put_segment(key, &seg, from, len, out);
-                sink.bytes(out.since(at));
             }
-            Op::Run { byte, len, .. } => {
-                out.fill(byte, len as usize);
-                sink.run(byte, len);
-            }
+            Op::Run { byte, len, .. } => out.fill(byte, len as usize),
             Op::Final { .. } => {}
+        }
+    }
+    sink.bytes(out.as_slice());
+}
+
+/// Where a literal block's bytes begin in the frame, until they are heard (all of a block
+/// at once: one CRC call, not one per segment).
+#[derive(Default)]
+struct Unheard(Option<usize>);
+
+impl Unheard {
+    fn hear(&mut self, out: &Out, sink: &mut Uncompressed) {
+        if let Some(at) = self.0.take() {
+            sink.bytes(out.since(at));
         }
     }
 }
@@ -581,27 +650,37 @@ fn render_zstd(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompresse
         let h = u32::from(last) | (kind << 1) | ((size as u32) << 3);
         out.extend_from_slice(&h.to_le_bytes()[..3]);
     };
+    let mut unheard = Unheard::default();
     for op in ops {
         match *op {
-            Op::Literal { seg, from, len } => {
-                block_header(out, false, 0, len);
-                let at = out.len();
+            Op::Literal {
+                seg,
+                from,
+                len,
+                block,
+            } => {
+                if block > 0 {
+                    unheard.hear(out, sink);
+                    block_header(out, false, 0, block);
+                    unheard.0 = Some(out.len());
+                }
                 put_segment(key, &seg, from, len, out);
-                sink.bytes(out.since(at));
             }
             Op::Run { byte, len, .. } => {
+                unheard.hear(out, sink);
                 block_header(out, false, 1, len);
                 out.push(byte);
                 sink.run(byte, len);
             }
-            Op::Final { len } => block_header(out, true, 0, len),
-            Op::Tail { seg, from, len } => {
-                let at = out.len();
-                put_segment(key, &seg, from, len, out);
-                sink.bytes(out.since(at));
+            Op::Final { len } => {
+                unheard.hear(out, sink);
+                block_header(out, true, 0, len);
+                unheard.0 = Some(out.len());
             }
+            Op::Tail { seg, from, len } => put_segment(key, &seg, from, len, out),
         }
     }
+    unheard.hear(out, sink);
 }
 
 /// Writes deflate's bit stream: bits go in from the least significant end of each byte.
@@ -766,15 +845,24 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompresse
     // The final block's bytes left in its current stored block.
     let mut block_left = 0u64;
     let mut final_left = 0u64;
+    let mut unheard = Unheard::default();
     for op in ops {
         match *op {
-            Op::Literal { seg, from, len } => {
-                bits.stored_header(false, len);
-                let at = bits.out.len();
+            Op::Literal {
+                seg,
+                from,
+                len,
+                block,
+            } => {
+                if block > 0 {
+                    unheard.hear(bits.out, sink);
+                    bits.stored_header(false, block);
+                    unheard.0 = Some(bits.out.len());
+                }
                 put_segment(key, &seg, from, len, bits.out);
-                sink.bytes(bits.out.since(at));
             }
             Op::Run { byte, len, history } => {
+                unheard.hear(bits.out, sink);
                 bits.put(0, 1);
                 bits.put(1, 2);
                 let mut len = len;
@@ -794,21 +882,24 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompresse
                 sink.run(byte, op_len(op));
             }
             Op::Final { len } => {
+                unheard.hear(bits.out, sink);
                 final_left = len;
                 block_left = len.min(65_535);
                 bits.stored_header(final_left == block_left, block_left);
+                unheard.0 = Some(bits.out.len());
             }
             Op::Tail { seg, from, len } => {
                 let (mut from, mut len) = (from, len);
                 while len > 0 {
                     if block_left == 0 {
+                        // The final literal's second stored block: its header is not data.
+                        unheard.hear(bits.out, sink);
                         block_left = final_left.min(65_535);
                         bits.stored_header(final_left == block_left, block_left);
+                        unheard.0 = Some(bits.out.len());
                     }
                     let n = len.min(block_left);
-                    let at = bits.out.len();
                     put_segment(key, &seg, from, n, bits.out);
-                    sink.bytes(bits.out.since(at));
                     block_left -= n;
                     final_left -= n;
                     from += n;
@@ -817,6 +908,7 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompresse
             }
         }
     }
+    unheard.hear(bits.out, sink);
     bits.align();
     let crc = sink.crc.take().map_or(0, crc32fast::Hasher::finalize);
     out.extend_from_slice(&crc.to_le_bytes());

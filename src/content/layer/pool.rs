@@ -2,7 +2,7 @@
 //! words every process makes alike, chosen and masked by the piece's key, so a piece costs
 //! a masked copy from cache rather than a generator's steps.
 //!
-//! A piece `id` of a layer with key `k` takes the words `POOL[o..o + 512]` (4 KiB), each
+//! A piece `id` of a layer with key `k` takes the words `POOL[o..o + 2048]` (16 KiB), each
 //! XORed with one of four mask words in turn; `o` and the masks are mixed from `k` and `id`.
 //! No two pieces share an exact run of bytes (their masks differ), so a compressor finds
 //! nothing to match across them: the bytes stay incompressible, and unique per layer.
@@ -15,84 +15,68 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::content::mix::splitmix64;
 
 /// Random bytes per piece of file data.
-pub(super) const PIECE: u64 = 4096;
+pub(super) const PIECE: u64 = 16 * 1024;
 
 /// Where a window may start: 256 KiB of words (the pool stays in a core's L2 cache).
 const STARTS: usize = 32 * 1024;
 /// Words in a piece.
 const PIECE_WORDS: usize = (PIECE / 8) as usize;
 
-/// The shared words: xoshiro256++ from a fixed seed, made once per process.
-fn pool() -> &'static [u64] {
-    static POOL: OnceLock<Box<[u64]>> = OnceLock::new();
+/// The shared words, as their little-endian bytes: xoshiro256++ from a fixed seed, made once
+/// per process.
+fn pool() -> &'static [u8] {
+    static POOL: OnceLock<Box<[u8]>> = OnceLock::new();
     POOL.get_or_init(|| {
         let mut seed = [0u8; 32];
         for (i, chunk) in seed.chunks_exact_mut(8).enumerate() {
             chunk.copy_from_slice(&splitmix64(0x6372_6562_706f_6f6c ^ i as u64).to_le_bytes());
         }
         let mut rng = Xoshiro256PlusPlus::from_seed(seed);
-        (0..STARTS + PIECE_WORDS).map(|_| rng.next_u64()).collect()
+        (0..STARTS + PIECE_WORDS)
+            .flat_map(|_| rng.next_u64().to_le_bytes())
+            .collect()
     })
 }
 
-/// Piece `id`'s window start in the pool and its four mask words.
-fn place(key: &[u64; 4], id: u64) -> (usize, [u64; 4]) {
+/// Piece `id`'s window start in the pool (in words) and its four mask words, as the 32
+/// bytes they are XORed with in turn.
+fn place(key: &[u64; 4], id: u64) -> (usize, [u8; 32]) {
     let mut h = splitmix64(id ^ 0xA5A5_0000_0000_0000);
     for word in key {
         h = splitmix64(h ^ word);
     }
-    let mut mask = [0u64; 4];
-    for (i, m) in mask.iter_mut().enumerate() {
-        *m = splitmix64(h ^ (i as u64 + 1));
+    let mut mask = [0u8; 32];
+    for (i, m) in mask.chunks_exact_mut(8).enumerate() {
+        m.copy_from_slice(&splitmix64(h ^ (i as u64 + 1)).to_le_bytes());
     }
     ((h % STARTS as u64) as usize, mask)
 }
 
 /// Writes bytes `from..from + out.len()` of piece `id` (at most [`PIECE`] bytes in all):
-/// the little-endian bytes of its masked words.
-pub(super) fn piece_bytes(key: &[u64; 4], id: u64, from: u64, mut out: &mut [u8]) {
+/// the little-endian bytes of its masked words. 32 bytes at a time against the mask turned
+/// to where they start, which the compiler makes vector instructions of.
+pub(super) fn piece_bytes(key: &[u64; 4], id: u64, from: u64, out: &mut [u8]) {
     debug_assert!(from + out.len() as u64 <= PIECE);
     let (start, mask) = place(key, id);
-    let words = &pool()[start..start + PIECE_WORDS];
-    let word = |w: usize| words[w] ^ mask[w & 3];
-    let mut w = (from / 8) as usize;
-    let skip = (from % 8) as usize;
-    if skip != 0 && !out.is_empty() {
-        let bytes = word(w).to_le_bytes();
-        let take = (8 - skip).min(out.len());
-        out[..take].copy_from_slice(&bytes[skip..skip + take]);
-        out = &mut out[take..];
-        w += 1;
+    let from = from as usize;
+    let window = &pool()[start * 8 + from..start * 8 + from + out.len()];
+    let mut turned = mask;
+    turned.rotate_left(from % 32);
+    let mut dst = out.chunks_exact_mut(32);
+    let mut src = window.chunks_exact(32);
+    for (d, s) in (&mut dst).zip(&mut src) {
+        let (Ok(d), Ok(s)) = (<&mut [u8; 32]>::try_from(d), <&[u8; 32]>::try_from(s)) else {
+            continue;
+        };
+        *d = std::array::from_fn(|i| s[i] ^ turned[i]);
     }
-    // Whole words, four at a time with the mask turned to start at word `w`.
-    let turned = [
-        mask[w & 3],
-        mask[(w + 1) & 3],
-        mask[(w + 2) & 3],
-        mask[(w + 3) & 3],
-    ];
-    let whole = out.len() / 8;
-    let (body, tail) = out.split_at_mut(whole * 8);
-    let src = &words[w..w + whole];
-    let mut quads = body.chunks_exact_mut(32);
-    let mut src_quads = src.chunks_exact(4);
-    for (dst, s) in (&mut quads).zip(&mut src_quads) {
-        for j in 0..4 {
-            dst[j * 8..j * 8 + 8].copy_from_slice(&(s[j] ^ turned[j]).to_le_bytes());
-        }
-    }
-    for (j, (dst, s)) in quads
+    for ((d, s), m) in dst
         .into_remainder()
-        .chunks_exact_mut(8)
-        .zip(src_quads.remainder())
-        .enumerate()
+        .iter_mut()
+        .zip(src.remainder())
+        .zip(turned)
     {
-        dst.copy_from_slice(&(s ^ turned[j]).to_le_bytes());
-    }
-    w += whole;
-    if !tail.is_empty() {
-        let n = tail.len();
-        tail.copy_from_slice(&word(w).to_le_bytes()[..n]);
+        *d = s ^ m;
     }
 }
 

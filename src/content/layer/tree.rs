@@ -4,7 +4,7 @@
 //! any point without generating a byte.
 //!
 //! File sizes follow a log-normal fitted to a measured image tree (docs/images.md: median
-//! 1.9 KB, 90th percentile 23.7 KB); file data alternates 4 KiB of random bytes with a run
+//! 1.9 KB, 90th percentile 23.7 KB); file data alternates 16 KiB of random bytes with a run
 //! of zeros, the run's length steered so the whole tar holds `1 / ratio` uncompressed
 //! bytes for every byte of literal data (headers and padding count as literal).
 
@@ -227,9 +227,12 @@ enum Phase {
 pub(super) struct Costs {
     /// Bytes per segment of random bytes or zeros (a block header).
     pub literal_overhead: u64,
-    /// Bytes every run costs, and bytes per 258 of its length.
+    /// Bytes every run costs, and bytes per byte of its length as a fraction (`run_bytes`
+    /// per `run_per` bytes, rounded up: integer arithmetic, no call to a C library's `ceil`
+    /// per file).
     pub run_fixed: u64,
-    pub run_per_258: f64,
+    pub run_bytes: u64,
+    pub run_per: u64,
     /// Whether a run costs its length (no compression).
     pub run_is_literal: bool,
     /// Bytes a frame costs besides its content, on the safe side.
@@ -255,8 +258,13 @@ impl Costs {
         } else if self.run_is_literal {
             len
         } else {
-            self.run_fixed + (len as f64 / 258.0 * self.run_per_258).ceil() as u64
+            self.run_fixed + self.run_share(len)
         }
+    }
+
+    /// What `len` bytes of runs cost beyond their fixed costs.
+    fn run_share(&self, len: u64) -> u64 {
+        (len * self.run_bytes).div_ceil(self.run_per.max(1))
     }
 
     /// `content` bytes with the costs of the frames they spread over.
@@ -274,7 +282,7 @@ impl Costs {
         } else if self.run_is_literal {
             runs
         } else {
-            pieces * self.run_fixed + (runs as f64 / 258.0 * self.run_per_258).ceil() as u64
+            pieces * self.run_fixed + self.run_share(runs)
         };
         random + pieces * self.literal_overhead + run_cost + self.literal(pad(len))
     }
@@ -444,7 +452,8 @@ impl Walk {
         let p = pad(len);
         let want = self.ratio * (self.total + 512 + len + p) as f64;
         let random = want - (self.literal + 512 + p) as f64;
-        (random.max(0.0).round() as u64).clamp(len.min(1), len)
+        // Rounded half up (`f64::round` is a call into the C library in a static build).
+        ((random.max(0.0) + 0.5) as u64).clamp(len.min(1), len)
     }
 
     fn entry_or_end(&mut self, used: u64) -> Seg {
@@ -469,8 +478,7 @@ impl Walk {
             let h = self.header(None, 0);
             return self.emit(Seg::Header(h));
         }
-        let z = normal(&mut rng);
-        let drawn = ((SIZE_MU + SIZE_SIGMA * z).exp().round() as u64).min(MAX_FILE);
+        let drawn = file_size(rng.open_unit());
         let cost = |w: &Walk, len: u64| c.literal(512) + c.data(len, w.random_part(len));
         let len = if fits(cost(self, drawn)) {
             drawn
@@ -508,14 +516,142 @@ impl SplitMix {
         splitmix64(self.0)
     }
 
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    /// Uniform in (0, 1), never either end.
+    fn open_unit(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
 }
 
-/// A standard normal draw (Box–Muller).
-fn normal(rng: &mut SplitMix) -> f64 {
-    let (u1, u2) = (rng.unit(), rng.unit());
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+/// Bins of the file-size quantile table: sizes between two bins' edges are interpolated.
+const SIZE_BINS: usize = 4096;
+
+/// Bins at each end where sizes are computed exactly (the tails, where the table's steps
+/// are widest in size).
+const EXACT_BINS: usize = 8;
+
+/// The file size at quantile `u` (0 < u < 1) of the log-normal: from a table of the sizes at
+/// `i / SIZE_BINS`, linearly between them, and computed exactly in the outermost bins (one
+/// draw in 256). A table lookup rather than four calls into the C library's `ln`, `sqrt`,
+/// `cos` and `exp` per file: a layer's walk is replayed for every frame read back.
+fn file_size(u: f64) -> u64 {
+    static TABLE: std::sync::OnceLock<Box<[f64]>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        (0..=SIZE_BINS)
+            .map(|i| exact_size(i as f64 / SIZE_BINS as f64))
+            .collect()
+    });
+    let x = u * SIZE_BINS as f64;
+    let i = x as usize;
+    let size = if (EXACT_BINS..SIZE_BINS - EXACT_BINS).contains(&i) {
+        table[i] + (table[i + 1] - table[i]) * (x - i as f64)
+    } else {
+        exact_size(u)
+    };
+    ((size + 0.5) as u64).min(MAX_FILE)
+}
+
+fn exact_size(u: f64) -> f64 {
+    (SIZE_MU + SIZE_SIGMA * normal_quantile(u)).exp()
+}
+
+/// The standard normal's quantile function (P. J. Acklam's rational approximation, relative
+/// error below 1.2e-9): `-inf` at 0, `inf` at 1.
+fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    const LOW: f64 = 0.02425;
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p <= 0.0 {
+        f64::NEG_INFINITY
+    } else if p >= 1.0 {
+        f64::INFINITY
+    } else if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - LOW {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_normal_quantile_is_the_tabulated_one() {
+        // Values of the standard normal's quantile function to 9 digits.
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_985),
+            (0.841_344_746_068_543, 1.0),
+            (0.9, 1.281_551_566),
+            (0.001, -3.090_232_306),
+            (0.02, -2.053_748_911),
+            (0.99, 2.326_347_874),
+            (1e-6, -4.753_424_309),
+        ] {
+            let got = normal_quantile(p);
+            assert!(
+                (got - z).abs() < 1e-8 * z.abs().max(1.0),
+                "{p}: {got} not {z}"
+            );
+        }
+        assert_eq!(normal_quantile(0.0), f64::NEG_INFINITY);
+        assert_eq!(normal_quantile(1.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn table_sizes_follow_the_exact_ones() {
+        // Within a bin the table's linear step stays within 0.5% of the exact size (the
+        // bins next to the exactly computed ends are the widest, in size), and the sizes
+        // grow with the quantile.
+        let mut last = 0;
+        for k in 1..20_000u32 {
+            let u = f64::from(k) / 20_000.0 - 0.000_01;
+            let exact = exact_size(u);
+            let got = file_size(u) as f64;
+            assert!(
+                (got - exact).abs() <= 1.0 + 0.005 * exact,
+                "{u}: {got} against {exact}"
+            );
+            assert!(file_size(u) >= last);
+            last = file_size(u);
+        }
+        assert_eq!(file_size(1.0 - 1e-16), MAX_FILE);
+        assert!(file_size(1e-12) <= 2);
+    }
 }
