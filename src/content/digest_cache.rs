@@ -10,11 +10,20 @@
 //! Format: a header line `creb-rs digest cache <scheme>\n`, then 108-byte entries (the
 //! content's 44 bytes, [`ContentSpec::to_bytes`], its SHA-256, then its diff digest: a
 //! layer's uncompressed tar's SHA-256, plain content's own), in no order.
+//!
+//! Beside it, `FILE.frames` keeps gzip layers' frame CRC-32s (the trailers of their members,
+//! `content::layer::known`), so a run after its prewarm hashes no uncompressed byte
+//! again either: a header line `creb-rs frame crcs <scheme>\n`, then per layer its 44 bytes,
+//! its frame count (u32, little-endian) and a CRC per frame (u32 each). Taken only for
+//! layers the digest file holds, checked on the same sample, written whole when it grew.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::content::{ContentSpec, SCHEME, SPEC_BYTES};
+use std::sync::Arc;
+
+use crate::content::layer::{frame_count, known, known_layer, Compression};
+use crate::content::{ContentSpec, Form, SCHEME, SPEC_BYTES};
 use crate::fast_hash::FastHashMap;
 
 const ENTRY: usize = SPEC_BYTES + 64;
@@ -46,6 +55,8 @@ pub struct DigestCache {
     /// Trailing bytes that are not a whole entry, ignored (a writer stopped mid-entry, or
     /// another program wrote there): said by the caller, never passed over in silence.
     pub cut: u64,
+    /// The companion file of frame CRCs proved wrong: removed before the next save.
+    frames_stale: bool,
 }
 
 impl DigestCache {
@@ -92,6 +103,7 @@ impl DigestCache {
             }
             cache.entries.insert(spec, sha);
         }
+        load_frames(&frames_path(path), &cache.entries);
         cache
     }
 
@@ -145,14 +157,21 @@ impl DigestCache {
                 break;
             }
             checked += 1;
+            let held = gzip_layer(spec).and_then(|l| known::get(&l));
             let (sha, diff) = spec.digests();
-            if self.entries.get(spec) != Some(&sha) || self.diff(spec) != Some(diff) {
+            let made = gzip_layer(spec).and_then(|l| known::get(&l));
+            let frames_wrong = held.is_some() && held != made;
+            if self.entries.get(spec) != Some(&sha) || self.diff(spec) != Some(diff) || frames_wrong
+            {
                 let why = format!(
-                    "stale: the digest it holds for a {} byte blob is not that blob's",
+                    "stale: the {} it holds for a {} byte blob is not that blob's",
+                    if frames_wrong { "frame CRCs" } else { "digest" },
                     spec.size()
                 );
+                known::forget(self.entries.keys().filter_map(gzip_layer));
                 self.entries.clear();
                 self.diffs.clear();
+                self.frames_stale = true;
                 self.set_aside = Some(why.clone());
                 return Err(why);
             }
@@ -178,6 +197,13 @@ impl DigestCache {
     /// Writes the cache (under a temporary name, then renamed, so a host reading it never
     /// sees half a file) when it grew or was set aside.
     pub fn save(&self) -> std::io::Result<bool> {
+        if self.frames_stale {
+            match std::fs::remove_file(frames_path(&self.path)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        save_frames(&self.path)?;
         if self.added == 0 && self.set_aside.is_none() {
             return Ok(false);
         }
@@ -216,6 +242,10 @@ pub fn mark_stale(path: &Path) -> std::io::Result<()> {
         Some(head) if crate::outfile::Kind::DigestCache.matches(&head) => {}
         _ => return Ok(()),
     }
+    match std::fs::remove_file(frames_path(path)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, header())?;
     std::fs::rename(&tmp, path)
@@ -227,6 +257,7 @@ pub fn mark_stale(path: &Path) -> std::io::Result<()> {
 /// is left alone (nothing is appended), a last entry cut short is cut off first.
 #[derive(Debug)]
 pub struct Appender {
+    path: PathBuf,
     file: std::sync::Mutex<std::fs::File>,
     /// Trailing bytes that were not a whole entry, cut off before the first append; the
     /// caller says so.
@@ -261,9 +292,16 @@ impl Appender {
             }
         }
         Ok(Appender {
+            path: path.to_path_buf(),
             file: std::sync::Mutex::new(file),
             cut,
         })
+    }
+
+    /// Writes the frame CRCs learned so far to the companion file (whole, when any was
+    /// learned): for the run after the prewarm.
+    pub fn save_frames(&self) -> std::io::Result<bool> {
+        save_frames(&self.path)
     }
 
     /// Appends one digest and its diff digest.
@@ -285,9 +323,206 @@ impl Appender {
     }
 }
 
+/// The companion file of the digest cache at `path`: its layers' frame CRCs.
+pub fn frames_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".frames");
+    PathBuf::from(p)
+}
+
+fn frames_header() -> String {
+    format!("creb-rs frame crcs {SCHEME}\n")
+}
+
+/// Bytes of a frame file read at most: what the store holds, in records of 48 bytes and 4
+/// per CRC (a larger file is not read).
+const MAX_FRAMES_FILE: u64 = 2 * known::MAX_BYTES as u64;
+
+/// `spec`'s layer as the frame store names it, when it is a gzip layer.
+fn gzip_layer(spec: &ContentSpec) -> Option<known::Layer> {
+    match spec.form {
+        Form::Layer(form) if form.compression == Compression::Gzip => {
+            Some(known_layer(spec.key, form, spec.size))
+        }
+        _ => None,
+    }
+}
+
+/// The frame CRCs the file at `path` holds, by layer (none when it is missing, too large
+/// or of another scheme; a last record cut short is dropped).
+fn read_frames(path: &Path) -> Vec<(ContentSpec, Arc<[u32]>)> {
+    let mut found = Vec::new();
+    let Ok(file) = std::fs::File::open(path) else {
+        return found;
+    };
+    if file.metadata().map_or(true, |m| m.len() > MAX_FRAMES_FILE) {
+        return found;
+    }
+    let mut bytes = Vec::new();
+    if file.take(MAX_FRAMES_FILE).read_to_end(&mut bytes).is_err() {
+        return found;
+    }
+    let Some(mut body) = bytes.strip_prefix(frames_header().as_bytes()) else {
+        return found;
+    };
+    while body.len() >= SPEC_BYTES + 4 {
+        let mut head = [0u8; SPEC_BYTES];
+        head.copy_from_slice(&body[..SPEC_BYTES]);
+        let mut count = [0u8; 4];
+        count.copy_from_slice(&body[SPEC_BYTES..SPEC_BYTES + 4]);
+        let n = u32::from_le_bytes(count) as usize;
+        let Some(crcs) = body.get(SPEC_BYTES + 4..SPEC_BYTES + 4 + 4 * n) else {
+            break;
+        };
+        let spec = ContentSpec::from_bytes(&head)
+            .filter(|s| gzip_layer(s).is_some() && frame_count(s.size) == n as u64);
+        if let Some(spec) = spec {
+            let crcs: Arc<[u32]> = crcs
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            found.push((spec, crcs));
+        }
+        body = &body[SPEC_BYTES + 4 + 4 * n..];
+    }
+    found
+}
+
+/// Takes the frame CRCs at `path` of the layers `entries` holds (the others are passed
+/// over: their CRCs are made again when needed).
+fn load_frames(path: &Path, entries: &FastHashMap<ContentSpec, [u8; 32]>) {
+    for (spec, crcs) in read_frames(path) {
+        if let (true, Some(layer)) = (entries.contains_key(&spec), gzip_layer(&spec)) {
+            known::remember(layer, crcs);
+        }
+    }
+}
+
+/// Adds the frame CRCs known in this process to the companion file of the cache at `path`
+/// (rewritten whole under a temporary name, then renamed) when it lacks some; `Ok(false)`
+/// when it had them all.
+pub fn save_frames(path: &Path) -> std::io::Result<bool> {
+    let target = frames_path(path);
+    // Another file standing there is never replaced.
+    if let Some(head) = crate::outfile::head(&target)? {
+        if !head.is_empty() && !head.starts_with(b"creb-rs frame crcs ") {
+            return Err(std::io::Error::other(format!(
+                "{} is not a file of frame CRCs; it is left as it is",
+                target.display()
+            )));
+        }
+    }
+    let mut kept: FastHashMap<ContentSpec, Arc<[u32]>> = read_frames(&target).into_iter().collect();
+    let mut grew = false;
+    for ((key, form, size), crcs) in known::all() {
+        let Some(form) = crate::content::LayerForm::from_bytes(form) else {
+            continue;
+        };
+        let spec = ContentSpec {
+            key,
+            size,
+            form: Form::Layer(form),
+        };
+        if kept.get(&spec) != Some(&crcs) {
+            kept.insert(spec, crcs);
+            grew = true;
+        }
+    }
+    if !grew {
+        return Ok(false);
+    }
+    let tmp = target.with_extension(format!("tmp-{}", std::process::id()));
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        out.write_all(frames_header().as_bytes())?;
+        for (spec, crcs) in &kept {
+            out.write_all(&spec.to_bytes())?;
+            out.write_all(&(crcs.len() as u32).to_le_bytes())?;
+            for crc in crcs.iter() {
+                out.write_all(&crc.to_le_bytes())?;
+            }
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    std::fs::rename(&tmp, &target)?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_crcs_are_kept_beside_the_cache_and_checked_with_it() {
+        use crate::content::layer::{Compression, LayerForm};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests");
+        let form = LayerForm::new(Compression::Gzip, 0.35).unwrap();
+        let specs: Vec<ContentSpec> = (0..3u64)
+            .map(|i| {
+                ContentSpec::layer(
+                    11,
+                    format!("frames/{i}").as_bytes(),
+                    1_100_000 + i * 70_000,
+                    form,
+                )
+            })
+            .collect();
+        let layers: Vec<known::Layer> = specs.iter().filter_map(gzip_layer).collect();
+        assert_eq!(layers.len(), 3);
+        let mut cache = DigestCache::load(&path);
+        for spec in &specs {
+            let (sha, diff) = spec.digests();
+            cache.insert(*spec, sha, diff);
+        }
+        assert!(cache.save().unwrap());
+        assert!(frames_path(&path).exists());
+        let held: Vec<_> = layers.iter().map(known::get).collect();
+        assert!(held.iter().all(Option::is_some));
+        // A later process: the CRCs come from the file, with the digests.
+        known::forget(layers.clone());
+        let mut again = DigestCache::load(&path);
+        assert_eq!(layers.iter().map(known::get).collect::<Vec<_>>(), held);
+        assert_eq!(again.check(specs.iter()), Ok(3));
+        // A wrong CRC in the file (the smallest layer's, which the check recomputes first):
+        // the cache is stale at its next check, the CRCs forgotten.
+        let mut bytes = std::fs::read(frames_path(&path)).unwrap();
+        let record = specs[0].to_bytes();
+        let at = bytes
+            .windows(SPEC_BYTES)
+            .position(|w| w == record)
+            .expect("the layer's record");
+        bytes[at + SPEC_BYTES + 4] ^= 1;
+        std::fs::write(frames_path(&path), &bytes).unwrap();
+        known::forget(layers.clone());
+        let mut stale = DigestCache::load(&path);
+        let why = stale.check(specs.iter()).unwrap_err();
+        assert!(why.contains("frame CRCs"), "{why}");
+        assert!(stale.is_empty());
+        // Saved again: the file holds the CRCs made afresh by the check, not the wrong one.
+        stale.save().unwrap();
+        let read = read_frames(&frames_path(&path));
+        assert!(read.iter().all(|(spec, crcs)| {
+            let i = specs.iter().position(|s| s == spec);
+            i.is_none_or(|i| Some(crcs) == held[i].as_ref())
+        }));
+        known::forget(layers);
+    }
+
+    #[test]
+    fn a_file_that_is_not_one_of_frame_crcs_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests");
+        std::fs::write(frames_path(&path), b"someone's notes").unwrap();
+        // Something to write: a layer made in order.
+        let form = crate::content::layer::LayerForm::default();
+        ContentSpec::layer(12, b"not-replaced", 1_100_000, form).digests();
+        assert!(save_frames(&path).is_err());
+        assert_eq!(
+            std::fs::read(frames_path(&path)).unwrap(),
+            b"someone's notes"
+        );
+    }
 
     #[test]
     fn entries_round_trip_and_a_wrong_one_makes_the_cache_stale() {

@@ -92,6 +92,7 @@ fn prune(dir: &Path, keep: &Path) {
         .collect();
     caches.sort_by_key(|c| std::cmp::Reverse(c.0));
     for (_, old) in caches.into_iter().skip(KEPT.saturating_sub(1)) {
+        let _ = std::fs::remove_file(crate::content::digest_cache::frames_path(&old));
         let _ = std::fs::remove_file(old);
     }
 }

@@ -115,6 +115,7 @@ pub(super) async fn run_phase(
     // endpoint cannot make the run start late).
     let registry_watch = session.watch_registry().await?;
     let mut ran = execute(context, prepared, input).await?;
+    keep_frames(context);
     if let Some(message) = prewarm_gaps {
         warn(&mut ran.warnings, "prewarm_missing", message);
     }
@@ -137,9 +138,19 @@ pub(super) async fn measure(
     input: &TraceInput,
 ) -> anyhow::Result<Finished> {
     let mut ran = execute(context, prepared, input).await?;
+    keep_frames(context);
     let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
     let end = planner?;
     Ok(summarize(context, ran, Some(&end)))
+}
+
+/// Writes the frame CRCs the run learned beside its digest cache (for the runs after it).
+fn keep_frames(context: &Context<'_>) {
+    if let Some(file) = &context.cfg.digest_cache {
+        if let Err(e) = crate::content::digest_cache::save_frames(&file.path) {
+            eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
+        }
+    }
 }
 
 /// The warnings of how the run ended: by a signal, or at `--max-run-time`.

@@ -166,6 +166,11 @@ async fn push_all(
             return Ok(report);
         };
         report.digests_computed = stats.computed as u64;
+        if let (Some(appender), Some(file)) = (&cache, &cfg.digest_cache) {
+            if let Err(e) = appender.save_frames() {
+                eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
+            }
+        }
     }
     let jobs = PrewarmJobs::plan(catalog, context.router, cfg.plan.repos.clone(), staged);
     if talk {

@@ -943,8 +943,16 @@ fn a_repeated_prewarm_sends_nothing_and_a_run_after_it_computes_no_digest() {
     let (first, _) = replay("prewarm", &dir.path().join("p1"), &[]);
     let pushed = u(&first["operations"]["blob_upload"]["ok"]);
     assert!(pushed > 0, "{first}");
-    let caches: Vec<_> = std::fs::read_dir(cache.join("digests")).unwrap().collect();
-    assert_eq!(caches.len(), 1, "one file for the dataset");
+    let names: Vec<String> = std::fs::read_dir(cache.join("digests"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let datasets: Vec<&String> = names.iter().filter(|n| n.ends_with(".digests")).collect();
+    assert_eq!(datasets.len(), 1, "one file for the dataset: {names:?}");
+    // Beside it, the frame CRCs of its gzip layers of 1 MiB or more; nothing else.
+    let frames = format!("{}.frames", datasets[0]);
+    assert!(names.contains(&frames), "{names:?}");
+    assert_eq!(names.len(), 2, "{names:?}");
 
     let (second, stderr) = replay("prewarm", &dir.path().join("p2"), &[]);
     assert_eq!(

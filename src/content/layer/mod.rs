@@ -10,13 +10,16 @@
 //! fixed-Huffman block of back-references or a zstd RLE block (a few bytes for thousands),
 //! and the frame ends with one literal block holding exactly the bytes its size has left,
 //! which makes every size exact. Gzip trailers carry each member's CRC-32 and length (a long
-//! run of zeros advances the CRC by arithmetic, `crc`, instead of being hashed).
+//! run of zeros advances the CRC by arithmetic, `crc`, instead of being hashed; a CRC already
+//! known, `known`, is not made again).
 
 mod crc;
+pub(crate) mod known;
 mod pool;
 mod tree;
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
@@ -199,8 +202,13 @@ impl LayerForm {
     }
 }
 
-/// How many frames a blob of `size` bytes has.
-fn frame_count(size: u64) -> u64 {
+/// A layer as the store of known frame CRCs names it.
+pub(crate) fn known_layer(key: [u64; 4], form: LayerForm, size: u64) -> known::Layer {
+    (key, form.to_bytes(), size)
+}
+
+/// How many frames (gzip members) a blob of `size` bytes has.
+pub(crate) fn frame_count(size: u64) -> u64 {
     (size / FRAME).max(1)
 }
 
@@ -259,10 +267,19 @@ pub(super) struct Cursor {
     ops: Vec<Op>,
     /// The zero-run operator last used (kept from frame to frame).
     zeros: crc::Zeros,
+    /// The gzip members' CRCs when known ([`known`]): trailers written from them.
+    known: Option<Arc<[u32]>>,
+    /// The CRCs of the frames made so far, from frame 0 on in order (a digest's pass, an
+    /// upload, a read checked): remembered in [`known`] once the last is made.
+    learning: Vec<u32>,
 }
 
 impl Cursor {
     pub(super) fn new(key: [u64; 4], form: LayerForm, size: u64) -> Cursor {
+        let known = (form.compression == Compression::Gzip)
+            .then(|| known::get(&known_layer(key, form, size)))
+            .flatten()
+            .filter(|crcs| crcs.len() as u64 == frame_count(size));
         Cursor {
             key,
             form,
@@ -272,6 +289,8 @@ impl Cursor {
             frame: 0,
             ops: Vec::with_capacity(64),
             zeros: crc::Zeros::default(),
+            known,
+            learning: Vec::new(),
         }
     }
 
@@ -433,20 +452,46 @@ impl Cursor {
     /// Plans the next frame and writes it to `out` (cleared first); `diff` hears the
     /// frame's uncompressed bytes.
     pub(super) fn render_next(&mut self, out: &mut Out, diff: Option<&mut Sha256>) {
+        let k = self.frame;
         self.plan();
         out.clear();
+        let gzip = self.form.compression == Compression::Gzip;
+        // A CRC already known is not made again, unless a digest hears the bytes anyway.
+        let known = match (&self.known, &diff) {
+            (Some(crcs), None) => crcs.get(k as usize).copied(),
+            _ => None,
+        };
+        let learn = gzip
+            && known.is_none()
+            && self.learning.len() as u64 == k
+            && (known::MIN_FRAMES..=known::LEARN_FRAMES).contains(&frame_count(self.size));
         let mut sink = Uncompressed {
-            crc: (self.form.compression == Compression::Gzip).then(crc32fast::Hasher::new),
+            crc: (gzip && known.is_none()).then(crc32fast::Hasher::new),
             len: 0,
             diff,
             zeros: std::mem::take(&mut self.zeros),
         };
         match self.form.compression {
             Compression::None => render_plain(&self.key, &self.ops, out, &mut sink),
-            Compression::Gzip => render_gzip(&self.key, &self.ops, out, &mut sink),
+            Compression::Gzip => {
+                let crc = render_gzip(&self.key, &self.ops, out, &mut sink, known);
+                if learn {
+                    self.learn(crc);
+                }
+            }
             Compression::Zstd => render_zstd(&self.key, &self.ops, out, &mut sink),
         }
         self.zeros = sink.zeros;
+    }
+
+    /// Adds the CRC of the frame just made to those learned; the last one makes them known.
+    fn learn(&mut self, crc: u32) {
+        self.learning.push(crc);
+        if self.learning.len() as u64 == frame_count(self.size) {
+            let crcs: Arc<[u32]> = std::mem::take(&mut self.learning).into();
+            known::remember(known_layer(self.key, self.form, self.size), crcs.clone());
+            self.known = Some(crcs);
+        }
     }
 
     /// Plans the next frame without writing it.
@@ -572,6 +617,10 @@ impl Uncompressed<'_> {
     /// A run: a long run of zeros advances the CRC by arithmetic (cheaper than hashing
     /// past a few KiB; the digest, when computed, still hears them); others are hashed.
     fn run(&mut self, byte: u8, len: u64) {
+        if self.crc.is_none() && self.diff.is_none() {
+            self.len += len;
+            return;
+        }
         let (Some(crc), true) = (self.crc.as_mut(), byte == 0 && len >= ZERO_RUN_ARITHMETIC) else {
             static ZEROS: [u8; 4096] = [0; 4096];
             let other;
@@ -830,8 +879,15 @@ fn run_bits(byte: u8, len: u64, history: bool) -> u64 {
         + lits * literal_bits(byte)
 }
 
+/// Writes a gzip member; its trailer's CRC is `known`, or made from the bytes (returned).
 #[allow(clippy::too_many_lines)]
-fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompressed) {
+fn render_gzip(
+    key: &[u64; 4],
+    ops: &[Op],
+    out: &mut Out,
+    sink: &mut Uncompressed,
+    known: Option<u32>,
+) -> u32 {
     // Magic, deflate, no flags, a time that is the key's (every member of the layer has it:
     // even an empty layer is unique), no extra flags, unknown OS.
     let mixed = key
@@ -910,9 +966,10 @@ fn render_gzip(key: &[u64; 4], ops: &[Op], out: &mut Out, sink: &mut Uncompresse
     }
     unheard.hear(bits.out, sink);
     bits.align();
-    let crc = sink.crc.take().map_or(0, crc32fast::Hasher::finalize);
+    let crc = known.unwrap_or_else(|| sink.crc.take().map_or(0, crc32fast::Hasher::finalize));
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&(sink.len as u32).to_le_bytes());
+    crc
 }
 
 fn op_len(op: &Op) -> u64 {

@@ -264,3 +264,32 @@ const GOLDEN_LAYERS: [&str; 3] = [
     "none 4333127b48a64f054f2f9169c3f5a7262e0b82e060c9d850f5d6f4ea44660be3 \
      4333127b48a64f054f2f9169c3f5a7262e0b82e060c9d850f5d6f4ea44660be3",
 ];
+
+#[test]
+fn known_frame_crcs_make_the_same_bytes_and_a_wrong_one_is_never_the_layer() {
+    let (k, form, size) = (key(0xC0C), LayerForm::default(), 1_200_000);
+    let layer = known_layer(k, form, size);
+    known::forget([layer]);
+    // A pass over the frames in order learns their CRCs: each one its member's trailer.
+    let truth = whole(k, form, size);
+    let crcs = known::get(&layer).expect("a pass in order learns the CRCs");
+    assert_eq!(crcs.len() as u64, frame_count(size));
+    for (i, crc) in crcs.iter().enumerate() {
+        let end = frame_range(size, i as u64).end as usize;
+        assert_eq!(truth[end - 8..end - 4], crc.to_le_bytes(), "frame {i}");
+    }
+    // Made again from them: the same bytes, which decode as before.
+    assert_eq!(whole(k, form, size), truth);
+    // A wrong one makes a member no decoder accepts and no check passes: never the layer.
+    let mut wrong = crcs.to_vec();
+    wrong[3] ^= 1;
+    known::remember(layer, wrong.into());
+    let made = whole(k, form, size);
+    let end = frame_range(size, 3).end as usize;
+    let first = made.iter().zip(&truth).position(|(a, b)| a != b);
+    assert_eq!(first, Some(end - 8));
+    assert!(flate2::read::MultiGzDecoder::new(&made[..])
+        .read_to_end(&mut Vec::new())
+        .is_err());
+    known::forget([layer]);
+}
