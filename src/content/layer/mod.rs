@@ -276,7 +276,9 @@ pub(super) struct Cursor {
 
 impl Cursor {
     pub(super) fn new(key: [u64; 4], form: LayerForm, size: u64) -> Cursor {
-        let known = (form.compression == Compression::Gzip)
+        // Only a layer the store can hold is looked up (no lock for a small one).
+        let held = form.compression == Compression::Gzip && frame_count(size) >= known::MIN_FRAMES;
+        let known = held
             .then(|| known::get(&known_layer(key, form, size)))
             .flatten()
             .filter(|crcs| crcs.len() as u64 == frame_count(size));
