@@ -257,7 +257,6 @@ pub fn mark_stale(path: &Path) -> std::io::Result<()> {
 /// is left alone (nothing is appended), a last entry cut short is cut off first.
 #[derive(Debug)]
 pub struct Appender {
-    path: PathBuf,
     file: std::sync::Mutex<std::fs::File>,
     /// Trailing bytes that were not a whole entry, cut off before the first append; the
     /// caller says so.
@@ -292,16 +291,9 @@ impl Appender {
             }
         }
         Ok(Appender {
-            path: path.to_path_buf(),
             file: std::sync::Mutex::new(file),
             cut,
         })
-    }
-
-    /// Writes the frame CRCs learned so far to the companion file (whole, when any was
-    /// learned): for the run after the prewarm.
-    pub fn save_frames(&self) -> std::io::Result<bool> {
-        save_frames(&self.path)
     }
 
     /// Appends one digest and its diff digest.
@@ -432,7 +424,7 @@ pub fn save_frames(path: &Path) -> std::io::Result<bool> {
         return Ok(false);
     }
     let tmp = target.with_extension(format!("tmp-{}", std::process::id()));
-    {
+    let write = || -> std::io::Result<()> {
         let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
         out.write_all(frames_header().as_bytes())?;
         for (spec, crcs) in &kept {
@@ -443,8 +435,12 @@ pub fn save_frames(path: &Path) -> std::io::Result<bool> {
             }
         }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    }
-    std::fs::rename(&tmp, &target)?;
+        std::fs::rename(&tmp, &target)
+    };
+    // A file cut short (a full disk) is not left behind; the one it was to replace stands.
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
     Ok(true)
 }
 

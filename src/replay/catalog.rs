@@ -261,6 +261,23 @@ async fn hash_catalog(
     .context("the digests stopped unexpectedly")
 }
 
+/// Writes the frame CRCs learned in this process beside the digest cache `file` (for the
+/// runs after it), on a blocking thread; a failure is a warning (the digests stand).
+pub(super) async fn keep_frames(file: Option<&CacheFile>) {
+    let Some(file) = file else {
+        return;
+    };
+    let path = file.path.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        crate::content::digest_cache::save_frames(&path).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    if let Err(e) = saved {
+        eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
+    }
+}
+
 /// After prewarm's first stage: the digests it learned while sending kept in the catalog,
 /// then those it did not learn (the run's uploads, content whose upload failed) computed on
 /// every core with a progress line, kept in the catalog and added to `cache`. `None` when

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::catalog::keep_frames;
 use super::config::{ReplayConfig, Window};
 use super::context::{clients_for, endpoint_summaries, shard_of, Context, Prepared};
 use super::validity::{raw_layers_warning, unsized_uploads_warning, validity_warnings, warn};
@@ -115,7 +116,7 @@ pub(super) async fn run_phase(
     // endpoint cannot make the run start late).
     let registry_watch = session.watch_registry().await?;
     let mut ran = execute(context, prepared, input).await?;
-    keep_frames(context);
+    keep_frames(context.cfg.digest_cache.as_ref()).await;
     if let Some(message) = prewarm_gaps {
         warn(&mut ran.warnings, "prewarm_missing", message);
     }
@@ -138,19 +139,10 @@ pub(super) async fn measure(
     input: &TraceInput,
 ) -> anyhow::Result<Finished> {
     let mut ran = execute(context, prepared, input).await?;
-    keep_frames(context);
+    keep_frames(context.cfg.digest_cache.as_ref()).await;
     let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
     let end = planner?;
     Ok(summarize(context, ran, Some(&end)))
-}
-
-/// Writes the frame CRCs the run learned beside its digest cache (for the runs after it).
-fn keep_frames(context: &Context<'_>) {
-    if let Some(file) = &context.cfg.digest_cache {
-        if let Err(e) = crate::content::digest_cache::save_frames(&file.path) {
-            eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
-        }
-    }
 }
 
 /// The warnings of how the run ended: by a signal, or at `--max-run-time`.

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::catalog::{learn_missing, Preparation, PrewarmDigests};
+use super::catalog::{keep_frames, learn_missing, Preparation, PrewarmDigests};
 use super::config::CacheFile;
 use super::context::{clients_for, endpoint_summaries, shard_of, Context};
 use super::validity::warn;
@@ -166,10 +166,8 @@ async fn push_all(
             return Ok(report);
         };
         report.digests_computed = stats.computed as u64;
-        if let (Some(appender), Some(file)) = (&cache, &cfg.digest_cache) {
-            if let Err(e) = appender.save_frames() {
-                eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
-            }
+        if cache.is_some() {
+            keep_frames(cfg.digest_cache.as_ref()).await;
         }
     }
     let jobs = PrewarmJobs::plan(catalog, context.router, cfg.plan.repos.clone(), staged);
