@@ -195,7 +195,9 @@ impl DigestCache {
     }
 
     /// Writes the cache (under a temporary name, then renamed, so a host reading it never
-    /// sees half a file) when it grew or was set aside.
+    /// sees half a file) when it grew or was set aside; a companion file of frame CRCs
+    /// proved wrong is removed. The frame CRCs themselves are written by [`save_frames`]
+    /// (their failure never keeps the digests from being written).
     pub fn save(&self) -> std::io::Result<bool> {
         if self.frames_stale {
             match std::fs::remove_file(frames_path(&self.path)) {
@@ -203,7 +205,6 @@ impl DigestCache {
                 _ => {}
             }
         }
-        save_frames(&self.path)?;
         if self.added == 0 && self.set_aside.is_none() {
             return Ok(false);
         }
@@ -472,6 +473,7 @@ mod tests {
             cache.insert(*spec, sha, diff);
         }
         assert!(cache.save().unwrap());
+        assert!(save_frames(&path).unwrap());
         assert!(frames_path(&path).exists());
         let held: Vec<_> = layers.iter().map(known::get).collect();
         assert!(held.iter().all(Option::is_some));
@@ -497,6 +499,8 @@ mod tests {
         assert!(stale.is_empty());
         // Saved again: the file holds the CRCs made afresh by the check, not the wrong one.
         stale.save().unwrap();
+        assert!(!frames_path(&path).exists(), "the wrong file is removed");
+        save_frames(&path).unwrap();
         let read = read_frames(&frames_path(&path));
         assert!(read.iter().all(|(spec, crcs)| {
             let i = specs.iter().position(|s| s == spec);
@@ -518,6 +522,13 @@ mod tests {
             std::fs::read(frames_path(&path)).unwrap(),
             b"someone's notes"
         );
+        // The digests are written all the same.
+        let spec = ContentSpec::new(12, b"digest beside notes", 64);
+        let mut cache = DigestCache::load(&path);
+        let (sha, diff) = spec.digests();
+        cache.insert(spec, sha, diff);
+        assert!(cache.save().unwrap());
+        assert_eq!(DigestCache::load(&path).get(&spec), Some(sha));
     }
 
     #[test]

@@ -244,6 +244,9 @@ async fn hash_catalog(
                 Ok(w) => written = w,
                 Err(e) => eprintln!("creb-rs: warning: {file}: cannot write it: {e}"),
             }
+            if let Err(e) = crate::content::digest_cache::save_frames(&file.path) {
+                eprintln!("creb-rs: warning: {file}: cannot write its frame CRCs: {e}");
+            }
         }
         let prep = Preparation {
             total_s: 0.0,
