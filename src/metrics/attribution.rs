@@ -220,7 +220,6 @@ struct TopList {
     /// slots: a name not tracked scans them all for the least, a few cache lines instead
     /// of one per slot.
     weights: Vec<u64>,
-    index: FastHashMap<Arc<str>, usize>,
     /// Some name was replaced: names seen may be missing.
     replaced: bool,
 }
@@ -231,43 +230,44 @@ impl TopList {
             criterion,
             slots: Vec::with_capacity(TRACKED),
             weights: Vec::with_capacity(TRACKED),
-            index: FastHashMap::default(),
             replaced: false,
         }
     }
 
-    fn record(&mut self, name: &Arc<str>, s: Seen) {
+    /// Counts an operation of `name`, whose slot here is `at` (if tracked): where it is
+    /// now, and the name it took the place of.
+    fn record(&mut self, at: Option<usize>, name: &Arc<str>, s: Seen) -> Placed {
         let w = self.criterion.weight(&s);
-        if let Some(&i) = self.index.get(name) {
+        if let Some(i) = at {
             self.weights[i] = self.weights[i].saturating_add(w);
             self.slots[i].tally.add_seen(s);
-            return;
+            return Placed::Kept;
         }
         if self.slots.len() < TRACKED {
             let mut tally = Tally::default();
             tally.add_seen(s);
-            self.index.insert(Arc::clone(name), self.slots.len());
             self.slots.push(Slot {
                 name: Arc::clone(name),
                 whole: !self.replaced,
                 tally,
             });
             self.weights.push(w);
-            return;
+            return Placed::At(self.slots.len() - 1, None);
         }
-        // Full: the least entry gives its place, and its weight, to the new name.
-        let Some(least) = (0..self.weights.len()).min_by_key(|&i| self.weights[i]) else {
-            return;
+        // Full: the least entry (the first of equals) gives its place, and its weight, to
+        // the new name. Two plain passes over the weights, not one comparing pairs.
+        let Some(&min) = self.weights.iter().min() else {
+            return Placed::Kept;
         };
+        let least = self.weights.iter().position(|&w| w == min).unwrap_or(0);
         let slot = &mut self.slots[least];
-        self.index.remove(&slot.name);
-        slot.name = Arc::clone(name);
-        self.weights[least] = self.weights[least].saturating_add(w);
+        let evicted = std::mem::replace(&mut slot.name, Arc::clone(name));
+        self.weights[least] = min.saturating_add(w);
         slot.whole = false;
         slot.tally.clear();
         slot.tally.add_seen(s);
-        self.index.insert(Arc::clone(name), least);
         self.replaced = true;
+        Placed::At(least, Some(evicted))
     }
 
     /// The top `n` entries by weight (heaviest first, then by name), those with nothing of
@@ -298,24 +298,58 @@ pub struct Listed {
     pub top_by: Vec<Criterion>,
 }
 
-/// One dimension (repositories or clients): a summary per ranking.
+/// Where an operation's name is in a ranking after it was counted.
+enum Placed {
+    /// In the slot it had.
+    Kept,
+    /// In slot `.0`, new to the ranking; `.1` is the name whose place it took.
+    At(usize, Option<Arc<str>>),
+}
+
+/// A name's slot in each ranking ([`Criterion::ALL`] order), [`UNTRACKED`] where it has none.
+type Slots = [u8; 4];
+const UNTRACKED: u8 = u8::MAX;
+const _: () = assert!(TRACKED < UNTRACKED as usize);
+
+/// One dimension (repositories or clients): a summary per ranking, and one index of the
+/// names any of them tracks (a name is looked up once per operation, not once per ranking).
 #[derive(Debug)]
 pub struct Dimension {
     lists: [TopList; 4],
+    index: FastHashMap<Arc<str>, Slots>,
 }
 
 impl Default for Dimension {
     fn default() -> Dimension {
         Dimension {
             lists: Criterion::ALL.map(TopList::new),
+            index: FastHashMap::default(),
         }
     }
 }
 
 impl Dimension {
     fn record(&mut self, name: &Arc<str>, s: Seen) {
-        for list in &mut self.lists {
-            list.record(name, s);
+        let found = self.index.get(name).copied();
+        let mut slots = found.unwrap_or([UNTRACKED; 4]);
+        for (r, list) in self.lists.iter_mut().enumerate() {
+            let at = (slots[r] != UNTRACKED).then_some(usize::from(slots[r]));
+            let Placed::At(slot, evicted) = list.record(at, name, s) else {
+                continue;
+            };
+            slots[r] = u8::try_from(slot).unwrap_or(UNTRACKED);
+            // The name replaced loses its slot in this ranking, and its index entry with
+            // its last slot (the index holds at most the 4 × TRACKED names tracked).
+            let Some(evicted) = evicted else { continue };
+            if let Some(theirs) = self.index.get_mut(&evicted) {
+                theirs[r] = UNTRACKED;
+                if theirs.iter().all(|&t| t == UNTRACKED) {
+                    self.index.remove(&evicted);
+                }
+            }
+        }
+        if found != Some(slots) {
+            self.index.insert(Arc::clone(name), slots);
         }
     }
 
@@ -462,6 +496,42 @@ mod tests {
             repository: Some(Arc::from(repo)),
             client: None,
         }
+    }
+
+    /// The dimension's index names exactly the tracked names, each with its slot in every
+    /// ranking, however names come and go.
+    #[test]
+    fn the_index_follows_every_ranking() {
+        let mut a = Attribution::default();
+        let mut state = 7u64;
+        for i in 0..5_000u64 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            // A few heavy names, many rare ones; some failures, sizes that vary.
+            let n = if state >> 60 < 6 {
+                state >> 61
+            } else {
+                state >> 40 & 255
+            };
+            let ok = (state >> 20) % 7 != 0;
+            a.record(
+                &who(&format!("r{n}")),
+                &sample(1 + i % 13, (state >> 30) % 10_000, ok),
+            );
+        }
+        let d = &a.repositories;
+        let mut expected: FastHashMap<Arc<str>, Slots> = FastHashMap::default();
+        for (r, list) in d.lists.iter().enumerate() {
+            assert_eq!(list.slots.len(), TRACKED);
+            for (i, slot) in list.slots.iter().enumerate() {
+                expected
+                    .entry(Arc::clone(&slot.name))
+                    .or_insert([UNTRACKED; 4])[r] = u8::try_from(i).unwrap();
+            }
+        }
+        assert_eq!(d.index, expected);
+        assert!(d.lists.iter().all(|l| l.replaced));
     }
 
     #[test]
