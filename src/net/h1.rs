@@ -134,10 +134,14 @@ fn head_at(
     let head = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for &(name_start, name_end, start, end) in spans {
-        let name = HeaderName::from_bytes(&head[name_start..name_end]).map_err(|e| {
-            let text = String::from_utf8_lossy(&head[name_start..name_end]);
-            H1Error::Header(format!("{text}: {e}"))
-        })?;
+        let raw = &head[name_start..name_end];
+        let name = match registry_header(raw) {
+            Some(name) => name,
+            None => HeaderName::from_bytes(raw).map_err(|e| {
+                let text = String::from_utf8_lossy(raw);
+                H1Error::Header(format!("{text}: {e}"))
+            })?,
+        };
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|e| H1Error::Header(format!("{name}: {e}")))?;
         headers.append(name, value);
@@ -147,6 +151,24 @@ fn head_at(
         version,
         headers,
     }))
+}
+
+/// Header names registries send with most answers that are not among `http`'s standard
+/// ones: parsed from text, each would be a lower-cased copy on the heap, made and freed for
+/// every answer; these are static.
+static REGISTRY_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("docker-content-digest"),
+    HeaderName::from_static("docker-distribution-api-version"),
+    HeaderName::from_static("x-content-type-options"),
+    HeaderName::from_static("docker-upload-uuid"),
+];
+
+/// `raw` as one of [`REGISTRY_HEADERS`], whatever its case.
+fn registry_header(raw: &[u8]) -> Option<HeaderName> {
+    REGISTRY_HEADERS
+        .iter()
+        .find(|n| n.as_str().len() == raw.len() && n.as_str().as_bytes().eq_ignore_ascii_case(raw))
+        .cloned()
 }
 
 /// How a response's body is delimited (RFC 9112, section 6.3).
@@ -397,6 +419,31 @@ mod tests {
         let err = parse_head(&mut buf).unwrap_err();
         assert!(err.to_string().contains("too many headers"), "{err}");
         assert!(parse_head(&mut BytesMut::new()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_registry_s_own_header_names_are_found_in_any_case() {
+        let head = head_of(
+            "HTTP/1.1 200 OK\r\nDOCKER-Content-Digest: sha256:ab\r\n\
+             docker-distribution-api-version: registry/2.0\r\nX-Content-Type-Options: nosniff\r\n\
+             Docker-Upload-UUID: u1\r\nDocker-Content-Digests: other\r\nX-Content-Type: t\r\n\r\n",
+        );
+        let names: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "docker-content-digest",
+                "docker-distribution-api-version",
+                "x-content-type-options",
+                "docker-upload-uuid",
+                "docker-content-digests",
+                "x-content-type"
+            ]
+        );
+        assert_eq!(head.headers["docker-content-digest"], "sha256:ab");
+        assert_eq!(head.headers["docker-upload-uuid"], "u1");
+        assert_eq!(head.headers["docker-content-digests"], "other");
+        assert_eq!(registry_header(b"docker-content-diges"), None);
     }
 
     #[test]
