@@ -106,9 +106,7 @@ impl Recorder {
             label: label.filter(|_| self.split.is_some()),
             who,
         };
-        // The aggregator outlives every worker; a send error can only happen after it
-        // finished, when nothing is reported any more.
-        let _ = self.tx.send(Msg::Sample(recorded)).await;
+        self.put(Msg::Sample(recorded)).await;
     }
 
     /// `--split-by-header`: the header whose value labels the samples, if any.
@@ -142,27 +140,37 @@ impl Recorder {
 
     /// Counts an event.
     pub async fn event(&self, event: Event) {
-        let _ = self.tx.send(Msg::Event(event)).await;
+        self.put(Msg::Event(event)).await;
     }
 
     /// Reports session progress.
     pub async fn session(&self, msg: SessionMsg) {
-        let _ = self.tx.send(Msg::Session(msg)).await;
+        self.put(Msg::Session(msg)).await;
     }
 
     /// An operation was due at `at` (the offered load of the timeline).
     pub async fn offered(&self, at: Instant) {
-        let _ = self.tx.send(Msg::Offered(at, None)).await;
+        self.put(Msg::Offered(at, None)).await;
     }
 
     /// An operation was due at `at` and starts then as a member of image session `session`
     /// ([`SessionMsg::Started`]).
     pub async fn offered_in(&self, at: Instant, session: u64) {
-        let _ = self.tx.send(Msg::Offered(at, Some(session))).await;
+        self.put(Msg::Offered(at, Some(session))).await;
     }
 }
 
 impl Recorder {
+    /// Puts `msg` on the channel: at once when it has room (no future of `send`, whose
+    /// state would take the message in and out again), else waiting for room. The
+    /// aggregator outlives every worker; a send error can only happen after it finished,
+    /// when nothing is reported any more.
+    async fn put(&self, msg: Msg) {
+        if let Err(mpsc::error::TrySendError::Full(msg)) = self.tx.try_send(msg) {
+            let _ = self.tx.send(msg).await;
+        }
+    }
+
     /// The recorder of a new aggregator's channel.
     pub(super) fn new(tx: mpsc::Sender<Msg>, split: Option<Arc<HeaderSplit>>) -> Recorder {
         Recorder {
