@@ -137,6 +137,10 @@ pub struct OpCtx {
     /// Whom the operation is for (its repository and the trace's client): its sample is
     /// attributed to them.
     pub who: Option<Who>,
+    /// The image pull session (a trace replay's) the operation is a member of: its sample
+    /// also ends it as a member ([`crate::metrics::SessionMsg::Ended`]), one message where
+    /// there were two.
+    pub session: Option<u64>,
 }
 
 impl OpCtx {
@@ -263,6 +267,7 @@ struct Meter<'c> {
     /// The `--split-by-header` label of the latest answer.
     label: Option<u8>,
     who: Option<Who>,
+    session: Option<u64>,
 }
 
 impl<'c> Meter<'c> {
@@ -281,6 +286,7 @@ impl<'c> Meter<'c> {
             sent_set: false,
             label: None,
             who: ctx.who,
+            session: ctx.session,
         }
     }
 
@@ -530,7 +536,7 @@ impl RegistryClient {
         let sample = meter.sample(outcome);
         self.inner
             .recorder
-            .record_as(sample, meter.label, meter.who.take())
+            .record_member(sample, meter.label, meter.who.take(), meter.session.take())
             .await;
     }
 

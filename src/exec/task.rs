@@ -177,6 +177,16 @@ pub(super) async fn run_task(
         manifest.materialize();
     }
     let start = intended.unwrap_or_else(Instant::now);
+    let member = match op.session {
+        Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
+        _ => None,
+    };
+    // A sent member whose layer is not unpacked is ended by its own sample; otherwise (not
+    // sent, or ended only once its layer is applied) by a message of its own, below.
+    let ended_by_sample = match (&choice, &layer) {
+        (Choice::Use { .. }, None) => member,
+        _ => None,
+    };
     let (bytes, error) = match choice {
         Choice::Use {
             endpoint,
@@ -186,6 +196,7 @@ pub(super) async fn run_task(
                 intended,
                 ready,
                 who: Some(who_of(&op)),
+                session: ended_by_sample,
             };
             send(&op, endpoint, failed_over, ctx, &env).await
         }
@@ -248,7 +259,7 @@ pub(super) async fn run_task(
             None
         }
     };
-    if let Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) = op.session {
+    if let (Some(id), None) = (member, ended_by_sample) {
         let ended = SessionMsg::Ended {
             id,
             end,

@@ -281,6 +281,17 @@ impl Aggregator {
     }
 
     /// A sample: into its breakdowns, requests.csv (if recorded) and its interval.
+    /// Session progress; a finished image pull is a sample like any other, in requests.csv
+    /// too.
+    fn session(&mut self, m: SessionMsg, sink: &mut Option<Box<dyn IntervalSink>>) {
+        if let Some((pull, ready)) = self.sessions.handle(m) {
+            self.recorded(Recorded::plain(pull), sink);
+            if let Some(ready) = ready {
+                self.recorded(Recorded::plain(ready), sink);
+            }
+        }
+    }
+
     fn recorded(&mut self, r: Recorded, sink: &mut Option<Box<dyn IntervalSink>>) {
         let s = &r.sample;
         let warmup = self.in_warmup_at(s.timing.end);
@@ -307,17 +318,15 @@ impl Aggregator {
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
         match msg {
             Msg::Endpoint(e) => self.endpoints.add_key(usize::from(e)),
-            Msg::Sample(r) => self.recorded(r, sink),
-            Msg::Event(e) => self.events[e.index()] += 1,
-            Msg::Session(m) => {
-                // A finished image pull is a sample like any other, in requests.csv too.
-                if let Some((pull, ready)) = self.sessions.handle(m) {
-                    self.recorded(Recorded::plain(pull), sink);
-                    if let Some(ready) = ready {
-                        self.recorded(Recorded::plain(ready), sink);
-                    }
+            Msg::Sample(r) => {
+                let ended = r.ended();
+                self.recorded(r, sink);
+                if let Some(m) = ended {
+                    self.session(m, sink);
                 }
             }
+            Msg::Event(e) => self.events[e.index()] += 1,
+            Msg::Session(m) => self.session(m, sink),
             Msg::Offered(at, session) => {
                 self.offered_total += 1;
                 if let Some(live) = &self.live {

@@ -56,6 +56,14 @@ impl Outcome {
     pub fn is_ok(self) -> bool {
         matches!(self, Outcome::Ok)
     }
+
+    /// The failure's kind, `None` for a success.
+    pub fn error(self) -> Option<ErrorKind> {
+        match self {
+            Outcome::Ok => None,
+            Outcome::Error(kind) => Some(kind),
+        }
+    }
 }
 
 /// The instants of one exchange or operation, on the monotonic clock.
@@ -683,6 +691,38 @@ mod tests {
         );
         let lat = pulls.error_latency.unwrap().max();
         assert!((49_000..=51_000).contains(&lat), "{lat}");
+    }
+
+    /// A member's sample that names its session ends it as a member: at the sample's end,
+    /// failed as it failed, its bytes counted only if it succeeded.
+    #[tokio::test]
+    async fn a_member_s_own_sample_ends_it_in_its_session() {
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
+        let first = sample(Op::ManifestGet, Outcome::Ok, None, 5);
+        let start = first.timing.sent - Duration::from_millis(1);
+        recorder.offered_in(start, 7).await;
+        recorder.offered_in(start, 7).await;
+        recorder.record_member(first, None, None, Some(7)).await;
+        recorder.session(SessionMsg::Closed { id: 7 }).await;
+        let mut failed = sample(Op::BlobGet, Outcome::Error(ErrorKind::Timeout), None, 30);
+        failed.bytes_received = 40;
+        failed.timing.end = first.timing.end + Duration::from_millis(30);
+        recorder.record_member(failed, None, None, Some(7)).await;
+        let agg = handle.finish().await;
+        let table = agg.table();
+        let pulls = table.op_total(Op::ImagePull).unwrap();
+        assert_eq!(
+            (pulls.count, pulls.errors, pulls.bytes_received),
+            (1, 1, 100),
+            "one pull, failed, the partial body not counted"
+        );
+        let lat = pulls.error_latency.unwrap().max();
+        assert!(
+            (35_500..=36_500).contains(&lat),
+            "from the start to the last end: {lat}"
+        );
+        assert_eq!(table.op_total(Op::ManifestGet).unwrap().count, 1);
+        assert_eq!(table.op_total(Op::BlobGet).unwrap().errors, 1);
     }
 
     /// A session whose layers were unpacked is ready at its last layer applied (after its

@@ -39,6 +39,9 @@ pub(crate) struct Recorded {
     pub endpoint: Option<u16>,
     pub label: Option<u8>,
     pub who: Option<Who>,
+    /// The pull session its operation is a member of, which the sample also ends as a
+    /// member ([`Recorded::ended`]).
+    pub session: Option<u64>,
 }
 
 impl Recorded {
@@ -48,7 +51,26 @@ impl Recorded {
             endpoint: None,
             label: None,
             who: None,
+            session: None,
         }
+    }
+
+    /// The end of its operation as a member of its pull session: at the sample's end, failed
+    /// as it failed, with the bytes it received if it succeeded (a failed member's partial
+    /// body is not the image's).
+    pub(super) fn ended(&self) -> Option<SessionMsg> {
+        let s = &self.sample;
+        self.session.map(|id| SessionMsg::Ended {
+            id,
+            end: s.timing.end,
+            error: s.outcome.error(),
+            bytes: if s.outcome.is_ok() {
+                s.bytes_received
+            } else {
+                0
+            },
+            applied: None,
+        })
     }
 }
 
@@ -100,11 +122,24 @@ impl Recorder {
     /// A sample with the label its answer gave `--split-by-header` (ignored without one)
     /// and whom its operation was for.
     pub async fn record_as(&self, sample: Sample, label: Option<u8>, who: Option<Who>) {
+        self.record_member(sample, label, who, None).await;
+    }
+
+    /// [`Self::record_as`] for an operation that is a member of pull session `session`,
+    /// which the sample also ends as a member.
+    pub async fn record_member(
+        &self,
+        sample: Sample,
+        label: Option<u8>,
+        who: Option<Who>,
+        session: Option<u64>,
+    ) {
         let recorded = Recorded {
             sample,
             endpoint: self.endpoint,
             label: label.filter(|_| self.split.is_some()),
             who,
+            session,
         };
         self.put(Msg::Sample(recorded)).await;
     }
