@@ -280,7 +280,6 @@ impl Aggregator {
         }
     }
 
-    /// A sample: into its breakdowns, requests.csv (if recorded) and its interval.
     /// Session progress; a finished image pull is a sample like any other, in requests.csv
     /// too.
     fn session(&mut self, m: SessionMsg, sink: &mut Option<Box<dyn IntervalSink>>) {
@@ -292,6 +291,7 @@ impl Aggregator {
         }
     }
 
+    /// A sample: into its breakdowns, requests.csv (if recorded) and its interval.
     fn recorded(&mut self, r: Recorded, sink: &mut Option<Box<dyn IntervalSink>>) {
         let s = &r.sample;
         let warmup = self.in_warmup_at(s.timing.end);
