@@ -7,10 +7,11 @@
 //! Abbadi, 2005). A name not tracked replaces the entry of least weight and inherits that
 //! weight, so a tracked weight never underestimates the truth and overestimates it by at
 //! most the weight it inherited; every name whose share of a ranking's total exceeds
-//! 1/[`TRACKED`] is tracked. An entry's own figures (its [`Tally`]) count the operations
-//! seen since it was tracked: they are the whole truth ([`Slot::whole`]) when it was tracked
-//! from the name's first operation, which holds for every entry until the first
-//! replacement. Results list the top [`LISTED`] of each ranking.
+//! 1/[`TRACKED`] is tracked. A tracked name's own figures (its [`Tally`]) are kept once,
+//! however many rankings track it, and count its operations since one of them began to:
+//! they are the whole truth ([`Slot::whole`]) when that was the name's first operation,
+//! which holds for every name until some name loses its last place. Results list the top
+//! [`LISTED`] of each ranking.
 //!
 //! Percentiles come from each entry's successes in a sparse histogram whose values are cut
 //! to two significant digits (within 0.8%), so an entry holds at most a few thousand
@@ -202,26 +203,41 @@ impl Tally {
     }
 }
 
-/// One tracked entry of a ranking.
+/// A name some ranking tracks, with its figures since then: one per name, shared by every
+/// ranking that tracks it (each operation is counted once, not once per ranking).
 #[derive(Debug, Clone)]
 pub struct Slot {
     pub name: Arc<str>,
     /// Tracked since the name's first operation: its tally is the whole truth.
     pub whole: bool,
     pub tally: Tally,
+    /// Its place in each ranking ([`Criterion::ALL`] order), [`UNTRACKED`] where it has
+    /// none; a slot with no place is free.
+    places: Places,
 }
 
-/// A Space-Saving summary of one ranking.
+impl Slot {
+    fn in_use(&self) -> bool {
+        self.places != [UNTRACKED; 4]
+    }
+}
+
+/// A slot's place in each ranking.
+type Places = [u8; 4];
+const UNTRACKED: u8 = u8::MAX;
+// A dimension holds at most 4 × TRACKED slots in use and one being placed, each an index
+// below UNTRACKED.
+const _: () = assert!(4 * TRACKED < UNTRACKED as usize);
+
+/// A Space-Saving summary of one ranking: the slots it tracks and each one's weight.
 #[derive(Debug)]
 struct TopList {
     criterion: Criterion,
-    slots: Vec<Slot>,
-    /// Each slot's weight in the ranking (its own plus what it inherited), apart from the
-    /// slots: a name not tracked scans them all for the least, a few cache lines instead
-    /// of one per slot.
+    /// The dimension's slots it tracks.
+    slots: Vec<u8>,
+    /// Each tracked slot's weight in the ranking (its own plus what it inherited), apart
+    /// from the slots: a name not tracked scans them all for the least, a few cache lines.
     weights: Vec<u64>,
-    /// Some name was replaced: names seen may be missing.
-    replaced: bool,
 }
 
 impl TopList {
@@ -230,61 +246,45 @@ impl TopList {
             criterion,
             slots: Vec::with_capacity(TRACKED),
             weights: Vec::with_capacity(TRACKED),
-            replaced: false,
         }
     }
 
-    /// Counts an operation of `name`, whose slot here is `at` (if tracked): where it is
-    /// now, and the name it took the place of.
-    fn record(&mut self, at: Option<usize>, name: &Arc<str>, s: Seen) -> Placed {
-        let w = self.criterion.weight(&s);
-        if let Some(i) = at {
-            self.weights[i] = self.weights[i].saturating_add(w);
-            self.slots[i].tally.add_seen(s);
-            return Placed::Kept;
-        }
+    /// Gives slot `slot` a place with weight `w`: a free place, or that of the least entry
+    /// (the first of equals), whose weight it inherits. The place, and the slot whose
+    /// place it took.
+    fn place(&mut self, slot: u8, w: u64) -> (u8, Option<u8>) {
         if self.slots.len() < TRACKED {
-            let mut tally = Tally::default();
-            tally.add_seen(s);
-            self.slots.push(Slot {
-                name: Arc::clone(name),
-                whole: !self.replaced,
-                tally,
-            });
+            self.slots.push(slot);
             self.weights.push(w);
-            return Placed::At(self.slots.len() - 1, None);
+            return (index_u8(self.slots.len() - 1), None);
         }
-        // Full: the least entry (the first of equals) gives its place, and its weight, to
-        // the new name. Two plain passes over the weights, not one comparing pairs.
-        let Some(&min) = self.weights.iter().min() else {
-            return Placed::Kept;
-        };
+        // Two plain passes over the weights, not one comparing pairs.
+        let min = self.weights.iter().min().copied().unwrap_or(0);
         let least = self.weights.iter().position(|&w| w == min).unwrap_or(0);
-        let slot = &mut self.slots[least];
-        let evicted = std::mem::replace(&mut slot.name, Arc::clone(name));
+        let evicted = std::mem::replace(&mut self.slots[least], slot);
         self.weights[least] = min.saturating_add(w);
-        slot.whole = false;
-        slot.tally.clear();
-        slot.tally.add_seen(s);
-        self.replaced = true;
-        Placed::At(least, Some(evicted))
+        (index_u8(least), Some(evicted))
     }
 
-    /// The top `n` entries by weight (heaviest first, then by name), those with nothing of
-    /// their own in the ranking left out (a name that took a failing entry's place by a
-    /// success inherits its weight, not its failures).
-    fn top(&self, n: usize) -> Vec<&Slot> {
-        let mut slots: Vec<(u64, &Slot)> = self
+    /// The top `n` tracked slots by weight (heaviest first, then by name), those with
+    /// nothing of their own in the ranking left out (a name that took a failing entry's
+    /// place by a success inherits its weight, not its failures).
+    fn top<'a>(&self, all: &'a [Slot], n: usize) -> Vec<(u8, &'a Slot)> {
+        let mut ranked: Vec<(u64, u8, &Slot)> = self
             .weights
             .iter()
-            .copied()
             .zip(&self.slots)
-            .filter(|&(w, s)| w > 0 && self.criterion.of(&s.tally) > 0)
+            .map(|(&w, &i)| (w, i, &all[usize::from(i)]))
+            .filter(|&(w, _, s)| w > 0 && self.criterion.of(&s.tally) > 0)
             .collect();
-        slots.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
-        slots.truncate(n);
-        slots.into_iter().map(|(_, s)| s).collect()
+        ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.name.cmp(&b.2.name)));
+        ranked.truncate(n);
+        ranked.into_iter().map(|(_, i, s)| (i, s)).collect()
     }
+}
+
+fn index_u8(i: usize) -> u8 {
+    u8::try_from(i).unwrap_or_else(|_| unreachable!("{i} slots: more than the bound"))
 }
 
 /// An entry as results list it.
@@ -298,91 +298,129 @@ pub struct Listed {
     pub top_by: Vec<Criterion>,
 }
 
-/// Where an operation's name is in a ranking after it was counted.
-enum Placed {
-    /// In the slot it had.
-    Kept,
-    /// In slot `.0`, new to the ranking; `.1` is the name whose place it took.
-    At(usize, Option<Arc<str>>),
-}
-
-/// A name's slot in each ranking ([`Criterion::ALL`] order), [`UNTRACKED`] where it has none.
-type Slots = [u8; 4];
-const UNTRACKED: u8 = u8::MAX;
-const _: () = assert!(TRACKED < UNTRACKED as usize);
-
-/// One dimension (repositories or clients): a summary per ranking, and one index of the
-/// names any of them tracks (a name is looked up once per operation, not once per ranking).
+/// One dimension (repositories or clients): a summary per ranking over one set of slots,
+/// one per name any of them tracks, and the index of those names (a name is looked up once
+/// per operation, and counted once, whatever the rankings tracking it).
 #[derive(Debug)]
 pub struct Dimension {
     lists: [TopList; 4],
-    index: FastHashMap<Arc<str>, Slots>,
+    slots: Vec<Slot>,
+    /// Slots that no ranking tracks any more, to be used again.
+    free: Vec<u8>,
+    index: FastHashMap<Arc<str>, u8>,
+    /// Some name lost its last place: names seen may be missing, and a name tracked anew
+    /// may have been seen before.
+    forgot: bool,
 }
 
 impl Default for Dimension {
     fn default() -> Dimension {
         Dimension {
             lists: Criterion::ALL.map(TopList::new),
+            slots: Vec::new(),
+            free: Vec::new(),
             index: FastHashMap::default(),
+            forgot: false,
         }
     }
 }
 
 impl Dimension {
     fn record(&mut self, name: &Arc<str>, s: Seen) {
-        let found = self.index.get(name).copied();
-        let mut slots = found.unwrap_or([UNTRACKED; 4]);
-        for (r, list) in self.lists.iter_mut().enumerate() {
-            let at = (slots[r] != UNTRACKED).then_some(usize::from(slots[r]));
-            let Placed::At(slot, evicted) = list.record(at, name, s) else {
-                continue;
-            };
-            slots[r] = u8::try_from(slot).unwrap_or(UNTRACKED);
-            // The name replaced loses its slot in this ranking, and its index entry with
-            // its last slot (the index holds at most the 4 × TRACKED names tracked).
-            let Some(evicted) = evicted else { continue };
-            if let Some(theirs) = self.index.get_mut(&evicted) {
-                theirs[r] = UNTRACKED;
-                if theirs.iter().all(|&t| t == UNTRACKED) {
-                    self.index.remove(&evicted);
+        let at = match self.index.get(name) {
+            Some(&at) => {
+                let slot = &mut self.slots[usize::from(at)];
+                slot.tally.add_seen(s);
+                let places = slot.places;
+                for (r, &place) in places.iter().enumerate() {
+                    let list = &mut self.lists[r];
+                    let w = list.criterion.weight(&s);
+                    if place == UNTRACKED {
+                        self.place(at, r, w);
+                    } else {
+                        let weight = &mut list.weights[usize::from(place)];
+                        *weight = weight.saturating_add(w);
+                    }
                 }
+                return;
             }
+            None => self.new_slot(name),
+        };
+        self.slots[usize::from(at)].tally.add_seen(s);
+        for r in 0..self.lists.len() {
+            let w = self.lists[r].criterion.weight(&s);
+            self.place(at, r, w);
         }
-        if found != Some(slots) {
-            self.index.insert(Arc::clone(name), slots);
+        self.index.insert(Arc::clone(name), at);
+    }
+
+    /// A slot for `name`, tracked by no ranking yet: a free one, or a new one.
+    fn new_slot(&mut self, name: &Arc<str>) -> u8 {
+        let whole = !self.forgot;
+        if let Some(at) = self.free.pop() {
+            let slot = &mut self.slots[usize::from(at)];
+            slot.name = Arc::clone(name);
+            slot.whole = whole;
+            slot.tally.clear();
+            return at;
+        }
+        self.slots.push(Slot {
+            name: Arc::clone(name),
+            whole,
+            tally: Tally::default(),
+            places: [UNTRACKED; 4],
+        });
+        index_u8(self.slots.len() - 1)
+    }
+
+    /// Places slot `at` in ranking `r` with weight `w`; the slot whose place it took loses
+    /// it, and is freed (with its index entry) if that was its last.
+    fn place(&mut self, at: u8, r: usize, w: u64) {
+        let (place, evicted) = self.lists[r].place(at, w);
+        self.slots[usize::from(at)].places[r] = place;
+        let Some(evicted) = evicted else { return };
+        let slot = &mut self.slots[usize::from(evicted)];
+        slot.places[r] = UNTRACKED;
+        if !slot.in_use() {
+            self.index.remove(&slot.name);
+            self.free.push(evicted);
+            self.forgot = true;
         }
     }
 
-    /// Entries held, over every ranking (at most 4 × [`TRACKED`]).
+    /// Names tracked (at most 4 × [`TRACKED`]).
     pub fn held(&self) -> usize {
-        self.lists.iter().map(|l| l.slots.len()).sum()
+        self.index.len()
     }
 
-    /// The union of each ranking's top [`LISTED`], each name once with the most complete
-    /// figures any ranking holds for it, heaviest in time spent first.
+    /// The union of each ranking's top [`LISTED`], each name once, heaviest in time spent
+    /// first.
     pub fn listed(&self) -> Vec<Listed> {
         let mut out: Vec<Listed> = Vec::new();
-        for list in &self.lists {
-            for slot in list.top(LISTED) {
-                let better = |l: &Listed| (slot.whole, slot.tally.count) > (l.whole, l.tally.count);
-                match out.iter_mut().find(|l| l.name == slot.name) {
-                    Some(l) => {
-                        if better(l) {
-                            l.tally = slot.tally.clone();
-                            l.whole = slot.whole;
-                        }
-                        l.top_by.push(list.criterion);
-                    }
-                    None => out.push(Listed {
+        let mut listed_at: Vec<Option<usize>> = vec![None; self.slots.len()];
+        let mut list = |at: u8, slot: &Slot, criterion: Criterion| {
+            let at = usize::from(at);
+            match listed_at[at] {
+                Some(i) => out[i].top_by.push(criterion),
+                None => {
+                    listed_at[at] = Some(out.len());
+                    out.push(Listed {
                         name: Arc::clone(&slot.name),
                         tally: slot.tally.clone(),
                         whole: slot.whole,
-                        top_by: vec![list.criterion],
-                    }),
+                        top_by: vec![criterion],
+                    });
                 }
             }
+        };
+        for ranking in &self.lists {
+            for (at, slot) in ranking.top(&self.slots, LISTED) {
+                list(at, slot, ranking.criterion);
+            }
         }
-        self.slowest(&mut out);
+        for (at, slot) in self.slowest() {
+            list(at, slot, Criterion::Latency);
+        }
         out.sort_by(|a, b| {
             b.tally
                 .time_us
@@ -392,43 +430,30 @@ impl Dimension {
         out
     }
 
-    /// Slowness ranked over every name any ranking tracks (each with its most complete
-    /// figures): the top [`LISTED`] by [`SLOW_QUANTILE`] join `out`, marked `latency`.
-    fn slowest(&self, out: &mut Vec<Listed>) {
-        let mut tracked: Vec<&Slot> = Vec::new();
-        for slot in self.lists.iter().flat_map(|l| &l.slots) {
-            match tracked.iter_mut().find(|t| t.name == slot.name) {
-                Some(t) if (slot.whole, slot.tally.count) > (t.whole, t.tally.count) => *t = slot,
-                Some(_) => {}
-                None => tracked.push(slot),
-            }
-        }
-        let mut ranked: Vec<(&Slot, u64)> = tracked
-            .into_iter()
-            .map(|s| (s, Criterion::Latency.of(&s.tally)))
-            .filter(|&(_, v)| v > 0)
+    /// Slowness ranked over every name any ranking tracks: the top [`LISTED`] by
+    /// [`SLOW_QUANTILE`].
+    fn slowest(&self) -> Vec<(u8, &Slot)> {
+        let mut ranked: Vec<(u8, &Slot, u64)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.in_use())
+            .map(|(i, s)| (index_u8(i), s, Criterion::Latency.of(&s.tally)))
+            .filter(|&(_, _, v)| v > 0)
             .collect();
-        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));
-        for (slot, _) in ranked.into_iter().take(LISTED) {
-            match out.iter_mut().find(|l| l.name == slot.name) {
-                Some(l) => l.top_by.push(Criterion::Latency),
-                None => out.push(Listed {
-                    name: Arc::clone(&slot.name),
-                    tally: slot.tally.clone(),
-                    whole: slot.whole,
-                    top_by: vec![Criterion::Latency],
-                }),
-            }
-        }
+        ranked.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.name.cmp(&b.1.name)));
+        ranked
+            .into_iter()
+            .take(LISTED)
+            .map(|(i, s, _)| (i, s))
+            .collect()
     }
 
     /// Every name seen is listed, with its whole figures: no name was ever replaced, and
     /// the listed union holds every tracked name.
     pub fn complete(&self) -> bool {
         let requests = &self.lists[0];
-        !self.lists.iter().any(|l| l.replaced)
-            && requests.slots.len() <= LISTED
-            && requests.weights.iter().all(|&w| w > 0)
+        !self.forgot && requests.slots.len() <= LISTED && requests.weights.iter().all(|&w| w > 0)
     }
 }
 
@@ -498,12 +523,14 @@ mod tests {
         }
     }
 
-    /// The dimension's index names exactly the tracked names, each with its slot in every
-    /// ranking, however names come and go.
+    /// The dimension's index names exactly the slots in use, each slot's places are where
+    /// the rankings hold it, and every operation is counted once in its name's tally,
+    /// however names come and go.
     #[test]
     fn the_index_follows_every_ranking() {
         let mut a = Attribution::default();
         let mut state = 7u64;
+        let mut counts: FastHashMap<String, u64> = FastHashMap::default();
         for i in 0..5_000u64 {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
@@ -515,23 +542,48 @@ mod tests {
                 state >> 40 & 255
             };
             let ok = (state >> 20) % 7 != 0;
-            a.record(
-                &who(&format!("r{n}")),
-                &sample(1 + i % 13, (state >> 30) % 10_000, ok),
-            );
+            let name = format!("r{n}");
+            a.record(&who(&name), &sample(1 + i % 13, (state >> 30) % 10_000, ok));
+            *counts.entry(name).or_default() += 1;
         }
         let d = &a.repositories;
-        let mut expected: FastHashMap<Arc<str>, Slots> = FastHashMap::default();
+        let mut places: FastHashMap<u8, Places> = FastHashMap::default();
         for (r, list) in d.lists.iter().enumerate() {
             assert_eq!(list.slots.len(), TRACKED);
-            for (i, slot) in list.slots.iter().enumerate() {
-                expected
-                    .entry(Arc::clone(&slot.name))
-                    .or_insert([UNTRACKED; 4])[r] = u8::try_from(i).unwrap();
+            for (i, &at) in list.slots.iter().enumerate() {
+                places.entry(at).or_insert([UNTRACKED; 4])[r] = u8::try_from(i).unwrap();
             }
         }
-        assert_eq!(d.index, expected);
-        assert!(d.lists.iter().all(|l| l.replaced));
+        let index: FastHashMap<Arc<str>, u8> = places
+            .keys()
+            .map(|&at| (Arc::clone(&d.slots[usize::from(at)].name), at))
+            .collect();
+        assert_eq!(d.index, index);
+        for (i, slot) in d.slots.iter().enumerate() {
+            let at = u8::try_from(i).unwrap();
+            assert_eq!(
+                slot.places,
+                places.get(&at).copied().unwrap_or([UNTRACKED; 4])
+            );
+            assert_eq!(slot.in_use(), !d.free.contains(&at), "slot {i}");
+            if slot.in_use() {
+                // Never more than the name's own operations; all of them if whole.
+                let all = counts[&*slot.name];
+                assert!(slot.tally.count <= all);
+                if slot.whole {
+                    assert_eq!(slot.tally.count, all, "{}", slot.name);
+                }
+            }
+        }
+        assert!(d.slots.len() <= 4 * TRACKED + 1);
+        assert!(d.forgot);
+        // The heavy names (three eighths of the operations over three of them) stay
+        // tracked, whole.
+        for heavy in ["r0", "r1", "r2"] {
+            let slot = &d.slots[usize::from(d.index[heavy])];
+            assert!(slot.whole, "{heavy}");
+            assert_eq!(slot.tally.count, counts[heavy]);
+        }
     }
 
     #[test]
@@ -586,9 +638,8 @@ mod tests {
         assert_eq!(top.tally.count, heavy_count);
         let held: usize = a
             .repositories
-            .lists
+            .slots
             .iter()
-            .flat_map(|l| &l.slots)
             .map(|s| s.tally.latency.buckets())
             .sum();
         assert!(held <= 4 * TRACKED * 2, "few buckets each: {held}");
