@@ -3,6 +3,8 @@
 //! backslash escapes, commas inside quotes, `token68` credentials. Total: any input gives a
 //! result or an error message, never a panic.
 
+use crate::net::headers::{text, Headers};
+
 /// One challenge: a scheme and its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Challenge {
@@ -205,11 +207,10 @@ pub fn parse_challenges(header: &str) -> Result<Vec<Challenge>, String> {
 }
 
 /// Parses every `WWW-Authenticate` header of a response.
-pub fn challenges_of(headers: &http::HeaderMap) -> Vec<Challenge> {
+pub fn challenges_of(headers: &Headers) -> Vec<Challenge> {
     headers
-        .get_all(http::header::WWW_AUTHENTICATE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .get_all(http::header::WWW_AUTHENTICATE.as_str())
+        .filter_map(text)
         .filter_map(|v| parse_challenges(v).ok())
         .flatten()
         .collect()

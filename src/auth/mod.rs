@@ -22,8 +22,9 @@ pub mod token;
 use std::fmt;
 
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 
+use crate::net::headers::Headers;
 use crate::net::transport::HttpRequest;
 use crate::oci::reference::Repository;
 
@@ -132,7 +133,7 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
     /// request (once) may succeed, `Ok(false)` when the 401 should stand.
     fn challenged<'a>(
         &'a self,
-        headers: &'a HeaderMap,
+        headers: &'a Headers,
         scope: &'a AccessScope,
     ) -> BoxFuture<'a, Result<bool, AuthError>>;
 
@@ -162,7 +163,7 @@ impl Authenticator for Anonymous {
 
     fn challenged<'a>(
         &'a self,
-        _headers: &'a HeaderMap,
+        _headers: &'a Headers,
         _scope: &'a AccessScope,
     ) -> BoxFuture<'a, Result<bool, AuthError>> {
         Box::pin(async { Ok(false) })

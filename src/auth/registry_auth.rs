@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use futures_util::future::BoxFuture;
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 use tokio::time::Instant;
 use url::Url;
 
@@ -24,6 +24,7 @@ use super::scope::ScopeSet;
 use super::token::{basic_authorization, TokenFetcher};
 use super::{AccessScope, AuthError, Authenticator, Ready};
 use crate::metrics::Recorder;
+use crate::net::headers::Headers;
 use crate::net::transport::{HttpRequest, Transport};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,7 +253,7 @@ impl Authenticator for RegistryAuth {
     #[allow(clippy::too_many_lines)]
     fn challenged<'a>(
         &'a self,
-        headers: &'a HeaderMap,
+        headers: &'a Headers,
         scope: &'a AccessScope,
     ) -> BoxFuture<'a, Result<bool, AuthError>> {
         Box::pin(async move {
@@ -311,8 +312,7 @@ impl Authenticator for RegistryAuth {
                 return Ok(self.basic.is_some() && was != Scheme::Basic);
             }
             let offered = headers
-                .get_all(http::header::WWW_AUTHENTICATE)
-                .iter()
+                .get_all(http::header::WWW_AUTHENTICATE.as_str())
                 .count();
             if let Some(other) = challenges.first() {
                 return Err(AuthError::Challenge(format!(
@@ -357,11 +357,11 @@ mod tests {
     use crate::metrics::AggregatorBuilder;
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
-    fn challenge(extra: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn challenge(extra: &str) -> Headers {
+        let mut h = http::HeaderMap::new();
         let value = format!(r#"Bearer realm="http://auth.test/token",service="reg"{extra}"#);
         h.insert(http::header::WWW_AUTHENTICATE, value.parse().unwrap());
-        h
+        h.into()
     }
 
     fn issuer(fetches: Arc<AtomicU32>, expires_in: u64, delay: Duration) -> ScriptedTransport {
@@ -550,11 +550,12 @@ mod tests {
             None,
             "nothing before the challenge"
         );
-        let mut basic = HeaderMap::new();
+        let mut basic = http::HeaderMap::new();
         basic.insert(
             http::header::WWW_AUTHENTICATE,
             r#"Basic realm="r""#.parse().unwrap(),
         );
+        let basic = Headers::from(basic);
         assert!(auth.challenged(&basic, &scope).await.unwrap());
         assert_eq!(
             header_after_authorize(&auth, &scope).await.as_deref(),

@@ -42,6 +42,7 @@ use crate::metrics::attribution::Who;
 use crate::metrics::{
     ErrorKind, Event, HttpStatuses, Op, Outcome, Recorder, Sample, SizeClass, Timing,
 };
+use crate::net::headers::Headers;
 use crate::net::links::Link;
 use crate::net::transport::{
     HttpRequest, HttpResponse, RequestBody, Transport, TransportError, Unprocessed,
@@ -919,12 +920,12 @@ async fn read_status_error(ex: Exchange) -> ClientError {
 /// Status and headers of an upload step whose body was drained.
 struct Step {
     status: StatusCode,
-    headers: HeaderMap,
+    headers: Headers,
 }
 
 impl Step {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
+        self.headers.get_str(name)
     }
 
     fn location(&self, request_url: &Url) -> Result<Option<Url>, ClientError> {
@@ -934,11 +935,8 @@ impl Step {
     }
 }
 
-fn check_returned_digest(headers: &HeaderMap, expected: &Digest) -> Result<(), ClientError> {
-    if let Some(returned) = headers
-        .get("docker-content-digest")
-        .and_then(|v| v.to_str().ok())
-    {
+fn check_returned_digest(headers: &Headers, expected: &Digest) -> Result<(), ClientError> {
+    if let Some(returned) = headers.get_str("docker-content-digest") {
         if returned.trim() != expected.as_str() {
             return Err(ClientError::DigestMismatch {
                 expected: expected.to_string(),

@@ -313,8 +313,8 @@ impl RegistryClient {
             return Err(status_error(ex).await);
         }
         // Kept as received: a header value shares the response's buffer.
-        let content_type = ex.response.headers.get(CONTENT_TYPE).cloned();
-        let returned = ex.response.headers.get("docker-content-digest").cloned();
+        let content_type = ex.response.headers.value(CONTENT_TYPE);
+        let returned = ex.response.headers.value("docker-content-digest");
         check_manifest_type(content_type.as_ref())?;
         let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
         m.bytes_received = bytes.len() as u64;

@@ -6,7 +6,9 @@
 
 use std::sync::RwLock;
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::HeaderName;
+
+use crate::net::headers::Headers;
 
 /// Distinct header values a run keeps apart; the rest are [`OTHER`].
 pub const MAX_VALUES: usize = 16;
@@ -45,11 +47,11 @@ impl HeaderSplit {
 
     /// The label of an answer with `headers`: [`ABSENT`], a value's own, or [`OTHER`] once
     /// [`MAX_VALUES`] values are taken. A value is matched as sent, cut to 64 bytes.
-    pub fn label(&self, headers: &HeaderMap) -> u8 {
+    pub fn label(&self, headers: &Headers) -> u8 {
         let Some(value) = headers.get(&self.name) else {
             return ABSENT;
         };
-        let text = String::from_utf8_lossy(value.as_bytes());
+        let text = String::from_utf8_lossy(value);
         let value = cut(text.trim());
         let known = |values: &[String]| values.iter().position(|v| v == value);
         if let Some(i) = known(&self.values.read().unwrap_or_else(|e| e.into_inner())) {
@@ -121,13 +123,13 @@ fn cut(value: &str) -> &str {
 mod tests {
     use super::*;
 
-    fn answer(value: Option<&str>) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    fn answer(value: Option<&str>) -> Headers {
+        let mut headers = http::HeaderMap::new();
         if let Some(v) = value {
             let value = http::HeaderValue::from_bytes(v.as_bytes()).unwrap();
             headers.insert("x-cache-status", value);
         }
-        headers
+        headers.into()
     }
 
     #[test]

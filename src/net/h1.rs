@@ -4,7 +4,9 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Version};
+
+use super::headers::{text, Headers, Span};
 
 /// Most header lines a response head may have.
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -14,8 +16,6 @@ pub(crate) const MAX_HEADERS: usize = 100;
 pub(crate) enum H1Error {
     /// The head does not parse (`httparse`'s reason).
     Head(String),
-    /// A header's name or value is not one HTTP allows.
-    Header(String),
     /// `Content-Length` is not a number, or two of them differ.
     Length(String),
     /// A `Transfer-Encoding` other than chunked last.
@@ -28,7 +28,6 @@ impl std::fmt::Display for H1Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             H1Error::Head(e) => write!(f, "invalid response head: {e}"),
-            H1Error::Header(e) => write!(f, "invalid response header: {e}"),
             H1Error::Length(e) => write!(f, "invalid content-length: {e}"),
             H1Error::Encoding(e) => write!(f, "unsupported transfer-encoding: {e}"),
             H1Error::Chunk(e) => write!(f, "invalid chunked body: {e}"),
@@ -70,7 +69,7 @@ pub(crate) fn write_head(
 pub(crate) struct Head {
     pub status: StatusCode,
     pub version: Version,
-    pub headers: HeaderMap,
+    pub headers: Headers,
 }
 
 /// Header lines a head is first parsed with: a registry's answer has about ten. A head
@@ -100,28 +99,35 @@ fn parse_head_with<const N: usize>(buf: &mut BytesMut) -> Option<Result<Option<H
         Err(e) => return Some(Err(H1Error::Head(e.to_string()))),
     };
     let (code, http10) = (response.code.unwrap_or(0), response.version == Some(0));
-    // Offsets first (on the stack: nothing allocated per answer): the lines borrow `buf`,
-    // which is split in `head_of`.
+    // Offsets, not the lines: they borrow `buf`, whose head is split off below. `httparse`
+    // has checked each name is a token and each value holds only what HTTP allows.
     let base = buf.as_ptr() as usize;
-    let count = response.headers.len();
-    let mut spans: [Span; N] = [(0, 0, 0, 0); N];
-    for (span, h) in spans.iter_mut().zip(response.headers.iter()) {
-        let name = h.name.as_ptr() as usize - base;
-        let value = h.value.as_ptr() as usize - base;
-        *span = (name, name + h.name.len(), value, value + h.value.len());
-    }
-    Some(head_at(code, http10, &spans[..count], buf, len))
+    let offset = |p: *const u8| u32::try_from(p as usize - base).unwrap_or(u32::MAX);
+    let lines: Vec<Span> = response
+        .headers
+        .iter()
+        .map(|h| {
+            let (name, value) = (offset(h.name.as_ptr()), offset(h.value.as_ptr()));
+            // Both ends within a head of `len` bytes (no head is 4 GiB: reads are bounded).
+            let end =
+                |start: u32, n: usize| start.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+            [
+                name,
+                end(name, h.name.len()),
+                value,
+                end(value, h.value.len()),
+            ]
+        })
+        .collect();
+    Some(head_at(code, http10, lines, buf, len))
 }
 
-/// Where a header's name and value are in the head: start and end of each.
-type Span = (usize, usize, usize, usize);
-
 /// The head parsed from the first `len` bytes of `buf` (status `code`, HTTP/1.0 or 1.1, its
-/// header lines at `spans`), taken off `buf`.
+/// header lines at `lines`), taken off `buf`.
 fn head_at(
     code: u16,
     http10: bool,
-    spans: &[Span],
+    lines: Vec<Span>,
     buf: &mut BytesMut,
     len: usize,
 ) -> Result<Option<Head>, H1Error> {
@@ -132,43 +138,17 @@ fn head_at(
         Version::HTTP_11
     };
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for &(name_start, name_end, start, end) in spans {
-        let raw = &head[name_start..name_end];
-        let name = match registry_header(raw) {
-            Some(name) => name,
-            None => HeaderName::from_bytes(raw).map_err(|e| {
-                let text = String::from_utf8_lossy(raw);
-                H1Error::Header(format!("{text}: {e}"))
-            })?,
-        };
-        let value = HeaderValue::from_maybe_shared(head.slice(start..end))
-            .map_err(|e| H1Error::Header(format!("{name}: {e}")))?;
-        headers.append(name, value);
+    if lines
+        .iter()
+        .any(|s| s[1] as usize > len || s[3] as usize > len)
+    {
+        return Err(H1Error::Head("a header line outside the head".to_owned()));
     }
     Ok(Some(Head {
         status,
         version,
-        headers,
+        headers: Headers::lines(head, lines),
     }))
-}
-
-/// Header names registries send with most answers that are not among `http`'s standard
-/// ones: parsed from text, each would be a lower-cased copy on the heap, made and freed for
-/// every answer; these are static.
-static REGISTRY_HEADERS: [HeaderName; 4] = [
-    HeaderName::from_static("docker-content-digest"),
-    HeaderName::from_static("docker-distribution-api-version"),
-    HeaderName::from_static("x-content-type-options"),
-    HeaderName::from_static("docker-upload-uuid"),
-];
-
-/// `raw` as one of [`REGISTRY_HEADERS`], whatever its case.
-fn registry_header(raw: &[u8]) -> Option<HeaderName> {
-    REGISTRY_HEADERS
-        .iter()
-        .find(|n| n.as_str().len() == raw.len() && n.as_str().as_bytes().eq_ignore_ascii_case(raw))
-        .cloned()
 }
 
 /// How a response's body is delimited (RFC 9112, section 6.3).
@@ -194,10 +174,10 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
     {
         return Ok(Framing::Empty);
     }
-    let mut codings = head.headers.get_all(TRANSFER_ENCODING).iter().peekable();
+    let mut codings = head.headers.get_all(TRANSFER_ENCODING.as_str()).peekable();
     if codings.peek().is_some() {
         let last = codings
-            .filter_map(|v| v.to_str().ok())
+            .filter_map(text)
             .flat_map(|v| v.split(','))
             .map(str::trim)
             .filter(|c| !c.is_empty())
@@ -210,8 +190,8 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
         };
     }
     let mut length: Option<u64> = None;
-    for value in head.headers.get_all(CONTENT_LENGTH) {
-        let text = value.to_str().unwrap_or("");
+    for value in head.headers.get_all(CONTENT_LENGTH.as_str()) {
+        let text = text(value).unwrap_or("");
         for part in text.split(',') {
             let part = part.trim();
             let n = part
@@ -235,9 +215,8 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
         return false;
     }
     let says = |token: &str| {
-        head.headers.get_all(CONNECTION).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        head.headers.get_all(CONNECTION.as_str()).any(|v| {
+            text(v).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
         })
     };
     match head.version {
@@ -414,7 +393,7 @@ mod tests {
         };
         let many = head_of(&head(USUAL_HEADERS + 6));
         assert_eq!(many.headers.len(), USUAL_HEADERS + 6);
-        assert_eq!(many.headers["x-h29"], "29");
+        assert_eq!(many.headers.get_str("x-h29"), Some("29"));
         let mut buf = BytesMut::from(head(MAX_HEADERS + 1).as_bytes());
         let err = parse_head(&mut buf).unwrap_err();
         assert!(err.to_string().contains("too many headers"), "{err}");
@@ -422,28 +401,35 @@ mod tests {
     }
 
     #[test]
-    fn a_registry_s_own_header_names_are_found_in_any_case() {
+    fn header_names_are_found_in_any_case_and_kept_as_sent() {
         let head = head_of(
             "HTTP/1.1 200 OK\r\nDOCKER-Content-Digest: sha256:ab\r\n\
              docker-distribution-api-version: registry/2.0\r\nX-Content-Type-Options: nosniff\r\n\
              Docker-Upload-UUID: u1\r\nDocker-Content-Digests: other\r\nX-Content-Type: t\r\n\r\n",
         );
-        let names: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+        let names: Vec<&str> = head.headers.iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
             [
-                "docker-content-digest",
+                "DOCKER-Content-Digest",
                 "docker-distribution-api-version",
-                "x-content-type-options",
-                "docker-upload-uuid",
-                "docker-content-digests",
-                "x-content-type"
+                "X-Content-Type-Options",
+                "Docker-Upload-UUID",
+                "Docker-Content-Digests",
+                "X-Content-Type"
             ]
         );
-        assert_eq!(head.headers["docker-content-digest"], "sha256:ab");
-        assert_eq!(head.headers["docker-upload-uuid"], "u1");
-        assert_eq!(head.headers["docker-content-digests"], "other");
-        assert_eq!(registry_header(b"docker-content-diges"), None);
+        assert_eq!(
+            head.headers.get_str("docker-content-digest"),
+            Some("sha256:ab")
+        );
+        assert_eq!(head.headers.get_str("docker-upload-uuid"), Some("u1"));
+        assert_eq!(
+            head.headers.get_str("docker-content-digests"),
+            Some("other")
+        );
+        assert_eq!(head.headers.get_str("docker-content-diges"), None);
+        assert_eq!(head.headers.get_str("x-content-type"), Some("t"));
     }
 
     #[test]
@@ -459,7 +445,7 @@ mod tests {
         let mut buf = BytesMut::from(text.as_bytes());
         let head = parse_head(&mut buf).unwrap().unwrap();
         assert_eq!(head.status, StatusCode::OK);
-        assert_eq!(head.headers["x-a"], "b");
+        assert_eq!(head.headers.get_str("x-a"), Some("b"));
         assert_eq!(&buf[..], b"abc");
         assert_eq!(framing(&Method::GET, &head), Ok(Framing::Length(3)));
         assert!(keep_alive(&head, Framing::Length(3)));

@@ -20,6 +20,7 @@ mod classify;
 mod config;
 mod deadline;
 mod h1;
+pub mod headers;
 pub mod hyper_transport;
 pub mod links;
 mod plain_pool;

@@ -24,6 +24,8 @@ use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::time::Instant;
 use url::Url;
 
+pub use super::headers::Headers;
+
 use crate::content::ContentSpec;
 use crate::metrics::ErrorKind;
 
@@ -124,7 +126,7 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> +
 /// A response whose headers have arrived; the body is read on demand.
 pub struct HttpResponse {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    pub headers: Headers,
     /// The HTTP version the response came in (HTTP/1.1 unless the transport says).
     pub version: Version,
     body: BodyStream,
@@ -143,10 +145,10 @@ impl fmt::Debug for HttpResponse {
 }
 
 impl HttpResponse {
-    pub fn new(status: StatusCode, headers: HeaderMap, body: BodyStream) -> Self {
+    pub fn new(status: StatusCode, headers: impl Into<Headers>, body: BodyStream) -> Self {
         HttpResponse {
             status,
-            headers,
+            headers: headers.into(),
             version: Version::HTTP_11,
             body,
             idle_timeout: None,
@@ -241,7 +243,7 @@ impl HttpResponse {
 
     /// A header as a string, if present and valid.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
+        self.headers.get_str(name)
     }
 }
 

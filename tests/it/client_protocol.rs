@@ -13,11 +13,11 @@ use creb::auth::{AccessScope, AuthError, Authenticator};
 use creb::client::{BlobSource, ClientError, ClientOptions, OpCtx, RegistryClient, UploadMode};
 use creb::content::ContentSpec;
 use creb::metrics::{AggregatorBuilder, Op};
+use creb::net::headers::Headers;
 use creb::net::transport::HttpRequest;
 use creb::net::{build_transport, HttpClient, TransportConfig};
 use creb::oci::{Reference, Repository};
 use futures_util::future::BoxFuture;
-use http::HeaderMap;
 
 /// Attaches a fixed bearer header to every request for the registry's origin, so the test
 /// can see whether it leaks to another host. The registry itself has no auth and ignores it.
@@ -40,7 +40,7 @@ impl Authenticator for FixedBearer {
 
     fn challenged<'a>(
         &'a self,
-        _headers: &'a HeaderMap,
+        _headers: &'a Headers,
         _scope: &'a AccessScope,
     ) -> BoxFuture<'a, Result<bool, AuthError>> {
         Box::pin(async { Ok(false) })

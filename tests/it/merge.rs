@@ -79,6 +79,7 @@ async fn write_dir(
         if r.value > 0 {
             headers.insert("x-cache-status", format!("v{}", r.value).parse().unwrap());
         }
+        let headers = creb::net::headers::Headers::from(headers);
         let label = recorder.split().map(|s| s.label(&headers));
         let who = Who {
             repository: Some(format!("r{}", r.repo).into()),
