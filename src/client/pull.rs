@@ -1,6 +1,8 @@
 //! Reads: the version check, blob and manifest GETs and HEADs. A GET reads its body to the
 //! end and (unless verification is off) checks it against the digest before it counts.
 
+use std::sync::OnceLock;
+
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, StatusCode};
@@ -11,6 +13,7 @@ use crate::auth::AccessScope;
 use crate::content::{ContentCheck, ContentSpec};
 use crate::digest::{Digest, Hasher, Sha256Sum};
 use crate::metrics::{ErrorKind, Event, Op};
+use crate::net::headers::{text, Headers};
 use crate::net::transport::{HttpRequest, HttpResponse};
 use crate::oci::headers::truncate;
 use crate::oci::manifest::{ParsedManifest, ACCEPT as MANIFEST_ACCEPT};
@@ -262,7 +265,7 @@ impl RegistryClient {
             let parsed = got.parse()?;
             Ok(FetchedManifest {
                 bytes: got.bytes,
-                content_type: got.content_type,
+                content_type: got.headers.value(CONTENT_TYPE),
                 sha256: got.sha256,
                 parsed,
             })
@@ -307,15 +310,14 @@ impl RegistryClient {
         m: &mut Meter<'_>,
     ) -> Result<ReceivedManifest, ClientError> {
         let request = self.manifest_request(Method::GET, repo, reference);
-        let ex = self.exchange(request, &self.read_scope(repo), true).await?;
+        let mut ex = self.exchange(request, &self.read_scope(repo), true).await?;
         m.exchanged(&ex);
         if ex.response.status != StatusCode::OK {
             return Err(status_error(ex).await);
         }
-        // Kept as received: a header value shares the response's buffer.
-        let content_type = ex.response.headers.value(CONTENT_TYPE);
-        let returned = ex.response.headers.value("docker-content-digest");
-        check_manifest_type(content_type.as_ref())?;
+        // Kept as received, the body read apart from them.
+        let headers = std::mem::take(&mut ex.response.headers);
+        check_manifest_type(headers.get(CONTENT_TYPE))?;
         let bytes = ex.response.bytes_limited(MANIFEST_LIMIT).await?;
         m.bytes_received = bytes.len() as u64;
         let sha256 = Sha256Sum::of(&bytes);
@@ -326,11 +328,12 @@ impl RegistryClient {
             });
         }
         if self.inner.options.verify.checks() {
-            check_manifest_digest(reference, returned.as_ref(), &sha256)?;
+            let returned = headers.get_str("docker-content-digest");
+            check_manifest_digest(reference, returned, &sha256)?;
         }
         Ok(ReceivedManifest {
             bytes,
-            content_type,
+            headers,
             sha256,
         })
     }
@@ -357,7 +360,8 @@ impl RegistryClient {
 /// A manifest GET's body as [`RegistryClient::receive_manifest`] checked it.
 struct ReceivedManifest {
     bytes: Bytes,
-    content_type: Option<HeaderValue>,
+    /// The answer's headers.
+    headers: Headers,
     sha256: Sha256Sum,
 }
 
@@ -365,7 +369,7 @@ impl ReceivedManifest {
     /// The body as a manifest of its `Content-Type`; one that does not parse is
     /// `not_a_manifest`.
     fn parse(&self) -> Result<ParsedManifest, ClientError> {
-        let media_type = self.content_type.as_ref().and_then(|v| v.to_str().ok());
+        let media_type = self.headers.get_str(CONTENT_TYPE);
         ParsedManifest::parse(&self.bytes, media_type).map_err(|e| ClientError::Unexpected {
             kind: ErrorKind::NotAManifest,
             message: format!("the answer is not a manifest: {e}"),
@@ -376,17 +380,16 @@ impl ReceivedManifest {
 /// A manifest answer's `Content-Type` must be a manifest type the request accepted (or
 /// absent, or plain JSON, which old registries send): an HTML page from a login portal or
 /// a proxy is `not_a_manifest`, never a success.
-fn check_manifest_type(content_type: Option<&HeaderValue>) -> Result<(), ClientError> {
+fn check_manifest_type(content_type: Option<&[u8]>) -> Result<(), ClientError> {
     let Some(value) = content_type else {
         return Ok(());
     };
-    let text = value.to_str().unwrap_or("");
-    let media_type = text.split(';').next().unwrap_or("").trim();
-    let accepted = MANIFEST_ACCEPT
-        .split(',')
-        .map(|t| t.split(';').next().unwrap_or("").trim())
-        .chain(["application/json"])
-        .any(|t| t.eq_ignore_ascii_case(media_type));
+    // Compared as bytes: anything not among the types (text or not) is refused.
+    let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+    let media_type = value[..end].trim_ascii();
+    let accepted = accepted_types()
+        .iter()
+        .any(|t| t.as_bytes().eq_ignore_ascii_case(media_type));
     if accepted {
         return Ok(());
     }
@@ -394,8 +397,20 @@ fn check_manifest_type(content_type: Option<&HeaderValue>) -> Result<(), ClientE
         kind: ErrorKind::NotAManifest,
         message: format!(
             "the answer is {}, not a manifest type it was asked for",
-            truncate(text)
+            truncate(text(value).unwrap_or(""))
         ),
+    })
+}
+
+/// The media types a manifest answer may have: those `Accept` names, and plain JSON.
+fn accepted_types() -> &'static [&'static str] {
+    static TYPES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    TYPES.get_or_init(|| {
+        MANIFEST_ACCEPT
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or("").trim())
+            .chain(["application/json"])
+            .collect()
     })
 }
 
@@ -404,12 +419,12 @@ fn check_manifest_type(content_type: Option<&HeaderValue>) -> Result<(), ClientE
 /// (`digest_header_mismatch`). A digest of another algorithm cannot be checked here.
 fn check_manifest_digest(
     reference: &Reference,
-    returned: Option<&HeaderValue>,
+    returned: Option<&str>,
     sha256: &Sha256Sum,
 ) -> Result<(), ClientError> {
     let (expected, by_digest) = match reference {
         Reference::Digest(d) => (Some(d.as_str()), true),
-        Reference::Tag(_) => (returned.and_then(|v| v.to_str().ok()), false),
+        Reference::Tag(_) => (returned, false),
     };
     let Some(expected) = expected.map(str::trim) else {
         return Ok(());

@@ -138,7 +138,11 @@ fn name_of<'a>(head: &'a [u8], s: &Span) -> &'a str {
 
 /// `value` as text when it is visible ASCII, spaces and tabs only.
 pub fn text(value: &[u8]) -> Option<&str> {
-    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+    // Every byte looked at (no early exit): the loop is done several bytes at a time.
+    let visible = value
+        .iter()
+        .fold(true, |ok, &b| ok & ((32..127).contains(&b) | (b == b'\t')));
+    if visible {
         std::str::from_utf8(value).ok()
     } else {
         None
