@@ -192,10 +192,19 @@ impl Dispatch {
     /// way), the plan's end, or a stop.
     async fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>) -> Next {
         loop {
-            let item = tokio::select! {
-                biased;
-                () = &mut self.stopped => return Next::Stop,
-                item = plan.recv() => item,
+            // The planner is ahead nearly always: an item waiting is taken at once, the stop
+            // read as a flag; only an empty queue is waited on beside the stop.
+            if self.env.shutdown.token().is_cancelled() {
+                return Next::Stop;
+            }
+            let item = match plan.try_recv() {
+                Ok(item) => Some(item),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
+                    biased;
+                    () = &mut self.stopped => return Next::Stop,
+                    item = plan.recv() => item,
+                },
             };
             match item {
                 None => return Next::End,

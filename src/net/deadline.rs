@@ -128,6 +128,8 @@ where
     loop {
         let (deadline, _) = progress.deadline(config);
         tokio::select! {
+            // The answer first: no coin tossed per poll, and one that came counts.
+            biased;
             r = &mut send => return r,
             _ = tokio::time::sleep_until(deadline) => {
                 // Progress may have moved the deadline while we slept.
