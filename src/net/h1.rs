@@ -174,39 +174,57 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
     {
         return Ok(Framing::Empty);
     }
-    let mut codings = head.headers.get_all(TRANSFER_ENCODING.as_str()).peekable();
-    if codings.peek().is_some() {
-        let last = codings
-            .filter_map(text)
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .last()
-            .unwrap_or("");
-        return if last.eq_ignore_ascii_case("chunked") {
-            Ok(Framing::Chunked)
-        } else {
-            Err(H1Error::Encoding(last.to_owned()))
-        };
-    }
-    let mut length: Option<u64> = None;
-    for value in head.headers.get_all(CONTENT_LENGTH.as_str()) {
-        let text = text(value).unwrap_or("");
-        for part in text.split(',') {
-            let part = part.trim();
-            let n = part
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| part.parse::<u64>().ok())
-                .flatten()
-                .ok_or_else(|| H1Error::Length(text.to_owned()))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(H1Error::Length(text.to_owned()));
+    // One pass over the lines: the last transfer coding named (of those that are text) and
+    // every length given, which must agree; a transfer coding decides over any length.
+    let mut coded = false;
+    let mut last_coding = "";
+    let mut length: Result<Option<u64>, &[u8]> = Ok(None);
+    for (name, value) in head.headers.raw() {
+        if is(name, TRANSFER_ENCODING.as_str()) {
+            coded = true;
+            let codings = text(value).into_iter().flat_map(|v| v.split(','));
+            if let Some(last) = codings.map(str::trim).rfind(|c| !c.is_empty()) {
+                last_coding = last;
             }
-            length = Some(n);
+        } else if is(name, CONTENT_LENGTH.as_str()) {
+            for part in value.split(|&b| b == b',') {
+                length = match (length, digits(part.trim_ascii())) {
+                    (Ok(None), Some(n)) => Ok(Some(n)),
+                    (Ok(Some(l)), Some(n)) if l == n => Ok(Some(n)),
+                    (Err(e), _) => Err(e),
+                    _ => Err(value),
+                };
+            }
         }
     }
-    Ok(length.map_or(Framing::Close, Framing::Length))
+    if coded {
+        return if last_coding.eq_ignore_ascii_case("chunked") {
+            Ok(Framing::Chunked)
+        } else {
+            Err(H1Error::Encoding(last_coding.to_owned()))
+        };
+    }
+    match length {
+        Ok(length) => Ok(length.map_or(Framing::Close, Framing::Length)),
+        Err(value) => Err(H1Error::Length(String::from_utf8_lossy(value).into_owned())),
+    }
+}
+
+/// Whether header name `raw` is `name` (lower case), whatever its case.
+fn is(raw: &[u8], name: &str) -> bool {
+    raw.len() == name.len() && raw.eq_ignore_ascii_case(name.as_bytes())
+}
+
+/// A decimal number of ASCII digits only (no sign, no space), if it fits.
+fn digits(b: &[u8]) -> Option<u64> {
+    if b.is_empty() {
+        return None;
+    }
+    b.iter().try_fold(0u64, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            .flatten()
+    })
 }
 
 /// Whether the connection may carry another request after this response.
@@ -214,14 +232,19 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
     if framing == Framing::Close {
         return false;
     }
-    let says = |token: &str| {
-        head.headers.get_all(CONNECTION.as_str()).any(|v| {
-            text(v).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
-    };
+    let (mut close, mut keep) = (false, false);
+    for (name, value) in head.headers.raw() {
+        if is(name, CONNECTION.as_str()) {
+            for token in text(value).into_iter().flat_map(|v| v.split(',')) {
+                let token = token.trim();
+                close |= token.eq_ignore_ascii_case("close");
+                keep |= token.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+    }
     match head.version {
-        Version::HTTP_10 => says("keep-alive") && !says("close"),
-        _ => !says("close"),
+        Version::HTTP_10 => keep && !close,
+        _ => !close,
     }
 }
 
@@ -459,7 +482,27 @@ mod tests {
 
     #[test]
     fn framing_follows_rfc_9112() {
-        let cases: [(&str, Method, Result<Framing, ()>); 9] = [
+        let cases: [(&str, Method, Result<Framing, ()>); 13] = [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Method::GET,
+                Ok(Framing::Chunked),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+                Method::GET,
+                Err(()),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+                Method::GET,
+                Err(()),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551615\r\n\r\n",
+                Method::GET,
+                Ok(Framing::Length(u64::MAX)),
+            ),
             (
                 "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
                 Method::HEAD,

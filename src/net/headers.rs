@@ -106,6 +106,29 @@ impl Headers {
         self.len() == 0
     }
 
+    /// Every line's name and value as bytes, in the order sent (a `HeaderMap`'s: grouped by
+    /// name).
+    pub(crate) fn raw(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let (lines, map) = match self {
+            Headers::Lines { head, lines } => (
+                Some(
+                    lines
+                        .iter()
+                        .map(|s| (&head[s[0] as usize..s[1] as usize], value_of(head, s))),
+                ),
+                None,
+            ),
+            Headers::Map(map) => (
+                None,
+                Some(
+                    map.iter()
+                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+                ),
+            ),
+        };
+        lines.into_iter().flatten().chain(map.into_iter().flatten())
+    }
+
     /// Every line's name and value, in the order sent (a `HeaderMap`'s: grouped by name).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
         let (lines, map) = match self {
