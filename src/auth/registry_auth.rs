@@ -397,7 +397,8 @@ mod tests {
             Ready::Header(h) => Some(Some(h.to_str().unwrap().to_owned())),
             Ready::Later => None,
         };
-        let mut req = HttpRequest::new(http::Method::GET, "http://reg.test/v2/".parse().unwrap());
+        let url: Url = "http://reg.test/v2/".parse().unwrap();
+        let mut req = HttpRequest::new(http::Method::GET, url);
         auth.authorize(&mut req, scope).await.unwrap();
         let attached = req
             .headers
@@ -585,7 +586,8 @@ mod tests {
         auth.challenged(&challenge(""), &push_scope())
             .await
             .unwrap();
-        let mut req = HttpRequest::new(http::Method::GET, "http://reg.test/v2/".parse().unwrap());
+        let url: Url = "http://reg.test/v2/".parse().unwrap();
+        let mut req = HttpRequest::new(http::Method::GET, url);
         let err = auth.authorize(&mut req, &push_scope()).await.unwrap_err();
         let text = err.to_string();
         assert!(

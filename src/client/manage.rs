@@ -8,7 +8,7 @@ use super::{status_error, ClientError, Exchange, Meter, OpCtx, RegistryClient, M
 use crate::auth::AccessScope;
 use crate::digest::Digest;
 use crate::metrics::{ErrorKind, Event, Op};
-use crate::net::transport::HttpRequest;
+use crate::net::transport::{HttpRequest, ReqUrl};
 use crate::oci::headers::parse_link_next;
 use crate::oci::manifest::{Descriptor, OCI_INDEX};
 use crate::oci::reference::{Reference, Repository};
@@ -155,7 +155,7 @@ impl RegistryClient {
         &self,
         op: Op,
         repo: &Repository,
-        url: Url,
+        url: ReqUrl,
         ctx: OpCtx,
     ) -> Result<(), ClientError> {
         let mut m = self.meter(op, ctx);

@@ -45,7 +45,7 @@ use crate::metrics::{
 use crate::net::headers::Headers;
 use crate::net::links::Link;
 use crate::net::transport::{
-    HttpRequest, HttpResponse, RequestBody, Transport, TransportError, Unprocessed,
+    HttpRequest, HttpResponse, ReqUrl, RequestBody, Transport, TransportError, Unprocessed,
 };
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
 use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
@@ -325,7 +325,8 @@ impl<'c> Meter<'c> {
 
 struct Inner {
     transport: Arc<dyn Transport>,
-    base: Url,
+    /// Shared with the requests made on it.
+    base: Arc<Url>,
     recorder: Recorder,
     auth: Arc<dyn Authenticator>,
     options: ClientOptions,
@@ -389,7 +390,7 @@ impl RegistryClient {
         RegistryClient {
             inner: Arc::new(Inner {
                 transport,
-                base,
+                base: Arc::new(base),
                 recorder,
                 auth,
                 options,
@@ -408,7 +409,7 @@ impl RegistryClient {
         RegistryClient {
             inner: Arc::new(Inner {
                 transport: Arc::clone(&self.inner.transport),
-                base: self.inner.base.clone(),
+                base: Arc::clone(&self.inner.base),
                 recorder,
                 auth: Arc::clone(&self.inner.auth),
                 options: self.inner.options.clone(),
@@ -460,30 +461,29 @@ impl RegistryClient {
         }
     }
 
-    /// The registry's URL for the path made of `parts` (a request's URL is made for every
-    /// operation): the path is built in one string and resolved against the base, which
-    /// copies the base's scheme and host instead of parsing them again.
+    /// The registry's whole URL for the path made of `parts` (one that is changed before it
+    /// is sent: a query added).
     fn url(&self, parts: &[&str]) -> Url {
+        self.target(parts).into_url()
+    }
+
+    /// The registry's URL for the path made of `parts`, as a request's: the path built in
+    /// one string, joined to the base only where a whole URL is asked for (a request's URL
+    /// is made for every operation, and the plain-HTTP path sends the path as it is).
+    fn target(&self, parts: &[&str]) -> ReqUrl {
         let mut path = String::with_capacity(parts.iter().map(|p| p.len()).sum());
         for part in parts {
             path.push_str(part);
         }
-        // An absolute path always resolves against an http(s) base; set_path is the same
-        // URL by another road, should a name ever fail to. (Cloning the base and setting
-        // the path, query and fragment costs more than the join: measured.)
-        self.inner.base.join(&path).unwrap_or_else(|_| {
-            let mut url = self.inner.base.clone();
-            url.set_path(&path);
-            url
-        })
+        ReqUrl::joined(&self.inner.base, path)
     }
 
-    fn blob_url(&self, repo: &Repository, digest: &Digest) -> Url {
-        self.url(&["/v2/", repo.as_str(), "/blobs/", digest.as_str()])
+    fn blob_url(&self, repo: &Repository, digest: &Digest) -> ReqUrl {
+        self.target(&["/v2/", repo.as_str(), "/blobs/", digest.as_str()])
     }
 
-    fn manifest_url(&self, repo: &Repository, reference: &Reference) -> Url {
-        self.url(&["/v2/", repo.as_str(), "/manifests/", reference.as_str()])
+    fn manifest_url(&self, repo: &Repository, reference: &Reference) -> ReqUrl {
+        self.target(&["/v2/", repo.as_str(), "/manifests/", reference.as_str()])
     }
 
     fn uploads_url(&self, repo: &Repository) -> Url {
@@ -569,7 +569,8 @@ impl RegistryClient {
         let mut state = Attempts::default();
         loop {
             let url = state.redirected.as_ref().unwrap_or(&request.url);
-            let on_origin = same_origin(url, &self.inner.base);
+            // By the origin alone: a registry request's URL is not joined for it.
+            let on_origin = same_origin(url.origin(), &self.inner.base);
             let attempt = self.prepare(&request, url, on_origin, scope).await?;
             let sent = Instant::now();
             let sent_for_op = *state.first_sent.get_or_insert(sent);
@@ -653,7 +654,7 @@ impl RegistryClient {
     async fn prepare(
         &self,
         request: &HttpRequest,
-        url: &Url,
+        url: &ReqUrl,
         on_origin: bool,
         scope: &AccessScope,
     ) -> Result<HttpRequest, ClientError> {
@@ -746,7 +747,7 @@ impl RegistryClient {
     async fn after_answer(
         &self,
         response: HttpResponse,
-        request_url: &Url,
+        request_url: &ReqUrl,
         state: &mut Attempts,
         scope: &AccessScope,
         hop: Hop,
@@ -779,7 +780,7 @@ impl RegistryClient {
             let url = state.redirected.as_ref().unwrap_or(request_url);
             let target = self.follow(response, url, &hop).await?;
             state.redirects += 1;
-            state.redirected = Some(target);
+            state.redirected = Some(ReqUrl::from(target));
             return Ok(None);
         }
         Ok(Some(response))
@@ -827,7 +828,7 @@ impl RegistryClient {
 struct Attempts {
     retries: u32,
     /// `None`: the request's own URL (not copied unless a redirect replaces it).
-    redirected: Option<Url>,
+    redirected: Option<ReqUrl>,
     requests: HttpStatuses,
     auth_retried: bool,
     storage_retried: bool,
@@ -1176,12 +1177,19 @@ mod tests {
             let expect = |path: &str| base.parse::<Url>().unwrap().join(path).unwrap();
             let repo: Repository = "library/a-b_c.d".parse().unwrap();
             assert_eq!(
-                c.blob_url(&repo, &digest),
+                *c.blob_url(&repo, &digest),
                 expect(&format!("/v2/library/a-b_c.d/blobs/{digest}"))
             );
             assert_eq!(
-                c.manifest_url(&repo, &reference),
+                *c.manifest_url(&repo, &reference),
                 expect("/v2/library/a-b_c.d/manifests/v1.0")
+            );
+            // Sent as the path, whatever the base's own path.
+            let target = c.manifest_url(&repo, &reference);
+            assert_eq!(target.target(), "/v2/library/a-b_c.d/manifests/v1.0");
+            assert_eq!(
+                target.origin().as_str(),
+                base.parse::<Url>().unwrap().as_str()
             );
             assert_eq!(
                 c.uploads_url(&repo),

@@ -204,10 +204,10 @@ impl Transport for HyperTransport {
                 // and query only; the pool adds `Host`.
                 let req = PlainRequest {
                     method: &method,
-                    target: &url[url::Position::BeforePath..url::Position::AfterQuery],
+                    target: url.target(),
                     headers: &headers,
                 };
-                let send = self.plain.send(&url, req, body);
+                let send = self.plain.send(url.origin(), req, body);
                 let (head, body) = within_deadlines(std::pin::pin!(send), progress, config).await?;
                 return Ok(HttpResponse::new(head.status, head.headers, Box::pin(body))
                     .with_version(head.version)
@@ -218,7 +218,7 @@ impl Transport for HyperTransport {
             *req.method_mut() = method;
             *req.headers_mut() = headers;
             // The URL's own string becomes the URI's buffer: no copy.
-            *req.uri_mut() = uri_of(String::from(url))?;
+            *req.uri_mut() = uri_of(String::from(url.into_url()))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
             let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
             let (parts, incoming) = response.into_parts();

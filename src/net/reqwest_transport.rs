@@ -85,7 +85,7 @@ impl Transport for ReqwestTransport {
             }
             let mut builder = self
                 .client
-                .request(request.method, request.url)
+                .request(request.method, request.url.into_url())
                 .headers(headers);
             if let Some(body) = body {
                 builder = builder.body(body);

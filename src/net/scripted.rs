@@ -120,7 +120,7 @@ impl Transport for ScriptedTransport {
             if let Ok(mut log) = self.log.lock() {
                 log.push(SeenRequest {
                     method: request.method.clone(),
-                    url: request.url.clone(),
+                    url: url::Url::clone(&request.url),
                     headers: request.headers.clone(),
                     body_len,
                 });

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use url::Url;
 
 pub use super::headers::Headers;
+pub use super::req_url::ReqUrl;
 
 use crate::content::ContentSpec;
 use crate::metrics::ErrorKind;
@@ -61,16 +62,16 @@ impl RequestBody {
 #[derive(Debug, Clone)]
 pub struct HttpRequest {
     pub method: Method,
-    pub url: Url,
+    pub url: ReqUrl,
     pub headers: HeaderMap,
     pub body: RequestBody,
 }
 
 impl HttpRequest {
-    pub fn new(method: Method, url: Url) -> Self {
+    pub fn new(method: Method, url: impl Into<ReqUrl>) -> Self {
         HttpRequest {
             method,
-            url,
+            url: url.into(),
             headers: HeaderMap::new(),
             body: RequestBody::Empty,
         }
