@@ -179,7 +179,7 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
     let mut coded = false;
     let mut last_coding = "";
     let mut length: Result<Option<u64>, &[u8]> = Ok(None);
-    for (name, value) in head.headers.raw() {
+    head.headers.each_raw(|name, value| {
         if is(name, TRANSFER_ENCODING.as_str()) {
             coded = true;
             let codings = text(value).into_iter().flat_map(|v| v.split(','));
@@ -196,7 +196,7 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
                 };
             }
         }
-    }
+    });
     if coded {
         return if last_coding.eq_ignore_ascii_case("chunked") {
             Ok(Framing::Chunked)
@@ -233,7 +233,7 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
         return false;
     }
     let (mut close, mut keep) = (false, false);
-    for (name, value) in head.headers.raw() {
+    head.headers.each_raw(|name, value| {
         if is(name, CONNECTION.as_str()) {
             for token in text(value).into_iter().flat_map(|v| v.split(',')) {
                 let token = token.trim();
@@ -241,7 +241,7 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
                 keep |= token.eq_ignore_ascii_case("keep-alive");
             }
         }
-    }
+    });
     match head.version {
         Version::HTTP_10 => keep && !close,
         _ => !close,

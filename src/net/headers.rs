@@ -106,27 +106,22 @@ impl Headers {
         self.len() == 0
     }
 
-    /// Every line's name and value as bytes, in the order sent (a `HeaderMap`'s: grouped by
-    /// name).
-    pub(crate) fn raw(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        let (lines, map) = match self {
-            Headers::Lines { head, lines } => (
-                Some(
-                    lines
-                        .iter()
-                        .map(|s| (&head[s[0] as usize..s[1] as usize], value_of(head, s))),
-                ),
-                None,
-            ),
-            Headers::Map(map) => (
-                None,
-                Some(
-                    map.iter()
-                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-                ),
-            ),
-        };
-        lines.into_iter().flatten().chain(map.into_iter().flatten())
+    /// Calls `f` with every line's name and value as bytes, in the order sent (a
+    /// `HeaderMap`'s: grouped by name); a plain loop over the lines, for the answer's own
+    /// framing.
+    pub(crate) fn each_raw<'a>(&'a self, mut f: impl FnMut(&'a [u8], &'a [u8])) {
+        match self {
+            Headers::Lines { head, lines } => {
+                for s in lines {
+                    f(&head[s[0] as usize..s[1] as usize], value_of(head, s));
+                }
+            }
+            Headers::Map(map) => {
+                for (name, value) in map {
+                    f(name.as_str().as_bytes(), value.as_bytes());
+                }
+            }
+        }
     }
 
     /// Every line's name and value, in the order sent (a `HeaderMap`'s: grouped by name).
