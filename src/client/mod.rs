@@ -606,7 +606,7 @@ impl RegistryClient {
                 .inner
                 .recorder
                 .split()
-                .map(|s| s.label(&response.headers));
+                .map(|s| s.label(response.headers.get(s.header())));
             let storage_sent = (state.redirects > 0 && !on_origin).then_some(sent);
             return Ok(Exchange {
                 response,

@@ -79,8 +79,9 @@ async fn write_dir(
         if r.value > 0 {
             headers.insert("x-cache-status", format!("v{}", r.value).parse().unwrap());
         }
-        let headers = creb::net::headers::Headers::from(headers);
-        let label = recorder.split().map(|s| s.label(&headers));
+        let label = recorder
+            .split()
+            .map(|s| s.label(headers.get(s.header()).map(|v| v.as_bytes())));
         let who = Who {
             repository: Some(format!("r{}", r.repo).into()),
             client: Some(format!("10.0.0.{}:5000", r.value).into()),
