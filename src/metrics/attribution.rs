@@ -364,6 +364,9 @@ impl Dimension {
             slot.tally.clear();
             return at;
         }
+        // Room for the most slots there can be, at once: no growth past the bound.
+        self.slots
+            .reserve_exact((4 * TRACKED + 1).saturating_sub(self.slots.len()));
         self.slots.push(Slot {
             name: Arc::clone(name),
             whole,
