@@ -6,7 +6,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Version};
 
-use super::headers::{text, Headers, Span};
+use super::headers::{named, text, Headers, Span};
 
 /// Most header lines a response head may have.
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -180,13 +180,13 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
     let mut last_coding = "";
     let mut length: Result<Option<u64>, &[u8]> = Ok(None);
     head.headers.each_raw(|name, value| {
-        if is(name, TRANSFER_ENCODING.as_str()) {
+        if named(name, TRANSFER_ENCODING.as_str()) {
             coded = true;
             let codings = text(value).into_iter().flat_map(|v| v.split(','));
             if let Some(last) = codings.map(str::trim).rfind(|c| !c.is_empty()) {
                 last_coding = last;
             }
-        } else if is(name, CONTENT_LENGTH.as_str()) {
+        } else if named(name, CONTENT_LENGTH.as_str()) {
             for part in value.split(|&b| b == b',') {
                 length = match (length, digits(part.trim_ascii())) {
                     (Ok(None), Some(n)) => Ok(Some(n)),
@@ -210,11 +210,6 @@ pub(crate) fn framing(method: &Method, head: &Head) -> Result<Framing, H1Error> 
     }
 }
 
-/// Whether header name `raw` is `name` (lower case), whatever its case.
-fn is(raw: &[u8], name: &str) -> bool {
-    raw.len() == name.len() && raw.eq_ignore_ascii_case(name.as_bytes())
-}
-
 /// A decimal number of ASCII digits only (no sign, no space), if it fits.
 fn digits(b: &[u8]) -> Option<u64> {
     if b.is_empty() {
@@ -234,7 +229,7 @@ pub(crate) fn keep_alive(head: &Head, framing: Framing) -> bool {
     }
     let (mut close, mut keep) = (false, false);
     head.headers.each_raw(|name, value| {
-        if is(name, CONNECTION.as_str()) {
+        if named(name, CONNECTION.as_str()) {
             for token in text(value).into_iter().flat_map(|v| v.split(',')) {
                 let token = token.trim();
                 close |= token.eq_ignore_ascii_case("close");

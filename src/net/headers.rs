@@ -141,7 +141,11 @@ impl Headers {
 }
 
 fn is_named(head: &[u8], s: &Span, name: &str) -> bool {
-    let raw = &head[s[0] as usize..s[1] as usize];
+    named(&head[s[0] as usize..s[1] as usize], name)
+}
+
+/// Whether header name `raw` is `name`, whatever the case of either.
+pub(crate) fn named(raw: &[u8], name: &str) -> bool {
     raw.len() == name.len() && raw.eq_ignore_ascii_case(name.as_bytes())
 }
 
