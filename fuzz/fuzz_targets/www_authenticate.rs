@@ -16,6 +16,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(value) = http::HeaderValue::from_bytes(data) {
         let mut headers = http::HeaderMap::new();
         headers.append(http::header::WWW_AUTHENTICATE, value);
-        let _ = challenges_of(&headers);
+        let _ = challenges_of(&creb::net::headers::Headers::from(headers));
     }
 });
