@@ -38,13 +38,15 @@ impl std::fmt::Display for H1Error {
 impl std::error::Error for H1Error {}
 
 /// Writes the head of a request into `out`: the request line with `target` (path and
-/// query), `Host`, the `headers` as given, then the blank line.
+/// query), `Host`, the `headers` as given, `User-Agent` when `user_agent` gives one (the
+/// transport's own, for a request that names none), then the blank line.
 pub(crate) fn write_head(
     out: &mut Vec<u8>,
     method: &Method,
     target: &str,
     host: &HeaderValue,
     headers: &HeaderMap,
+    user_agent: Option<&HeaderValue>,
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
@@ -59,6 +61,11 @@ pub(crate) fn write_head(
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(agent) = user_agent {
+        out.extend_from_slice(b"user-agent: ");
+        out.extend_from_slice(agent.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
@@ -393,10 +400,24 @@ mod tests {
         headers.insert("host", HeaderValue::from_static("ignored"));
         let mut out = Vec::new();
         let host = HeaderValue::from_static("127.0.0.1:5000");
-        write_head(&mut out, &Method::GET, "/v2/a/manifests/t", &host, &headers);
+        write_head(
+            &mut out,
+            &Method::GET,
+            "/v2/a/manifests/t",
+            &host,
+            &headers,
+            None,
+        );
         assert_eq!(
             out,
             b"GET /v2/a/manifests/t HTTP/1.1\r\nhost: 127.0.0.1:5000\r\naccept: a/b\r\n\r\n"
+        );
+        out.clear();
+        let agent = HeaderValue::from_static("creb-rs/1");
+        write_head(&mut out, &Method::HEAD, "", &host, &headers, Some(&agent));
+        assert_eq!(
+            out,
+            b"HEAD / HTTP/1.1\r\nhost: 127.0.0.1:5000\r\naccept: a/b\r\nuser-agent: creb-rs/1\r\n\r\n"
         );
     }
 

@@ -171,9 +171,9 @@ impl Transport for HyperTransport {
             {
                 headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
             }
-            if !headers.contains_key(USER_AGENT) {
-                headers.insert(USER_AGENT, self.user_agent.clone());
-            }
+            // A request naming no `User-Agent` is sent with the transport's: written into
+            // the head on plain HTTP, inserted for hyper otherwise.
+            let user_agent = (!headers.contains_key(USER_AGENT)).then_some(&self.user_agent);
             // Only a streamed body shares its progress with the connection's task; any other
             // counts as sent at once and is tracked here, without an allocation.
             let (body, shared) = match body {
@@ -206,6 +206,7 @@ impl Transport for HyperTransport {
                     method: &method,
                     target: url.target(),
                     headers: &headers,
+                    user_agent,
                 };
                 let send = self.plain.send(url.origin(), req, body);
                 let (head, body) = within_deadlines(std::pin::pin!(send), progress, config).await?;
@@ -213,6 +214,9 @@ impl Transport for HyperTransport {
                     .with_version(head.version)
                     .with_idle_timeout(config.body_idle_timeout)
                     .with_deadline(progress.end_by(config), config.request_deadline));
+            }
+            if let Some(agent) = user_agent {
+                headers.insert(USER_AGENT, agent.clone());
             }
             let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method;

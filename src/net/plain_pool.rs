@@ -59,6 +59,8 @@ pub(crate) struct PlainRequest<'a> {
     pub method: &'a Method,
     pub target: &'a str,
     pub headers: &'a HeaderMap,
+    /// Sent as `User-Agent` after `headers` (which then name none).
+    pub user_agent: Option<&'a HeaderValue>,
 }
 
 /// Settings of a [`PlainPool`].
@@ -176,7 +178,14 @@ impl Conn {
         body: BodyKind,
     ) -> io::Result<()> {
         self.head.clear();
-        h1::write_head(&mut self.head, req.method, req.target, host, req.headers);
+        h1::write_head(
+            &mut self.head,
+            req.method,
+            req.target,
+            host,
+            req.headers,
+            req.user_agent,
+        );
         match body {
             BodyKind::Empty | BodyKind::Bytes(None) => self.stream.write_all(&self.head).await,
             BodyKind::Bytes(Some(bytes)) if bytes.len() <= SMALL_BODY => {
@@ -775,6 +784,7 @@ mod tests {
                 method: &Method::GET,
                 target: "/bytes/4",
                 headers: &headers,
+                user_agent: None,
             };
             let (_, mut body) = pool.send(&url, req, BodyKind::Empty).await.unwrap();
             while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
