@@ -569,8 +569,11 @@ impl RegistryClient {
         let mut state = Attempts::default();
         loop {
             let url = state.redirected.as_ref().unwrap_or(&request.url);
-            // By the origin alone: a registry request's URL is not joined for it.
-            let on_origin = same_origin(url.origin(), &self.inner.base);
+            // By the origin alone: a registry request's URL is not joined for it, and one
+            // built on the registry's base holds that very base.
+            let origin = url.origin();
+            let on_origin = std::ptr::eq(origin, &*self.inner.base)
+                || same_origin(origin, &self.inner.base);
             let attempt = self.prepare(&request, url, on_origin, scope).await?;
             let sent = Instant::now();
             let sent_for_op = *state.first_sent.get_or_insert(sent);
