@@ -558,67 +558,74 @@ impl RegistryClient {
     /// redirects followed by hand. Each attempt is rebuilt from `request` and the current
     /// URL, so credentials only ever come from the authenticator and only for the
     /// registry's own origin.
-    async fn exchange(
-        &self,
+    ///
+    /// A function returning an `async move` block rather than an `async fn`: an `async fn`
+    /// keeps its arguments twice in its future (as passed and as locals), and this future
+    /// sits inside every operation's.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
+    fn exchange<'a>(
+        &'a self,
         request: HttpRequest,
-        scope: &AccessScope,
+        scope: &'a AccessScope,
         follow_redirects: bool,
-    ) -> Result<Exchange, ClientError> {
-        let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
-        let retryable = self.inner.options.retry.enabled() && repeatable(&request);
-        let mut state = Attempts::default();
-        loop {
-            let url = state.redirected.as_ref().unwrap_or(&request.url);
-            // By the origin alone: a registry request's URL is not joined for it, and one
-            // built on the registry's base holds that very base.
-            let origin = url.origin();
-            let on_origin = std::ptr::eq(origin, &*self.inner.base)
-                || same_origin(origin, &self.inner.base);
-            let attempt = self.prepare(&request, url, on_origin, scope).await?;
-            let sent = Instant::now();
-            let sent_for_op = *state.first_sent.get_or_insert(sent);
-            let result = self.inner.transport.send(attempt).await;
-            let headers_at = Instant::now();
-            state
-                .requests
-                .note(result.as_ref().ok().map(|r| r.status.as_u16()));
-            let Some(result) = self.settle(result, &mut state, retryable).await else {
-                continue;
-            };
-            let response = result?;
-            if on_origin {
-                self.note_version(response.version);
-            }
-            let hop = Hop {
-                sent,
-                headers_at,
-                on_origin,
-                follow,
-            };
-            // An answer to act on is a rare path, boxed as `settle`'s.
-            let response = if may_act_on(response.status) {
-                let answer = self.after_answer(response, &request.url, &mut state, scope, hop);
-                match Box::pin(answer).await? {
-                    Some(response) => response,
-                    None => continue,
+    ) -> impl std::future::Future<Output = Result<Exchange, ClientError>> + 'a {
+        async move {
+            let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
+            let retryable = self.inner.options.retry.enabled() && repeatable(&request);
+            let mut state = Attempts::default();
+            loop {
+                let url = state.redirected.as_ref().unwrap_or(&request.url);
+                // By the origin alone: a registry request's URL is not joined for it, and one
+                // built on the registry's base holds that very base.
+                let origin = url.origin();
+                let on_origin = std::ptr::eq(origin, &*self.inner.base)
+                    || same_origin(origin, &self.inner.base);
+                let attempt = self.prepare(&request, url, on_origin, scope).await?;
+                let sent = Instant::now();
+                let sent_for_op = *state.first_sent.get_or_insert(sent);
+                let result = self.inner.transport.send(attempt).await;
+                let headers_at = Instant::now();
+                state
+                    .requests
+                    .note(result.as_ref().ok().map(|r| r.status.as_u16()));
+                let Some(result) = self.settle(result, &mut state, retryable).await else {
+                    continue;
+                };
+                let response = result?;
+                if on_origin {
+                    self.note_version(response.version);
                 }
-            } else {
-                response
-            };
-            let label = self
-                .inner
-                .recorder
-                .split()
-                .map(|s| s.label(response.headers.get(s.header())));
-            let storage_sent = (state.redirects > 0 && !on_origin).then_some(sent);
-            return Ok(Exchange {
-                response,
-                label,
-                storage_sent,
-                sent: sent_for_op,
-                headers_at,
-                requests: state.requests,
-            });
+                let hop = Hop {
+                    sent,
+                    headers_at,
+                    on_origin,
+                    follow,
+                };
+                // An answer to act on is a rare path, boxed as `settle`'s.
+                let response = if may_act_on(response.status) {
+                    let answer = self.after_answer(response, &request.url, &mut state, scope, hop);
+                    match Box::pin(answer).await? {
+                        Some(response) => response,
+                        None => continue,
+                    }
+                } else {
+                    response
+                };
+                let label = self
+                    .inner
+                    .recorder
+                    .split()
+                    .map(|s| s.label(response.headers.get(s.header())));
+                let storage_sent = (state.redirects > 0 && !on_origin).then_some(sent);
+                return Ok(Exchange {
+                    response,
+                    label,
+                    storage_sent,
+                    sent: sent_for_op,
+                    headers_at,
+                    requests: state.requests,
+                });
+            }
         }
     }
 
