@@ -159,118 +159,123 @@ struct Push {
 /// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot)
 /// until it is done; a layer of a pull with its place in the pull (`layer`, `--unpack`) is
 /// then unpacked, its slot given back once it waits for that.
-#[allow(clippy::too_many_lines)]
-pub(super) async fn run_task(
+///
+/// An `async move` block, not an `async fn`, which would hold its arguments twice (as
+/// passed and as locals) in the task of every operation.
+#[allow(clippy::too_many_lines, clippy::manual_async_fn)]
+pub(super) fn run_task(
     mut op: PlannedOp,
     choice: Choice,
     intended: Option<Instant>,
     env: Arc<TaskEnv>,
     permit: OwnedSemaphorePermit,
     layer: Option<LayerSlot>,
-) -> TaskDone {
-    let push = wait_for_uploads(&op, &env).await;
-    // A manifest PUT could start only once its uploads ended: its schedule lag runs from
-    // then (its latency still from the intended instant).
-    let ready = push.is_some().then(Instant::now);
-    if let Action::ManifestPut { manifest, .. } = &mut op.action {
-        // Built now, not when planned: queued and waiting PUTs stay small.
-        manifest.materialize();
-    }
-    let start = intended.unwrap_or_else(Instant::now);
-    let member = match op.session {
-        Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
-        _ => None,
-    };
-    // A sent member whose layer is not unpacked is ended by its own sample; otherwise (not
-    // sent, or ended only once its layer is applied) by a message of its own, below.
-    let ended_by_sample = match (&choice, &layer) {
-        (Choice::Use { .. }, None) => member,
-        _ => None,
-    };
-    let (bytes, error) = match choice {
-        Choice::Use {
-            endpoint,
-            failed_over,
-        } => {
-            let ctx = OpCtx {
-                intended,
-                ready,
-                who: Some(who_of(&op)),
-                session: ended_by_sample,
-            };
-            send(&op, endpoint, failed_over, ctx, &env).await
+) -> impl std::future::Future<Output = TaskDone> + Send {
+    async move {
+        let push = wait_for_uploads(&op, &env).await;
+        // A manifest PUT could start only once its uploads ended: its schedule lag runs from
+        // then (its latency still from the intended instant).
+        let ready = push.is_some().then(Instant::now);
+        if let Action::ManifestPut { manifest, .. } = &mut op.action {
+            // Built now, not when planned: queued and waiting PUTs stay small.
+            manifest.materialize();
         }
-        Choice::Down { endpoint } => {
-            // Not sent: counted as a failure of the endpoint it was meant for.
-            let now = Instant::now();
-            let sample =
-                Sample::unanswered(op_of(&op.action), ErrorKind::EndpointDown, intended, now);
-            env.targets.clients[endpoint]
-                .recorder()
-                .record(sample)
-                .await;
-            if let Some(p) = &env.progress {
-                p.add_error();
-            }
-            (0, Some(ErrorKind::EndpointDown))
-        }
-    };
-    let end = Instant::now();
-    if matches!(
-        op.action,
-        Action::BlobUpload { .. } | Action::BlobMount { .. }
-    ) {
-        env.deps.complete(op.seq, error.is_none(), start);
-    }
-    if let Some(push) = push {
-        record_push(&op, &push, error, start, end, &env.recorder).await;
-    }
-    if let (Some(replicas), None) = (&env.replicas, error) {
-        if let Some(pushed) = pushed_image(&op.action, end) {
-            replicas.watch(pushed).await;
-        }
-    }
-    if let Some(p) = &env.progress {
-        p.add_done(op.records());
-    }
-    let applied = match (layer, &env.unpacking, &op.action) {
-        (
-            Some(layer),
-            Some(u),
-            Action::BlobGet {
-                repo,
-                digest,
-                content,
-                diff_id,
-            },
-        ) => {
-            let read = ReadLayer {
-                content,
-                diff_id: *diff_id,
-                what: format!("{repo}@{digest}"),
-                failed: error,
-                end,
-            };
-            let (recorder, errors) = (&env.recorder, &env.errors);
-            Some(session_unpack::apply(u, layer, read, permit, recorder, errors).await)
-        }
-        _ => {
-            drop(permit);
-            None
-        }
-    };
-    if let (Some(id), None) = (member, ended_by_sample) {
-        let ended = SessionMsg::Ended {
-            id,
-            end,
-            error,
-            bytes,
-            applied,
+        let start = intended.unwrap_or_else(Instant::now);
+        let member = match op.session {
+            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
+            _ => None,
         };
-        env.recorder.session(ended).await;
-    }
-    TaskDone {
-        folded: u64::from(op.folded),
+        // A sent member whose layer is not unpacked is ended by its own sample; otherwise (not
+        // sent, or ended only once its layer is applied) by a message of its own, below.
+        let ended_by_sample = match (&choice, &layer) {
+            (Choice::Use { .. }, None) => member,
+            _ => None,
+        };
+        let (bytes, error) = match choice {
+            Choice::Use {
+                endpoint,
+                failed_over,
+            } => {
+                let ctx = OpCtx {
+                    intended,
+                    ready,
+                    who: Some(who_of(&op)),
+                    session: ended_by_sample,
+                };
+                send(&op, endpoint, failed_over, ctx, &env).await
+            }
+            Choice::Down { endpoint } => {
+                // Not sent: counted as a failure of the endpoint it was meant for.
+                let now = Instant::now();
+                let sample =
+                    Sample::unanswered(op_of(&op.action), ErrorKind::EndpointDown, intended, now);
+                env.targets.clients[endpoint]
+                    .recorder()
+                    .record(sample)
+                    .await;
+                if let Some(p) = &env.progress {
+                    p.add_error();
+                }
+                (0, Some(ErrorKind::EndpointDown))
+            }
+        };
+        let end = Instant::now();
+        if matches!(
+            op.action,
+            Action::BlobUpload { .. } | Action::BlobMount { .. }
+        ) {
+            env.deps.complete(op.seq, error.is_none(), start);
+        }
+        if let Some(push) = push {
+            record_push(&op, &push, error, start, end, &env.recorder).await;
+        }
+        if let (Some(replicas), None) = (&env.replicas, error) {
+            if let Some(pushed) = pushed_image(&op.action, end) {
+                replicas.watch(pushed).await;
+            }
+        }
+        if let Some(p) = &env.progress {
+            p.add_done(op.records());
+        }
+        let applied = match (layer, &env.unpacking, &op.action) {
+            (
+                Some(layer),
+                Some(u),
+                Action::BlobGet {
+                    repo,
+                    digest,
+                    content,
+                    diff_id,
+                },
+            ) => {
+                let read = ReadLayer {
+                    content,
+                    diff_id: *diff_id,
+                    what: format!("{repo}@{digest}"),
+                    failed: error,
+                    end,
+                };
+                let (recorder, errors) = (&env.recorder, &env.errors);
+                Some(session_unpack::apply(u, layer, read, permit, recorder, errors).await)
+            }
+            _ => {
+                drop(permit);
+                None
+            }
+        };
+        if let (Some(id), None) = (member, ended_by_sample) {
+            let ended = SessionMsg::Ended {
+                id,
+                end,
+                error,
+                bytes,
+                applied,
+            };
+            env.recorder.session(ended).await;
+        }
+        TaskDone {
+            folded: u64::from(op.folded),
+        }
     }
 }
 

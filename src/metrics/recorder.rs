@@ -1,6 +1,7 @@
 //! What the workers send the aggregator: the messages of its channel and the [`Recorder`]
 //! that sends them (cheap to clone, one per worker or endpoint).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -104,6 +105,10 @@ pub struct Applied {
 }
 
 /// A cheap, cloneable handle that sends measurements to the aggregator.
+///
+/// Each method puts its message on the channel as it is called, and returns a future that
+/// waits only if the channel was full: a future of two words, where an `async fn` holding the
+/// message through each call would be over a kilobyte inside every operation's task.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
@@ -115,25 +120,30 @@ pub struct Recorder {
 
 impl Recorder {
     /// Sends a sample; waits only if the aggregator is a full channel behind.
-    pub async fn record(&self, sample: Sample) {
-        self.record_as(sample, None, None).await;
+    pub fn record(&self, sample: Sample) -> impl Future<Output = ()> + Send + '_ {
+        self.record_as(sample, None, None)
     }
 
     /// A sample with the label its answer gave `--split-by-header` (ignored without one)
     /// and whom its operation was for.
-    pub async fn record_as(&self, sample: Sample, label: Option<u8>, who: Option<Who>) {
-        self.record_member(sample, label, who, None).await;
+    pub fn record_as(
+        &self,
+        sample: Sample,
+        label: Option<u8>,
+        who: Option<Who>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.record_member(sample, label, who, None)
     }
 
     /// [`Self::record_as`] for an operation that is a member of pull session `session`,
     /// which the sample also ends as a member.
-    pub async fn record_member(
+    pub fn record_member(
         &self,
         sample: Sample,
         label: Option<u8>,
         who: Option<Who>,
         session: Option<u64>,
-    ) {
+    ) -> impl Future<Output = ()> + Send + '_ {
         let recorded = Recorded {
             sample,
             endpoint: self.endpoint,
@@ -141,7 +151,7 @@ impl Recorder {
             who,
             session,
         };
-        self.put(Msg::Sample(recorded)).await;
+        self.put(Msg::Sample(recorded))
     }
 
     /// `--split-by-header`: the header whose value labels the samples, if any.
@@ -174,35 +184,41 @@ impl Recorder {
     }
 
     /// Counts an event.
-    pub async fn event(&self, event: Event) {
-        self.put(Msg::Event(event)).await;
+    pub fn event(&self, event: Event) -> impl Future<Output = ()> + Send + '_ {
+        self.put(Msg::Event(event))
     }
 
     /// Reports session progress.
-    pub async fn session(&self, msg: SessionMsg) {
-        self.put(Msg::Session(msg)).await;
+    pub fn session(&self, msg: SessionMsg) -> impl Future<Output = ()> + Send + '_ {
+        self.put(Msg::Session(msg))
     }
 
     /// An operation was due at `at` (the offered load of the timeline).
-    pub async fn offered(&self, at: Instant) {
-        self.put(Msg::Offered(at, None)).await;
+    pub fn offered(&self, at: Instant) -> impl Future<Output = ()> + Send + '_ {
+        self.put(Msg::Offered(at, None))
     }
 
     /// An operation was due at `at` and starts then as a member of image session `session`
     /// ([`SessionMsg::Started`]).
-    pub async fn offered_in(&self, at: Instant, session: u64) {
-        self.put(Msg::Offered(at, Some(session))).await;
+    pub fn offered_in(&self, at: Instant, session: u64) -> impl Future<Output = ()> + Send + '_ {
+        self.put(Msg::Offered(at, Some(session)))
     }
 }
 
 impl Recorder {
-    /// Puts `msg` on the channel: at once when it has room (no future of `send`, whose
-    /// state would take the message in and out again), else waiting for room. The
-    /// aggregator outlives every worker; a send error can only happen after it finished,
-    /// when nothing is reported any more.
-    async fn put(&self, msg: Msg) {
-        if let Err(mpsc::error::TrySendError::Full(msg)) = self.tx.try_send(msg) {
-            let _ = self.tx.send(msg).await;
+    /// Puts `msg` on the channel now when it has room (no future of `send`, whose state
+    /// would take the message in and out again); else the future returned waits for room,
+    /// through a boxed `send` (the rare path). The aggregator outlives every worker; a send
+    /// error can only happen after it finished, when nothing is reported any more.
+    fn put(&self, msg: Msg) -> impl Future<Output = ()> + Send + '_ {
+        let waiting = match self.tx.try_send(msg) {
+            Err(mpsc::error::TrySendError::Full(msg)) => Some(Box::pin(self.tx.send(msg))),
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+        };
+        async move {
+            if let Some(send) = waiting {
+                let _ = send.await;
+            }
         }
     }
 
@@ -213,5 +229,41 @@ impl Recorder {
             endpoint: None,
             split,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    #[test]
+    fn a_message_goes_out_when_called_and_waits_only_for_a_full_channel() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let recorder = Recorder::new(tx, None);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Room: on the channel before the future is polled, which is ready at once.
+        let first = recorder.event(Event::Failover);
+        assert!(matches!(rx.try_recv(), Ok(Msg::Event(Event::Failover))));
+        assert_eq!(pin!(first).poll(&mut cx), Poll::Ready(()));
+        // The second fills the channel; the third waits until the aggregator takes one.
+        assert_eq!(
+            pin!(recorder.event(Event::Failover)).poll(&mut cx),
+            Poll::Ready(())
+        );
+        let mut third = pin!(recorder.event(Event::EndpointDown));
+        assert_eq!(third.as_mut().poll(&mut cx), Poll::Pending);
+        assert!(matches!(rx.try_recv(), Ok(Msg::Event(Event::Failover))));
+        assert_eq!(third.as_mut().poll(&mut cx), Poll::Ready(()));
+        assert!(matches!(rx.try_recv(), Ok(Msg::Event(Event::EndpointDown))));
+        // After the aggregator is gone, nothing waits.
+        drop(rx);
+        assert_eq!(
+            pin!(recorder.event(Event::Failover)).poll(&mut cx),
+            Poll::Ready(())
+        );
     }
 }
