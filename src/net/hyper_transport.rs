@@ -158,13 +158,15 @@ impl HyperTransport {
 impl Transport for HyperTransport {
     #[allow(clippy::too_many_lines)]
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+        // Taken apart before the future: taken apart inside, the request would be held
+        // twice (as captured and as its parts).
+        let HttpRequest {
+            method,
+            url,
+            mut headers,
+            body,
+        } = request;
         Box::pin(async move {
-            let HttpRequest {
-                method,
-                url,
-                mut headers,
-                body,
-            } = request;
             let length = body.len();
             if !matches!(body, RequestBody::Empty)
                 || matches!(method.as_str(), "PUT" | "POST" | "PATCH")
