@@ -607,7 +607,8 @@ mod tests {
     use crate::net::TransportConfig;
 
     /// A server answering `GET /bytes/N` with N bytes, `HEAD` with the length only,
-    /// `/host` with the request's `Host` header, and `/bytes/N/close` with N bytes on a
+    /// `/host` with the request's `Host` header, `/agent` with its `User-Agent` lines (joined
+    /// by `|`), and `/bytes/N/close` with N bytes on a
     /// connection it closes 20 ms later without saying so.
     struct Server {
         addr: SocketAddr,
@@ -667,6 +668,15 @@ mod tests {
                     };
                     (vec![b'x'; n.parse().unwrap()], close)
                 }
+                None if path == "/agent" => {
+                    let agents: Vec<&str> = head
+                        .lines()
+                        .filter_map(|l| l.split_once(':'))
+                        .filter(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+                        .map(|(_, value)| value.trim())
+                        .collect();
+                    (agents.join("|").into_bytes(), false)
+                }
                 None => (host.into_bytes(), false),
             };
             let mut out = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
@@ -716,6 +726,24 @@ mod tests {
         let (_, host) = get(&t, Method::GET, server.url("/host")).await;
         assert_eq!(host, server.addr.to_string().as_bytes());
         assert_eq!(server.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_with_the_transports_user_agent_or_its_own_once() {
+        let server = Server::start().await;
+        let t = transport(8);
+        let (_, agents) = get(&t, Method::GET, server.url("/agent")).await;
+        assert_eq!(agents, t.config().user_agent.as_bytes());
+        let mut own = HttpRequest::new(Method::GET, server.url("/agent"));
+        own.headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static("other/2"),
+        );
+        let response = t.send(own).await.unwrap();
+        assert_eq!(
+            response.bytes_limited(1 << 20).await.unwrap(),
+            &b"other/2"[..]
+        );
     }
 
     #[tokio::test]
