@@ -180,7 +180,9 @@ impl RegistryClient {
             let mut request = HttpRequest::new(Method::PATCH, location.clone());
             request.headers.insert(CONTENT_TYPE, octet_stream());
             if let Ok(v) = HeaderValue::from_str(&content_range(offset, len)) {
-                request.headers.insert("content-range", v);
+                request
+                    .headers
+                    .insert(http::header::HeaderName::from_static("content-range"), v);
             }
             request.body = source.body(offset, len);
             let result = self
@@ -479,7 +481,14 @@ mod tests {
             .requests()
             .iter()
             .filter(|r| r.method == "PATCH")
-            .map(|r| r.headers["content-range"].to_str().unwrap().to_owned())
+            .map(|r| {
+                r.headers
+                    .get("content-range")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect();
         assert_eq!(ranges, ["0-3", "4-7", "4-7", "8-9"], "never out of order");
         let put = t
@@ -511,11 +520,19 @@ mod tests {
                 .header("location", "http://registry.test/v2/a/b/blobs/uploads/u")
                 .header("oci-chunk-min-length", "5"),
             // The registry only keeps the first 3 bytes of the first chunk.
-            "PATCH" if r.headers["content-range"] == "0-4" => ScriptedResponse::status(202)
-                .header("location", "/v2/a/b/blobs/uploads/u")
-                .header("range", "bytes=0-2"),
+            "PATCH" if r.headers.get("content-range").unwrap() == "0-4" => {
+                ScriptedResponse::status(202)
+                    .header("location", "/v2/a/b/blobs/uploads/u")
+                    .header("range", "bytes=0-2")
+            }
             "PATCH" => {
-                let range = r.headers["content-range"].to_str().unwrap().to_owned();
+                let range = r
+                    .headers
+                    .get("content-range")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
                 ScriptedResponse::status(202)
                     .header("location", "/v2/a/b/blobs/uploads/u")
                     .header("range", &format!("0-{}", range.split('-').nth(1).unwrap()))
@@ -538,7 +555,14 @@ mod tests {
             .requests()
             .iter()
             .filter(|r| r.method == "PATCH")
-            .map(|r| r.headers["content-range"].to_str().unwrap().to_owned())
+            .map(|r| {
+                r.headers
+                    .get("content-range")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect();
         // Chunk size raised to the registry's minimum of 5; resumed at byte 3.
         assert_eq!(ranges, ["0-4", "3-7", "8-8"]);

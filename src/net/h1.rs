@@ -4,9 +4,10 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Version};
+use http::{HeaderValue, Method, StatusCode, Version};
 
 use super::headers::{named, text, Headers, Span};
+use super::req_headers::ReqHeaders;
 
 /// Most header lines a response head may have.
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -45,7 +46,7 @@ pub(crate) fn write_head(
     method: &Method,
     target: &str,
     host: &HeaderValue,
-    headers: &HeaderMap,
+    headers: &ReqHeaders,
     user_agent: Option<&HeaderValue>,
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
@@ -395,9 +396,9 @@ mod tests {
 
     #[test]
     fn a_request_head_is_written_as_http_1_1() {
-        let mut headers = HeaderMap::new();
-        headers.insert("accept", HeaderValue::from_static("a/b"));
-        headers.insert("host", HeaderValue::from_static("ignored"));
+        let mut headers = ReqHeaders::new();
+        headers.insert(http::header::ACCEPT, HeaderValue::from_static("a/b"));
+        headers.insert(http::header::HOST, HeaderValue::from_static("ignored"));
         let mut out = Vec::new();
         let host = HeaderValue::from_static("127.0.0.1:5000");
         write_head(

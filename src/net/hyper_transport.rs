@@ -222,7 +222,7 @@ impl Transport for HyperTransport {
             }
             let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method;
-            *req.headers_mut() = headers;
+            *req.headers_mut() = headers.into_map();
             // The URL's own string becomes the URI's buffer: no copy.
             *req.uri_mut() = uri_of(String::from(url.into_url()))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };

@@ -26,6 +26,7 @@ pub mod links;
 mod plain_pool;
 pub mod pushgateway;
 mod req_body;
+pub mod req_headers;
 pub mod req_url;
 pub mod reqwest_transport;
 pub mod scripted;

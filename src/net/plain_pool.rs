@@ -27,7 +27,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -37,6 +37,7 @@ use super::classify::{classify_chain, describe_chain};
 use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head, MAX_PIECE};
 use super::links::{origin_key, Links, Negotiated};
 use super::req_body::BodyKind;
+use super::req_headers::ReqHeaders;
 use super::transport::TransportError;
 use crate::metrics::ErrorKind;
 
@@ -58,7 +59,7 @@ const SMALL_BODY: usize = 16 * 1024;
 pub(crate) struct PlainRequest<'a> {
     pub method: &'a Method,
     pub target: &'a str,
-    pub headers: &'a HeaderMap,
+    pub headers: &'a ReqHeaders,
     /// Sent as `User-Agent` after `headers` (which then name none).
     pub user_agent: Option<&'a HeaderValue>,
 }
@@ -807,7 +808,7 @@ mod tests {
         let url = server.url("/bytes/4");
         for wait in [0, 0, 100, 0] {
             tokio::time::sleep(Duration::from_millis(wait)).await;
-            let headers = HeaderMap::new();
+            let headers = ReqHeaders::new();
             let req = PlainRequest {
                 method: &Method::GET,
                 target: "/bytes/4",

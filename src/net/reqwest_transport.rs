@@ -86,7 +86,7 @@ impl Transport for ReqwestTransport {
             let mut builder = self
                 .client
                 .request(request.method, request.url.into_url())
-                .headers(headers);
+                .headers(headers.into_map());
             if let Some(body) = body {
                 builder = builder.body(body);
             }

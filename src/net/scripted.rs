@@ -121,7 +121,7 @@ impl Transport for ScriptedTransport {
                 log.push(SeenRequest {
                     method: request.method.clone(),
                     url: url::Url::clone(&request.url),
-                    headers: request.headers.clone(),
+                    headers: request.headers.clone().into_map(),
                     body_len,
                 });
             }

@@ -20,11 +20,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
-use http::{HeaderMap, Method, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 use tokio::time::Instant;
 use url::Url;
 
 pub use super::headers::Headers;
+pub use super::req_headers::ReqHeaders;
 pub use super::req_url::ReqUrl;
 
 use crate::content::ContentSpec;
@@ -63,7 +64,7 @@ impl RequestBody {
 pub struct HttpRequest {
     pub method: Method,
     pub url: ReqUrl,
-    pub headers: HeaderMap,
+    pub headers: ReqHeaders,
     pub body: RequestBody,
 }
 
@@ -72,7 +73,7 @@ impl HttpRequest {
         HttpRequest {
             method,
             url: url.into(),
-            headers: HeaderMap::new(),
+            headers: ReqHeaders::new(),
             body: RequestBody::Empty,
         }
     }
@@ -284,6 +285,8 @@ pub fn body_from_chunks(chunks: Vec<Bytes>) -> BodyStream {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
+
     use super::*;
 
     #[tokio::test]
