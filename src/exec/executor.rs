@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio::task::{Id, JoinError, JoinSet};
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
@@ -18,12 +18,11 @@ use super::pacer::{self, Pacer};
 use super::replicate::Replicas;
 use super::session_unpack::{Chains, Unpacking};
 use super::targets::Targets;
-use super::task::{op_of, run_task, TaskDone, TaskEnv};
+use super::task::{op_of, run_task, InFlight, TaskDone, TaskEnv};
 use super::unpack::UnpackWork;
 #[cfg(test)]
 use crate::client::RegistryClient;
-use crate::fast_hash::FastHashMap;
-use crate::metrics::{ErrorKind, ErrorLog, Op, Recorder, Sample, SessionMsg};
+use crate::metrics::{ErrorKind, ErrorLog, Recorder, Sample, SessionMsg};
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
 use crate::progress::Progress;
 use crate::route::health::Choice;
@@ -47,15 +46,6 @@ pub struct Executor {
     pub replicas: Option<Arc<Replicas>>,
 }
 
-/// A task in flight, as the dispatcher remembers it (to count it if it is cancelled).
-struct InFlight {
-    op: Op,
-    endpoint: usize,
-    intended: Option<Instant>,
-    started: Instant,
-    records: u64,
-}
-
 /// What the dispatcher does next.
 enum Next {
     Run(PlannedOp),
@@ -72,7 +62,6 @@ struct Dispatch {
     anchor: Instant,
     permits: Arc<Semaphore>,
     tasks: JoinSet<TaskDone>,
-    in_flight: FastHashMap<Id, InFlight>,
     report: ExecReport,
     pacer: Pacer,
     /// The order of each open pull's layers, with `--unpack`.
@@ -113,7 +102,6 @@ impl Executor {
             options: self.options,
             anchor: self.anchor,
             tasks: JoinSet::new(),
-            in_flight: FastHashMap::default(),
             report: ExecReport::default(),
             pacer: Pacer::new(self.options.mode == Mode::Delay && precise),
             chains: Chains::default(),
@@ -128,6 +116,7 @@ impl Executor {
                 progress: self.progress,
                 unpacking: self.unpack.map(Unpacking::new),
                 replicas: self.replicas,
+                lost: std::sync::Mutex::default(),
             }),
         };
         loop {
@@ -144,7 +133,7 @@ impl Executor {
             let next = tokio::select! {
                 biased;
                 () = cancelled.cancelled() => break,
-                next = dispatch.tasks.join_next_with_id() => next,
+                next = dispatch.tasks.join_next() => next,
             };
             match next {
                 Some(res) => {
@@ -165,25 +154,31 @@ impl Executor {
 impl Dispatch {
     /// Settles the tasks that have finished, without waiting.
     fn reap_finished(&mut self) {
-        while let Some(res) = self.tasks.try_join_next_with_id() {
+        while let Some(res) = self.tasks.try_join_next() {
             self.reap(res);
         }
     }
 
-    /// Settles one finished task: counted as run, or (cancelled) its records as
-    /// interrupted; the latter is returned to be recorded.
-    fn reap(&mut self, res: Result<(Id, TaskDone), JoinError>) -> Option<InFlight> {
+    /// Settles one finished task: counted as run; a task that did not end (cancelled, or a
+    /// panic) left its operation behind, counted as interrupted and returned (with any
+    /// other such) to be recorded.
+    fn reap(&mut self, res: Result<TaskDone, JoinError>) -> Vec<InFlight> {
         match res {
-            Ok((id, done)) => {
-                self.in_flight.remove(&id);
+            Ok(done) => {
                 self.report.replayed += 1;
                 self.report.folded += done.folded;
-                None
+                Vec::new()
             }
-            Err(e) => {
-                let lost = self.in_flight.remove(&e.id())?;
-                self.report.interrupted += lost.records;
-                Some(lost)
+            Err(_) => {
+                let lost = std::mem::take(
+                    &mut *self
+                        .env
+                        .lost
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
+                self.report.interrupted += lost.iter().map(|l| l.records).sum::<u64>();
+                lost
             }
         }
     }
@@ -276,9 +271,8 @@ impl Dispatch {
         // Boxed: the task's future is a few kilobytes (the whole client call inline), and
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
-        let task = Box::pin(run_task(op, choice, intended, env, permit, layer));
-        let handle = self.tasks.spawn(task);
-        self.in_flight.insert(handle.id(), meta);
+        let task = Box::pin(run_task(op, choice, intended, env, permit, layer, meta));
+        self.tasks.spawn(task);
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
         // gives its slot back as it ends, before the executor collects it.
         let held = self.options.concurrency.max(1) - self.permits.available_permits();
@@ -319,7 +313,7 @@ impl Dispatch {
         }
         let deadline = Instant::now() + self.options.grace;
         loop {
-            match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
                 Ok(Some(res)) => {
                     self.reap(res);
                 }
@@ -329,8 +323,8 @@ impl Dispatch {
         }
         // Grace is over: stop the rest and record them as cancelled.
         self.tasks.abort_all();
-        while let Some(res) = self.tasks.join_next_with_id().await {
-            if let Some(lost) = self.reap(res) {
+        while let Some(res) = self.tasks.join_next().await {
+            for lost in self.reap(res) {
                 let sample =
                     Sample::unanswered(lost.op, ErrorKind::Cancelled, lost.intended, lost.started);
                 let client = &self.env.targets.clients[lost.endpoint];
@@ -350,8 +344,8 @@ mod tests {
 
     use super::*;
     use crate::client::ClientOptions;
-    use crate::metrics::Event;
     use crate::metrics::{Aggregator, AggregatorBuilder};
+    use crate::metrics::{Event, Op};
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
     use crate::route::health::Health;
     use crate::route::{RouteOptions, Router};

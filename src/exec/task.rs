@@ -38,11 +38,48 @@ pub(super) struct TaskEnv {
     pub(super) unpacking: Option<Unpacking>,
     /// `replay --replica`: the replicas watched for each image pushed.
     pub(super) replicas: Option<Arc<Replicas>>,
+    /// Operations whose task was dropped before it ended ([`InFlight`]).
+    pub(super) lost: std::sync::Mutex<Vec<InFlight>>,
 }
 
 /// What a finished task tells the dispatcher.
 pub(super) struct TaskDone {
     pub(super) folded: u64,
+}
+
+/// An operation in flight, as the dispatcher records it should its task not end (cancelled
+/// after the grace period, or a panic).
+pub(super) struct InFlight {
+    pub(super) op: Op,
+    pub(super) endpoint: usize,
+    pub(super) intended: Option<Instant>,
+    pub(super) started: Instant,
+    pub(super) records: u64,
+}
+
+/// Held by a task from its start: dropped before the task ends (its future dropped), it
+/// leaves the operation in `TaskEnv::lost` for the dispatcher. The task's own state, so the
+/// dispatcher keeps no table of the tasks in flight.
+struct Unfinished<'a> {
+    op: Option<InFlight>,
+    lost: &'a std::sync::Mutex<Vec<InFlight>>,
+}
+
+impl Unfinished<'_> {
+    fn finished(mut self) {
+        self.op = None;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.lost
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(op);
+        }
+    }
 }
 
 /// The metrics name of an action.
@@ -170,8 +207,13 @@ pub(super) fn run_task(
     env: Arc<TaskEnv>,
     permit: OwnedSemaphorePermit,
     layer: Option<LayerSlot>,
+    meta: InFlight,
 ) -> impl std::future::Future<Output = TaskDone> + Send {
     async move {
+        let unfinished = Unfinished {
+            op: Some(meta),
+            lost: &env.lost,
+        };
         let push = wait_for_uploads(&op, &env).await;
         // A manifest PUT could start only once its uploads ended: its schedule lag runs from
         // then (its latency still from the intended instant).
@@ -273,6 +315,7 @@ pub(super) fn run_task(
             };
             env.recorder.session(ended).await;
         }
+        unfinished.finished();
         TaskDone {
             folded: u64::from(op.folded),
         }
