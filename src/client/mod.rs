@@ -580,7 +580,10 @@ impl RegistryClient {
                 let origin = url.origin();
                 let on_origin = std::ptr::eq(origin, &*self.inner.base)
                     || same_origin(origin, &self.inner.base);
-                let attempt = self.prepare(&request, url, on_origin, scope).await?;
+                let attempt = match self.prepare(&request, url, on_origin, scope) {
+                    (attempt, false) => attempt,
+                    (attempt, true) => self.authorized(attempt, scope).await?,
+                };
                 let sent = Instant::now();
                 let sent_for_op = *state.first_sent.get_or_insert(sent);
                 let result = self.inner.transport.send(attempt).await;
@@ -588,8 +591,14 @@ impl RegistryClient {
                 state
                     .requests
                     .note(result.as_ref().ok().map(|r| r.status.as_u16()));
-                let Some(result) = self.settle(result, &mut state, retryable).await else {
-                    continue;
+                let again = retryable || result.as_ref().is_err_and(|e| e.unprocessed.is_some());
+                let result = if again {
+                    match Box::pin(self.settle(result, &mut state, retryable)).await {
+                        Some(result) => result,
+                        None => continue,
+                    }
+                } else {
+                    result
                 };
                 let response = result?;
                 if on_origin {
@@ -611,11 +620,7 @@ impl RegistryClient {
                 } else {
                     response
                 };
-                let label = self
-                    .inner
-                    .recorder
-                    .split()
-                    .map(|s| s.label(response.headers.get(s.header())));
+                let label = self.label_of(&response);
                 let storage_sent = (state.redirects > 0 && !on_origin).then_some(sent);
                 return Ok(Exchange {
                     response,
@@ -629,10 +634,16 @@ impl RegistryClient {
         }
     }
 
-    /// What an attempt's `result` becomes: `None` to send the request again (one the server
-    /// never processed, or a `--retry`), else the result to act on. The rare paths are
-    /// boxed: the exchange's future sits in every operation's task, sized by its largest
-    /// state.
+    /// The `--split-by` label of an answer, if results are split.
+    fn label_of(&self, response: &HttpResponse) -> Option<u8> {
+        let split = self.inner.recorder.split()?;
+        Some(split.label(response.headers.get(split.header())))
+    }
+
+    /// What an attempt's `result` becomes when it may be sent again (the server never
+    /// processed it; or a `--retry`): `None` to send it again, else the result to act on.
+    /// Called boxed, on those paths only: the exchange's future sits in every operation's
+    /// task, sized by its largest state.
     async fn settle(
         &self,
         result: Result<HttpResponse, TransportError>,
@@ -640,11 +651,11 @@ impl RegistryClient {
         retryable: bool,
     ) -> Option<Result<HttpResponse, TransportError>> {
         let unprocessed = result.as_ref().err().and_then(|e| e.unprocessed);
-        if unprocessed.is_some() && Box::pin(self.resend_unprocessed(unprocessed, state)).await {
+        if unprocessed.is_some() && self.resend_unprocessed(unprocessed, state).await {
             return None;
         }
         if retryable {
-            return Box::pin(self.retry(result, state)).await;
+            return self.retry(result, state).await;
         }
         Some(result)
     }
@@ -660,14 +671,15 @@ impl RegistryClient {
     }
 
     /// One attempt of `request` to `url`: its headers without any `Authorization` of its
-    /// own, and the authenticator's credentials when `url` is the registry's origin.
-    async fn prepare(
+    /// own, and the authenticator's credentials when `url` is the registry's origin; `true`
+    /// beside it when those are still to be fetched ([`Authenticator::authorize`]).
+    fn prepare(
         &self,
         request: &HttpRequest,
         url: &ReqUrl,
         on_origin: bool,
         scope: &AccessScope,
-    ) -> Result<HttpRequest, ClientError> {
+    ) -> (HttpRequest, bool) {
         // The request's own lines, held inline: a copy without an allocation.
         let mut headers = request.headers.clone();
         headers.remove(&AUTHORIZATION);
@@ -683,12 +695,23 @@ impl RegistryClient {
                 Ready::Header(h) => {
                     attempt.headers.insert(AUTHORIZATION, h);
                 }
-                Ready::Later => {
-                    Box::pin(self.inner.auth.authorize(&mut attempt, scope)).await?;
-                }
+                Ready::Later => return (attempt, true),
             }
         }
-        Ok(attempt)
+        (attempt, false)
+    }
+
+    /// `attempt` with the credentials still to be fetched (a token): a rare path, boxed with
+    /// the attempt, as is every wait the exchange's future need not hold inline.
+    fn authorized<'a>(
+        &'a self,
+        mut attempt: HttpRequest,
+        scope: &'a AccessScope,
+    ) -> futures_util::future::BoxFuture<'a, Result<HttpRequest, ClientError>> {
+        Box::pin(async move {
+            self.inner.auth.authorize(&mut attempt, scope).await?;
+            Ok(attempt)
+        })
     }
 
     /// Whether a request that never reached the registry (HTTP/2 GOAWAY or REFUSED_STREAM)
