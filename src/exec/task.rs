@@ -170,8 +170,8 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             let upload = Box::pin(client.upload_blob(repo, digest, &source, *mode, None, ctx));
             upload.await.map(|r| r.bytes_sent)
         }
-        Action::TagList { repo } => client
-            .tag_list(repo, None, ctx)
+        // Boxed: the largest of the reads' futures (its pages), and the rarest of them.
+        Action::TagList { repo } => Box::pin(client.tag_list(repo, None, ctx))
             .await
             .map(|t| t.len() as u64),
         // A registry that does not mount answers with an upload session (202): counted as
