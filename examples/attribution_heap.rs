@@ -69,7 +69,7 @@ fn main() {
                 client: Some(Arc::from(format!("client-{done}").as_str())),
             };
             a.record(&who, &sample(1 + x % 64, 1024 + x % (1 << 20)));
-            if done % 50 == 0 {
+            if done.is_multiple_of(50) {
                 a.record(&heavy, &sample(200, 64 << 20));
             }
             done += 1;

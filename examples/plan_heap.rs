@@ -167,7 +167,7 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         fingerprint.update(fingerprint_text(&item).as_bytes());
         if let PlanItem::Op(_) = item {
             ops += 1;
-            if ops % 100_000 == 0 {
+            if ops.is_multiple_of(100_000) {
                 println!(
                     "{ops} operations: live heap {:.2} MB, planner entries {}",
                     live_mb(),

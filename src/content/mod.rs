@@ -362,7 +362,7 @@ impl ContentCheck {
             if self.pos >= self.spec.size {
                 return Err(self.pos);
             }
-            if self.used == 8 && self.pos % BLOCK == 0 {
+            if self.used == 8 && self.pos.is_multiple_of(BLOCK) {
                 self.rng = Some(self.spec.block_rng(self.pos / BLOCK));
             }
             // Set at every block's start, the first included: checking starts at byte 0.

@@ -544,7 +544,7 @@ mod tests {
             } else {
                 state >> 40 & 255
             };
-            let ok = (state >> 20) % 7 != 0;
+            let ok = !(state >> 20).is_multiple_of(7);
             let name = format!("r{n}");
             a.record(&who(&name), &sample(1 + i % 13, (state >> 30) % 10_000, ok));
             *counts.entry(name).or_default() += 1;

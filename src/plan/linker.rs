@@ -115,7 +115,7 @@ impl SessionLinker {
     fn evict(&mut self, now_ms: i64) {
         // Cheap amortised sweep: every 4096 records, drop sessions idle for a gap.
         self.seen += 1;
-        if self.seen % 4096 != 0 {
+        if !self.seen.is_multiple_of(4096) {
             return;
         }
         let gap = self.gap_ms;

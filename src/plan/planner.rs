@@ -633,7 +633,7 @@ mod tests {
             if let PlanItem::Op(op) = item.unwrap() {
                 uploads += u64::from(matches!(op.action, Action::BlobUpload { .. }));
             }
-            if planner.items_read() % 500 == 0 {
+            if planner.items_read().is_multiple_of(500) {
                 held.push(planner.held_entries());
             }
         }

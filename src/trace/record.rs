@@ -331,7 +331,7 @@ impl NameTable {
 
     fn push_parts(&mut self, hash: u64, form: Form, name: &[u8], hasher: &FastState) -> u32 {
         let i = self.names;
-        if i % GROUP == 0 {
+        if i.is_multiple_of(GROUP) {
             // Offsets are 32-bit: a trace's distinct names would need 4 GiB to overflow.
             let at = u32::try_from(self.bytes.len()).expect("trace names exceed 4 GiB");
             self.groups.push(at);

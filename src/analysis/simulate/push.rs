@@ -82,7 +82,7 @@ impl UploadTracker {
     pub fn observe(&mut self, r: &Record) -> Option<PushEvent> {
         self.seen += 1;
         self.latest_ms = self.latest_ms.max(r.time_ms);
-        if self.seen % SWEEP_EVERY == 0 {
+        if self.seen.is_multiple_of(SWEEP_EVERY) {
             self.sweep();
         }
         match (r.method, r.target) {

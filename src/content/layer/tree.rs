@@ -473,9 +473,9 @@ impl Walk {
         let fits = |content: u64| c.framed(content + c.end()) <= left;
         let mut rng = SplitMix(splitmix64(self.key[1] ^ self.entry));
         let entry = self.entry;
-        if entry > 1 && rng.next() % FILES_PER_DIR == 0 && fits(2 * c.literal(512)) {
+        if entry > 1 && rng.next().is_multiple_of(FILES_PER_DIR) && fits(2 * c.literal(512)) {
             // A directory: below the current one, or beside the top's children.
-            if (self.depth as usize) < MAX_DEPTH && rng.next() % 2 == 0 {
+            if (self.depth as usize) < MAX_DEPTH && rng.next().is_multiple_of(2) {
                 self.depth += 1;
             } else {
                 self.depth = 1;

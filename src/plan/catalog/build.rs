@@ -359,7 +359,7 @@ impl Draft {
 
     fn learn_upload(&mut self, r: &Record, role: &Role, linker: &mut SessionLinker, n: u64) {
         let pos = (r.file, r.number);
-        if n % 4096 == 0 {
+        if n.is_multiple_of(4096) {
             // Uploads idle for a session gap get no more members (the linker forgets them).
             let gap = self.gap_ms;
             self.open_uploads
