@@ -271,7 +271,7 @@ impl Dispatch {
         // Boxed: the task's future is a few kilobytes (the whole client call inline), and
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
-        let task = Box::pin(run_task(op, choice, intended, env, permit, layer, meta));
+        let task = boxed_in_place(|| run_task(op, choice, intended, env, permit, layer, meta));
         self.tasks.spawn(task);
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
         // gives its slot back as it ends, before the executor collects it.
@@ -332,6 +332,14 @@ impl Dispatch {
             }
         }
     }
+}
+
+/// The future `make` returns, made in a heap slot allocated first: only what it holds
+/// before its first poll (its arguments, a few hundred bytes) is written there, where
+/// `Box::pin` of a future built on the stack copies all of its size over (a task's is a
+/// few kilobytes, the largest state it may reach).
+fn boxed_in_place<F: std::future::Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 #[cfg(test)]
