@@ -180,9 +180,7 @@ impl RegistryClient {
             let mut request = HttpRequest::new(Method::PATCH, location.clone());
             request.headers.insert(CONTENT_TYPE, octet_stream());
             if let Ok(v) = HeaderValue::from_str(&content_range(offset, len)) {
-                request
-                    .headers
-                    .insert(http::header::HeaderName::from_static("content-range"), v);
+                request.headers.insert(http::header::CONTENT_RANGE, v);
             }
             request.body = source.body(offset, len);
             let result = self
@@ -481,14 +479,7 @@ mod tests {
             .requests()
             .iter()
             .filter(|r| r.method == "PATCH")
-            .map(|r| {
-                r.headers
-                    .get("content-range")
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned()
-            })
+            .map(|r| r.headers["content-range"].to_str().unwrap().to_owned())
             .collect();
         assert_eq!(ranges, ["0-3", "4-7", "4-7", "8-9"], "never out of order");
         let put = t
@@ -555,14 +546,7 @@ mod tests {
             .requests()
             .iter()
             .filter(|r| r.method == "PATCH")
-            .map(|r| {
-                r.headers
-                    .get("content-range")
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned()
-            })
+            .map(|r| r.headers["content-range"].to_str().unwrap().to_owned())
             .collect();
         // Chunk size raised to the registry's minimum of 5; resumed at byte 3.
         assert_eq!(ranges, ["0-4", "3-7", "8-8"]);
