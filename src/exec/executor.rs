@@ -661,4 +661,65 @@ mod tests {
         assert_eq!(report.interrupted, 2);
         assert_eq!(cancelled, 2);
     }
+
+    /// A task that ends leaves nothing behind; one dropped, even before it ever ran,
+    /// leaves its operation for the dispatcher to count and record.
+    #[tokio::test]
+    async fn only_a_task_dropped_before_its_end_leaves_its_operation_behind() {
+        let transport = ScriptedTransport::new(|_| ScriptedResponse::status(200));
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder.clone(),
+            ClientOptions::default(),
+        );
+        let env = Arc::new(TaskEnv {
+            targets: Targets::single(client),
+            recorder,
+            probes_stop: tokio_util::sync::CancellationToken::new(),
+            deps: Arc::default(),
+            shutdown: Shutdown::new(),
+            errors: ErrorLog::default(),
+            progress: None,
+            unpacking: None,
+            replicas: None,
+            lost: std::sync::Mutex::default(),
+        });
+        let permits = Arc::new(Semaphore::new(2));
+        let task = |seq| {
+            let op = PlannedOp {
+                seq,
+                offset: Duration::ZERO,
+                action: Action::Ping,
+                folded: 2,
+                session: None,
+                client: 0,
+                client_name: None,
+            };
+            let meta = InFlight {
+                op: Op::Ping,
+                endpoint: 0,
+                intended: None,
+                started: Instant::now(),
+                records: op.records(),
+            };
+            let choice = Choice::Use {
+                endpoint: 0,
+                failed_over: false,
+            };
+            let permit = Arc::clone(&permits).try_acquire_owned().unwrap();
+            let env = Arc::clone(&env);
+            boxed_in_place(|| run_task(op, choice, None, env, permit, None, meta))
+        };
+        assert_eq!(task(0).await.folded, 2);
+        assert!(env.lost.lock().unwrap().is_empty());
+        drop(task(1));
+        let lost = std::mem::take(&mut *env.lost.lock().unwrap());
+        assert_eq!(lost.len(), 1);
+        assert_eq!((lost[0].op, lost[0].records), (Op::Ping, 3));
+        assert_eq!(permits.available_permits(), 2, "both slots given back");
+        drop(env);
+        aggregator.finish().await;
+    }
 }

@@ -57,24 +57,27 @@ pub(super) struct InFlight {
     pub(super) records: u64,
 }
 
-/// Held by a task from its start: dropped before the task ends (its future dropped), it
-/// leaves the operation in `TaskEnv::lost` for the dispatcher. The task's own state, so the
-/// dispatcher keeps no table of the tasks in flight.
-struct Unfinished<'a> {
+/// Held by a task from when it is made (not its first poll), with the task's environment:
+/// dropped before the task ends (its future dropped, whether it ran or not), it leaves the
+/// operation in `TaskEnv::lost` for the dispatcher. The task's own state, so the dispatcher
+/// keeps no table of the tasks in flight.
+struct Unfinished {
     op: Option<InFlight>,
-    lost: &'a std::sync::Mutex<Vec<InFlight>>,
+    env: Arc<TaskEnv>,
 }
 
-impl Unfinished<'_> {
-    fn finished(mut self) {
+impl Unfinished {
+    /// The task ended: nothing is left behind.
+    fn finished(&mut self) {
         self.op = None;
     }
 }
 
-impl Drop for Unfinished<'_> {
+impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(op) = self.op.take() {
-            self.lost
+            self.env
+                .lost
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(op);
@@ -209,12 +212,13 @@ pub(super) fn run_task(
     layer: Option<LayerSlot>,
     meta: InFlight,
 ) -> impl std::future::Future<Output = TaskDone> + Send {
+    let mut unfinished = Unfinished {
+        op: Some(meta),
+        env,
+    };
     async move {
-        let unfinished = Unfinished {
-            op: Some(meta),
-            lost: &env.lost,
-        };
-        let push = wait_for_uploads(&op, &env).await;
+        let env = &unfinished.env;
+        let push = wait_for_uploads(&op, env).await;
         // A manifest PUT could start only once its uploads ended: its schedule lag runs from
         // then (its latency still from the intended instant).
         let ready = push.is_some().then(Instant::now);
@@ -244,7 +248,7 @@ pub(super) fn run_task(
                     who: Some(who_of(&op)),
                     session: ended_by_sample,
                 };
-                send(&op, endpoint, failed_over, ctx, &env).await
+                send(&op, endpoint, failed_over, ctx, env).await
             }
             Choice::Down { endpoint } => {
                 // Not sent: counted as a failure of the endpoint it was meant for.
