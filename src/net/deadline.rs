@@ -47,6 +47,11 @@ impl Progress {
         self.base + config.request_deadline
     }
 
+    /// The instant the send now waits for.
+    pub(crate) fn deadline_at(&self, config: &TransportConfig) -> Instant {
+        self.deadline(config).0
+    }
+
     fn deadline(&self, config: &TransportConfig) -> (Instant, Wait) {
         let done = self.done_ns.load(Ordering::Relaxed);
         let (at, wait) = if done != 0 {
@@ -118,20 +123,40 @@ impl Iterator for ProgressReader {
 /// the caller: moved in, it would sit in this future's state twice (as the argument and
 /// pinned), and the request's whole exchange with it.
 pub(crate) async fn within_deadlines<T, F>(
-    mut send: Pin<&mut F>,
+    send: Pin<&mut F>,
     progress: &Progress,
     config: &TransportConfig,
 ) -> Result<T, TransportError>
 where
     F: Future<Output = Result<T, TransportError>>,
 {
+    let timer = std::pin::pin!(tokio::time::sleep_until(progress.deadline(config).0));
+    within_deadlines_on(send, progress, config, timer).await
+}
+
+/// [`within_deadlines`] on a timer of the caller's: a connection's own, reset for each of
+/// its requests. A later deadline only moves the timer's registered instant (one atomic
+/// operation), where a timer made per request is registered with the runtime's timer
+/// wheel and taken out of it again, under its lock, every time.
+pub(crate) async fn within_deadlines_on<T, F>(
+    mut send: Pin<&mut F>,
+    progress: &Progress,
+    config: &TransportConfig,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+) -> Result<T, TransportError>
+where
+    F: Future<Output = Result<T, TransportError>>,
+{
     loop {
         let (deadline, _) = progress.deadline(config);
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
+        }
         tokio::select! {
             // The answer first: no coin tossed per poll, and one that came counts.
             biased;
             r = &mut send => return r,
-            _ = tokio::time::sleep_until(deadline) => {
+            () = &mut timer => {
                 // Progress may have moved the deadline while we slept.
                 let (deadline, wait) = progress.deadline(config);
                 if Instant::now() >= deadline {

@@ -209,9 +209,9 @@ impl Transport for HyperTransport {
                     target: url.target(),
                     headers: &headers,
                     user_agent,
+                    deadlines: Some((progress, config)),
                 };
-                let send = self.plain.send(url.origin(), req, body);
-                let (head, body) = within_deadlines(std::pin::pin!(send), progress, config).await?;
+                let (head, body) = self.plain.send(url.origin(), req, body).await?;
                 return Ok(HttpResponse::new(head.status, head.headers, Box::pin(body))
                     .with_version(head.version)
                     .with_idle_timeout(config.body_idle_timeout)

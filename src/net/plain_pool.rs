@@ -34,6 +34,8 @@ use tokio::time::Instant;
 use url::{Host, Position, Url};
 
 use super::classify::{classify_chain, describe_chain};
+use super::config::TransportConfig;
+use super::deadline::{within_deadlines, within_deadlines_on, Progress};
 use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head, MAX_PIECE};
 use super::links::{origin_key, Links, Negotiated};
 use super::req_body::BodyKind;
@@ -62,6 +64,8 @@ pub(crate) struct PlainRequest<'a> {
     pub headers: &'a ReqHeaders,
     /// Sent as `User-Agent` after `headers` (which then name none).
     pub user_agent: Option<&'a HeaderValue>,
+    /// The deadlines the request is sent and answered under, if any.
+    pub deadlines: Option<(&'a Progress, &'a TransportConfig)>,
 }
 
 /// Settings of a [`PlainPool`].
@@ -112,6 +116,9 @@ pub(crate) struct Conn {
     read_max: usize,
     /// The head of the request being written.
     head: Vec<u8>,
+    /// The deadline watch of the connection's requests, reset for each
+    /// ([`within_deadlines_on`]); made at the first.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Conn {
@@ -122,6 +129,7 @@ impl Conn {
             next_read: INITIAL_READ,
             read_max: read_max.max(INITIAL_READ),
             head: Vec::new(),
+            timer: None,
         })
     }
 
@@ -270,19 +278,37 @@ impl PlainPool {
     ) -> Result<(Head, PooledBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
         let (origin, host, idle) = self.checkout(authority)?;
-        let mut conn = match idle {
-            Some(conn) => conn,
+        let mut conn = match (idle, req.deadlines) {
+            (Some(conn), _) => conn,
             // Boxed: once per connection, and its future is larger than an exchange's.
-            None => Box::pin(self.connect(url)).await?,
+            (None, Some((progress, config))) => {
+                let connect = std::pin::pin!(Box::pin(self.connect(url)));
+                within_deadlines(connect, progress, config).await?
+            }
+            (None, None) => Box::pin(self.connect(url)).await?,
         };
-        if let Err(e) = conn.write_request(&req, &host, body).await {
-            return Err(io_error(
-                "sending the request",
-                &e,
-                ErrorKind::ConnectionClosed,
-            ));
-        }
-        let head = conn.read_head().await?;
+        let mut timer = conn.timer.take();
+        let exchange = async {
+            if let Err(e) = conn.write_request(&req, &host, body).await {
+                return Err(io_error(
+                    "sending the request",
+                    &e,
+                    ErrorKind::ConnectionClosed,
+                ));
+            }
+            conn.read_head().await
+        };
+        let head = match req.deadlines {
+            Some((progress, config)) => {
+                let timer = timer.get_or_insert_with(|| {
+                    Box::pin(tokio::time::sleep_until(progress.deadline_at(config)))
+                });
+                within_deadlines_on(std::pin::pin!(exchange), progress, config, timer.as_mut())
+                    .await?
+            }
+            None => exchange.await?,
+        };
+        conn.timer = timer;
         let framing = h1::framing(req.method, &head)
             .map_err(|e| TransportError::new(ErrorKind::Protocol, e.to_string()))?;
         let keep = h1::keep_alive(&head, framing);
@@ -669,6 +695,11 @@ mod tests {
                     };
                     (vec![b'x'; n.parse().unwrap()], close)
                 }
+                // Never answered (a minute, the test's bound).
+                None if path == "/hang" => {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                }
                 None if path == "/agent" => {
                     let agents: Vec<&str> = head
                         .lines()
@@ -794,6 +825,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reused_connection_times_out_a_request_on_its_own_timer_too() {
+        let server = Server::start().await;
+        let t = HyperTransport::new(TransportConfig {
+            request_timeout: Duration::from_millis(300),
+            ..TransportConfig::default()
+        })
+        .unwrap();
+        // Answered requests on one connection, its timer reset for each.
+        for _ in 0..3 {
+            let (status, _) = get(&t, Method::GET, server.url("/bytes/4")).await;
+            assert_eq!(status, StatusCode::OK);
+        }
+        let started = Instant::now();
+        let err = t
+            .send(HttpRequest::new(Method::GET, server.url("/hang")))
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
+        assert!(err.message.contains("no response within"), "{err}");
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert_eq!(server.accepted(), 1, "sent on the connection already open");
+        // That connection is gone; the next request opens another and is answered.
+        let (status, _) = get(&t, Method::GET, server.url("/bytes/4")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(server.accepted(), 2);
+    }
+
+    #[tokio::test]
     async fn connections_idle_past_the_timeout_are_not_reused() {
         let server = Server::start().await;
         let pool = Arc::new(PlainPool::new(
@@ -814,6 +875,7 @@ mod tests {
                 target: "/bytes/4",
                 headers: &headers,
                 user_agent: None,
+                deadlines: None,
             };
             let (_, mut body) = pool.send(&url, req, BodyKind::Empty).await.unwrap();
             while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
