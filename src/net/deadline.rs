@@ -130,7 +130,7 @@ pub(crate) async fn within_deadlines<T, F>(
 where
     F: Future<Output = Result<T, TransportError>>,
 {
-    let timer = std::pin::pin!(tokio::time::sleep_until(progress.deadline(config).0));
+    let timer = std::pin::pin!(tokio::time::sleep_until(progress.deadline_at(config)));
     within_deadlines_on(send, progress, config, timer).await
 }
 
