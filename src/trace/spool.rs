@@ -606,6 +606,58 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_item_fits_the_bound_decoded_as_a_slice() {
+        // `decode_buffered` reads an item from the buffer as a slice once `MAX_ITEM` bytes
+        // are there: no item may take more, whatever its numbers and target.
+        let max = Sym(u32::MAX);
+        let targets = [
+            Target::Manifest {
+                repo: max,
+                reference: max,
+            },
+            Target::Mount {
+                repo: max,
+                digest: max,
+                from: max,
+            },
+            Target::Upload {
+                repo: max,
+                session: SessionId(u64::MAX),
+            },
+        ];
+        for target in targets {
+            for time_ms in [i64::MIN, i64::MAX] {
+                let record = Record {
+                    file: u32::MAX,
+                    number: u64::MAX,
+                    time_ms,
+                    method: Method::Get,
+                    target,
+                    client: Some(max),
+                    size: u64::MAX,
+                    status: u16::MAX,
+                    duration_us: u64::MAX,
+                    id: Some(u64::MAX),
+                    size_unknown: true,
+                };
+                let mut out = Vec::new();
+                encode(&Item::Record(record), &mut out);
+                assert!(out.len() <= MAX_ITEM, "{} bytes for {target:?}", out.len());
+            }
+        }
+        let skipped = Item::Skipped {
+            reason: SkipReason::FailedInTrace,
+            file: u32::MAX,
+            number: u64::MAX,
+            client: Some(max),
+            time_ms: Some(i64::MIN),
+        };
+        let mut out = Vec::new();
+        encode(&skipped, &mut out);
+        assert!(out.len() <= MAX_ITEM, "{} bytes", out.len());
+    }
+
+    #[test]
     fn items_across_the_read_buffers_refills_come_back_whole() {
         // Items of every length (numbers of one to ten bytes) past three 64 KiB refills:
         // some straddle a refill and are read through the buffer, the rest as slices.
