@@ -18,14 +18,13 @@ use super::pacer::{self, Pacer};
 use super::replicate::Replicas;
 use super::session_unpack::{Chains, Unpacking};
 use super::targets::Targets;
-use super::task::{op_of, run_task, InFlight, TaskDone, TaskEnv};
+use super::task::{run_task, InFlight, TaskDone, TaskEnv};
 use super::unpack::UnpackWork;
 #[cfg(test)]
 use crate::client::RegistryClient;
 use crate::metrics::{ErrorKind, ErrorLog, Recorder, Sample, SessionMsg};
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
 use crate::progress::Progress;
-use crate::route::health::Choice;
 use crate::shutdown::Shutdown;
 
 /// A plan's run over its targets.
@@ -247,14 +246,6 @@ impl Dispatch {
             self.env.deps.register(op.seq);
         }
         let choice = self.env.targets.choose(&op);
-        let (Choice::Use { endpoint, .. } | Choice::Down { endpoint }) = choice;
-        let meta = InFlight {
-            op: op_of(&op.action),
-            endpoint,
-            intended,
-            started,
-            records: op.records(),
-        };
         // A layer of a pull takes its place in the pull's order now, in plan order.
         let layer = match (&self.env.unpacking, op.session, &op.action) {
             (
@@ -271,7 +262,7 @@ impl Dispatch {
         // Boxed: the task's future is a few kilobytes (the whole client call inline), and
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
-        let task = boxed_in_place(|| run_task(op, choice, intended, env, permit, layer, meta));
+        let task = boxed_in_place(|| run_task(op, choice, intended, started, env, permit, layer));
         self.tasks.spawn(task);
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
         // gives its slot back as it ends, before the executor collects it.
@@ -355,7 +346,7 @@ mod tests {
     use crate::metrics::{Aggregator, AggregatorBuilder};
     use crate::metrics::{Event, Op};
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
-    use crate::route::health::Health;
+    use crate::route::health::{Choice, Health};
     use crate::route::{RouteOptions, Router};
 
     const STALL: Duration = Duration::from_millis(500);
@@ -697,20 +688,13 @@ mod tests {
                 client: 0,
                 client_name: None,
             };
-            let meta = InFlight {
-                op: Op::Ping,
-                endpoint: 0,
-                intended: None,
-                started: Instant::now(),
-                records: op.records(),
-            };
             let choice = Choice::Use {
                 endpoint: 0,
                 failed_over: false,
             };
             let permit = Arc::clone(&permits).try_acquire_owned().unwrap();
             let env = Arc::clone(&env);
-            boxed_in_place(|| run_task(op, choice, None, env, permit, None, meta))
+            boxed_in_place(|| run_task(op, choice, None, Instant::now(), env, permit, None))
         };
         assert_eq!(task(0).await.folded, 2);
         assert!(env.lost.lock().unwrap().is_empty());

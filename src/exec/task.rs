@@ -207,13 +207,20 @@ pub(super) fn run_task(
     mut op: PlannedOp,
     choice: Choice,
     intended: Option<Instant>,
+    started: Instant,
     env: Arc<TaskEnv>,
     permit: OwnedSemaphorePermit,
     layer: Option<LayerSlot>,
-    meta: InFlight,
 ) -> impl std::future::Future<Output = TaskDone> + Send {
+    let (Choice::Use { endpoint, .. } | Choice::Down { endpoint }) = choice;
     let mut unfinished = Unfinished {
-        op: Some(meta),
+        op: Some(InFlight {
+            op: op_of(&op.action),
+            endpoint,
+            intended,
+            started,
+            records: op.records(),
+        }),
         env,
     };
     async move {
