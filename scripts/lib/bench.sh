@@ -66,3 +66,23 @@ YAML
 machine_line() {
   echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r); $("$bin" --version)"
 }
+
+# Writes a trace of `gets` GETs of one 1 KiB manifest (v2/bench/one/manifests/t1), one per
+# millisecond, from `clients` clients in turn: pull sessions without layers (sections 1 and
+# 10 of bench-compare, and bench-ab).
+manifest_trace() { # file gets clients
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+path, gets, clients = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "w") as f:
+    f.write("[\n")
+    for i in range(gets):
+        t = "2017-06-20T00:%02d:%02d.%03dZ" % ((i // 60000) % 60, (i // 1000) % 60, i % 1000)
+        rec = {"http.request.method": "GET", "http.request.uri": "v2/bench/one/manifests/t1",
+               "http.request.remoteaddr": "c%04d" % (i % clients), "http.response.status": 200,
+               "http.response.written": 1024, "http.request.duration": 0.001,
+               "id": "%010x" % i, "timestamp": t}
+        f.write(("," if i else "") + json.dumps(rec) + "\n")
+    f.write("]\n")
+PY
+}
