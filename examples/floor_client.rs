@@ -1,0 +1,180 @@
+//! The floor of a measuring client: a closed loop of GETs of one path over plain HTTP/1.1 on
+//! the same runtime creb-rs uses (tokio, one worker), with only what every measured GET
+//! needs — a deadline, the response head parsed (`httparse`), the body read into a buffer of
+//! its own and checked against the first body's SHA-256, the latency recorded into an HDR
+//! histogram — and nothing of a trace, a plan, sessions or breakdowns. Its CPU per request
+//! beside creb-rs's on the same registry is what the rest of creb-rs costs
+//! (`docs/benchmarks.md`, "The hot path", step 9):
+//!
+//! ```sh
+//! cargo build --release --example floor_client --target x86_64-unknown-linux-musl
+//! target/x86_64-unknown-linux-musl/release/examples/floor_client \
+//!     http://127.0.0.1:5000 /v2/bench/one/manifests/t1 20000 50
+//! ```
+//!
+//! Arguments: the registry (`http://host:port`, loopback only), the path, the number of
+//! GETs, the connections (one task each, one GET in flight on each). It sends the `Accept`
+//! creb-rs sends with a manifest GET. Any answer but a 200 with a `Content-Length` and the
+//! first body's bytes ends it with an error.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The allocator of the creb-rs binary (`src/main.rs`), so that the two are compared as
+/// they are built.
+#[cfg(all(
+    not(feature = "system-alloc"),
+    not(target_env = "msvc"),
+    target_pointer_width = "64"
+))]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The `Accept` of a manifest GET (`creb::oci::manifest::ACCEPT`).
+const ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json, \
+     application/vnd.docker.distribution.manifest.v1+prettyjws;q=0.5";
+/// The longest response head and body read.
+const MAX_RESPONSE: usize = 64 * 1024;
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// What the connections share: GETs left to send, the first body's digest, the latencies.
+struct Shared {
+    left: AtomicU64,
+    digest: OnceLock<[u8; 32]>,
+    latency: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, path, gets, connections] = args.as_slice() else {
+        bail!("usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS");
+    };
+    let host = url
+        .strip_prefix("http://")
+        .context("the registry must be http://HOST:PORT")?
+        .trim_end_matches('/');
+    let addr: SocketAddr = host.parse().context("HOST:PORT must be an IP address")?;
+    if !addr.ip().is_loopback() {
+        bail!("{addr} is not a loopback address");
+    }
+    let gets: u64 = gets.parse().context("GETS")?;
+    let connections: usize = connections.parse().context("CONNECTIONS")?;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: {host}\r\naccept: {ACCEPT}\r\n\r\n").into_bytes();
+    let shared = Arc::new(Shared {
+        left: AtomicU64::new(gets),
+        digest: OnceLock::new(),
+        latency: Mutex::new(hdrhistogram::Histogram::new_with_max(3_600_000_000, 3)?),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let started = std::time::Instant::now();
+    runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..connections.max(1) {
+            let (shared, request) = (Arc::clone(&shared), request.clone());
+            tasks.spawn(async move { connection(addr, &request, &shared).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done??;
+        }
+        anyhow::Ok(())
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let latency = shared
+        .latency
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    println!(
+        "{gets} GETs in {secs:.2} s: {:.0} per second; latency p50 {:.3} ms, p99 {:.3} ms",
+        gets as f64 / secs,
+        latency.value_at_quantile(0.5) as f64 / 1000.0,
+        latency.value_at_quantile(0.99) as f64 / 1000.0,
+    );
+    Ok(())
+}
+
+/// One connection's loop: a GET at a time until none is left; its latencies into `shared`.
+async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow::Result<()> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut latencies = hdrhistogram::Histogram::<u64>::new_with_max(3_600_000_000, 3)?;
+    while shared
+        .left
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        let start = Instant::now();
+        let body = tokio::time::timeout(DEADLINE, get(&mut stream, request))
+            .await
+            .context("no answer within the deadline")??;
+        let end = Instant::now();
+        let digest: [u8; 32] = Sha256::digest(&body).into();
+        if *shared.digest.get_or_init(|| digest) != digest {
+            bail!("a body differs from the first");
+        }
+        latencies.saturating_record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
+    }
+    let mut all = shared
+        .latency
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    all.add(&latencies)?;
+    Ok(())
+}
+
+/// Sends `request` and reads its answer: the body of a 200 with a `Content-Length`.
+async fn get(stream: &mut TcpStream, request: &[u8]) -> anyhow::Result<Vec<u8>> {
+    stream.write_all(request).await?;
+    let mut buf = vec![0u8; 4096];
+    let mut have = 0;
+    loop {
+        if have == buf.len() {
+            if buf.len() >= MAX_RESPONSE {
+                bail!("an answer longer than {MAX_RESPONSE} bytes");
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = stream.read(&mut buf[have..]).await?;
+        if n == 0 {
+            bail!("the connection closed before the answer's end");
+        }
+        have += n;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        let httparse::Status::Complete(head) = response.parse(&buf[..have])? else {
+            continue;
+        };
+        if response.code != Some(200) {
+            bail!("status {:?}", response.code);
+        }
+        let length: usize = response
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+            .context("no Content-Length")
+            .and_then(|h| Ok(std::str::from_utf8(h.value)?.trim().parse()?))?;
+        if head + length > MAX_RESPONSE {
+            bail!("an answer longer than {MAX_RESPONSE} bytes");
+        }
+        if have > head + length {
+            bail!("bytes past the answer's end");
+        }
+        if have == head + length {
+            return Ok(buf[head..have].to_vec());
+        }
+    }
+}
