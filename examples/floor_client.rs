@@ -13,9 +13,17 @@
 //! ```
 //!
 //! Arguments: the registry (`http://host:port`, loopback only), the path, the number of
-//! GETs, the connections (one task each, one GET in flight on each). It sends the `Accept`
-//! creb-rs sends with a manifest GET. Any answer but a 200 with a `Content-Length` and the
-//! first body's bytes ends it with an error.
+//! GETs, the connections (one task each, one GET in flight on each), and a mode:
+//! - `own` (the default): the exchange above, written here; it sends the `Accept` creb-rs
+//!   sends with a manifest GET, and any answer but a 200 with a `Content-Length` and the
+//!   first body's bytes ends it with an error;
+//! - `client`: each GET is creb-rs's `RegistryClient::manifest_read` of the path's manifest
+//!   (its request building, transport, connection pool and checks, the first body's digest
+//!   expected as a replay expects what its prewarm pushed), its samples discarded;
+//! - `client+metrics`: the same, its samples recorded by an aggregator as a run's are.
+//!
+//! The three beside creb-rs's replay of the same GETs take its cost apart: the exchange,
+//! creb-rs's client over it, its metrics, and the rest (the trace, the plan, the executor).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +31,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use creb::client::{ClientOptions, OpCtx, RegistryClient};
+use creb::digest::Sha256Sum;
+use creb::metrics::{AggregatorBuilder, AggregatorHandle, Recorder};
+use creb::oci::{Reference, Repository};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -57,8 +69,12 @@ struct Shared {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, path, gets, connections] = args.as_slice() else {
-        bail!("usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS");
+    let (url, path, gets, connections, mode) = match args.as_slice() {
+        [u, p, g, c] => (u, p, g, c, "own"),
+        [u, p, g, c, m] => (u, p, g, c, m.as_str()),
+        _ => bail!(
+            "usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS [own|client|client+metrics]"
+        ),
     };
     let host = url
         .strip_prefix("http://")
@@ -81,15 +97,39 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let started = std::time::Instant::now();
+    let mut started = std::time::Instant::now();
     runtime.block_on(async {
+        let (client, aggregator) = match mode {
+            "own" => (None, None),
+            "client" => (
+                Some(creb_client(url, path, Recorder::discard()).await?),
+                None,
+            ),
+            "client+metrics" => {
+                let (recorder, aggregator) = AggregatorBuilder::default().spawn();
+                let client = creb_client(url, path, recorder).await?;
+                (Some(client), Some(aggregator))
+            }
+            other => bail!("mode {other:?}: own, client or client+metrics"),
+        };
+        started = std::time::Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..connections.max(1) {
             let (shared, request) = (Arc::clone(&shared), request.clone());
-            tasks.spawn(async move { connection(addr, &request, &shared).await });
+            let client = client.clone();
+            tasks.spawn(async move {
+                match client {
+                    None => connection(addr, &request, &shared).await,
+                    Some(client) => client_loop(&client, &shared).await,
+                }
+            });
         }
         while let Some(done) = tasks.join_next().await {
             done??;
+        }
+        drop(client);
+        if let Some(aggregator) = aggregator {
+            finish(aggregator).await;
         }
         anyhow::Ok(())
     })?;
@@ -104,6 +144,70 @@ fn main() -> anyhow::Result<()> {
         latency.value_at_quantile(0.5) as f64 / 1000.0,
         latency.value_at_quantile(0.99) as f64 / 1000.0,
     );
+    Ok(())
+}
+
+/// The manifest a client mode reads: the path's repository and reference.
+struct Manifest {
+    client: RegistryClient,
+    repo: Repository,
+    reference: Reference,
+    expect: Sha256Sum,
+}
+
+/// creb-rs's client of `url` recording into `recorder`, with the manifest `path` names and
+/// its digest, learned from a first read (parsed, as a read without a known digest is).
+async fn creb_client(url: &str, path: &str, recorder: Recorder) -> anyhow::Result<Arc<Manifest>> {
+    let (repo, reference) = path
+        .strip_prefix("/v2/")
+        .and_then(|p| p.rsplit_once("/manifests/"))
+        .context("a client mode reads a manifest: PATH is /v2/REPO/manifests/REFERENCE")?;
+    let transport = creb::net::build_transport(creb::net::TransportConfig::default())?;
+    let client = RegistryClient::new(transport, url.parse()?, recorder, ClientOptions::default());
+    let repo: Repository = repo.parse().map_err(anyhow::Error::msg)?;
+    let reference: Reference = reference.parse().map_err(anyhow::Error::msg)?;
+    let first = client
+        .manifest_read(&repo, &reference, None, OpCtx::default())
+        .await?;
+    Ok(Arc::new(Manifest {
+        client,
+        expect: Sha256Sum::of(&first),
+        repo,
+        reference,
+    }))
+}
+
+/// Ends the aggregator: everything recorded is counted before the program ends.
+async fn finish(aggregator: AggregatorHandle) {
+    std::hint::black_box(aggregator.finish().await);
+}
+
+/// A client mode's loop: `manifest_read` until no GET is left; its latencies into `shared`.
+async fn client_loop(m: &Manifest, shared: &Shared) -> anyhow::Result<()> {
+    let mut latencies = hdrhistogram::Histogram::<u64>::new_with_max(3_600_000_000, 3)?;
+    while shared
+        .left
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        let start = Instant::now();
+        let ctx = OpCtx::default();
+        m.client
+            .manifest_read(&m.repo, &m.reference, Some(&m.expect), ctx)
+            .await?;
+        let end = Instant::now();
+        latencies.saturating_record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
+    }
+    add_latencies(shared, &latencies)
+}
+
+/// Adds one connection's latencies to the run's.
+fn add_latencies(shared: &Shared, latencies: &hdrhistogram::Histogram<u64>) -> anyhow::Result<()> {
+    let mut all = shared
+        .latency
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    all.add(latencies)?;
     Ok(())
 }
 
@@ -128,12 +232,7 @@ async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow
         }
         latencies.saturating_record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
     }
-    let mut all = shared
-        .latency
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
-    all.add(&latencies)?;
-    Ok(())
+    add_latencies(shared, &latencies)
 }
 
 /// Sends `request` and reads its answer: the body of a 200 with a `Content-Length`.
