@@ -91,7 +91,7 @@ fn main() -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         left: AtomicU64::new(gets),
         digest: OnceLock::new(),
-        latency: Mutex::new(hdrhistogram::Histogram::new_with_max(3_600_000_000, 3)?),
+        latency: Mutex::new(histogram()?),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -184,21 +184,35 @@ async fn finish(aggregator: AggregatorHandle) {
 
 /// A client mode's loop: `manifest_read` until no GET is left; its latencies into `shared`.
 async fn client_loop(m: &Manifest, shared: &Shared) -> anyhow::Result<()> {
-    let mut latencies = hdrhistogram::Histogram::<u64>::new_with_max(3_600_000_000, 3)?;
-    while shared
-        .left
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    let mut latencies = histogram()?;
+    while shared.take() {
         let start = Instant::now();
         let ctx = OpCtx::default();
         m.client
             .manifest_read(&m.repo, &m.reference, Some(&m.expect), ctx)
             .await?;
         let end = Instant::now();
-        latencies.saturating_record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
+        record(&mut latencies, end - start);
     }
     add_latencies(shared, &latencies)
+}
+
+impl Shared {
+    /// Takes one of the GETs left; `false` when none is.
+    fn take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// A histogram of latencies in microseconds, up to an hour.
+fn histogram() -> anyhow::Result<hdrhistogram::Histogram<u64>> {
+    Ok(hdrhistogram::Histogram::new_with_max(3_600_000_000, 3)?)
+}
+
+fn record(latencies: &mut hdrhistogram::Histogram<u64>, latency: Duration) {
+    latencies.saturating_record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
 }
 
 /// Adds one connection's latencies to the run's.
@@ -215,12 +229,8 @@ fn add_latencies(shared: &Shared, latencies: &hdrhistogram::Histogram<u64>) -> a
 async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow::Result<()> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let mut latencies = hdrhistogram::Histogram::<u64>::new_with_max(3_600_000_000, 3)?;
-    while shared
-        .left
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    let mut latencies = histogram()?;
+    while shared.take() {
         let start = Instant::now();
         let body = tokio::time::timeout(DEADLINE, get(&mut stream, request))
             .await
@@ -230,7 +240,7 @@ async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow
         if *shared.digest.get_or_init(|| digest) != digest {
             bail!("a body differs from the first");
         }
-        latencies.saturating_record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
+        record(&mut latencies, end - start);
     }
     add_latencies(shared, &latencies)
 }
