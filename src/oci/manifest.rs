@@ -458,12 +458,12 @@ mod tests {
 
     #[test]
     fn the_reference_generator_asks_for_what_creb_rs_asks_for() {
-        // scripts/bench-compare gives wrk creb-rs's Accept header, so the registry does the
-        // same work for both; a change here must reach the script too.
-        let script = include_str!("../../scripts/bench-compare");
+        // The benchmark scripts (scripts/lib/bench.sh) give wrk creb-rs's Accept header, so
+        // the registry does the same work for both; a change here must reach them too.
+        let script = include_str!("../../scripts/lib/bench.sh");
         assert!(
             script.contains(&format!("request_accept='{ACCEPT}'")),
-            "scripts/bench-compare's request_accept is not oci::manifest::ACCEPT"
+            "scripts/lib/bench.sh's request_accept is not oci::manifest::ACCEPT"
         );
     }
 
