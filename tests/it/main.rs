@@ -10,6 +10,7 @@ mod common;
 mod architecture;
 mod auth;
 mod bad_input;
+mod bench_scripts;
 mod caching;
 mod client_protocol;
 mod compat;

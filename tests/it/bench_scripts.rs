@@ -1,0 +1,73 @@
+//! The benchmark scripts as the tests can hold them without running a benchmark: every
+//! `scripts/bench-*` and `scripts/lib/*.sh` parses (`bash -n`), and the confidence interval
+//! of a median their rounds report (`scripts/lib/median_ci.py`) is the textbook one.
+
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn every_benchmark_script_parses() {
+    let mut scripts = Vec::new();
+    for dir in ["scripts", "scripts/lib"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("bench-") || (dir == "scripts/lib" && name.ends_with(".sh")) {
+                scripts.push(path);
+            }
+        }
+    }
+    assert!(scripts.len() >= 5, "{scripts:?}");
+    for script in scripts {
+        let out = Command::new("bash")
+            .arg("-n")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_median_interval_of_the_rounds_is_the_textbook_one() {
+    // The module's own cases: 20 rounds give x(6)..x(15) at 95.9% coverage, 8 rounds only
+    // their range (99.2%); then a run through `describe`, as the scripts print it.
+    let lib = root().join("scripts/lib");
+    let out = Command::new("python3")
+        .arg(lib.join("median_ci.py"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "median_ci: ok");
+    let probe = "import sys; sys.path.insert(0, sys.argv[1]); from median_ci import describe; \
+                 print(describe([0.9 + i / 100 for i in range(20)])); \
+                 print(describe([1.0, 1.1, 0.9]))";
+    let out = Command::new("python3")
+        .args(["-c", probe])
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "0.995 (95% CI 0.950-1.040, 20 rounds)",
+            "1.000 (the range 0.900-1.100 covers it at 75.0%, 3 rounds)",
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
