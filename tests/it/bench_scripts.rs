@@ -37,13 +37,10 @@ fn every_benchmark_script_parses() {
     }
 }
 
-#[test]
-fn the_median_interval_of_the_rounds_is_the_textbook_one() {
-    // The module's own cases: 20 rounds give x(6)..x(15) at 95.9% coverage, 8 rounds only
-    // their range (99.2%); then a run through `describe`, as the scripts print it.
-    let lib = root().join("scripts/lib");
+/// What `python3 args...` prints, asserting it succeeded.
+fn python(args: &[&std::ffi::OsStr]) -> String {
     let out = Command::new("python3")
-        .arg(lib.join("median_ci.py"))
+        .args(args)
         .output()
         .expect("python3");
     assert!(
@@ -51,23 +48,25 @@ fn the_median_interval_of_the_rounds_is_the_textbook_one() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "median_ci: ok");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_median_interval_of_the_rounds_is_the_textbook_one() {
+    // The module's own cases: 20 rounds give x(6)..x(15) at 95.9% coverage, 8 rounds only
+    // their range (99.2%); then a run through `describe`, as the scripts print it.
+    let lib = root().join("scripts/lib");
+    let module = lib.join("median_ci.py");
+    assert_eq!(python(&[module.as_os_str()]).trim(), "median_ci: ok");
     let probe = "import sys; sys.path.insert(0, sys.argv[1]); from median_ci import describe; \
                  print(describe([0.9 + i / 100 for i in range(20)])); \
                  print(describe([1.0, 1.1, 0.9]))";
-    let out = Command::new("python3")
-        .args(["-c", probe])
-        .arg(&lib)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = python(&["-c".as_ref(), probe.as_ref(), lib.as_os_str()]);
     assert_eq!(
         text.lines().collect::<Vec<_>>(),
         [
             "0.995 (95% CI 0.950-1.040, 20 rounds)",
             "1.000 (the range 0.900-1.100 covers it at 75.0%, 3 rounds)",
-        ],
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]
     );
 }
