@@ -47,8 +47,10 @@ pub enum Role {
     ManifestPush(Vec<PushedLayer>),
     /// A blob GET that belongs to the pull of the manifest GET at `head`, of `reference`.
     PullLayer { head: Position, reference: Sym },
-    /// A manifest GET that starts a pull.
-    PullHead,
+    /// A manifest GET that starts a pull; `ends`: the pull of the same client and
+    /// repository it follows, which no blob GET can join any more (the ones after this GET
+    /// are this pull's), so it is over now rather than a session gap later.
+    PullHead { ends: Option<Position> },
 }
 
 #[derive(Debug)]
@@ -213,8 +215,8 @@ impl SessionLinker {
                 Role::ManifestPush(layers)
             }
             (Method::Get, Target::Manifest { reference, .. }) => {
-                s.pull = Some((pos, reference));
-                Role::PullHead
+                let ends = s.pull.replace((pos, reference)).map(|(head, _)| head);
+                Role::PullHead { ends }
             }
             (Method::Get, Target::Blob { .. }) => match s.pull {
                 Some((head, reference)) => Role::PullLayer { head, reference },
@@ -387,7 +389,7 @@ mod tests {
             t.rec(200_001, "c", Method::Patch, "v2/u/r/blobs/uploads/s", 202),
         ];
         let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
-        assert_eq!(roles[0], Role::PullHead);
+        assert_eq!(roles[0], Role::PullHead { ends: None });
         let v1 = t.names.get("v1").unwrap();
         assert_eq!(
             roles[1],
@@ -402,6 +404,49 @@ mod tests {
             roles[4],
             Role::UploadHead,
             "a PATCH without its POST opens the upload"
+        );
+    }
+
+    #[test]
+    fn a_pull_of_the_same_client_and_repository_ends_the_one_before() {
+        let mut t = T {
+            names: Interner::default(),
+            n: 0,
+        };
+        let mut l = SessionLinker::new(60_000);
+        let recs = [
+            t.rec(0, "c", Method::Get, "v2/u/r/manifests/v1", 200),
+            t.rec(5, "d", Method::Get, "v2/u/r/manifests/v1", 200),
+            t.rec(10, "c", Method::Get, "v2/u/other/manifests/v1", 200),
+            t.rec(20, "c", Method::Get, "v2/u/r/manifests/v2", 200),
+            t.rec(30, "c", Method::Get, "v2/u/r/blobs/l1", 200),
+            t.rec(200_000, "c", Method::Get, "v2/u/r/manifests/v3", 200),
+        ];
+        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        assert_eq!(roles[0], Role::PullHead { ends: None });
+        assert_eq!(roles[1], Role::PullHead { ends: None }, "another client");
+        assert_eq!(
+            roles[2],
+            Role::PullHead { ends: None },
+            "another repository"
+        );
+        assert_eq!(
+            roles[3],
+            Role::PullHead { ends: Some((0, 1)) },
+            "the same client and repository: the first pull is over"
+        );
+        let v2 = t.names.get("v2").unwrap();
+        assert_eq!(
+            roles[4],
+            Role::PullLayer {
+                head: (0, 4),
+                reference: v2
+            }
+        );
+        assert_eq!(
+            roles[5],
+            Role::PullHead { ends: None },
+            "after the session gap: the sweep closed the one before"
         );
     }
 }

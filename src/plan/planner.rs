@@ -311,7 +311,16 @@ where
                     ));
                 }
                 let session =
-                    matches!(role, Role::PullHead).then_some(SessionTag::PullHead(self.seq));
+                    matches!(role, Role::PullHead { .. }).then_some(SessionTag::PullHead(self.seq));
+                if let Role::PullHead { ends: Some(head) } = role {
+                    // The client's pull of this repository before this one can have no
+                    // member after it: closed now, where the sweep would close it a
+                    // session gap later (its image_pull then recorded in an interval long
+                    // after its end, and every such pull held until then).
+                    if let Some(p) = self.pulls.remove(&head) {
+                        self.closing.push_back(p.id);
+                    }
+                }
                 if let Some(SessionTag::PullHead(id)) = session {
                     self.pulls.insert(
                         pos,
@@ -531,7 +540,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         write_file(&path, &generate(synth).0).unwrap();
-        let input = TraceInput::resolve(&[path]).unwrap();
+        catalog_in(dir, seed)
+    }
+
+    /// [`catalog_of`] for the trace already at `t.json` in `dir`.
+    fn catalog_in(
+        dir: tempfile::TempDir,
+        seed: u64,
+    ) -> (tempfile::TempDir, TraceInput, Catalog, Spool) {
+        let input = TraceInput::resolve(&[dir.path().join("t.json")]).unwrap();
         let mut reader =
             TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
         let content = catalog::ContentOptions {
@@ -576,6 +593,54 @@ mod tests {
                 PlanItem::CloseSession(_) => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_pull_is_closed_when_its_client_pulls_the_repository_again() {
+        // Client c pulls u/r twice (a layer after each manifest), client d once; the gap is
+        // a minute and the trace lasts a second. c's first pull can have no member after
+        // c's second manifest GET: it is closed right after that GET is planned, not at the
+        // end of the trace with the others.
+        let dir = tempfile::tempdir().unwrap();
+        let records = [
+            (0, "c", "v2/u/r/manifests/v1"),
+            (10, "c", "v2/u/r/blobs/sha256:aa"),
+            (20, "d", "v2/u/r/manifests/v1"),
+            (500, "c", "v2/u/r/manifests/v1"),
+            (510, "c", "v2/u/r/blobs/sha256:bb"),
+        ];
+        let lines: Vec<String> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (ms, client, uri))| {
+                format!(
+                    r#"{{"http.request.method": "GET", "http.request.uri": "{uri}", "http.request.remoteaddr": "{client}", "http.response.status": 200, "http.response.written": 1024, "http.request.duration": 0.001, "id": "{i:010x}", "timestamp": "2017-06-20T00:00:00.{ms:03}Z"}}"#
+                )
+            })
+            .collect();
+        std::fs::write(dir.path().join("t.json"), lines.join("\n")).unwrap();
+        let (_dir, input, cat, _) = catalog_in(dir, 0);
+        let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
+        let plan = options(ShardSpec::ALL, ShardBy::Client);
+        let items: Vec<PlanItem> = Planner::new(&cat, reader, plan)
+            .map(Result::unwrap)
+            .collect();
+        let shape: Vec<String> = items
+            .iter()
+            .map(|i| match i {
+                PlanItem::Op(op) => match op.session {
+                    Some(SessionTag::PullHead(id)) => format!("head {id}"),
+                    Some(SessionTag::PullLayer(id)) => format!("layer {id}"),
+                    _ => "other".into(),
+                },
+                PlanItem::CloseSession(id) => format!("close {id}"),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            ["head 0", "layer 0", "head 2", "head 3", "close 0", "layer 3", "close 2", "close 3"],
+            "{items:?}"
+        );
     }
 
     #[test]
