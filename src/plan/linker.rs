@@ -245,9 +245,16 @@ mod tests {
     use super::*;
     use crate::trace::record::{parse_uri, Interner};
 
+    #[derive(Default)]
     struct T {
         names: Interner,
         n: u64,
+    }
+
+    /// The roles a linker with a minute's gap gives `recs`, in order.
+    fn roles_of(recs: &[Record]) -> Vec<Role> {
+        let mut l = SessionLinker::new(60_000);
+        recs.iter().map(|r| l.role(r)).collect()
     }
 
     impl T {
@@ -376,11 +383,7 @@ mod tests {
 
     #[test]
     fn pulls_and_gaps() {
-        let mut t = T {
-            names: Interner::default(),
-            n: 0,
-        };
-        let mut l = SessionLinker::new(60_000);
+        let mut t = T::default();
         let recs = [
             t.rec(0, "c", Method::Get, "v2/u/r/manifests/v1", 200),
             t.rec(10, "c", Method::Get, "v2/u/r/blobs/l1", 200),
@@ -388,7 +391,7 @@ mod tests {
             t.rec(200_000, "c", Method::Get, "v2/u/r/blobs/l3", 200),
             t.rec(200_001, "c", Method::Patch, "v2/u/r/blobs/uploads/s", 202),
         ];
-        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        let roles = roles_of(&recs);
         assert_eq!(roles[0], Role::PullHead { ends: None });
         let v1 = t.names.get("v1").unwrap();
         assert_eq!(
@@ -409,11 +412,7 @@ mod tests {
 
     #[test]
     fn a_pull_of_the_same_client_and_repository_ends_the_one_before() {
-        let mut t = T {
-            names: Interner::default(),
-            n: 0,
-        };
-        let mut l = SessionLinker::new(60_000);
+        let mut t = T::default();
         let recs = [
             t.rec(0, "c", Method::Get, "v2/u/r/manifests/v1", 200),
             t.rec(5, "d", Method::Get, "v2/u/r/manifests/v1", 200),
@@ -422,7 +421,7 @@ mod tests {
             t.rec(30, "c", Method::Get, "v2/u/r/blobs/l1", 200),
             t.rec(200_000, "c", Method::Get, "v2/u/r/manifests/v3", 200),
         ];
-        let roles: Vec<Role> = recs.iter().map(|r| l.role(r)).collect();
+        let roles = roles_of(&recs);
         assert_eq!(roles[0], Role::PullHead { ends: None });
         assert_eq!(roles[1], Role::PullHead { ends: None }, "another client");
         assert_eq!(
