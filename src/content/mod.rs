@@ -332,7 +332,7 @@ impl ContentCheck {
             let (start, want) = frames.frame(frames.frame_of(self.pos), None);
             let within = (self.pos - start) as usize;
             let n = (want.len() - within).min(chunk.len());
-            if !same(&chunk[..n], &want[within..within + n]) {
+            if !crate::digest::same_bytes(&chunk[..n], &want[within..within + n]) {
                 let at = first_difference(&chunk[..n], &want[within..within + n]);
                 return Err(self.pos + at as u64);
             }
@@ -402,28 +402,6 @@ impl ContentCheck {
         }
         Ok(())
     }
-}
-
-/// Whether two byte strings of one length are equal, 64 bytes at a time (vectorised here:
-/// the static build's C library compares a byte at a time, and a verified read compares
-/// every byte it receives).
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let (mut x, mut y) = (a.chunks_exact(64), b.chunks_exact(64));
-    for (p, q) in (&mut x).zip(&mut y) {
-        let mut diff = 0u64;
-        for (u, v) in p.chunks_exact(8).zip(q.chunks_exact(8)) {
-            let u = u64::from_le_bytes(u.try_into().unwrap_or_default());
-            let v = u64::from_le_bytes(v.try_into().unwrap_or_default());
-            diff |= u ^ v;
-        }
-        if diff != 0 {
-            return false;
-        }
-    }
-    x.remainder() == y.remainder()
 }
 
 /// Where two byte strings first differ (their common length when one is a prefix).
