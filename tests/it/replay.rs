@@ -748,25 +748,23 @@ fn get(i: u64, time_ms: u64, client: &str, uri: &str, written: u64) -> serde_jso
     })
 }
 
-/// A trace whose costly repository is known: `data/large` is read 4 times as a 16 MiB blob
-/// by one client; `apps/small` 30 times as 256 bytes by three others. The replay's results
-/// say which repository and which client cost the most, and requests.csv names them.
+/// A trace whose costly repository is known: `data/large` is read 4 times as a 32 MiB blob
+/// by one client; `apps/small` 12 times as 256 bytes by three others (the most requests,
+/// a fraction of the time, on an idle machine or a loaded one). The replay's results say
+/// which repository and which client cost the most, and requests.csv names them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_repository_and_client_that_cost_most_top_the_lists() {
     let dir = tempfile::tempdir().unwrap();
     let mut records = Vec::new();
-    for i in 0..30u64 {
+    const SMALL: u64 = 12;
+    const LARGE: u64 = 32 << 20;
+    for i in 0..SMALL {
         let client = format!("10.0.0.{}", 2 + i % 3);
         records.push(get(i, i * 100, &client, "v2/apps/small/blobs/s1", 256));
     }
     for i in 0..4u64 {
-        records.push(get(
-            100 + i,
-            i * 700,
-            "10.0.0.1",
-            "v2/data/large/blobs/l1",
-            16 << 20,
-        ));
+        let large = "v2/data/large/blobs/l1";
+        records.push(get(100 + i, i * 300, "10.0.0.1", large, LARGE));
     }
     let trace = dir.path().join("trace.json");
     std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
@@ -794,7 +792,7 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
     let top = &repos[0];
     assert_eq!(top["name"], "data/large", "{repos:?}");
     assert_eq!(u(&top["count"]), 4);
-    assert_eq!(u(&top["bytes"]), 4 * (16 << 20));
+    assert_eq!(u(&top["bytes"]), 4 * LARGE);
     assert_eq!(top["exact"], true);
     let top_by: Vec<&str> = top["top_by"]
         .as_array()
@@ -804,7 +802,7 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
         .collect();
     assert_eq!(top_by, ["requests", "time", "bytes"]);
     assert!(top["latency_ms"]["p50"].as_f64().unwrap() > 0.0);
-    assert_eq!(u(&repos[1]["count"]), 30);
+    assert_eq!(u(&repos[1]["count"]), SMALL);
     assert!(top["time_s"].as_f64() > repos[1]["time_s"].as_f64());
     let clients = run["by_client"].as_array().unwrap();
     assert_eq!(clients.len(), 4, "{clients:?}");
@@ -827,6 +825,74 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
     let text = creb::report::render_text(&serde_json::from_value(run).unwrap());
     assert!(text.contains("repository (by time)"), "{text}");
     assert!(text.contains("data/large"), "{text}");
+}
+
+/// One client pulls the same image every 2 s of trace time (a manifest GET, then its
+/// layer). Each pull ends at the client's next one, so its `image_pull` is recorded in the
+/// interval it ended in: timeline.csv spreads the pulls over the run instead of holding
+/// them all in its last interval, as it did while a pull stayed open until the session
+/// gap or the trace's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_pull_is_recorded_in_the_interval_it_ended_in() {
+    const PULLS: u64 = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = Vec::new();
+    for i in 0..PULLS {
+        let client = "10.0.0.9";
+        records.push(get(
+            2 * i,
+            i * 2000,
+            client,
+            "v2/apps/web/manifests/v1",
+            1024,
+        ));
+        let blob = "v2/apps/web/blobs/layer1";
+        records.push(get(2 * i + 1, i * 2000 + 100, client, blob, 4096));
+    }
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
+    let registry = Registry::start();
+    let out = dir.path().join("out");
+    let status = creb(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--speed",
+        "4",
+        "--interval",
+        "1s",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .await;
+    assert_eq!(status, ExitStatus::Success);
+    assert_eq!(
+        u(&summary_json(&out)["sessions"]["image_pull"]["count"]),
+        PULLS
+    );
+    let mut reader = csv::Reader::from_path(out.join("timeline.csv")).unwrap();
+    let column = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "image_pull_count")
+        .expect("an image_pull_count column");
+    let per_interval: Vec<u64> = reader
+        .records()
+        .map(|r| r.unwrap()[column].parse().unwrap())
+        .collect();
+    assert_eq!(per_interval.iter().sum::<u64>(), PULLS, "{per_interval:?}");
+    // 22 s of trace at 4x: about 6 intervals, a pull every half second.
+    let busy = per_interval.iter().filter(|&&n| n > 0).count();
+    let most = per_interval.iter().copied().max().unwrap_or(0);
+    assert!(
+        busy >= 4 && most <= PULLS / 2,
+        "image_pull per interval: {per_interval:?}"
+    );
 }
 
 /// Slowness ranked: behind a proxy that holds every GET of `apps/slow` and `apps/one` 40 ms,
