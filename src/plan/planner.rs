@@ -2,6 +2,7 @@
 //! operations, sessions linked, uploads folded, every record accounted for.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::catalog::push_identity;
@@ -57,10 +58,15 @@ pub struct Planner<'c, I> {
     pushed: Vec<(Sym, Sym)>,
     /// The digests of the manifests prewarm pushed, as reads need them (a bounded cache).
     expected: FastHashMap<(Sym, Sym), Sha256Sum>,
+    /// Each trace client's hash and shared name, made once per client rather than once per
+    /// operation (a bounded cache, as [`Naming`]'s).
+    clients: FastHashMap<Sym, (u64, Arc<str>)>,
 }
 
 /// Digests of prewarmed manifests the planner keeps at most (reads concentrate on a few).
 const EXPECTED_KEPT: usize = 1 << 16;
+/// Clients whose hash and name the planner keeps at most.
+const CLIENTS_KEPT: usize = 1 << 16;
 
 impl<'c, I> Planner<'c, I>
 where
@@ -90,6 +96,7 @@ where
                 pushed
             },
             expected: FastHashMap::default(),
+            clients: FastHashMap::default(),
         }
     }
 
@@ -195,20 +202,40 @@ where
         folded: u32,
         session: Option<SessionTag>,
     ) -> PlannedOp {
-        let name = record.client.map(|c| self.catalog.names.resolve(c));
+        let (client, client_name) = match record.client {
+            Some(c) => {
+                let (hash, name) = self.client(c);
+                (hash, Some(name))
+            }
+            None => (0, None),
+        };
         let op = PlannedOp {
             seq: self.seq,
             offset: self.offset(record.time_ms),
             action,
             folded,
             session,
-            client: name.as_ref().map_or(0, |n| fnv1a(n.as_bytes())),
-            client_name: name.as_deref().map(std::sync::Arc::from),
+            client,
+            client_name,
         };
         self.seq += 1;
         self.counts.ops += 1;
         self.counts.folded += u64::from(folded);
         op
+    }
+
+    /// Trace client `c`'s hash (the key of `--route client`) and its name, shared.
+    fn client(&mut self, c: Sym) -> (u64, Arc<str>) {
+        if let Some((hash, name)) = self.clients.get(&c) {
+            return (*hash, Arc::clone(name));
+        }
+        let name = self.catalog.names.resolve(c);
+        let entry = (fnv1a(name.as_bytes()), Arc::<str>::from(name.as_ref()));
+        if self.clients.len() >= CLIENTS_KEPT {
+            self.clients.clear();
+        }
+        self.clients.insert(c, entry.clone());
+        entry
     }
 
     /// Closes pulls idle for a session gap (checked at most once per trace second).
@@ -595,26 +622,21 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_pull_is_closed_when_its_client_pulls_the_repository_again() {
-        // Client c pulls u/r twice (a layer after each manifest), client d once; the gap is
-        // a minute and the trace lasts a second. c's first pull can have no member after
-        // c's second manifest GET: it is closed right after that GET is planned, not at the
-        // end of the trace with the others.
+    /// The plan of a trace of 1 KiB GETs, each `(ms, client, uri)` (an empty client: the
+    /// record names none), within its first second.
+    fn plan_gets(records: &[(u32, &str, &str)]) -> Vec<PlanItem> {
         let dir = tempfile::tempdir().unwrap();
-        let records = [
-            (0, "c", "v2/u/r/manifests/v1"),
-            (10, "c", "v2/u/r/blobs/sha256:aa"),
-            (20, "d", "v2/u/r/manifests/v1"),
-            (500, "c", "v2/u/r/manifests/v1"),
-            (510, "c", "v2/u/r/blobs/sha256:bb"),
-        ];
         let lines: Vec<String> = records
             .iter()
             .enumerate()
             .map(|(i, (ms, client, uri))| {
+                let client = if client.is_empty() {
+                    String::new()
+                } else {
+                    format!(r#""http.request.remoteaddr": "{client}", "#)
+                };
                 format!(
-                    r#"{{"http.request.method": "GET", "http.request.uri": "{uri}", "http.request.remoteaddr": "{client}", "http.response.status": 200, "http.response.written": 1024, "http.request.duration": 0.001, "id": "{i:010x}", "timestamp": "2017-06-20T00:00:00.{ms:03}Z"}}"#
+                    r#"{{"http.request.method": "GET", "http.request.uri": "{uri}", {client}"http.response.status": 200, "http.response.written": 1024, "http.request.duration": 0.001, "id": "{i:010x}", "timestamp": "2017-06-20T00:00:00.{ms:03}Z"}}"#
                 )
             })
             .collect();
@@ -622,9 +644,48 @@ mod tests {
         let (_dir, input, cat, _) = catalog_in(dir, 0);
         let reader = TraceReader::open(&input, ReadOptions::default(), cat.names.clone()).unwrap();
         let plan = options(ShardSpec::ALL, ShardBy::Client);
-        let items: Vec<PlanItem> = Planner::new(&cat, reader, plan)
+        Planner::new(&cat, reader, plan)
             .map(Result::unwrap)
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn every_operation_names_its_client_by_hash_and_shared_name() {
+        // The hash is `--route client`'s key and the name attribution's; a client's
+        // operations share one name, made once; a record without a client has neither.
+        let items = plan_gets(&[
+            (0, "10.0.0.1", "v2/u/r/manifests/v1"),
+            (10, "10.0.0.2", "v2/u/r/manifests/v1"),
+            (20, "10.0.0.1", "v2/u/s/manifests/v1"),
+            (30, "", "v2/u/t/manifests/v1"),
+        ]);
+        let ops = ops(&items);
+        assert_eq!(ops.len(), 4, "{items:?}");
+        for (op, name) in ops.iter().zip(["10.0.0.1", "10.0.0.2", "10.0.0.1"]) {
+            assert_eq!(op.client, fnv1a(name.as_bytes()));
+            assert_eq!(op.client_name.as_deref(), Some(name));
+        }
+        let (first, third) = (&ops[0].client_name, &ops[2].client_name);
+        assert!(Arc::ptr_eq(
+            first.as_ref().unwrap(),
+            third.as_ref().unwrap()
+        ));
+        assert_eq!((ops[3].client, ops[3].client_name.as_deref()), (0, None));
+    }
+
+    #[test]
+    fn a_pull_is_closed_when_its_client_pulls_the_repository_again() {
+        // Client c pulls u/r twice (a layer after each manifest), client d once; the gap is
+        // a minute and the trace lasts a second. c's first pull can have no member after
+        // c's second manifest GET: it is closed right after that GET is planned, not at the
+        // end of the trace with the others.
+        let items = plan_gets(&[
+            (0, "c", "v2/u/r/manifests/v1"),
+            (10, "c", "v2/u/r/blobs/sha256:aa"),
+            (20, "d", "v2/u/r/manifests/v1"),
+            (500, "c", "v2/u/r/manifests/v1"),
+            (510, "c", "v2/u/r/blobs/sha256:bb"),
+        ]);
         let shape: Vec<String> = items
             .iter()
             .map(|i| match i {
