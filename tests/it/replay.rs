@@ -748,6 +748,25 @@ fn get(i: u64, time_ms: u64, client: &str, uri: &str, written: u64) -> serde_jso
     })
 }
 
+/// Replays `records` (written as `dir/trace.json`) against a fresh docker-registry with
+/// `args`, successfully, into `dir/out`, which it returns.
+async fn replay_records(dir: &Path, records: &[serde_json::Value], args: &[&str]) -> PathBuf {
+    let trace = dir.join("trace.json");
+    std::fs::write(&trace, serde_json::to_vec(records).unwrap()).unwrap();
+    let registry = Registry::start();
+    let out = dir.join("out");
+    let mut all = vec![
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+    ];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--output-dir", out.to_str().unwrap(), "--quiet"]);
+    assert_eq!(creb(&all).await, ExitStatus::Success);
+    out
+}
+
 /// A trace whose costly repository is known: `data/large` is read 4 times as a 32 MiB blob
 /// by one client; `apps/small` 12 times as 256 bytes by three others (the most requests,
 /// a fraction of the time, on an idle machine or a loaded one). The replay's results say
@@ -766,26 +785,14 @@ async fn the_repository_and_client_that_cost_most_top_the_lists() {
         let large = "v2/data/large/blobs/l1";
         records.push(get(100 + i, i * 300, "10.0.0.1", large, LARGE));
     }
-    let trace = dir.path().join("trace.json");
-    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
-    let registry = Registry::start();
-    let out = dir.path().join("out");
-    let status = creb(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--registry",
-        &registry.url,
+    let args = [
         "--mode",
         "stress",
         "--concurrency",
         "2",
         "--record-requests",
-        "--output-dir",
-        out.to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
+    ];
+    let out = replay_records(dir.path(), &records, &args).await;
     let run = summary_json(&out);
     let repos = run["by_repository"].as_array().unwrap();
     assert_eq!(repos.len(), 2, "{repos:?}");
@@ -849,27 +856,8 @@ async fn each_pull_is_recorded_in_the_interval_it_ended_in() {
         let blob = "v2/apps/web/blobs/layer1";
         records.push(get(2 * i + 1, i * 2000 + 100, client, blob, 4096));
     }
-    let trace = dir.path().join("trace.json");
-    std::fs::write(&trace, serde_json::to_vec(&records).unwrap()).unwrap();
-    let registry = Registry::start();
-    let out = dir.path().join("out");
-    let status = creb(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--registry",
-        &registry.url,
-        "--mode",
-        "delay",
-        "--speed",
-        "4",
-        "--interval",
-        "1s",
-        "--output-dir",
-        out.to_str().unwrap(),
-        "--quiet",
-    ])
-    .await;
-    assert_eq!(status, ExitStatus::Success);
+    let args = ["--mode", "delay", "--speed", "4", "--interval", "1s"];
+    let out = replay_records(dir.path(), &records, &args).await;
     assert_eq!(
         u(&summary_json(&out)["sessions"]["image_pull"]["count"]),
         PULLS
