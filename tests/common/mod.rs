@@ -120,6 +120,51 @@ fn link_race(line: &str, method: &str) -> bool {
         || (line.contains("/blobs/sha256:") && reads)
 }
 
+/// The 500s of docker-registry's link race in the log text `log` (see
+/// [`Registry::tag_race_500s`]); panics on any other 500.
+pub fn tag_race_500s_in(log: &str) -> u64 {
+    // By request id: a 500 may be logged twice (an error line and the request's line,
+    // or one "response completed with error" line holding both).
+    let mut races = std::collections::BTreeSet::new();
+    for (number, line) in log.lines().enumerate() {
+        // The JSON formatter (with an access log).
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+            let msg = v["msg"].as_str().unwrap_or_default();
+            let plain_request_line = msg == "response completed";
+            if v["http.response.status"] != 500 || plain_request_line {
+                continue;
+            }
+            let text = v.to_string();
+            let method = v["http.request.method"].as_str().unwrap_or_default();
+            let is_race =
+                text.contains("invalid checksum digest format") && link_race(&text, method);
+            assert!(is_race, "docker-registry answered 500:\n{line}");
+            let id = v["http.request.id"]
+                .as_str()
+                .map_or_else(|| format!("line {number}"), str::to_owned);
+            races.insert(id);
+            continue;
+        }
+        if !line.contains("http.response.status=500") {
+            continue;
+        }
+        let method = line
+            .split("http.request.method=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_default();
+        let is_race = line.contains("invalid checksum digest format") && link_race(line, method);
+        assert!(is_race, "docker-registry answered 500:\n{line}");
+        let id = line
+            .split("http.request.id=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map_or_else(|| format!("line {number}"), str::to_owned);
+        races.insert(id);
+    }
+    races.len() as u64
+}
+
 /// The 500s of `summary` in the operations docker-registry's link race can meet (reads of
 /// a manifest or a blob, a manifest PUT): at most as many as [`Registry::tag_race_500s`].
 pub fn link_race_500s(summary: &serde_json::Value) -> u64 {
@@ -433,48 +478,7 @@ impl Registry {
     /// that pushes and pulls the same objects at the same time meets it now and then: a
     /// real error of this registry, which creb-rs rightly counts, not a fault of the run.
     pub fn tag_race_500s(&self) -> u64 {
-        let log = self.log();
-        // By request id: a 500 may be logged twice (an error line and the request's line,
-        // or one "response completed with error" line holding both).
-        let mut races = std::collections::BTreeSet::new();
-        for (number, line) in log.lines().enumerate() {
-            // The JSON formatter (with an access log).
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
-                let msg = v["msg"].as_str().unwrap_or_default();
-                let plain_request_line = msg == "response completed";
-                if v["http.response.status"] != 500 || plain_request_line {
-                    continue;
-                }
-                let text = v.to_string();
-                let method = v["http.request.method"].as_str().unwrap_or_default();
-                let is_race =
-                    text.contains("invalid checksum digest format") && link_race(&text, method);
-                assert!(is_race, "docker-registry answered 500:\n{line}");
-                let id = v["http.request.id"]
-                    .as_str()
-                    .map_or_else(|| format!("line {number}"), str::to_owned);
-                races.insert(id);
-                continue;
-            }
-            if !line.contains("http.response.status=500") {
-                continue;
-            }
-            let method = line
-                .split("http.request.method=")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .unwrap_or_default();
-            let is_race =
-                line.contains("invalid checksum digest format") && link_race(line, method);
-            assert!(is_race, "docker-registry answered 500:\n{line}");
-            let id = line
-                .split("http.request.id=")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .map_or_else(|| format!("line {number}"), str::to_owned);
-            races.insert(id);
-        }
-        races.len() as u64
+        tag_race_500s_in(&self.log())
     }
 
     /// Asserts that a replay's summary has no error, except 500s of the tag race

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use creb::trace::synth::{generate, SynthOptions};
 use creb::trace::write::write_file;
 
+use crate::common::{link_race_500s, tag_race_500s_in};
+
 const SHARDS: usize = 3;
 const SEED: &str = "7";
 
@@ -134,7 +136,7 @@ impl Drop for Net {
 struct AddrRegistry {
     child: Child,
     url: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl AddrRegistry {
@@ -176,7 +178,7 @@ impl AddrRegistry {
         AddrRegistry {
             child,
             url: format!("http://{addr}:{port}"),
-            _dir: dir,
+            dir,
         }
     }
 }
@@ -344,19 +346,25 @@ fn shards_in_network_namespaces_cover_the_trace_exactly_once() {
     }
     let outputs = wait_all(children, Duration::from_secs(180));
     let mut shard_records = 0;
+    // docker-registry's link race (`Registry::tag_race_500s`) is the one error tolerated: a
+    // real error of that registry, counted, never a fault of the run; a shard that met it
+    // exits 1, as any run with a failed operation does.
+    let mut races = 0;
     for (i, out) in outputs.iter().enumerate() {
+        let summary = json(&dirs[i].join("summary.json"));
+        let errors = n(&summary["totals"]["errors"]);
         assert!(
-            out.status.success(),
+            out.status.success() || (out.status.code() == Some(1) && errors > 0),
             "shard {i}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let summary = json(&dirs[i].join("summary.json"));
         assert_eq!(
-            n(&summary["totals"]["errors"]),
-            0,
+            errors,
+            link_race_500s(&summary),
             "shard {i}: {}",
             summary["errors"]
         );
+        races += errors;
         assert_eq!(n(&summary["shard"]["index"]), i as u64);
         shard_records += n(&summary["trace"]["records"]);
         let meta = json(&dirs[i].join("meta.json"));
@@ -373,6 +381,8 @@ fn shards_in_network_namespaces_cover_the_trace_exactly_once() {
         shard_records, total,
         "the shards together read every record once"
     );
+    let log = std::fs::read_to_string(registry.dir.path().join("registry.log")).unwrap();
+    assert!(races <= tag_race_500s_in(&log), "{races} 500s:\n{log}");
 
     let merged = dir.path().join("merged");
     let mut merge = creb_command(None);
@@ -403,7 +413,7 @@ fn shards_in_network_namespaces_cover_the_trace_exactly_once() {
     );
     assert_eq!(n(&t["replayed"]), n(&s["totals"]["requests"]));
     assert!(n(&t["replayed"]) > 0);
-    assert_eq!(n(&s["totals"]["errors"]), 0);
+    assert_eq!(n(&s["totals"]["errors"]), races);
     let meta = json(&merged.join("meta.json"));
     let hosts = meta["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), SHARDS);
