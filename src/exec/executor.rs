@@ -1,10 +1,13 @@
 //! The dispatcher: it owns the schedule, takes planned operations from the bounded channel
 //! in order, waits for each one's due time (delay mode) and for a free slot, and starts it
 //! as a task; it reaps finished tasks as it goes, so nothing grows with the number of
-//! operations. On a stop it counts what was planned but not run, gives the tasks in flight
-//! the grace period, then cancels and records the rest.
+//! operations. In stress mode (a closed loop) `--concurrency` workers take the operations
+//! instead, each the next one as its last ends, with no task made per operation. On a
+//! stop it counts what was planned but not run, gives the operations in flight the grace
+//! period, then cancels and records the rest.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -54,13 +57,13 @@ enum Next {
     Stop,
 }
 
-/// The dispatcher's state while the plan runs.
+/// The dispatcher's state while the plan runs: the dispatcher's own in delay mode, the
+/// workers' in turn (behind a lock, with the plan) in stress mode.
 struct Dispatch {
     env: Arc<TaskEnv>,
     options: ExecOptions,
     anchor: Instant,
     permits: Arc<Semaphore>,
-    tasks: JoinSet<TaskDone>,
     report: ExecReport,
     pacer: Pacer,
     /// The order of each open pull's layers, with `--unpack`.
@@ -68,6 +71,27 @@ struct Dispatch {
     /// The stop, waited for beside every wait of the dispatcher: one future for the whole
     /// run, registered with the token once rather than at every operation.
     stopped: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The last operation started and whether the plan was waited for since (stress mode's
+    /// workers): the next one taken at once waited for a worker since that start.
+    last_start: Instant,
+    plan_waited: bool,
+}
+
+/// An operation's task, made but not yet started.
+type OpTask = Pin<Box<dyn std::future::Future<Output = TaskDone> + Send>>;
+
+/// What stress mode's workers share: the dispatcher's state and the plan, taken in turn.
+struct Taking {
+    dispatch: Dispatch,
+    plan: mpsc::Receiver<PlanItem>,
+}
+
+/// The operations stress mode's workers finished: counted as each ends, so a worker
+/// cancelled after the grace period loses none of those it carried out before.
+#[derive(Default)]
+struct Finished {
+    replayed: AtomicU64,
+    folded: AtomicU64,
 }
 
 impl Executor {
@@ -89,22 +113,24 @@ impl Executor {
 
     /// Runs the plan: operations start as the mode and the in-flight cap allow, until the
     /// plan ends or a stop.
-    pub async fn run(self, mut plan: mpsc::Receiver<PlanItem>) -> ExecReport {
+    pub async fn run(self, plan: mpsc::Receiver<PlanItem>) -> ExecReport {
         let probes_stop = tokio_util::sync::CancellationToken::new();
         // Probes end with the run, however it ends.
         let _probes = probes_stop.clone().drop_guard();
         let cancelled = self.shutdown.token().clone();
-        let precise = self.options.precise_timer;
-        pacer::wait_for_anchor(self.anchor, precise, &cancelled).await;
-        let mut dispatch = Dispatch {
+        let (precise, anchor) = (self.options.precise_timer, self.anchor);
+        pacer::wait_for_anchor(anchor, precise, &cancelled).await;
+        let now = Instant::now();
+        let dispatch = Dispatch {
             permits: Arc::new(Semaphore::new(self.options.concurrency.max(1))),
             options: self.options,
-            anchor: self.anchor,
-            tasks: JoinSet::new(),
+            anchor,
             report: ExecReport::default(),
             pacer: Pacer::new(self.options.mode == Mode::Delay && precise),
             chains: Chains::default(),
             stopped: Box::pin(cancelled.clone().cancelled_owned()),
+            last_start: now,
+            plan_waited: false,
             env: Arc::new(TaskEnv {
                 targets: self.targets,
                 recorder: self.recorder,
@@ -118,68 +144,78 @@ impl Executor {
                 lost: std::sync::Mutex::default(),
             }),
         };
-        loop {
-            dispatch.reap_finished();
-            match dispatch.next(&mut plan).await {
-                Next::Run(op) => dispatch.start(op).await,
-                Next::End => break,
-                Next::Stop => break,
-            }
-        }
-        // The plan is over (or stopped): the tasks in flight end, or a stop gives them the
-        // grace period, also one that comes while they are awaited.
-        while !cancelled.is_cancelled() {
-            let next = tokio::select! {
-                biased;
-                () = cancelled.cancelled() => break,
-                next = dispatch.tasks.join_next() => next,
-            };
-            match next {
-                Some(res) => {
-                    dispatch.reap(res);
-                }
-                None => break,
-            }
-        }
-        if cancelled.is_cancelled() {
-            dispatch.stop(plan).await;
-        }
-        let mut report = dispatch.report;
-        report.duration = Instant::now().saturating_duration_since(dispatch.anchor);
+        // A layer waiting for its turn to be unpacked gives its slot back (`--unpack`): a
+        // worker cannot, so those runs start a task per operation in either mode.
+        let workers = dispatch.options.mode == Mode::Stress && dispatch.env.unpacking.is_none();
+        let mut report = if workers {
+            dispatch.run_workers(plan).await
+        } else {
+            dispatch.run_tasks(plan).await
+        };
+        report.duration = Instant::now().saturating_duration_since(anchor);
         report
     }
 }
 
 impl Dispatch {
-    /// Settles the tasks that have finished, without waiting.
-    fn reap_finished(&mut self) {
-        while let Some(res) = self.tasks.try_join_next() {
-            self.reap(res);
+    /// Delay mode (and `--unpack`): each operation started as a task of its own when due
+    /// and a slot is free, finished tasks reaped as the dispatcher goes.
+    async fn run_tasks(mut self, mut plan: mpsc::Receiver<PlanItem>) -> ExecReport {
+        let mut tasks = JoinSet::new();
+        loop {
+            while let Some(res) = tasks.try_join_next() {
+                reap(&mut self.report, &self.env, res);
+            }
+            match self.next(&mut plan).await {
+                Next::Run(op) => {
+                    if let Some(task) = self.start(op).await {
+                        tasks.spawn(task);
+                    }
+                }
+                Next::End | Next::Stop => break,
+            }
         }
+        let env = Arc::clone(&self.env);
+        if wait_for_end_or_stop(&mut tasks, &env, &mut self.report).await {
+            self.drain(&mut plan).await;
+            cancel_after_grace(&mut tasks, &env, &mut self.report, self.options.grace).await;
+        }
+        self.report
     }
 
-    /// Settles one finished task: counted as run; a task that did not end (cancelled, or a
-    /// panic) left its operation behind, counted as interrupted and returned (with any
-    /// other such) to be recorded.
-    fn reap(&mut self, res: Result<TaskDone, JoinError>) -> Vec<InFlight> {
-        match res {
-            Ok(done) => {
-                self.report.replayed += 1;
-                self.report.folded += done.folded;
-                Vec::new()
-            }
-            Err(_) => {
-                let lost = std::mem::take(
-                    &mut *self
-                        .env
-                        .lost
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                );
-                self.report.interrupted += lost.iter().map(|l| l.records).sum::<u64>();
-                lost
-            }
+    /// Stress mode (a closed loop): `--concurrency` workers, each taking the next operation
+    /// as its last one ends and carrying it out itself. The operations start in plan order
+    /// as they would from the dispatcher (the workers take the plan in turn), without a
+    /// task, a hand-over and a wake-up of the dispatcher per operation.
+    async fn run_workers(self, plan: mpsc::Receiver<PlanItem>) -> ExecReport {
+        let env = Arc::clone(&self.env);
+        let grace = self.options.grace;
+        let finished = Arc::new(Finished::default());
+        let taking = Arc::new(tokio::sync::Mutex::new(Taking {
+            dispatch: self,
+            plan,
+        }));
+        let mut tasks = JoinSet::new();
+        for _ in 0..taking.lock().await.dispatch.options.concurrency.max(1) {
+            tasks.spawn(work(Arc::clone(&taking), Arc::clone(&finished)));
         }
+        // Reaped here (a worker's panic: the operation it held is interrupted), added to
+        // the dispatcher's figures at the end.
+        let mut reaped = ExecReport::default();
+        if wait_for_end_or_stop(&mut tasks, &env, &mut reaped).await {
+            // Held only while the plan is drained: a worker ending an operation in the
+            // grace period takes the lock to learn of the stop.
+            let mut taking = taking.lock().await;
+            let Taking { dispatch, plan } = &mut *taking;
+            dispatch.drain(plan).await;
+            drop(taking);
+            cancel_after_grace(&mut tasks, &env, &mut reaped, grace).await;
+        }
+        let mut report = std::mem::take(&mut taking.lock().await.dispatch.report);
+        report.replayed += finished.replayed.load(Ordering::Relaxed);
+        report.folded += finished.folded.load(Ordering::Relaxed);
+        report.interrupted += reaped.interrupted;
+        report
     }
 
     /// The next operation of the plan (closing the pull sessions the planner closes on the
@@ -194,11 +230,14 @@ impl Dispatch {
             let item = match plan.try_recv() {
                 Ok(item) => Some(item),
                 Err(mpsc::error::TryRecvError::Disconnected) => None,
-                Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
-                    biased;
-                    () = &mut self.stopped => return Next::Stop,
-                    item = plan.recv() => item,
-                },
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    self.plan_waited = true;
+                    tokio::select! {
+                        biased;
+                        () = &mut self.stopped => return Next::Stop,
+                        item = plan.recv() => item,
+                    }
+                }
             };
             match item {
                 None => return Next::End,
@@ -211,24 +250,24 @@ impl Dispatch {
         }
     }
 
-    /// Waits for `op`'s due time (delay mode) and a free slot, then starts it as a task; an
-    /// operation later than `max_lateness` is dropped and counted, and a stop while
-    /// waiting counts it as interrupted.
-    async fn start(&mut self, op: PlannedOp) {
+    /// Waits for `op`'s due time (delay mode) and a free slot, then makes its task (`None`
+    /// when it does not run): an operation later than `max_lateness` is dropped and
+    /// counted, and a stop while waiting counts it as interrupted.
+    async fn start(&mut self, op: PlannedOp) -> Option<OpTask> {
         let intended = match self.options.mode {
             Mode::Delay => Some(self.anchor + op.offset),
             Mode::Stress => None,
         };
         let Some(permit) = self.slot(intended).await else {
             self.report.interrupted += op.records();
-            return;
+            return None;
         };
         let recorder = &self.env.recorder;
         if let (Some(due), Some(max)) = (intended, self.options.max_lateness) {
             if Instant::now() > due + max {
                 recorder.offered(due).await;
                 self.report.late += op.records();
-                return;
+                return None;
             }
         }
         let started = Instant::now();
@@ -263,11 +302,11 @@ impl Dispatch {
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
         let task = boxed_in_place(|| run_task(op, choice, intended, started, env, permit, layer));
-        self.tasks.spawn(task);
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
         // gives its slot back as it ends, before the executor collects it.
         let held = self.options.concurrency.max(1) - self.permits.available_permits();
         self.report.max_in_flight = self.report.max_in_flight.max(held);
+        Some(task)
     }
 
     /// Waits until `intended` (if any) and for a free slot; the time spent waiting for the
@@ -293,34 +332,120 @@ impl Dispatch {
         permit.ok()
     }
 
-    /// After a stop: what was planned but not run is counted (and the planner stopped);
-    /// the tasks in flight get the grace period; the rest are cancelled and recorded so.
-    async fn stop(&mut self, mut plan: mpsc::Receiver<PlanItem>) {
+    /// After a stop: what was planned but not run is counted, and the planner stopped.
+    async fn drain(&mut self, plan: &mut mpsc::Receiver<PlanItem>) {
         plan.close();
         while let Some(item) = plan.recv().await {
             if let PlanItem::Op(op) = item {
                 self.report.interrupted += op.records();
             }
         }
-        let deadline = Instant::now() + self.options.grace;
-        loop {
-            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
-                Ok(Some(res)) => {
-                    self.reap(res);
-                }
-                Ok(None) => return,
-                Err(_) => break,
+    }
+}
+
+/// One of stress mode's workers: takes the next operation (the plan and the dispatcher's
+/// state in turn with the other workers), carries it out, and again, until the plan ends
+/// or a stop.
+async fn work(taking: Arc<tokio::sync::Mutex<Taking>>, finished: Arc<Finished>) -> TaskDone {
+    loop {
+        let task = {
+            let mut taking = taking.lock().await;
+            let Taking { dispatch, plan } = &mut *taking;
+            let Next::Run(op) = dispatch.next(plan).await else {
+                break;
+            };
+            // Taken at once, the operation waited for a worker since the last start, as
+            // the dispatcher waits for a slot (the cap binding, as a closed loop's does).
+            let now = Instant::now();
+            if !dispatch.plan_waited {
+                dispatch.report.cap_wait += now.saturating_duration_since(dispatch.last_start);
             }
+            (dispatch.last_start, dispatch.plan_waited) = (now, false);
+            match dispatch.start(op).await {
+                Some(task) => task,
+                None => continue,
+            }
+        };
+        let done = task.await;
+        finished.replayed.fetch_add(done.ops, Ordering::Relaxed);
+        finished.folded.fetch_add(done.folded, Ordering::Relaxed);
+    }
+    TaskDone { ops: 0, folded: 0 }
+}
+
+/// Settles one finished task: its operations counted as run; a task that did not end
+/// (cancelled, or a panic) left its operation behind, counted as interrupted and returned
+/// (with any other such) to be recorded.
+fn reap(report: &mut ExecReport, env: &TaskEnv, res: Result<TaskDone, JoinError>) -> Vec<InFlight> {
+    match res {
+        Ok(done) => {
+            report.replayed += done.ops;
+            report.folded += done.folded;
+            Vec::new()
         }
-        // Grace is over: stop the rest and record them as cancelled.
-        self.tasks.abort_all();
-        while let Some(res) = self.tasks.join_next().await {
-            for lost in self.reap(res) {
-                let sample =
-                    Sample::unanswered(lost.op, ErrorKind::Cancelled, lost.intended, lost.started);
-                let client = &self.env.targets.clients[lost.endpoint];
-                client.recorder().record(sample).await;
+        Err(_) => {
+            let lost = std::mem::take(
+                &mut *env
+                    .lost
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            report.interrupted += lost.iter().map(|l| l.records).sum::<u64>();
+            lost
+        }
+    }
+}
+
+/// The plan is over (or stopped): waits for the tasks in flight to end, or for a stop, also
+/// one that comes while they are awaited. `true` on a stop.
+async fn wait_for_end_or_stop(
+    tasks: &mut JoinSet<TaskDone>,
+    env: &TaskEnv,
+    report: &mut ExecReport,
+) -> bool {
+    let cancelled = env.shutdown.token();
+    while !cancelled.is_cancelled() {
+        let next = tokio::select! {
+            biased;
+            () = cancelled.cancelled() => break,
+            next = tasks.join_next() => next,
+        };
+        match next {
+            Some(res) => {
+                reap(report, env, res);
             }
+            None => break,
+        }
+    }
+    cancelled.is_cancelled()
+}
+
+/// After a stop: the tasks in flight get the grace period; the rest are cancelled and
+/// recorded so.
+async fn cancel_after_grace(
+    tasks: &mut JoinSet<TaskDone>,
+    env: &TaskEnv,
+    report: &mut ExecReport,
+    grace: std::time::Duration,
+) {
+    let deadline = Instant::now() + grace;
+    loop {
+        match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+            Ok(Some(res)) => {
+                reap(report, env, res);
+            }
+            Ok(None) => return,
+            Err(_) => break,
+        }
+    }
+    // Grace is over: stop the rest and record them as cancelled.
+    tasks.abort_all();
+    while let Some(res) = tasks.join_next().await {
+        for lost in reap(report, env, res) {
+            let sample =
+                Sample::unanswered(lost.op, ErrorKind::Cancelled, lost.intended, lost.started);
+            let client = &env.targets.clients[lost.endpoint];
+            client.recorder().record(sample).await;
         }
     }
 }
@@ -651,6 +776,126 @@ mod tests {
         assert_eq!(took, Duration::from_secs(3), "stop at 1 s, grace 2 s");
         assert_eq!(report.interrupted, 2);
         assert_eq!(cancelled, 2);
+    }
+
+    /// Stress mode's workers against a transport whose every answer takes `service`: `ops`
+    /// HEADs of distinct blobs, planned at once or one every `planned_every`, a stop at
+    /// `stop_at` if any. What the executor reported, the digests in the order they were
+    /// sent, and how long the run took.
+    async fn workers_run(
+        ops: u64,
+        concurrency: usize,
+        service: Duration,
+        planned_every: Option<Duration>,
+        stop_at: Option<Duration>,
+    ) -> (ExecReport, Vec<String>, Duration) {
+        let transport = Arc::new(ScriptedTransport::new(move |_| {
+            ScriptedResponse::status(200)
+                .header("content-length", "0")
+                .delay(service)
+        }));
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
+        let client = RegistryClient::new(
+            Arc::clone(&transport) as _,
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(1000);
+        let repo: crate::oci::Repository = "a/b".parse().unwrap();
+        tokio::spawn(async move {
+            for seq in 0..ops {
+                if let Some(every) = planned_every {
+                    tokio::time::sleep(every).await;
+                }
+                let op = PlannedOp {
+                    seq,
+                    offset: Duration::ZERO,
+                    action: Action::BlobHead {
+                        repo: repo.clone(),
+                        digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
+                    },
+                    folded: 0,
+                    session: None,
+                    client: 0,
+                    client_name: None,
+                };
+                let _ = tx.send(PlanItem::Op(op)).await;
+            }
+        });
+        let shutdown = Shutdown::new();
+        if let Some(at) = stop_at {
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                stop.cancel();
+            });
+        }
+        let options = ExecOptions {
+            mode: Mode::Stress,
+            concurrency,
+            max_lateness: None,
+            grace: Duration::from_secs(10),
+            precise_timer: false,
+        };
+        let started = Instant::now();
+        let report = Executor::single(client, options, shutdown).run(rx).await;
+        let took = started.elapsed();
+        aggregator.finish().await;
+        let sent = transport
+            .requests()
+            .iter()
+            .map(|r| r.url.path().rsplit('/').next().unwrap().to_owned())
+            .collect();
+        (report, sent, took)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stress_mode_workers_send_in_plan_order_and_keep_every_slot_busy() {
+        let (report, sent, took) = workers_run(40, 4, Duration::from_millis(10), None, None).await;
+        assert_eq!(report.replayed, 40);
+        let planned: Vec<String> = (0..40u64)
+            .map(|seq| crate::digest::Digest::sha256_of(&seq.to_be_bytes()).to_string())
+            .collect();
+        assert_eq!(sent, planned, "sent in the plan's order");
+        assert_eq!(report.max_in_flight, 4);
+        // 40 answers of 10 ms, four at a time, the plan always ahead: the cap binds all along.
+        assert_eq!(took, Duration::from_millis(100));
+        assert!(
+            report.cap_wait >= Duration::from_millis(90),
+            "{:?}",
+            report.cap_wait
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stress_mode_workers_waiting_for_the_plan_are_not_held_by_the_cap() {
+        // One operation planned every 20 ms, answered in 1 ms: the workers wait for the plan.
+        let every = Some(Duration::from_millis(20));
+        let (report, sent, _) = workers_run(20, 4, Duration::from_millis(1), every, None).await;
+        assert_eq!((report.replayed, sent.len()), (20, 20));
+        assert_eq!(report.max_in_flight, 1);
+        assert!(
+            report.cap_wait < Duration::from_millis(5),
+            "{:?}",
+            report.cap_wait
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_stress_mode_once_its_operations_in_flight_end() {
+        // Four answers due at 2 s, a stop at 1 s, 10 s of grace: the run ends at 2 s.
+        let (report, sent, took) = workers_run(
+            10,
+            4,
+            Duration::from_secs(2),
+            None,
+            Some(Duration::from_secs(1)),
+        )
+        .await;
+        assert_eq!(took, Duration::from_secs(2));
+        assert_eq!(sent.len(), 4);
+        assert_eq!((report.replayed, report.interrupted), (4, 6));
     }
 
     /// A task that ends leaves nothing behind; one dropped, even before it ever ran,

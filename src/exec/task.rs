@@ -1,8 +1,9 @@
-//! One planned operation carried out as a task of its own: a manifest PUT first waits for
-//! the uploads of its push; the operation goes to the endpoint the dispatcher chose (or,
-//! that endpoint being down, fails unsent as `endpoint_down`); its outcome feeds the
-//! endpoint's health, the progress line and the error log; a push's manifest PUT records
-//! the `image_push` session, a pull's operations the pull session.
+//! One planned operation carried out (a task of its own in delay mode, in turn on one of
+//! stress mode's workers): a manifest PUT first waits for the uploads of its push; the
+//! operation goes to the endpoint the dispatcher chose (or, that endpoint being down, fails
+//! unsent as `endpoint_down`); its outcome feeds the endpoint's health, the progress line
+//! and the error log; a push's manifest PUT records the `image_push` session, a pull's
+//! operations the pull session.
 
 use std::sync::Arc;
 
@@ -44,6 +45,9 @@ pub(super) struct TaskEnv {
 
 /// What a finished task tells the dispatcher.
 pub(super) struct TaskDone {
+    /// Operations carried out: one for an operation's task, none for a stress-mode worker
+    /// (which counts each as it ends).
+    pub(super) ops: u64,
     pub(super) folded: u64,
 }
 
@@ -328,6 +332,7 @@ pub(super) fn run_task(
         }
         unfinished.finished();
         TaskDone {
+            ops: 1,
             folded: u64::from(op.folded),
         }
     }
