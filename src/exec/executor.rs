@@ -7,7 +7,7 @@
 //! period, then cancels and records the rest.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -63,7 +63,9 @@ struct Dispatch {
     env: Arc<TaskEnv>,
     options: ExecOptions,
     anchor: Instant,
-    permits: Arc<Semaphore>,
+    /// The in-flight slots of delay mode's tasks; none for stress mode's workers, which are
+    /// the slots themselves.
+    permits: Option<Arc<Semaphore>>,
     report: ExecReport,
     pacer: Pacer,
     /// The order of each open pull's layers, with `--unpack`.
@@ -92,6 +94,8 @@ struct Taking {
 struct Finished {
     replayed: AtomicU64,
     folded: AtomicU64,
+    /// Workers carrying out an operation now.
+    running: AtomicUsize,
 }
 
 impl Executor {
@@ -120,9 +124,12 @@ impl Executor {
         let cancelled = self.shutdown.token().clone();
         let (precise, anchor) = (self.options.precise_timer, self.anchor);
         pacer::wait_for_anchor(anchor, precise, &cancelled).await;
+        // A layer waiting for its turn to be unpacked gives its slot back (`--unpack`): a
+        // worker cannot, so those runs start a task per operation in either mode.
+        let workers = self.options.mode == Mode::Stress && self.unpack.is_none();
         let now = Instant::now();
         let dispatch = Dispatch {
-            permits: Arc::new(Semaphore::new(self.options.concurrency.max(1))),
+            permits: (!workers).then(|| Arc::new(Semaphore::new(self.options.concurrency.max(1)))),
             options: self.options,
             anchor,
             report: ExecReport::default(),
@@ -144,9 +151,6 @@ impl Executor {
                 lost: std::sync::Mutex::default(),
             }),
         };
-        // A layer waiting for its turn to be unpacked gives its slot back (`--unpack`): a
-        // worker cannot, so those runs start a task per operation in either mode.
-        let workers = dispatch.options.mode == Mode::Stress && dispatch.env.unpacking.is_none();
         let mut report = if workers {
             dispatch.run_workers(plan).await
         } else {
@@ -258,9 +262,17 @@ impl Dispatch {
             Mode::Delay => Some(self.anchor + op.offset),
             Mode::Stress => None,
         };
-        let Some(permit) = self.slot(intended).await else {
-            self.report.interrupted += op.records();
-            return None;
+        // A worker is the slot itself; a task waits for one.
+        let permit = match &self.permits {
+            Some(permits) => {
+                let permits = Arc::clone(permits);
+                let Some(permit) = self.slot(permits, intended).await else {
+                    self.report.interrupted += op.records();
+                    return None;
+                };
+                Some(permit)
+            }
+            None => None,
         };
         let recorder = &self.env.recorder;
         if let (Some(due), Some(max)) = (intended, self.options.max_lateness) {
@@ -303,15 +315,22 @@ impl Dispatch {
         let env = Arc::clone(&self.env);
         let task = boxed_in_place(|| run_task(op, choice, intended, started, env, permit, layer));
         // Requests in flight are the slots held, never the tasks not yet reaped: a task
-        // gives its slot back as it ends, before the executor collects it.
-        let held = self.options.concurrency.max(1) - self.permits.available_permits();
-        self.report.max_in_flight = self.report.max_in_flight.max(held);
+        // gives its slot back as it ends, before the executor collects it (the workers
+        // count their own).
+        if let Some(permits) = &self.permits {
+            let held = self.options.concurrency.max(1) - permits.available_permits();
+            self.report.max_in_flight = self.report.max_in_flight.max(held);
+        }
         Some(task)
     }
 
     /// Waits until `intended` (if any) and for a free slot; the time spent waiting for the
     /// slot is counted as the cap binding. `None` on a stop.
-    async fn slot(&mut self, intended: Option<Instant>) -> Option<OwnedSemaphorePermit> {
+    async fn slot(
+        &mut self,
+        permits: Arc<Semaphore>,
+        intended: Option<Instant>,
+    ) -> Option<OwnedSemaphorePermit> {
         if let Some(due) = intended {
             tokio::select! {
                 biased;
@@ -319,14 +338,14 @@ impl Dispatch {
                 _ = self.pacer.sleep_until(due) => {}
             }
         }
-        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+        if let Ok(permit) = Arc::clone(&permits).try_acquire_owned() {
             return Some(permit);
         }
         let waited = Instant::now();
         let permit = tokio::select! {
             biased;
             () = &mut self.stopped => return None,
-            p = Arc::clone(&self.permits).acquire_owned() => p,
+            p = permits.acquire_owned() => p,
         };
         self.report.cap_wait += waited.elapsed();
         permit.ok()
@@ -361,12 +380,15 @@ async fn work(taking: Arc<tokio::sync::Mutex<Taking>>, finished: Arc<Finished>) 
                 dispatch.report.cap_wait += now.saturating_duration_since(dispatch.last_start);
             }
             (dispatch.last_start, dispatch.plan_waited) = (now, false);
-            match dispatch.start(op).await {
-                Some(task) => task,
-                None => continue,
-            }
+            let Some(task) = dispatch.start(op).await else {
+                continue;
+            };
+            let running = finished.running.fetch_add(1, Ordering::Relaxed) + 1;
+            dispatch.report.max_in_flight = dispatch.report.max_in_flight.max(running);
+            task
         };
         let done = task.await;
+        finished.running.fetch_sub(1, Ordering::Relaxed);
         finished.replayed.fetch_add(done.ops, Ordering::Relaxed);
         finished.folded.fetch_add(done.folded, Ordering::Relaxed);
     }
@@ -939,7 +961,7 @@ mod tests {
             };
             let permit = Arc::clone(&permits).try_acquire_owned().unwrap();
             let env = Arc::clone(&env);
-            boxed_in_place(|| run_task(op, choice, None, Instant::now(), env, permit, None))
+            boxed_in_place(|| run_task(op, choice, None, Instant::now(), env, Some(permit), None))
         };
         assert_eq!(task(0).await.folded, 2);
         assert!(env.lost.lock().unwrap().is_empty());

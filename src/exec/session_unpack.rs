@@ -149,7 +149,7 @@ pub(super) async fn apply(
     u: &Unpacking,
     layer: LayerSlot,
     read: ReadLayer<'_>,
-    slot: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
     recorder: &Recorder,
     errors: &ErrorLog,
 ) -> Applied {

@@ -200,9 +200,10 @@ struct Push {
     start: Option<Instant>,
 }
 
-/// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot)
-/// until it is done; a layer of a pull with its place in the pull (`layer`, `--unpack`) is
-/// then unpacked, its slot given back once it waits for that.
+/// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot;
+/// none on a stress-mode worker, which is the slot) until it is done; a layer of a pull
+/// with its place in the pull (`layer`, `--unpack`) is then unpacked, its slot given back
+/// once it waits for that.
 ///
 /// An `async move` block, not an `async fn`, which would hold its arguments twice (as
 /// passed and as locals) in the task of every operation.
@@ -213,7 +214,7 @@ pub(super) fn run_task(
     intended: Option<Instant>,
     started: Instant,
     env: Arc<TaskEnv>,
-    permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     layer: Option<LayerSlot>,
 ) -> impl std::future::Future<Output = TaskDone> + Send {
     let (Choice::Use { endpoint, .. } | Choice::Down { endpoint }) = choice;
