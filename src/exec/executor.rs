@@ -613,6 +613,22 @@ mod tests {
         assert!(ms(s.schedule_lag.as_ref().unwrap().value_at_quantile(0.99)) < 2.0);
     }
 
+    /// A HEAD of a blob of its own (the digest of `seq`) in `a/b`, due at once.
+    fn blob_head(seq: u64) -> PlannedOp {
+        PlannedOp {
+            seq,
+            offset: Duration::ZERO,
+            action: Action::BlobHead {
+                repo: "a/b".parse().unwrap(),
+                digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
+            },
+            folded: 0,
+            session: None,
+            client: 0,
+            client_name: None,
+        }
+    }
+
     /// Two endpoints, the second refusing every connection; 60 HEADs alternate between
     /// them (round-robin), one at a time so the failure streak is exact. A real registry
     /// cannot be made to refuse exactly these connections on demand.
@@ -658,21 +674,8 @@ mod tests {
             probe_interval: Duration::from_secs(3600),
         };
         let (tx, rx) = mpsc::channel(100);
-        let repo: crate::oci::Repository = "a/b".parse().unwrap();
         for seq in 0..60u64 {
-            let op = PlannedOp {
-                seq,
-                offset: Duration::ZERO,
-                action: Action::BlobHead {
-                    repo: repo.clone(),
-                    digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
-                },
-                folded: 0,
-                session: None,
-                client: 0,
-                client_name: None,
-            };
-            tx.send(PlanItem::Op(op)).await.unwrap();
+            tx.send(PlanItem::Op(blob_head(seq))).await.unwrap();
         }
         drop(tx);
         let options = ExecOptions {
@@ -824,25 +827,12 @@ mod tests {
             ClientOptions::default(),
         );
         let (tx, rx) = mpsc::channel(1000);
-        let repo: crate::oci::Repository = "a/b".parse().unwrap();
         tokio::spawn(async move {
             for seq in 0..ops {
                 if let Some(every) = planned_every {
                     tokio::time::sleep(every).await;
                 }
-                let op = PlannedOp {
-                    seq,
-                    offset: Duration::ZERO,
-                    action: Action::BlobHead {
-                        repo: repo.clone(),
-                        digest: crate::digest::Digest::sha256_of(&seq.to_be_bytes()),
-                    },
-                    folded: 0,
-                    session: None,
-                    client: 0,
-                    client_name: None,
-                };
-                let _ = tx.send(PlanItem::Op(op)).await;
+                let _ = tx.send(PlanItem::Op(blob_head(seq))).await;
             }
         });
         let shutdown = Shutdown::new();
