@@ -262,28 +262,23 @@ impl Dispatch {
             Mode::Delay => Some(self.anchor + op.offset),
             Mode::Stress => None,
         };
-        // A worker is the slot itself; a task waits for one.
-        let permit = match &self.permits {
-            Some(permits) => {
-                let permits = Arc::clone(permits);
-                let Some(permit) = self.slot(permits, intended).await else {
-                    self.report.interrupted += op.records();
-                    return None;
-                };
-                Some(permit)
-            }
-            None => None,
+        let Some(permit) = self.slot(intended).await else {
+            self.report.interrupted += op.records();
+            return None;
         };
-        let recorder = &self.env.recorder;
         if let (Some(due), Some(max)) = (intended, self.options.max_lateness) {
             if Instant::now() > due + max {
-                recorder.offered(due).await;
+                self.env.recorder.offered(due).await;
                 self.report.late += op.records();
                 return None;
             }
         }
         let started = Instant::now();
+        if self.permits.is_none() {
+            self.worker_started(started);
+        }
         let at = intended.unwrap_or(started);
+        let recorder = &self.env.recorder;
         match op.session {
             Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => {
                 recorder.offered_in(at, id).await;
@@ -324,13 +319,19 @@ impl Dispatch {
         Some(task)
     }
 
-    /// Waits until `intended` (if any) and for a free slot; the time spent waiting for the
-    /// slot is counted as the cap binding. `None` on a stop.
-    async fn slot(
-        &mut self,
-        permits: Arc<Semaphore>,
-        intended: Option<Instant>,
-    ) -> Option<OwnedSemaphorePermit> {
+    /// A worker's operation starts: taken at once, it waited for a worker since the last
+    /// start, as the dispatcher waits for a slot (the cap binding, as a closed loop's does).
+    fn worker_started(&mut self, started: Instant) {
+        if !self.plan_waited {
+            self.report.cap_wait += started.saturating_duration_since(self.last_start);
+        }
+        (self.last_start, self.plan_waited) = (started, false);
+    }
+
+    /// Waits until `intended` (if any) and for a free slot: a task's permit, or `Some(None)`
+    /// for a worker, the slot itself. The time spent waiting for the slot is counted as the
+    /// cap binding. `None` on a stop.
+    async fn slot(&mut self, intended: Option<Instant>) -> Option<Option<OwnedSemaphorePermit>> {
         if let Some(due) = intended {
             tokio::select! {
                 biased;
@@ -338,17 +339,20 @@ impl Dispatch {
                 _ = self.pacer.sleep_until(due) => {}
             }
         }
-        if let Ok(permit) = Arc::clone(&permits).try_acquire_owned() {
-            return Some(permit);
+        let Some(permits) = &self.permits else {
+            return Some(None);
+        };
+        if let Ok(permit) = Arc::clone(permits).try_acquire_owned() {
+            return Some(Some(permit));
         }
         let waited = Instant::now();
         let permit = tokio::select! {
             biased;
             () = &mut self.stopped => return None,
-            p = permits.acquire_owned() => p,
+            p = Arc::clone(permits).acquire_owned() => p,
         };
         self.report.cap_wait += waited.elapsed();
-        permit.ok()
+        permit.ok().map(Some)
     }
 
     /// After a stop: what was planned but not run is counted, and the planner stopped.
@@ -373,13 +377,6 @@ async fn work(taking: Arc<tokio::sync::Mutex<Taking>>, finished: Arc<Finished>) 
             let Next::Run(op) = dispatch.next(plan).await else {
                 break;
             };
-            // Taken at once, the operation waited for a worker since the last start, as
-            // the dispatcher waits for a slot (the cap binding, as a closed loop's does).
-            let now = Instant::now();
-            if !dispatch.plan_waited {
-                dispatch.report.cap_wait += now.saturating_duration_since(dispatch.last_start);
-            }
-            (dispatch.last_start, dispatch.plan_waited) = (now, false);
             let Some(task) = dispatch.start(op).await else {
                 continue;
             };
