@@ -48,7 +48,9 @@ pub struct Executor {
     pub replicas: Option<Arc<Replicas>>,
 }
 
-/// What the dispatcher does next.
+/// What the dispatcher does next. An operation is nearly every answer: inline, not boxed
+/// (an allocation per operation on the request path).
+#[allow(clippy::large_enum_variant)]
 enum Next {
     Run(PlannedOp),
     /// The plan is over.
@@ -246,7 +248,7 @@ impl Dispatch {
             match item {
                 None => return Next::End,
                 Some(PlanItem::CloseSession(id)) => {
-                    self.chains.close(id);
+                    self.close_chain(Some(id));
                     self.env.recorder.session(SessionMsg::Closed { id }).await;
                 }
                 Some(PlanItem::Op(op)) => return Next::Run(op),
@@ -268,7 +270,8 @@ impl Dispatch {
         };
         if let (Some(due), Some(max)) = (intended, self.options.max_lateness) {
             if Instant::now() > due + max {
-                self.env.recorder.offered(due).await;
+                self.env.recorder.offered(due, None, op.closes).await;
+                self.close_chain(op.closes);
                 self.report.late += op.records();
                 return None;
             }
@@ -278,13 +281,11 @@ impl Dispatch {
             self.worker_started(started);
         }
         let at = intended.unwrap_or(started);
-        let recorder = &self.env.recorder;
-        match op.session {
-            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => {
-                recorder.offered_in(at, id).await;
-            }
-            _ => recorder.offered(at).await,
-        }
+        let member = match op.session {
+            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
+            None => None,
+        };
+        self.env.recorder.offered(at, member, op.closes).await;
         if matches!(
             op.action,
             Action::BlobUpload { .. } | Action::BlobMount { .. }
@@ -305,6 +306,7 @@ impl Dispatch {
             ) => Some(self.chains.slot(id, repo, u)),
             _ => None,
         };
+        self.close_chain(op.closes);
         // Boxed: the task's future is a few kilobytes (the whole client call inline), and
         // the runtime would otherwise copy it into the task and again on completion.
         let env = Arc::clone(&self.env);
@@ -317,6 +319,15 @@ impl Dispatch {
             self.report.max_in_flight = self.report.max_in_flight.max(held);
         }
         Some(task)
+    }
+
+    /// Pull `closes` gains no further member: its layers' unpack order ends there (its
+    /// session's end goes to the aggregator with the message of the operation that closed
+    /// it, or as one of its own).
+    fn close_chain(&mut self, closes: Option<u64>) {
+        if let Some(id) = closes {
+            self.chains.close(id);
+        }
     }
 
     /// A worker's operation starts: taken at once, it waited for a worker since the last
@@ -532,6 +543,7 @@ mod tests {
                     session: None,
                     client: 0,
                     client_name: None,
+                    closes: None,
                 };
                 let _ = tx.send(PlanItem::Op(op)).await;
             }
@@ -610,6 +622,60 @@ mod tests {
         assert!(ms(s.schedule_lag.as_ref().unwrap().value_at_quantile(0.99)) < 2.0);
     }
 
+    /// One client's two pulls: the manifest GET of the second, due 10 ms after the first's
+    /// (answered in 50 ms, one slot), closes the first as it starts.
+    async fn two_pulls(mode: Mode, max_lateness: Option<Duration>) -> (Aggregator, ExecReport) {
+        let transport = ScriptedTransport::new(|_| {
+            ScriptedResponse::status(200)
+                .header("content-length", "0")
+                .delay(Duration::from_millis(50))
+        });
+        let (recorder, aggregator) = AggregatorBuilder::default().spawn();
+        let client = RegistryClient::new(
+            Arc::new(transport),
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        );
+        let (tx, rx) = mpsc::channel(4);
+        for (seq, closes) in [(0, None), (1, Some(0))] {
+            let op = PlannedOp {
+                offset: Duration::from_millis(10 * seq),
+                session: Some(SessionTag::PullHead(seq)),
+                closes,
+                ..blob_head(seq)
+            };
+            tx.send(PlanItem::Op(op)).await.unwrap();
+        }
+        drop(tx);
+        let options = ExecOptions {
+            mode,
+            concurrency: 1,
+            max_lateness,
+            grace: Duration::from_secs(1),
+            precise_timer: false,
+        };
+        let report = Executor::single(client, options, Shutdown::new())
+            .run(rx)
+            .await;
+        (aggregator.finish().await, report)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operation_closes_the_pull_it_names_as_it_starts_or_is_dropped() {
+        // The first pull is recorded once closed; the second, never closed, is not.
+        for (mode, max_lateness, late) in [
+            (Mode::Stress, None, 0),
+            (Mode::Delay, None, 0),
+            (Mode::Delay, Some(Duration::from_millis(5)), 1),
+        ] {
+            let (agg, report) = two_pulls(mode, max_lateness).await;
+            assert_eq!(report.late, late, "{mode:?}");
+            let pulls = agg.table().op_total(Op::ImagePull);
+            assert_eq!(pulls.map(|p| p.count), Some(1), "{mode:?} {max_lateness:?}");
+        }
+    }
+
     /// A HEAD of a blob of its own (the digest of `seq`) in `a/b`, due at once.
     fn blob_head(seq: u64) -> PlannedOp {
         PlannedOp {
@@ -623,6 +689,7 @@ mod tests {
             session: None,
             client: 0,
             client_name: None,
+            closes: None,
         }
     }
 
@@ -757,6 +824,7 @@ mod tests {
                 session: None,
                 client: 0,
                 client_name: None,
+                closes: None,
             };
             tx.send(PlanItem::Op(op)).await.unwrap();
         }
@@ -941,6 +1009,7 @@ mod tests {
                 session: None,
                 client: 0,
                 client_name: None,
+                closes: None,
             };
             let choice = Choice::Use {
                 endpoint: 0,

@@ -327,7 +327,11 @@ impl Aggregator {
             }
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => self.session(m, sink),
-            Msg::Offered(at, session) => {
+            Msg::Offered {
+                at,
+                session,
+                closes,
+            } => {
                 self.offered_total += 1;
                 if let Some(live) = &self.live {
                     live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
@@ -337,6 +341,9 @@ impl Aggregator {
                 if let Some(id) = session {
                     // A member's start never finishes its session: nothing to record.
                     let _ = self.sessions.handle(SessionMsg::Started { id, start: at });
+                }
+                if let Some(id) = closes {
+                    self.session(SessionMsg::Closed { id }, sink);
                 }
             }
             Msg::Tick(now) => {

@@ -700,8 +700,8 @@ mod tests {
         let (recorder, handle) = AggregatorBuilder::default().spawn();
         let first = sample(Op::ManifestGet, Outcome::Ok, None, 5);
         let start = first.timing.sent - Duration::from_millis(1);
-        recorder.offered_in(start, 7).await;
-        recorder.offered_in(start, 7).await;
+        recorder.offered(start, Some(7), None).await;
+        recorder.offered(start, Some(7), None).await;
         recorder.record_member(first, None, None, Some(7)).await;
         recorder.session(SessionMsg::Closed { id: 7 }).await;
         let mut failed = sample(Op::BlobGet, Outcome::Error(ErrorKind::Timeout), None, 30);
@@ -723,6 +723,26 @@ mod tests {
         );
         assert_eq!(table.op_total(Op::ManifestGet).unwrap().count, 1);
         assert_eq!(table.op_total(Op::BlobGet).unwrap().errors, 1);
+    }
+
+    /// An operation's offer that names a session it closes closes it: the closed pull is
+    /// recorded (its members ended), the pull the operation starts stays open.
+    #[tokio::test]
+    async fn an_offer_closes_the_session_it_names_after_its_own_start() {
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
+        let first = sample(Op::ManifestGet, Outcome::Ok, None, 5);
+        let start = first.timing.sent;
+        recorder.offered(start, Some(1), None).await;
+        recorder.record_member(first, None, None, Some(1)).await;
+        let later = first.timing.end + Duration::from_millis(10);
+        // Pull 2 starts and closes pull 1 in one message.
+        recorder.offered(later, Some(2), Some(1)).await;
+        let agg = handle.finish().await;
+        let pulls = agg.table().op_total(Op::ImagePull).unwrap();
+        assert_eq!((pulls.count, pulls.errors), (1, 0), "pull 1 only");
+        let lat = pulls.latency.max();
+        assert!((4_500..=5_500).contains(&lat), "pull 1's own span: {lat}");
+        assert_eq!(agg.table().op_total(Op::ManifestGet).unwrap().count, 1);
     }
 
     /// A session whose layers were unpacked is ready at its last layer applied (after its

@@ -20,10 +20,15 @@ pub(crate) enum Msg {
     Endpoint(u16),
     Event(Event),
     Session(SessionMsg),
-    /// An operation was due (delay mode: its intended instant) or dispatched (stress), and
-    /// (when it is a member of an image session) started as a member of session `.1` at
-    /// that instant: one message for both.
-    Offered(Instant, Option<u64>),
+    /// An operation was due (delay mode: its intended instant) or dispatched (stress) `at`;
+    /// when it is a member of an image session, it started as a member of `session` then;
+    /// and image session `closes` gains no further member ([`SessionMsg::Closed`], after
+    /// the start): one message for all three.
+    Offered {
+        at: Instant,
+        session: Option<u64>,
+        closes: Option<u64>,
+    },
     /// The interval clock ticked at this instant (taken on the async side, the clock the
     /// samples use).
     Tick(Instant),
@@ -193,15 +198,20 @@ impl Recorder {
         self.put(Msg::Session(msg))
     }
 
-    /// An operation was due at `at` (the offered load of the timeline).
-    pub fn offered(&self, at: Instant) -> impl Future<Output = ()> + Send + '_ {
-        self.put(Msg::Offered(at, None))
-    }
-
-    /// An operation was due at `at` and starts then as a member of image session `session`
-    /// ([`SessionMsg::Started`]).
-    pub fn offered_in(&self, at: Instant, session: u64) -> impl Future<Output = ()> + Send + '_ {
-        self.put(Msg::Offered(at, Some(session)))
+    /// An operation was due at `at` (the offered load of the timeline); it starts then as
+    /// a member of image session `session` ([`SessionMsg::Started`]), if any, and image
+    /// session `closes`, if any, gains no further member ([`SessionMsg::Closed`]).
+    pub fn offered(
+        &self,
+        at: Instant,
+        session: Option<u64>,
+        closes: Option<u64>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.put(Msg::Offered {
+            at,
+            session,
+            closes,
+        })
     }
 }
 

@@ -204,6 +204,11 @@ pub struct PlannedOp {
     /// The trace client as the trace names it (anonymized traces stay so), `None` if
     /// absent: whom the operation's figures are attributed to.
     pub client_name: Option<std::sync::Arc<str>>,
+    /// An image pull that no member joins after this operation's start (its client's pull
+    /// of the same repository before this one, or one its session gap ended): closed as
+    /// this operation starts, as a [`PlanItem::CloseSession`] right after it would close
+    /// it, without an item and a message of its own.
+    pub closes: Option<u64>,
 }
 
 impl PlannedOp {
@@ -213,8 +218,10 @@ impl PlannedOp {
     }
 }
 
-/// What the planner yields.
+/// What the planner yields. Nearly every item is an operation: inline, not boxed (an
+/// allocation per operation on the request path).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum PlanItem {
     Op(PlannedOp),
     /// No further layer will join image pull `id`.

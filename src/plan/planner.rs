@@ -217,6 +217,7 @@ where
             session,
             client,
             client_name,
+            closes: None,
         };
         self.seq += 1;
         self.counts.ops += 1;
@@ -524,7 +525,10 @@ where
                         continue;
                     }
                     self.counts.records += 1;
-                    if let Some(op) = self.plan(&record, role) {
+                    if let Some(mut op) = self.plan(&record, role) {
+                        // The first pull this record closed goes with it (the most a pull
+                        // head closes); any other follows as an item of its own.
+                        op.closes = self.closing.pop_front();
                         return Some(Ok(PlanItem::Op(op)));
                     }
                 }
@@ -689,17 +693,33 @@ mod tests {
         let shape: Vec<String> = items
             .iter()
             .map(|i| match i {
-                PlanItem::Op(op) => match op.session {
-                    Some(SessionTag::PullHead(id)) => format!("head {id}"),
-                    Some(SessionTag::PullLayer(id)) => format!("layer {id}"),
-                    _ => "other".into(),
-                },
+                PlanItem::Op(op) => {
+                    let what = match op.session {
+                        Some(SessionTag::PullHead(id)) => format!("head {id}"),
+                        Some(SessionTag::PullLayer(id)) => format!("layer {id}"),
+                        _ => "other".into(),
+                    };
+                    match op.closes {
+                        Some(id) => format!("{what} closes {id}"),
+                        None => what,
+                    }
+                }
                 PlanItem::CloseSession(id) => format!("close {id}"),
             })
             .collect();
+        // c's second manifest GET carries the close of its first pull; the pulls left
+        // open at the end are closed by items of their own.
         assert_eq!(
             shape,
-            ["head 0", "layer 0", "head 2", "head 3", "close 0", "layer 3", "close 2", "close 3"],
+            [
+                "head 0",
+                "layer 0",
+                "head 2",
+                "head 3 closes 0",
+                "layer 3",
+                "close 2",
+                "close 3"
+            ],
             "{items:?}"
         );
     }
