@@ -506,6 +506,31 @@ mod tests {
 
     const STALL: Duration = Duration::from_millis(500);
 
+    /// A client of a scripted registry, recording into `recorder`.
+    fn scripted_client(
+        transport: Arc<dyn crate::net::transport::Transport>,
+        recorder: Recorder,
+    ) -> RegistryClient {
+        RegistryClient::new(
+            transport,
+            "http://registry.test/".parse().unwrap(),
+            recorder,
+            ClientOptions::default(),
+        )
+    }
+
+    /// A run's options: `mode` over `concurrency` slots, no bound on lateness, `grace` after
+    /// a stop.
+    fn run_options(mode: Mode, concurrency: usize, grace: Duration) -> ExecOptions {
+        ExecOptions {
+            mode,
+            concurrency,
+            max_lateness: None,
+            grace,
+            precise_timer: false,
+        }
+    }
+
     /// 100 HEADs, one every 10 ms (100/s); the 10th request stalls 500 ms, the rest take 1 ms.
     async fn run(mode: Mode, concurrency: usize) -> (Aggregator, ExecReport) {
         let n = Arc::new(AtomicU32::new(0));
@@ -521,12 +546,7 @@ mod tests {
                 .delay(delay)
         });
         let (recorder, aggregator) = AggregatorBuilder::default().spawn();
-        let client = RegistryClient::new(
-            Arc::new(transport),
-            "http://registry.test/".parse().unwrap(),
-            recorder,
-            ClientOptions::default(),
-        );
+        let client = scripted_client(Arc::new(transport), recorder);
         let (tx, rx) = mpsc::channel(16);
         let repo: crate::oci::Repository = "a/b".parse().unwrap();
         let digest = crate::digest::Digest::sha256_of(b"x");
@@ -548,13 +568,7 @@ mod tests {
                 let _ = tx.send(PlanItem::Op(op)).await;
             }
         });
-        let options = ExecOptions {
-            mode,
-            concurrency,
-            max_lateness: None,
-            grace: Duration::from_secs(1),
-            precise_timer: false,
-        };
+        let options = run_options(mode, concurrency, Duration::from_secs(1));
         let report = Executor::single(client, options, Shutdown::new())
             .run(rx)
             .await;
@@ -631,12 +645,7 @@ mod tests {
                 .delay(Duration::from_millis(50))
         });
         let (recorder, aggregator) = AggregatorBuilder::default().spawn();
-        let client = RegistryClient::new(
-            Arc::new(transport),
-            "http://registry.test/".parse().unwrap(),
-            recorder,
-            ClientOptions::default(),
-        );
+        let client = scripted_client(Arc::new(transport), recorder);
         let (tx, rx) = mpsc::channel(4);
         for (seq, closes) in [(0, None), (1, Some(0))] {
             let op = PlannedOp {
@@ -649,11 +658,8 @@ mod tests {
         }
         drop(tx);
         let options = ExecOptions {
-            mode,
-            concurrency: 1,
             max_lateness,
-            grace: Duration::from_secs(1),
-            precise_timer: false,
+            ..run_options(mode, 1, Duration::from_secs(1))
         };
         let report = Executor::single(client, options, Shutdown::new())
             .run(rx)
@@ -742,13 +748,7 @@ mod tests {
             tx.send(PlanItem::Op(blob_head(seq))).await.unwrap();
         }
         drop(tx);
-        let options = ExecOptions {
-            mode: Mode::Stress,
-            concurrency: 1,
-            max_lateness: None,
-            grace: Duration::from_secs(1),
-            precise_timer: false,
-        };
+        let options = run_options(Mode::Stress, 1, Duration::from_secs(1));
         let report = Executor {
             targets,
             recorder,
@@ -808,12 +808,7 @@ mod tests {
             ScriptedResponse::status(200).delay(Duration::from_secs(3600))
         });
         let (recorder, aggregator) = AggregatorBuilder::default().spawn();
-        let client = RegistryClient::new(
-            Arc::new(transport),
-            "http://registry.test/".parse().unwrap(),
-            recorder,
-            ClientOptions::default(),
-        );
+        let client = scripted_client(Arc::new(transport), recorder);
         let (tx, rx) = mpsc::channel(1000);
         for seq in 0..ops {
             let op = PlannedOp {
@@ -835,13 +830,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(1)).await;
             stop.cancel();
         });
-        let options = ExecOptions {
-            mode: Mode::Stress,
-            concurrency: 4,
-            max_lateness: None,
-            grace,
-            precise_timer: false,
-        };
+        let options = run_options(Mode::Stress, 4, grace);
         let started = Instant::now();
         let report = Executor::single(client, options, shutdown).run(rx).await;
         let took = started.elapsed();
@@ -885,12 +874,7 @@ mod tests {
                 .delay(service)
         }));
         let (recorder, aggregator) = AggregatorBuilder::default().spawn();
-        let client = RegistryClient::new(
-            Arc::clone(&transport) as _,
-            "http://registry.test/".parse().unwrap(),
-            recorder,
-            ClientOptions::default(),
-        );
+        let client = scripted_client(Arc::clone(&transport) as _, recorder);
         let (tx, rx) = mpsc::channel(1000);
         tokio::spawn(async move {
             for seq in 0..ops {
@@ -908,13 +892,7 @@ mod tests {
                 stop.cancel();
             });
         }
-        let options = ExecOptions {
-            mode: Mode::Stress,
-            concurrency,
-            max_lateness: None,
-            grace: Duration::from_secs(10),
-            precise_timer: false,
-        };
+        let options = run_options(Mode::Stress, concurrency, Duration::from_secs(10));
         let started = Instant::now();
         let report = Executor::single(client, options, shutdown).run(rx).await;
         let took = started.elapsed();
@@ -981,12 +959,7 @@ mod tests {
     async fn only_a_task_dropped_before_its_end_leaves_its_operation_behind() {
         let transport = ScriptedTransport::new(|_| ScriptedResponse::status(200));
         let (recorder, aggregator) = AggregatorBuilder::default().spawn();
-        let client = RegistryClient::new(
-            Arc::new(transport),
-            "http://registry.test/".parse().unwrap(),
-            recorder.clone(),
-            ClientOptions::default(),
-        );
+        let client = scripted_client(Arc::new(transport), recorder.clone());
         let env = Arc::new(TaskEnv {
             targets: Targets::single(client),
             recorder,
