@@ -26,6 +26,7 @@ use super::unpack::UnpackWork;
 #[cfg(test)]
 use crate::client::RegistryClient;
 use crate::metrics::{ErrorKind, ErrorLog, Recorder, Sample, SessionMsg};
+use crate::net::transport::boxed_in_place;
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
 use crate::progress::Progress;
 use crate::shutdown::Shutdown;
@@ -478,14 +479,6 @@ async fn cancel_after_grace(
             client.recorder().record(sample).await;
         }
     }
-}
-
-/// The future `make` returns, made in a heap slot allocated first: only what it holds
-/// before its first poll (its arguments, a few hundred bytes) is written there, where
-/// `Box::pin` of a future built on the stack copies all of its size over (a task's is a
-/// few kilobytes, the largest state it may reach).
-fn boxed_in_place<F: std::future::Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 #[cfg(test)]

@@ -31,6 +31,15 @@ pub use super::req_url::ReqUrl;
 use crate::content::ContentSpec;
 use crate::metrics::ErrorKind;
 
+/// The future `make` returns, made in a heap slot allocated first: only what it holds
+/// before its first poll (its arguments, a few hundred bytes) is written there, where
+/// `Box::pin` of a future built on the stack copies all of its size over (an operation's
+/// task is a few kilobytes, the largest state it may reach; a transport's exchange over a
+/// kilobyte).
+pub(crate) fn boxed_in_place<F: std::future::Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
 /// What to send as a request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestBody {
