@@ -49,8 +49,8 @@ pub struct Executor {
     pub replicas: Option<Arc<Replicas>>,
 }
 
-/// What the dispatcher does next. An operation is nearly every answer: inline, not boxed
-/// (an allocation per operation on the request path).
+/// What the dispatcher does next: nearly always an operation, kept inline (boxed, it would
+/// be an allocation per operation on the request path).
 #[allow(clippy::large_enum_variant)]
 enum Next {
     Run(PlannedOp),

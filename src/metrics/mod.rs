@@ -728,7 +728,7 @@ mod tests {
     /// An operation's offer that names a session it closes closes it: the closed pull is
     /// recorded (its members ended), the pull the operation starts stays open.
     #[tokio::test]
-    async fn an_offer_closes_the_session_it_names_after_its_own_start() {
+    async fn an_offer_closes_the_session_it_names() {
         let (recorder, handle) = AggregatorBuilder::default().spawn();
         let first = sample(Op::ManifestGet, Outcome::Ok, None, 5);
         let start = first.timing.sent;

@@ -218,7 +218,7 @@ impl PlannedOp {
     }
 }
 
-/// What the planner yields. Nearly every item is an operation: inline, not boxed (an
+/// What the planner yields: nearly always an operation, kept inline (boxed, it would be an
 /// allocation per operation on the request path).
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)]

@@ -526,8 +526,9 @@ where
                     }
                     self.counts.records += 1;
                     if let Some(mut op) = self.plan(&record, role) {
-                        // The first pull this record closed goes with it (the most a pull
-                        // head closes); any other follows as an item of its own.
+                        // The first pull closed while planning this record (the one its
+                        // pull head ends, or one the session gap ended) goes with it; any
+                        // other follows as an item of its own.
                         op.closes = self.closing.pop_front();
                         return Some(Ok(PlanItem::Op(op)));
                     }
