@@ -31,7 +31,7 @@
 //! [`TraceError`]s, never a panic. After the first error, or once a limit is reached, the
 //! iterator returns `None` for good.
 
-use std::cmp::Ordering;
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::fs;
@@ -293,17 +293,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), TraceError> {
     Ok(())
 }
 
-/// A record in the merge heap, ordered so that `BinaryHeap` pops the smallest
-/// (time, file, number) first, with its text when the detailed view wants it.
+/// A record in the merge heap, with its text when the detailed view wants it.
 struct Entry {
     record: Record,
     text: Option<Box<[u8]>>,
-}
-
-impl Entry {
-    fn key(&self) -> (i64, u32, u64) {
-        (self.record.time_ms, self.record.file, self.record.number)
-    }
 }
 
 /// What travels with an item besides itself: its text and, if invalid, why.
@@ -315,20 +308,66 @@ struct Extra {
 
 type Out = (Result<Item, TraceError>, Extra);
 
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
+/// A heap entry: a record's merge key, (time, file, number), and where the record lies.
+/// Ordered by the key, unique per record; the slot never decides.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    time_ms: i64,
+    file: u32,
+    number: u64,
+    slot: u32,
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
+
+/// The merge heap: 24-byte keys in a binary heap and the records in a slab beside it, so
+/// that a pop sifts through the keys of a few thousand records (tens of kilobytes, in
+/// cache) and reads one record, where a heap of whole records moved ~100 bytes per level
+/// through memory the size of the reorder buffers.
+#[derive(Default)]
+struct MergeHeap {
+    keys: BinaryHeap<std::cmp::Reverse<Key>>,
+    slab: Vec<Option<Entry>>,
+    /// Free slots of the slab.
+    free: Vec<u32>,
 }
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.key().cmp(&self.key())
+
+impl MergeHeap {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The time of the smallest record, if any.
+    fn peek_time(&self) -> Option<i64> {
+        self.keys.peek().map(|k| k.0.time_ms)
+    }
+
+    fn push(&mut self, entry: Entry) {
+        let r = &entry.record;
+        let (time_ms, file, number) = (r.time_ms, r.file, r.number);
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slab[slot as usize] = Some(entry);
+                slot
+            }
+            None => {
+                // Bounded by the open files' reorder buffers, far below 2^32.
+                let slot = u32::try_from(self.slab.len()).expect("merge heap under 2^32 records");
+                self.slab.push(Some(entry));
+                slot
+            }
+        };
+        self.keys.push(std::cmp::Reverse(Key {
+            time_ms,
+            file,
+            number,
+            slot,
+        }));
+    }
+
+    /// The record with the smallest (time, file, number).
+    fn pop(&mut self) -> Option<Entry> {
+        let std::cmp::Reverse(key) = self.keys.pop()?;
+        self.free.push(key.slot);
+        self.slab[key.slot as usize].take()
     }
 }
 
@@ -385,16 +424,27 @@ impl Dedup {
                 break;
             }
             self.queue.pop_front();
-            if self.seen.get(&old) == Some(&t) {
-                self.seen.remove(&old);
+            // One lookup each (the ids are random, the map larger than the caches: every
+            // lookup is a miss): forgotten unless seen again since.
+            if let Slot::Occupied(seen) = self.seen.entry(old) {
+                if *seen.get() == t {
+                    seen.remove();
+                }
             }
         }
-        if let Some(&prev) = self.seen.get(&id) {
-            if time_ms.abs_diff(prev) <= self.window_ms.unsigned_abs() {
+        match self.seen.entry(id) {
+            Slot::Occupied(seen)
+                if time_ms.abs_diff(*seen.get()) <= self.window_ms.unsigned_abs() =>
+            {
                 return true;
             }
+            Slot::Occupied(mut seen) => {
+                seen.insert(time_ms);
+            }
+            Slot::Vacant(seen) => {
+                seen.insert(time_ms);
+            }
         }
-        self.seen.insert(id, time_ms);
         self.queue.push_back((time_ms, id));
         false
     }
@@ -415,7 +465,7 @@ pub struct TraceReader {
     waiting: Vec<(i64, u32)>,
     /// Open files whose heap share must be topped up before the next pop.
     filling: Vec<u32>,
-    heap: BinaryHeap<Entry>,
+    heap: MergeHeap,
     /// Items (invalid records, errors) to return before the next merged record.
     pending: VecDeque<Out>,
     dedup: Dedup,
@@ -487,7 +537,7 @@ impl TraceReader {
             deferred: HashMap::new(),
             waiting,
             filling: Vec::new(),
-            heap: BinaryHeap::new(),
+            heap: MergeHeap::default(),
             pending: VecDeque::new(),
             stats: ReaderStats::default(),
             emitted: 0,
@@ -703,7 +753,7 @@ impl TraceReader {
                 continue;
             }
             if let Some(&(at, f)) = self.waiting.last() {
-                if self.heap.peek().is_none_or(|e| at <= e.record.time_ms) {
+                if self.heap.peek_time().is_none_or(|t| at <= t) {
                     self.waiting.pop();
                     self.activate(f);
                     continue;
