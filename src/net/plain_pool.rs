@@ -5,9 +5,10 @@
 //! hyper's client runs a connection behind a queue of requests (a block of 32 request
 //! slots per connection), a fixed 8 KiB write buffer and a read buffer of 8 KiB or more:
 //! 26 KB per connection before any request, and a hand-off through channels for each.
-//! Here a connection is its socket, a request head buffer the size of the last head, and a
-//! read buffer that starts at 4 KiB, doubles while reads fill it (up to `read_buffer_max`)
-//! and is given back when the connection goes idle. When a response's body has ended the
+//! Here a connection is its socket, a request head buffer used only when the socket does
+//! not take a request at once (requests are written in the thread's scratch buffer, which
+//! stays in cache), and a read buffer that starts at 4 KiB, doubles while reads fill it
+//! (up to `read_buffer_max`) and is given back when the connection goes idle. When a response's body has ended the
 //! connection goes back to its origin's idle list; a body dropped before its end closes it,
 //! as HTTP/1 requires.
 //!
@@ -54,6 +55,15 @@ const MAX_HEAD: usize = 64 * 1024;
 
 /// Request bodies up to this size go out in the same write as their head.
 const SMALL_BODY: usize = 16 * 1024;
+
+/// The largest scratch buffer a thread keeps (a head with the largest small body fits).
+const SCRATCH_KEPT: usize = 32 * 1024;
+
+thread_local! {
+    /// Where requests with no body or a small one are written before they go on the socket
+    /// ([`Conn::try_write_from_scratch`]).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A request as the pool writes it: its method, its target (the URL's path and query) and
 /// its headers, borrowed from the caller (`Host` is the pool's).
@@ -114,7 +124,8 @@ pub(crate) struct Conn {
     /// The next read's size: doubles while reads fill it, up to `read_max`.
     next_read: usize,
     read_max: usize,
-    /// The head of the request being written.
+    /// The head of the request being written: all of it for a request with a large body,
+    /// else what the socket did not take of the scratch buffer's request.
     head: Vec<u8>,
     /// The deadline watch of the connection's requests, reset for each
     /// ([`within_deadlines_on`]); made at the first. Between requests it keeps the waker of
@@ -188,6 +199,18 @@ impl Conn {
         host: &HeaderValue,
         body: BodyKind,
     ) -> io::Result<()> {
+        let small = match &body {
+            BodyKind::Empty | BodyKind::Bytes(None) => Some(&[][..]),
+            BodyKind::Bytes(Some(bytes)) if bytes.len() <= SMALL_BODY => Some(&bytes[..]),
+            BodyKind::Bytes(Some(_)) | BodyKind::Content(_) => None,
+        };
+        if let Some(small) = small {
+            if self.try_write_from_scratch(req, host, small)? {
+                return Ok(());
+            }
+            // `head` holds what the socket did not take.
+            return self.stream.write_all(&self.head).await;
+        }
         self.head.clear();
         h1::write_head(
             &mut self.head,
@@ -197,24 +220,58 @@ impl Conn {
             req.headers,
             req.user_agent,
         );
+        self.stream.write_all(&self.head).await?;
         match body {
-            BodyKind::Empty | BodyKind::Bytes(None) => self.stream.write_all(&self.head).await,
-            BodyKind::Bytes(Some(bytes)) if bytes.len() <= SMALL_BODY => {
-                self.head.extend_from_slice(&bytes);
-                self.stream.write_all(&self.head).await
-            }
-            BodyKind::Bytes(Some(bytes)) => {
-                self.stream.write_all(&self.head).await?;
-                self.stream.write_all(&bytes).await
-            }
+            BodyKind::Bytes(Some(bytes)) => self.stream.write_all(&bytes).await,
             BodyKind::Content(mut content) => {
-                self.stream.write_all(&self.head).await?;
                 for chunk in content.chunks.by_ref() {
                     self.stream.write_all(&chunk).await?;
                 }
                 Ok(())
             }
+            BodyKind::Empty | BodyKind::Bytes(None) => Ok(()),
         }
+    }
+
+    /// Writes a request with no body or a small one, in one piece, from the thread's
+    /// scratch buffer: it stays in cache from one request to the next, where the
+    /// connection's own buffer, last written one request of this connection ago (hundreds
+    /// of other requests on a busy run), is cold. Whatever the socket does not take at once
+    /// goes to the connection's `head`, for the caller to write; true when it took all.
+    fn try_write_from_scratch(
+        &mut self,
+        req: &PlainRequest<'_>,
+        host: &HeaderValue,
+        small: &[u8],
+    ) -> io::Result<bool> {
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.clear();
+            h1::write_head(
+                scratch,
+                req.method,
+                req.target,
+                host,
+                req.headers,
+                req.user_agent,
+            );
+            scratch.extend_from_slice(small);
+            // Without write readiness known (a new connection, a full socket) nothing is
+            // written, and the caller waits as it would for any write.
+            let sent = match self.stream.try_write(scratch) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) => return Err(e),
+            };
+            let all = sent == scratch.len();
+            if !all {
+                self.head.clear();
+                self.head.extend_from_slice(&scratch[sent..]);
+            }
+            if scratch.capacity() > SCRATCH_KEPT {
+                *scratch = Vec::new();
+            }
+            Ok(all)
+        })
     }
 
     /// Reads the response head, skipping interim (1xx) answers.
@@ -901,5 +958,61 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Connect, "{err}");
         assert!(err.message.contains("tcp connect error"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_request_the_socket_cannot_take_at_once_goes_out_whole_once_it_can() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut peer, _) = listener.accept().await.unwrap();
+        let mut conn = Conn::new(stream, INITIAL_READ);
+        // The peer reads nothing yet: fill the socket until it takes no more.
+        let filler = vec![b'x'; 64 * 1024];
+        let mut filled = 0;
+        loop {
+            match conn.stream.try_write(&filler) {
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let headers = ReqHeaders::new();
+        let host = HeaderValue::from_static("registry.test");
+        let req = PlainRequest {
+            method: &Method::PUT,
+            target: "/v2/r/manifests/t",
+            headers: &headers,
+            user_agent: None,
+            deadlines: None,
+        };
+        let body = Bytes::from_static(b"{\"schemaVersion\":2}");
+        let mut expected = Vec::new();
+        h1::write_head(&mut expected, req.method, req.target, &host, &headers, None);
+        expected.extend_from_slice(&body);
+        let reading = {
+            let mut write =
+                std::pin::pin!(conn.write_request(&req, &host, BodyKind::Bytes(Some(body))));
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let first = std::future::Future::poll(write.as_mut(), &mut cx);
+            assert!(first.is_pending(), "the socket is full");
+            let reading = tokio::spawn(async move {
+                let mut all = Vec::new();
+                peer.read_to_end(&mut all).await.unwrap();
+                all
+            });
+            write.await.unwrap();
+            reading
+        };
+        drop(conn);
+        let all = reading.await.unwrap();
+        assert_eq!(all.len(), filled + expected.len());
+        assert!(all[..filled].iter().all(|&b| b == b'x'));
+        assert_eq!(
+            &all[filled..],
+            &expected[..],
+            "the request whole, after what was queued"
+        );
     }
 }
