@@ -185,10 +185,10 @@ fn run(
     // would be woken (a futex round trip) for every message. It sleeps up to 100 ms,
     // less when a quarter of the channel would fill sooner at the rate of the last
     // pause (below 41k messages a second it wakes 10 times a second; an operation
-    // sends a few), and the stop wakes it at once. Idle, it parks until the next message. Timing is taken where
-    // samples are made, so this changes only when they are counted, never what is
-    // counted; intervals are flushed a tick after they end, so a late count still
-    // lands in its own interval.
+    // sends a few), and the stop wakes it at once. Idle, it parks until the next
+    // message. Timing is taken where samples are made, so this changes only when they
+    // are counted, never what is counted; intervals are flushed a tick after they end,
+    // so a late count still lands in its own interval.
     //
     // What arrived is taken in batches: the channel gives its senders their room back once
     // per batch (a lock of its semaphore), not once per message.

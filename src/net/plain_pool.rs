@@ -8,9 +8,9 @@
 //! Here a connection is its socket, a request head buffer used only when the socket does
 //! not take a request at once (requests are written in the thread's scratch buffer, which
 //! stays in cache), and a read buffer that starts at 4 KiB, doubles while reads fill it
-//! (up to `read_buffer_max`) and is given back when the connection goes idle. When a response's body has ended the
-//! connection goes back to its origin's idle list; a body dropped before its end closes it,
-//! as HTTP/1 requires.
+//! (up to `read_buffer_max`) and is given back when the connection goes idle. When a
+//! response's body has ended the connection goes back to its origin's idle list; a body
+//! dropped before its end closes it, as HTTP/1 requires.
 //!
 //! An idle connection the server has closed is found out when it is next taken (a read
 //! that does not block finds the end of the stream), and the request goes out on the next
