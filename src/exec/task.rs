@@ -238,7 +238,15 @@ pub(super) fn run_task(
             // Built now, not when planned: queued and waiting PUTs stay small.
             manifest.materialize();
         }
-        let start = intended.unwrap_or_else(Instant::now);
+        let is_upload = matches!(
+            op.action,
+            Action::BlobUpload { .. } | Action::BlobMount { .. }
+        );
+        // The operation's start and end as this task sees them are read from the clock
+        // only for what uses them (an upload's start for the push waiting on it, a push's
+        // sample, a replica's watch, a layer's unpack, a member its sample does not end): a
+        // plain GET's sample has its own, and each is a clock read per operation.
+        let start = intended.or_else(|| (is_upload || push.is_some()).then(Instant::now));
         let member = match op.session {
             Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
             _ => None,
@@ -277,18 +285,17 @@ pub(super) fn run_task(
                 (0, Some(ErrorKind::EndpointDown))
             }
         };
-        let end = Instant::now();
-        if matches!(
-            op.action,
-            Action::BlobUpload { .. } | Action::BlobMount { .. }
-        ) {
-            env.deps.complete(op.seq, error.is_none(), start);
+        let watched = env.replicas.is_some() && matches!(op.action, Action::ManifestPut { .. });
+        let ends_member = member.is_some() && ended_by_sample.is_none();
+        let end = (push.is_some() || watched || layer.is_some() || ends_member).then(Instant::now);
+        if is_upload {
+            env.deps.complete(op.seq, error.is_none(), or_now(start));
         }
         if let Some(push) = push {
-            record_push(&op, &push, error, start, end, &env.recorder).await;
+            record_push(&op, &push, error, or_now(start), or_now(end), &env.recorder).await;
         }
         if let (Some(replicas), None) = (&env.replicas, error) {
-            if let Some(pushed) = pushed_image(&op.action, end) {
+            if let Some(pushed) = pushed_image(&op.action, or_now(end)) {
                 replicas.watch(pushed).await;
             }
         }
@@ -311,7 +318,7 @@ pub(super) fn run_task(
                     diff_id: *diff_id,
                     what: format!("{repo}@{digest}"),
                     failed: error,
-                    end,
+                    end: or_now(end),
                 };
                 let (recorder, errors) = (&env.recorder, &env.errors);
                 Some(session_unpack::apply(u, layer, read, permit, recorder, errors).await)
@@ -324,7 +331,7 @@ pub(super) fn run_task(
         if let (Some(id), None) = (member, ended_by_sample) {
             let ended = SessionMsg::Ended {
                 id,
-                end,
+                end: or_now(end),
                 error,
                 bytes,
                 applied,
@@ -337,6 +344,12 @@ pub(super) fn run_task(
             folded: u64::from(op.folded),
         }
     }
+}
+
+/// `at` as read, or the clock now: the reads above foresee each use, so this reads it only
+/// for a use they missed.
+fn or_now(at: Option<Instant>) -> Instant {
+    at.unwrap_or_else(Instant::now)
 }
 
 /// Whom `op`'s figures are attributed to: its repository and the trace's client.

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -188,6 +189,21 @@ impl HttpResponse {
 
     /// The next chunk of the body, or `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
+        // A chunk the body has ready (a small body read with its head, the rest of a
+        // buffer) is taken without reading the clock or making a timer: a timeout polls its
+        // future before its timer, so a ready chunk is never timed out anyway. Only a body
+        // that has to wait is timed.
+        let body = &mut self.body;
+        let ready = std::future::poll_fn(|cx| {
+            Poll::Ready(match body.as_mut().poll_next(cx) {
+                Poll::Ready(next) => Some(next),
+                Poll::Pending => None,
+            })
+        })
+        .await;
+        if let Some(next) = ready {
+            return next.transpose();
+        }
         let idle = self.idle_timeout.map(|t| Instant::now() + t);
         let (at, deadline) = match (idle, self.end_by) {
             (None, None) => return self.body.next().await.transpose(),
@@ -324,5 +340,32 @@ mod tests {
             .with_idle_timeout(Duration::from_secs(5));
         let err = resp.chunk().await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Timeout);
+    }
+
+    /// A chunk the body has ready is taken at once, one it waits for within the idle
+    /// timeout arrives, and a body that stops after it times out from its last chunk.
+    #[tokio::test(start_paused = true)]
+    async fn ready_chunks_are_taken_and_a_waiting_body_is_timed() {
+        let steps = futures_util::stream::unfold(0u8, |step| async move {
+            match step {
+                0 => Some((Ok(Bytes::from_static(b"ab")), 1)),
+                1 => {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Some((Ok(Bytes::from_static(b"cd")), 2))
+                }
+                _ => futures_util::future::pending().await,
+            }
+        });
+        let start = Instant::now();
+        let mut resp = HttpResponse::new(StatusCode::OK, HeaderMap::new(), Box::pin(steps))
+            .with_idle_timeout(Duration::from_secs(5))
+            .with_deadline(start + Duration::from_secs(60), Duration::from_secs(60));
+        assert_eq!(&resp.chunk().await.unwrap().unwrap()[..], b"ab");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(&resp.chunk().await.unwrap().unwrap()[..], b"cd");
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        let err = resp.chunk().await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert_eq!(start.elapsed(), Duration::from_secs(8));
     }
 }

@@ -15,6 +15,10 @@ pub struct Naming {
     /// Recently named repositories; cleared when full, so it stays small however many
     /// repositories the trace has.
     repos: FastHashMap<Sym, Repository>,
+    /// Recently made tags, by trace repository and reference, kept as `repos` is: a tag is
+    /// made for every manifest operation planned, and made anew it is a string formatted,
+    /// checked and allocated on the planner's thread and freed on the runtime's.
+    tags: FastHashMap<(Sym, Sym), Tag>,
 }
 
 /// Repositories [`Naming`] remembers at most.
@@ -25,6 +29,7 @@ impl Naming {
         Naming {
             map,
             repos: FastHashMap::default(),
+            tags: FastHashMap::default(),
         }
     }
 
@@ -55,15 +60,23 @@ impl Naming {
     }
 
     /// The registry tag for a trace reference in a trace repository.
-    pub fn tag(&self, catalog: &Catalog, repo: Sym, reference: Sym) -> Tag {
+    pub fn tag(&mut self, catalog: &Catalog, repo: Sym, reference: Sym) -> Tag {
+        if let Some(t) = self.tags.get(&(repo, reference)) {
+            return t.clone();
+        }
         let r = catalog.names.resolve(reference);
-        match &self.map {
+        let tag = match &self.map {
             RepoMap::Single { .. } => {
                 let key = format!("{}:{r}", catalog.names.resolve(repo));
                 hashed_tag(&key)
             }
             RepoMap::Keep { .. } => r.parse().unwrap_or_else(|_| hashed_tag(&r)),
+        };
+        if self.tags.len() >= NAMING_CACHE {
+            self.tags.clear();
         }
+        self.tags.insert((repo, reference), tag.clone());
+        tag
     }
 }
 
@@ -77,4 +90,42 @@ fn hashed_tag(name: &str) -> Tag {
     format!("t{:016x}", fnv1a(name.as_bytes()))
         .parse()
         .unwrap_or_else(|_| unreachable!("hex names are valid tags"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Interner;
+
+    #[test]
+    fn a_tag_is_made_once_per_name_and_the_cache_stays_bounded() {
+        let mut names = Interner::default();
+        let repo = names.intern("library/app");
+        let refs: Vec<Sym> = (0..=NAMING_CACHE)
+            .map(|i| names.intern(&format!("v{i}")))
+            .collect();
+        let mut catalog = Catalog::default();
+        catalog.names = names;
+        for map in [
+            RepoMap::Keep { prefix: None },
+            RepoMap::Single {
+                repository: "all/in/one".parse().unwrap(),
+            },
+        ] {
+            let mut naming = Naming::new(map);
+            let first = naming.tag(&catalog, repo, refs[0]);
+            let again = naming.tag(&catalog, repo, refs[0]);
+            // The same tag, not one made again: the same text in the same place.
+            assert_eq!(first, again);
+            assert!(std::ptr::eq(first.as_str(), again.as_str()));
+            let other = naming.tag(&catalog, repo, refs[1]);
+            assert_ne!(first, other);
+            for &r in &refs {
+                naming.tag(&catalog, repo, r);
+                assert!(naming.tags.len() <= NAMING_CACHE);
+            }
+            // Made anew after the cache was cleared, still the same name.
+            assert_eq!(naming.tag(&catalog, repo, refs[0]), first);
+        }
+    }
 }

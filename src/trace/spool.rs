@@ -758,5 +758,7 @@ mod tests {
         }
         // A number longer than ten bytes is damage, not a value.
         assert!(get(&mut &[0xffu8; 11][..]).is_err());
+        let damaged = [0xffu8; 11];
+        assert!(get(&mut io::BufReader::with_capacity(3, &damaged[..])).is_err());
     }
 }
