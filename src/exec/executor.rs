@@ -25,6 +25,7 @@ use super::task::{run_task, InFlight, TaskDone, TaskEnv};
 use super::unpack::UnpackWork;
 #[cfg(test)]
 use crate::client::RegistryClient;
+use crate::metrics::recorder::Unsent;
 use crate::metrics::{ErrorKind, ErrorLog, Recorder, Sample, SessionMsg};
 use crate::net::transport::boxed_in_place;
 use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
@@ -58,6 +59,14 @@ enum Next {
     End,
     /// A stop: nothing more starts.
     Stop,
+}
+
+/// What the dispatcher waits for when the next operation cannot be taken at once.
+enum Wait {
+    /// The plan has no item ready.
+    Plan,
+    /// The close of pull `.0` found the aggregator's channel full.
+    Closed(u64),
 }
 
 /// The dispatcher's state while the plan runs: the dispatcher's own in delay mode, the
@@ -228,31 +237,81 @@ impl Dispatch {
     /// The next operation of the plan (closing the pull sessions the planner closes on the
     /// way), the plan's end, or a stop.
     async fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>) -> Next {
+        match self.next_ready(plan) {
+            Ok(next) => next,
+            Err(wait) => self.next_after(plan, wait).await,
+        }
+    }
+
+    /// [`Self::next`] without waiting, or what it has to wait for. The planner is ahead
+    /// nearly always: an item waiting is taken at once, the stop read as a flag. Not an
+    /// `async fn`: the operation goes from the channel to its task on the stack, where a
+    /// future would hold it in its state on the way (a write of four cold cache lines
+    /// per copy, at each of its steps).
+    fn next_ready(&mut self, plan: &mut mpsc::Receiver<PlanItem>) -> Result<Next, Wait> {
         loop {
-            // The planner is ahead nearly always: an item waiting is taken at once, the stop
-            // read as a flag; only an empty queue is waited on beside the stop.
             if self.env.shutdown.token().is_cancelled() {
-                return Next::Stop;
+                return Ok(Next::Stop);
             }
             let item = match plan.try_recv() {
-                Ok(item) => Some(item),
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
-                Err(mpsc::error::TryRecvError::Empty) => {
+                Ok(item) => item,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Ok(Next::End),
+                Err(mpsc::error::TryRecvError::Empty) => return Err(Wait::Plan),
+            };
+            if let Some(op) = self.take(item)? {
+                return Ok(Next::Run(op));
+            }
+        }
+    }
+
+    /// [`Self::next`] once [`Self::next_ready`] found it has to wait: an empty plan is
+    /// waited on beside the stop, a message for a full channel sent.
+    async fn next_after(&mut self, plan: &mut mpsc::Receiver<PlanItem>, mut wait: Wait) -> Next {
+        loop {
+            match wait {
+                Wait::Closed(id) => {
+                    let closed = SessionMsg::Closed { id };
+                    self.env.recorder.session(closed).await;
+                }
+                Wait::Plan => {
                     self.plan_waited = true;
-                    tokio::select! {
+                    let item = tokio::select! {
                         biased;
                         () = &mut self.stopped => return Next::Stop,
                         item = plan.recv() => item,
+                    };
+                    let Some(item) = item else {
+                        return Next::End;
+                    };
+                    match self.take(item) {
+                        Ok(Some(op)) => return Next::Run(op),
+                        Ok(None) => {}
+                        Err(more) => {
+                            wait = more;
+                            continue;
+                        }
                     }
                 }
-            };
-            match item {
-                None => return Next::End,
-                Some(PlanItem::CloseSession(id)) => {
-                    self.close_chain(Some(id));
-                    self.env.recorder.session(SessionMsg::Closed { id }).await;
+            }
+            match self.next_ready(plan) {
+                Ok(next) => return next,
+                Err(more) => wait = more,
+            }
+        }
+    }
+
+    /// An item of the plan: an operation to run, or (`None`) a pull the planner closed on
+    /// the way, whose unpack order ends and whose close goes to the aggregator.
+    fn take(&mut self, item: PlanItem) -> Result<Option<PlannedOp>, Wait> {
+        match item {
+            PlanItem::Op(op) => Ok(Some(op)),
+            PlanItem::CloseSession(id) => {
+                self.close_chain(Some(id));
+                if self.env.recorder.session_now(SessionMsg::Closed { id }) {
+                    Ok(None)
+                } else {
+                    Err(Wait::Closed(id))
                 }
-                Some(PlanItem::Op(op)) => return Next::Run(op),
             }
         }
     }
@@ -277,6 +336,23 @@ impl Dispatch {
                 return None;
             }
         }
+        let (task, unsent) = self.launch(op, intended, permit);
+        if let Some(unsent) = unsent {
+            self.env.recorder.send_unsent(unsent).await;
+        }
+        Some(task)
+    }
+
+    /// Starts `op` now (its due time and slot, if any, waited for): its offer sent to the
+    /// aggregator, its task made. A full channel gives the offer back, to be sent before
+    /// the task runs (whose sample comes after it). Not an `async fn`, for the reason
+    /// [`Self::next_ready`] gives.
+    fn launch(
+        &mut self,
+        op: PlannedOp,
+        intended: Option<Instant>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> (OpTask, Option<Unsent>) {
         let started = Instant::now();
         if self.permits.is_none() {
             self.worker_started(started);
@@ -286,7 +362,7 @@ impl Dispatch {
             Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
             None => None,
         };
-        self.env.recorder.offered(at, member, op.closes).await;
+        let unsent = self.env.recorder.offered_now(at, member, op.closes);
         if matches!(
             op.action,
             Action::BlobUpload { .. } | Action::BlobMount { .. }
@@ -319,7 +395,7 @@ impl Dispatch {
             let held = self.options.concurrency.max(1) - permits.available_permits();
             self.report.max_in_flight = self.report.max_in_flight.max(held);
         }
-        Some(task)
+        (task, unsent)
     }
 
     /// Pull `closes` gains no further member: its layers' unpack order ends there (its
@@ -386,14 +462,22 @@ async fn work(taking: Arc<tokio::sync::Mutex<Taking>>, finished: Arc<Finished>) 
         let task = {
             let mut taking = taking.lock().await;
             let Taking { dispatch, plan } = &mut *taking;
-            let Next::Run(op) = dispatch.next(plan).await else {
+            // The operation goes from the plan to its task without a wait in between (a
+            // stress-mode worker has no due time and is the slot), so it is never held in
+            // this future's state: only a plan that has nothing ready is waited for.
+            let next = match dispatch.next_ready(plan) {
+                Ok(next) => next,
+                Err(wait) => dispatch.next_after(plan, wait).await,
+            };
+            let Next::Run(op) = next else {
                 break;
             };
-            let Some(task) = dispatch.start(op).await else {
-                continue;
-            };
+            let (task, unsent) = dispatch.launch(op, None, None);
             let running = finished.running.fetch_add(1, Ordering::Relaxed) + 1;
             dispatch.report.max_in_flight = dispatch.report.max_in_flight.max(running);
+            if let Some(unsent) = unsent {
+                dispatch.env.recorder.send_unsent(unsent).await;
+            }
             task
         };
         let done = task.await;

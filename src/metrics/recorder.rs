@@ -109,6 +109,11 @@ pub struct Applied {
     pub uncompressed: u64,
 }
 
+/// A message the aggregator's channel had no room for when it was put
+/// ([`Recorder::offered_now`]), to be sent with [`Recorder::send_unsent`].
+#[derive(Debug)]
+pub(crate) struct Unsent(Msg);
+
 /// A cheap, cloneable handle that sends measurements to the aggregator.
 ///
 /// Each method puts its message on the channel as it is called, and returns a future that
@@ -221,15 +226,50 @@ impl Recorder {
     /// through a boxed `send` (the rare path). The aggregator outlives every worker; a send
     /// error can only happen after it finished, when nothing is reported any more.
     fn put(&self, msg: Msg) -> impl Future<Output = ()> + Send + '_ {
-        let waiting = match self.tx.try_send(msg) {
-            Err(mpsc::error::TrySendError::Full(msg)) => Some(Box::pin(self.tx.send(msg))),
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
-        };
+        let waiting = self
+            .put_now(msg)
+            .map(|Unsent(msg)| Box::pin(self.tx.send(msg)));
         async move {
             if let Some(send) = waiting {
                 let _ = send.await;
             }
         }
+    }
+
+    /// Puts `msg` on the channel when it has room; else gives it back, for
+    /// [`Self::send_unsent`] to send before anything that must come after it.
+    fn put_now(&self, msg: Msg) -> Option<Unsent> {
+        match self.tx.try_send(msg) {
+            Err(mpsc::error::TrySendError::Full(msg)) => Some(Unsent(msg)),
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    }
+
+    /// [`Self::offered`] without waiting: the message back when the channel is full. The
+    /// dispatcher's way, which makes an operation's task without holding the operation in
+    /// a future of its own on the way.
+    pub(crate) fn offered_now(
+        &self,
+        at: Instant,
+        session: Option<u64>,
+        closes: Option<u64>,
+    ) -> Option<Unsent> {
+        self.put_now(Msg::Offered {
+            at,
+            session,
+            closes,
+        })
+    }
+
+    /// [`Self::session`] without waiting: `false` when the channel is full and the message
+    /// was not sent.
+    pub(crate) fn session_now(&self, msg: SessionMsg) -> bool {
+        self.put_now(Msg::Session(msg)).is_none()
+    }
+
+    /// Sends a message the channel had no room for, waiting for room.
+    pub(crate) async fn send_unsent(&self, unsent: Unsent) {
+        let _ = self.tx.send(unsent.0).await;
     }
 
     /// The recorder of a new aggregator's channel.
@@ -269,6 +309,26 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(Msg::Event(Event::Failover))));
         assert_eq!(third.as_mut().poll(&mut cx), Poll::Ready(()));
         assert!(matches!(rx.try_recv(), Ok(Msg::Event(Event::EndpointDown))));
+        // Without waiting: a message for a full channel comes back, and goes out in its
+        // place once there is room.
+        assert!(recorder.session_now(SessionMsg::Closed { id: 1 }));
+        assert!(!recorder.session_now(SessionMsg::Closed { id: 9 }));
+        let unsent = recorder.offered_now(Instant::now(), None, Some(2));
+        let unsent = unsent.expect("the channel is full");
+        let mut send = pin!(recorder.send_unsent(unsent));
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Pending);
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Msg::Session(SessionMsg::Closed { id: 1 }))
+        ));
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(()));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Msg::Offered {
+                closes: Some(2),
+                ..
+            })
+        ));
         // After the aggregator is gone, nothing waits.
         drop(rx);
         assert_eq!(
