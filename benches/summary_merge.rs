@@ -35,7 +35,6 @@ use creb::results::store::write_final;
 use creb::results::summary::{RunInfo, Shard, Summary};
 use creb::results::{Meta, MetaInput, RunOutput};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use hdrhistogram::serialization::V2DeflateSerializer;
 use tokio::time::Instant;
 
 /// Intervals written (a 5-minute run), read, and per merged directory.
@@ -145,7 +144,7 @@ fn interval_tables(anchor: Instant, intervals: u64) -> Vec<StatsTable<SparseHist
 fn write_log(tables: &[StatsTable<SparseHistogram>], intervals: u64, wall: SystemTime) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 << 20);
     hlog::write_header(&mut out, wall).expect("header");
-    let mut serializer = V2DeflateSerializer::new();
+    let mut serializer = hlog::LogSerializer::new();
     let mut scratch = None;
     for (k, t) in (0..intervals).zip(tables.iter().cycle()) {
         let start = INTERVAL * k as u32;

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::metrics::hist::add_exact;
 use crate::metrics::split::{ABSENT_NAME, MAX_VALUES, OTHER_NAME};
@@ -420,7 +419,7 @@ fn write_hlog(dir: &Path, hlog: &HlogContents, interval: Duration) -> anyhow::Re
     );
     let start = std::time::UNIX_EPOCH + hlog.start_time.unwrap_or_default();
     hlog::write_header(&mut out, start)?;
-    let mut serializer = V2DeflateSerializer::new();
+    let mut serializer = hlog::LogSerializer::new();
     for (index, histograms) in &hlog.intervals {
         let offset = interval.mul_f64(*index as f64);
         hlog::write_tagged(&mut out, &mut serializer, offset, interval, histograms)?;

@@ -15,11 +15,87 @@ use base64::Engine as _;
 use hdrhistogram::serialization::interval_log::{
     IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag,
 };
-use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
-use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+use hdrhistogram::{Counter, Histogram};
 
 use crate::metrics::hist::{new_histogram, Recording, SparseHistogram};
 use crate::metrics::{Op, SizeClass, Stats, StatsTable};
+
+/// hdrhistogram's V2 encoding, compressed as the crate's `V2DeflateSerializer` compresses it
+/// (zlib at the default level, behind the cookie and the compressed length), byte for byte
+/// (unit test) — with one compressor kept for every histogram and reset between them. The
+/// crate's serializer makes a new one per histogram: a few hundred kilobytes of tables
+/// allocated, zeroed and freed for each histogram of each interval (docs/benchmarks.md,
+/// step 18).
+pub struct LogSerializer {
+    v2: V2Serializer,
+    plain: Vec<u8>,
+    packed: Vec<u8>,
+    deflate: flate2::Compress,
+}
+
+impl Default for LogSerializer {
+    fn default() -> Self {
+        LogSerializer {
+            v2: V2Serializer::new(),
+            plain: Vec::new(),
+            packed: Vec::new(),
+            deflate: flate2::Compress::new(flate2::Compression::default(), true),
+        }
+    }
+}
+
+impl std::fmt::Debug for LogSerializer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogSerializer").finish_non_exhaustive()
+    }
+}
+
+impl LogSerializer {
+    pub fn new() -> LogSerializer {
+        LogSerializer::default()
+    }
+}
+
+impl Serializer for LogSerializer {
+    type SerializeError = io::Error;
+
+    fn serialize<T: Counter, W: Write>(
+        &mut self,
+        h: &Histogram<T>,
+        writer: &mut W,
+    ) -> io::Result<usize> {
+        self.plain.clear();
+        let len = self
+            .v2
+            .serialize(h, &mut self.plain)
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        self.packed.clear();
+        self.packed.reserve(len / 2 + 64);
+        self.packed
+            .extend_from_slice(&V2_COMPRESSED_COOKIE.to_be_bytes());
+        self.packed.extend_from_slice(&[0; 4]);
+        self.deflate.reset();
+        loop {
+            let read = usize::try_from(self.deflate.total_in()).unwrap_or(usize::MAX);
+            let rest = self.plain.get(read..len).unwrap_or_default();
+            let status = self
+                .deflate
+                .compress_vec(rest, &mut self.packed, flate2::FlushCompress::Finish)
+                .map_err(io::Error::other)?;
+            if status == flate2::Status::StreamEnd {
+                break;
+            }
+            // The output is full: room for more, then on.
+            self.packed.reserve(self.packed.len().max(64));
+        }
+        let compressed = u32::try_from(self.packed.len() - 8)
+            .map_err(|_| io::Error::other("a histogram over 4 GiB compressed"))?;
+        self.packed[4..8].copy_from_slice(&compressed.to_be_bytes());
+        writer.write_all(&self.packed)?;
+        Ok(self.packed.len())
+    }
+}
 
 /// The histogram metrics of a cell, as tag suffixes.
 pub const METRICS: [&str; 5] = ["latency", "service", "lag", "ttfb", "error"];
@@ -82,7 +158,7 @@ pub fn parse_tag(tag: &str) -> Option<(Op, SizeClass, &str)> {
 
 /// Writes the log's header: creator comment and StartTime (the anchor).
 pub fn write_header(out: &mut impl Write, anchor: SystemTime) -> io::Result<()> {
-    let mut serializer = V2DeflateSerializer::new();
+    let mut serializer = LogSerializer::new();
     IntervalLogWriterBuilder::new()
         .add_comment(concat!(
             "creb-rs ",
@@ -101,7 +177,7 @@ pub fn write_header(out: &mut impl Write, anchor: SystemTime) -> io::Result<()> 
 /// dense in `scratch` in turn for the encoder.
 pub fn write_interval(
     out: &mut impl Write,
-    serializer: &mut V2DeflateSerializer,
+    serializer: &mut LogSerializer,
     start: Duration,
     length: Duration,
     table: &StatsTable<SparseHistogram>,
@@ -114,7 +190,7 @@ pub fn write_interval(
 /// by `tag` (interval logs use [`tag_of`]; `endpoints.hlog` prefixes the endpoint).
 pub fn write_table<H: Recording>(
     out: &mut impl Write,
-    serializer: &mut V2DeflateSerializer,
+    serializer: &mut LogSerializer,
     start: Duration,
     length: Duration,
     table: &StatsTable<H>,
@@ -146,7 +222,7 @@ pub type IntervalHistograms = BTreeMap<String, SparseHistogram>;
 /// Appends histograms already keyed by tag (a merge).
 pub fn write_tagged(
     out: &mut impl Write,
-    serializer: &mut V2DeflateSerializer,
+    serializer: &mut LogSerializer,
     start: Duration,
     length: Duration,
     histograms: &IntervalHistograms,
@@ -327,6 +403,49 @@ mod tests {
     }
 
     #[test]
+    fn the_log_s_encoding_is_hdrhistogram_s_byte_for_byte() {
+        let mut ours = LogSerializer::new();
+        let mut theirs = hdrhistogram::serialization::V2DeflateSerializer::new();
+        // Empty, one value, a spread, and a large one that compresses poorly (its output can
+        // outgrow the first reservation).
+        let mut histograms = vec![new_histogram(), new_histogram()];
+        histograms[1].record(1_234).unwrap();
+        let mut spread = new_histogram();
+        for v in (1..200_000u64).step_by(7) {
+            spread.record(v * v % 3_600_000_000).unwrap();
+        }
+        histograms.push(spread);
+        let mut big = new_histogram();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            big.saturating_record_n(x % 3_600_000_000, x % 1_000);
+        }
+        histograms.push(big);
+        // The same serializer, used again, gives the same bytes each time.
+        for round in 0..2 {
+            for h in &histograms {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let n = ours.serialize(h, &mut a).unwrap();
+                theirs.serialize(h, &mut b).unwrap();
+                assert_eq!(n, a.len());
+                assert!(
+                    a == b,
+                    "round {round}: {} against {} bytes",
+                    a.len(),
+                    b.len()
+                );
+                let back: Histogram<u64> = Deserializer::new()
+                    .deserialize(&mut std::io::Cursor::new(&a))
+                    .unwrap();
+                assert_eq!(&back, h);
+            }
+        }
+    }
+
+    #[test]
     fn round_trip_is_exact() {
         let mut t0 = StatsTable::<SparseHistogram>::default();
         let mut t1 = StatsTable::<SparseHistogram>::default();
@@ -340,7 +459,7 @@ mod tests {
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         )
         .unwrap();
-        let mut ser = V2DeflateSerializer::new();
+        let mut ser = LogSerializer::new();
         let sec = Duration::from_secs(1);
         let mut scratch = None;
         write_interval(&mut out, &mut ser, Duration::ZERO, sec, &t0, &mut scratch).unwrap();

@@ -568,7 +568,7 @@ where
 {
     let mut out = Vec::new();
     hlog::write_header(&mut out, anchor)?;
-    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    let mut serializer = hlog::LogSerializer::new();
     for (tag, table) in tables {
         hlog::write_table(
             &mut out,
@@ -607,7 +607,7 @@ pub fn write_attribution_histograms(
 ) -> anyhow::Result<()> {
     let mut out = Vec::new();
     hlog::write_header(&mut out, anchor)?;
-    let mut serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    let mut serializer = hlog::LogSerializer::new();
     hlog::write_tagged(&mut out, &mut serializer, Duration::ZERO, duration, tagged)?;
     super::files::write_atomic(dir, super::attribution::ATTRIBUTION_HLOG, &out)?;
     Ok(())
