@@ -1,5 +1,5 @@
-# Shared by scripts/bench-compare, bench-families, bench-ab, bench-floor and
-# bench-instructions; sourced, not run. The caller sets `set -euo pipefail`, works from the
+# Shared by scripts/bench-compare, bench-families, bench-ab, bench-floor, bench-instructions and
+# bench-layers; sourced, not run. The caller sets `set -euo pipefail`, works from the
 # repository's root, checks its tools, then calls bench_init. Loopback only.
 
 # Builds (or takes CREB_BIN) the binary under test into $bin, makes the scratch directory

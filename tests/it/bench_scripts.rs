@@ -1,6 +1,7 @@
 //! The benchmark scripts as the tests can hold them without running a benchmark: every
-//! `scripts/bench-*` and `scripts/lib/*.sh` parses (`bash -n`), and the confidence interval
-//! of a median their rounds report (`scripts/lib/median_ci.py`) is the textbook one.
+//! `scripts/bench-*` and `scripts/lib/*.sh` parses (`bash -n`), the confidence interval
+//! of a median their rounds report (`scripts/lib/median_ci.py`) is the textbook one, and the
+//! layers they group functions into (`scripts/lib/layers.py`) are the ones named.
 
 use std::path::Path;
 use std::process::Command;
@@ -35,6 +36,13 @@ fn every_benchmark_script_parses() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn functions_fall_into_the_layers_the_scripts_count_them_by() {
+    // scripts/lib/layers.py checks a name of each layer, in callgrind's spelling and perf's.
+    let layers = root().join("scripts/lib/layers.py");
+    assert_eq!(python(&[layers.as_os_str()]).trim(), "layers: ok");
 }
 
 /// What `python3 args...` prints, asserting it succeeded.
