@@ -50,11 +50,9 @@ pub struct Executor {
     pub replicas: Option<Arc<Replicas>>,
 }
 
-/// What the dispatcher does next: nearly always an operation, kept inline (boxed, it would
-/// be an allocation per operation on the request path).
-#[allow(clippy::large_enum_variant)]
+/// What the dispatcher does next: nearly always an operation, in the box the planner made.
 enum Next {
-    Run(PlannedOp),
+    Run(Box<PlannedOp>),
     /// The plan is over.
     End,
     /// A stop: nothing more starts.
@@ -302,7 +300,7 @@ impl Dispatch {
 
     /// An item of the plan: an operation to run, or (`None`) a pull the planner closed on
     /// the way, whose unpack order ends and whose close goes to the aggregator.
-    fn take(&mut self, item: PlanItem) -> Result<Option<PlannedOp>, Wait> {
+    fn take(&mut self, item: PlanItem) -> Result<Option<Box<PlannedOp>>, Wait> {
         match item {
             PlanItem::Op(op) => Ok(Some(op)),
             PlanItem::CloseSession(id) => {
@@ -319,7 +317,7 @@ impl Dispatch {
     /// Waits for `op`'s due time (delay mode) and a free slot, then makes its task (`None`
     /// when it does not run): an operation later than `max_lateness` is dropped and
     /// counted, and a stop while waiting counts it as interrupted.
-    async fn start(&mut self, op: PlannedOp) -> Option<OpTask> {
+    async fn start(&mut self, op: Box<PlannedOp>) -> Option<OpTask> {
         let intended = match self.options.mode {
             Mode::Delay => Some(self.anchor + op.offset),
             Mode::Stress => None,
@@ -349,7 +347,7 @@ impl Dispatch {
     /// [`Self::next_ready`] gives.
     fn launch(
         &mut self,
-        op: PlannedOp,
+        op: Box<PlannedOp>,
         intended: Option<Instant>,
         permit: Option<OwnedSemaphorePermit>,
     ) -> (OpTask, Option<Unsent>) {
@@ -642,7 +640,7 @@ mod tests {
                     client_name: None,
                     closes: None,
                 };
-                let _ = tx.send(PlanItem::Op(op)).await;
+                let _ = tx.send(PlanItem::Op(Box::new(op))).await;
             }
         });
         let options = run_options(mode, concurrency, Duration::from_secs(1));
@@ -731,7 +729,7 @@ mod tests {
                 closes,
                 ..blob_head(seq)
             };
-            tx.send(PlanItem::Op(op)).await.unwrap();
+            tx.send(PlanItem::Op(Box::new(op))).await.unwrap();
         }
         drop(tx);
         let options = ExecOptions {
@@ -822,7 +820,9 @@ mod tests {
         };
         let (tx, rx) = mpsc::channel(100);
         for seq in 0..60u64 {
-            tx.send(PlanItem::Op(blob_head(seq))).await.unwrap();
+            tx.send(PlanItem::Op(Box::new(blob_head(seq))))
+                .await
+                .unwrap();
         }
         drop(tx);
         let options = run_options(Mode::Stress, 1, Duration::from_secs(1));
@@ -898,7 +898,7 @@ mod tests {
                 client_name: None,
                 closes: None,
             };
-            tx.send(PlanItem::Op(op)).await.unwrap();
+            tx.send(PlanItem::Op(Box::new(op))).await.unwrap();
         }
         drop(tx);
         let shutdown = Shutdown::new();
@@ -958,7 +958,7 @@ mod tests {
                 if let Some(every) = planned_every {
                     tokio::time::sleep(every).await;
                 }
-                let _ = tx.send(PlanItem::Op(blob_head(seq))).await;
+                let _ = tx.send(PlanItem::Op(Box::new(blob_head(seq)))).await;
             }
         });
         let shutdown = Shutdown::new();
@@ -1067,6 +1067,7 @@ mod tests {
             };
             let permit = Arc::clone(&permits).try_acquire_owned().unwrap();
             let env = Arc::clone(&env);
+            let op = Box::new(op);
             boxed_in_place(|| run_task(op, choice, None, Instant::now(), env, Some(permit), None))
         };
         assert_eq!(task(0).await.folded, 2);

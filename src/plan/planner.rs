@@ -201,7 +201,7 @@ where
         action: Action,
         folded: u32,
         session: Option<SessionTag>,
-    ) -> PlannedOp {
+    ) -> Box<PlannedOp> {
         let (client, client_name) = match record.client {
             Some(c) => {
                 let (hash, name) = self.client(c);
@@ -209,7 +209,9 @@ where
             }
             None => (0, None),
         };
-        let op = PlannedOp {
+        // Boxed as it is made: it goes to the executor's thread through a channel of
+        // pointers, and each move on the way is a word rather than the whole operation.
+        let op = Box::new(PlannedOp {
             seq: self.seq,
             offset: self.offset(record.time_ms),
             action,
@@ -218,7 +220,7 @@ where
             client,
             client_name,
             closes: None,
-        };
+        });
         self.seq += 1;
         self.counts.ops += 1;
         self.counts.folded += u64::from(folded);
@@ -264,7 +266,7 @@ where
 
     /// Plans one record of this shard: an operation, or a fold, or a skip.
     #[allow(clippy::too_many_lines)]
-    fn plan(&mut self, record: &Record, role: Role) -> Option<PlannedOp> {
+    fn plan(&mut self, record: &Record, role: Role) -> Option<Box<PlannedOp>> {
         let pos = (record.file, record.number);
         let format = self.options.manifest_format;
         let catalog = self.catalog;
@@ -617,11 +619,19 @@ mod tests {
         (cat, items, counts)
     }
 
+    #[test]
+    fn a_plan_item_crosses_to_the_executor_as_a_pointer() {
+        // Each step from the planner to an operation's task moves the item: the box's
+        // pointer and a tag, not the operation (over 200 bytes).
+        assert!(std::mem::size_of::<PlanItem>() <= 16);
+        assert!(std::mem::size_of::<PlannedOp>() > 128);
+    }
+
     fn ops(items: &[PlanItem]) -> Vec<&PlannedOp> {
         items
             .iter()
             .filter_map(|i| match i {
-                PlanItem::Op(op) => Some(op),
+                PlanItem::Op(op) => Some(&**op),
                 PlanItem::CloseSession(_) => None,
             })
             .collect()
@@ -911,14 +921,14 @@ mod tests {
                 TraceReader::open(&input, ReadOptions::default(), catalog.names.clone()).unwrap();
             Planner::new(catalog, reader, options(ShardSpec::ALL, ShardBy::Client))
                 .filter_map(|item| match item.unwrap() {
-                    PlanItem::Op(PlannedOp {
-                        action: Action::ManifestPut { manifest, .. },
-                        ..
-                    }) => match manifest {
-                        ManifestBody::Recipe(r) => Some(r.build().config.digest.to_string()),
-                        ManifestBody::Bytes(_) => None,
+                    PlanItem::Op(op) => match op.action {
+                        Action::ManifestPut {
+                            manifest: ManifestBody::Recipe(r),
+                            ..
+                        } => Some(r.build().config.digest.to_string()),
+                        _ => None,
                     },
-                    _ => None,
+                    PlanItem::CloseSession(_) => None,
                 })
                 .collect()
         };
