@@ -1,7 +1,10 @@
 //! The benchmark scripts as the tests can hold them without running a benchmark: every
 //! `scripts/bench-*` and `scripts/lib/*.sh` parses (`bash -n`), the confidence interval
-//! of a median their rounds report (`scripts/lib/median_ci.py`) is the textbook one, and the
-//! layers they group functions into (`scripts/lib/layers.py`) are the ones named.
+//! of a median their rounds report (`scripts/lib/median_ci.py`) is the textbook one, the
+//! layers they group functions into (`scripts/lib/layers.py`) are the ones named, and the
+//! readers of profiles that docs/benchmarks.md's figures come from (a function's calls by
+//! call site, `scripts/lib/call_sites.py`; samples on atomic updates,
+//! `scripts/lib/lock_samples.py`) read their synthetic profiles back.
 
 use std::path::Path;
 use std::process::Command;
@@ -43,6 +46,22 @@ fn functions_fall_into_the_layers_the_scripts_count_them_by() {
     // scripts/lib/layers.py checks a name of each layer, in callgrind's spelling and perf's.
     let layers = root().join("scripts/lib/layers.py");
     assert_eq!(python(&[layers.as_os_str()]).trim(), "layers: ok");
+}
+
+#[test]
+fn a_function_s_calls_are_counted_by_call_site() {
+    // A synthetic callgrind profile and disassembly: calls, instructions and bytes moved
+    // per request by call site.
+    let script = root().join("scripts/lib/call_sites.py");
+    let out = python(&[script.as_os_str(), "--check".as_ref()]);
+    assert_eq!(out.trim(), "call_sites: ok");
+}
+
+#[test]
+fn samples_after_atomic_updates_are_counted_by_function() {
+    let script = root().join("scripts/lib/lock_samples.py");
+    let out = python(&[script.as_os_str(), "--check".as_ref()]);
+    assert_eq!(out.trim(), "lock_samples: ok");
 }
 
 /// What `python3 args...` prints, asserting it succeeded.
