@@ -18,10 +18,11 @@ import subprocess
 import sys
 
 
-def calls_to(lines, target):
+def calls_to(lines, target, symbol=None):
     """{(call site address, calling function): [calls, inclusive instructions]} of the
-    calls to the function at address `target` (or of that name), in callgrind's format
-    with `positions: instr line`."""
+    calls to the function at address `target` (as valgrind names a function without a
+    symbol of its own) or named `symbol`, in callgrind's format with `positions: instr
+    line`."""
     names, fn, cfn, pos, pending = {}, None, None, 0, None
     sites = collections.defaultdict(lambda: [0, 0])
 
@@ -51,7 +52,7 @@ def calls_to(lines, target):
             elif first != "*":
                 pos = int(first)
             if pending is not None:
-                if cfn is not None and (cfn == target or cfn.endswith("%016x" % target)):
+                if cfn is not None and (cfn == symbol or cfn.endswith("%016x" % target)):
                     site = sites[(pos, fn)]
                     site[0] += pending
                     site[1] += int(fields[2]) if len(fields) > 2 else 0
@@ -97,8 +98,9 @@ def table(short, long, gets, size_of):
 
 
 def check():
-    # Two runs of a program calling memcpy (0x500) from two sites of `f` and one of `g`:
-    # 100 more GETs in the long run, each two calls from 0x1004 and one from 0x2008.
+    # Two runs of a program calling memcpy (0x500) from two sites of `f` and one of `g`
+    # (valgrind naming it by its address, then by its name): 100 more GETs in the long run,
+    # each two calls from 0x1004 and one from 0x2008.
     def profile(n):
         return [
             "positions: instr line", "events: Ir",
@@ -108,9 +110,10 @@ def check():
             "cfn=(2)", "calls=1 0x500 0", "+4 1 20",
             "fn=(3) g", "0x2000 1 2",
             "cfn=(4) other", "calls=5 0x900 0", "+4 1 50",
-            "cfn=(2)", "calls=%d 0x500 0" % n, "+4 1 %d" % (30 * n),
+            "cfn=(5) memcpy", "calls=%d 0x500 0" % n, "+4 1 %d" % (30 * n),
         ]
-    short, long = calls_to(profile(10), 0x500), calls_to(profile(110), 0x500)
+    short = calls_to(profile(10), 0x500, "memcpy")
+    long = calls_to(profile(110), 0x500, "memcpy")
     dis = [
         "    1000:\tmov    $0xd8,%edx", "    1002:\tmov    %rax,%rdi", "    1004:\tcall   500",
         "    100c:\tcall   500",
@@ -137,7 +140,7 @@ def main(argv):
     dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", binary],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     with open(short_path) as s, open(long_path) as l:
-        short, long = calls_to(s, target), calls_to(l, target)
+        short, long = calls_to(s, target, symbol), calls_to(l, target, symbol)
     print("\n".join(table(short, long, float(gets), sizes(dis))))
 
 
