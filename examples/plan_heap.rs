@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use std::process::ExitCode;
 
 use creb::oci::manifest::ManifestFormat;
-use creb::plan::catalog::{Catalog, ContentOptions, Keep, SizeScale};
+use creb::plan::catalog::{ContentOptions, Eager, Keep, SizeScale};
 use creb::plan::{PlanItem, PlanOptions, Planner, RepoMap, ShardBy, ShardSpec, UploadPolicy};
 use creb::trace::{Interner, ReadOptions, SpoolWriter, TraceInput, TraceReader};
 
@@ -99,14 +99,19 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         ..ContentOptions::default()
     };
     // As `replay --phase run` does it: the trace read once into the spool (interning its
-    // names), then the catalog's stages over the spool; pass 2 streams the spool (so the
+    // names, building the catalog as it goes up to `EAGER_RECORDS` records), then the
+    // catalog's stages over the spool for a larger trace; pass 2 streams the spool (so the
     // names need no lookup index).
     let started = Instant::now();
     let mut reader = TraceReader::open(&input, ReadOptions::default(), Interner::default())?;
     let mut spool = SpoolWriter::new();
+    let mut eager = Eager::new(60_000, content, Keep::Run);
     for item in reader.by_ref() {
-        spool.push(&item?);
+        let item = item?;
+        eager.learn(&item);
+        spool.push(&item);
     }
+    let built_eagerly = eager.building();
     let mut names = reader.into_names();
     let (names_mb, reading_peak) = (
         names.heap_bytes() as f64 / 1e6,
@@ -116,7 +121,7 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
     let spool = spool.finish()?;
     let spooled = started.elapsed().as_secs_f64();
     counting_alloc::reset_peak();
-    let mut catalog = Catalog::build_staged(|| spool.items(), 60_000, content, Keep::Run, names)?;
+    let mut catalog = eager.finish(|| spool.items(), names)?;
     let staged_peak = counting_alloc::peak() as f64 / 1e6;
     let pass1 = started.elapsed().as_secs_f64();
     let digests =
@@ -127,8 +132,8 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
          objects ({} blobs, {} manifests, {} uploads, {} pushes: {:.0} bytes each), of which \
          {} distinct names {:.2} MB; {} digests kept, {} computed when used; pass 1: the \
          trace read and spooled in {spooled:.1}s, live heap peaking at {reading_peak:.2} MB \
-         (names {names_mb:.2} MB with their index), then the catalog's stages over the spool \
-         peaking at {staged_peak:.2} MB",
+         (names {names_mb:.2} MB with their index), then the catalog {} peaking at \
+         {staged_peak:.2} MB",
         catalog.items,
         catalog.items as f64 / pass1,
         live_mb(),
@@ -141,6 +146,11 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         catalog.names.heap_bytes() as f64 / 1e6,
         digests.computed,
         digests.on_use,
+        if built_eagerly {
+            "sealed from that reading"
+        } else {
+            "built a stage at a time over the spool"
+        },
     );
     let parts: Vec<String> = catalog
         .heap_parts()

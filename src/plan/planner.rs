@@ -871,6 +871,58 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_built_as_the_trace_is_spooled_plans_what_the_staged_one_does() {
+        let synth = SynthOptions::default();
+        let (_dir, input, staged, spool) = catalog_of(&synth, 3);
+        let plan = |cat: &Catalog| -> (Vec<PlanItem>, PlanCounts) {
+            let mut planner = Planner::new(
+                cat,
+                spool.items().unwrap(),
+                options(ShardSpec::ALL, ShardBy::Client),
+            );
+            let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
+            (items, planner.counts().clone())
+        };
+        let (staged_items, staged_counts) = plan(&staged);
+        assert!(staged_items.len() > 100, "{}", staged_items.len());
+        let records = staged_counts.records;
+        // Built all the way through the reading, and given up half way (then staged).
+        for (limit, building) in [(u64::MAX, true), (records / 2, false)] {
+            let mut reader =
+                TraceReader::open(&input, ReadOptions::default(), Interner::default()).unwrap();
+            let content = catalog::ContentOptions {
+                seed: 3,
+                ..catalog::ContentOptions::default()
+            };
+            let mut eager = catalog::Eager::with_limit(60_000, content, catalog::Keep::Run, limit);
+            let mut again = SpoolWriter::new();
+            for item in &mut reader {
+                let item = item.unwrap();
+                eager.learn(&item);
+                again.push(&item);
+            }
+            assert_eq!(eager.building(), building, "limit {limit}");
+            let mut names = reader.into_names();
+            names.drop_index();
+            let again = again.finish().unwrap();
+            let mut cat = eager.finish(|| again.items(), names).unwrap();
+            cat.compute_digests(2);
+            assert_eq!(
+                (cat.items, cat.origin_ms, cat.end_ms),
+                (staged.items, staged.origin_ms, staged.end_ms)
+            );
+            assert!(cat.uploads().eq(staged.uploads()));
+            assert_eq!(cat.blobs, staged.blobs);
+            assert_eq!(cat.filler_repos, staged.filler_repos);
+            assert_eq!(cat.blob_reads(), staged.blob_reads());
+            assert_eq!(cat.prewarm_bytes(), staged.prewarm_bytes());
+            let (items, counts) = plan(&cat);
+            assert_eq!(counts, staged_counts, "limit {limit}");
+            assert!(items == staged_items, "limit {limit}: the plans differ");
+        }
+    }
+
+    #[test]
     fn a_run_alone_builds_the_same_catalog_in_stages_keeping_less_and_pushes_what_prewarm_prepared()
     {
         let synth = SynthOptions::default();

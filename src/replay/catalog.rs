@@ -16,7 +16,7 @@ use crate::content::digest_cache::{Appender, DigestCache};
 use crate::content::Sums;
 use crate::exec::canary::available_cores;
 use crate::exec::Phase;
-use crate::plan::catalog::{Catalog, ContentKey, DigestStats, HashWatch, Keep, UpFront};
+use crate::plan::catalog::{Catalog, ContentKey, DigestStats, Eager, HashWatch, Keep, UpFront};
 use crate::progress::Progress;
 use crate::session::Session;
 use crate::shutdown::Shutdown;
@@ -182,20 +182,24 @@ async fn read_catalog(
                 names.drop_index();
                 Ok(draft.seal(names))
             };
-            // Spooled even for a prewarm alone: the catalog built a stage at a time from the
-            // spool peaks at half what one reading building every table does.
+            // Spooled even for a prewarm alone: a trace of more than `EAGER_RECORDS` records
+            // has its catalog built a stage at a time from the spool, which peaks at half
+            // what one reading building every table does; a smaller one has it built as the
+            // trace is spooled (`Eager`).
+            let eager = Eager::new(gap, content, keep);
             let built =
-                read_spooled(open(&input), spool_dir.as_deref()).and_then(|read| match read {
-                    Read::Spooled(spool, names) => {
-                        let catalog =
-                            Catalog::build_staged(|| spool.items(), gap, content, keep, names)?;
-                        // Both count the items the reader gave.
-                        debug_assert_eq!(spool.len(), catalog.items);
-                        let kept = (phase != Phase::Prewarm).then_some(spool);
-                        Ok((catalog, kept))
-                    }
-                    Read::Again => Ok((single_pass(&input)?, None)),
-                });
+                read_spooled(open(&input), spool_dir.as_deref(), eager).and_then(
+                    |read| match read {
+                        Read::Spooled(spool, names, eager) => {
+                            let catalog = eager.finish(|| spool.items(), names)?;
+                            // Both count the items the reader gave.
+                            debug_assert_eq!(spool.len(), catalog.items);
+                            let kept = (phase != Phase::Prewarm).then_some(spool);
+                            Ok((catalog, kept))
+                        }
+                        Read::Again => Ok((single_pass(&input)?, None)),
+                    },
+                );
             match built {
                 Err(e) if stopped(&e) => Ok(None),
                 Err(e) => Err(e),
@@ -376,26 +380,34 @@ pub(super) fn dataset_json(
 
 /// What reading the trace into the spool gave.
 enum Read {
-    /// The items spooled for pass 2, and the names they use.
-    Spooled(Spool, Interner),
+    /// The items spooled for pass 2, the names they use, and the catalog as far as the
+    /// reading built it.
+    Spooled(Spool, Interner, Box<Eager>),
     /// The spool could not be written: the catalog (and the run) read the trace again.
     Again,
 }
 
-/// The trace read once into the spool, interning its names: the catalog's stages then read
-/// the spool, each sealed before the next (a lower peak than one reading building every
-/// table). The run's pass 2 reads the spool too: the names need resolving only, not looking
-/// up (a reader of the trace would rebuild their index).
-fn read_spooled(reader: anyhow::Result<TraceReader>, dir: Option<&Path>) -> anyhow::Result<Read> {
+/// The trace read once into the spool, interning its names, and given to `eager` as it is
+/// read: the catalog is built from there, or its stages from the spool, each sealed before
+/// the next (a lower peak than one reading building every table). The run's pass 2 reads the
+/// spool too: the names need resolving only, not looking up (a reader of the trace would
+/// rebuild their index).
+fn read_spooled(
+    reader: anyhow::Result<TraceReader>,
+    dir: Option<&Path>,
+    mut eager: Eager,
+) -> anyhow::Result<Read> {
     let mut reader = reader?;
     let mut writer = SpoolWriter::in_dir(dir, crate::trace::spool::MAX_SPOOL_BYTES);
     for item in &mut reader {
-        writer.push(&item?);
+        let item = item?;
+        eager.learn(&item);
+        writer.push(&item);
     }
     let mut names = reader.into_names();
     names.drop_index();
     match writer.finish() {
-        Ok(spool) => Ok(Read::Spooled(spool, names)),
+        Ok(spool) => Ok(Read::Spooled(spool, names, Box::new(eager))),
         Err(why) => {
             tracing::warn!("cannot keep the trace's items for the run ({why}); the run reads the trace again, as does the catalog");
             Ok(Read::Again)

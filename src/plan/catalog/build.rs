@@ -70,6 +70,110 @@ enum Stage {
 
 const STAGES: [Stage; 3] = [Stage::Uploads, Stage::Manifests, Stage::Blobs];
 
+/// One reading of the trace: the stages it builds, and its session linker and record count
+/// (a stage that needs no sessions reads every record as [`Role::Single`]).
+struct Reading<'a> {
+    stages: &'a [Stage],
+    linked: bool,
+    linker: SessionLinker,
+    records: u64,
+}
+
+impl<'a> Reading<'a> {
+    fn new(gap_ms: i64, stages: &'a [Stage]) -> Reading<'a> {
+        Reading {
+            stages,
+            linked: stages.iter().any(|s| *s != Stage::Blobs),
+            linker: SessionLinker::new(gap_ms),
+            records: 0,
+        }
+    }
+}
+
+/// Records up to which the reading that spools the trace builds every table as it goes
+/// ([`Eager`]): one reading instead of three more of the spool (some 1,500 instructions a
+/// record), for maps of about 12 bytes a record held beside the names' index (a `dal`
+/// trace of 1M records: 16.5 MB of live heap at pass 1's peak, against 8.0 MB for the
+/// stages, `docs/benchmarks.md`). Past it they are given up and built a stage at a time, so
+/// the peak of a larger trace is what it was.
+pub const EAGER_RECORDS: u64 = 1 << 20;
+
+/// The catalog built by the reading that spools the trace, while the trace is small: every
+/// table at once, as [`Catalog::build`] does. A trace of more than [`EAGER_RECORDS`]
+/// records drops what it built at that point and is left to [`Catalog::build_staged`] over
+/// the spool, whose peak stays what one stage holds ([`Eager::finish`] does either).
+pub struct Eager {
+    draft: Option<Draft>,
+    reading: Reading<'static>,
+    gap_ms: i64,
+    content: ContentOptions,
+    keep: Keep,
+    /// [`EAGER_RECORDS`], or less in tests.
+    limit: u64,
+}
+
+impl std::fmt::Debug for Eager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eager")
+            .field("draft", &self.draft)
+            .field("records", &self.reading.records)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Eager {
+    pub fn new(gap_ms: i64, content: ContentOptions, keep: Keep) -> Eager {
+        Eager::with_limit(gap_ms, content, keep, EAGER_RECORDS)
+    }
+
+    /// [`Eager::new`] giving up past `limit` records.
+    pub fn with_limit(gap_ms: i64, content: ContentOptions, keep: Keep, limit: u64) -> Eager {
+        Eager {
+            draft: Some(Draft::new(gap_ms, content, keep)),
+            reading: Reading::new(gap_ms, &STAGES),
+            gap_ms,
+            content,
+            keep,
+            limit,
+        }
+    }
+
+    /// The next item of the trace, as read (the items the spool is given, in its order).
+    pub fn learn(&mut self, item: &Item) {
+        let Some(draft) = &mut self.draft else {
+            return;
+        };
+        if self.reading.records >= self.limit && matches!(item, Item::Record(_)) {
+            self.draft = None;
+            self.reading = Reading::new(self.gap_ms, &[]);
+            return;
+        }
+        draft.learn(&mut self.reading, item);
+    }
+
+    /// Whether the tables are still being built as the trace is read.
+    pub fn building(&self) -> bool {
+        self.draft.is_some()
+    }
+
+    /// The catalog: the tables built as the trace was read, sealed with `names`, or (for a
+    /// trace past [`EAGER_RECORDS`]) built a stage at a time from `items`, the spool.
+    pub fn finish<I>(
+        self,
+        items: impl FnMut() -> Result<I, TraceError>,
+        names: Interner,
+    ) -> Result<Catalog, TraceError>
+    where
+        I: Iterator<Item = Result<Item, TraceError>>,
+    {
+        match self.draft {
+            Some(draft) => Ok(draft.seal(names)),
+            None => Catalog::build_staged(items, self.gap_ms, self.content, self.keep, names),
+        }
+    }
+}
+
 /// The catalog while pass 1 reads the trace: maps that take inserts, each stage's sealed
 /// into the catalog's sorted vectors once read ([`Draft::seal`]).
 #[derive(Default)]
@@ -168,35 +272,39 @@ impl Draft {
     where
         I: Iterator<Item = Result<Item, TraceError>>,
     {
-        let first = stages.contains(&Stage::Uploads);
-        let linked = stages.iter().any(|s| *s != Stage::Blobs);
-        let mut linker = SessionLinker::new(self.gap_ms);
-        let mut records = 0u64;
+        let mut reading = Reading::new(self.gap_ms, stages);
         for item in items {
-            let item = item?;
-            if first {
-                self.catalog.items += 1;
-            }
-            let Item::Record(r) = item else { continue };
-            if first {
-                self.catalog.origin_ms.get_or_insert(r.time_ms);
-                self.catalog.end_ms = self.catalog.end_ms.max(r.time_ms);
-            }
-            let role = if linked {
-                linker.role(&r)
-            } else {
-                Role::Single
-            };
-            records += 1;
-            for stage in stages {
-                match stage {
-                    Stage::Uploads => self.learn_upload(&r, &role, &mut linker, records),
-                    Stage::Manifests => self.learn_manifest(&r, &role),
-                    Stage::Blobs => self.learn_blob(&r),
-                }
-            }
+            self.learn(&mut reading, &item?);
         }
         Ok(())
+    }
+
+    /// One item of `reading`, into the tables of its stages.
+    fn learn(&mut self, reading: &mut Reading<'_>, item: &Item) {
+        let first = reading.stages.contains(&Stage::Uploads);
+        if first {
+            self.catalog.items += 1;
+        }
+        let Item::Record(r) = item else { return };
+        if first {
+            self.catalog.origin_ms.get_or_insert(r.time_ms);
+            self.catalog.end_ms = self.catalog.end_ms.max(r.time_ms);
+        }
+        let role = if reading.linked {
+            reading.linker.role(r)
+        } else {
+            Role::Single
+        };
+        reading.records += 1;
+        for stage in reading.stages {
+            match stage {
+                Stage::Uploads => {
+                    self.learn_upload(r, &role, &mut reading.linker, reading.records);
+                }
+                Stage::Manifests => self.learn_manifest(r, &role),
+                Stage::Blobs => self.learn_blob(r),
+            }
+        }
     }
 
     /// The catalog: every fact in sorted vectors, identities computed from `names`.

@@ -18,7 +18,7 @@ mod digests;
 mod facts;
 
 pub use crate::content::hashing::{HashWatch, Unwatched};
-pub use build::Draft;
+pub use build::{Draft, Eager, EAGER_RECORDS};
 pub use digests::{DigestStats, UpFront};
 pub use facts::{
     position_key, push_identity, upload_identity, BlobFacts, ContentKey, ContentOptions, Keep,
