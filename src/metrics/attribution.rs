@@ -5,8 +5,9 @@
 //! each dimension (repository, client) keeps, for each ranking (requests, time spent, bytes,
 //! errors), a bounded Space-Saving summary of [`TRACKED`] entries (Metwally, Agrawal and El
 //! Abbadi, 2005). A name not tracked replaces the entry of least weight and inherits that
-//! weight, so a tracked weight never underestimates the truth and overestimates it by at
-//! most the weight it inherited; every name whose share of a ranking's total exceeds
+//! weight (in the rankings its operation weighs in: a success adds nothing to the failures'
+//! and leaves that ranking as it is), so a tracked weight never underestimates the truth and
+//! overestimates it by at most the weight it inherited; every name whose share of a ranking's total exceeds
 //! 1/[`TRACKED`] is tracked. A tracked name's own figures (its [`Tally`]) are kept once,
 //! however many rankings track it, and count its operations since one of them began to:
 //! they are the whole truth ([`Slot::whole`]) when that was the name's first operation,
@@ -23,7 +24,9 @@ use hdrhistogram::Histogram;
 
 use super::hist::{Recording, SparseHistogram, HISTOGRAM_SETTINGS};
 use super::{Level, Sample};
-use crate::fast_hash::FastHashMap;
+use crate::fast_hash::FastState;
+use hashbrown::HashTable;
+use std::hash::BuildHasher as _;
 
 /// Entries each ranking of a dimension keeps.
 pub const TRACKED: usize = 32;
@@ -208,6 +211,8 @@ impl Tally {
 #[derive(Debug, Clone)]
 pub struct Slot {
     pub name: Arc<str>,
+    /// The name's hash in the dimension's index.
+    hash: u64,
     /// Tracked since the name's first operation: its tally is the whole truth.
     pub whole: bool,
     pub tally: Tally,
@@ -307,7 +312,10 @@ pub struct Dimension {
     slots: Vec<Slot>,
     /// Slots that no ranking tracks any more, to be used again.
     free: Vec<u8>,
-    index: FastHashMap<Arc<str>, u8>,
+    /// The slots in use by their names' hashes (each slot keeps its name and hash: a name
+    /// is hashed once per operation, and a slot given up leaves the index by its number).
+    index: HashTable<u8>,
+    hasher: FastState,
     /// Some name lost its last place: names seen may be missing, and a name tracked anew
     /// may have been seen before.
     forgot: bool,
@@ -319,15 +327,26 @@ impl Default for Dimension {
             lists: Criterion::ALL.map(TopList::new),
             slots: Vec::new(),
             free: Vec::new(),
-            index: FastHashMap::default(),
+            index: HashTable::new(),
+            hasher: FastState::default(),
             forgot: false,
         }
     }
 }
 
 impl Dimension {
+    /// Counts an operation of `name`. A ranking the operation adds nothing to (a success,
+    /// to the failures; a read of no bytes, to the bytes) leaves the name where it is: in
+    /// a Space-Saving summary an arrival of weight 0 changes no count, and placing it would
+    /// only push out an entry for the same weight.
     fn record(&mut self, name: &Arc<str>, s: Seen) {
-        let at = match self.index.get(name) {
+        let hash = self.hasher.hash_one(&**name);
+        let slots = &self.slots;
+        let found = self.index.find(hash, |&at| {
+            let slot = &slots[usize::from(at)];
+            Arc::ptr_eq(&slot.name, name) || *slot.name == **name
+        });
+        let at = match found {
             Some(&at) => {
                 let slot = &mut self.slots[usize::from(at)];
                 slot.tally.add_seen(s);
@@ -335,31 +354,42 @@ impl Dimension {
                 for (r, &place) in places.iter().enumerate() {
                     let list = &mut self.lists[r];
                     let w = list.criterion.weight(&s);
-                    if place == UNTRACKED {
-                        self.place(at, r, w);
-                    } else {
+                    if place != UNTRACKED {
                         let weight = &mut list.weights[usize::from(place)];
                         *weight = weight.saturating_add(w);
+                    } else if w > 0 {
+                        self.place(at, r, w);
                     }
                 }
                 return;
             }
-            None => self.new_slot(name),
+            None => self.new_slot(name, hash),
         };
         self.slots[usize::from(at)].tally.add_seen(s);
         for r in 0..self.lists.len() {
             let w = self.lists[r].criterion.weight(&s);
-            self.place(at, r, w);
+            if w > 0 {
+                self.place(at, r, w);
+            }
         }
-        self.index.insert(Arc::clone(name), at);
+        if self.slots[usize::from(at)].in_use() {
+            let slots = &self.slots;
+            self.index
+                .insert_unique(hash, at, |&i| slots[usize::from(i)].hash);
+        } else {
+            // Nothing to rank it by (an operation of no weight anywhere): not kept.
+            self.free.push(at);
+        }
     }
 
-    /// A slot for `name`, tracked by no ranking yet: a free one, or a new one.
-    fn new_slot(&mut self, name: &Arc<str>) -> u8 {
+    /// A slot for `name` (of hash `hash`), tracked by no ranking yet: a free one, or a new
+    /// one.
+    fn new_slot(&mut self, name: &Arc<str>, hash: u64) -> u8 {
         let whole = !self.forgot;
         if let Some(at) = self.free.pop() {
             let slot = &mut self.slots[usize::from(at)];
             slot.name = Arc::clone(name);
+            slot.hash = hash;
             slot.whole = whole;
             slot.tally.clear();
             return at;
@@ -369,6 +399,7 @@ impl Dimension {
             .reserve_exact((4 * TRACKED + 1).saturating_sub(self.slots.len()));
         self.slots.push(Slot {
             name: Arc::clone(name),
+            hash,
             whole,
             tally: Tally::default(),
             places: [UNTRACKED; 4],
@@ -385,10 +416,23 @@ impl Dimension {
         let slot = &mut self.slots[usize::from(evicted)];
         slot.places[r] = UNTRACKED;
         if !slot.in_use() {
-            self.index.remove(&slot.name);
+            if let Ok(entry) = self.index.find_entry(slot.hash, |&i| i == evicted) {
+                entry.remove();
+            }
             self.free.push(evicted);
             self.forgot = true;
         }
+    }
+
+    /// The slot of `name`, if it is tracked.
+    #[cfg(test)]
+    fn slot_of(&self, name: &str) -> Option<u8> {
+        let slots = &self.slots;
+        self.index
+            .find(self.hasher.hash_one(name), |&at| {
+                *slots[usize::from(at)].name == *name
+            })
+            .copied()
     }
 
     /// Names tracked (at most 4 × [`TRACKED`]).
@@ -492,6 +536,7 @@ impl Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast_hash::FastHashMap;
     use crate::metrics::{ErrorKind, HttpStatuses, Op, Outcome, SizeClass, Timing};
     use std::time::Duration;
     use tokio::time::Instant;
@@ -557,11 +602,14 @@ mod tests {
                 places.entry(at).or_insert([UNTRACKED; 4])[r] = u8::try_from(i).unwrap();
             }
         }
-        let index: FastHashMap<Arc<str>, u8> = places
-            .keys()
-            .map(|&at| (Arc::clone(&d.slots[usize::from(at)].name), at))
-            .collect();
-        assert_eq!(d.index, index);
+        let mut indexed: Vec<u8> = d.index.iter().copied().collect();
+        indexed.sort_unstable();
+        let mut placed: Vec<u8> = places.keys().copied().collect();
+        placed.sort_unstable();
+        assert_eq!(indexed, placed);
+        for &at in &indexed {
+            assert_eq!(d.slot_of(&d.slots[usize::from(at)].name), Some(at));
+        }
         for (i, slot) in d.slots.iter().enumerate() {
             let at = u8::try_from(i).unwrap();
             assert_eq!(
@@ -583,7 +631,7 @@ mod tests {
         // The heavy names (three eighths of the operations over three of them) stay
         // tracked, whole.
         for heavy in ["r0", "r1", "r2"] {
-            let slot = &d.slots[usize::from(d.index[heavy])];
+            let slot = &d.slots[usize::from(d.slot_of(heavy).unwrap())];
             assert!(slot.whole, "{heavy}");
             assert_eq!(slot.tally.count, counts[heavy]);
         }
@@ -667,6 +715,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_operation_of_no_weight_in_a_ranking_leaves_that_ranking_alone() {
+        let mut a = Attribution::default();
+        a.record(&who("failing"), &sample(3, 10, false));
+        // A thousand other names, each a success of no bytes.
+        for i in 0..1_000 {
+            a.record(&who(&format!("fine-{i}")), &sample(3, 0, true));
+        }
+        let d = &a.repositories;
+        let list = |c: Criterion| d.lists.iter().find(|l| l.criterion == c).unwrap();
+        let names = |c: Criterion| -> Vec<&str> {
+            list(c)
+                .slots
+                .iter()
+                .map(|&at| &*d.slots[usize::from(at)].name)
+                .collect()
+        };
+        // Failures and bytes are ranked over the one name that had any, with its own
+        // weight only (nothing inherited from entries pushed out for no weight).
+        assert_eq!(names(Criterion::Errors), ["failing"]);
+        assert_eq!(names(Criterion::Bytes), ["failing"]);
+        assert_eq!(list(Criterion::Errors).weights, [1]);
+        assert_eq!(list(Criterion::Bytes).weights, [10]);
+        assert_eq!(list(Criterion::Requests).slots.len(), TRACKED);
+        let failing = d.slot_of("failing").unwrap();
+        assert!(d.slots[usize::from(failing)].whole);
+        assert!(d.held() <= 2 * TRACKED);
     }
 
     #[test]
