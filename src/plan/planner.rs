@@ -589,7 +589,8 @@ mod tests {
             seed,
             ..catalog::ContentOptions::default()
         };
-        // As a run alone builds it: the trace spooled, then the stages over the spool.
+        // As a run alone builds it past `EAGER_RECORDS` records: the trace spooled, then the
+        // stages over the spool (the catalog built as it is spooled is compared with it).
         let mut spool = SpoolWriter::new();
         for item in &mut reader {
             spool.push(&item.unwrap());
