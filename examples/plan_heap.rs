@@ -122,7 +122,7 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
     let spooled = started.elapsed().as_secs_f64();
     counting_alloc::reset_peak();
     let mut catalog = eager.finish(|| spool.items(), names)?;
-    let staged_peak = counting_alloc::peak() as f64 / 1e6;
+    let built_peak = counting_alloc::peak() as f64 / 1e6;
     let pass1 = started.elapsed().as_secs_f64();
     let digests =
         catalog.compute_digests(std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -133,7 +133,7 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
          {} distinct names {:.2} MB; {} digests kept, {} computed when used; pass 1: the \
          trace read and spooled in {spooled:.1}s, live heap peaking at {reading_peak:.2} MB \
          (names {names_mb:.2} MB with their index), then the catalog {} peaking at \
-         {staged_peak:.2} MB",
+         {built_peak:.2} MB",
         catalog.items,
         catalog.items as f64 / pass1,
         live_mb(),

@@ -6,9 +6,9 @@
 //! errors), a bounded Space-Saving summary of [`TRACKED`] entries (Metwally, Agrawal and El
 //! Abbadi, 2005). A name not tracked replaces the entry of least weight and inherits that
 //! weight (in the rankings its operation weighs in: a success adds nothing to the failures'
-//! and leaves that ranking as it is), so a tracked weight never underestimates the truth and
-//! overestimates it by at most the weight it inherited; every name whose share of a ranking's total exceeds
-//! 1/[`TRACKED`] is tracked. A tracked name's own figures (its [`Tally`]) are kept once,
+//! and leaves that ranking as it is), so a tracked weight never underestimates the truth
+//! and overestimates it by at most the weight it inherited; every name whose share of a
+//! ranking's total exceeds 1/[`TRACKED`] is tracked. A tracked name's own figures (its [`Tally`]) are kept once,
 //! however many rankings track it, and count its operations since one of them began to:
 //! they are the whole truth ([`Slot::whole`]) when that was the name's first operation,
 //! which holds for every name until some name loses its last place. Results list the top
@@ -18,15 +18,15 @@
 //! to two significant digits (within 0.8%), so an entry holds at most a few thousand
 //! buckets and usually a few hundred, and replacing an entry clears only what it held.
 
+use std::hash::BuildHasher as _;
 use std::sync::{Arc, OnceLock};
 
+use hashbrown::HashTable;
 use hdrhistogram::Histogram;
 
 use super::hist::{Recording, SparseHistogram, HISTOGRAM_SETTINGS};
 use super::{Level, Sample};
 use crate::fast_hash::FastState;
-use hashbrown::HashTable;
-use std::hash::BuildHasher as _;
 
 /// Entries each ranking of a dimension keeps.
 pub const TRACKED: usize = 32;
@@ -372,14 +372,11 @@ impl Dimension {
                 self.place(at, r, w);
             }
         }
-        if self.slots[usize::from(at)].in_use() {
-            let slots = &self.slots;
-            self.index
-                .insert_unique(hash, at, |&i| slots[usize::from(i)].hash);
-        } else {
-            // Nothing to rank it by (an operation of no weight anywhere): not kept.
-            self.free.push(at);
-        }
+        // Every operation weighs 1 in the requests' ranking: the name has a place.
+        debug_assert!(self.slots[usize::from(at)].in_use());
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, at, |&i| slots[usize::from(i)].hash);
     }
 
     /// A slot for `name` (of hash `hash`), tracked by no ranking yet: a free one, or a new
