@@ -126,18 +126,27 @@ impl std::fmt::Debug for Eager {
 
 impl Eager {
     pub fn new(gap_ms: i64, content: ContentOptions, keep: Keep) -> Eager {
-        Eager::with_limit(gap_ms, content, keep, EAGER_RECORDS)
-    }
-
-    /// [`Eager::new`] giving up past `limit` records.
-    pub fn with_limit(gap_ms: i64, content: ContentOptions, keep: Keep, limit: u64) -> Eager {
         Eager {
             draft: Some(Draft::new(gap_ms, content, keep)),
             reading: Reading::new(gap_ms, &STAGES),
             gap_ms,
             content,
             keep,
+            limit: EAGER_RECORDS,
+        }
+    }
+
+    /// [`Eager::new`] giving up past `limit` records.
+    #[cfg(test)]
+    pub(crate) fn with_limit(
+        gap_ms: i64,
+        content: ContentOptions,
+        keep: Keep,
+        limit: u64,
+    ) -> Eager {
+        Eager {
             limit,
+            ..Eager::new(gap_ms, content, keep)
         }
     }
 
