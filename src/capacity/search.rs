@@ -220,6 +220,10 @@ pub fn judge_step(
     (Outcome::Sustained, verdicts, None)
 }
 
+/// How late the canary's 10 ms sleep may wake at p99 before the generator's own timings
+/// are in doubt, ms.
+const LATE_WAKE_MS: f64 = 10.0;
+
 /// Who a step that did not pass is to blame on: the registry, or the generator that could
 /// not offer the load. Asked only of a step that did not pass: one that passed served what
 /// was offered, however late the generator woke.
@@ -234,8 +238,10 @@ pub enum Blame {
 }
 
 /// Whose a step that did not pass is (docs/capacity.md, "Who is to blame"):
-/// - the generator's when it could not run as meant: its CPU saturated or its runtime
-///   woke late (its own timings are then not the registry's either);
+/// - the generator's when it could not run as meant: its CPU saturated, or its runtime
+///   woke late (its own timings are then not the registry's either) unless the registry's
+///   service time breaks a latency objective by more than twice the latest wake — more
+///   than the lateness could have added;
 /// - the registry's when its failures passed the bound, or its own service time (send to
 ///   end, no wait for a slot) breaks a latency objective, whatever the in-flight cap did:
 ///   at a fixed offered rate λ a registry answering in W keeps L = λ·W operations in
@@ -261,15 +267,12 @@ pub fn blame(
             share * 100.0
         ));
     }
-    if let Some(p99) = c
-        .canary_wake_ms
-        .as_ref()
-        .and_then(|w| w.p99)
-        .filter(|p| *p > 10.0)
-    {
-        return Blame::Generator(format!(
-            "the runtime woke {p99:.1} ms late (p99): the generator's machine is overloaded"
-        ));
+    let latency: Vec<Threshold> = objectives
+        .iter()
+        .filter_map(Threshold::service_side)
+        .collect();
+    if let Some(blamed) = late_runtime(c, &latency, summary, table) {
+        return blamed;
     }
     if errors_beyond_bound || c.cap_binding_share <= 0.05 {
         return Blame::Registry(None);
@@ -279,10 +282,6 @@ pub fn blame(
         c.max_in_flight,
         c.cap_binding_share * 100.0
     );
-    let latency: Vec<Threshold> = objectives
-        .iter()
-        .filter_map(Threshold::service_side)
-        .collect();
     if let Some(broken) = latency.iter().find(|t| t.fails(summary, table)) {
         return Blame::Registry(Some(format!(
             "{binding}, filled by the registry's own service time ({} fails)",
@@ -304,6 +303,41 @@ pub fn blame(
         "{binding} while the registry's service times stayed within the objectives: raise \
          --concurrency"
     ))
+}
+
+/// Whom a late runtime (the canary's p99 past [`LATE_WAKE_MS`]) leaves the step to: the
+/// generator, unless the registry's own service time breaks a latency objective by more
+/// than the lateness could have added. `None` when the runtime woke in time.
+fn late_runtime(
+    c: &crate::results::summary::Checks,
+    latency: &[Threshold],
+    summary: &Summary,
+    table: &StatsTable,
+) -> Option<Blame> {
+    let wake = c
+        .canary_wake_ms
+        .as_ref()
+        .filter(|w| w.p99.is_some_and(|p| p > LATE_WAKE_MS))?;
+    let p99 = wake.p99.unwrap_or(wake.max);
+    // A late runtime moves each timing by about its lateness: a service time past a latency
+    // objective by more than twice the worst wake is the registry's, however late the
+    // generator woke.
+    let slack = 2.0 * wake.max;
+    Some(
+        match latency
+            .iter()
+            .find(|t| t.fails_beyond(summary, table, slack))
+        {
+            Some(broken) => Blame::Registry(Some(format!(
+                "the runtime woke {p99:.1} ms late (p99, {:.1} ms at worst), but the \
+                 registry's own service time fails {} by more than twice that",
+                wake.max, broken.text
+            ))),
+            None => Blame::Generator(format!(
+                "the runtime woke {p99:.1} ms late (p99): the generator's machine is overloaded"
+            )),
+        },
+    )
 }
 
 /// L = λ·W: the operations in flight at the registry at `offered_rps` with the step's mean
@@ -328,6 +362,62 @@ fn registry_in_flight(table: &StatsTable, offered_rps: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::metrics::hist::Percentiles;
+    use crate::results::summary::Checks;
+    use crate::results::thresholds::tests::{summary, table};
+
+    /// Whom [`blame`] names for blob GETs of service p99 about 1000 ms, given `objective`,
+    /// the canary's p99 and worst wake and the generator's CPU share.
+    fn blamed(objective: &str, wake: (f64, f64), cpu: f64) -> Blame {
+        let mut s = summary();
+        s.checks = Some(Checks {
+            start_at: None,
+            start_skew_ms: None,
+            canary_wake_ms: Some(Percentiles {
+                p99: Some(wake.0),
+                max: wake.1,
+                ..Percentiles::default()
+            }),
+            cpu_seconds: None,
+            cpu_share: Some(cpu),
+            cores: 2,
+            cap_binding_share: 0.0,
+            max_in_flight: 64,
+        });
+        let objectives = [Threshold::parse(objective).unwrap()];
+        blame(&s, &table(), &objectives, 10.0, false)
+    }
+
+    #[test]
+    fn a_late_runtime_is_blamed_only_for_what_its_lateness_could_explain() {
+        // On time: the registry's, the cap never bound.
+        assert_eq!(
+            blamed("p99(blob_get) < 150ms", (1.0, 3.0), 0.3),
+            Blame::Registry(None)
+        );
+        // Late, but the service time (1000 ms) is far past 150 ms + 2 × 30 ms.
+        match blamed("p99(blob_get) < 150ms", (12.0, 30.0), 0.3) {
+            Blame::Registry(Some(why)) => assert!(why.contains("12.0 ms late"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Late, and 950 ms + 2 × 30 ms covers the 1000 ms: the generator's timings decide
+        // nothing.
+        assert!(matches!(
+            blamed("p99(blob_get) < 950ms", (12.0, 30.0), 0.3),
+            Blame::Generator(why) if why.contains("overloaded")
+        ));
+        // An objective on errors says nothing of latency: the late generator's.
+        assert!(matches!(
+            blamed("errors(http_429) == 0", (12.0, 30.0), 0.3),
+            Blame::Generator(_)
+        ));
+        // A saturated CPU is the generator's whatever the registry's times.
+        assert!(matches!(
+            blamed("p99(blob_get) < 150ms", (1.0, 3.0), 0.95),
+            Blame::Generator(why) if why.contains("cores")
+        ));
+    }
 
     /// Runs the search against a registry that sustains every load up to `capacity`.
     fn find(capacity: f64, options: SearchOptions) -> (Option<f64>, Vec<f64>) {

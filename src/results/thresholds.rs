@@ -504,6 +504,22 @@ impl Threshold {
         matches!(self.evaluate(summary, table), Verdict::Clear(_))
     }
 
+    /// Whether the expression, as an objective that must hold, fails on `summary` even with
+    /// its limit moved `margin` (in the metric's unit) in the measured value's favour: a
+    /// `< 150ms` objective fails beyond 20 ms when the value is over 170 ms. An equality, or
+    /// a limit taken from a baseline, has no side to move to: never failed beyond a margin.
+    pub fn fails_beyond(&self, summary: &Summary, table: &StatsTable, margin: f64) -> bool {
+        let (Some(v), Limit::Value(limit)) = (self.measure(summary, table), self.limit) else {
+            return false;
+        };
+        let eased = match self.cmp {
+            Cmp::Lt | Cmp::Le => limit + margin,
+            Cmp::Gt | Cmp::Ge => limit - margin,
+            Cmp::Eq | Cmp::Ne => return false,
+        };
+        !self.cmp.holds(v, eased)
+    }
+
     /// Whether the threshold compares with a baseline run.
     pub fn needs_baseline(&self) -> bool {
         matches!(self.limit, Limit::Baseline(_))
@@ -792,7 +808,7 @@ fn stat_of(name: &str) -> Result<Option<Stat>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::metrics::{HttpStatuses, Outcome, Sample, SizeClass, Timing};
     use crate::results::summary::{HistogramInfo, Shard, Throughput, Tool, Totals};
@@ -801,7 +817,9 @@ mod tests {
     use std::time::Duration;
     use tokio::time::Instant;
 
-    fn table() -> StatsTable {
+    /// 100 blob GETs whose service times are 10, 20, …, 1000 ms (each 5 ms late), the
+    /// first three failed with a 429.
+    pub(crate) fn table() -> StatsTable {
         let mut t = StatsTable::default();
         let end = Instant::now();
         for i in 1..=100u64 {
@@ -829,7 +847,8 @@ mod tests {
         t
     }
 
-    fn summary() -> Summary {
+    /// A run of 10 s with no checks, beside [`table`].
+    pub(crate) fn summary() -> Summary {
         Summary {
             schema_version: 1,
             tool: Tool::current(),
@@ -871,6 +890,26 @@ mod tests {
         Threshold::parse(text)
             .unwrap()
             .evaluate(&summary(), &table())
+    }
+
+    #[test]
+    fn an_objective_fails_beyond_a_margin_only_past_the_eased_limit() {
+        let beyond = |text: &str, margin: f64| {
+            Threshold::parse(text)
+                .unwrap()
+                .fails_beyond(&summary(), &table(), margin)
+        };
+        // The p99 is about 1000 ms.
+        assert!(beyond("p99(blob_get) < 900ms", 0.0));
+        assert!(beyond("p99(blob_get) < 900ms", 50.0));
+        assert!(!beyond("p99(blob_get) < 900ms", 200.0));
+        assert!(beyond("p99(blob_get) > 2s", 500.0));
+        assert!(!beyond("p99(blob_get) > 2s", 1500.0));
+        assert!(!beyond("p99(blob_get) < 2s", 0.0));
+        // An equality has no side to ease: never beyond.
+        assert!(!beyond("errors(http_429) == 0", 0.0));
+        // No data: not failed.
+        assert!(!beyond("p99(tag_list) < 1ms", 0.0));
     }
 
     #[test]
