@@ -12,6 +12,7 @@ pub(crate) mod decode;
 mod parse;
 pub mod reader;
 pub mod record;
+mod scan;
 mod split;
 pub mod spool;
 pub mod synth;

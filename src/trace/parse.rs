@@ -15,7 +15,7 @@ use crate::fast_hash::fnv1a;
 
 /// Any JSON value, kept only as far as a record field needs it.
 #[derive(Debug, Default)]
-enum Val<'a> {
+pub(super) enum Val<'a> {
     #[default]
     Absent,
     Null,
@@ -96,15 +96,15 @@ const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
 /// that a bad value is reported with its field name.
 #[derive(Debug, Default)]
 pub(super) struct Fields<'a> {
-    timestamp: Val<'a>,
-    method: Val<'a>,
-    uri: Val<'a>,
-    client: Val<'a>,
-    duration: Val<'a>,
-    status: Val<'a>,
-    written: Val<'a>,
-    id: Val<'a>,
-    size_unknown: Val<'a>,
+    pub(super) timestamp: Val<'a>,
+    pub(super) method: Val<'a>,
+    pub(super) uri: Val<'a>,
+    pub(super) client: Val<'a>,
+    pub(super) duration: Val<'a>,
+    pub(super) status: Val<'a>,
+    pub(super) written: Val<'a>,
+    pub(super) id: Val<'a>,
+    pub(super) size_unknown: Val<'a>,
 }
 
 enum Key {

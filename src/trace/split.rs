@@ -1,8 +1,9 @@
 //! Framing: the top-level JSON objects of a decompressed trace stream, whatever holds them
 //! (one array, several arrays, JSON lines, concatenated objects). Between objects only
 //! whitespace, commas and balanced array brackets (never one array inside another) are
-//! accepted, and a UTF-8 byte order mark at the very start. Each object is deserialized in place from the read buffer, so its
-//! bytes are scanned once and nothing more than one chunk plus the current object is held.
+//! accepted, and a UTF-8 byte order mark at the very start. Each object is read in place
+//! from the read buffer — a plain record by [`super::scan`], any other by serde_json — so
+//! nothing more than one chunk plus the current object is held.
 
 use std::io::{self, Read};
 
@@ -153,7 +154,14 @@ impl<R: Read> Splitter<R> {
                 }
             }
         }
-        // An object.
+        // An object: what a trace holds read by the scanner, anything else (or an object
+        // the buffer cuts) by serde_json.
+        let start = self.pos;
+        if let Some((raw, len)) = super::scan::object(&self.buf[start..self.end]) {
+            let value = f(self.base + start as u64, &self.buf[start..start + len], raw);
+            self.pos = start + len;
+            return Ok(Some(value));
+        }
         loop {
             let start = self.pos;
             let mut objects = serde_json::Deserializer::from_slice(&self.buf[start..self.end])

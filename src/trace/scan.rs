@@ -1,0 +1,455 @@
+//! A record object read without serde when it holds only what traces hold: the fast path of
+//! [`super::split::Splitter`], whose serde_json path stays the reference for everything else.
+//!
+//! A FAST'18 record is one flat object of short strings and plain numbers. This
+//! scanner reads exactly that — keys without escapes, values that are strings without
+//! escapes or control characters, integers, decimals whose value one IEEE operation gives
+//! exactly, `true`, `false`, `null` — and declines (`None`) anything else: an escape, a
+//! nested value, an exponent, a number too long to convert exactly, malformed JSON, or a
+//! buffer that ends inside the object. A declined object is read by serde_json as before,
+//! errors and all, so the scanner never has to be right about what it does not accept;
+//! what it does accept it reads as serde_json does, to the bit (the property tests below
+//! hold it to that, on generated objects and on damaged records). It reads a record in
+//! about a third of serde_json's instructions (docs/benchmarks.md, step 21).
+
+use std::borrow::Cow;
+
+use super::parse::{Fields, Val};
+
+/// The powers of ten a `f64` holds exactly (10^22 is the last).
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// A value's place in the object before the object's bytes are known to be UTF-8.
+#[derive(Clone, Copy)]
+enum Raw {
+    Str(usize, usize),
+    U(u64),
+    I(i64),
+    F(f64),
+    Bool(bool),
+    Null,
+}
+
+/// The fields of [`Fields`], in the order of [`field`]'s numbers.
+const FIELDS: usize = 9;
+
+/// Which field of [`Fields`] a key names, by number (`None`: one the replay does not read):
+/// one comparison with the one name of that length (and letter) a key can be.
+fn field(key: &[u8]) -> Option<usize> {
+    let (number, name): (usize, &[u8]) = match key.len() {
+        9 => (0, b"timestamp"),
+        19 => (1, b"http.request.method"),
+        16 => (2, b"http.request.uri"),
+        23 => (3, b"http.request.remoteaddr"),
+        21 if key.get(7) == Some(&b'q') => (4, b"http.request.duration"),
+        20 => (5, b"http.response.status"),
+        21 => (6, b"http.response.written"),
+        2 => (7, b"id"),
+        17 => (8, b"creb.size_unknown"),
+        _ => return None,
+    };
+    same(key, name).then_some(number)
+}
+
+/// Whether two byte strings of the same length are equal, a word at a time (the last word
+/// overlapping the one before): a call of musl's `memcmp` compares byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let word = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() < 8 {
+        return a == b;
+    }
+    let last = a.len() - 8;
+    (0..last).step_by(8).all(|at| word(a, at) == word(b, at)) && word(a, last) == word(b, last)
+}
+
+fn slot<'f, 'a>(fields: &'f mut Fields<'a>, number: usize) -> &'f mut Val<'a> {
+    match number {
+        0 => &mut fields.timestamp,
+        1 => &mut fields.method,
+        2 => &mut fields.uri,
+        3 => &mut fields.client,
+        4 => &mut fields.duration,
+        5 => &mut fields.status,
+        6 => &mut fields.written,
+        7 => &mut fields.id,
+        _ => &mut fields.size_unknown,
+    }
+}
+
+/// Reads the object that starts at `bytes[0]` (a `{`): its fields and its length in bytes,
+/// or `None` to leave it to serde_json.
+pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
+    // The value of each known field (a repeated one: the last, as serde_json keeps).
+    let mut values: [Option<Raw>; FIELDS] = [None; FIELDS];
+    let mut at = skip_ws(bytes, 1);
+    let end = if *bytes.get(at)? == b'}' {
+        at + 1
+    } else {
+        loop {
+            if *bytes.get(at)? != b'"' {
+                return None;
+            }
+            let key_end = string_end(bytes, at + 1)?;
+            let known = field(&bytes[at + 1..key_end]);
+            at = skip_ws(bytes, key_end + 1);
+            if *bytes.get(at)? != b':' {
+                return None;
+            }
+            at = skip_ws(bytes, at + 1);
+            let (value, after) = value(bytes, at)?;
+            if let Some(number) = known {
+                values[number] = Some(value);
+            }
+            at = skip_ws(bytes, after);
+            match *bytes.get(at)? {
+                b',' => at = skip_ws(bytes, at + 1),
+                b'}' => break at + 1,
+                _ => return None,
+            }
+        }
+    };
+    // Every string is a slice of text known to be UTF-8, cut at quotes (ASCII, so always
+    // at a character's boundary).
+    let text = std::str::from_utf8(&bytes[..end]).ok()?;
+    let mut fields = Fields::default();
+    for (number, value) in values.into_iter().enumerate() {
+        let Some(value) = value else { continue };
+        *slot(&mut fields, number) = match value {
+            Raw::Str(from, to) => Val::Str(Cow::Borrowed(&text[from..to])),
+            Raw::U(v) => Val::U(v),
+            Raw::I(v) => Val::I(v),
+            Raw::F(v) => Val::F(v),
+            Raw::Bool(b) => Val::Bool(b),
+            Raw::Null => Val::Null,
+        };
+    }
+    Some((fields, end))
+}
+
+/// The first byte at or after `at` that is not JSON whitespace.
+fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// The bytes of a word that are a quote, a backslash or a control character, each marked
+/// by its high bit; exact up to the first one marked (a borrow may mark bytes after it).
+fn stops(word: u64) -> u64 {
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let quote = zero(word ^ (ONES * u64::from(b'"')));
+    let backslash = zero(word ^ (ONES * u64::from(b'\\')));
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    quote | backslash | control
+}
+
+/// Where the string whose contents start at `from` (after its opening quote) ends: at its
+/// closing quote. `None` for an escape, a control character, or no end in `bytes`. Eight
+/// bytes at a time.
+fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        let marked = stops(word);
+        if marked != 0 {
+            at += (marked.trailing_zeros() / 8) as usize;
+            return (bytes[at] == b'"').then_some(at);
+        }
+        at += 8;
+    }
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some(at),
+            b'\\' | 0..=0x1f => return None,
+            _ => at += 1,
+        }
+    }
+}
+
+/// The scalar value that starts at `at`, and where it ends.
+fn value(bytes: &[u8], at: usize) -> Option<(Raw, usize)> {
+    match *bytes.get(at)? {
+        b'"' => {
+            let to = string_end(bytes, at + 1)?;
+            Some((Raw::Str(at + 1, to), to + 1))
+        }
+        b't' => literal(bytes, at, b"true", Raw::Bool(true)),
+        b'f' => literal(bytes, at, b"false", Raw::Bool(false)),
+        b'n' => literal(bytes, at, b"null", Raw::Null),
+        b'-' | b'0'..=b'9' => number(bytes, at),
+        _ => None,
+    }
+}
+
+fn literal(bytes: &[u8], at: usize, word: &[u8], value: Raw) -> Option<(Raw, usize)> {
+    (bytes.get(at..at + word.len())? == word).then_some((value, at + word.len()))
+}
+
+/// A JSON number without an exponent whose digits fit a `u64`: an integer as serde_json
+/// gives it (a `u64`; an `i64` when negative, `-0` a float), a decimal when its digits (at most 2^53) and its
+/// places (at most 22) make it one exact division, as in serde_json's own conversion. Any
+/// other number is declined.
+fn number(bytes: &[u8], at: usize) -> Option<(Raw, usize)> {
+    let negative = bytes[at] == b'-';
+    let mut i = at + usize::from(negative);
+    let first = *bytes.get(i)?;
+    if !first.is_ascii_digit() {
+        return None;
+    }
+    let mut significand = 0u64;
+    // Digits into the significand; false past `u64::MAX`.
+    let mut take = |i: &mut usize| {
+        while let Some(&d) = bytes.get(*i).filter(|d| d.is_ascii_digit()) {
+            let Some(next) = significand
+                .checked_mul(10)
+                .and_then(|s| s.checked_add(u64::from(d - b'0')))
+            else {
+                return false;
+            };
+            significand = next;
+            *i += 1;
+        }
+        true
+    };
+    if first == b'0' {
+        i += 1;
+    } else if !take(&mut i) {
+        return None;
+    }
+    let integer_end = i;
+    let mut places = 0;
+    if bytes.get(i) == Some(&b'.') {
+        i += 1;
+        let from = i;
+        if !take(&mut i) || i == from {
+            return None;
+        }
+        places = i - from;
+    }
+    // What follows must end the number: an exponent, or a digit after a leading zero, is
+    // left to serde_json.
+    if matches!(bytes.get(i)?, b'e' | b'E' | b'0'..=b'9' | b'.') {
+        return None;
+    }
+    if i == integer_end {
+        // serde_json's integers: a `u64`; negative, an `i64`, but a float for `-0` and
+        // below `i64::MIN`.
+        let value = match (negative, significand) {
+            (false, n) => Raw::U(n),
+            (true, 0) => Raw::F(-0.0),
+            (true, n) if n <= 1 << 63 => Raw::I(0i64.wrapping_sub_unsigned(n)),
+            (true, _) => return None,
+        };
+        return Some((value, i));
+    }
+    if significand > 1 << 53 || places >= EXACT_POW10.len() {
+        return None;
+    }
+    let magnitude = significand as f64 / EXACT_POW10[places];
+    Some((Raw::F(if negative { -magnitude } else { magnitude }), i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// serde_json's reading of `text`'s first object and its length, as the splitter's
+    /// reference path does.
+    fn by_serde(text: &[u8]) -> Option<(String, usize)> {
+        let mut objects = serde_json::Deserializer::from_slice(text).into_iter::<Fields<'_>>();
+        let raw = objects.next()?.ok()?;
+        Some((format!("{raw:?}"), objects.byte_offset()))
+    }
+
+    fn by_scan(text: &[u8]) -> Option<(String, usize)> {
+        object(text).map(|(raw, len)| (format!("{raw:?}"), len))
+    }
+
+    #[test]
+    fn a_trace_record_is_read_by_the_scanner_as_serde_json_reads_it() {
+        let record = br#"{"host": "h1", "http.request.duration": 0.001, "http.request.method": "GET", "http.request.remoteaddr": "c0001", "http.request.uri": "v2/a/b/manifests/t1", "http.request.useragent": "docker/17.03", "http.response.status": 200, "http.response.written": 1024, "id": "0000000001", "timestamp": "2017-06-20T00:00:00.001Z"},{"next": 1}"#;
+        let scanned = by_scan(record).expect("a plain record is scanned");
+        assert_eq!(Some(scanned.clone()), by_serde(record));
+        assert!(scanned.0.contains("0.001"), "{}", scanned.0);
+        assert_eq!(&record[scanned.1 - 1..scanned.1 + 1], b"},");
+    }
+
+    #[test]
+    fn numbers_are_what_serde_json_makes_of_them() {
+        for text in [
+            &br#"{"id": -0}"#[..],
+            br#"{"id": -9223372036854775808}"#,
+            br#"{"id": 9999999999999999999}"#,
+            br#"{"id": -0.0}"#,
+            br#"{"id": 0.1}"#,
+            br#"{"http.request.duration": 9007199254740.992}"#,
+            br#"{"http.request.duration": 0.000000000000000001}"#,
+        ] {
+            let scanned = by_scan(text);
+            assert!(scanned.is_some(), "{}", String::from_utf8_lossy(text));
+            assert_eq!(scanned, by_serde(text), "{}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
+    fn what_the_scanner_does_not_read_it_declines() {
+        for text in [
+            &br#"{"id": "a\"b"}"#[..],                              // an escape
+            br#"{"id": {"a": 1}}"#,                                 // a nested object
+            br#"{"other": [1, 2]}"#,                                // a nested array
+            br#"{"http.request.duration": 1e-3}"#,                  // an exponent
+            br#"{"http.response.written": 01}"#,                    // a leading zero
+            br#"{"http.response.written": 123456789012345678901}"#, // too long
+            br#"{"http.request.duration": 0.12345678901234567}"#,   // past 2^53
+            br#"{"id": "a"#,                                        // the buffer ends inside
+            br#"{"id": "a",}"#,                                     // a trailing comma
+            br#"{"id": tru}"#,                                      // a broken literal
+            br#"{"id": truex}"#,                                    // a literal run on
+            b"{\"id\": \"\xff\"}",                                  // not UTF-8
+            b"{\"id\": \"a\tb\"}",                                  // a control character
+            br#"{"id" "a"}"#,                                       // no colon
+            br#"{"id": -9223372036854775809}"#,                     // below i64::MIN
+        ] {
+            assert_eq!(by_scan(text), None, "{}", String::from_utf8_lossy(text));
+        }
+    }
+
+    /// A JSON scalar as a trace field could hold it, in the forms the scanner reads and
+    /// those it must decline.
+    fn scalar() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[ -~]{0,12}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            "[a-zé\\\\\"\u{1}]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (0u64..1 << 54, 0u32..24).prop_map(|(m, p)| {
+                let s = format!("{m:0>width$}", width = p as usize + 1);
+                let (int, frac) = s.split_at(s.len() - p as usize);
+                if p == 0 {
+                    int.to_owned()
+                } else {
+                    format!("{int}.{frac}")
+                }
+            }),
+            any::<f64>().prop_map(|x| format!("{x:?}")),
+            "-?[0-9]{1,3}(\\.[0-9]{0,3})?([eE][+-]?[0-9]{1,2})?",
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            Just("null".to_owned()),
+            Just("[1]".to_owned()),
+            Just("{}".to_owned()),
+        ]
+    }
+
+    /// A scalar in a form the scanner reads.
+    fn plain() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[ !#-\\[\\]-~é]{0,16}".prop_map(|s| format!("\"{s}\"")),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (0u64..1 << 53, 1usize..19).prop_map(|(m, p)| {
+                let s = format!("{m:0>width$}", width = p + 1);
+                let (int, frac) = s.split_at(s.len() - p);
+                format!("{}.{frac}", int.trim_start_matches('0').max("0"))
+            }),
+            Just("true".to_owned()),
+            Just("null".to_owned()),
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("timestamp"),
+            Just("http.request.method"),
+            Just("http.request.uri"),
+            Just("http.request.remoteaddr"),
+            Just("http.request.duration"),
+            Just("http.response.status"),
+            Just("http.response.written"),
+            Just("id"),
+            Just("creb.size_unknown"),
+            Just("host"),
+            Just("i\\u0064"),
+        ]
+        .prop_map(str::to_owned)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// A record of plain fields is read by the scanner, as serde_json reads it.
+        #[test]
+        fn a_plain_record_is_scanned(
+            fields in proptest::collection::vec((key(), plain()), 0..12),
+        ) {
+            let body: Vec<String> = fields
+                .iter()
+                .filter(|(k, _)| !k.contains('\\'))
+                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .collect();
+            let text = format!("{{{}}}\n", body.join(", "));
+            let scanned = by_scan(text.as_bytes());
+            prop_assert!(scanned.is_some(), "{}", text);
+            prop_assert_eq!(scanned, by_serde(text.as_bytes()), "{}", text);
+        }
+
+        /// A record with bytes overwritten (JSON's own among them): whatever the scanner
+        /// still reads, serde_json reads the same.
+        #[test]
+        fn a_damaged_record_is_read_as_serde_json_reads_it_or_declined(
+            damage in proptest::collection::vec(
+                (any::<proptest::sample::Index>(), prop_oneof![
+                    proptest::sample::select(b"{}[]\",:.-+eE019 \t\ntfnul\\\x01\xc3\xa9\xff".to_vec()),
+                    any::<u8>(),
+                ]),
+                1..4,
+            ),
+        ) {
+            let mut text = br#"{"http.request.method": "GET", "http.request.uri": "v2/a/b/blobs/sha256:00", "http.response.status": 200, "http.response.written": 1024, "http.request.duration": 0.0125, "id": "0000000001", "x": true, "y": null, "timestamp": "2017-06-20T00:00:00.001Z"}"#.to_vec();
+            // The splitter calls the scanner at a `{`: the bytes after it are damaged.
+            for (at, byte) in damage {
+                let i = 1 + at.index(text.len() - 1);
+                text[i] = byte;
+            }
+            if let Some(scanned) = by_scan(&text) {
+                prop_assert_eq!(Some(scanned), by_serde(&text), "{}", String::from_utf8_lossy(&text));
+            }
+        }
+
+        /// Whatever the scanner reads, serde_json reads the same (to the bit: floats are
+        /// compared through their debug form) and to the same length; whatever it declines
+        /// is left to serde_json.
+        #[test]
+        fn the_scanner_reads_what_serde_json_reads(
+            fields in proptest::collection::vec((key(), scalar(), "[ \t\n]{0,2}"), 0..12),
+            cut in any::<proptest::sample::Index>(),
+            tail in "[,\n ]{0,2}",
+        ) {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v, ws)| format!("{ws}\"{k}\"{ws}:{ws}{v}{ws}"))
+                .collect();
+            let text = format!("{{{}}}{tail}", body.join(","));
+            if let Some(scanned) = by_scan(text.as_bytes()) {
+                prop_assert_eq!(Some(scanned), by_serde(text.as_bytes()), "{}", text);
+            }
+            // A buffer cut short is never read as a whole object.
+            let short = &text.as_bytes()[..cut.index(text.len() - tail.len())];
+            prop_assert_eq!(by_scan(short), None, "{:?}", String::from_utf8_lossy(short));
+        }
+    }
+}
