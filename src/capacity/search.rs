@@ -314,11 +314,8 @@ fn late_runtime(
     summary: &Summary,
     table: &StatsTable,
 ) -> Option<Blame> {
-    let wake = c
-        .canary_wake_ms
-        .as_ref()
-        .filter(|w| w.p99.is_some_and(|p| p > LATE_WAKE_MS))?;
-    let p99 = wake.p99.unwrap_or(wake.max);
+    let wake = c.canary_wake_ms.as_ref()?;
+    let p99 = wake.p99.filter(|p| *p > LATE_WAKE_MS)?;
     // A late runtime moves each timing by about its lateness: a service time past a latency
     // objective by more than twice the worst wake is the registry's, however late the
     // generator woke.

@@ -81,16 +81,16 @@ impl<'de> Visitor<'de> for ValVisitor {
     }
 }
 
-const F_TIMESTAMP: &str = "timestamp";
-const F_METHOD: &str = "http.request.method";
-const F_URI: &str = "http.request.uri";
-const F_CLIENT: &str = "http.request.remoteaddr";
-const F_DURATION: &str = "http.request.duration";
-const F_STATUS: &str = "http.response.status";
-const F_WRITTEN: &str = "http.response.written";
-const F_ID: &str = "id";
+pub(super) const F_TIMESTAMP: &str = "timestamp";
+pub(super) const F_METHOD: &str = "http.request.method";
+pub(super) const F_URI: &str = "http.request.uri";
+pub(super) const F_CLIENT: &str = "http.request.remoteaddr";
+pub(super) const F_DURATION: &str = "http.request.duration";
+pub(super) const F_STATUS: &str = "http.response.status";
+pub(super) const F_WRITTEN: &str = "http.response.written";
+pub(super) const F_ID: &str = "id";
 /// Set by `trace import` on an upload's closing record when the log gave no size for it.
-const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
+pub(super) const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
 
 /// The fields of a record object the replay uses; values are untyped until validation so
 /// that a bad value is reported with its field name.

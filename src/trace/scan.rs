@@ -15,7 +15,10 @@
 
 use std::borrow::Cow;
 
-use super::parse::{Fields, Val};
+use super::parse::{
+    Fields, Val, F_CLIENT, F_DURATION, F_ID, F_METHOD, F_SIZE_UNKNOWN, F_STATUS, F_TIMESTAMP,
+    F_URI, F_WRITTEN,
+};
 
 /// The powers of ten a `f64` holds exactly (10^22 is the last).
 const EXACT_POW10: [f64; 23] = [
@@ -40,19 +43,20 @@ const FIELDS: usize = 9;
 /// Which field of [`Fields`] a key names, by number (`None`: one the replay does not read):
 /// one comparison with the one name of that length (and letter) a key can be.
 fn field(key: &[u8]) -> Option<usize> {
-    let (number, name): (usize, &[u8]) = match key.len() {
-        9 => (0, b"timestamp"),
-        19 => (1, b"http.request.method"),
-        16 => (2, b"http.request.uri"),
-        23 => (3, b"http.request.remoteaddr"),
-        21 if key.get(7) == Some(&b'q') => (4, b"http.request.duration"),
-        20 => (5, b"http.response.status"),
-        21 => (6, b"http.response.written"),
-        2 => (7, b"id"),
-        17 => (8, b"creb.size_unknown"),
+    // Two names are 21 bytes long: "http.request.…" and "http.response.…" differ at 7.
+    let (number, name) = match key.len() {
+        9 => (0, F_TIMESTAMP),
+        19 => (1, F_METHOD),
+        16 => (2, F_URI),
+        23 => (3, F_CLIENT),
+        21 if key.get(7) == Some(&b'q') => (4, F_DURATION),
+        20 => (5, F_STATUS),
+        21 => (6, F_WRITTEN),
+        2 => (7, F_ID),
+        17 => (8, F_SIZE_UNKNOWN),
         _ => return None,
     };
-    same(key, name).then_some(number)
+    same(key, name.as_bytes()).then_some(number)
 }
 
 /// Whether two byte strings of the same length are equal, a word at a time (the last word
