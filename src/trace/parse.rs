@@ -81,16 +81,16 @@ impl<'de> Visitor<'de> for ValVisitor {
     }
 }
 
-pub(super) const F_TIMESTAMP: &str = "timestamp";
-pub(super) const F_METHOD: &str = "http.request.method";
-pub(super) const F_URI: &str = "http.request.uri";
-pub(super) const F_CLIENT: &str = "http.request.remoteaddr";
-pub(super) const F_DURATION: &str = "http.request.duration";
-pub(super) const F_STATUS: &str = "http.response.status";
-pub(super) const F_WRITTEN: &str = "http.response.written";
-pub(super) const F_ID: &str = "id";
+const F_TIMESTAMP: &str = "timestamp";
+const F_METHOD: &str = "http.request.method";
+const F_URI: &str = "http.request.uri";
+const F_CLIENT: &str = "http.request.remoteaddr";
+const F_DURATION: &str = "http.request.duration";
+const F_STATUS: &str = "http.response.status";
+const F_WRITTEN: &str = "http.response.written";
+const F_ID: &str = "id";
 /// Set by `trace import` on an upload's closing record when the log gave no size for it.
-pub(super) const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
+const F_SIZE_UNKNOWN: &str = "creb.size_unknown";
 
 /// The fields of a record object the replay uses; values are untyped until validation so
 /// that a bad value is reported with its field name.
@@ -107,7 +107,9 @@ pub(super) struct Fields<'a> {
     pub(super) size_unknown: Val<'a>,
 }
 
-enum Key {
+/// A field of [`Fields`], as a record's key names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Field {
     Timestamp,
     Method,
     Uri,
@@ -117,8 +119,69 @@ enum Key {
     Written,
     Id,
     SizeUnknown,
-    Other,
 }
+
+impl Field {
+    /// How many there are (`field as usize` is below it).
+    pub(super) const COUNT: usize = 9;
+
+    /// The field a key names (`None`: one the replay does not read), by one comparison with
+    /// the one name of that length a key can be. Both readers of a record ask it: the
+    /// scanner ([`super::scan`]) and serde_json's visitor.
+    pub(super) fn of(key: &[u8]) -> Option<Field> {
+        // Two names are 21 bytes long: "http.request.…" and "http.response.…" differ at 7.
+        let (field, name) = match key.len() {
+            9 => (Field::Timestamp, F_TIMESTAMP),
+            19 => (Field::Method, F_METHOD),
+            16 => (Field::Uri, F_URI),
+            23 => (Field::Client, F_CLIENT),
+            21 if key.get(7) == Some(&b'q') => (Field::Duration, F_DURATION),
+            20 => (Field::Status, F_STATUS),
+            21 => (Field::Written, F_WRITTEN),
+            2 => (Field::Id, F_ID),
+            17 => (Field::SizeUnknown, F_SIZE_UNKNOWN),
+            _ => return None,
+        };
+        same(key, name.as_bytes()).then_some(field)
+    }
+}
+
+/// Whether two byte strings are equal, a word at a time (the last word overlapping the one
+/// before): in the musl build a slice comparison calls `memcmp`, which goes byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let word = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() < 8 {
+        return a == b;
+    }
+    let last = a.len() - 8;
+    (0..last).step_by(8).all(|at| word(a, at) == word(b, at)) && word(a, last) == word(b, last)
+}
+
+impl<'a> Fields<'a> {
+    /// Where `field`'s value goes.
+    pub(super) fn slot(&mut self, field: Field) -> &mut Val<'a> {
+        match field {
+            Field::Timestamp => &mut self.timestamp,
+            Field::Method => &mut self.method,
+            Field::Uri => &mut self.uri,
+            Field::Client => &mut self.client,
+            Field::Duration => &mut self.duration,
+            Field::Status => &mut self.status,
+            Field::Written => &mut self.written,
+            Field::Id => &mut self.id,
+            Field::SizeUnknown => &mut self.size_unknown,
+        }
+    }
+}
+
+/// A key as serde_json's visitor reads it: the field it names, if one the replay reads.
+struct Key(Option<Field>);
 
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -132,22 +195,14 @@ impl<'de> Deserialize<'de> for Key {
                 self.visit_bytes(v.as_bytes())
             }
             fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
-                Ok(match v {
-                    b if b == F_TIMESTAMP.as_bytes() => Key::Timestamp,
-                    b if b == F_METHOD.as_bytes() => Key::Method,
-                    b if b == F_URI.as_bytes() => Key::Uri,
-                    b if b == F_CLIENT.as_bytes() => Key::Client,
-                    b if b == F_DURATION.as_bytes() => Key::Duration,
-                    b if b == F_STATUS.as_bytes() => Key::Status,
-                    b if b == F_WRITTEN.as_bytes() => Key::Written,
-                    b if b == F_ID.as_bytes() => Key::Id,
-                    b if b == F_SIZE_UNKNOWN.as_bytes() => Key::SizeUnknown,
+                match Field::of(v) {
+                    Some(field) => Ok(Key(Some(field))),
                     // Checked here, as serde_json would have: the known names are ASCII.
-                    b if std::str::from_utf8(b).is_err() => {
-                        return Err(E::custom("a field name that is not UTF-8"));
+                    None if std::str::from_utf8(v).is_err() => {
+                        Err(E::custom("a field name that is not UTF-8"))
                     }
-                    _ => Key::Other,
-                })
+                    None => Ok(Key(None)),
+                }
             }
         }
         // As bytes: serde_json then skips its UTF-8 check of every field name, which costs
@@ -166,23 +221,13 @@ impl<'de> Deserialize<'de> for Fields<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
                 let mut raw = Fields::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    let slot = match key {
-                        Key::Timestamp => &mut raw.timestamp,
-                        Key::Method => &mut raw.method,
-                        Key::Uri => &mut raw.uri,
-                        Key::Client => &mut raw.client,
-                        Key::Duration => &mut raw.duration,
-                        Key::Status => &mut raw.status,
-                        Key::Written => &mut raw.written,
-                        Key::Id => &mut raw.id,
-                        Key::SizeUnknown => &mut raw.size_unknown,
-                        Key::Other => {
+                while let Some(Key(field)) = map.next_key::<Key>()? {
+                    match field {
+                        Some(field) => *raw.slot(field) = map.next_value()?,
+                        None => {
                             map.next_value::<IgnoredAny>()?;
-                            continue;
                         }
-                    };
-                    *slot = map.next_value()?;
+                    }
                 }
                 Ok(raw)
             }
@@ -403,4 +448,38 @@ pub(super) fn build(
         time_ms,
         client,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_name_is_its_field_and_a_near_miss_is_none() {
+        let names = [
+            (F_TIMESTAMP, Field::Timestamp),
+            (F_METHOD, Field::Method),
+            (F_URI, Field::Uri),
+            (F_CLIENT, Field::Client),
+            (F_DURATION, Field::Duration),
+            (F_STATUS, Field::Status),
+            (F_WRITTEN, Field::Written),
+            (F_ID, Field::Id),
+            (F_SIZE_UNKNOWN, Field::SizeUnknown),
+        ];
+        assert_eq!(names.len(), Field::COUNT);
+        for (name, field) in names {
+            assert_eq!(Field::of(name.as_bytes()), Some(field), "{name}");
+            assert!((field as usize) < Field::COUNT);
+            // Each byte changed in turn, first, middle and last among them.
+            for at in 0..name.len() {
+                let mut near = name.as_bytes().to_vec();
+                near[at] ^= 0x20;
+                assert_eq!(Field::of(&near), None, "{}", String::from_utf8_lossy(&near));
+            }
+            assert_eq!(Field::of(&name.as_bytes()[1..]), None, "{name}");
+        }
+        assert_eq!(Field::of(b"host"), None);
+        assert_eq!(Field::of(b""), None);
+    }
 }

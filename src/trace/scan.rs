@@ -15,10 +15,7 @@
 
 use std::borrow::Cow;
 
-use super::parse::{
-    Fields, Val, F_CLIENT, F_DURATION, F_ID, F_METHOD, F_SIZE_UNKNOWN, F_STATUS, F_TIMESTAMP,
-    F_URI, F_WRITTEN,
-};
+use super::parse::{Field, Fields, Val};
 
 /// The powers of ten a `f64` holds exactly (10^22 is the last).
 const EXACT_POW10: [f64; 23] = [
@@ -37,64 +34,11 @@ enum Raw {
     Null,
 }
 
-/// The fields of [`Fields`], in the order of [`field`]'s numbers.
-const FIELDS: usize = 9;
-
-/// Which field of [`Fields`] a key names, by number (`None`: one the replay does not read):
-/// one comparison with the one name of that length (and letter) a key can be.
-fn field(key: &[u8]) -> Option<usize> {
-    // Two names are 21 bytes long: "http.request.…" and "http.response.…" differ at 7.
-    let (number, name) = match key.len() {
-        9 => (0, F_TIMESTAMP),
-        19 => (1, F_METHOD),
-        16 => (2, F_URI),
-        23 => (3, F_CLIENT),
-        21 if key.get(7) == Some(&b'q') => (4, F_DURATION),
-        20 => (5, F_STATUS),
-        21 => (6, F_WRITTEN),
-        2 => (7, F_ID),
-        17 => (8, F_SIZE_UNKNOWN),
-        _ => return None,
-    };
-    same(key, name.as_bytes()).then_some(number)
-}
-
-/// Whether two byte strings of the same length are equal, a word at a time (the last word
-/// overlapping the one before): a call of musl's `memcmp` compares byte by byte.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let word = |s: &[u8], at: usize| {
-        s.get(at..at + 8)
-            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-    };
-    if a.len() != b.len() {
-        return false;
-    }
-    if a.len() < 8 {
-        return a == b;
-    }
-    let last = a.len() - 8;
-    (0..last).step_by(8).all(|at| word(a, at) == word(b, at)) && word(a, last) == word(b, last)
-}
-
-fn slot<'f, 'a>(fields: &'f mut Fields<'a>, number: usize) -> &'f mut Val<'a> {
-    match number {
-        0 => &mut fields.timestamp,
-        1 => &mut fields.method,
-        2 => &mut fields.uri,
-        3 => &mut fields.client,
-        4 => &mut fields.duration,
-        5 => &mut fields.status,
-        6 => &mut fields.written,
-        7 => &mut fields.id,
-        _ => &mut fields.size_unknown,
-    }
-}
-
 /// Reads the object that starts at `bytes[0]` (a `{`): its fields and its length in bytes,
 /// or `None` to leave it to serde_json.
 pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
     // The value of each known field (a repeated one: the last, as serde_json keeps).
-    let mut values: [Option<Raw>; FIELDS] = [None; FIELDS];
+    let mut values: [Option<(Field, Raw)>; Field::COUNT] = [None; Field::COUNT];
     let mut at = skip_ws(bytes, 1);
     let end = if *bytes.get(at)? == b'}' {
         at + 1
@@ -104,15 +48,15 @@ pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
                 return None;
             }
             let key_end = string_end(bytes, at + 1)?;
-            let known = field(&bytes[at + 1..key_end]);
+            let known = Field::of(&bytes[at + 1..key_end]);
             at = skip_ws(bytes, key_end + 1);
             if *bytes.get(at)? != b':' {
                 return None;
             }
             at = skip_ws(bytes, at + 1);
             let (value, after) = value(bytes, at)?;
-            if let Some(number) = known {
-                values[number] = Some(value);
+            if let Some(field) = known {
+                values[field as usize] = Some((field, value));
             }
             at = skip_ws(bytes, after);
             match *bytes.get(at)? {
@@ -126,9 +70,8 @@ pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
     // at a character's boundary).
     let text = std::str::from_utf8(&bytes[..end]).ok()?;
     let mut fields = Fields::default();
-    for (number, value) in values.into_iter().enumerate() {
-        let Some(value) = value else { continue };
-        *slot(&mut fields, number) = match value {
+    for (field, value) in values.into_iter().flatten() {
+        *fields.slot(field) = match value {
             Raw::Str(from, to) => Val::Str(Cow::Borrowed(&text[from..to])),
             Raw::U(v) => Val::U(v),
             Raw::I(v) => Val::I(v),
@@ -204,9 +147,9 @@ fn literal(bytes: &[u8], at: usize, word: &[u8], value: Raw) -> Option<(Raw, usi
 }
 
 /// A JSON number without an exponent whose digits fit a `u64`: an integer as serde_json
-/// gives it (a `u64`; an `i64` when negative, `-0` a float), a decimal when its digits (at most 2^53) and its
-/// places (at most 22) make it one exact division, as in serde_json's own conversion. Any
-/// other number is declined.
+/// gives it (a `u64`; an `i64` when negative, `-0` a float), a decimal when its digits (at
+/// most 2^53) and its places (at most 22) make it one exact division, as in serde_json's own
+/// conversion. Any other number is declined.
 fn number(bytes: &[u8], at: usize) -> Option<(Raw, usize)> {
     let negative = bytes[at] == b'-';
     let mut i = at + usize::from(negative);
