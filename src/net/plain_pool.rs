@@ -47,6 +47,15 @@ use crate::metrics::ErrorKind;
 /// A connection's first read buffer: a response head and a small manifest in one read.
 const INITIAL_READ: usize = 4096;
 
+/// Read buffers an origin keeps from connections gone idle, for the connections it hands
+/// out next (a buffer of `INITIAL_READ` bytes each at most: 256 KiB).
+const SPARE_MAX: usize = 64;
+
+/// How many buffers back a connection's is taken from: the answers read into a buffer (the
+/// head's bytes, the body's pieces) share it until they are dropped, and a buffer taken
+/// back once they are is refilled in place rather than allocated again.
+const SPARE_DEPTH: usize = 8;
+
 /// Largest request head kept for the next request on a connection.
 const HEAD_KEPT: usize = 4096;
 
@@ -108,12 +117,18 @@ impl std::fmt::Debug for PlainPool {
     }
 }
 
+/// What a checkout hands out: an idle connection, and a spare read buffer.
+type Checkout = (Option<Box<Conn>>, Option<BytesMut>);
+
 struct Origin {
     /// `host[:port]` as the URL writes it (no default port).
     authority: Box<str>,
     host: HeaderValue,
     /// Oldest first; taken from the back.
     idle: VecDeque<(Box<Conn>, Instant)>,
+    /// Read buffers of connections gone idle (never grown past `INITIAL_READ`), oldest
+    /// first.
+    spare: VecDeque<BytesMut>,
 }
 
 /// One connection: its socket and buffers.
@@ -123,6 +138,8 @@ pub(crate) struct Conn {
     read: BytesMut,
     /// The next read's size: doubles while reads fill it, up to `read_max`.
     next_read: usize,
+    /// Whether `read` was grown past `INITIAL_READ` (then it is not kept as a spare).
+    grown: bool,
     read_max: usize,
     /// The head of the request being written: all of it for a request with a large body,
     /// else what the socket did not take of the scratch buffer's request.
@@ -140,6 +157,7 @@ impl Conn {
             stream,
             read: BytesMut::new(),
             next_read: INITIAL_READ,
+            grown: false,
             read_max: read_max.max(INITIAL_READ),
             head: Vec::new(),
             timer: None,
@@ -149,6 +167,7 @@ impl Conn {
     /// Reads what the socket has into `read`: `Ok(0)` at the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < self.next_read / 2 {
+            self.grown |= self.next_read > INITIAL_READ;
             self.read.reserve(self.next_read);
         }
         // Tokio's own read: one that leaves part of the space it was given empty has drained
@@ -181,14 +200,27 @@ impl Conn {
         !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// Gives back what a large body grew before the connection idles.
-    fn shrink(&mut self) {
-        if self.read.is_empty() {
-            self.read = BytesMut::new();
-        }
+    /// Gives back what a large body grew before the connection idles, and its read buffer
+    /// when it holds nothing: a small one for the origin's spares, to be used by the next
+    /// connection that reads.
+    fn shrink(&mut self) -> Option<BytesMut> {
+        let spare = if self.read.is_empty() {
+            let buffer = std::mem::take(&mut self.read);
+            (!std::mem::take(&mut self.grown) && buffer.capacity() > 0).then_some(buffer)
+        } else {
+            None
+        };
         self.next_read = INITIAL_READ;
         if self.head.capacity() > HEAD_KEPT {
             self.head = Vec::new();
+        }
+        spare
+    }
+
+    /// Reads into `buffer` (a spare of its origin's) if nothing is buffered yet.
+    fn take_buffer(&mut self, buffer: Option<BytesMut>) {
+        if let Some(buffer) = buffer.filter(|_| self.read.capacity() == 0) {
+            self.read = buffer;
         }
     }
 
@@ -337,6 +369,7 @@ impl PlainPool {
     ) -> Result<(Head, PooledBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
         let (origin, host, idle) = self.checkout(authority)?;
+        let (idle, spare) = idle;
         let mut conn = match (idle, req.deadlines) {
             (Some(conn), _) => conn,
             // Boxed: once per connection, and its future is larger than an exchange's.
@@ -346,6 +379,7 @@ impl PlainPool {
             }
             (None, None) => Box::pin(self.connect(url)).await?,
         };
+        conn.take_buffer(spare);
         let mut timer = conn.timer.take();
         let exchange = async {
             if let Err(e) = conn.write_request(&req, &host, body).await {
@@ -390,21 +424,23 @@ impl PlainPool {
         Ok((head, body))
     }
 
-    /// The index and `Host` header of `authority`'s origin (registered on first use) and
-    /// its idle connection to use, if one is open: one lock for all three.
-    fn checkout(
-        &self,
-        authority: &str,
-    ) -> Result<(usize, HeaderValue, Option<Box<Conn>>), TransportError> {
+    /// The index and `Host` header of `authority`'s origin (registered on first use), its
+    /// idle connection to use, if one is open, and a spare read buffer, if it has one
+    /// `SPARE_DEPTH` back: one lock for all.
+    fn checkout(&self, authority: &str) -> Result<(usize, HeaderValue, Checkout), TransportError> {
         let mut stale = Vec::new();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
             let host = origins[i].host.clone();
             let conn = self.pop_idle(&mut origins[i], &mut stale);
+            let spare = &mut origins[i].spare;
+            let buffer = (spare.len() > SPARE_DEPTH)
+                .then(|| spare.pop_front())
+                .flatten();
             drop(origins);
             // Closing a connection is a system call: not while other requests wait for the lock.
             drop(stale);
-            return Ok((i, host, conn));
+            return Ok((i, host, (conn, buffer)));
         }
         let host = HeaderValue::from_str(authority).map_err(|e| {
             TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
@@ -413,8 +449,23 @@ impl PlainPool {
             authority: authority.into(),
             host: host.clone(),
             idle: VecDeque::new(),
+            spare: VecDeque::new(),
         });
-        Ok((origins.len() - 1, host, None))
+        Ok((origins.len() - 1, host, (None, None)))
+    }
+
+    /// The first origin's spare buffers: how many, and how many are refilled in place
+    /// (none is shared with an answer still held).
+    #[cfg(test)]
+    pub(super) fn spares(&self) -> (usize, usize) {
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        let spare = &mut origins[0].spare;
+        let reclaimed = spare
+            .iter_mut()
+            .map(|b| b.try_reclaim(INITIAL_READ))
+            .filter(|&r| r)
+            .count();
+        (spare.len(), reclaimed)
     }
 
     /// The most recently used idle connection that is still open and not too old; older or
@@ -442,11 +493,21 @@ impl PlainPool {
         if self.settings.max_idle == 0 {
             return;
         }
-        conn.shrink();
+        let buffer = conn.shrink();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         let Origin {
-            authority, idle, ..
+            authority,
+            idle,
+            spare,
+            ..
         } = &mut origins[origin];
+        let mut dropped = None;
+        if let Some(buffer) = buffer {
+            if spare.len() >= SPARE_MAX {
+                dropped = spare.pop_front();
+            }
+            spare.push_back(buffer);
+        }
         let mut evicted = None;
         if idle.len() >= self.settings.max_idle {
             tracing::trace!(
@@ -458,8 +519,9 @@ impl PlainPool {
         tracing::trace!(origin = &**authority, "connection idle in the pool");
         idle.push_back((conn, Instant::now()));
         drop(origins);
-        // Closed outside the lock.
+        // Closed and freed outside the lock.
         drop(evicted);
+        drop(dropped);
     }
 
     async fn connect(&self, url: &Url) -> Result<Box<Conn>, TransportError> {
@@ -866,6 +928,40 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(60)).await;
             assert_eq!(server.accepted(), round);
         }
+    }
+
+    #[tokio::test]
+    async fn answers_kept_while_later_ones_are_read_into_spare_buffers_stay_as_they_were() {
+        let server = Server::start().await;
+        let t = transport(8);
+        let mut kept = Vec::new();
+        for n in 100..140 {
+            let (status, body) = get(&t, Method::GET, server.url(&format!("/bytes/{n}"))).await;
+            assert_eq!(status, StatusCode::OK);
+            kept.push((n, body));
+        }
+        for (n, body) in kept {
+            assert_eq!(body, vec![b'x'; n], "answer {n} is what was read");
+        }
+        assert_eq!(server.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_few_read_buffers_are_kept_and_refilled_in_place_once_their_answers_are_gone() {
+        let server = Server::start().await;
+        let t = transport(8);
+        for _ in 0..3 * SPARE_DEPTH {
+            let (status, body) = get(&t, Method::GET, server.url("/bytes/700")).await;
+            assert_eq!((status, body.len()), (StatusCode::OK, 700));
+        }
+        // Each answer given back its buffer; from the depth on, each took the oldest back.
+        let (kept, reclaimed) = t.plain_spares();
+        assert_eq!(kept, SPARE_DEPTH + 1);
+        assert_eq!(reclaimed, kept, "no answer holds a kept buffer");
+        // A body read past `INITIAL_READ` grows its buffer, which is not kept.
+        let (_, body) = get(&t, Method::GET, server.url("/bytes/70000")).await;
+        assert_eq!(body.len(), 70000);
+        assert_eq!(t.plain_spares().0, SPARE_DEPTH);
     }
 
     #[tokio::test]
