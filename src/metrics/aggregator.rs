@@ -236,8 +236,14 @@ impl Aggregator {
 
     fn index_of(&self, at: Instant) -> u64 {
         let c = self.config();
-        let since = at.saturating_duration_since(c.anchor);
-        (since.as_nanos() / c.interval.as_nanos().max(1)) as u64
+        let since = at.saturating_duration_since(c.anchor).as_nanos();
+        let interval = c.interval.as_nanos().max(1);
+        // Both fit 64 bits for a run shorter than five centuries: a 64-bit division, not
+        // a call to divide in 128 (twice per sample).
+        match (u64::try_from(since), u64::try_from(interval)) {
+            (Ok(since), Ok(interval)) => since / interval,
+            _ => (since / interval) as u64,
+        }
     }
 
     /// Records a sample into its interval.

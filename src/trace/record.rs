@@ -674,6 +674,9 @@ fn valid_repo(repo: &str) -> bool {
 /// Parses `2017-06-20T00:01:37.113Z` (RFC 3339, any fraction, `Z` or an offset) into Unix
 /// milliseconds.
 pub fn parse_timestamp(s: &str) -> Option<i64> {
+    if let Some(ms) = utc_millis(s.as_bytes()) {
+        return Some(ms);
+    }
     let s = s.trim();
     // An explicit numeric offset first: humantime's weak parser would ignore it, so a
     // timestamp with an offset that is not valid is not a timestamp.
@@ -688,6 +691,66 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
         .ok()?
         .checked_mul(1000)?
         .checked_add(i64::from(d.subsec_millis()))
+}
+
+/// Days before each month's first in a year that is not a leap year.
+const DAYS_BEFORE_MONTH: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+
+/// The form every trace writes, `2017-06-20T00:01:37.113Z` (a fraction of one to nine
+/// digits, or none), read straight to Unix milliseconds with humantime's checks and
+/// arithmetic: about a fifth of the general path's instructions, which trims, looks for an
+/// offset and builds a `SystemTime`. `None` for any other form and for a value out of
+/// range, which the general path then decides.
+fn utc_millis(b: &[u8]) -> Option<i64> {
+    const FORM: usize = "2017-06-20T00:01:37Z".len();
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    if b.len() < FORM || b.len() > FORM + 10 || b[b.len() - 1] != b'Z' {
+        return None;
+    }
+    if b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    for i in DIGITS {
+        if !b[i].is_ascii_digit() {
+            return None;
+        }
+    }
+    let two = |i: usize| i64::from(b[i] - b'0') * 10 + i64::from(b[i + 1] - b'0');
+    let year = two(0) * 100 + two(2);
+    let (month, day, hour, minute, second) = (two(5), two(8), two(11), two(14), two(17));
+    let millis = match &b[FORM - 1..b.len() - 1] {
+        [] => 0,
+        [b'.', fraction @ ..] if !fraction.is_empty() => {
+            for c in fraction {
+                if !c.is_ascii_digit() {
+                    return None;
+                }
+            }
+            let digit = |i: usize| fraction.get(i).map_or(0, |&c| i64::from(c - b'0'));
+            digit(0) * 100 + digit(1) * 10 + digit(2)
+        }
+        _ => return None,
+    };
+    if year < 1970 || !(1..=12).contains(&month) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if day == 0 || day > month_days {
+        return None;
+    }
+    let month_index = usize::try_from(month - 1).ok()?;
+    let year_day = DAYS_BEFORE_MONTH[month_index] + day - 1 + i64::from(leap && month > 2);
+    let leap_days = (year - 1969) / 4 - (year - 1901) / 100 + (year - 1601) / 400;
+    let days = (year - 1970) * 365 + leap_days + year_day;
+    // A leap second counts as the second before it, as humantime has it.
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second.min(59);
+    Some(seconds * 1000 + millis)
 }
 
 /// Whether the time part (after the `T`) carries a numeric offset sign.
@@ -1077,6 +1140,68 @@ mod tests {
                 prop_assert_eq!(a.resolve(sym), b.resolve(sym));
             }
             prop_assert_eq!(parse_timestamp(&ts), parse_timestamp_by_str(&ts), "{}", ts);
+        }
+    }
+
+    /// The general path alone, as `parse_timestamp` was before its fast path.
+    fn general_millis(s: &str) -> Option<i64> {
+        let s = s.trim();
+        let t = if has_offset(s) {
+            parse_with_offset(s)?
+        } else {
+            humantime::parse_rfc3339_weak(s).ok()?
+        };
+        let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+        i64::try_from(d.as_millis()).ok()
+    }
+
+    #[test]
+    fn the_trace_form_is_read_as_the_general_path_reads_it() {
+        for ts in [
+            "2017-06-20T00:01:37.113Z",
+            "2017-06-20T00:01:37Z",
+            "2017-06-20T00:01:37.1Z",
+            "2017-06-20T00:01:37.123456789Z",
+            "1970-01-01T00:00:00.000Z",
+            "2016-02-29T23:59:60.999Z",
+            "2000-03-01T00:00:00Z",
+            "9999-12-31T23:59:59.999Z",
+        ] {
+            assert_eq!(utc_millis(ts.as_bytes()), general_millis(ts), "{ts}");
+            assert!(utc_millis(ts.as_bytes()).is_some(), "{ts}");
+        }
+        for other in [
+            "2017-02-29T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "2017-06-20T24:00:00Z",
+            "2017-06-20T00:01:37.Z",
+            "2017-06-20T00:01:37.1234567890Z",
+            "2017-06-20 00:01:37Z",
+            "2017-06-20T00:01:37.113",
+            " 2017-06-20T00:01:37.113Z",
+        ] {
+            assert_eq!(utc_millis(other.as_bytes()), None, "{other}");
+        }
+        assert_eq!(
+            parse_timestamp("2017-06-20T00:01:37.Z"),
+            general_millis("2017-06-20T00:01:37.Z")
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        /// Whatever the fast path reads, the general path reads the same.
+        #[test]
+        fn the_fast_path_agrees_with_the_general_one(
+            ts in "(19[0-9]{2}|[2-9][0-9]{3})-(0[0-9]|1[0-3])-([0-3][0-9])T([0-2][0-9]):[0-6][0-9]:[0-6][0-9](\\.[0-9]{0,11})?Z",
+            noise in "[0-9TZ:. +-]{19,31}",
+        ) {
+            for s in [ts.as_str(), noise.as_str()] {
+                if let Some(ms) = utc_millis(s.as_bytes()) {
+                    prop_assert_eq!(Some(ms), general_millis(s), "{}", s);
+                }
+                prop_assert_eq!(parse_timestamp(s), general_millis(s), "{}", s);
+            }
         }
     }
 
