@@ -138,7 +138,8 @@ pub(crate) struct Conn {
     read: BytesMut,
     /// The next read's size: doubles while reads fill it, up to `read_max`.
     next_read: usize,
-    /// Whether `read` was grown past `INITIAL_READ` (then it is not kept as a spare).
+    /// Whether `read` was made larger than `INITIAL_READ` (then it is not kept as a spare:
+    /// a large body's or a long head's buffer is given back).
     grown: bool,
     read_max: usize,
     /// The head of the request being written: all of it for a request with a large body,
@@ -167,8 +168,8 @@ impl Conn {
     /// Reads what the socket has into `read`: `Ok(0)` at the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < self.next_read / 2 {
-            self.grown |= self.next_read > INITIAL_READ;
             self.read.reserve(self.next_read);
+            self.grown |= self.read.capacity() > INITIAL_READ;
         }
         // Tokio's own read: one that leaves part of the space it was given empty has drained
         // the socket, and clears its readiness then, so the next read (the probe when the
