@@ -369,8 +369,7 @@ impl PlainPool {
         body: BodyKind,
     ) -> Result<(Head, PooledBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
-        let (origin, host, idle) = self.checkout(authority)?;
-        let (idle, spare) = idle;
+        let (origin, host, (idle, spare)) = self.checkout(authority)?;
         let mut conn = match (idle, req.deadlines) {
             (Some(conn), _) => conn,
             // Boxed: once per connection, and its future is larger than an exchange's.
