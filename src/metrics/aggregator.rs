@@ -234,6 +234,12 @@ impl Aggregator {
             && self.index_of(at) < self.warmup_intervals()
     }
 
+    /// Whether interval `index` is in the warm-up ([`Aggregator::in_warmup_at`] of a time
+    /// whose interval is known).
+    fn in_warmup_interval(&self, index: u64) -> bool {
+        self.config.is_some_and(|c| !c.warmup.is_zero()) && index < self.warmup_intervals()
+    }
+
     fn index_of(&self, at: Instant) -> u64 {
         let c = self.config();
         let since = at.saturating_duration_since(c.anchor).as_nanos();
@@ -248,15 +254,15 @@ impl Aggregator {
 
     /// Records a sample into its interval.
     pub fn record(&mut self, s: &Sample) {
-        self.record_from(s, None);
+        self.record_from(s, None, self.index_of(s.timing.end));
     }
 
-    /// Records a sample recorded through endpoint `endpoint`'s client (if any).
-    fn record_from(&mut self, s: &Sample, endpoint: Option<u16>) {
-        let index = self.index_of(s.timing.end);
+    /// Records a sample recorded through endpoint `endpoint`'s client (if any) that ended
+    /// in interval `index`.
+    fn record_from(&mut self, s: &Sample, endpoint: Option<u16>, index: u64) {
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
-            if self.in_warmup_at(s.timing.end) {
+            if self.in_warmup_interval(index) {
                 self.in_warmup.operations += 1;
                 if let Outcome::Error(kind) = s.outcome {
                     self.in_warmup.errors += 1;
@@ -300,9 +306,11 @@ impl Aggregator {
     /// A sample: into its breakdowns, requests.csv (if recorded) and its interval.
     fn recorded(&mut self, r: Recorded, sink: &mut Option<Box<dyn IntervalSink>>) {
         let s = &r.sample;
-        let warmup = self.in_warmup_at(s.timing.end);
-        // The interval `record_from` puts the sample in.
-        let index = self.index_of(s.timing.end).max(self.open.flushed_upto());
+        // The interval the sample ended in, and the one it is put in (a straggler's interval
+        // may be written already).
+        let ended = self.index_of(s.timing.end);
+        let warmup = self.in_warmup_interval(ended);
+        let index = ended.max(self.open.flushed_upto());
         self.endpoints.record(&r, index, warmup);
         Breakdown::record(&mut self.attribution, &r, index, warmup);
         if let Some(split) = &mut self.split {
@@ -318,7 +326,7 @@ impl Aggregator {
                 self.sink_error.get_or_insert(e.to_string());
             }
         }
-        self.record_from(s, r.endpoint);
+        self.record_from(s, r.endpoint, ended);
     }
 
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {

@@ -148,7 +148,7 @@ impl Field {
 
 /// Whether two byte strings are equal, a word at a time (the last word overlapping the one
 /// before): in the musl build a slice comparison calls `memcmp`, which goes byte by byte.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     let word = |s: &[u8], at: usize| {
         s.get(at..at + 8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))

@@ -288,6 +288,17 @@ fn stored_from(bytes: &[u8], at: usize) -> (Form, &[u8], usize) {
     (Form::from_bits(header >> 6), &bytes[at..stop], stop)
 }
 
+/// Where the name after the one that starts at `at` starts: [`stored_from`]'s third answer,
+/// read from a short name's header alone (a walk to a name passes up to [`GROUP`] - 1).
+fn next_from(bytes: &[u8], at: usize) -> usize {
+    match bytes.get(at) {
+        Some(&header) if header & LONG != LONG => {
+            (at + 1 + usize::from(header & LONG)).min(bytes.len())
+        }
+        _ => stored_from(bytes, at).2,
+    }
+}
+
 /// The `i`th name of a table's parts, stored; an empty text past the end.
 fn stored_at<'a>(bytes: &'a [u8], groups: &[u32], names: u32, i: u32) -> (Form, &'a [u8]) {
     if i >= names {
@@ -298,7 +309,7 @@ fn stored_at<'a>(bytes: &'a [u8], groups: &[u32], names: u32, i: u32) -> (Form, 
     };
     let mut at = start as usize;
     for _ in 0..i % GROUP {
-        at = stored_from(bytes, at).2;
+        at = next_from(bytes, at);
     }
     let (form, name, _) = stored_from(bytes, at);
     (form, name)
@@ -520,13 +531,36 @@ impl Record {
     }
 }
 
-/// Where the last `marker` (which starts with `/`) begins in `s`, as `str::rfind` finds it,
-/// checking only where a `/` is: a general substring search costs more to set up than a
-/// trace URI takes to scan, and this runs for every record read.
-fn rfind_marker(s: &str, marker: &str) -> Option<usize> {
-    debug_assert!(marker.starts_with('/'));
+/// Where the last of each marker the path of a request names begins in `s`, as
+/// `str::rfind` finds it: `/blobs/uploads`, `/manifests/` and `/blobs/`. One pass from the
+/// end over the places of `/` (every marker starts with one), ending at the last upload
+/// marker, which takes precedence over the others: a general substring search costs more
+/// to set up than a trace URI takes to scan, and this runs for every record read.
+fn rfind_markers(s: &str) -> Markers {
     let bytes = s.as_bytes();
-    memchr::memrchr_iter(b'/', bytes).find(|&i| bytes[i..].starts_with(marker.as_bytes()))
+    let mut found = Markers::default();
+    for i in memchr::memrchr_iter(b'/', bytes) {
+        let after = &bytes[i..];
+        if after.starts_with(b"/blobs/") {
+            if after.starts_with(b"/blobs/uploads") {
+                found.uploads = Some(i);
+                break;
+            }
+            found.blobs = found.blobs.or(Some(i));
+        } else if found.manifests.is_none() && after.starts_with(b"/manifests/") {
+            found.manifests = Some(i);
+        }
+    }
+    found
+}
+
+/// What [`rfind_markers`] found: the last place of each marker (`blobs` and `manifests` are
+/// left unknown when `uploads` is found).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Markers {
+    uploads: Option<usize>,
+    manifests: Option<usize>,
+    blobs: Option<usize>,
 }
 
 /// `s` without leading `/`s.
@@ -573,7 +607,8 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
         };
     }
     // The last `/blobs/` or `/manifests/` separates the repository from what follows.
-    if let Some(i) = rfind_marker(rest, "/blobs/uploads") {
+    let markers = rfind_markers(rest);
+    if let Some(i) = markers.uploads {
         let repo = &rest[..i];
         let tail = trim_start_slashes(&rest[i + "/blobs/uploads".len()..]);
         if !valid_repo(repo) {
@@ -599,8 +634,11 @@ pub fn parse_uri(uri: &str, names: &mut Interner) -> Target {
             }
         };
     }
-    for (marker, is_manifest) in [("/manifests/", true), ("/blobs/", false)] {
-        if let Some(i) = rfind_marker(rest, marker) {
+    for (found, marker, is_manifest) in [
+        (markers.manifests, "/manifests/", true),
+        (markers.blobs, "/blobs/", false),
+    ] {
+        if let Some(i) = found {
             let repo = &rest[..i];
             let name = &rest[i + marker.len()..];
             if !valid_repo(repo) || name.is_empty() || has_slash(name) {
@@ -823,10 +861,23 @@ mod tests {
 
     proptest! {
         #[test]
-        fn rfind_marker_finds_what_rfind_finds(s in "[a-z/]{0,12}(/blobs/uploads|/manifests/|/blobs/)?[a-z/]{0,12}(/blobs/)?[a-z/]{0,6}") {
-            for marker in ["/blobs/uploads", "/manifests/", "/blobs/"] {
-                prop_assert_eq!(rfind_marker(&s, marker), s.rfind(marker), "{} in {}", marker, s);
+        fn rfind_markers_finds_what_rfind_finds(s in "[a-z/]{0,12}(/blobs/uploads|/manifests/|/blobs/)?[a-z/]{0,12}(/blobs/|/manifests/)?[a-z/]{0,6}(/blobs/uploads)?[a-z/]{0,3}") {
+            let found = rfind_markers(&s);
+            prop_assert_eq!(found.uploads, s.rfind("/blobs/uploads"), "{}", s);
+            if found.uploads.is_none() {
+                prop_assert_eq!(found.manifests, s.rfind("/manifests/"), "{}", s);
+                prop_assert_eq!(found.blobs, s.rfind("/blobs/"), "{}", s);
             }
+        }
+
+        /// The walk to a name skips each name before it to where reading it in full ends,
+        /// at any place of any bytes (long names' headers among them).
+        #[test]
+        fn a_name_is_skipped_to_where_reading_it_ends(
+            bytes in proptest::collection::vec(prop_oneof![any::<u8>(), Just(LONG), Just(0x80 | LONG)], 0..80),
+            at in 0usize..90,
+        ) {
+            prop_assert_eq!(next_from(&bytes, at), stored_from(&bytes, at).2);
         }
     }
 

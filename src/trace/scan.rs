@@ -11,11 +11,13 @@
 //! what it does accept it reads as serde_json does, to the bit (the property tests below
 //! hold it to that, on generated objects and on damaged records). It saves 770–1,150
 //! instructions a record, 10–12% of what `trace validate` spends on one (docs/benchmarks.md,
-//! "The hot path", step 21).
+//! "The hot path", step 21). A [`Layout`] of the last object's keys lets it read each key
+//! of the next by one comparison when the records repeat their keys, as a trace's do
+//! (step 23).
 
 use std::borrow::Cow;
 
-use super::parse::{Field, Fields, Val};
+use super::parse::{same, Field, Fields, Val};
 
 /// The powers of ten a `f64` holds exactly (10^22 is the last).
 const EXACT_POW10: [f64; 23] = [
@@ -26,6 +28,8 @@ const EXACT_POW10: [f64; 23] = [
 /// A value's place in the object before the object's bytes are known to be UTF-8.
 #[derive(Clone, Copy)]
 enum Raw {
+    /// No value (a field the object does not name).
+    Absent,
     Str(usize, usize),
     U(u64),
     I(i64),
@@ -34,12 +38,71 @@ enum Raw {
     Null,
 }
 
+/// The most members and the longest key a [`Layout`] remembers (a record of FAST'18 has 8
+/// to 12 members, its longest key 25 bytes).
+const LAYOUT_MEMBERS: usize = 24;
+const LAYOUT_KEY: usize = 40;
+
+/// The keys of the last object read, as they were written, for the next one: a trace's
+/// records name the same keys in the same order, so a key is read by one comparison of
+/// its bytes (from its opening quote to its colon) with the key the last object had at that
+/// place, and the field it names is known from then. Only bytes that were read in full
+/// before are ever taken this way, so an object is read as it would be without it; a key
+/// that differs is read in full and takes the place of the one remembered. Bounded: it
+/// holds at most [`LAYOUT_MEMBERS`] keys of at most [`LAYOUT_KEY`] bytes.
+#[derive(Debug, Default)]
+pub(super) struct Layout {
+    members: Vec<Member>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    key: [u8; LAYOUT_KEY],
+    len: u8,
+    field: Option<Field>,
+}
+
+impl Layout {
+    /// The field and the length of the key that member `n` of the last object had, if the
+    /// bytes at `at` start with that key.
+    fn predicted(&self, n: usize, bytes: &[u8], at: usize) -> Option<(Option<Field>, usize)> {
+        let m = self.members.get(n).filter(|m| m.len > 0)?;
+        let len = usize::from(m.len);
+        same(bytes.get(at..at + len)?, &m.key[..len]).then_some((m.field, len))
+    }
+
+    /// Member `n`'s key as this object has it: `key` (from its quote to its colon) names
+    /// `field`. A key too long to keep leaves its place empty (a length of 0: a key is at
+    /// least `"":`).
+    fn learn(&mut self, n: usize, key: &[u8], field: Option<Field>) {
+        if n > self.members.len() || n >= LAYOUT_MEMBERS {
+            return;
+        }
+        let mut m = Member {
+            key: [0; LAYOUT_KEY],
+            len: 0,
+            field,
+        };
+        if let (Some(to), Ok(len)) = (m.key.get_mut(..key.len()), u8::try_from(key.len())) {
+            to.copy_from_slice(key);
+            m.len = len;
+        }
+        match self.members.get_mut(n) {
+            Some(slot) => *slot = m,
+            None => self.members.push(m),
+        }
+    }
+}
+
 /// Reads the object that starts at `bytes[0]` (a `{`): its fields and its length in bytes,
-/// or `None` to leave it to serde_json.
-pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
-    // The value of each known field (a repeated one: the last, as serde_json keeps).
-    let mut values: [Option<(Field, Raw)>; Field::COUNT] = [None; Field::COUNT];
+/// or `None` to leave it to serde_json. `layout` holds the keys of the last object read
+/// and learns this one's.
+pub(super) fn object<'a>(bytes: &'a [u8], layout: &mut Layout) -> Option<(Fields<'a>, usize)> {
+    // The value of each known field, by its number (a repeated one: the last, as
+    // serde_json keeps).
+    let mut values = [Raw::Absent; Field::COUNT];
     let mut at = skip_ws(bytes, 1);
+    let mut n = 0;
     let end = if *bytes.get(at)? == b'}' {
         at + 1
     } else {
@@ -47,16 +110,11 @@ pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
             if *bytes.get(at)? != b'"' {
                 return None;
             }
-            let key_end = string_end(bytes, at + 1)?;
-            let known = Field::of(&bytes[at + 1..key_end]);
-            at = skip_ws(bytes, key_end + 1);
-            if *bytes.get(at)? != b':' {
-                return None;
-            }
-            at = skip_ws(bytes, at + 1);
-            let (value, after) = value(bytes, at)?;
+            let (known, after_colon) = key(bytes, at, n, layout)?;
+            n += 1;
+            let (value, after) = value(bytes, skip_ws(bytes, after_colon))?;
             if let Some(field) = known {
-                values[field as usize] = Some((field, value));
+                values[field as usize] = value;
             }
             at = skip_ws(bytes, after);
             match *bytes.get(at)? {
@@ -69,18 +127,49 @@ pub(super) fn object(bytes: &[u8]) -> Option<(Fields<'_>, usize)> {
     // Every string is a slice of text known to be UTF-8, cut at quotes (ASCII, so always
     // at a character's boundary).
     let text = std::str::from_utf8(&bytes[..end]).ok()?;
-    let mut fields = Fields::default();
-    for (field, value) in values.into_iter().flatten() {
-        *fields.slot(field) = match value {
-            Raw::Str(from, to) => Val::Str(Cow::Borrowed(&text[from..to])),
-            Raw::U(v) => Val::U(v),
-            Raw::I(v) => Val::I(v),
-            Raw::F(v) => Val::F(v),
-            Raw::Bool(b) => Val::Bool(b),
-            Raw::Null => Val::Null,
-        };
+    Some((fields_of(text, values), end))
+}
+
+/// The key of member `n` that starts at `at` (its opening quote): the field it names and
+/// where its colon ends. Read by one comparison when the last object had it there.
+fn key(bytes: &[u8], at: usize, n: usize, layout: &mut Layout) -> Option<(Option<Field>, usize)> {
+    if let Some((known, len)) = layout.predicted(n, bytes, at) {
+        return Some((known, at + len));
     }
-    Some((fields, end))
+    let key_end = string_end(bytes, at + 1)?;
+    let known = Field::of(&bytes[at + 1..key_end]);
+    let colon = skip_ws(bytes, key_end + 1);
+    if *bytes.get(colon)? != b':' {
+        return None;
+    }
+    layout.learn(n, &bytes[at..=colon], known);
+    Some((known, colon + 1))
+}
+
+/// The fields of `values` (by field number), their strings cut from `text`.
+fn fields_of(text: &str, values: [Raw; Field::COUNT]) -> Fields<'_> {
+    let val = |raw: Raw| match raw {
+        Raw::Absent => Val::Absent,
+        Raw::Str(from, to) => Val::Str(Cow::Borrowed(&text[from..to])),
+        Raw::U(v) => Val::U(v),
+        Raw::I(v) => Val::I(v),
+        Raw::F(v) => Val::F(v),
+        Raw::Bool(b) => Val::Bool(b),
+        Raw::Null => Val::Null,
+    };
+    // In the order of `Field`'s numbers.
+    let [timestamp, method, uri, client, duration, status, written, id, size_unknown] = values;
+    Fields {
+        timestamp: val(timestamp),
+        method: val(method),
+        uri: val(uri),
+        client: val(client),
+        duration: val(duration),
+        status: val(status),
+        written: val(written),
+        id: val(id),
+        size_unknown: val(size_unknown),
+    }
 }
 
 /// The first byte at or after `at` that is not JSON whitespace.
@@ -224,7 +313,12 @@ mod tests {
     }
 
     fn by_scan(text: &[u8]) -> Option<(String, usize)> {
-        object(text).map(|(raw, len)| (format!("{raw:?}"), len))
+        by_scan_after(text, &mut Layout::default())
+    }
+
+    /// The scanner's reading of `text` with the keys `layout` remembers.
+    fn by_scan_after(text: &[u8], layout: &mut Layout) -> Option<(String, usize)> {
+        object(text, layout).map(|(raw, len)| (format!("{raw:?}"), len))
     }
 
     #[test]
@@ -274,6 +368,51 @@ mod tests {
         ] {
             assert_eq!(by_scan(text), None, "{}", String::from_utf8_lossy(text));
         }
+    }
+
+    /// A record read after one with the same keys is read as it would be alone; so is one
+    /// whose keys differ from the last record's at some places (one longer, one shorter,
+    /// one cut, one spaced otherwise, one that is not UTF-8 and one of the same length).
+    #[test]
+    fn keys_remembered_from_the_last_record_read_the_next_as_if_alone() {
+        let first = br#"{"http.request.method": "GET", "http.request.uri": "v2/a/manifests/t", "id": "1", "timestamp": "2017-06-20T00:00:00.001Z"}"#;
+        let mut layout = Layout::default();
+        assert!(by_scan_after(first, &mut layout).is_some());
+        let next: [&[u8]; 7] = [
+            br#"{"http.request.method": "PUT", "http.request.uri": "v2/b/blobs/x", "id": "2", "timestamp": "2017-06-20T00:00:01Z"}"#,
+            br#"{"http.request.methods": "PUT", "http.request.uri": "v2/b/blobs/x", "ix": "2"}"#,
+            br#"{"http.request.metho": "PUT", "http.request.ur": 1, "i": "2", "timestamp" : 3}"#,
+            br#"{"http.request.method":"PUT","http.request.uri" :"v2/b/blobs/x","id":  "2"}"#,
+            b"{\"http.request.method\": \"PUT\", \"\xff\": 1}",
+            br#"{"timestamp": "2017-06-20T00:00:01Z", "id": "2", "http.request.uri": "v2/c/manifests/t", "http.request.method": "HEAD"}"#,
+            br#"{"http.request.method": "GET", "http.request.uri": "v2/a/manifests/t", "id": "1", "timestamp": "2017-06-20T00:00:00.001Z"}"#,
+        ];
+        for text in next {
+            let alone = by_scan(text);
+            assert_eq!(
+                by_scan_after(text, &mut layout),
+                alone,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+            assert_eq!(alone.is_none(), text.contains(&0xff));
+        }
+        assert!(layout.members.len() <= LAYOUT_MEMBERS);
+        // The last record's keys are the ones remembered, each with its field.
+        let key = br#""http.request.uri": "#;
+        let mut text = vec![0u8; 1 + key.len()];
+        text[1..].copy_from_slice(key);
+        assert_eq!(
+            layout.predicted(1, &text, 1),
+            Some((Some(Field::Uri), key.len() - 1))
+        );
+        assert_eq!(layout.predicted(0, &text, 1), None);
+        by_scan_after(next[5], &mut layout);
+        assert_eq!(
+            layout.predicted(2, &text, 1),
+            Some((Some(Field::Uri), key.len() - 1))
+        );
+        assert_eq!(layout.predicted(1, &text, 1), None);
     }
 
     /// A JSON scalar as a trace field could hold it, in the forms the scanner reads and
@@ -376,6 +515,44 @@ mod tests {
             if let Some(scanned) = by_scan(&text) {
                 prop_assert_eq!(Some(scanned), by_serde(&text), "{}", String::from_utf8_lossy(&text));
             }
+        }
+
+        /// An object read after another (the same keys with other values, a member left
+        /// out, bytes overwritten) is read as it would be alone: the keys the scanner
+        /// remembers never change what it reads.
+        #[test]
+        fn an_object_read_after_another_is_read_as_if_alone(
+            fields in proptest::collection::vec((key(), scalar(), "[ \t\n]{0,1}"), 0..12),
+            values in proptest::collection::vec(scalar(), 12),
+            left_out in proptest::option::of(any::<proptest::sample::Index>()),
+            damage in proptest::collection::vec(
+                (any::<proptest::sample::Index>(), proptest::sample::select(b"\":, {}a\\\xff".to_vec())),
+                0..2,
+            ),
+        ) {
+            let member = |(k, v, ws): (&String, &String, &String)| format!("{ws}\"{k}\"{ws}:{ws}{v}{ws}");
+            let first: Vec<String> = fields.iter().map(|(k, v, ws)| member((k, v, ws))).collect();
+            let first = format!("{{{}}}", first.join(","));
+            let skip = left_out.filter(|_| !fields.is_empty()).map(|i| i.index(fields.len()));
+            let next: Vec<String> = fields
+                .iter()
+                .zip(&values)
+                .enumerate()
+                .filter(|&(i, _)| Some(i) != skip)
+                .map(|(_, ((k, _, ws), v))| member((k, v, ws)))
+                .collect();
+            let mut next = format!("{{{}}}", next.join(",")).into_bytes();
+            for (at, byte) in damage {
+                let i = 1 + at.index(next.len() - 1);
+                next[i] = byte;
+            }
+            let mut layout = Layout::default();
+            let _ = by_scan_after(first.as_bytes(), &mut layout);
+            prop_assert_eq!(
+                by_scan_after(&next, &mut layout),
+                by_scan(&next),
+                "{} then {}", first, String::from_utf8_lossy(&next)
+            );
         }
 
         /// Whatever the scanner reads, serde_json reads the same (to the bit: floats are

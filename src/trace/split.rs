@@ -8,6 +8,7 @@
 use std::io::{self, Read};
 
 use super::parse::{json_error, Fields};
+use super::scan::Layout;
 
 #[derive(Debug)]
 pub(super) enum SplitError {
@@ -34,6 +35,8 @@ pub(super) struct Splitter<R> {
     max_record: usize,
     /// Bytes read since [`Splitter::take_fresh`] was last called.
     fresh: u64,
+    /// The keys of the last object the scanner read.
+    layout: Layout,
 }
 
 impl<R: Read> Splitter<R> {
@@ -47,6 +50,7 @@ impl<R: Read> Splitter<R> {
             arrays: 0,
             max_record: max_record.max(1),
             fresh: 0,
+            layout: Layout::default(),
         }
     }
 
@@ -157,7 +161,8 @@ impl<R: Read> Splitter<R> {
         // An object: what a trace holds read by the scanner, anything else (or an object
         // the buffer cuts) by serde_json.
         let start = self.pos;
-        if let Some((raw, len)) = super::scan::object(&self.buf[start..self.end]) {
+        if let Some((raw, len)) = super::scan::object(&self.buf[start..self.end], &mut self.layout)
+        {
             let value = f(self.base + start as u64, &self.buf[start..start + len], raw);
             self.pos = start + len;
             return Ok(Some(value));
