@@ -531,11 +531,11 @@ impl Record {
     }
 }
 
-/// Where the last of each marker the path of a request names begins in `s`, as
-/// `str::rfind` finds it: `/blobs/uploads`, `/manifests/` and `/blobs/`. One pass from the
-/// end over the places of `/` (every marker starts with one), ending at the last upload
-/// marker, which takes precedence over the others: a general substring search costs more
-/// to set up than a trace URI takes to scan, and this runs for every record read.
+/// Where in `s` the last of each marker of a registry path begins, as `str::rfind` finds
+/// it: `/blobs/uploads`, `/manifests/` and `/blobs/`. One pass from the end over the places
+/// of `/` (every marker starts with one), ending at the last upload marker, which takes
+/// precedence over the others: a general substring search costs more to set up than a
+/// trace URI takes to scan, and this runs for every record read.
 fn rfind_markers(s: &str) -> Markers {
     let bytes = s.as_bytes();
     let mut found = Markers::default();
