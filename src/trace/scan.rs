@@ -157,18 +157,17 @@ fn fields_of(text: &str, values: [Raw; Field::COUNT]) -> Fields<'_> {
         Raw::Bool(b) => Val::Bool(b),
         Raw::Null => Val::Null,
     };
-    // In the order of `Field`'s numbers.
-    let [timestamp, method, uri, client, duration, status, written, id, size_unknown] = values;
+    let of = |field: Field| val(values[field as usize]);
     Fields {
-        timestamp: val(timestamp),
-        method: val(method),
-        uri: val(uri),
-        client: val(client),
-        duration: val(duration),
-        status: val(status),
-        written: val(written),
-        id: val(id),
-        size_unknown: val(size_unknown),
+        timestamp: of(Field::Timestamp),
+        method: of(Field::Method),
+        uri: of(Field::Uri),
+        client: of(Field::Client),
+        duration: of(Field::Duration),
+        status: of(Field::Status),
+        written: of(Field::Written),
+        id: of(Field::Id),
+        size_unknown: of(Field::SizeUnknown),
     }
 }
 
