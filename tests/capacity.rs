@@ -164,6 +164,25 @@ fn get_limiter(upstream: u16, rate: &str, burst: u32) -> Nginx {
     })
 }
 
+/// Each step's canary (p99 and worst wake-up lateness, ms) and CPU share, from
+/// `DIR/NAME/steps/NN/summary.json`: what a verdict on the generator read.
+fn generator_checks(dir: &Path, name: &str) -> String {
+    let mut lines = Vec::new();
+    for i in 0.. {
+        let path = dir.join(name).join(format!("steps/{i:02}/summary.json"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            break;
+        };
+        let s: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let c = &s["checks"];
+        lines.push(format!(
+            "step {i}: canary p99 {} max {} ms, cpu {}",
+            c["canary_wake_ms"]["p99"], c["canary_wake_ms"]["max"], c["cpu_share"]
+        ));
+    }
+    lines.join("\n")
+}
+
 fn speeds(c: &serde_json::Value) -> Vec<f64> {
     c["steps"]
         .as_array()
@@ -298,7 +317,12 @@ fn a_server_of_known_capacity_is_found_within_ten_percent() {
     // Every operation's rate at it: here all of them blob GETs.
     let gets = f(&c["capacity"]["operations_per_s"]["blob_get"]);
     assert!((gets - known).abs() <= 0.1 * known, "{gets} GETs/s\n{c}");
-    assert_eq!(c["limited_by"], "registry", "{c}");
+    assert_eq!(
+        c["limited_by"],
+        "registry",
+        "{c}\n{}",
+        generator_checks(dir.path(), "known")
+    );
     assert_eq!(c["capacity"]["at_least"], false);
     let upper = f(&c["capacity"]["upper_speed"]);
     assert!(upper > speed && upper / speed - 1.0 <= 0.05 + 1e-9, "{c}");
@@ -518,7 +542,8 @@ fn a_two_shard_ladder_merged_equals_a_one_host_ladder() {
 /// each: 33.3 GETs per second) and 8 in flight. Above its capacity the cap binds, but what
 /// fills it is the registry's own service time (8 queued exchanges answer in up to 240 ms,
 /// past the 100 ms objective; Little's law): every step that did not pass is the
-/// registry's, never the generator's, and two searches bracket the same knee.
+/// registry's, never the generator's (but for a passing hiccup of the machine, run again),
+/// and two searches bracket the same knee.
 #[test]
 fn a_registry_that_fills_the_cap_is_blamed_not_the_generator() {
     let _alone = alone();
@@ -536,13 +561,23 @@ fn a_registry_that_fills_the_cap_is_blamed_not_the_generator() {
             "8",
         );
         assert_eq!(r.code, 0, "{}", r.stderr);
-        assert_eq!(c["limited_by"], "registry", "{name}: {c}");
+        let checks = generator_checks(dir.path(), name);
+        assert_eq!(c["limited_by"], "registry", "{name}: {c}\n{checks}");
+        // The cap is never the generator's: a step the generator could not offer is only
+        // a passing hiccup of the machine (its runtime woke late), and is run again.
         let steps = c["steps"].as_array().unwrap();
-        assert!(
-            steps.iter().all(|s| s["outcome"] != "generator_limited"),
-            "{name}: {}",
-            serde_json::to_string_pretty(steps).unwrap()
-        );
+        for (i, s) in steps.iter().enumerate() {
+            if s["outcome"] != "generator_limited" {
+                continue;
+            }
+            let why = s["why"].as_str().unwrap_or_default();
+            assert!(why.contains("woke"), "{name}: {s}\n{checks}");
+            assert_eq!(steps[i + 1]["speed"], s["speed"], "{name}: {c}");
+            assert!(
+                f(&steps[i + 1]["length_s"]) > f(&s["length_s"]),
+                "{name}: {c}"
+            );
+        }
         // The knee brackets the known capacity: sustained within 15% below it, the failed
         // load above it.
         let speed = f(&c["capacity"]["speed"]);

@@ -64,6 +64,8 @@ pub struct Search {
     /// The step asked for last, and how many times it was repeated undecided.
     current: (f64, f64),
     retried: u32,
+    /// The step asked for last is the repeat of one the generator could not offer.
+    held_back: bool,
     /// The longer step that confirms `passed` is running.
     confirming: bool,
     done: Option<Next>,
@@ -77,6 +79,7 @@ impl Search {
             failed: None,
             current: (options.start.clamp(options.floor, options.ceiling), 1.0),
             retried: 0,
+            held_back: false,
             confirming: false,
             done: None,
         }
@@ -92,27 +95,11 @@ impl Search {
 
     /// Records how the step [`Self::next`] asked for came out.
     pub fn record(&mut self, outcome: Outcome) {
-        if self.done.is_some() {
+        if self.done.is_some() || self.repeats(outcome) {
             return;
         }
         let (speed, length) = self.current;
         let o = self.options;
-        match outcome {
-            Outcome::Undecided if self.retried < o.retries => {
-                self.retried += 1;
-                self.current = (speed, length * 2.0);
-                return;
-            }
-            Outcome::GeneratorLimited => {
-                self.done = Some(Next::Done {
-                    capacity: self.passed,
-                    at_least: true,
-                });
-                return;
-            }
-            _ => {}
-        }
-        self.retried = 0;
         let sustained = outcome == Outcome::Sustained;
         if self.confirming {
             self.confirming = false;
@@ -155,6 +142,38 @@ impl Search {
             (Some(p), Some(f)) => ((p * f).sqrt(), 1.0),
             (None, None) => (speed, length),
         };
+    }
+
+    /// Whether `outcome` leaves the step to be run again, twice as long (or, for a generator
+    /// held back twice, ends the search); else the repeats start over.
+    fn repeats(&mut self, outcome: Outcome) -> bool {
+        let (speed, length) = self.current;
+        match outcome {
+            Outcome::Undecided if self.retried < self.options.retries => {
+                self.retried += 1;
+                self.current = (speed, length * 2.0);
+            }
+            // A step the generator could not offer is repeated once before the search ends
+            // on it: a passing hiccup of the machine (a neighbour's burst, a stalled
+            // scheduler) is not the registry's capacity, and an overloaded machine stays
+            // overloaded.
+            Outcome::GeneratorLimited if !self.held_back => {
+                self.held_back = true;
+                self.current = (speed, length * 2.0);
+            }
+            Outcome::GeneratorLimited => {
+                self.done = Some(Next::Done {
+                    capacity: self.passed,
+                    at_least: true,
+                });
+            }
+            _ => {
+                self.retried = 0;
+                self.held_back = false;
+                return false;
+            }
+        }
+        true
     }
 
     /// The highest load sustained so far.
@@ -478,23 +497,15 @@ mod tests {
 
     #[test]
     fn an_undecided_step_is_lengthened_and_a_held_back_generator_stops_the_search() {
+        let step = |speed, length| Next::Step { speed, length };
         let mut search = Search::new(SearchOptions::default());
         search.record(Outcome::Sustained);
-        assert_eq!(
-            search.next(),
-            Next::Step {
-                speed: 2.0,
-                length: 1.0
-            }
-        );
+        assert_eq!(search.next(), step(2.0, 1.0));
         search.record(Outcome::Undecided);
-        assert_eq!(
-            search.next(),
-            Next::Step {
-                speed: 2.0,
-                length: 2.0
-            }
-        );
+        assert_eq!(search.next(), step(2.0, 2.0));
+        // Held back once: the same load again, twice as long; held back again: the end.
+        search.record(Outcome::GeneratorLimited);
+        assert_eq!(search.next(), step(2.0, 4.0));
         search.record(Outcome::GeneratorLimited);
         assert_eq!(
             search.next(),
@@ -503,5 +514,21 @@ mod tests {
                 at_least: true
             }
         );
+    }
+
+    #[test]
+    fn a_generator_held_back_once_is_repeated_and_the_search_goes_on() {
+        let step = |speed, length| Next::Step { speed, length };
+        let mut search = Search::new(SearchOptions::default());
+        search.record(Outcome::GeneratorLimited);
+        assert_eq!(search.next(), step(1.0, 2.0));
+        search.record(Outcome::Sustained);
+        assert_eq!(search.next(), step(2.0, 1.0));
+        // Each hiccup is forgiven once: a later one is repeated too, not the end.
+        search.record(Outcome::GeneratorLimited);
+        assert_eq!(search.next(), step(2.0, 2.0));
+        search.record(Outcome::Unsustained);
+        assert_eq!(search.next(), step(2.0_f64.sqrt(), 1.0));
+        assert_eq!(search.passed(), Some(1.0));
     }
 }

@@ -218,8 +218,7 @@ impl Aggregator {
 
     /// The intervals `--warmup` leaves out: those that start before it ends.
     pub fn warmup_intervals(&self) -> u64 {
-        let c = self.config();
-        c.warmup.as_nanos().div_ceil(c.interval.as_nanos().max(1)) as u64
+        self.config().warmup_intervals()
     }
 
     /// How long the left-out warm-up lasts (whole intervals).

@@ -93,6 +93,20 @@ pub struct AggregatorConfig {
     pub warmup: Duration,
 }
 
+impl AggregatorConfig {
+    /// The intervals `--warmup` leaves out: those that start before it ends.
+    pub fn warmup_intervals(&self) -> u64 {
+        self.warmup
+            .as_nanos()
+            .div_ceil(self.interval.as_nanos().max(1)) as u64
+    }
+
+    /// When the measured part begins: the anchor plus the left-out intervals.
+    pub fn measured_from(&self) -> Instant {
+        self.anchor + self.interval * self.warmup_intervals() as u32
+    }
+}
+
 impl Default for AggregatorConfig {
     fn default() -> Self {
         AggregatorConfig {

@@ -20,7 +20,7 @@ use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, Canar
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
-use crate::metrics::{Op, Recorder};
+use crate::metrics::{AggregatorConfig, Op, Recorder};
 use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::Progress;
@@ -225,7 +225,15 @@ async fn execute(
 
     let cpu_before = process_cpu_time();
     let canary_stop = tokio_util::sync::CancellationToken::new();
-    let canary = spawn_canary(canary_stop.clone());
+    // The canary watches what is measured: a stall in the left-out warm-up moves no kept
+    // timing.
+    let measured_from = AggregatorConfig {
+        interval: output.interval,
+        anchor,
+        warmup: output.warmup,
+    }
+    .measured_from();
+    let canary = spawn_canary(canary_stop.clone(), measured_from);
     let health = Arc::clone(&targets.health);
     let executor = Executor {
         targets,
