@@ -32,9 +32,11 @@ pub enum Fault {
     Truncate,
     /// Flip the bits of one byte in the middle of the body.
     CorruptByte,
-    /// Serve matching exchanges one at a time, each taking exactly this long (forwarded,
-    /// then held until the time is up): a server whose capacity is 1 / this, by
-    /// construction.
+    /// Serve matching exchanges as one server would, one at a time, each taking exactly this
+    /// long: an exchange is answered this long after the later of its arrival and the
+    /// previous one's answer (forwarded meanwhile, then held until its time). The timeline
+    /// is kept exact whatever the proxy's threads' wake-ups, so the capacity is 1 / this by
+    /// construction, and the queue is first come, first served.
     Serial(Duration),
 }
 
@@ -76,7 +78,7 @@ impl FaultProxy {
             Arc::clone(&proxy.requests),
             Arc::clone(&proxy.faulted),
         );
-        let serial = Arc::new(Mutex::new(()));
+        let serial = Arc::new(Mutex::new(None));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 connections.fetch_add(1, Ordering::Relaxed);
@@ -127,8 +129,8 @@ struct Ctx {
     filter: Arc<Mutex<Arc<Filter>>>,
     requests: Arc<AtomicU64>,
     faulted: Arc<AtomicU64>,
-    /// Held by the one exchange a `Fault::Serial` serves.
-    serial: Arc<Mutex<()>>,
+    /// When a `Fault::Serial` server answers its last exchange queued so far.
+    serial: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -199,10 +201,18 @@ fn serve(mut client: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         let mut body = vec![0u8; length];
         client.read_exact(&mut body)?;
 
-        // One exchange at a time for a serial server, timed from its turn.
-        let _turn = matches!(fault, Fault::Serial(_))
-            .then(|| ctx.serial.lock().unwrap_or_else(|e| e.into_inner()));
-        let began = std::time::Instant::now();
+        // A serial server's answer is due a service time after the later of this arrival
+        // and the answer queued before it.
+        let due = match fault {
+            Fault::Serial(d) => {
+                let arrived = std::time::Instant::now();
+                let mut last = ctx.serial.lock().unwrap_or_else(|e| e.into_inner());
+                let due = last.map_or(arrived, |l| l.max(arrived)) + d;
+                *last = Some(due);
+                Some(due)
+            }
+            _ => None,
+        };
         // Forward with `Connection: close` and read the whole answer.
         let mut request = String::new();
         for (i, line) in text.trim_end_matches("\r\n").split("\r\n").enumerate() {
@@ -228,8 +238,10 @@ fn serve(mut client: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 std::thread::sleep(d);
                 client.write_all(&response)?;
             }
-            Fault::Serial(d) => {
-                std::thread::sleep(d.saturating_sub(began.elapsed()));
+            Fault::Serial(_) => {
+                if let Some(due) = due {
+                    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+                }
                 client.write_all(&response)?;
             }
             Fault::CorruptByte => {
