@@ -223,7 +223,7 @@ impl Aggregator {
 
     /// How long the left-out warm-up lasts (whole intervals).
     pub fn warmup(&self) -> Duration {
-        self.config().interval * self.warmup_intervals() as u32
+        self.config().left_out()
     }
 
     /// Whether a sample that ended at `at` falls in the warm-up.

@@ -101,9 +101,14 @@ impl AggregatorConfig {
             .div_ceil(self.interval.as_nanos().max(1)) as u64
     }
 
+    /// How long the left-out warm-up lasts (whole intervals).
+    pub fn left_out(&self) -> Duration {
+        self.interval * self.warmup_intervals() as u32
+    }
+
     /// When the measured part begins: the anchor plus the left-out intervals.
     pub fn measured_from(&self) -> Instant {
-        self.anchor + self.interval * self.warmup_intervals() as u32
+        self.anchor + self.left_out()
     }
 }
 
