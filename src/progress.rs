@@ -64,7 +64,10 @@ impl LiveHistogram {
     }
 
     pub fn record(&self, d: Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.record_us(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    pub fn record_us(&self, us: u64) {
         self.buckets[Self::bucket(us)].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -179,10 +182,11 @@ impl Progress {
 
     /// A finished operation that succeeded: its latency, and its schedule lag if it had a
     /// schedule.
-    pub fn observe(&self, latency: Duration, lag: Option<Duration>) {
-        self.latency.record(latency);
-        if let Some(lag) = lag {
-            self.lag.record(lag);
+    /// A success's latency and schedule lag, µs.
+    pub fn observe(&self, latency_us: u64, lag_us: Option<u64>) {
+        self.latency.record_us(latency_us);
+        if let Some(lag) = lag_us {
+            self.lag.record_us(lag);
         }
     }
 

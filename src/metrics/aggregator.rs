@@ -28,7 +28,7 @@ use super::recorder::{Msg, Recorded, SessionMsg};
 use super::sessions::Sessions;
 use super::split::HeaderSplit;
 use super::uncertainty::Batches;
-use super::{Event, Level, Outcome, Sample, StatsTable};
+use super::{Event, Level, Outcome, Sample, Spans, StatsTable};
 use crate::progress::Progress;
 
 /// Owns all measurements of a run. Lives on one thread; see [`super::AggregatorBuilder`].
@@ -253,12 +253,12 @@ impl Aggregator {
 
     /// Records a sample into its interval.
     pub fn record(&mut self, s: &Sample) {
-        self.record_from(s, None, self.index_of(s.timing.end));
+        self.record_from(s, &Spans::of(&s.timing), None, self.index_of(s.timing.end));
     }
 
-    /// Records a sample recorded through endpoint `endpoint`'s client (if any) that ended
-    /// in interval `index`.
-    fn record_from(&mut self, s: &Sample, endpoint: Option<u16>, index: u64) {
+    /// Records a sample (its durations `spans`) recorded through endpoint `endpoint`'s
+    /// client (if any) that ended in interval `index`.
+    fn record_from(&mut self, s: &Sample, spans: &Spans, endpoint: Option<u16>, index: u64) {
         if s.op.level() == Level::Operation {
             self.completed_total += 1;
             if self.in_warmup_interval(index) {
@@ -282,10 +282,10 @@ impl Aggregator {
         if let (Some(progress), Level::Operation, true) =
             (&self.progress, s.op.level(), s.outcome.is_ok())
         {
-            progress.observe(s.timing.latency(), s.timing.schedule_lag());
+            progress.observe(spans.latency_us, spans.lag_us);
         }
         let slot = self.open.slot(index);
-        slot.1.record(s);
+        slot.1.record_spans(s, spans);
         if s.op.level() == Level::Operation {
             slot.2.completed += 1;
         }
@@ -310,10 +310,12 @@ impl Aggregator {
         let ended = self.index_of(s.timing.end);
         let warmup = self.in_warmup_interval(ended);
         let index = ended.max(self.open.flushed_upto());
-        self.endpoints.record(&r, index, warmup);
-        Breakdown::record(&mut self.attribution, &r, index, warmup);
+        // Its durations, once for every figure it counts in.
+        let spans = Spans::of(&s.timing);
+        self.endpoints.record(&r, &spans, index, warmup);
+        Breakdown::record(&mut self.attribution, &r, &spans, index, warmup);
         if let Some(split) = &mut self.split {
-            split.record(&r, index, warmup);
+            split.record(&r, &spans, index, warmup);
             let name = r.label.filter(|_| self.live.is_some());
             if let (Some(name), Some(live)) = (name.and_then(|l| split.name(l)), &self.live) {
                 live.observe_split(s, name);
@@ -325,7 +327,7 @@ impl Aggregator {
                 self.sink_error.get_or_insert(e.to_string());
             }
         }
-        self.record_from(s, r.endpoint, ended);
+        self.record_from(s, &spans, r.endpoint, ended);
     }
 
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {

@@ -25,7 +25,7 @@ use hashbrown::HashTable;
 use hdrhistogram::Histogram;
 
 use super::hist::{Recording, SparseHistogram, HISTOGRAM_SETTINGS};
-use super::{Level, Sample};
+use super::{Level, Sample, Spans};
 use crate::fast_hash::FastState;
 
 /// Entries each ranking of a dimension keeps.
@@ -122,10 +122,6 @@ impl Criterion {
     }
 }
 
-fn micros(s: &Sample) -> u64 {
-    u64::try_from(s.timing.latency().as_micros()).unwrap_or(u64::MAX)
-}
-
 /// What a sample brings to the rankings, read from it once (each sample feeds eight of
 /// them: four rankings of repositories and four of clients).
 #[derive(Debug, Clone, Copy)]
@@ -136,9 +132,9 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(s: &Sample) -> Seen {
+    fn of(s: &Sample, spans: &Spans) -> Seen {
         Seen {
-            us: micros(s),
+            us: spans.latency_us,
             bytes: s.bytes_sent + s.bytes_received,
             ok: s.outcome.is_ok(),
         }
@@ -170,7 +166,7 @@ pub struct Tally {
 impl Tally {
     #[cfg(test)]
     fn add_sample(&mut self, s: &Sample) {
-        self.add_seen(Seen::of(s));
+        self.add_seen(Seen::of(s, &Spans::of(&s.timing)));
     }
 
     /// Counts one operation.
@@ -512,10 +508,15 @@ impl Attribution {
     /// Counts a workload operation for whom it was for (an exchange inside an operation,
     /// or a session over several, is not counted: its operations are).
     pub fn record(&mut self, who: &Who, s: &Sample) {
+        self.record_spans(who, s, &Spans::of(&s.timing));
+    }
+
+    /// [`Self::record`] of a sample whose durations are `spans`.
+    pub fn record_spans(&mut self, who: &Who, s: &Sample, spans: &Spans) {
         if s.op.level() != Level::Operation {
             return;
         }
-        let seen = Seen::of(s);
+        let seen = Seen::of(s, spans);
         if let Some(r) = &who.repository {
             self.repositories.record(r, seen);
         }

@@ -11,13 +11,14 @@ use crate::fast_hash::FastHashMap;
 use super::attribution::Attribution;
 use super::recorder::Recorded;
 use super::split::{HeaderSplit, ValueCounters, OTHER};
-use super::{Level, Sample, StatsTable};
+use super::{Level, Sample, Spans, StatsTable};
 
 /// One way of breaking a run down: what a recorded sample adds to the figures of its key.
 pub(crate) trait Breakdown {
-    /// Counts `r`, which ended in the open interval `index`. A sample that ended inside
-    /// `--warmup` (`warmup`) counts in its interval's figures only, never in the run's.
-    fn record(&mut self, r: &Recorded, index: u64, warmup: bool);
+    /// Counts `r` (its durations `spans`), which ended in the open interval `index`. A
+    /// sample that ended inside `--warmup` (`warmup`) counts in its interval's figures only,
+    /// never in the run's.
+    fn record(&mut self, r: &Recorded, spans: &Spans, index: u64, warmup: bool);
 
     /// Interval `index` is left out (`--warmup`): its figures go.
     fn leave_out(&mut self, _index: u64) {}
@@ -108,14 +109,14 @@ impl Keyed {
 }
 
 impl Breakdown for Keyed {
-    fn record(&mut self, r: &Recorded, index: u64, warmup: bool) {
+    fn record(&mut self, r: &Recorded, spans: &Spans, index: u64, warmup: bool) {
         let Some(key) = (self.key)(r) else {
             return;
         };
         self.add_key(key);
         let s = &r.sample;
         if !warmup {
-            self.run[key].record(s);
+            self.run[key].record_spans(s, spans);
         }
         if s.op.level() == Level::Operation {
             let counters = self.open.entry(index).or_default();
@@ -194,8 +195,8 @@ impl BySplit {
 }
 
 impl Breakdown for BySplit {
-    fn record(&mut self, r: &Recorded, index: u64, warmup: bool) {
-        self.by_label.record(r, index, warmup);
+    fn record(&mut self, r: &Recorded, spans: &Spans, index: u64, warmup: bool) {
+        self.by_label.record(r, spans, index, warmup);
     }
 
     fn leave_out(&mut self, index: u64) {
@@ -206,9 +207,9 @@ impl Breakdown for BySplit {
 /// Attribution keeps no interval figures: the run's, by repository and client, after
 /// `--warmup`.
 impl Breakdown for Attribution {
-    fn record(&mut self, r: &Recorded, _index: u64, warmup: bool) {
+    fn record(&mut self, r: &Recorded, spans: &Spans, _index: u64, warmup: bool) {
         if let (Some(who), false) = (&r.who, warmup) {
-            Attribution::record(self, who, &r.sample);
+            Attribution::record_spans(self, who, &r.sample, spans);
         }
     }
 }

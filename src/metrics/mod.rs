@@ -124,6 +124,35 @@ impl Timing {
     }
 }
 
+/// A sample's durations, µs, taken from its instants once for every figure it goes into
+/// (a sample counts in its interval, its endpoint's, its split's and its attribution's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spans {
+    /// [`Timing::latency`].
+    pub latency_us: u64,
+    /// [`Timing::service`]: the latency itself when nothing was intended.
+    pub service_us: u64,
+    /// [`Timing::schedule_lag`].
+    pub lag_us: Option<u64>,
+    /// [`Timing::ttfb`].
+    pub ttfb_us: Option<u64>,
+}
+
+impl Spans {
+    pub fn of(t: &Timing) -> Spans {
+        let latency_us = micros(t.latency());
+        Spans {
+            latency_us,
+            service_us: match t.intended {
+                Some(_) => micros(t.service()),
+                None => latency_us,
+            },
+            lag_us: t.schedule_lag().map(micros),
+            ttfb_us: t.ttfb().map(micros),
+        }
+    }
+}
+
 /// One finished exchange or operation. Plain data, no heap.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
@@ -366,12 +395,16 @@ impl<H: Recording> Default for Stats<H> {
 
 impl<H: Recording> Stats<H> {
     pub fn record(&mut self, s: &Sample) {
+        self.record_spans(s, &Spans::of(&s.timing));
+    }
+
+    /// Records `s`, whose durations are `spans`.
+    pub fn record_spans(&mut self, s: &Sample, spans: &Spans) {
         self.count += 1;
         self.bytes_sent += s.bytes_sent;
         self.bytes_received += s.bytes_received;
         self.http_requests += u64::from(s.http.total());
-        if let Some(lag) = s.timing.schedule_lag() {
-            let lag_us = micros(lag);
+        if let Some(lag_us) = spans.lag_us {
             record_into(&mut self.schedule_lag, lag_us);
             for (i, bound) in [1_000, 10_000, 100_000].into_iter().enumerate() {
                 if lag_us > bound {
@@ -379,16 +412,16 @@ impl<H: Recording> Stats<H> {
                 }
             }
         }
-        let latency = micros(s.timing.latency());
+        let latency = spans.latency_us;
         match s.outcome {
             Outcome::Ok => {
                 self.ok += 1;
                 self.latency.record_us(latency);
                 if s.timing.intended.is_some() {
-                    record_into(&mut self.service, micros(s.timing.service()));
+                    record_into(&mut self.service, spans.service_us);
                 }
-                if let Some(t) = s.timing.ttfb() {
-                    record_into(&mut self.ttfb, micros(t));
+                if let Some(t) = spans.ttfb_us {
+                    record_into(&mut self.ttfb, t);
                 }
             }
             Outcome::Error(kind) => {
@@ -477,10 +510,15 @@ impl<H> Default for StatsTable<H> {
 
 impl<H: Recording> StatsTable<H> {
     pub fn record(&mut self, s: &Sample) {
+        self.record_spans(s, &Spans::of(&s.timing));
+    }
+
+    /// Records `s`, whose durations are `spans`.
+    pub fn record_spans(&mut self, s: &Sample, spans: &Spans) {
         self.cells
             .entry((s.op, s.size_class))
             .or_default()
-            .record(s);
+            .record_spans(s, spans);
     }
 
     /// Zeroes every cell, keeping memory for the next interval.
@@ -605,6 +643,32 @@ mod tests {
         assert!((9_900..=10_100).contains(&svc), "{svc}");
         assert!((49_900..=50_100).contains(&lag), "{lag}");
         assert_eq!(stats.late_starts, [1, 1, 0]);
+    }
+
+    #[test]
+    fn a_samples_spans_are_its_timings_durations() {
+        // Delay mode: due 50 ms ago, ready 4 ms before it was sent, first byte after 3 ms.
+        let mut put = sample(Op::ManifestPut, Outcome::Ok, Some(50), 10);
+        put.timing.ready = Some(put.timing.sent - Duration::from_millis(4));
+        put.timing.first_byte = Some(put.timing.sent + Duration::from_millis(3));
+        // Stress mode: nothing intended, so the service time is the latency.
+        let get = sample(Op::BlobGet, Outcome::Ok, None, 7);
+        for t in [put.timing, get.timing] {
+            let spans = Spans::of(&t);
+            assert_eq!(spans.latency_us, micros(t.latency()));
+            assert_eq!(spans.service_us, micros(t.service()));
+            assert_eq!(spans.lag_us, t.schedule_lag().map(micros));
+            assert_eq!(spans.ttfb_us, t.ttfb().map(micros));
+        }
+        // Recorded with its spans or without, a sample makes the same figures.
+        let (mut a, mut b): (Stats, Stats) = (Stats::default(), Stats::default());
+        a.record(&put);
+        b.record_spans(&put, &Spans::of(&put.timing));
+        assert_eq!(a.counts, b.counts);
+        assert_eq!(a.latency, b.latency);
+        assert_eq!(a.service, b.service);
+        assert_eq!(a.schedule_lag, b.schedule_lag);
+        assert_eq!(a.ttfb, b.ttfb);
     }
 
     #[test]
