@@ -276,7 +276,7 @@ impl Aggregator {
             }
         }
         if let Some(live) = &self.live {
-            live.observe(s, endpoint);
+            live.observe(s, spans, endpoint);
             live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
         }
         if let (Some(progress), Level::Operation, true) =
@@ -318,7 +318,7 @@ impl Aggregator {
             split.record(&r, &spans, index, warmup);
             let name = r.label.filter(|_| self.live.is_some());
             if let (Some(name), Some(live)) = (name.and_then(|l| split.name(l)), &self.live) {
-                live.observe_split(s, name);
+                live.observe_split(s, &spans, name);
             }
         }
         if let Some(sink) = sink.as_mut().filter(|k| k.records_requests() && !warmup) {

@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::{Op, Outcome, Sample};
+use super::{Op, Outcome, Sample, Spans};
 
 /// Upper bounds of the latency buckets, seconds: 1 ms to 2 min, about three per decade.
 pub const LATENCY_BUCKETS: [f64; 17] = [
@@ -305,9 +305,10 @@ impl LiveMetrics {
         }
     }
 
-    /// Counts a finished sample (operations and image sessions alike), recorded through the
-    /// client of endpoint `endpoint` (`None`: not through one endpoint's client).
-    pub fn observe(&self, s: &Sample, endpoint: Option<u16>) {
+    /// Counts a finished sample (operations and image sessions alike) whose durations are
+    /// `spans`, recorded through the client of endpoint `endpoint` (`None`: not through one
+    /// endpoint's client).
+    pub fn observe(&self, s: &Sample, spans: &Spans, endpoint: Option<u16>) {
         let operation = s.op.name();
         let endpoint = self.endpoint(endpoint);
         let outcome = OutcomeLabel(match s.outcome {
@@ -347,30 +348,28 @@ impl LiveMetrics {
                 })
                 .inc_by(s.bytes_received);
         }
-        let t = &s.timing;
-        if let Some(lag) = t.schedule_lag() {
-            self.lag.observe(lag.as_secs_f64());
+        if let Some(lag) = spans.lag_us {
+            self.lag.observe(seconds(lag));
         }
         if s.outcome.is_ok() {
-            let from = t.intended.unwrap_or(t.sent);
             let labels = OpLabel {
                 operation,
                 endpoint: endpoint.clone(),
             };
             self.response
                 .get_or_create(&labels)
-                .observe(t.end.saturating_duration_since(from).as_secs_f64());
-            if t.intended.is_some() {
+                .observe(seconds(spans.latency_us));
+            if s.timing.intended.is_some() {
                 self.service
                     .get_or_create(&labels)
-                    .observe(t.end.saturating_duration_since(t.sent).as_secs_f64());
+                    .observe(seconds(spans.service_us));
             }
         }
     }
 
     /// Counts a finished sample under the value `value` its answer gave `--split-by-header`
     /// (bounded: [`crate::metrics::split::MAX_VALUES`] values and two more labels).
-    pub fn observe_split(&self, s: &Sample, value: Arc<str>) {
+    pub fn observe_split(&self, s: &Sample, spans: &Spans, value: Arc<str>) {
         let operation = s.op.name();
         let value = EndpointLabel(value);
         let outcome = OutcomeLabel(match s.outcome {
@@ -385,14 +384,12 @@ impl LiveMetrics {
             })
             .inc();
         if s.outcome.is_ok() {
-            let t = &s.timing;
-            let from = t.intended.unwrap_or(t.sent);
             self.header_response
                 .get_or_create(&OpHeaderValue {
                     operation,
                     header_value: value,
                 })
-                .observe(t.end.saturating_duration_since(from).as_secs_f64());
+                .observe(seconds(spans.latency_us));
         }
     }
 
@@ -422,6 +419,11 @@ pub struct SharedLive {
     pub slot: std::sync::Arc<LiveSlot>,
     /// The cell running (`creb_run_info`'s `cell` label).
     pub cell: String,
+}
+
+/// Microseconds as the seconds the exposition's histograms take.
+fn seconds(us: u64) -> f64 {
+    us as f64 / 1e6
 }
 
 #[cfg(test)]
@@ -456,13 +458,12 @@ mod tests {
             RunInfoLabels::new("replay", "delay", Some(1), 0, 1),
             &["127.0.0.1:5000".to_string()],
         );
-        m.observe(&sample(Op::BlobGet, Outcome::Ok, true), None);
-        m.observe(&sample(Op::BlobGet, Outcome::Ok, true), Some(0));
-        m.observe(
-            &sample(Op::BlobGet, Outcome::Error(ErrorKind::Http(404)), true),
-            None,
-        );
-        m.observe_split(&sample(Op::BlobGet, Outcome::Ok, true), Arc::from("HIT"));
+        let get = sample(Op::BlobGet, Outcome::Ok, true);
+        m.observe(&get, &Spans::of(&get.timing), None);
+        m.observe(&get, &Spans::of(&get.timing), Some(0));
+        let missing = sample(Op::BlobGet, Outcome::Error(ErrorKind::Http(404)), true);
+        m.observe(&missing, &Spans::of(&missing.timing), None);
+        m.observe_split(&get, &Spans::of(&get.timing), Arc::from("HIT"));
         m.set_in_flight(3);
         let text = m.encode();
         for line in [
@@ -502,8 +503,12 @@ mod tests {
             RunInfoLabels::new("replay", "stress", Some(1), 0, 1),
             &["a:5000".to_string(), "b:5000".to_string()],
         );
-        m.observe(&sample(Op::BlobGet, Outcome::Ok, false), Some(1));
-        m.observe(&sample(Op::ImagePull, Outcome::Ok, false), None);
+        for (s, endpoint) in [
+            (sample(Op::BlobGet, Outcome::Ok, false), Some(1)),
+            (sample(Op::ImagePull, Outcome::Ok, false), None),
+        ] {
+            m.observe(&s, &Spans::of(&s.timing), endpoint);
+        }
         let text = m.encode();
         for line in [
             r#"creb_operations_total{operation="blob_get",outcome="ok",endpoint="b:5000"} 1"#,

@@ -125,7 +125,8 @@ impl Timing {
 }
 
 /// A sample's durations, µs, taken from its instants once for every figure it goes into
-/// (a sample counts in its interval, its endpoint's, its split's and its attribution's).
+/// (a sample counts in its interval, its endpoint's, its split's, its attribution's and the
+/// live metrics').
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spans {
     /// [`Timing::latency`].
