@@ -400,6 +400,7 @@ mod tests {
             cores: 2,
             cap_binding_share: 0.0,
             max_in_flight: 64,
+            gathered: None,
         });
         let objectives = [Threshold::parse(objective).unwrap()];
         blame(&s, &table(), &objectives, 10.0, false)

@@ -47,6 +47,7 @@ use crate::net::links::Link;
 use crate::net::transport::{
     HttpRequest, HttpResponse, ReqUrl, RequestBody, Transport, TransportError, Unprocessed,
 };
+use crate::net::{arrival, gather};
 use crate::oci::error::{parse_error_body, RegistryErrorEntry};
 use crate::oci::headers::{parse_retry_after, resolve_location, truncate};
 use crate::oci::manifest::ParsedManifest;
@@ -271,6 +272,42 @@ struct Meter<'c> {
     session: Option<u64>,
 }
 
+/// The instant an exchange is sent: now, and what the task read before is forgotten (an
+/// exchange is timed by its own reads only).
+fn sending() -> Instant {
+    arrival::forget();
+    Instant::now()
+}
+
+/// When the head of an exchange sent at `sent` arrived: the stamp of the read that brought
+/// it, when the socket has them ([`arrival`]); else, or for a failed exchange, now.
+fn head_arrival<T, E>(result: &Result<T, E>, sent: Instant) -> Instant {
+    if result.is_ok() {
+        arrival::last_arrival(sent).0
+    } else {
+        Instant::now()
+    }
+}
+
+/// Whether an operation that ended with `outcome` ended with an answer read to its end: a
+/// success, an error status, or an answer whose content was wrong. Timed out, reset,
+/// cancelled and other failed operations end when they were given up, not at a read.
+fn answered(outcome: Outcome) -> bool {
+    match outcome.error() {
+        None => true,
+        Some(kind) => matches!(
+            kind,
+            ErrorKind::Http(_)
+                | ErrorKind::DigestMismatch
+                | ErrorKind::SizeMismatch
+                | ErrorKind::DigestHeaderMismatch
+                | ErrorKind::NotAManifest
+                | ErrorKind::NotJson
+                | ErrorKind::Protocol
+        ),
+    }
+}
+
 impl<'c> Meter<'c> {
     fn new(op: Op, ctx: OpCtx, cut_off: &'c CutOff) -> Self {
         Meter {
@@ -305,7 +342,17 @@ impl<'c> Meter<'c> {
     fn sample(&mut self, outcome: Outcome) -> Sample {
         self.cut_off = None;
         let mut timing = self.timing;
-        timing.end = Instant::now();
+        // An operation that ended with an answer ends when the answer's last bytes arrived
+        // (its last read's stamp, when the socket has them); any other, now.
+        timing.end = if self.sent_set && answered(outcome) {
+            let (end, stamped) = arrival::last_arrival(timing.sent);
+            gather::observe(end.saturating_duration_since(timing.sent), stamped);
+            // The head and the end of one read are placed by two readings of the clocks:
+            // never an end before the head.
+            timing.first_byte.map_or(end, |head| end.max(head))
+        } else {
+            Instant::now()
+        };
         if !self.sent_set {
             // Failed before anything was sent (credentials): time from the start.
             timing.first_byte = None;
@@ -502,7 +549,11 @@ impl RegistryClient {
                 ready: None,
                 sent,
                 first_byte: Some(headers_at),
-                end: Instant::now(),
+                end: if answered(outcome) {
+                    arrival::last_arrival(sent).0
+                } else {
+                    Instant::now()
+                },
             },
             bytes_sent: 0,
             bytes_received: bytes,
@@ -584,10 +635,10 @@ impl RegistryClient {
                     (attempt, false) => attempt,
                     (attempt, true) => self.authorized(attempt, scope).await?,
                 };
-                let sent = Instant::now();
+                let sent = sending();
                 let sent_for_op = *state.first_sent.get_or_insert(sent);
                 let result = self.inner.transport.send(attempt).await;
-                let headers_at = Instant::now();
+                let headers_at = head_arrival(&result, sent);
                 state
                     .requests
                     .note(result.as_ref().ok().map(|r| r.status.as_u16()));
@@ -837,7 +888,8 @@ impl RegistryClient {
                 ready: None,
                 sent: hop.sent,
                 first_byte: Some(hop.headers_at),
-                end: Instant::now(),
+                // The end of its answer's body, as it arrived.
+                end: arrival::last_arrival(hop.sent).0,
             },
             bytes_sent: 0,
             bytes_received: drained,

@@ -46,8 +46,11 @@ pub fn spawn_canary(
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(TICK) => {}
             }
+            // A worker's wait before it parks to gather answers (stress mode) is not a
+            // stall: what the canary is late by beyond it is.
             let late = Instant::now()
                 .saturating_duration_since(before + TICK)
+                .saturating_sub(crate::net::gather::window())
                 .as_micros();
             hist.saturating_record(u64::try_from(late).unwrap_or(u64::MAX));
         }

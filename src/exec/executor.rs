@@ -204,6 +204,7 @@ impl Dispatch {
     async fn run_workers(self, plan: mpsc::Receiver<PlanItem>) -> ExecReport {
         let env = Arc::clone(&self.env);
         let grace = self.options.grace;
+        let gathering = self.options.gather.then(crate::net::gather::allow);
         let finished = Arc::new(Finished::default());
         let taking = Arc::new(tokio::sync::Mutex::new(Taking {
             dispatch: self,
@@ -229,6 +230,7 @@ impl Dispatch {
         report.replayed += finished.replayed.load(Ordering::Relaxed);
         report.folded += finished.folded.load(Ordering::Relaxed);
         report.interrupted += reaped.interrupted;
+        report.gathered = gathering.as_ref().map(crate::net::gather::Allowed::used);
         report
     }
 
@@ -603,6 +605,7 @@ mod tests {
             max_lateness: None,
             grace,
             precise_timer: false,
+            gather: false,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct ExecOptions {
     /// instead of tokio's timer (whole milliseconds, rounded up). Off under a paused test
     /// clock, which only tokio's timer follows.
     pub precise_timer: bool,
+    /// Stress mode: answers may be gathered per wake-up of the runtime's workers
+    /// ([`crate::net::gather`]; `--no-gather` turns it off).
+    pub gather: bool,
 }
 
 /// What the executor did, for the accounting and validity checks.
@@ -81,4 +84,6 @@ pub struct ExecReport {
     pub duration: Duration,
     /// The most slots held at once (operations in flight), never above the concurrency.
     pub max_in_flight: usize,
+    /// What gathering answers did, when the run allowed it.
+    pub gathered: Option<crate::net::gather::Used>,
 }

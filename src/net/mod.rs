@@ -16,9 +16,11 @@
 //! body to the response headers; `body_idle_timeout` fails an upload whose body stops being
 //! consumed and a download whose body stops arriving.
 
+pub(crate) mod arrival;
 mod classify;
 mod config;
 mod deadline;
+pub mod gather;
 mod h1;
 pub mod headers;
 pub mod hyper_transport;

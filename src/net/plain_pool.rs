@@ -27,13 +27,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use url::{Host, Position, Url};
 
+use super::arrival;
 use super::classify::{classify_chain, describe_chain};
 use super::config::TransportConfig;
 use super::deadline::{within_deadlines, within_deadlines_on, Progress};
@@ -150,10 +151,13 @@ pub(crate) struct Conn {
     /// the last task that waited on it, and with it that finished task's header (its
     /// future, boxed, is freed as it ends): a few hundred bytes per idle connection.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the kernel stamps what the socket receives (then reads are `recvmsg`).
+    stamped: bool,
 }
 
 impl Conn {
     fn new(stream: TcpStream, read_max: usize) -> Box<Conn> {
+        let stamped = arrival::enable(&stream);
         Box::new(Conn {
             stream,
             read: BytesMut::new(),
@@ -162,26 +166,78 @@ impl Conn {
             read_max: read_max.max(INITIAL_READ),
             head: Vec::new(),
             timer: None,
+            stamped,
         })
     }
 
-    /// Reads what the socket has into `read`: `Ok(0)` at the end of the stream.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    /// Reads what the socket has into `read`: `Ok(0)` at the end of the stream. `left`:
+    /// what the answer being read still has to bring, when its framing says. A read that
+    /// may bring an answer's last bytes is stamped and its arrival noted for the task
+    /// ([`arrival::note`]); a read inside a long body is held one byte short of its end and
+    /// read as tokio reads, into the buffer as it is (a stamped read copies or zeroes its
+    /// room: a cost per byte that only the read ending the body is worth).
+    fn poll_fill(&mut self, cx: &mut Context<'_>, left: Option<u64>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < self.next_read / 2 {
             self.read.reserve(self.next_read);
             self.grown |= self.read.capacity() > INITIAL_READ;
+        }
+        let inside = left.filter(|&l| l > arrival::SCRATCH as u64);
+        if self.stamped && inside.is_none() {
+            return self.poll_fill_stamped(cx);
         }
         // Tokio's own read: one that leaves part of the space it was given empty has drained
         // the socket, and clears its readiness then, so the next read (the probe when the
         // connection is taken again, the next answer's first) waits for the runtime instead
         // of asking the kernel for a `WouldBlock` (one `recvfrom` per GET fewer).
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut self.stream),
-            cx,
-            &mut self.read
-        ))?;
+        let stream = Pin::new(&mut self.stream);
+        let n = match inside {
+            Some(l) if self.stamped => {
+                let short = usize::try_from(l - 1).unwrap_or(usize::MAX);
+                ready!(tokio_util::io::poll_read_buf(
+                    stream,
+                    cx,
+                    &mut (&mut self.read).limit(short)
+                ))?
+            }
+            _ => ready!(tokio_util::io::poll_read_buf(stream, cx, &mut self.read))?,
+        };
+        arrival::note(None);
         self.adapt(n);
         Poll::Ready(Ok(n))
+    }
+
+    /// [`Self::poll_fill`] by `recvmsg`, with the kernel's stamp of the read
+    /// ([`arrival::recv_into`]), into at most the next read's size. A read that leaves
+    /// part of its room empty has drained the socket and clears its readiness, as tokio's
+    /// own read does.
+    fn poll_fill_stamped(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            let room = (self.read.capacity() - self.read.len()).min(self.next_read);
+            let (stream, read) = (&self.stream, &mut self.read);
+            let mut got = None;
+            let tried = stream.try_io(tokio::io::Interest::READABLE, || {
+                let (n, stamp) = arrival::recv_into(stream, read, room)?;
+                got = Some((n, stamp));
+                // A short read: reported as `WouldBlock` so that tokio clears the
+                // readiness; the bytes are kept in `got`.
+                if n > 0 && n < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(())
+                }
+            });
+            if let Some((n, stamp)) = got {
+                arrival::note(stamp);
+                self.adapt(n);
+                return Poll::Ready(Ok(n));
+            }
+            match tried {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(()) => unreachable!("a read that succeeded is kept"),
+            }
+        }
     }
 
     /// The next read's size after a read of `n` bytes: twice as large when it filled the
@@ -322,7 +378,7 @@ impl Conn {
                             format!("response head larger than {MAX_HEAD} bytes"),
                         ));
                     }
-                    match poll_fn(|cx| self.poll_fill(cx)).await {
+                    match poll_fn(|cx| self.poll_fill(cx, None)).await {
                         Ok(0) => {
                             return Err(TransportError::new(
                                 ErrorKind::ConnectionClosed,
@@ -643,7 +699,12 @@ impl PooledBody {
             let Some(conn) = self.conn.as_mut() else {
                 return Poll::Ready(Ok(None));
             };
-            match ready!(conn.poll_fill(cx)) {
+            // A body of known length has none of its bytes buffered here.
+            let left = match self.state {
+                Body::Length(left) => Some(left),
+                _ => None,
+            };
+            match ready!(conn.poll_fill(cx, left)) {
                 Ok(0) => return Poll::Ready(self.at_end_of_stream()),
                 Ok(_) => {}
                 Err(e) => {
@@ -858,6 +919,76 @@ mod tests {
         let response = t.send(HttpRequest::new(method, url)).await.unwrap();
         let status = response.status;
         (status, response.bytes_limited(1 << 20).await.unwrap())
+    }
+
+    /// A server on a thread of its own that answers one request with `body` `delay` after
+    /// it has read it, and keeps the connection until the client closes it.
+    fn answer_later(
+        delay: Duration,
+        body: &'static [u8],
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            std::thread::sleep(delay);
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            stream.write_all(&[head.as_bytes(), body].concat()).unwrap();
+            let _ = stream.read(&mut buf);
+        });
+        (addr, server)
+    }
+
+    #[tokio::test]
+    async fn an_answer_read_late_is_timed_from_when_it_arrived() {
+        // A body read with its head, and one longer than a stamped read's scratch (read in
+        // reads without a stamp up to its last bytes).
+        let long: &'static [u8] = Box::leak(vec![b'x'; 40 << 10].into_boxed_slice());
+        for body in [&b"hello"[..], long] {
+            let (addr, server) = answer_later(Duration::from_millis(20), body);
+            let url = Url::parse(&format!("http://{addr}/v2/")).unwrap();
+            let t = transport(8);
+            // In a task: the reads are noted for the task that made them.
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let mut send = t.send(HttpRequest::new(Method::GET, url));
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(1), &mut send)
+                        .await
+                        .is_err(),
+                    "the answer comes 20 ms after the request"
+                );
+                // The worker is busy elsewhere while the answer arrives.
+                std::thread::sleep(Duration::from_millis(150));
+                let response = send.await.unwrap();
+                let (head_at, stamped) = arrival::last_arrival(sent);
+                assert!(stamped, "a plain connection's reads are stamped");
+                let read = response.bytes_limited(1 << 20).await.unwrap();
+                assert_eq!(&read[..], body);
+                let (end, stamped) = arrival::last_arrival(sent);
+                assert!(stamped, "the read that ended the body is stamped");
+                let read_at = sent.elapsed();
+                assert!(read_at >= Duration::from_millis(150), "{read_at:?}");
+                for at in [head_at, end] {
+                    let after = at - sent;
+                    assert!(
+                        after >= Duration::from_millis(15) && after < Duration::from_millis(100),
+                        "timed {after:?} after the request, read {read_at:?} after it"
+                    );
+                }
+            })
+            .await
+            .unwrap();
+            server.join().unwrap();
+        }
     }
 
     #[tokio::test]

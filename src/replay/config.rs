@@ -61,6 +61,8 @@ pub struct ReplayConfig {
     pub unpack: Option<crate::exec::unpack::UnpackWork>,
     /// `--replica`: the replicas watched for each image the run pushes.
     pub replicas: Option<crate::exec::replicate::ReplicaSpec>,
+    /// Stress mode may gather answers per wake-up (not `--no-gather`).
+    pub gather: bool,
 }
 
 /// A part of a trace's time: from `from` after its first record, `length` long (to its end

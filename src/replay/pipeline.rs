@@ -24,7 +24,7 @@ use crate::metrics::{AggregatorConfig, Op, Recorder};
 use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::Progress;
-use crate::results::summary::Checks;
+use crate::results::summary::{Checks, Gathered};
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
 use crate::session::connect::endpoint_links;
@@ -244,6 +244,7 @@ async fn execute(
             max_lateness: cfg.max_lateness_ms.map(Duration::from_millis),
             grace: Duration::from_secs_f64(cfg.grace_s),
             precise_timer: PRECISE_TIMER,
+            gather: cfg.mode == crate::replay::Mode::Stress && cfg.gather,
         },
         anchor,
         shutdown: shutdown.clone(),
@@ -311,6 +312,11 @@ fn checks_of(
         cores,
         cap_binding_share: exec.cap_wait.as_secs_f64() / seconds,
         max_in_flight: exec.max_in_flight,
+        gathered: exec.gathered.map(|g| Gathered {
+            share_of_service_time: crate::net::gather::SHARE,
+            widest_window_ms: g.widest.as_secs_f64() * 1000.0,
+            turned_off: g.turned_off,
+        }),
     }
 }
 

@@ -133,6 +133,22 @@ pub struct Checks {
     /// Share of the run during which the in-flight cap kept an operation waiting.
     pub cap_binding_share: f64,
     pub max_in_flight: usize,
+    /// Stress mode: answers gathered per wake-up of the runtime's workers; absent when the
+    /// run did not allow it (delay mode, `--no-gather`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gathered: Option<Gathered>,
+}
+
+/// What gathering answers per wake-up did in a stress-mode run (docs/measurement.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gathered {
+    /// The window's bound, as a share of the mean service time.
+    pub share_of_service_time: f64,
+    /// The widest window the run used, ms (0: none, the answers came too fast).
+    pub widest_window_ms: f64,
+    /// An answer timed without the kernel's stamp turned gathering off for the rest of
+    /// the run.
+    pub turned_off: bool,
 }
 
 /// A typed note about the validity of a result, with advice.

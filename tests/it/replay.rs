@@ -121,6 +121,12 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     assert!(u(&run["sessions"]["image_push"]["ok"]) > 0);
     assert!(u(&run["sessions"]["image_pull"]["ok"]) > 0);
     assert!(run["checks"]["canary_wake_ms"].is_object());
+    // Stress mode may gather answers per wake-up, within its bound (docs/measurement.md).
+    let gathered = &run["checks"]["gathered"];
+    assert_eq!(gathered["share_of_service_time"], 0.02, "{gathered}");
+    let widest = gathered["widest_window_ms"].as_f64().unwrap();
+    assert!((0.0..=5.0).contains(&widest), "{gathered}");
+    assert!(gathered["turned_off"].is_boolean());
     // The cores the generator may use are the runtime's workers (this test's runtime has 2).
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(u(&run["checks"]["cores"]), available.min(2) as u64);
@@ -179,6 +185,10 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     let get = &run["operations"]["manifest_get"];
     assert!(get["service_ms"].is_object() && get["schedule_lag_ms"].is_object());
     assert!(get["late_starts"].is_object());
+    assert!(
+        run["checks"]["gathered"].is_null(),
+        "delay mode never gathers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

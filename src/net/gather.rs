@@ -1,0 +1,184 @@
+//! Answers gathered per wake-up in stress mode: a runtime worker with nothing ready waits a
+//! short window before it parks, so that the wake-up that follows finds several answers
+//! ready and runs the code and state of each layer once for all of them, while they are in
+//! cache (docs/benchmarks.md, "The hot path", step 25: a quarter of the CPU per GET at the
+//! registry's pace).
+//!
+//! Two rules keep the numbers what they were:
+//! - an answer is timed from when the kernel received it (`net::arrival`), so the
+//!   window is in no latency; the first answer timed without a stamp (a TLS or reqwest
+//!   transport) turns gathering off for the rest of the run;
+//! - the window is think time added to each cycle of the closed loop, so it is held to
+//!   [`SHARE`] of the mean service time of the answers so far, at most [`MAX_WINDOW`], and
+//!   none below [`MIN_WINDOW`] (where a sleep costs more than it saves): it takes at most
+//!   that share off the rate when the registry is not the limit, and nothing when it is.
+//!
+//! Delay mode never gathers: its schedule and its lag come first.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The window's share of the mean service time (1/50).
+pub const SHARE_DIVISOR: u64 = 50;
+/// [`SHARE_DIVISOR`] as a fraction, as meta.json records it.
+pub const SHARE: f64 = 1.0 / SHARE_DIVISOR as f64;
+/// The longest window.
+pub const MAX_WINDOW: Duration = Duration::from_millis(5);
+/// No window shorter than this: a sleep's own cost and the timer's slack are larger than
+/// what it saves.
+pub const MIN_WINDOW: Duration = Duration::from_micros(500);
+
+/// How many answers the mean takes to follow a change (an exponential mean over about
+/// this many).
+const MEAN_OVER: u64 = 64;
+
+/// A run allows gathering (stress mode).
+static ALLOWED: AtomicBool = AtomicBool::new(false);
+/// An answer was timed without a stamp: no gathering for the rest of the run.
+static OFF: AtomicBool = AtomicBool::new(false);
+/// The mean service time of the stamped answers so far, µs (0: none yet).
+static MEAN_US: AtomicU64 = AtomicU64::new(0);
+/// The window a worker waits before it parks, µs (0: none).
+static WINDOW_US: AtomicU64 = AtomicU64::new(0);
+/// The longest window used in the run, µs.
+static WIDEST_US: AtomicU64 = AtomicU64::new(0);
+
+/// The runtime's hook before a worker parks (`on_thread_park`): waits the window, if any.
+pub fn before_park() {
+    let window = WINDOW_US.load(Ordering::Relaxed);
+    if window > 0 {
+        std::thread::sleep(Duration::from_micros(window));
+    }
+}
+
+/// The window now.
+pub fn window() -> Duration {
+    Duration::from_micros(WINDOW_US.load(Ordering::Relaxed))
+}
+
+/// Allows gathering until the guard is dropped (a stress-mode run), from no window.
+pub fn allow() -> Allowed {
+    MEAN_US.store(0, Ordering::Relaxed);
+    WINDOW_US.store(0, Ordering::Relaxed);
+    WIDEST_US.store(0, Ordering::Relaxed);
+    OFF.store(false, Ordering::Relaxed);
+    ALLOWED.store(true, Ordering::Relaxed);
+    Allowed(())
+}
+
+/// Gathering allowed while it lives.
+#[derive(Debug)]
+pub struct Allowed(());
+
+impl Allowed {
+    /// What the run did: the widest window it used, and whether an answer without a stamp
+    /// turned gathering off.
+    pub fn used(&self) -> Used {
+        Used {
+            widest: Duration::from_micros(WIDEST_US.load(Ordering::Relaxed)),
+            turned_off: OFF.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Allowed {
+    fn drop(&mut self) {
+        ALLOWED.store(false, Ordering::Relaxed);
+        WINDOW_US.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What a run's gathering did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Used {
+    pub widest: Duration,
+    pub turned_off: bool,
+}
+
+/// An answer's service time, and whether it was timed from a stamp.
+pub fn observe(service: Duration, stamped: bool) {
+    if !ALLOWED.load(Ordering::Relaxed) || OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    if !stamped {
+        OFF.store(true, Ordering::Relaxed);
+        WINDOW_US.store(0, Ordering::Relaxed);
+        return;
+    }
+    let x = u64::try_from(service.as_micros()).unwrap_or(u64::MAX);
+    let mean = match MEAN_US.load(Ordering::Relaxed) {
+        0 => x.max(1),
+        m => (m - m / MEAN_OVER).saturating_add(x / MEAN_OVER).max(1),
+    };
+    MEAN_US.store(mean, Ordering::Relaxed);
+    let window = window_for(mean);
+    if window != WINDOW_US.load(Ordering::Relaxed) {
+        WINDOW_US.store(window, Ordering::Relaxed);
+        WIDEST_US.fetch_max(window, Ordering::Relaxed);
+    }
+}
+
+/// The window, µs, for a mean service time of `mean_us`.
+fn window_for(mean_us: u64) -> u64 {
+    let w = mean_us / SHARE_DIVISOR;
+    let (min, max) = (MIN_WINDOW.as_micros() as u64, MAX_WINDOW.as_micros() as u64);
+    if w < min {
+        0
+    } else {
+        w.min(max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_is_a_fiftieth_of_the_mean_between_its_bounds() {
+        assert_eq!(window_for(10_000), 0, "0.2 ms: below the shortest window");
+        assert_eq!(window_for(25_000), 500);
+        assert_eq!(window_for(100_000), 2_000);
+        assert_eq!(window_for(250_000), 5_000);
+        assert_eq!(window_for(2_000_000), 5_000, "at most 5 ms");
+    }
+
+    // The only test of this process that allows gathering (the executor's tests do not).
+    #[test]
+    fn a_run_gathers_by_its_mean_until_an_answer_comes_without_a_stamp() {
+        let ms = Duration::from_millis;
+        observe(ms(200), true);
+        assert_eq!(window(), Duration::ZERO, "no run allows it: nothing moves");
+        let allowed = allow();
+        observe(ms(10), true);
+        assert_eq!(
+            window(),
+            Duration::ZERO,
+            "a fiftieth of 10 ms: too short to wait"
+        );
+        for _ in 0..2_000 {
+            observe(ms(200), true);
+        }
+        let w = window();
+        assert!(
+            w > ms(3) && w <= ms(4),
+            "about 4 ms for a mean of 200 ms: {w:?}"
+        );
+        observe(ms(200), false);
+        assert_eq!(window(), Duration::ZERO);
+        observe(ms(200), true);
+        assert_eq!(window(), Duration::ZERO, "off for the rest of the run");
+        let used = allowed.used();
+        assert!(used.turned_off);
+        assert!(used.widest > ms(3) && used.widest <= ms(4), "{used:?}");
+        drop(allowed);
+        let again = allow();
+        observe(ms(200), true);
+        assert_eq!(
+            window(),
+            ms(4),
+            "a new run starts from its own first answer"
+        );
+        drop(again);
+        assert_eq!(window(), Duration::ZERO, "no window once the run is over");
+    }
+}
