@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// The window's share of the mean service time (1/50).
 pub const SHARE_DIVISOR: u64 = 50;
-/// [`SHARE_DIVISOR`] as a fraction, as meta.json records it.
+/// [`SHARE_DIVISOR`] as a fraction, as summary.json records it (`checks.gathered`).
 pub const SHARE: f64 = 1.0 / SHARE_DIVISOR as f64;
 /// The longest window.
 pub const MAX_WINDOW: Duration = Duration::from_millis(5);
