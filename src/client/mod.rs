@@ -347,8 +347,8 @@ impl<'c> Meter<'c> {
         timing.end = if self.sent_set && answered(outcome) {
             let (end, stamped) = arrival::last_arrival(timing.sent);
             gather::observe(end.saturating_duration_since(timing.sent), stamped);
-            // The head and the end of one read are placed by two readings of the clocks:
-            // never an end before the head.
+            // A head and an end from two reads are placed by two readings of the clocks
+            // (one read's, by one): never an end before the head.
             timing.first_byte.map_or(end, |head| end.max(head))
         } else {
             Instant::now()

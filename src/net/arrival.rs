@@ -39,6 +39,10 @@ thread_local! {
     /// task it made it for: the client takes it where it times the answer, in the same
     /// task. A read without a stamp leaves none.
     static LAST: Cell<Option<(tokio::task::Id, Stamp)>> = const { Cell::new(None) };
+    /// The last stamp turned into an instant on this thread, that instant (not yet held
+    /// inside an exchange) and the monotonic now it was measured against: a GET's head and
+    /// end that came in one read are placed by one reading of the clocks, the same.
+    static CONVERTED: Cell<Option<(Stamp, Instant, Instant)>> = const { Cell::new(None) };
     /// Where small stamped reads land first ([`SCRATCH`]).
     static SCRATCH_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH].into_boxed_slice());
 }
@@ -128,14 +132,29 @@ pub(crate) fn forget() {
 /// now it reads (that now when the read had no stamp, or was another task's); and whether
 /// it was stamped.
 pub(crate) fn last_arrival(sent: Instant) -> (Instant, bool) {
-    let now = Instant::now();
-    let Some((task, stamp)) = LAST.with(Cell::get) else {
-        return (now, false);
+    let last = LAST
+        .with(Cell::get)
+        .filter(|&(task, _)| tokio::task::try_id() == Some(task));
+    let Some((_, stamp)) = last else {
+        return (Instant::now(), false);
     };
-    if tokio::task::try_id() != Some(task) {
-        return (now, false);
+    if let Some((converted, at, then)) = CONVERTED.with(Cell::get) {
+        if converted == stamp {
+            return (at.max(sent).min(then), true);
+        }
     }
-    (arrived_at(Some(stamp), sent, now, realtime_now()), true)
+    let (now, real_now) = (Instant::now(), realtime_now());
+    if let Some(at) = age_before(stamp, now, real_now) {
+        CONVERTED.with(|c| c.set(Some((stamp, at, now))));
+    }
+    (arrived_at(Some(stamp), sent, now, real_now), true)
+}
+
+/// `stamp` (a realtime arrival) as its age at `real_now` taken off `now` (the monotonic
+/// now read with it); `None` when it has no age (a stamp after the realtime now: the clock
+/// stepped back) or the monotonic clock has no instant that early.
+fn age_before(stamp: Stamp, now: Instant, real_now: Stamp) -> Option<Instant> {
+    now.checked_sub(Duration::from_nanos(real_now.checked_sub(stamp)?))
 }
 
 /// The instant `stamp` (a realtime arrival) stands for: its age at `real_now`, taken off
@@ -210,6 +229,35 @@ mod tests {
             assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
             assert!(buf.is_empty(), "nothing read, nothing added");
         }
+    }
+
+    #[tokio::test]
+    async fn one_reads_stamp_is_one_instant_however_often_it_is_asked() {
+        // In a task of its own: a stamp is the running task's.
+        tokio::spawn(async {
+            let ms = Duration::from_millis;
+            let sent = Instant::now() - ms(100);
+            note(Some(realtime_now() - 30_000_000));
+            let (head, stamped) = last_arrival(sent);
+            assert!(stamped);
+            let age = head.elapsed();
+            assert!(age >= ms(30) && age < ms(60), "30 ms ago: {age:?}");
+            std::thread::sleep(ms(5));
+            assert_eq!(
+                last_arrival(sent),
+                (head, true),
+                "the same read, the same instant"
+            );
+            let later = Instant::now() - ms(10);
+            assert_eq!(last_arrival(later).0, later, "held inside a later exchange");
+            note(Some(realtime_now() - 1_000_000));
+            let (next, _) = last_arrival(sent);
+            assert!(next > head + ms(25), "another read, another instant");
+            forget();
+            assert!(!last_arrival(sent).1, "nothing read: no stamp");
+        })
+        .await
+        .unwrap();
     }
 
     #[test]

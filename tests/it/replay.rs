@@ -123,9 +123,9 @@ async fn stress_then_delay_replay_with_exact_accounting() {
     assert!(run["checks"]["canary_wake_ms"].is_object());
     // Stress mode may gather answers per wake-up, within its bound (docs/measurement.md).
     let gathered = &run["checks"]["gathered"];
-    assert_eq!(gathered["share_of_service_time"], 0.02, "{gathered}");
+    assert_eq!(gathered["share_of_service_time"], 0.04, "{gathered}");
     let widest = gathered["widest_window_ms"].as_f64().unwrap();
-    assert!((0.0..=5.0).contains(&widest), "{gathered}");
+    assert!((0.0..=10.0).contains(&widest), "{gathered}");
     assert!(gathered["turned_off"].is_boolean());
     // The cores the generator may use are the runtime's workers (this test's runtime has 2).
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -227,7 +227,8 @@ pub struct ReplayArgs {
     pub max_lateness: Option<Duration>,
 
     /// Stress mode: a worker with nothing to do parks at once, instead of waiting up to a
-    /// fiftieth of the mean service time (at most 5 ms) to gather answers per wake-up.
+    /// twenty-fifth of the mean service time (at most 10 ms) to gather answers
+    /// per wake-up.
     ///
     /// Answers are timed from their arrival either way; gathering costs a quarter less CPU
     /// per request at a busy registry's pace (docs/measurement.md).
