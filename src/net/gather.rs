@@ -16,8 +16,11 @@
 //!   operation, whatever its kind, so a closed loop of N workers runs at N over the mean
 //!   cycle, the window's wait included.
 //!
-//! Delay mode never gathers: its schedule and its lag come first.
+//! A worker that has just read part of a long body parks without waiting: a body in
+//! flight is not an answer to gather, and the wait would stall its transfer. Delay mode
+//! never gathers: its schedule and its lag come first.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -46,12 +49,39 @@ static WINDOW_US: AtomicU64 = AtomicU64::new(0);
 /// The longest window used in the run, µs.
 static WIDEST_US: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// This thread read part of a long body since it last parked.
+    static STREAMING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// The runtime's hook before a worker parks (`on_thread_park`): waits the window, if any.
 pub fn before_park() {
-    let window = WINDOW_US.load(Ordering::Relaxed);
-    if window > 0 {
-        std::thread::sleep(Duration::from_micros(window));
+    if let Some(window) = wait_before_park() {
+        std::thread::sleep(window);
     }
+}
+
+/// How long this worker waits before it parks: the window, unless it is none or the
+/// worker read part of a long body since it last parked. A body in flight is not an
+/// answer to gather: the socket's buffer fills within the window and holds the sender
+/// back, which would take the wait off the transfer's rate (docs/benchmarks.md, "The hot
+/// path", step 27).
+fn wait_before_park() -> Option<Duration> {
+    let streaming = STREAMING.with(|s| s.replace(false));
+    let window = WINDOW_US.load(Ordering::Relaxed);
+    (window > 0 && !streaming).then(|| Duration::from_micros(window))
+}
+
+/// Notes that this thread has just read part of a long body (a read of at least 16 KiB,
+/// or inside a body longer than that): its next park does not wait.
+pub(crate) fn streaming() {
+    STREAMING.with(|s| s.set(true));
+}
+
+/// Whether this thread read part of a long body since it last parked.
+#[cfg(test)]
+pub(crate) fn is_streaming() -> bool {
+    STREAMING.with(Cell::get)
 }
 
 /// The window now.
@@ -166,6 +196,10 @@ mod tests {
             w > ms(7) && w <= ms(8),
             "about 8 ms for a mean of 200 ms: {w:?}"
         );
+        assert_eq!(wait_before_park(), Some(w));
+        streaming();
+        assert_eq!(wait_before_park(), None, "a body in flight: no wait");
+        assert_eq!(wait_before_park(), Some(w), "until the next park");
         observe(ms(200), false);
         assert_eq!(window(), Duration::ZERO);
         observe(ms(200), true);

@@ -34,7 +34,6 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use url::{Host, Position, Url};
 
-use super::arrival;
 use super::classify::{classify_chain, describe_chain};
 use super::config::TransportConfig;
 use super::deadline::{within_deadlines, within_deadlines_on, Progress};
@@ -43,6 +42,7 @@ use super::links::{origin_key, Links, Negotiated};
 use super::req_body::BodyKind;
 use super::req_headers::ReqHeaders;
 use super::transport::TransportError;
+use super::{arrival, gather};
 use crate::metrics::ErrorKind;
 
 /// A connection's first read buffer: a response head and a small manifest in one read.
@@ -202,6 +202,9 @@ impl Conn {
             _ => ready!(tokio_util::io::poll_read_buf(stream, cx, &mut self.read))?,
         };
         arrival::note(None);
+        if inside.is_some() || n >= arrival::SCRATCH {
+            gather::streaming();
+        }
         self.adapt(n);
         Poll::Ready(Ok(n))
     }
@@ -229,6 +232,9 @@ impl Conn {
             });
             if let Some((n, stamp)) = got {
                 arrival::note(stamp);
+                if n >= arrival::SCRATCH {
+                    gather::streaming();
+                }
                 self.adapt(n);
                 return Poll::Ready(Ok(n));
             }
@@ -973,6 +979,11 @@ mod tests {
                 assert!(stamped, "a plain connection's reads are stamped");
                 let read = response.bytes_limited(1 << 20).await.unwrap();
                 assert_eq!(&read[..], body);
+                assert_eq!(
+                    gather::is_streaming(),
+                    body.len() > arrival::SCRATCH,
+                    "a long body's reads hold off the next park's wait"
+                );
                 let (end, stamped) = arrival::last_arrival(sent);
                 assert!(stamped, "the read that ended the body is stamped");
                 let read_at = sent.elapsed();
