@@ -146,6 +146,7 @@ pub(crate) fn last_arrival(sent: Instant) -> (Instant, bool) {
     let (now, real_now) = (Instant::now(), realtime_now());
     if let Some(at) = age_before(stamp, now, real_now) {
         CONVERTED.with(|c| c.set(Some((stamp, at, now))));
+        return (at.max(sent).min(now), true);
     }
     (arrived_at(Some(stamp), sent, now, real_now), true)
 }
@@ -168,10 +169,10 @@ pub(crate) fn arrived_at(
 ) -> Instant {
     let Some(stamp) = stamp else { return now };
     // A stamp after the realtime now (the clock stepped back): no age to go by.
-    let Some(age) = real_now.checked_sub(stamp) else {
+    if stamp > real_now {
         return now;
-    };
-    now.checked_sub(Duration::from_nanos(age))
+    }
+    age_before(stamp, now, real_now)
         .map_or(sent, |at| at.max(sent))
         .min(now)
 }
