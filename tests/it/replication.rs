@@ -74,10 +74,13 @@ fn sync_job(
                         &format!("127.0.0.1:{from}/{repo}:{tag}"),
                         &format!("127.0.0.1:{to}/{repo}:{tag}"),
                     ]);
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    // docker-registry writes a tag's link in place (the link race of
+                    // `tag_race_500s`): listed while its link is written, a tag reads as
+                    // unknown for a moment, and the next pass copies it.
                     assert!(
-                        out.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&out.stderr)
+                        out.status.success() || stderr.contains("MANIFEST_UNKNOWN"),
+                        "{stderr}"
                     );
                 }
             }
