@@ -107,13 +107,6 @@ impl tower_service::Service<http::Uri> for Connector {
 }
 
 impl HyperTransport {
-    /// The plain-HTTP pool's spare read buffers for its first origin: how many, and how
-    /// many are refilled in place (for the pool's own tests).
-    #[cfg(test)]
-    pub(crate) fn plain_spares(&self) -> (usize, usize) {
-        self.plain.spares()
-    }
-
     pub fn new(config: TransportConfig) -> Result<Self, TransportBuildError> {
         let tls = super::tls::client_config(&config)?;
         let mut http = HttpConnector::new();

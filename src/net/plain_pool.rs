@@ -8,9 +8,10 @@
 //! Here a connection is its socket, a request head buffer used only when the socket does
 //! not take a request at once (requests are written in the thread's scratch buffer, which
 //! stays in cache), and a read buffer that starts at 4 KiB, doubles while reads fill it
-//! (up to `read_buffer_max`) and is given back when the connection goes idle. When a
-//! response's body has ended the connection goes back to its origin's idle list; a body
-//! dropped before its end closes it, as HTTP/1 requires.
+//! (up to `read_buffer_max`) and is given back when the connection goes idle: a connection
+//! waiting for its answer holds none, and takes one of the thread's spares when the
+//! answer's first bytes arrive. When a response's body has ended the connection goes back
+//! to its origin's idle list; a body dropped before its end closes it, as HTTP/1 requires.
 //!
 //! An idle connection the server has closed is found out when it is next taken (a read
 //! that does not block finds the end of the stream), and the request goes out on the next
@@ -48,14 +49,15 @@ use crate::metrics::ErrorKind;
 /// A connection's first read buffer: a response head and a small manifest in one read.
 const INITIAL_READ: usize = 4096;
 
-/// Read buffers an origin keeps from connections gone idle, for the connections it hands
-/// out next (a buffer of `INITIAL_READ` bytes each at most: 256 KiB).
+/// Read buffers a thread keeps from connections gone idle, for the next connections whose
+/// answers it reads (a buffer of `INITIAL_READ` bytes each at most: 256 KiB).
 const SPARE_MAX: usize = 64;
 
-/// How many buffers back a connection's is taken from: the answers read into a buffer (the
-/// head's bytes, the body's pieces) share it until they are dropped, and a buffer taken
-/// back once they are is refilled in place rather than allocated again.
-const SPARE_DEPTH: usize = 8;
+/// How many of the most recently kept buffers a connection looks through for one to read
+/// into: the answers read into a buffer (the head's bytes, the body's pieces) share it until
+/// they are dropped, and the most recent buffer none shares any more is refilled in place,
+/// from its start, while it is still in the cache.
+const SPARE_PROBES: usize = 8;
 
 /// Largest request head kept for the next request on a connection.
 const HEAD_KEPT: usize = 4096;
@@ -118,8 +120,40 @@ impl std::fmt::Debug for PlainPool {
     }
 }
 
-/// What a checkout hands out: an idle connection, and a spare read buffer.
-type Checkout = (Option<Box<Conn>>, Option<BytesMut>);
+thread_local! {
+    /// Read buffers of the connections this thread gave back, oldest first. A connection
+    /// takes one when its answer's first bytes arrive, not when its request goes out: at
+    /// 256 requests in flight a buffer taken at the request would sit through the 255
+    /// answers read before its own and be out of the cache when it is filled; taken at the
+    /// read it was used a few answers before.
+    static SPARES: std::cell::RefCell<VecDeque<BytesMut>> =
+        const { std::cell::RefCell::new(VecDeque::new()) };
+}
+
+/// The most recently kept of this thread's spare read buffers that no answer shares any
+/// more (among the last `SPARE_PROBES`), ready to be filled from its start.
+fn take_spare() -> Option<BytesMut> {
+    SPARES.with_borrow_mut(|spare| {
+        let n = spare.len();
+        let free = (n.saturating_sub(SPARE_PROBES)..n)
+            .rev()
+            .find(|&i| spare[i].try_reclaim(INITIAL_READ))?;
+        spare.remove(free)
+    })
+}
+
+/// Keeps `buffer` for the next connection this thread reads for, dropping the oldest kept
+/// past `SPARE_MAX`.
+fn keep_spare(buffer: BytesMut) {
+    let dropped = SPARES.with_borrow_mut(|spare| {
+        let dropped = (spare.len() >= SPARE_MAX)
+            .then(|| spare.pop_front())
+            .flatten();
+        spare.push_back(buffer);
+        dropped
+    });
+    drop(dropped);
+}
 
 struct Origin {
     /// `host[:port]` as the URL writes it (no default port).
@@ -127,9 +161,6 @@ struct Origin {
     host: HeaderValue,
     /// Oldest first; taken from the back.
     idle: VecDeque<(Box<Conn>, Instant)>,
-    /// Read buffers of connections gone idle (never grown past `INITIAL_READ`), oldest
-    /// first.
-    spare: VecDeque<BytesMut>,
 }
 
 /// One connection: its socket and buffers.
@@ -177,6 +208,13 @@ impl Conn {
     /// read as tokio reads, into the buffer as it is (a stamped read copies or zeroes its
     /// room: a cost per byte that only the read ending the body is worth).
     fn poll_fill(&mut self, cx: &mut Context<'_>, left: Option<u64>) -> Poll<io::Result<usize>> {
+        // An answer's first read (the reads' size not grown yet): a large body's later
+        // reads have buffers of their own, as they grow.
+        if self.read.capacity() == 0 && self.next_read == INITIAL_READ {
+            if let Some(buffer) = take_spare() {
+                self.read = buffer;
+            }
+        }
         if self.read.capacity() - self.read.len() < self.next_read / 2 {
             self.read.reserve(self.next_read);
             self.grown |= self.read.capacity() > INITIAL_READ;
@@ -264,7 +302,7 @@ impl Conn {
     }
 
     /// Gives back what a large body grew before the connection idles, and its read buffer
-    /// when it holds nothing: a small one for the origin's spares, to be used by the next
+    /// when it holds nothing: a small one for the thread's spares, to be used by the next
     /// connection that reads.
     fn shrink(&mut self) -> Option<BytesMut> {
         let spare = if self.read.is_empty() {
@@ -278,13 +316,6 @@ impl Conn {
             self.head = Vec::new();
         }
         spare
-    }
-
-    /// Reads into `buffer` (a spare of its origin's) if nothing is buffered yet.
-    fn take_buffer(&mut self, buffer: Option<BytesMut>) {
-        if let Some(buffer) = buffer.filter(|_| self.read.capacity() == 0) {
-            self.read = buffer;
-        }
     }
 
     /// Writes the request: its head (with the body when small), then the body.
@@ -431,7 +462,7 @@ impl PlainPool {
         body: BodyKind,
     ) -> Result<(Head, PooledBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
-        let (origin, host, (idle, spare)) = self.checkout(authority)?;
+        let (origin, host, idle) = self.checkout(authority)?;
         let mut conn = match (idle, req.deadlines) {
             (Some(conn), _) => conn,
             // Boxed: once per connection, and its future is larger than an exchange's.
@@ -441,7 +472,6 @@ impl PlainPool {
             }
             (None, None) => Box::pin(self.connect(url)).await?,
         };
-        conn.take_buffer(spare);
         let mut timer = conn.timer.take();
         let exchange = async {
             if let Err(e) = conn.write_request(&req, &host, body).await {
@@ -486,23 +516,22 @@ impl PlainPool {
         Ok((head, body))
     }
 
-    /// The index and `Host` header of `authority`'s origin (registered on first use), its
-    /// idle connection to use, if one is open, and a spare read buffer, if it has one
-    /// `SPARE_DEPTH` back: one lock for all.
-    fn checkout(&self, authority: &str) -> Result<(usize, HeaderValue, Checkout), TransportError> {
+    /// The index and `Host` header of `authority`'s origin (registered on first use) and
+    /// its idle connection to use, if one is open: one lock for both.
+    #[allow(clippy::type_complexity)]
+    fn checkout(
+        &self,
+        authority: &str,
+    ) -> Result<(usize, HeaderValue, Option<Box<Conn>>), TransportError> {
         let mut stale = Vec::new();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
             let host = origins[i].host.clone();
             let conn = self.pop_idle(&mut origins[i], &mut stale);
-            let spare = &mut origins[i].spare;
-            let buffer = (spare.len() > SPARE_DEPTH)
-                .then(|| spare.pop_front())
-                .flatten();
             drop(origins);
             // Closing a connection is a system call: not while other requests wait for the lock.
             drop(stale);
-            return Ok((i, host, (conn, buffer)));
+            return Ok((i, host, conn));
         }
         let host = HeaderValue::from_str(authority).map_err(|e| {
             TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
@@ -511,23 +540,22 @@ impl PlainPool {
             authority: authority.into(),
             host: host.clone(),
             idle: VecDeque::new(),
-            spare: VecDeque::new(),
         });
-        Ok((origins.len() - 1, host, (None, None)))
+        Ok((origins.len() - 1, host, None))
     }
 
-    /// The first origin's spare buffers: how many, and how many are refilled in place
-    /// (none is shared with an answer still held).
+    /// This thread's spare buffers: how many, and how many are refilled in place (none is
+    /// shared with an answer still held).
     #[cfg(test)]
-    pub(super) fn spares(&self) -> (usize, usize) {
-        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        let spare = &mut origins[0].spare;
-        let reclaimed = spare
-            .iter_mut()
-            .map(|b| b.try_reclaim(INITIAL_READ))
-            .filter(|&r| r)
-            .count();
-        (spare.len(), reclaimed)
+    pub(super) fn spares() -> (usize, usize) {
+        SPARES.with_borrow_mut(|spare| {
+            let reclaimed = spare
+                .iter_mut()
+                .map(|b| b.try_reclaim(INITIAL_READ))
+                .filter(|&r| r)
+                .count();
+            (spare.len(), reclaimed)
+        })
     }
 
     /// The most recently used idle connection that is still open and not too old; older or
@@ -552,24 +580,16 @@ impl PlainPool {
     /// Keeps `conn` for the next request to `origin`, closing the oldest idle one past the
     /// cap.
     fn give_back(&self, origin: usize, mut conn: Box<Conn>) {
+        if let Some(buffer) = conn.shrink() {
+            keep_spare(buffer);
+        }
         if self.settings.max_idle == 0 {
             return;
         }
-        let buffer = conn.shrink();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         let Origin {
-            authority,
-            idle,
-            spare,
-            ..
+            authority, idle, ..
         } = &mut origins[origin];
-        let mut dropped = None;
-        if let Some(buffer) = buffer {
-            if spare.len() >= SPARE_MAX {
-                dropped = spare.pop_front();
-            }
-            spare.push_back(buffer);
-        }
         let mut evicted = None;
         if idle.len() >= self.settings.max_idle {
             tracing::trace!(
@@ -583,7 +603,6 @@ impl PlainPool {
         drop(origins);
         // Closed and freed outside the lock.
         drop(evicted);
-        drop(dropped);
     }
 
     async fn connect(&self, url: &Url) -> Result<Box<Conn>, TransportError> {
@@ -1089,21 +1108,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_few_read_buffers_are_kept_and_refilled_in_place_once_their_answers_are_gone() {
+    async fn a_read_buffer_no_answer_shares_is_refilled_in_place() {
         let server = Server::start().await;
         let t = transport(8);
-        for _ in 0..3 * SPARE_DEPTH {
+        // Each answer dropped before the next is read: one buffer serves them all.
+        for _ in 0..3 * SPARE_PROBES {
             let (status, body) = get(&t, Method::GET, server.url("/bytes/700")).await;
             assert_eq!((status, body.len()), (StatusCode::OK, 700));
         }
-        // Each answer given back its buffer; from the depth on, each took the oldest back.
-        let (kept, reclaimed) = t.plain_spares();
-        assert_eq!(kept, SPARE_DEPTH + 1);
-        assert_eq!(reclaimed, kept, "no answer holds a kept buffer");
+        assert_eq!(PlainPool::spares(), (1, 1));
+        // Answers still held keep their buffers from being read into: each later answer
+        // takes a buffer of its own, and all are kept once given back.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(get(&t, Method::GET, server.url("/bytes/700")).await.1);
+        }
+        assert_eq!(PlainPool::spares(), (3, 0), "every kept buffer is shared");
+        drop(held);
+        assert_eq!(PlainPool::spares(), (3, 3));
         // A body read past `INITIAL_READ` grows its buffer, which is not kept.
         let (_, body) = get(&t, Method::GET, server.url("/bytes/70000")).await;
         assert_eq!(body.len(), 70000);
-        assert_eq!(t.plain_spares().0, SPARE_DEPTH);
+        assert_eq!(PlainPool::spares().0, 2);
     }
 
     #[tokio::test]
