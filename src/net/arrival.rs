@@ -177,6 +177,30 @@ pub(crate) fn arrived_at(
         .min(now)
 }
 
+/// A connected pair whose first socket stamps what it receives, returned once a segment it
+/// received came stamped (for tests). The kernel turns stamping on for the whole system by
+/// deferred work when the first socket asks, and a segment received before that carries no
+/// stamp; held, the pair keeps it on for other sockets too. Bounded: 100 probes, 10 ms apart.
+#[cfg(test)]
+pub(crate) async fn stamping_pair() -> (TcpStream, TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+    let (client, mut server) = (client.unwrap(), accepted.unwrap().0);
+    assert!(enable(&client));
+    for _ in 0..100 {
+        server.write_all(b"x").await.unwrap();
+        client.readable().await.unwrap();
+        let mut buf = BytesMut::new();
+        if let (1, Some(_)) = recv_into(&client, &mut buf, 64).unwrap() {
+            return (client, server);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the kernel stamps nothing a socket receives");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,27 +214,9 @@ mod tests {
         (client.unwrap(), accepted.unwrap().0)
     }
 
-    /// Waits until what `client` receives is stamped: the kernel turns stamping on for the
-    /// whole system by deferred work when the first socket asks, and a segment received
-    /// before that carries no stamp. Bounded: 100 probes, 10 ms apart.
-    async fn until_stamped(client: &TcpStream, server: &mut TcpStream) {
-        for _ in 0..100 {
-            server.write_all(b"x").await.unwrap();
-            client.readable().await.unwrap();
-            let mut buf = BytesMut::new();
-            if let (1, Some(_)) = recv_into(client, &mut buf, 64).unwrap() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the kernel stamps nothing this socket receives");
-    }
-
     #[tokio::test]
     async fn bytes_read_late_are_stamped_with_their_arrival() {
-        let (client, mut server) = pair().await;
-        assert!(enable(&client));
-        until_stamped(&client, &mut server).await;
+        let (client, mut server) = stamping_pair().await;
         // Through the scratch buffer, then in place.
         for room in [64, SCRATCH * 2] {
             server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();

@@ -974,6 +974,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_read_late_is_timed_from_when_it_arrived() {
+        // Stamping on before the answer comes (and kept on while the pair is held).
+        let _stamping = arrival::stamping_pair().await;
         // A body read with its head, and one longer than a stamped read's scratch (read in
         // reads without a stamp up to its last bytes).
         let long: &'static [u8] = Box::leak(vec![b'x'; 40 << 10].into_boxed_slice());
