@@ -518,7 +518,6 @@ impl PlainPool {
 
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
     /// its idle connection to use, if one is open: one lock for both.
-    #[allow(clippy::type_complexity)]
     fn checkout(
         &self,
         authority: &str,
