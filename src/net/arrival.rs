@@ -184,10 +184,7 @@ pub(crate) fn arrived_at(
 #[cfg(test)]
 pub(crate) async fn stamping_pair() -> (TcpStream, TcpStream) {
     use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let (client, mut server) = (client.unwrap(), accepted.unwrap().0);
+    let (client, mut server) = tests::pair().await;
     assert!(enable(&client));
     for _ in 0..100 {
         server.write_all(b"x").await.unwrap();
@@ -207,7 +204,8 @@ mod tests {
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
 
-    async fn pair() -> (TcpStream, TcpStream) {
+    /// A connected pair of sockets on loopback.
+    pub(super) async fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
