@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
@@ -66,11 +67,51 @@ fn batch_histogram() -> Histogram<u32> {
         .unwrap_or_else(|_| unreachable!("the standard bounds are valid"))
 }
 
+/// A closed batch: its histogram in HdrHistogram's V2 encoding (the counts as variable-length
+/// integers, runs of empty buckets as one; the encoding `histograms.hlog` holds), and how
+/// many values it holds. A run keeps up to [`MAX_BATCHES`] of these per operation and
+/// metric; as a dense histogram each would take 13 KB whatever it holds (7 MB of them at
+/// the peak of a 1M-record replay), encoded a few bytes per bucket that saw a value. Read
+/// through [`Closed::dense`], which gives back the same histogram exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Closed {
+    encoded: Box<[u8]>,
+    len: u64,
+}
+
+impl Closed {
+    fn of(h: &Histogram<u32>) -> Closed {
+        let mut encoded = Vec::new();
+        // Writing into memory cannot fail; an empty encoding reads back as an empty batch.
+        let _ = V2Serializer::new().serialize(h, &mut encoded);
+        Closed {
+            encoded: encoded.into_boxed_slice(),
+            len: h.len(),
+        }
+    }
+
+    /// The batch as the histogram it was closed from.
+    fn dense(&self) -> Histogram<u32> {
+        Deserializer::new()
+            .deserialize(&mut &self.encoded[..])
+            .unwrap_or_else(|_| batch_histogram())
+    }
+
+    /// Two neighbouring batches as one (counts saturating, as the dense histogram's do).
+    fn merge(&self, other: &Closed) -> Closed {
+        let mut h = self.dense();
+        for v in other.dense().iter_recorded() {
+            h.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+        }
+        Closed::of(&h)
+    }
+}
+
 /// One (operation, metric): its closed batches (by position, `None` where it saw nothing)
-/// and the open one.
+/// and the open one (dense, reused batch after batch).
 #[derive(Debug, Clone, Default)]
 struct Series {
-    closed: Vec<Option<Histogram<u32>>>,
+    closed: Vec<Option<Closed>>,
     open: Option<Histogram<u32>>,
 }
 
@@ -83,6 +124,25 @@ impl Series {
                 count as u32,
             );
         }
+    }
+
+    /// Closes the open batch (`None` when it saw nothing); its histogram is kept for the
+    /// next.
+    fn close(&mut self) {
+        let closed = match &mut self.open {
+            Some(h) if !h.is_empty() => {
+                let closed = Closed::of(h);
+                h.reset();
+                Some(closed)
+            }
+            _ => None,
+        };
+        self.closed.push(closed);
+    }
+
+    /// The closed batches that saw anything, as histograms.
+    fn dense(&self) -> impl Iterator<Item = Histogram<u32>> + '_ {
+        self.closed.iter().flatten().map(Closed::dense)
     }
 }
 
@@ -156,7 +216,7 @@ impl Batches {
             return;
         }
         for series in self.series.values_mut() {
-            series.closed.push(series.open.take());
+            series.close();
         }
         self.completed
             .push(std::mem::take(&mut self.open_completed));
@@ -174,11 +234,7 @@ impl Batches {
             let mut it = pairs.into_iter();
             while let (Some(a), b) = (it.next(), it.next()) {
                 let merged = match (a, b.flatten()) {
-                    (Some(mut a), Some(b)) => {
-                        // Same settings: adding cannot fail.
-                        let _ = a.add(&b);
-                        Some(a)
-                    }
+                    (Some(a), Some(b)) => Some(a.merge(&b)),
                     (a, b) => a.or(b),
                 };
                 series.closed.push(merged);
@@ -208,8 +264,8 @@ impl Batches {
             .closed
             .iter()
             .flatten()
-            .filter(|h| estimable(h.len(), q))
-            .map(|h| h.value_at_quantile(q) as f64)
+            .filter(|c| estimable(c.len, q))
+            .map(|c| c.dense().value_at_quantile(q) as f64)
             .collect()
     }
 
@@ -228,10 +284,10 @@ impl Batches {
         series
             .closed
             .iter()
-            .map(|h| {
-                h.as_ref()
-                    .filter(|h| h.len() >= min && estimable(h.len(), q))
-                    .map(|h| h.value_at_quantile(q) as f64)
+            .map(|c| {
+                c.as_ref()
+                    .filter(|c| c.len >= min && estimable(c.len, q))
+                    .map(|c| c.dense().value_at_quantile(q) as f64)
             })
             .collect()
     }
@@ -246,14 +302,7 @@ impl Batches {
         all: &Histogram<u64>,
     ) -> Option<[f64; 2]> {
         let series = self.series.get(&(op, metric))?;
-        let batches: Vec<Histogram<u32>> = series
-            .closed
-            .iter()
-            .flatten()
-            .filter(|h| !h.is_empty())
-            .cloned()
-            .collect();
-        interval(all, batches, q)
+        interval(all, series.dense().collect(), q)
     }
 }
 
@@ -634,6 +683,43 @@ mod tests {
             batches.estimates(Op::BlobGet, Metric::Latency, 0.5).len(),
             closed
         );
+    }
+
+    #[test]
+    fn a_closed_batch_reads_back_as_its_histogram_and_merges_as_histograms_add() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(31);
+        let mut draw = |n: usize, scale: f64| {
+            let mut h = batch_histogram();
+            for _ in 0..n {
+                let v = (scale * (normal(&mut rng) * 1.5).exp()) as u64;
+                h.saturating_record(v.clamp(1, HISTOGRAM_SETTINGS.highest_trackable));
+            }
+            // The largest value a batch can hold, and a count past the others.
+            h.saturating_record_n(HISTOGRAM_SETTINGS.highest_trackable, 3);
+            h
+        };
+        let (a, b) = (draw(5_000, 800.0), draw(3_000, 20_000.0));
+        let (ca, cb) = (Closed::of(&a), Closed::of(&b));
+        assert_eq!(ca.dense(), a);
+        assert_eq!(ca.len, a.len());
+        // Far smaller than the dense histogram's counts (13 KB), even spread this wide.
+        let dense_bytes = a.distinct_values() * 4;
+        assert!(dense_bytes > 13_000, "{dense_bytes}");
+        assert!(ca.encoded.len() * 4 < dense_bytes, "{}", ca.encoded.len());
+        let mut sum = a.clone();
+        sum.add(&b).unwrap();
+        assert_eq!(ca.merge(&cb).dense(), sum);
+        assert_eq!(cb.merge(&ca).dense(), sum);
+        assert_eq!(ca.merge(&Closed::of(&batch_histogram())).dense(), a);
+        // A series closes an empty batch as none, and reuses its open histogram.
+        let mut series = Series::default();
+        series.add([(1_000, 2)].into_iter());
+        series.close();
+        series.close();
+        assert_eq!(series.closed.len(), 2);
+        assert_eq!(series.closed[0].as_ref().map(|c| c.len), Some(2));
+        assert_eq!(series.closed[1], None);
+        assert!(series.open.as_ref().is_some_and(|h| h.is_empty()));
     }
 
     #[test]
