@@ -262,28 +262,37 @@ pub fn build_manifest(
     layers: &[Descriptor],
     pad_to: Option<u64>,
 ) -> Bytes {
-    let encode = |annotations: BTreeMap<&'static str, String>| -> Vec<u8> {
-        let m = ManifestJson {
-            schema_version: 2,
-            media_type: format.manifest_type(),
-            config,
-            layers,
-            annotations,
-        };
-        // Serialising these plain structs cannot fail.
-        serde_json::to_vec(&m).unwrap_or_default()
+    let m = ManifestJson {
+        schema_version: 2,
+        media_type: format.manifest_type(),
+        config,
+        layers,
+        annotations: BTreeMap::new(),
     };
-    let plain = encode(BTreeMap::new());
-    let Some(target) = pad_to else {
+    // Serialising these plain structs cannot fail.
+    let plain = serde_json::to_vec(&m).unwrap_or_default();
+    let Some(target) = pad_to
+        .and_then(|t| usize::try_from(t).ok())
+        .filter(|_| !plain.is_empty())
+    else {
         return Bytes::from(plain);
     };
-    let empty_padding = encode(BTreeMap::from([(PADDING_ANNOTATION, String::new())]));
-    let base = empty_padding.len() as u64;
-    if target <= plain.len() as u64 || target < base {
+    // The padded manifest is the plain one with its annotations before the closing brace,
+    // the padding's value a run of zeros: written here as serde writes that map (a test
+    // holds the bytes equal), not serialised again, and the padding never escaped byte by
+    // byte (a replay makes a manifest again for each read it verifies).
+    const OPEN: &str = concat!(",\"annotations\":{\"", "io.creb-rs.padding", "\":\"");
+    const CLOSE: &str = "\"}}";
+    let base = plain.len() - 1 + OPEN.len() + CLOSE.len();
+    if target <= plain.len() || target < base {
         return Bytes::from(plain);
     }
-    let padding = "0".repeat((target - base) as usize);
-    Bytes::from(encode(BTreeMap::from([(PADDING_ANNOTATION, padding)])))
+    let mut padded = Vec::with_capacity(target);
+    padded.extend_from_slice(&plain[..plain.len() - 1]);
+    padded.extend_from_slice(OPEN.as_bytes());
+    padded.resize(padded.len() + (target - base), b'0');
+    padded.extend_from_slice(CLOSE.as_bytes());
+    Bytes::from(padded)
 }
 
 /// When generated images and their layers were made (the layers' files' mtime).
@@ -298,26 +307,59 @@ pub fn build_config(
     diff_ids: &[Digest],
     platform: &Platform,
 ) -> (Bytes, Descriptor) {
-    let ids: Vec<&str> = diff_ids.iter().map(|d| d.as_str()).collect();
-    let history: Vec<serde_json::Value> = (0..diff_ids.len())
-        .map(|i| {
-            serde_json::json!({
-                "created": CREATED,
-                "created_by": format!("creb-rs generated layer {i}"),
-            })
-        })
-        .collect();
-    let mut value = serde_json::json!({
-        "architecture": platform.architecture,
-        "os": platform.os,
-        "created": CREATED,
-        "config": { "Labels": { "io.creb-rs.identity": identity } },
-        "rootfs": { "type": "layers", "diff_ids": ids },
-        "history": history,
-    });
-    if let Some(v) = &platform.variant {
-        value["variant"] = serde_json::Value::String(v.clone());
+    // Keys in sorted order, as serde_json writes a map: the config's bytes (and digest) are
+    // those of the JSON object they were first made as.
+    #[derive(Serialize)]
+    struct Config<'a> {
+        architecture: &'a str,
+        config: ConfigLabels<'a>,
+        created: &'static str,
+        history: Vec<History>,
+        os: &'a str,
+        rootfs: RootFs<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        variant: Option<&'a str>,
     }
+    #[derive(Serialize)]
+    struct ConfigLabels<'a> {
+        #[serde(rename = "Labels")]
+        labels: Identity<'a>,
+    }
+    #[derive(Serialize)]
+    struct Identity<'a> {
+        #[serde(rename = "io.creb-rs.identity")]
+        identity: &'a str,
+    }
+    #[derive(Serialize)]
+    struct History {
+        created: &'static str,
+        created_by: String,
+    }
+    #[derive(Serialize)]
+    struct RootFs<'a> {
+        diff_ids: Vec<&'a str>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+    let value = Config {
+        architecture: &platform.architecture,
+        config: ConfigLabels {
+            labels: Identity { identity },
+        },
+        created: CREATED,
+        history: (0..diff_ids.len())
+            .map(|i| History {
+                created: CREATED,
+                created_by: format!("creb-rs generated layer {i}"),
+            })
+            .collect(),
+        os: &platform.os,
+        rootfs: RootFs {
+            diff_ids: diff_ids.iter().map(|d| d.as_str()).collect(),
+            kind: "layers",
+        },
+        variant: platform.variant.as_deref(),
+    };
     let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
     let descriptor = Descriptor {
         media_type: format.config_type().to_owned(),
@@ -455,6 +497,113 @@ impl ParsedManifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The manifest and config as first written (serde's map and JSON value): the bytes
+    /// the faster builders must keep, digests of manifests pushed before included.
+    fn manifest_as_serde_writes_it(
+        format: ManifestFormat,
+        config: &Descriptor,
+        layers: &[Descriptor],
+        pad_to: Option<u64>,
+    ) -> Vec<u8> {
+        let encode = |annotations: BTreeMap<&'static str, String>| -> Vec<u8> {
+            let m = ManifestJson {
+                schema_version: 2,
+                media_type: format.manifest_type(),
+                config,
+                layers,
+                annotations,
+            };
+            serde_json::to_vec(&m).unwrap()
+        };
+        let plain = encode(BTreeMap::new());
+        let Some(target) = pad_to else {
+            return plain;
+        };
+        let base = encode(BTreeMap::from([(PADDING_ANNOTATION, String::new())])).len() as u64;
+        if target <= plain.len() as u64 || target < base {
+            return plain;
+        }
+        let padding = "0".repeat((target - base) as usize);
+        encode(BTreeMap::from([(PADDING_ANNOTATION, padding)]))
+    }
+
+    fn config_as_serde_writes_it(
+        identity: &str,
+        diff_ids: &[Digest],
+        platform: &Platform,
+    ) -> Vec<u8> {
+        let ids: Vec<&str> = diff_ids.iter().map(|d| d.as_str()).collect();
+        let history: Vec<serde_json::Value> = (0..diff_ids.len())
+            .map(|i| {
+                serde_json::json!({
+                    "created": CREATED,
+                    "created_by": format!("creb-rs generated layer {i}"),
+                })
+            })
+            .collect();
+        let mut value = serde_json::json!({
+            "architecture": platform.architecture,
+            "os": platform.os,
+            "created": CREATED,
+            "config": { "Labels": { "io.creb-rs.identity": identity } },
+            "rootfs": { "type": "layers", "diff_ids": ids },
+            "history": history,
+        });
+        if let Some(v) = &platform.variant {
+            value["variant"] = serde_json::Value::String(v.clone());
+        }
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    #[test]
+    fn manifests_and_configs_are_the_bytes_serde_writes() {
+        let platforms = [
+            Platform::linux_amd64(),
+            Platform {
+                architecture: "arm".into(),
+                os: "linux".into(),
+                variant: Some("v7".into()),
+            },
+        ];
+        for n in [0usize, 1, 3] {
+            let diff_ids: Vec<Digest> = (0..n)
+                .map(|i| Digest::sha256_of(format!("diff {i}").as_bytes()))
+                .collect();
+            let layers: Vec<Descriptor> = (0..n)
+                .map(|i| Descriptor {
+                    media_type: OCI_LAYER.to_owned(),
+                    digest: Digest::sha256_of(format!("layer {i}").as_bytes()),
+                    size: 1000 + i as u64,
+                    platform: None,
+                })
+                .collect();
+            for identity in ["trace/config/r/t", "a \"quoted\" \\ é\u{1}"] {
+                for platform in &platforms {
+                    for format in [ManifestFormat::Oci, ManifestFormat::Docker] {
+                        let (bytes, config) = build_config(format, identity, &diff_ids, platform);
+                        assert_eq!(
+                            bytes.as_ref(),
+                            config_as_serde_writes_it(identity, &diff_ids, platform)
+                        );
+                        let plain = build_manifest(format, &config, &layers, None).len() as u64;
+                        let base = plain + 40;
+                        for pad in [None, Some(0), Some(plain), Some(plain + 1), Some(base - 1)]
+                            .into_iter()
+                            .chain([base, base + 1, base + 5000].map(Some))
+                        {
+                            let m = build_manifest(format, &config, &layers, pad);
+                            let want = manifest_as_serde_writes_it(format, &config, &layers, pad);
+                            assert_eq!(m.as_ref(), want, "{pad:?}");
+                            if pad >= Some(base) {
+                                assert_eq!(Some(m.len() as u64), pad);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_reference_generator_asks_for_what_creb_rs_asks_for() {
