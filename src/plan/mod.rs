@@ -19,6 +19,7 @@ mod manifests;
 mod naming;
 mod planner;
 pub mod prewarm;
+mod set_cache;
 pub mod sorted_map;
 
 use std::collections::BTreeMap;

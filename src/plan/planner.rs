@@ -9,6 +9,7 @@ use super::catalog::push_identity;
 use super::catalog::Catalog;
 use super::linker::{mounted, Position, PushedLayer, Role, SessionLinker};
 use super::manifests::{recipe_over, ManifestBody};
+use super::set_cache::SetCache;
 use super::{
     Action, Naming, PlanCounts, PlanItem, PlanOptions, PlannedOp, SessionTag, ShardBy, UploadPolicy,
 };
@@ -56,22 +57,20 @@ pub struct Planner<'c, I> {
     done: bool,
     /// The manifests the run pushes (sorted): a read of one of them may find the run's own.
     pushed: Vec<(Sym, Sym)>,
-    /// The digests of the manifests prewarm pushed, as reads need them (a bounded cache).
-    expected: FastHashMap<(Sym, Sym), Sha256Sum>,
+    /// The digests of the manifests prewarm pushed, as reads need them (a bounded cache,
+    /// keyed by repository and reference).
+    expected: SetCache<[u8; 32]>,
     /// Each trace client's hash and shared name, made once per client rather than once per
     /// operation (a bounded cache, as [`Naming`]'s).
     clients: FastHashMap<Sym, (u64, Arc<str>)>,
 }
 
-/// Entries a bounded cache of the planner keeps at most: a map of 2^16 buckets is full at
-/// seven eighths of them, and one more entry would double it (the 10M-record replay: 5.4 MB
-/// for the manifests' digests alone, where this keeps 2.7 MB, and as many hits).
-const CACHE_KEPT: usize = (1 << 16) / 8 * 7;
-/// Digests of prewarmed manifests the planner keeps at most (reads concentrate on a few;
-/// one not kept costs the manifest made again and hashed).
-const EXPECTED_KEPT: usize = CACHE_KEPT;
-/// Clients whose hash and name the planner keeps at most.
-const CLIENTS_KEPT: usize = CACHE_KEPT;
+/// Clients whose hash and name the planner keeps at most: a map of 2^16 buckets is full at
+/// seven eighths of them, and one more entry would double it.
+const CLIENTS_KEPT: usize = (1 << 16) / 8 * 7;
+/// Digests of prewarmed manifests the planner keeps at most (2.6 MB; one not kept costs the
+/// manifest made again and hashed, about 100 µs at a trace's recorded sizes).
+const EXPECTED_KEPT: usize = 1 << 16;
 
 impl<'c, I> Planner<'c, I>
 where
@@ -100,7 +99,7 @@ where
                 pushed.dedup();
                 pushed
             },
-            expected: FastHashMap::default(),
+            expected: SetCache::new(catalog.manifests.len().min(EXPECTED_KEPT)),
             clients: FastHashMap::default(),
         }
     }
@@ -113,17 +112,15 @@ where
         if self.pushed.binary_search(&key).is_ok() || !self.catalog.manifests.contains_key(&key) {
             return None;
         }
-        if let Some(sha) = self.expected.get(&key) {
-            return Some(*sha);
+        let cache_key = u64::from(repo.0) << 32 | u64::from(reference.0);
+        if let Some(sha) = self.expected.get(cache_key) {
+            return Some(Sha256Sum(sha));
         }
         let format = self.options.manifest_format;
         let (_, _, manifest) =
             super::prewarm::read_manifest_bytes(self.catalog, format, repo, reference);
         let sha = Sha256Sum::of(&manifest);
-        if self.expected.len() >= EXPECTED_KEPT {
-            self.expected.clear();
-        }
-        self.expected.insert(key, sha);
+        self.expected.insert(cache_key, sha.0);
         Some(sha)
     }
 
@@ -559,18 +556,19 @@ mod tests {
     use crate::trace::{ReadOptions, Spool, SpoolWriter, TraceInput, TraceReader};
 
     #[test]
-    fn a_bounded_cache_cleared_at_its_limit_never_doubles_its_table() {
-        // The rule `expected_manifest` and `client` follow: cleared when full, then filled.
-        let mut cache: FastHashMap<(u32, u32), Sha256Sum> = FastHashMap::default();
+    fn the_clients_kept_never_double_their_table() {
+        // The rule `client` follows: cleared when full, then filled.
+        let mut cache: FastHashMap<Sym, (u64, Arc<str>)> = FastHashMap::default();
+        let name: Arc<str> = Arc::from("client");
         let mut most = 0;
         for i in 0..200_000u32 {
-            if cache.len() >= CACHE_KEPT {
+            if cache.len() >= CLIENTS_KEPT {
                 cache.clear();
             }
-            cache.insert((i, i / 3), Sha256Sum::of(&i.to_le_bytes()));
+            cache.insert(Sym(i), (u64::from(i), Arc::clone(&name)));
             most = most.max(cache.capacity());
         }
-        assert_eq!(most, CACHE_KEPT, "the table's room at its largest");
+        assert_eq!(most, CLIENTS_KEPT, "the table's room at its largest");
     }
 
     fn options(shard: ShardSpec, shard_by: ShardBy) -> PlanOptions {
