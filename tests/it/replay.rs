@@ -173,10 +173,21 @@ async fn stress_then_delay_replay_with_exact_accounting() {
             .contains(k)
         })
         .collect();
+    // The run ends with its last answer: a slow one from the registry (other suites load
+    // this machine) is late without the generator being so.
+    let slowest_answer_s = run["operations"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|op| op["service_ms"]["max"].as_f64())
+        .fold(0.0, f64::max)
+        / 1000.0;
     assert!(
         (took - expected).abs() <= expected * 0.05 + 0.1
+            || (took > expected && took - expected <= expected * 0.05 + 0.1 + slowest_answer_s)
             || (took > expected && !excuses.is_empty()),
-        "delay mode took {took:.3}s, the schedule is {expected:.3}s, warnings {}",
+        "delay mode took {took:.3}s, the schedule is {expected:.3}s, the slowest answer \
+         {slowest_answer_s:.3}s, warnings {}",
         run["warnings"]
     );
     if !excuses.is_empty() {
