@@ -187,6 +187,12 @@ fn run(path: PathBuf, scale: f64) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let pass2 = planning.elapsed().as_secs_f64();
+    let counts = planner.counts();
+    println!(
+        "reads of prewarmed manifests: {}, their digests made again (not in the planner's \
+         cache) {}",
+        counts.expected_reads, counts.expected_made
+    );
     println!(
         "{ops} operations planned from {} records in {pass2:.1}s ({:.0} records/s, the plan \
          fingerprinted too); plan fingerprint {}",

@@ -242,4 +242,8 @@ pub struct PlanCounts {
     pub ops: u64,
     pub folded: u64,
     pub skipped: BTreeMap<&'static str, u64>,
+    /// Reads of a manifest prewarm pushed, given the digest they must find, and of those the
+    /// digests made again (the manifest built and hashed: not in the planner's cache).
+    pub expected_reads: u64,
+    pub expected_made: u64,
 }

@@ -112,10 +112,12 @@ where
         if self.pushed.binary_search(&key).is_ok() || !self.catalog.manifests.contains_key(&key) {
             return None;
         }
+        self.counts.expected_reads += 1;
         let cache_key = u64::from(repo.0) << 32 | u64::from(reference.0);
         if let Some(sha) = self.expected.get(cache_key) {
             return Some(Sha256Sum(sha));
         }
+        self.counts.expected_made += 1;
         let format = self.options.manifest_format;
         let (_, _, manifest) =
             super::prewarm::read_manifest_bytes(self.catalog, format, repo, reference);
@@ -636,6 +638,44 @@ mod tests {
         let items: Vec<PlanItem> = planner.by_ref().map(Result::unwrap).collect();
         let counts = planner.counts().clone();
         (cat, items, counts)
+    }
+
+    #[test]
+    fn a_prewarmed_manifest_s_digest_is_made_once_while_the_cache_holds_them_all() {
+        let plan = options(ShardSpec::ALL, ShardBy::Client);
+        let (cat, items, counts) = plan_of(&SynthOptions::default(), 5, plan);
+        let checked: Vec<(String, Sha256Sum)> = ops(&items)
+            .into_iter()
+            .filter_map(|op| match &op.action {
+                Action::ManifestGet {
+                    repo,
+                    reference,
+                    expect: Some(sha),
+                } => Some((format!("{repo:?}:{reference:?}"), *sha)),
+                _ => None,
+            })
+            .collect();
+        let distinct: std::collections::BTreeMap<&str, Sha256Sum> = checked
+            .iter()
+            .map(|(name, sha)| (name.as_str(), *sha))
+            .collect();
+        assert!(
+            distinct.len() > 1 && checked.len() > distinct.len(),
+            "{counts:?}"
+        );
+        // Every read counted; each manifest's digest made once, the cache holding them all.
+        assert!(cat.manifests.len() <= EXPECTED_KEPT);
+        assert!(counts.expected_reads >= checked.len() as u64, "{counts:?}");
+        assert!(counts.expected_made >= distinct.len() as u64, "{counts:?}");
+        assert!(
+            counts.expected_made <= cat.manifests.len() as u64,
+            "{counts:?}"
+        );
+        assert!(counts.expected_made < counts.expected_reads, "{counts:?}");
+        // A read carries the digest of its manifest, whichever read made it.
+        for (name, sha) in &checked {
+            assert_eq!(distinct[name.as_str()], *sha, "{name}");
+        }
     }
 
     #[test]
