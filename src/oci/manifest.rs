@@ -281,15 +281,18 @@ pub fn build_manifest(
     // the padding's value a run of zeros: written here as serde writes that map (a test
     // holds the bytes equal), not serialised again, and the padding never escaped byte by
     // byte (a replay makes a manifest again for each read it verifies).
-    const OPEN: &str = concat!(",\"annotations\":{\"", "io.creb-rs.padding", "\":\"");
+    const OPEN: [&str; 3] = [",\"annotations\":{\"", PADDING_ANNOTATION, "\":\""];
     const CLOSE: &str = "\"}}";
-    let base = plain.len() - 1 + OPEN.len() + CLOSE.len();
+    let open_len: usize = OPEN.iter().map(|s| s.len()).sum();
+    let base = plain.len() - 1 + open_len + CLOSE.len();
     if target <= plain.len() || target < base {
         return Bytes::from(plain);
     }
     let mut padded = Vec::with_capacity(target);
     padded.extend_from_slice(&plain[..plain.len() - 1]);
-    padded.extend_from_slice(OPEN.as_bytes());
+    for piece in OPEN {
+        padded.extend_from_slice(piece.as_bytes());
+    }
     padded.resize(padded.len() + (target - base), b'0');
     padded.extend_from_slice(CLOSE.as_bytes());
     Bytes::from(padded)
