@@ -39,9 +39,11 @@ cpu_of() { # pid
 }
 
 # Starts a fresh docker-registry (filesystem storage under $work/data, no access log) and
-# sets $registry_pid and $reg, its URL.
+# sets $registry_pid and $reg, its URL. With GCTRACE=1 the Go runtime writes a line per
+# garbage collection to $work/registry.log (GODEBUG=gctrace=1; see gc_since).
 start_registry() {
-  local port
+  local port godebug=()
+  [ "${GCTRACE:-0}" != 1 ] || godebug=(GODEBUG=gctrace=1)
   port=$(free_port)
   cat >"$work/registry.yml" <<YAML
 version: 0.1
@@ -55,11 +57,34 @@ storage:
 http:
   addr: 127.0.0.1:$port
 YAML
-  docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+  env ${godebug[@]+"${godebug[@]}"} docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
   registry_pid=$!
   servers+=("$registry_pid")
   wait_port "$port" docker-registry
   reg="http://127.0.0.1:$port"
+}
+
+# Lines in the registry's log so far: where a run's garbage collections start (gc_since).
+gc_mark() {
+  wc -l <"$work/registry.log"
+}
+
+# The registry's garbage collections since log line `from` (gc_mark), over `gets` requests:
+# "collections per 1,000 requests, mean live heap after each (MB)", or "nan nan" without
+# GCTRACE=1. A Go server whose live heap is small collects every few megabytes allocated,
+# and the live heap follows the requests in its hands: how often it collects moves its CPU
+# per request (docs/benchmarks.md, "The hot path", step 32).
+gc_since() { # from gets
+  python3 - "$work/registry.log" "$1" "$2" <<'PY'
+import re, sys
+path, start, gets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, errors="replace") as f:
+    lines = f.read().splitlines()[start:]
+# gc N @T s P%: ... ms cpu, A->B->C MB, D MB goal, ...: C is the heap marked live.
+live = [int(m.group(1)) for m in (re.search(r"->\d+->(\d+) MB, \d+ MB goal", l)
+        for l in lines if l.startswith("gc ")) if m]
+print(f"{len(live) / max(gets, 1) * 1000:.1f} {sum(live) / len(live):.2f}" if live else "nan nan")
+PY
 }
 
 # The machine and the binary, the first line of every benchmark's output.
