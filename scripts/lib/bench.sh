@@ -72,8 +72,8 @@ gc_mark() {
 # The registry's garbage collections since log line `from` (gc_mark), over `gets` requests:
 # "collections per 1,000 requests, mean live heap after each (MB)", or "nan nan" without
 # GCTRACE=1. A Go server whose live heap is small collects every few megabytes allocated,
-# and the live heap follows the requests in its hands: how often it collects moves its CPU
-# per request (docs/benchmarks.md, "The hot path", step 32).
+# and the live heap follows the requests in its hands, so how often it collects follows how
+# the generator hands them over (docs/benchmarks.md, "The hot path", step 32).
 gc_since() { # from gets
   python3 - "$work/registry.log" "$1" "$2" <<'PY'
 import re, sys
