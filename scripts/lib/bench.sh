@@ -2,12 +2,16 @@
 # bench-layers; sourced, not run. The caller sets `set -euo pipefail`, works from the
 # repository's root, checks its tools, then calls bench_init. Loopback only.
 
+# shellcheck source=scripts/lib/release.sh
+. scripts/lib/release.sh
+
 # Builds (or takes CREB_BIN) the binary under test into $bin, makes the scratch directory
 # $work, and stops every server in $servers and removes $work on exit.
 bench_init() {
-  # The binary users get: the static musl build (CREB_BIN=path measures another one).
+  # The binary users get: the static musl build, profile-guided as scripts/dist builds it
+  # (PGO=0: without the profile; CREB_BIN=path measures another build).
   if [ -z "${CREB_BIN:-}" ]; then
-    cargo build --release --locked --quiet --target x86_64-unknown-linux-musl
+    release_build x86_64-unknown-linux-musl
   fi
   bin=${CREB_BIN:-$(pwd)/target/x86_64-unknown-linux-musl/release/creb-rs}
   work=$(mktemp -d)
