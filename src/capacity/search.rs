@@ -223,11 +223,14 @@ pub fn judge_step(
         );
     }
     if let Some(v) = verdicts.iter().find(|v| v.verdict == "undecided") {
-        return (
-            Outcome::Undecided,
-            verdicts.clone(),
-            Some(format!("{} too close to decide", v.objective)),
-        );
+        let why = match v.interval {
+            Some(_) => format!("{} too close to decide", v.objective),
+            None => format!(
+                "{}: too few samples past the limit to be more than chance",
+                v.objective
+            ),
+        };
+        return (Outcome::Undecided, verdicts.clone(), Some(why));
     }
     if let Some(v) = verdicts.iter().find(|v| v.verdict == "no_data") {
         return (
@@ -434,6 +437,22 @@ mod tests {
             blamed("p99(blob_get) < 150ms", (1.0, 3.0), 0.95),
             Blame::Generator(why) if why.contains("cores")
         ));
+    }
+
+    #[test]
+    fn a_lone_late_sample_leaves_a_step_undecided_not_unsustained() {
+        let judge = |objective: &str| {
+            let objectives = [Threshold::parse(objective).unwrap()];
+            let (outcome, _, why) = judge_step(&objectives, &summary(), &table());
+            (outcome, why.unwrap_or_default())
+        };
+        // 97 successes without an interval, the largest at 1,005 ms: one past 1 s is chance.
+        let (outcome, why) = judge("p99(blob_get) < 1s");
+        assert_eq!(outcome, Outcome::Undecided);
+        assert!(why.contains("too few samples past the limit"), "{why}");
+        // Half of them past 500 ms is not.
+        assert_eq!(judge("p99(blob_get) < 500ms").0, Outcome::Unsustained);
+        assert_eq!(judge("p99(blob_get) < 2s").0, Outcome::Sustained);
     }
 
     /// Runs the search against a registry that sustains every load up to `capacity`.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use statrs::distribution::{Binomial, ContinuousCDF, DiscreteCDF, Normal, StudentsT};
 
 pub use super::hist::estimable;
 use super::hist::{SparseHistogram, HISTOGRAM_SETTINGS};
@@ -484,14 +484,29 @@ pub fn t_quantile(df: f64) -> f64 {
         .unwrap_or(1.96)
 }
 
-/// The ranks (1-based) that bound the `q` quantile of `n` independent samples with
-/// `CONFIDENCE`, by the normal approximation of the binomial; `None` when the upper one is
-/// the largest sample or beyond (the tail cannot be established).
 /// The standard normal quantile of `q`.
 fn z_score(q: f64) -> f64 {
     Normal::new(0.0, 1.0).map_or(0.0, |d| d.inverse_cdf(q))
 }
 
+/// Whether `beyond` of `n` independent samples past a limit are too many to be chance when
+/// at most a `share` of the population lies past it: the chance of that many or more,
+/// P(Binomial(n, share) ≥ beyond), under the one-sided (1 − `CONFIDENCE`) / 2 — the side of
+/// a two-sided `CONFIDENCE` interval. One sample past a p99's limit in 20 is not (18% by
+/// chance), two are (1.7%).
+pub fn too_many_to_be_chance(n: u64, beyond: u64, share: f64) -> bool {
+    if beyond == 0 || beyond > n {
+        return false;
+    }
+    let Ok(b) = Binomial::new(share.clamp(0.0, 1.0), n) else {
+        return true;
+    };
+    b.sf(beyond - 1) < (1.0 - CONFIDENCE) / 2.0
+}
+
+/// The ranks (1-based) that bound the `q` quantile of `n` independent samples with
+/// `CONFIDENCE`, by the normal approximation of the binomial; `None` when the upper one is
+/// the largest sample or beyond (the tail cannot be established).
 fn order_ranks(n: u64, q: f64) -> Option<(u64, u64)> {
     let z = Normal::new(0.0, 1.0)
         .map(|d| d.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0))
@@ -508,6 +523,23 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_xoshiro::Xoshiro256PlusPlus;
+
+    #[test]
+    fn samples_past_a_limit_are_chance_until_they_are_too_many() {
+        // A p99's limit: 1% may lie past it. One in 20 is chance (18%), two are not (1.7%).
+        assert!(!too_many_to_be_chance(20, 0, 0.01));
+        assert!(!too_many_to_be_chance(20, 1, 0.01));
+        assert!(too_many_to_be_chance(20, 2, 0.01));
+        // 40 samples: two past it happen 6% of the time, three 0.8%.
+        assert!(!too_many_to_be_chance(40, 2, 0.01));
+        assert!(too_many_to_be_chance(40, 3, 0.01));
+        // Many samples: 1.3% past in 100 000 is far beyond chance, 1.01% is not.
+        assert!(too_many_to_be_chance(100_000, 1_300, 0.01));
+        assert!(!too_many_to_be_chance(100_000, 1_010, 0.01));
+        // A median's: half may lie on the wrong side.
+        assert!(!too_many_to_be_chance(20, 14, 0.5));
+        assert!(too_many_to_be_chance(20, 16, 0.5));
+    }
 
     /// A standard normal draw (Box–Muller).
     fn normal(rng: &mut Xoshiro256PlusPlus) -> f64 {
