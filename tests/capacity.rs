@@ -543,8 +543,9 @@ fn a_two_shard_ladder_merged_equals_a_one_host_ladder() {
 /// fills it is the registry's own service time (8 queued exchanges answer in up to 240 ms,
 /// past the 100 ms objective; Little's law): every step that did not pass is the
 /// registry's, never the generator's (but for a passing hiccup of the machine, run again),
-/// and two searches bracket the same knee. The steps below the knee measure 20 to 70
-/// samples: one late of them (a stalled machine) leaves a step undecided, never broken.
+/// and two searches bracket the same knee. The search starts at 2× (20 GETs a second):
+/// its steps below the knee measure 40 to 70 samples, where one or two late of them (a
+/// stalled machine) leave a step undecided, never broken.
 #[test]
 fn a_registry_that_fills_the_cap_is_blamed_not_the_generator() {
     let _alone = alone();
@@ -552,14 +553,26 @@ fn a_registry_that_fills_the_cap_is_blamed_not_the_generator() {
     let registry = Registry::start();
     let server = FaultProxy::start(registry.port, Fault::Serial(Duration::from_millis(30)));
     let known = 1.0 / 0.030;
+    let trace = constant_trace(dir.path(), 600, 10);
     for name in ["first", "second"] {
-        let (r, c, _) = constant_search(
+        let (r, c, _) = search(
             dir.path(),
             name,
+            &trace,
             &server.url,
             "p99(blob_get) < 100ms",
-            "1s",
-            "8",
+            &[
+                "--speed",
+                "2",
+                "--step",
+                "2s",
+                "--step-warmup",
+                "1s",
+                "--concurrency",
+                "8",
+                "--max-time",
+                "3m",
+            ],
         );
         assert_eq!(r.code, 0, "{}", r.stderr);
         let checks = generator_checks(dir.path(), name);
