@@ -231,7 +231,9 @@ pub struct ReplayArgs {
     /// per wake-up.
     ///
     /// Answers are timed from their arrival either way; gathering costs a quarter less CPU
-    /// per request at a busy registry's pace (docs/measurement.md).
+    /// per request at a busy registry's pace, but sends the next requests in clumps, which
+    /// a registry may work on differently: for its figures at an exact number of clients,
+    /// or on cores it shares with creb-rs, give --no-gather (docs/measurement.md).
     #[arg(hide_short_help = true, help_heading = "Timing", long)]
     pub no_gather: bool,
 
