@@ -428,7 +428,7 @@ pub fn main_with(cli: Cli) -> u8 {
     if let Some(threads) = cli.worker_threads(cores) {
         builder.worker_threads(threads);
     }
-    // Stress mode may have a worker wait a moment before it parks (net::gather).
+    // Stress mode with --gather may have a worker wait a moment before it parks (net::gather).
     builder.on_thread_park(crate::net::gather::before_park);
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

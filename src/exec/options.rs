@@ -63,7 +63,7 @@ pub struct ExecOptions {
     /// clock, which only tokio's timer follows.
     pub precise_timer: bool,
     /// Stress mode: answers may be gathered per wake-up of the runtime's workers
-    /// ([`crate::net::gather`]; `--no-gather` turns it off).
+    /// ([`crate::net::gather`]; `--gather` turns it on).
     pub gather: bool,
 }
 

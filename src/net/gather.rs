@@ -1,8 +1,10 @@
-//! Answers gathered per wake-up in stress mode: a runtime worker with nothing ready waits a
-//! short window before it parks, so that the wake-up that follows finds several answers
-//! ready and runs the code and state of each layer once for all of them, while they are in
-//! cache (docs/benchmarks.md, "The hot path", step 25: a quarter of the CPU per GET at the
-//! registry's pace).
+//! Answers gathered per wake-up in stress mode with `--gather` (off by default: the clumps
+//! of requests it sends change what a registry does, docs/measurement.md): a runtime
+//! worker with nothing ready waits a short window before it parks, so that the wake-up
+//! that follows finds several answers ready and runs the code and state of each layer once
+//! for all of them, while they are in cache (docs/benchmarks.md, "The hot path", step 25:
+//! a quarter of the CPU per GET at a slow registry's pace; none when creb-rs is the limit,
+//! step 37).
 //!
 //! Two rules keep the numbers what they were:
 //! - an answer is timed from when the kernel received it (`net::arrival`), so the

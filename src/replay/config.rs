@@ -61,7 +61,7 @@ pub struct ReplayConfig {
     pub unpack: Option<crate::exec::unpack::UnpackWork>,
     /// `--replica`: the replicas watched for each image the run pushes.
     pub replicas: Option<crate::exec::replicate::ReplicaSpec>,
-    /// Stress mode may gather answers per wake-up (not `--no-gather`).
+    /// Stress mode may gather answers per wake-up (`--gather`).
     pub gather: bool,
 }
 

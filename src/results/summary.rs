@@ -133,8 +133,8 @@ pub struct Checks {
     /// Share of the run during which the in-flight cap kept an operation waiting.
     pub cap_binding_share: f64,
     pub max_in_flight: usize,
-    /// Stress mode: answers gathered per wake-up of the runtime's workers; absent when the
-    /// run did not allow it (delay mode, `--no-gather`).
+    /// Stress mode with `--gather`: answers gathered per wake-up of the runtime's workers;
+    /// absent when the run did not allow it (delay mode, stress mode without `--gather`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gathered: Option<Gathered>,
 }

@@ -135,6 +135,8 @@ fn http2_connection_rotation_is_resent_never_counted_as_errors() {
     let run = summary_json(&stress);
     registry.assert_no_errors_but_tag_races(&prewarm, "prewarm");
     registry.assert_no_errors_but_tag_races(&run, "stress");
+    // Stress mode gathers answers per wake-up only with --gather (docs/measurement.md).
+    assert!(run["checks"]["gathered"].is_null(), "{}", run["checks"]);
     let goaways = u(&prewarm["events"]["h2_goaway"]) + u(&run["events"]["h2_goaway"]);
     let refused =
         u(&prewarm["events"]["h2_refused_stream"]) + u(&run["events"]["h2_refused_stream"]);
