@@ -6,14 +6,14 @@
 //! a quarter of the CPU per GET at a slow registry's pace; none when creb-rs is the limit,
 //! step 37).
 //!
-//! Two rules keep the numbers what they were:
+//! Two rules keep creb-rs's own numbers what they were (what the registry does differs,
+//! which is why gathering is not the default):
 //! - an answer is timed from when the kernel received it (`net::arrival`), so the
 //!   window is in no latency; the first answer timed without a stamp (a TLS or reqwest
 //!   transport) turns gathering off for the rest of the run;
 //! - the window is think time added to each cycle of the closed loop, so it is held to
 //!   [`SHARE`] of the mean service time of the answers so far, at most [`MAX_WINDOW`], and
-//!   none below [`MIN_WINDOW`] (where a sleep costs more than it saves): it takes at most
-//!   that share off the rate when the registry is not the limit, and nothing when it is.
+//!   none below [`MIN_WINDOW`] (where a sleep costs more than it saves).
 //!   The arithmetic mean is the one the rate follows: each worker takes the plan's next
 //!   operation, whatever its kind, so a closed loop of N workers runs at N over the mean
 //!   cycle, the window's wait included.
