@@ -229,10 +229,10 @@ pub struct ReplayArgs {
     /// Stress mode: a worker with nothing to do waits up to a twenty-fifth of the mean
     /// service time (at most 10 ms) before it parks, to gather answers per wake-up.
     ///
-    /// A quarter less CPU per request at a slow registry's pace, none when creb-rs is the
-    /// limit (answers are ready at every wake-up then), and the next requests go out in
-    /// clumps, which a registry works on differently: docker-registry at 50 in flight as if
-    /// 40 clients were at it. Answers are timed from their arrival either way
+    /// A quarter to a third less CPU per request at a slow registry's pace, none when
+    /// creb-rs is the limit (answers are ready at every wake-up then), and the next
+    /// requests go out in clumps, which a registry works on differently: docker-registry at
+    /// 50 in flight collects garbage as beside 40 clients. Answers are timed from their arrival either way
     /// (docs/measurement.md).
     #[arg(
         hide_short_help = true,
@@ -450,6 +450,12 @@ impl ReplayConfig {
         if a.chunk_size.bytes() == 0 {
             anyhow::bail!("--chunk-size must be at least 1 byte");
         }
+        if a.gather && mode != Mode::Stress {
+            anyhow::bail!(
+                "--gather gathers answers per wake-up in stress mode (--mode stress); this run \
+                 is in delay mode, which handles every answer as it arrives"
+            );
+        }
         let upload = match a.upload {
             UploadChoice::Trace => UploadPolicy::Trace,
             UploadChoice::Monolithic => UploadPolicy::Monolithic,
@@ -580,5 +586,23 @@ mod tests {
         let err =
             crate::commands::Cli::try_parse_from(both.iter().chain(&["--no-gather"])).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        // Asked for where nothing gathers, it is a usage error, not a flag silently ignored.
+        let argv = [
+            "creb-rs",
+            "replay",
+            "t.json",
+            "--registry",
+            "http://127.0.0.1:5000",
+        ];
+        let delay = ["--mode", "delay", "--gather"];
+        let cli = crate::commands::Cli::try_parse_from(argv.iter().chain(&delay)).unwrap();
+        let crate::commands::Command::Replay(args) = cli.command else {
+            panic!("not replay")
+        };
+        let err = ReplayConfig::try_from(&*args).unwrap_err().to_string();
+        assert!(
+            err.contains("--gather") && err.contains("stress mode"),
+            "{err}"
+        );
     }
 }
