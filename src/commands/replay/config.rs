@@ -232,8 +232,8 @@ pub struct ReplayArgs {
     /// A quarter to a third less CPU per request at a slow registry's pace, none when
     /// creb-rs is the limit (answers are ready at every wake-up then), and the next
     /// requests go out in clumps, which a registry works on differently: docker-registry at
-    /// 50 in flight collects garbage as beside 40 clients. Answers are timed from their arrival either way
-    /// (docs/measurement.md).
+    /// 50 in flight collects garbage as beside 40 clients. Answers are timed from their
+    /// arrival either way (docs/measurement.md).
     #[arg(
         hide_short_help = true,
         help_heading = "Timing",
