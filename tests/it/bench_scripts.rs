@@ -4,7 +4,8 @@
 //! layers they group functions into (`scripts/lib/layers.py`) are the ones named, and the
 //! readers of profiles that docs/benchmarks.md's figures come from (a function's calls by
 //! call site, `scripts/lib/call_sites.py`; samples on atomic updates,
-//! `scripts/lib/lock_samples.py`) read their synthetic profiles back.
+//! `scripts/lib/lock_samples.py`; the code one GET runs, `scripts/lib/footprint.py`) read
+//! their synthetic profiles back.
 
 use std::path::Path;
 use std::process::Command;
@@ -55,6 +56,15 @@ fn a_function_s_calls_are_counted_by_call_site() {
     let script = root().join("scripts/lib/call_sites.py");
     let out = python(&[script.as_os_str(), "--check".as_ref()]);
     assert_eq!(out.trim(), "call_sites: ok");
+}
+
+#[test]
+fn the_code_a_get_runs_is_counted_by_line_and_page() {
+    // A synthetic callgrind profile by instruction: what runs once per GET counts, what runs
+    // once per run or once per ten GETs does not, and SHA-256's software rounds apart.
+    let script = root().join("scripts/lib/footprint.py");
+    let out = python(&[script.as_os_str(), "--check".as_ref()]);
+    assert_eq!(out.trim(), "footprint: ok");
 }
 
 #[test]
