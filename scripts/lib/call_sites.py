@@ -13,9 +13,13 @@ $N,%edx`, from `objdump -d`), and the calling function.
     call_sites.py --check     a synthetic profile and disassembly, read back
 """
 import collections
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from callgrind import records  # noqa: E402  (scripts/lib/callgrind.py)
 
 
 def calls_to(lines, target, symbol=None):
@@ -23,40 +27,12 @@ def calls_to(lines, target, symbol=None):
     calls to the function at address `target` (as valgrind names a function without a
     symbol of its own) or named `symbol`, in callgrind's format with `positions: instr
     line`."""
-    names, fn, cfn, pos, pending = {}, None, None, 0, None
     sites = collections.defaultdict(lambda: [0, 0])
-
-    def name(spec):
-        m = re.match(r"\((\d+)\)(?:\s+(.*))?", spec)
-        if not m:
-            return spec
-        if m.group(2):
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), "?")
-
-    for line in lines:
-        line = line.rstrip("\n")
-        if line.startswith("fn="):
-            fn = name(line[3:].strip())
-        elif line.startswith("cfn="):
-            cfn = name(line[4:].strip())
-        elif line.startswith("calls="):
-            pending = int(line.split("=")[1].split()[0])
-        elif line and (line[0].isdigit() or line[0] in "+-*"):
-            fields = line.split()
-            first = fields[0]
-            if first.startswith("0x"):
-                pos = int(first, 16)
-            elif first[0] in "+-":
-                pos += int(first)
-            elif first != "*":
-                pos = int(first)
-            if pending is not None:
-                if cfn is not None and (cfn == symbol or cfn.endswith("%016x" % target)):
-                    site = sites[(pos, fn)]
-                    site[0] += pending
-                    site[1] += int(fields[2]) if len(fields) > 2 else 0
-                pending = None
+    for fn, cfn, pos, count, calls in records(lines):
+        if calls is not None and cfn is not None and (cfn == symbol or cfn.endswith("%016x" % target)):
+            site = sites[(pos, fn)]
+            site[0] += calls
+            site[1] += count
     return sites
 
 

@@ -19,10 +19,10 @@ functions whose code a GET runs takes the most lines, after each build's table.
 """
 import collections
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from callgrind import records  # noqa: E402  (scripts/lib/callgrind.py)
 from layers import layer_of  # noqa: E402  (the layers, by name: scripts/lib/layers.py)
 
 SHA = "sha256 (software under valgrind)"
@@ -32,38 +32,10 @@ def counts(lines):
     """({instruction address: its own count}, {address: function}) of a callgrind profile
     with `positions: instr line` (a call's inclusive cost, the line after `calls=`, is not
     the caller's own)."""
-    names, fn, pos, skip = {}, None, 0, False
     own, where = collections.Counter(), {}
-
-    def name(spec):
-        m = re.match(r"\((\d+)\)(?:\s+(.*))?", spec)
-        if not m:
-            return spec
-        if m.group(2):
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), "?")
-
-    for line in lines:
-        line = line.rstrip("\n")
-        if line.startswith("fn="):
-            fn = name(line[3:].strip())
-        elif line.startswith("cfn="):
-            name(line[4:].strip())
-        elif line.startswith("calls="):
-            skip = True
-        elif line and (line[0].isdigit() or line[0] in "+-*"):
-            fields = line.split()
-            first = fields[0]
-            if first.startswith("0x"):
-                pos = int(first, 16)
-            elif first[0] in "+-":
-                pos += int(first)
-            elif first != "*":
-                pos = int(first)
-            if skip:
-                skip = False
-                continue
-            own[pos] += int(fields[2]) if len(fields) > 2 else 0
+    for fn, _, pos, count, calls in records(lines):
+        if calls is None:
+            own[pos] += count
             where[pos] = fn
     return own, where
 
