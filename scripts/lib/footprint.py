@@ -40,11 +40,16 @@ def counts(lines):
     return own, where
 
 
+def ran_per_get(short, long, gets):
+    """The addresses of the instructions one more GET runs, and the long run's functions."""
+    (a, _), (b, where) = short, long
+    return [pos for pos in b if (b[pos] - a.get(pos, 0)) / gets >= 0.5], where
+
+
 def per_get(short, long, gets):
     """{layer: (instructions, lines, pages)} of the code a GET runs, and "all" of them but
     SHA-256's software rounds."""
-    (a, _), (b, where) = short, long
-    ran = [pos for pos in b if (b[pos] - a.get(pos, 0)) / gets >= 0.5]
+    ran, where = ran_per_get(short, long, gets)
     by_layer = collections.defaultdict(list)
     for pos in ran:
         by_layer[layer_of(where.get(pos) or "?")].append(pos)
@@ -58,11 +63,10 @@ def per_get(short, long, gets):
 
 def functions(short, long, gets, top):
     """The `top` functions by the lines of theirs a GET runs: (lines, instructions, name)."""
-    (a, _), (b, where) = short, long
+    ran, where = ran_per_get(short, long, gets)
     by_fn = collections.defaultdict(list)
-    for pos in b:
-        if (b[pos] - a.get(pos, 0)) / gets >= 0.5:
-            by_fn[where.get(pos) or "?"].append(pos)
+    for pos in ran:
+        by_fn[where.get(pos) or "?"].append(pos)
     rows = [(len({p >> 6 for p in ps}), len(ps), fn) for fn, ps in by_fn.items()]
     rows.sort(key=lambda r: (-r[0], r[2]))
     return ["%7d lines %6d instructions  %s" % r for r in rows[:top]]
