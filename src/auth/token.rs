@@ -276,7 +276,7 @@ impl TokenFetcher {
     async fn send(&self, realm: &Url, request: HttpRequest) -> Result<Attempt, AuthError> {
         let bytes_sent = request.body.len();
         let mut timing = Timing::start(None);
-        let result = self.transport.send(request).await;
+        let result = self.transport.send(&request).await;
         timing.first_byte = Some(Instant::now());
         let answered = result.as_ref().ok().map(|r| r.status.as_u16());
         let outcome = match result {

@@ -15,6 +15,7 @@
 //! of an upload session) whether it succeeds or fails, then returns the typed result for
 //! the caller's control flow.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -637,7 +638,7 @@ impl RegistryClient {
                 };
                 let sent = sending();
                 let sent_for_op = *state.first_sent.get_or_insert(sent);
-                let result = self.inner.transport.send(attempt).await;
+                let result = self.inner.transport.send(&attempt).await;
                 let headers_at = head_arrival(&result, sent);
                 state
                     .requests
@@ -723,14 +724,27 @@ impl RegistryClient {
 
     /// One attempt of `request` to `url`: its headers without any `Authorization` of its
     /// own, and the authenticator's credentials when `url` is the registry's origin; `true`
-    /// beside it when those are still to be fetched ([`Authenticator::authorize`]).
-    fn prepare(
+    /// beside it when those are still to be fetched ([`Authenticator::authorize`]). An
+    /// attempt that changes nothing of the request (its own URL, no credentials to add and
+    /// none of its own to drop) is the request itself, borrowed.
+    fn prepare<'r>(
         &self,
-        request: &HttpRequest,
+        request: &'r HttpRequest,
         url: &ReqUrl,
         on_origin: bool,
         scope: &AccessScope,
-    ) -> (HttpRequest, bool) {
+    ) -> (Cow<'r, HttpRequest>, bool) {
+        let ready = if on_origin {
+            self.inner.auth.ready(scope)
+        } else {
+            Ready::Nothing
+        };
+        if matches!(ready, Ready::Nothing)
+            && std::ptr::eq(url, &request.url)
+            && !request.headers.contains_key(&AUTHORIZATION)
+        {
+            return (Cow::Borrowed(request), false);
+        }
         // The request's own lines, held inline: a copy without an allocation.
         let mut headers = request.headers.clone();
         headers.remove(&AUTHORIZATION);
@@ -740,28 +754,27 @@ impl RegistryClient {
             headers,
             body: request.body.clone(),
         };
-        if on_origin {
-            match self.inner.auth.ready(scope) {
-                Ready::Nothing => {}
-                Ready::Header(h) => {
-                    attempt.headers.insert(AUTHORIZATION, h);
-                }
-                Ready::Later => return (attempt, true),
+        match ready {
+            Ready::Nothing => {}
+            Ready::Header(h) => {
+                attempt.headers.insert(AUTHORIZATION, h);
             }
+            Ready::Later => return (Cow::Owned(attempt), true),
         }
-        (attempt, false)
+        (Cow::Owned(attempt), false)
     }
 
     /// `attempt` with the credentials still to be fetched (a token): a rare path, boxed with
     /// the attempt, as is every wait the exchange's future need not hold inline.
     fn authorized<'a>(
         &'a self,
-        mut attempt: HttpRequest,
+        attempt: Cow<'a, HttpRequest>,
         scope: &'a AccessScope,
-    ) -> futures_util::future::BoxFuture<'a, Result<HttpRequest, ClientError>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<Cow<'a, HttpRequest>, ClientError>> {
         Box::pin(async move {
+            let mut attempt = attempt.into_owned();
             self.inner.auth.authorize(&mut attempt, scope).await?;
-            Ok(attempt)
+            Ok(Cow::Owned(attempt))
         })
     }
 

@@ -159,24 +159,32 @@ impl HyperTransport {
 
 impl Transport for HyperTransport {
     #[allow(clippy::too_many_lines)]
-    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
-        // Taken apart before the future: taken apart inside, the request would be held
-        // twice (as captured and as its parts).
-        let HttpRequest {
-            method,
-            url,
-            mut headers,
-            body,
-        } = request;
+    fn send<'a>(
+        &'a self,
+        request: &'a HttpRequest,
+    ) -> BoxFuture<'a, Result<HttpResponse, TransportError>> {
         // Made in its heap slot: built on the stack first, all of its 1.2 kB would be
         // copied there for every request.
         boxed_in_place(|| async move {
+            let HttpRequest {
+                method,
+                url,
+                headers,
+                body,
+            } = request;
             let length = body.len();
-            if !matches!(body, RequestBody::Empty)
+            // Only a request that carries a length is copied to add it.
+            let with_length;
+            let headers = if !matches!(body, RequestBody::Empty)
                 || matches!(method.as_str(), "PUT" | "POST" | "PATCH")
             {
-                headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            }
+                let mut h = headers.clone();
+                h.insert(CONTENT_LENGTH, HeaderValue::from(length));
+                with_length = h;
+                &with_length
+            } else {
+                headers
+            };
             // A request naming no `User-Agent` is sent with the transport's: written into
             // the head on plain HTTP, inserted for hyper otherwise.
             let user_agent = (!headers.contains_key(USER_AGENT)).then_some(&self.user_agent);
@@ -184,10 +192,10 @@ impl Transport for HyperTransport {
             // counts as sent at once and is tracked here, without an allocation.
             let (body, shared) = match body {
                 RequestBody::Empty => (BodyKind::Empty, None),
-                RequestBody::Bytes(b) => (BodyKind::Bytes(Some(b)), None),
+                RequestBody::Bytes(b) => (BodyKind::Bytes(Some(b.clone())), None),
                 RequestBody::Content { spec, range, tap } => {
                     let progress = Arc::new(Progress::start(true));
-                    let reader = spec.reader(range).tapped(tap);
+                    let reader = spec.reader(range.clone()).tapped(tap.clone());
                     let chunks = ProgressReader::new(reader, Arc::clone(&progress));
                     let body = BodyKind::Content(Box::new(ContentBody {
                         chunks,
@@ -209,9 +217,9 @@ impl Transport for HyperTransport {
                 // HTTP/1.1 on a connection of our own: the request line carries the path
                 // and query only; the pool adds `Host`.
                 let req = PlainRequest {
-                    method: &method,
+                    method,
                     target: url.target(),
-                    headers: &headers,
+                    headers,
                     user_agent,
                     deadlines: Some((progress, config)),
                 };
@@ -221,14 +229,15 @@ impl Transport for HyperTransport {
                     .with_idle_timeout(config.body_idle_timeout)
                     .with_deadline(progress.end_by(config), config.request_deadline));
             }
+            // hyper takes its request's parts by value.
+            let mut headers = headers.clone();
             if let Some(agent) = user_agent {
                 headers.insert(USER_AGENT, agent.clone());
             }
             let mut req = http::Request::new(ReqBody(body));
-            *req.method_mut() = method;
+            *req.method_mut() = method.clone();
             *req.headers_mut() = headers.into_map();
-            // The URL's own string becomes the URI's buffer: no copy.
-            *req.uri_mut() = uri_of(String::from(url.into_url()))?;
+            *req.uri_mut() = uri_of(String::from(url.clone().into_url()))?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
             let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
             let (parts, incoming) = response.into_parts();

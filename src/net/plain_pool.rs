@@ -940,7 +940,7 @@ mod tests {
     }
 
     async fn get(t: &HyperTransport, method: Method, url: Url) -> (StatusCode, Bytes) {
-        let response = t.send(HttpRequest::new(method, url)).await.unwrap();
+        let response = t.send(&HttpRequest::new(method, url)).await.unwrap();
         let status = response.status;
         (status, response.bytes_limited(1 << 20).await.unwrap())
     }
@@ -985,7 +985,8 @@ mod tests {
             // In a task: the reads are noted for the task that made them.
             tokio::spawn(async move {
                 let sent = Instant::now();
-                let mut send = t.send(HttpRequest::new(Method::GET, url));
+                let request = HttpRequest::new(Method::GET, url);
+                let mut send = t.send(&request);
                 assert!(
                     tokio::time::timeout(Duration::from_millis(1), &mut send)
                         .await
@@ -1033,7 +1034,7 @@ mod tests {
         // Empty bodies give the connection back even when nobody reads them.
         for _ in 0..3 {
             let response = t
-                .send(HttpRequest::new(Method::HEAD, server.url("/bytes/10")))
+                .send(&HttpRequest::new(Method::HEAD, server.url("/bytes/10")))
                 .await
                 .unwrap();
             assert_eq!(response.header("content-length"), Some("10"));
@@ -1054,7 +1055,7 @@ mod tests {
             http::header::USER_AGENT,
             HeaderValue::from_static("other/2"),
         );
-        let response = t.send(own).await.unwrap();
+        let response = t.send(&own).await.unwrap();
         assert_eq!(
             response.bytes_limited(1 << 20).await.unwrap(),
             &b"other/2"[..]
@@ -1066,7 +1067,7 @@ mod tests {
         let server = Server::start().await;
         let t = transport(8);
         let response = t
-            .send(HttpRequest::new(Method::GET, server.url("/bytes/100000")))
+            .send(&HttpRequest::new(Method::GET, server.url("/bytes/100000")))
             .await
             .unwrap();
         drop(response);
@@ -1163,7 +1164,7 @@ mod tests {
         }
         let started = Instant::now();
         let err = t
-            .send(HttpRequest::new(Method::GET, server.url("/hang")))
+            .send(&HttpRequest::new(Method::GET, server.url("/hang")))
             .await
             .unwrap_err();
         let took = started.elapsed();
@@ -1218,7 +1219,7 @@ mod tests {
         let t = transport(8);
         let url = Url::parse(&format!("http://127.0.0.1:{port}/v2/")).unwrap();
         let err = t
-            .send(HttpRequest::new(Method::GET, url))
+            .send(&HttpRequest::new(Method::GET, url))
             .await
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Connect, "{err}");

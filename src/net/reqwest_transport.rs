@@ -67,11 +67,13 @@ fn body_of(request: &mut HttpRequest, progress: &Arc<Progress>) -> Option<reqwes
 }
 
 impl Transport for ReqwestTransport {
-    fn send(
-        &self,
-        mut request: HttpRequest,
-    ) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+    fn send<'a>(
+        &'a self,
+        request: &'a HttpRequest,
+    ) -> BoxFuture<'a, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
+            // reqwest takes its request's parts by value.
+            let mut request = request.clone();
             let progress = Arc::new(Progress::start(matches!(
                 request.body,
                 RequestBody::Content { .. }

@@ -104,9 +104,12 @@ impl ScriptedTransport {
 }
 
 impl Transport for ScriptedTransport {
-    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+    fn send<'a>(
+        &'a self,
+        request: &'a HttpRequest,
+    ) -> BoxFuture<'a, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
-            let response = (self.handler)(&request);
+            let response = (self.handler)(request);
             let body_len = match &request.body {
                 RequestBody::Content { spec, range, tap } => {
                     // Produce the bytes like a real send would, so content bugs surface.

@@ -288,7 +288,12 @@ pub const DRAIN_LIMIT: u64 = 1 << 20;
 
 /// Sends one HTTP request and resolves when its response headers arrive.
 pub trait Transport: Send + Sync + fmt::Debug {
-    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
+    /// Borrowed: an exchange keeps its request for a retry or a redirect, and an attempt
+    /// that adds nothing to it is sent as it is, not copied.
+    fn send<'a>(
+        &'a self,
+        request: &'a HttpRequest,
+    ) -> BoxFuture<'a, Result<HttpResponse, TransportError>>;
 
     /// What the transport knows of its connections to `origin` (`scheme://host:port`):
     /// how many it opened and what they negotiated. `None` when it does not track them.
