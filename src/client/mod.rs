@@ -1083,6 +1083,37 @@ mod tests {
     use crate::metrics::AggregatorBuilder;
     use crate::net::scripted::{ScriptedResponse, ScriptedTransport};
 
+    /// An attempt is the request itself only when it changes nothing of it: a request that
+    /// carries an `Authorization` of its own is sent without it (a caller's credentials
+    /// never go out beside the authenticator's), its other lines as they are.
+    #[tokio::test]
+    async fn an_authorization_of_the_request_s_own_is_never_sent() {
+        let t = ScriptedTransport::new(|_| ScriptedResponse::status(200));
+        let (c, handle) = client(t.clone());
+        let scope = AccessScope::pull(&repo());
+        for own in [false, true] {
+            let mut request = HttpRequest::new(Method::GET, c.url(&["/v2/a/b/tags/list"]));
+            request
+                .headers
+                .insert(http::header::ACCEPT, HeaderValue::from_static("a/b"));
+            if own {
+                request
+                    .headers
+                    .insert(AUTHORIZATION, HeaderValue::from_static("Basic c2VjcmV0"));
+            }
+            let ex = c.exchange(request, &scope, true).await.unwrap();
+            assert_eq!(ex.response.status, StatusCode::OK);
+        }
+        let seen = t.requests();
+        assert_eq!(seen.len(), 2);
+        for r in &seen {
+            assert!(r.headers.get(AUTHORIZATION).is_none(), "{:?}", r.headers);
+            assert_eq!(r.headers.get(http::header::ACCEPT).unwrap(), "a/b");
+        }
+        drop(c);
+        handle.finish().await;
+    }
+
     #[tokio::test]
     async fn throttling_is_its_own_error_class_with_retry_after() {
         let t = ScriptedTransport::new(|_| {
