@@ -33,7 +33,7 @@ use super::classify::{body_kind, classify_chain, describe_chain, unprocessed_of}
 use super::config::{TransportBuildError, TransportConfig, MIN_READ_BUFFER};
 use super::deadline::{within_deadlines, Progress, ProgressReader};
 use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
-use super::plain_pool::{PlainPool, PlainRequest, PoolSettings};
+use super::plain_pool::{PlainBody, PlainPool, PlainRequest, PoolSettings};
 use super::req_body::{BodyKind, ContentBody, ReqBody};
 use super::transport::{
     boxed_in_place, HttpRequest, HttpResponse, RequestBody, Transport, TransportError,
@@ -224,10 +224,17 @@ impl Transport for HyperTransport {
                     deadlines: Some((progress, config)),
                 };
                 let (head, body) = self.plain.send(url.origin(), req, body).await?;
-                return Ok(HttpResponse::new(head.status, head.headers, Box::pin(body))
-                    .with_version(head.version)
-                    .with_idle_timeout(config.body_idle_timeout)
-                    .with_deadline(progress.end_by(config), config.request_deadline));
+                let response = match body {
+                    PlainBody::Whole(whole) => {
+                        HttpResponse::whole(head.status, head.headers, whole)
+                    }
+                    PlainBody::Pooled(body) => {
+                        HttpResponse::new(head.status, head.headers, Box::pin(body))
+                            .with_idle_timeout(config.body_idle_timeout)
+                            .with_deadline(progress.end_by(config), config.request_deadline)
+                    }
+                };
+                return Ok(response.with_version(head.version));
             }
             // hyper takes its request's parts by value.
             let mut headers = headers.clone();

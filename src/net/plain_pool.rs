@@ -453,14 +453,15 @@ impl PlainPool {
     }
 
     /// Sends `req` to `url`'s origin (its path and query the request's target) and resolves
-    /// when the response head has arrived; the returned body reads the rest from the
-    /// connection and gives it back at its end.
+    /// when the response head has arrived, with the body whole when it came with the head;
+    /// else the returned body reads the rest from the connection and gives it back at its
+    /// end.
     pub(crate) async fn send(
         self: &Arc<Self>,
         url: &Url,
         req: PlainRequest<'_>,
         body: BodyKind,
-    ) -> Result<(Head, PooledBody), TransportError> {
+    ) -> Result<(Head, PlainBody), TransportError> {
         let authority = &url[Position::BeforeHost..Position::AfterPort];
         let (origin, host, idle) = self.checkout(authority)?;
         let mut conn = match (idle, req.deadlines) {
@@ -494,26 +495,56 @@ impl PlainPool {
             None => exchange.await?,
         };
         conn.timer = timer;
-        let framing = h1::framing(req.method, &head)
+        let body = self.body_of(origin, conn, req.method, &head)?;
+        Ok((head, body))
+    }
+
+    /// The body `head` announces, on `conn`: whole when it came with the head (a
+    /// manifest's, an error's, none at all), and the connection goes back at once with no
+    /// stream to poll through; else to be read from the connection.
+    fn body_of(
+        self: &Arc<Self>,
+        origin: usize,
+        mut conn: Box<Conn>,
+        method: &Method,
+        head: &Head,
+    ) -> Result<PlainBody, TransportError> {
+        let framing = h1::framing(method, head)
             .map_err(|e| TransportError::new(ErrorKind::Protocol, e.to_string()))?;
-        let keep = h1::keep_alive(&head, framing);
+        let keep = h1::keep_alive(head, framing);
         let state = match framing {
-            Framing::Empty | Framing::Length(0) => Body::Ended,
+            Framing::Empty => Body::Ended,
             Framing::Length(n) => Body::Length(n),
             Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
             Framing::Close => Body::UntilClose,
         };
-        let mut body = PooledBody {
+        let whole = match state {
+            Body::Ended => Some(Bytes::new()),
+            Body::Length(n) if n <= conn.read.len() as u64 => {
+                #[allow(clippy::cast_possible_truncation)] // at most the buffer's length
+                Some(conn.read.split_to(n as usize).freeze())
+            }
+            _ => None,
+        };
+        if let Some(whole) = whole {
+            self.settle(origin, conn, keep);
+            return Ok(PlainBody::Whole(whole));
+        }
+        Ok(PlainBody::Pooled(PooledBody {
             state,
             conn: Some(conn),
             keep,
             origin,
             pool: Arc::clone(self),
-        };
-        if body.state == Body::Ended {
-            body.release();
+        }))
+    }
+
+    /// Gives `conn` back to `origin`'s idle list at its answer's end, when it `keep`s alive
+    /// and holds nothing past the answer (bytes past it answer nothing: it is closed).
+    fn settle(&self, origin: usize, conn: Box<Conn>, keep: bool) {
+        if keep && conn.read.is_empty() {
+            self.give_back(origin, conn);
         }
-        Ok((head, body))
     }
 
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
@@ -681,6 +712,14 @@ enum Body {
     Ended,
 }
 
+/// A response body as [`PlainPool::send`] hands it over.
+pub(crate) enum PlainBody {
+    /// All of it, read with the head; its connection is back in the pool.
+    Whole(Bytes),
+    /// The rest to read from the connection.
+    Pooled(PooledBody),
+}
+
 /// A response body read from its connection, which goes back to the pool at the body's
 /// end.
 pub(crate) struct PooledBody {
@@ -697,10 +736,7 @@ impl PooledBody {
     fn release(&mut self) {
         self.state = Body::Ended;
         if let Some(conn) = self.conn.take() {
-            // Bytes past the end of the answer are not an answer to anything: close.
-            if self.keep && conn.read.is_empty() {
-                self.pool.give_back(self.origin, conn);
-            }
+            self.pool.settle(self.origin, conn, self.keep);
         }
     }
 
@@ -841,8 +877,8 @@ mod tests {
 
     /// A server answering `GET /bytes/N` with N bytes, `HEAD` with the length only,
     /// `/host` with the request's `Host` header, `/agent` with its `User-Agent` lines (joined
-    /// by `|`), and `/bytes/N/close` with N bytes on a
-    /// connection it closes 20 ms later without saying so.
+    /// by `|`), `/bytes/N/close` with N bytes on a connection it closes 20 ms later
+    /// without saying so, and `/extra` with its `Host` and two bytes past the answer's end.
     struct Server {
         addr: SocketAddr,
         accepted: Arc<AtomicUsize>,
@@ -920,6 +956,9 @@ mod tests {
             let mut out = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
             if method != "HEAD" {
                 out.push_str(std::str::from_utf8(&body).unwrap());
+            }
+            if path == "/extra" {
+                out.push_str("zz");
             }
             if stream.write_all(out.as_bytes()).await.is_err() {
                 return;
@@ -1081,6 +1120,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_that_brings_bytes_past_its_answer_is_not_reused() {
+        let server = Server::start().await;
+        let t = transport(8);
+        let (_, host) = get(&t, Method::GET, server.url("/extra")).await;
+        assert_eq!(host, server.addr.to_string().as_bytes());
+        let (_, body) = get(&t, Method::GET, server.url("/bytes/3")).await;
+        assert_eq!(&body[..], b"xxx");
+        assert_eq!(server.accepted(), 2, "bytes that answer nothing close it");
+    }
+
+    #[tokio::test]
     async fn an_idle_connection_the_server_closed_is_replaced_without_an_error() {
         let server = Server::start().await;
         let t = transport(8);
@@ -1202,10 +1252,12 @@ mod tests {
                 user_agent: None,
                 deadlines: None,
             };
-            let (_, mut body) = pool.send(&url, req, BodyKind::Empty).await.unwrap();
-            while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
-                chunk.unwrap();
-            }
+            let (_, body) = pool.send(&url, req, BodyKind::Empty).await.unwrap();
+            // Four bytes come in the head's read: the connection is back at once.
+            let PlainBody::Whole(whole) = body else {
+                panic!("a body read with its head is handed over whole");
+            };
+            assert_eq!(whole.len(), 4);
         }
         assert_eq!(server.accepted(), 2);
     }

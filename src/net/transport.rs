@@ -135,13 +135,21 @@ impl TransportError {
 /// The body of a response as a stream of chunks.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> + Send>>;
 
+/// A response body: read on demand, or all of it at hand.
+enum Body {
+    /// Arrived with the head (a small answer read in the head's read; `None` once taken,
+    /// or for an empty body): nothing to wait for, no stream or timer to make.
+    Whole(Option<Bytes>),
+    Stream(BodyStream),
+}
+
 /// A response whose headers have arrived; the body is read on demand.
 pub struct HttpResponse {
     pub status: StatusCode,
     pub headers: Headers,
     /// The HTTP version the response came in (HTTP/1.1 unless the transport says).
     pub version: Version,
-    body: BodyStream,
+    body: Body,
     idle_timeout: Option<Duration>,
     /// When the whole exchange must be over (`--request-deadline`), body included.
     end_by: Option<(Instant, Duration)>,
@@ -162,7 +170,19 @@ impl HttpResponse {
             status,
             headers: headers.into(),
             version: Version::HTTP_11,
-            body,
+            body: Body::Stream(body),
+            idle_timeout: None,
+            end_by: None,
+        }
+    }
+
+    /// A response whose whole body arrived with its head (empty: no body).
+    pub fn whole(status: StatusCode, headers: impl Into<Headers>, body: Bytes) -> Self {
+        HttpResponse {
+            status,
+            headers: headers.into(),
+            version: Version::HTTP_11,
+            body: Body::Whole((!body.is_empty()).then_some(body)),
             idle_timeout: None,
             end_by: None,
         }
@@ -189,11 +209,14 @@ impl HttpResponse {
 
     /// The next chunk of the body, or `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
+        let body = match &mut self.body {
+            Body::Whole(whole) => return Ok(whole.take()),
+            Body::Stream(stream) => stream,
+        };
         // A chunk the body has ready (a small body read with its head, the rest of a
         // buffer) is taken without reading the clock or making a timer: a timeout polls its
         // future before its timer, so a ready chunk is never timed out anyway. Only a body
         // that has to wait is timed.
-        let body = &mut self.body;
         let ready = std::future::poll_fn(|cx| {
             Poll::Ready(match body.as_mut().poll_next(cx) {
                 Poll::Ready(next) => Some(next),
@@ -206,12 +229,12 @@ impl HttpResponse {
         }
         let idle = self.idle_timeout.map(|t| Instant::now() + t);
         let (at, deadline) = match (idle, self.end_by) {
-            (None, None) => return self.body.next().await.transpose(),
+            (None, None) => return body.next().await.transpose(),
             (Some(i), Some((end, d))) if end <= i => (end, Some(d)),
             (Some(i), _) => (i, None),
             (None, Some((end, d))) => (end, Some(d)),
         };
-        match tokio::time::timeout_at(at, self.body.next()).await {
+        match tokio::time::timeout_at(at, body.next()).await {
             Ok(next) => next.transpose(),
             Err(_) => {
                 let why = match (deadline, self.idle_timeout) {
@@ -228,15 +251,19 @@ impl HttpResponse {
 
     /// Reads the whole body, failing once it exceeds `limit` bytes.
     pub async fn bytes_limited(mut self, limit: usize) -> Result<Bytes, TransportError> {
+        if let Body::Whole(whole) = &mut self.body {
+            let whole = whole.take().unwrap_or_default();
+            if whole.len() > limit {
+                return Err(too_large(limit));
+            }
+            return Ok(whole);
+        }
         let mut first: Option<Bytes> = None;
         let mut buf: Vec<u8> = Vec::new();
         while let Some(chunk) = self.chunk().await? {
             let total = first.as_ref().map_or(0, |b| b.len()) + buf.len() + chunk.len();
             if total > limit {
-                return Err(TransportError::new(
-                    ErrorKind::TooLarge,
-                    format!("response body larger than {limit} bytes"),
-                ));
+                return Err(too_large(limit));
             }
             match first.take() {
                 None if buf.is_empty() => first = Some(chunk),
@@ -272,6 +299,14 @@ impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get_str(name)
     }
+}
+
+/// A body past `limit` bytes, refused.
+fn too_large(limit: usize) -> TransportError {
+    TransportError::new(
+        ErrorKind::TooLarge,
+        format!("response body larger than {limit} bytes"),
+    )
 }
 
 /// Why an exchange that outlived `--request-deadline` failed.
