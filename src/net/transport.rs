@@ -373,6 +373,22 @@ mod tests {
         );
     }
 
+    /// A body that came with its head is taken once, whole, and limited as a streamed one.
+    #[tokio::test]
+    async fn a_whole_body_is_taken_once_and_limited() {
+        let body = Bytes::from_static(b"abcdef");
+        let mut resp = HttpResponse::whole(StatusCode::OK, HeaderMap::new(), body.clone());
+        assert_eq!(resp.chunk().await.unwrap(), Some(body.clone()));
+        assert_eq!(resp.chunk().await.unwrap(), None);
+        let resp = HttpResponse::whole(StatusCode::OK, HeaderMap::new(), body.clone());
+        assert_eq!(resp.bytes_limited(6).await.unwrap(), body);
+        let resp = HttpResponse::whole(StatusCode::OK, HeaderMap::new(), body);
+        let err = resp.bytes_limited(5).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::TooLarge);
+        let empty = HttpResponse::whole(StatusCode::NO_CONTENT, HeaderMap::new(), Bytes::new());
+        assert_eq!(empty.drain().await.unwrap(), 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_body_times_out() {
         let stalled: BodyStream = Box::pin(futures_util::stream::pending());
