@@ -244,7 +244,8 @@ impl Transport for HyperTransport {
             let mut req = http::Request::new(ReqBody(body));
             *req.method_mut() = method.clone();
             *req.headers_mut() = headers.into_map();
-            *req.uri_mut() = uri_of(String::from(url.clone().into_url()))?;
+            // Joined once (kept by the request for a retry), copied once into the URI.
+            *req.uri_mut() = uri_of(url.as_str())?;
             let send = async { self.client.request(req).await.map_err(|e| classify(&e)) };
             let response = within_deadlines(std::pin::pin!(send), progress, config).await?;
             let (parts, incoming) = response.into_parts();
