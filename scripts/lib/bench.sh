@@ -68,6 +68,48 @@ YAML
   reg="http://127.0.0.1:$port"
 }
 
+# Starts nginx (one worker, no access log) serving the manifest at `url` (a registry's
+# v2/bench/one/manifests/t1), fetched once with Accept `accept`, as a static file at the same
+# path with the registry's headers: its type and its Docker-Content-Digest. A generator is
+# then the limit, not the server (section 4 of bench-compare, `NGINX=1 scripts/bench-floor`).
+# Sets $nginx_pid and $ngx, its URL.
+start_nginx_manifest() { # url accept
+  local url=$1 accept=$2 port digest
+  port=$(free_port)
+  mkdir -p "$work/www/v2/bench/one/manifests" "$work/nginx-tmp"
+  echo '{}' >"$work/www/v2/index.html"
+  curl -sf -H "Accept: $accept" "$url" >"$work/www/v2/bench/one/manifests/t1"
+  digest="sha256:$(sha256sum "$work/www/v2/bench/one/manifests/t1" | cut -d' ' -f1)"
+  chmod -R a+rX "$work"
+  cat >"$work/nginx.conf" <<NGINX
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx-tmp;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$port;
+    root $work/www;
+    index index.html;
+    location /v2/bench/one/manifests/ {
+      default_type $accept;
+      add_header Docker-Content-Digest $digest;
+    }
+  }
+}
+NGINX
+  nginx -p "$work" -c "$work/nginx.conf" &
+  nginx_pid=$!
+  servers+=("$nginx_pid")
+  wait_port "$port" nginx
+  ngx="http://127.0.0.1:$port"
+}
+
 # Lines in the registry's log so far: where a run's garbage collections start (gc_since).
 gc_mark() {
   wc -l <"$work/registry.log"
