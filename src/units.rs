@@ -146,6 +146,16 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The ending of a counted noun: `""` for one, `"s"` for any other count ("1 core",
+/// "2 cores").
+pub fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 /// `1234567` → `1,234,567`.
 pub fn grouped(n: u64) -> String {
     let digits = n.to_string();

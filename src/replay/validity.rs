@@ -103,24 +103,25 @@ pub(super) fn validity_warnings(
                 warnings,
                 "generator_bottleneck",
                 format!(
-                    "creb-rs used {:.0}% of {} cores: the numbers may measure the generator; use more hosts (--shard) or fewer in flight",
+                    "creb-rs used {:.0}% of {}: the numbers may measure the generator; use more hosts (--shard) or fewer in flight",
                     share * 100.0,
-                    checks.cores
+                    cores_text(checks.cores)
                 ),
             );
         }
     }
-    if let Some(wake) = &checks.canary_wake_ms {
-        if let Some(p99) = wake.p99.filter(|p| *p > 10.0) {
-            warn(
-                warnings,
-                "generator_stalls",
-                format!(
-                    "the runtime woke up to {:.1} ms late (p99) for a 10 ms sleep: scheduling on this machine is unreliable",
-                    p99
-                ),
-            );
-        }
+    // A 10 ms sleep that woke more than 10 ms late at p99: the runtime stalled.
+    let stall_p99 = checks
+        .canary_wake_ms
+        .as_ref()
+        .and_then(|w| w.p99)
+        .filter(|p| *p > 10.0);
+    if let Some(p99) = stall_p99 {
+        warn(
+            warnings,
+            "generator_stalls",
+            stall_message(p99, checks.cpu_share, checks.cores),
+        );
     }
     if cfg.mode == Mode::Delay {
         let mut late = 0u64;
@@ -140,8 +141,11 @@ pub(super) fn validity_warnings(
             warn(
                 warnings,
                 "schedule_slipped",
-                format!(
-                    "{late} of {ops} operations started more than 10 ms late; raise --concurrency or lower --speed to replay the trace's timing"
+                slip_message(
+                    late,
+                    ops,
+                    checks.cap_binding_share > 0.05,
+                    stall_p99.is_some(),
                 ),
             );
         }
@@ -190,5 +194,97 @@ pub(super) fn validity_warnings(
                 format!("started {skew:.1} ms away from --start-at; check the clock (chrony) of this host"),
             );
         }
+    }
+}
+
+/// The `generator_stalls` warning: a late wake-up has two causes the canary cannot tell
+/// apart — creb-rs's own work holding its runtime (an unoptimized build, more in flight than
+/// its cores carry) or a machine that did not give it a core in time (other load, a shared
+/// or throttled host) — so the message names both, with the CPU share that weighs between
+/// them, and what it did to the timings.
+fn stall_message(p99_ms: f64, cpu_share: Option<f64>, cores: usize) -> String {
+    let used = cpu_share.map_or(String::new(), |share| {
+        format!(
+            " while creb-rs used {:.0}% of {}",
+            share * 100.0,
+            cores_text(cores)
+        )
+    });
+    format!(
+        "the runtime woke up to {p99_ms:.1} ms late (p99) for a 10 ms sleep{used}: its own work \
+         held it or the machine did not give it a core in time, and a request it scheduled \
+         could start as late"
+    )
+}
+
+/// "1 core", "2 cores".
+fn cores_text(cores: usize) -> String {
+    format!("{cores} core{}", crate::units::plural(cores))
+}
+
+/// The `schedule_slipped` warning, its advice by what held the operations back: the
+/// in-flight cap (`concurrency_cap_binding`), a runtime that woke late (`generator_stalls`),
+/// or, when neither did, the pace asked for.
+fn slip_message(late: u64, ops: u64, cap_binding: bool, stalled: bool) -> String {
+    let mut causes = Vec::new();
+    if cap_binding {
+        causes.push("the in-flight cap held them (raise --concurrency)");
+    }
+    if stalled {
+        causes.push(
+            "creb-rs's runtime woke late (generator_stalls): an optimized build, more hosts \
+             (--shard) or a machine with cores to spare keeps the timing",
+        );
+    }
+    if causes.is_empty() {
+        format!(
+            "{late} of {ops} operations started more than 10 ms late; raise --concurrency or \
+             lower --speed to replay the trace's timing"
+        )
+    } else {
+        format!(
+            "{late} of {ops} operations started more than 10 ms late: {}",
+            causes.join("; ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{slip_message, stall_message};
+
+    #[test]
+    fn a_slipped_schedule_is_advised_by_what_held_it_back() {
+        assert_eq!(
+            slip_message(172, 624, false, false),
+            "172 of 624 operations started more than 10 ms late; raise --concurrency or lower \
+             --speed to replay the trace's timing"
+        );
+        let stalled = slip_message(172, 624, false, true);
+        assert!(
+            stalled.contains("runtime woke late (generator_stalls)"),
+            "{stalled}"
+        );
+        assert!(!stalled.contains("raise --concurrency"), "{stalled}");
+        let both = slip_message(10, 100, true, true);
+        assert!(
+            both.starts_with("10 of 100 operations started more than 10 ms late: the in-flight cap held them (raise --concurrency); creb-rs's runtime woke late"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn a_stall_names_both_causes_and_the_cpu_share_between_them() {
+        let m = stall_message(37.54, Some(0.412), 2);
+        assert_eq!(
+            m,
+            "the runtime woke up to 37.5 ms late (p99) for a 10 ms sleep while creb-rs used \
+             41% of 2 cores: its own work held it or the machine did not give it a core in \
+             time, and a request it scheduled could start as late"
+        );
+        assert!(stall_message(20.0, Some(0.64), 1).contains("used 64% of 1 core: "));
+        let m = stall_message(12.0, None, 4);
+        assert!(m.starts_with("the runtime woke up to 12.0 ms late (p99) for a 10 ms sleep: "));
+        assert!(!m.contains("unreliable"), "{m}");
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::analysis::trace::{SampleReport, Validation};
 use crate::trace::synth::{format_ms, Profile, SynthStats};
-use crate::units::grouped;
+use crate::units::{grouped, plural};
 
 /// `trace sample --json`.
 #[derive(Debug, Serialize)]
@@ -105,14 +105,6 @@ impl Validated {
             records: v.records,
             valid: v.is_ok(),
         }
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
     }
 }
 
