@@ -110,6 +110,8 @@ pub(super) fn validity_warnings(
             );
         }
     }
+    // Operations waited for a slot more than a twentieth of the run.
+    let cap_binding = checks.cap_binding_share > 0.05;
     // A 10 ms sleep that woke more than 10 ms late at p99: the runtime stalled.
     let stall_p99 = checks
         .canary_wake_ms
@@ -141,15 +143,10 @@ pub(super) fn validity_warnings(
             warn(
                 warnings,
                 "schedule_slipped",
-                slip_message(
-                    late,
-                    ops,
-                    checks.cap_binding_share > 0.05,
-                    stall_p99.is_some(),
-                ),
+                slip_message(late, ops, cap_binding, stall_p99.is_some()),
             );
         }
-        if checks.cap_binding_share > 0.05 {
+        if cap_binding {
             warn(
                 warnings,
                 "concurrency_cap_binding",
