@@ -110,6 +110,24 @@ NGINX
   ngx="http://127.0.0.1:$port"
 }
 
+# Starts examples/paced_server.rs ($paced_bin, built by the caller) serving the manifest at
+# `url` (fetched once with Accept `accept`) at the same path with the registry's headers: each
+# GET answered `delay_ms` after its request, after writing over `work_kib` KiB of the server's
+# memory `passes` times (a registry's pace without its garbage collector or its disk,
+# `scripts/bench-floor` PACED= and EVICT=). Sets $paced_pid and $paced, its URL.
+start_paced_server() { # url accept delay_ms work_kib passes
+  local url=$1 accept=$2 port digest path
+  port=$(free_port)
+  path=/${url#*://*/}
+  curl -sf -H "Accept: $accept" "$url" >"$work/paced-manifest"
+  digest="sha256:$(sha256sum "$work/paced-manifest" | cut -d' ' -f1)"
+  "$paced_bin" "127.0.0.1:$port" "$path" "$work/paced-manifest" "$accept" "$digest" "$3" "$4" "$5" &
+  paced_pid=$!
+  servers+=("$paced_pid")
+  wait_port "$port" paced_server
+  paced="http://127.0.0.1:$port"
+}
+
 # Lines in the registry's log so far: where a run's garbage collections start (gc_since).
 gc_mark() {
   wc -l <"$work/registry.log"
