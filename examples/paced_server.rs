@@ -37,15 +37,6 @@ const MAX_HEAD: usize = 16 * 1024;
 /// Bytes between two writes of the work: one per 64-byte line.
 const LINE: usize = 64;
 
-/// The allocator of the creb-rs binary, as in `floor_client`.
-#[cfg(all(
-    not(feature = "system-alloc"),
-    not(target_env = "msvc"),
-    target_pointer_width = "64"
-))]
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 /// What every connection answers with, and how it paces its GETs.
 struct Server {
     /// `<path> ` as a request line goes on after its method.
