@@ -166,7 +166,8 @@ thread_local! {
 
 /// Writes one byte in each 64-byte line of `bytes` bytes of this thread's work area,
 /// `passes` times: the first pass pushes what a generator ran on the same core out of the
-/// caches up to the area's size, the others give the GET its CPU time.
+/// caches up to the area's size, the others give the GET its CPU time. It runs on the
+/// runtime's worker, as a registry's handler does its work on the thread serving the request.
 fn evict(bytes: usize, passes: usize) {
     if bytes == 0 || passes == 0 {
         return;

@@ -68,6 +68,13 @@ YAML
   reg="http://127.0.0.1:$port"
 }
 
+# Fetches the manifest at `url` with Accept `accept` into `file` and prints its digest (the
+# servers that stand in for the registry send it as Docker-Content-Digest).
+fetch_manifest() { # url accept file
+  curl -sf -H "Accept: $2" "$1" >"$3"
+  echo "sha256:$(sha256sum "$3" | cut -d' ' -f1)"
+}
+
 # Starts nginx (one worker, no access log) serving the manifest at `url` (a registry's
 # v2/bench/one/manifests/t1), fetched once with Accept `accept`, as a static file at the same
 # path with the registry's headers: its type and its Docker-Content-Digest. A generator is
@@ -78,8 +85,7 @@ start_nginx_manifest() { # url accept
   port=$(free_port)
   mkdir -p "$work/www/v2/bench/one/manifests" "$work/nginx-tmp"
   echo '{}' >"$work/www/v2/index.html"
-  curl -sf -H "Accept: $accept" "$url" >"$work/www/v2/bench/one/manifests/t1"
-  digest="sha256:$(sha256sum "$work/www/v2/bench/one/manifests/t1" | cut -d' ' -f1)"
+  digest=$(fetch_manifest "$url" "$accept" "$work/www/v2/bench/one/manifests/t1")
   chmod -R a+rX "$work"
   cat >"$work/nginx.conf" <<NGINX
 daemon off;
@@ -119,8 +125,7 @@ start_paced_server() { # url accept delay_ms work_kib passes
   local url=$1 accept=$2 port digest path
   port=$(free_port)
   path=/${url#*://*/}
-  curl -sf -H "Accept: $accept" "$url" >"$work/paced-manifest"
-  digest="sha256:$(sha256sum "$work/paced-manifest" | cut -d' ' -f1)"
+  digest=$(fetch_manifest "$url" "$accept" "$work/paced-manifest")
   "$paced_bin" "127.0.0.1:$port" "$path" "$work/paced-manifest" "$accept" "$digest" "$3" "$4" "$5" &
   paced_pid=$!
   servers+=("$paced_pid")
