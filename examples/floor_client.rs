@@ -20,10 +20,15 @@
 //! - `client`: each GET is creb-rs's `RegistryClient::manifest_read` of the path's manifest
 //!   (its request building, transport, connection pool and checks, the first body's digest
 //!   expected as a replay expects what its prewarm pushed), its samples discarded;
-//! - `client+metrics`: the same, its samples recorded by an aggregator as a run's are.
+//! - `client+metrics`: the same, its samples recorded by an aggregator as a run's are;
+//! - `loop`: the exchange of `own` on an event loop written here (`mio`, one thread, as
+//!   wrk runs: one `epoll_wait`, then each ready connection's answer read, checked and
+//!   recorded and its next request written; deadlines swept every 100 ms) instead of
+//!   tokio's scheduler, tasks, wakers and timer wheel.
 //!
 //! The three beside creb-rs's replay of the same GETs take its cost apart: the exchange,
-//! creb-rs's client over it, its metrics, and the rest (the trace, the plan, the executor).
+//! creb-rs's client over it, its metrics, and the rest (the trace, the plan, the executor);
+//! `loop` beside `own` and wrk is what the runtime costs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,7 +78,7 @@ fn main() -> anyhow::Result<()> {
         [u, p, g, c] => (u, p, g, c, "own"),
         [u, p, g, c, m] => (u, p, g, c, m.as_str()),
         _ => bail!(
-            "usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS [own|client|client+metrics]"
+            "usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS [own|client|client+metrics|loop]"
         ),
     };
     let host = url
@@ -93,6 +98,11 @@ fn main() -> anyhow::Result<()> {
         digest: OnceLock::new(),
         latency: Mutex::new(histogram()?),
     });
+    if mode == "loop" {
+        let started = std::time::Instant::now();
+        event_loop::run(addr, &request, connections.max(1), &shared)?;
+        return report(gets, started, &shared);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -110,7 +120,7 @@ fn main() -> anyhow::Result<()> {
                 let client = creb_client(url, path, recorder).await?;
                 (Some(client), Some(aggregator))
             }
-            other => bail!("mode {other:?}: own, client or client+metrics"),
+            other => bail!("mode {other:?}: own, client, client+metrics or loop"),
         };
         started = std::time::Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -133,16 +143,22 @@ fn main() -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
+    report(gets, started, &shared)
+}
+
+/// Prints the run's rate and latencies.
+fn report(gets: u64, started: std::time::Instant, shared: &Shared) -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64();
     let latency = shared
         .latency
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?;
     println!(
-        "{gets} GETs in {secs:.2} s: {:.0} per second; latency p50 {:.3} ms, p99 {:.3} ms",
+        "{gets} GETs in {secs:.2} s: {:.0} per second; latency p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
         gets as f64 / secs,
         latency.value_at_quantile(0.5) as f64 / 1000.0,
         latency.value_at_quantile(0.99) as f64 / 1000.0,
+        latency.max() as f64 / 1000.0,
     );
     Ok(())
 }
@@ -184,7 +200,6 @@ async fn finish(aggregator: AggregatorHandle) {
 
 /// A client mode's loop: `manifest_read` until no GET is left; its latencies into `shared`.
 async fn client_loop(m: &Manifest, shared: &Shared) -> anyhow::Result<()> {
-    let mut latencies = histogram()?;
     while shared.take() {
         let start = Instant::now();
         let ctx = OpCtx::default();
@@ -192,9 +207,9 @@ async fn client_loop(m: &Manifest, shared: &Shared) -> anyhow::Result<()> {
             .manifest_read(&m.repo, &m.reference, Some(&m.expect), ctx)
             .await?;
         let end = Instant::now();
-        record(&mut latencies, end - start);
+        shared.record(end - start)?;
     }
-    add_latencies(shared, &latencies)
+    Ok(())
 }
 
 impl Shared {
@@ -204,6 +219,18 @@ impl Shared {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
     }
+
+    /// Records one latency. One histogram for the run, not one per connection: at 256
+    /// connections those (188 KB each) cost a run more to make and add up than its GETs'
+    /// recording does.
+    fn record(&self, latency: Duration) -> anyhow::Result<()> {
+        let mut all = self
+            .latency
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        all.saturating_record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+        Ok(())
+    }
 }
 
 /// A histogram of latencies in microseconds, up to an hour.
@@ -211,25 +238,10 @@ fn histogram() -> anyhow::Result<hdrhistogram::Histogram<u64>> {
     Ok(hdrhistogram::Histogram::new_with_max(3_600_000_000, 3)?)
 }
 
-fn record(latencies: &mut hdrhistogram::Histogram<u64>, latency: Duration) {
-    latencies.saturating_record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
-}
-
-/// Adds one connection's latencies to the run's.
-fn add_latencies(shared: &Shared, latencies: &hdrhistogram::Histogram<u64>) -> anyhow::Result<()> {
-    let mut all = shared
-        .latency
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
-    all.add(latencies)?;
-    Ok(())
-}
-
 /// One connection's loop: a GET at a time until none is left; its latencies into `shared`.
 async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow::Result<()> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let mut latencies = histogram()?;
     while shared.take() {
         let start = Instant::now();
         let body = tokio::time::timeout(DEADLINE, get(&mut stream, request))
@@ -240,9 +252,9 @@ async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow
         if *shared.digest.get_or_init(|| digest) != digest {
             bail!("a body differs from the first");
         }
-        record(&mut latencies, end - start);
+        shared.record(end - start)?;
     }
-    add_latencies(shared, &latencies)
+    Ok(())
 }
 
 /// Sends `request` and reads its answer: the body of a 200 with a `Content-Length`.
@@ -284,6 +296,159 @@ async fn get(stream: &mut TcpStream, request: &[u8]) -> anyhow::Result<Vec<u8>> 
         }
         if have == head + length {
             return Ok(buf[head..have].to_vec());
+        }
+    }
+}
+
+/// `loop` mode: the exchange of `own`, the same work per GET (a buffer of its own, the
+/// head parsed, the body copied out, hashed and compared, the latency recorded), on one
+/// thread's `epoll` through `mio` as wrk runs on its own loop: no tasks, wakers or timer
+/// wheel; a connection past the deadline is found by a sweep every 100 ms.
+mod event_loop {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context};
+    use mio::net::TcpStream;
+    use mio::{Events, Interest, Poll, Token};
+    use sha2::{Digest, Sha256};
+
+    use super::{Shared, DEADLINE, MAX_RESPONSE};
+
+    /// One connection: its GET in flight, if any, and the answer read so far.
+    struct Conn {
+        stream: TcpStream,
+        buf: Vec<u8>,
+        have: usize,
+        start: Option<Instant>,
+    }
+
+    /// Runs `connections` connections until no GET is left.
+    pub(super) fn run(
+        addr: SocketAddr,
+        request: &[u8],
+        connections: usize,
+        shared: &Shared,
+    ) -> anyhow::Result<()> {
+        let mut poll = Poll::new()?;
+        let mut events = Events::with_capacity(1024);
+        let mut conns = Vec::with_capacity(connections);
+        for i in 0..connections {
+            let std = std::net::TcpStream::connect(addr)?;
+            std.set_nodelay(true)?;
+            std.set_nonblocking(true)?;
+            let mut stream = TcpStream::from_std(std);
+            poll.registry()
+                .register(&mut stream, Token(i), Interest::READABLE)?;
+            conns.push(Conn {
+                stream,
+                buf: Vec::new(),
+                have: 0,
+                start: None,
+            });
+        }
+        let mut in_flight = 0usize;
+        for conn in &mut conns {
+            if shared.take() {
+                send(conn, request)?;
+                in_flight += 1;
+            }
+        }
+        let sweep = Duration::from_millis(100);
+        let mut swept = Instant::now();
+        while in_flight > 0 {
+            poll.poll(&mut events, Some(sweep))?;
+            for event in &events {
+                let conn = &mut conns[event.token().0];
+                let Some(start) = conn.start else { continue };
+                let Some(body) = read_answer(conn)? else {
+                    continue;
+                };
+                let end = Instant::now();
+                let digest: [u8; 32] = Sha256::digest(&body).into();
+                if *shared.digest.get_or_init(|| digest) != digest {
+                    bail!("a body differs from the first");
+                }
+                shared.record(end - start)?;
+                conn.start = None;
+                in_flight -= 1;
+                if shared.take() {
+                    send(conn, request)?;
+                    in_flight += 1;
+                }
+            }
+            let now = Instant::now();
+            if now - swept >= sweep {
+                swept = now;
+                if conns
+                    .iter()
+                    .any(|c| c.start.is_some_and(|s| now - s > DEADLINE))
+                {
+                    bail!("no answer within the deadline");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the request on an idle connection (its send buffer is empty: it is taken
+    /// whole or the run ends).
+    fn send(conn: &mut Conn, request: &[u8]) -> anyhow::Result<()> {
+        conn.start = Some(Instant::now());
+        conn.buf = vec![0u8; 4096];
+        conn.have = 0;
+        let n = conn.stream.write(request)?;
+        if n != request.len() {
+            bail!(
+                "the request was not taken whole ({n} of {} bytes)",
+                request.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads what has come (until the kernel has no more: the poll is edge-triggered) and
+    /// returns the body once the answer is whole: a 200 with a `Content-Length`.
+    fn read_answer(conn: &mut Conn) -> anyhow::Result<Option<Vec<u8>>> {
+        loop {
+            if conn.have == conn.buf.len() {
+                if conn.buf.len() >= MAX_RESPONSE {
+                    bail!("an answer longer than {MAX_RESPONSE} bytes");
+                }
+                conn.buf.resize(conn.buf.len() * 2, 0);
+            }
+            let n = match conn.stream.read(&mut conn.buf[conn.have..]) {
+                Ok(0) => bail!("the connection closed before the answer's end"),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            conn.have += n;
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            let httparse::Status::Complete(head) = response.parse(&conn.buf[..conn.have])? else {
+                continue;
+            };
+            if response.code != Some(200) {
+                bail!("status {:?}", response.code);
+            }
+            let length: usize = response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .context("no Content-Length")
+                .and_then(|h| Ok(std::str::from_utf8(h.value)?.trim().parse()?))?;
+            if head + length > MAX_RESPONSE {
+                bail!("an answer longer than {MAX_RESPONSE} bytes");
+            }
+            if conn.have > head + length {
+                bail!("bytes past the answer's end");
+            }
+            if conn.have == head + length {
+                return Ok(Some(conn.buf[head..conn.have].to_vec()));
+            }
         }
     }
 }

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 /// The largest request head read.
 const MAX_HEAD: usize = 16 * 1024;
@@ -52,6 +52,9 @@ struct Server {
     work: usize,
     passes: usize,
 }
+
+/// The accept queue's length asked for (the kernel caps it at `net.core.somaxconn`).
+const BACKLOG: u32 = 4096;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -97,7 +100,18 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let listener = TcpListener::bind(addr).await?;
+        // The queue of connections not yet accepted as long as Go's servers keep it (the
+        // system's limit, `net.core.somaxconn`), not tokio's `SOMAXCONN` (128 in a musl
+        // build): a generator connecting 256 at once otherwise finds it full and waits a
+        // second for its SYN to be sent again.
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(BACKLOG)?;
         loop {
             let (stream, _) = listener.accept().await?;
             stream.set_nodelay(true)?;
