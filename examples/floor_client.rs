@@ -20,15 +20,21 @@
 //! - `client`: each GET is creb-rs's `RegistryClient::manifest_read` of the path's manifest
 //!   (its request building, transport, connection pool and checks, the first body's digest
 //!   expected as a replay expects what its prewarm pushed), its samples discarded;
-//! - `client+metrics`: the same, its samples recorded by an aggregator as a run's are;
+//! - `transport`: each GET sent by creb-rs's transport (`build_transport`, the plain pool
+//!   for `http://`) as a request made once per connection, the body taken whole
+//!   (`bytes_limited`) and checked as `own` checks it: the client's transport and pool
+//!   without its `RegistryClient` (the exchange, the manifest's checks);
+//! - `client+metrics`: the same as `client`, its samples recorded by an aggregator as a
+//!   run's are;
 //! - `loop`: the exchange of `own` on an event loop written here (`mio`, one thread, as
 //!   wrk runs: one `epoll_wait`, then each ready connection's answer read, checked and
 //!   recorded and its next request written; deadlines swept every 100 ms) instead of
 //!   tokio's scheduler, tasks, wakers and timer wheel.
 //!
-//! The three beside creb-rs's replay of the same GETs take its cost apart: the exchange,
-//! creb-rs's client over it, its metrics, and the rest (the trace, the plan, the executor);
-//! `loop` beside `own` and wrk is what the runtime costs.
+//! Beside creb-rs's replay of the same GETs they take its cost apart: the exchange, the
+//! transport over it, the rest of creb-rs's client over that, its metrics, and the rest
+//! (the trace, the plan, the executor); `loop` beside `own` and wrk is what the runtime
+//! costs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,7 +84,7 @@ fn main() -> anyhow::Result<()> {
         [u, p, g, c] => (u, p, g, c, "own"),
         [u, p, g, c, m] => (u, p, g, c, m.as_str()),
         _ => bail!(
-            "usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS [own|client|client+metrics|loop]"
+            "usage: floor_client http://HOST:PORT PATH GETS CONNECTIONS [own|transport|client|client+metrics|loop]"
         ),
     };
     let host = url
@@ -103,6 +109,28 @@ fn main() -> anyhow::Result<()> {
         event_loop::run(addr, &request, connections.max(1), &shared)?;
         return report(gets, started, &shared);
     }
+    if mode == "transport" {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let started = runtime.block_on(async {
+            let transport = creb::net::build_transport(creb::net::TransportConfig::default())?;
+            let url: url::Url = format!("{}{path}", url.trim_end_matches('/')).parse()?;
+            let started = std::time::Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..connections.max(1) {
+                let (shared, transport, url) =
+                    (Arc::clone(&shared), Arc::clone(&transport), url.clone());
+                tasks.spawn(async move { transport_loop(&*transport, url, &shared).await });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+            anyhow::Ok(started)
+        })?;
+        return report(gets, started, &shared);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -120,7 +148,7 @@ fn main() -> anyhow::Result<()> {
                 let client = creb_client(url, path, recorder).await?;
                 (Some(client), Some(aggregator))
             }
-            other => bail!("mode {other:?}: own, client, client+metrics or loop"),
+            other => bail!("mode {other:?}: own, transport, client, client+metrics or loop"),
         };
         started = std::time::Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -451,4 +479,32 @@ mod event_loop {
             }
         }
     }
+}
+
+/// `transport` mode's loop: GETs through creb-rs's transport until none is left; its
+/// latencies into `shared`.
+async fn transport_loop(
+    transport: &dyn creb::net::transport::Transport,
+    url: url::Url,
+    shared: &Shared,
+) -> anyhow::Result<()> {
+    let mut request = creb::net::transport::HttpRequest::new(http::Method::GET, url);
+    request
+        .headers
+        .insert(http::header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
+    while shared.take() {
+        let start = Instant::now();
+        let response = transport.send(&request).await?;
+        if response.status != http::StatusCode::OK {
+            bail!("status {}", response.status);
+        }
+        let body = response.bytes_limited(MAX_RESPONSE).await?;
+        let end = Instant::now();
+        let digest: [u8; 32] = Sha256::digest(&body).into();
+        if *shared.digest.get_or_init(|| digest) != digest {
+            bail!("a body differs from the first");
+        }
+        shared.record(end - start)?;
+    }
+    Ok(())
 }
