@@ -291,41 +291,53 @@ async fn get(stream: &mut TcpStream, request: &[u8]) -> anyhow::Result<Vec<u8>> 
     let mut buf = vec![0u8; 4096];
     let mut have = 0;
     loop {
-        if have == buf.len() {
-            if buf.len() >= MAX_RESPONSE {
-                bail!("an answer longer than {MAX_RESPONSE} bytes");
-            }
-            buf.resize(buf.len() * 2, 0);
-        }
+        make_room(&mut buf, have)?;
         let n = stream.read(&mut buf[have..]).await?;
         if n == 0 {
             bail!("the connection closed before the answer's end");
         }
         have += n;
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        let httparse::Status::Complete(head) = response.parse(&buf[..have])? else {
-            continue;
-        };
-        if response.code != Some(200) {
-            bail!("status {:?}", response.code);
-        }
-        let length: usize = response
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .context("no Content-Length")
-            .and_then(|h| Ok(std::str::from_utf8(h.value)?.trim().parse()?))?;
-        if head + length > MAX_RESPONSE {
-            bail!("an answer longer than {MAX_RESPONSE} bytes");
-        }
-        if have > head + length {
-            bail!("bytes past the answer's end");
-        }
-        if have == head + length {
-            return Ok(buf[head..have].to_vec());
+        if let Some(body) = whole_answer(&buf[..have])? {
+            return Ok(buf[body].to_vec());
         }
     }
+}
+
+/// Doubles `buf` when the `have` bytes read fill it, up to [`MAX_RESPONSE`].
+fn make_room(buf: &mut Vec<u8>, have: usize) -> anyhow::Result<()> {
+    if have == buf.len() {
+        if buf.len() >= MAX_RESPONSE {
+            bail!("an answer longer than {MAX_RESPONSE} bytes");
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    Ok(())
+}
+
+/// Where the body lies in what was read, once the answer is whole; `None` while it is not.
+/// Any answer but a 200 with a `Content-Length` and nothing past its end is an error.
+fn whole_answer(read: &[u8]) -> anyhow::Result<Option<std::ops::Range<usize>>> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    let httparse::Status::Complete(head) = response.parse(read)? else {
+        return Ok(None);
+    };
+    if response.code != Some(200) {
+        bail!("status {:?}", response.code);
+    }
+    let length: usize = response
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .context("no Content-Length")
+        .and_then(|h| Ok(std::str::from_utf8(h.value)?.trim().parse()?))?;
+    if head + length > MAX_RESPONSE {
+        bail!("an answer longer than {MAX_RESPONSE} bytes");
+    }
+    if read.len() > head + length {
+        bail!("bytes past the answer's end");
+    }
+    Ok((read.len() == head + length).then_some(head..read.len()))
 }
 
 /// `loop` mode: the exchange of `own`, the same work per GET (a buffer of its own, the
@@ -337,12 +349,12 @@ mod event_loop {
     use std::net::SocketAddr;
     use std::time::{Duration, Instant};
 
-    use anyhow::{bail, Context};
+    use anyhow::bail;
     use mio::net::TcpStream;
     use mio::{Events, Interest, Poll, Token};
     use sha2::{Digest, Sha256};
 
-    use super::{Shared, DEADLINE, MAX_RESPONSE};
+    use super::{make_room, whole_answer, Shared, DEADLINE};
 
     /// One connection: its GET in flight, if any, and the answer read so far.
     struct Conn {
@@ -440,12 +452,7 @@ mod event_loop {
     /// returns the body once the answer is whole: a 200 with a `Content-Length`.
     fn read_answer(conn: &mut Conn) -> anyhow::Result<Option<Vec<u8>>> {
         loop {
-            if conn.have == conn.buf.len() {
-                if conn.buf.len() >= MAX_RESPONSE {
-                    bail!("an answer longer than {MAX_RESPONSE} bytes");
-                }
-                conn.buf.resize(conn.buf.len() * 2, 0);
-            }
+            make_room(&mut conn.buf, conn.have)?;
             let n = match conn.stream.read(&mut conn.buf[conn.have..]) {
                 Ok(0) => bail!("the connection closed before the answer's end"),
                 Ok(n) => n,
@@ -454,28 +461,8 @@ mod event_loop {
                 Err(e) => return Err(e.into()),
             };
             conn.have += n;
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            let httparse::Status::Complete(head) = response.parse(&conn.buf[..conn.have])? else {
-                continue;
-            };
-            if response.code != Some(200) {
-                bail!("status {:?}", response.code);
-            }
-            let length: usize = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .context("no Content-Length")
-                .and_then(|h| Ok(std::str::from_utf8(h.value)?.trim().parse()?))?;
-            if head + length > MAX_RESPONSE {
-                bail!("an answer longer than {MAX_RESPONSE} bytes");
-            }
-            if conn.have > head + length {
-                bail!("bytes past the answer's end");
-            }
-            if conn.have == head + length {
-                return Ok(Some(conn.buf[head..conn.have].to_vec()));
+            if let Some(body) = whole_answer(&conn.buf[..conn.have])? {
+                return Ok(Some(conn.buf[body].to_vec()));
             }
         }
     }
