@@ -248,6 +248,15 @@ impl Shared {
             .is_ok()
     }
 
+    /// Checks an answer's body against the first one's SHA-256 and records its latency.
+    fn answered(&self, body: &[u8], latency: Duration) -> anyhow::Result<()> {
+        let digest: [u8; 32] = Sha256::digest(body).into();
+        if *self.digest.get_or_init(|| digest) != digest {
+            bail!("a body differs from the first");
+        }
+        self.record(latency)
+    }
+
     /// Records one latency. One histogram for the run, not one per connection: at 256
     /// connections those (188 KB each) cost a run more to make and add up than its GETs'
     /// recording does.
@@ -276,11 +285,7 @@ async fn connection(addr: SocketAddr, request: &[u8], shared: &Shared) -> anyhow
             .await
             .context("no answer within the deadline")??;
         let end = Instant::now();
-        let digest: [u8; 32] = Sha256::digest(&body).into();
-        if *shared.digest.get_or_init(|| digest) != digest {
-            bail!("a body differs from the first");
-        }
-        shared.record(end - start)?;
+        shared.answered(&body, end - start)?;
     }
     Ok(())
 }
@@ -352,7 +357,6 @@ mod event_loop {
     use anyhow::bail;
     use mio::net::TcpStream;
     use mio::{Events, Interest, Poll, Token};
-    use sha2::{Digest, Sha256};
 
     use super::{make_room, whole_answer, Shared, DEADLINE};
 
@@ -406,11 +410,7 @@ mod event_loop {
                     continue;
                 };
                 let end = Instant::now();
-                let digest: [u8; 32] = Sha256::digest(&body).into();
-                if *shared.digest.get_or_init(|| digest) != digest {
-                    bail!("a body differs from the first");
-                }
-                shared.record(end - start)?;
+                shared.answered(&body, end - start)?;
                 conn.start = None;
                 in_flight -= 1;
                 if shared.take() {
@@ -487,11 +487,7 @@ async fn transport_loop(
         }
         let body = response.bytes_limited(MAX_RESPONSE).await?;
         let end = Instant::now();
-        let digest: [u8; 32] = Sha256::digest(&body).into();
-        if *shared.digest.get_or_init(|| digest) != digest {
-            bail!("a body differs from the first");
-        }
-        shared.record(end - start)?;
+        shared.answered(&body, end - start)?;
     }
     Ok(())
 }
