@@ -109,63 +109,48 @@ fn main() -> anyhow::Result<()> {
         event_loop::run(addr, &request, connections.max(1), &shared)?;
         return report(gets, started, &shared);
     }
-    if mode == "transport" {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        let started = runtime.block_on(async {
-            let transport = creb::net::build_transport(creb::net::TransportConfig::default())?;
-            let url: url::Url = format!("{}{path}", url.trim_end_matches('/')).parse()?;
-            let started = std::time::Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            for _ in 0..connections.max(1) {
-                let (shared, transport, url) =
-                    (Arc::clone(&shared), Arc::clone(&transport), url.clone());
-                tasks.spawn(async move { transport_loop(&*transport, url, &shared).await });
-            }
-            while let Some(done) = tasks.join_next().await {
-                done??;
-            }
-            anyhow::Ok(started)
-        })?;
-        return report(gets, started, &shared);
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
     let mut started = std::time::Instant::now();
     runtime.block_on(async {
-        let (client, aggregator) = match mode {
-            "own" => (None, None),
-            "client" => (
-                Some(creb_client(url, path, Recorder::discard()).await?),
-                None,
-            ),
+        let (driver, aggregator) = match mode {
+            "own" => (Driver::Own, None),
+            "transport" => {
+                let transport = creb::net::build_transport(creb::net::TransportConfig::default())?;
+                let url = format!("{}{path}", url.trim_end_matches('/')).parse()?;
+                (Driver::Transport(transport, url), None)
+            }
+            "client" => {
+                let client = creb_client(url, path, Recorder::discard()).await?;
+                (Driver::Client(client), None)
+            }
             "client+metrics" => {
                 let (recorder, aggregator) = AggregatorBuilder::default().spawn();
                 let client = creb_client(url, path, recorder).await?;
-                (Some(client), Some(aggregator))
+                (Driver::Client(client), Some(aggregator))
             }
             other => bail!("mode {other:?}: own, transport, client, client+metrics or loop"),
         };
         started = std::time::Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..connections.max(1) {
-            let (shared, request) = (Arc::clone(&shared), request.clone());
-            let client = client.clone();
+            let (shared, request, driver) = (Arc::clone(&shared), request.clone(), driver.clone());
             tasks.spawn(async move {
-                match client {
-                    None => connection(addr, &request, &shared).await,
-                    Some(client) => client_loop(&client, &shared).await,
+                match driver {
+                    Driver::Own => connection(addr, &request, &shared).await,
+                    Driver::Transport(transport, url) => {
+                        transport_loop(&*transport, url, &shared).await
+                    }
+                    Driver::Client(client) => client_loop(&client, &shared).await,
                 }
             });
         }
         while let Some(done) = tasks.join_next().await {
             done??;
         }
-        drop(client);
+        drop(driver);
         if let Some(aggregator) = aggregator {
             finish(aggregator).await;
         }
@@ -189,6 +174,17 @@ fn report(gets: u64, started: std::time::Instant, shared: &Shared) -> anyhow::Re
         latency.max() as f64 / 1000.0,
     );
     Ok(())
+}
+
+/// What a tokio mode's connections run their GETs through.
+#[derive(Clone)]
+enum Driver {
+    /// The exchange written here (`own`).
+    Own,
+    /// creb-rs's transport, to this URL (`transport`).
+    Transport(Arc<dyn creb::net::transport::Transport>, url::Url),
+    /// creb-rs's client (`client`, `client+metrics`).
+    Client(Arc<Manifest>),
 }
 
 /// The manifest a client mode reads: the path's repository and reference.
