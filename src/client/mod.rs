@@ -28,6 +28,7 @@ use url::Url;
 pub mod error;
 mod manage;
 mod pull;
+pub(crate) use pull::{check_manifest_digest, check_manifest_type};
 pub mod retry;
 mod upload;
 
@@ -128,6 +129,43 @@ impl Verify {
         }
     }
 }
+
+/// The first attempt of an operation's exchange, sent and answered by stress mode's event
+/// loop (`src/exec/lane.rs`) exactly as the client would have sent it, handed to the client
+/// to act on: an answer the loop does not take as a plain success (any status but 200,
+/// a body it does not read, a check that fails), or the transport error it met.
+#[allow(missing_debug_implementations)] // a response body is not `Debug`
+pub(crate) struct Given {
+    pub(crate) result: Result<HttpResponse, TransportError>,
+    /// When the request was handed to the socket.
+    pub(crate) sent: Instant,
+    /// When the answer's head arrived (for an error: when it was known).
+    pub(crate) head_at: Instant,
+    /// When what the loop read of the answer arrived: the exchange's end unless the
+    /// client reads more (a body handed over with its connection) or sends again.
+    pub(crate) end: Instant,
+    /// Whether `head_at` and `end` come from the kernel's receive stamps.
+    pub(crate) stamped: bool,
+}
+
+impl Given {
+    /// The attempt as an exchange takes it: when it was sent, its result, when its head
+    /// arrived; the end of what was read is noted as the task's last arrival.
+    fn taken(self: Box<Self>) -> Sent {
+        let Given {
+            result,
+            sent,
+            head_at,
+            end,
+            stamped,
+        } = *self;
+        arrival::note_at(end, stamped);
+        (sent, result, head_at)
+    }
+}
+
+/// An attempt sent: when, the transport's result, and when the answer's head arrived.
+type Sent = (Instant, Result<HttpResponse, TransportError>, Instant);
 
 /// Per-operation context from the caller.
 #[derive(Debug, Clone, Default)]
@@ -500,6 +538,32 @@ impl RegistryClient {
         link
     }
 
+    /// Whether this client sends a read of `repo` as it is, with nothing to add: no
+    /// credentials known or to be fetched for it (stress mode's event loop sends only such
+    /// requests for it, [`Given`]).
+    pub(crate) fn sends_as_is(&self, repo: &Repository) -> bool {
+        matches!(
+            self.inner.auth.ready(&self.read_scope(repo)),
+            Ready::Nothing
+        )
+    }
+
+    /// The request target (path) of a manifest's GET, as this client sends it.
+    pub(crate) fn manifest_target(&self, repo: &Repository, reference: &Reference) -> ReqUrl {
+        self.manifest_url(repo, reference)
+    }
+
+    /// How stress mode's event loop may speak for this client's transport, if it may.
+    pub(crate) fn plain_lane(&self) -> Option<crate::net::transport::PlainLane> {
+        self.inner.transport.plain_lane()
+    }
+
+    /// The registry answered a request of stress mode's event loop in HTTP/1.1 (what
+    /// [`Self::link`] reports).
+    pub(crate) fn answered_plain(&self) {
+        self.note_version(http::Version::HTTP_11);
+    }
+
     /// The scope of a read: `pull`, or `pull,push` for a pushing client.
     fn read_scope(&self, repo: &Repository) -> AccessScope {
         if self.inner.options.push_scopes {
@@ -621,6 +685,20 @@ impl RegistryClient {
         scope: &'a AccessScope,
         follow_redirects: bool,
     ) -> impl std::future::Future<Output = Result<Exchange, ClientError>> + 'a {
+        self.exchange_given(request, scope, follow_redirects, None)
+    }
+
+    /// [`Self::exchange`] whose first attempt was sent and answered already (`given`: by
+    /// stress mode's event loop, as this client would have sent it), acted on from its
+    /// answer as if the transport had returned it.
+    #[allow(clippy::manual_async_fn)] // on purpose: see `exchange`
+    fn exchange_given<'a>(
+        &'a self,
+        request: HttpRequest,
+        scope: &'a AccessScope,
+        follow_redirects: bool,
+        mut given: Option<Box<Given>>,
+    ) -> impl std::future::Future<Output = Result<Exchange, ClientError>> + 'a {
         async move {
             let follow = follow_redirects && matches!(request.method, Method::GET | Method::HEAD);
             let retryable = self.inner.options.retry.enabled() && repeatable(&request);
@@ -632,14 +710,11 @@ impl RegistryClient {
                 let origin = url.origin();
                 let on_origin = std::ptr::eq(origin, &*self.inner.base)
                     || same_origin(origin, &self.inner.base);
-                let attempt = match self.prepare(&request, url, on_origin, scope) {
-                    (attempt, false) => attempt,
-                    (attempt, true) => self.authorized(attempt, scope).await?,
+                let (sent, result, headers_at) = match given.take() {
+                    Some(given) => given.taken(),
+                    None => self.attempt(&request, url, on_origin, scope).await?,
                 };
-                let sent = sending();
                 let sent_for_op = *state.first_sent.get_or_insert(sent);
-                let result = self.inner.transport.send(&attempt).await;
-                let headers_at = head_arrival(&result, sent);
                 state
                     .requests
                     .note(result.as_ref().ok().map(|r| r.status.as_u16()));
@@ -690,6 +765,28 @@ impl RegistryClient {
     fn label_of(&self, response: &HttpResponse) -> Option<u8> {
         let split = self.inner.recorder.split()?;
         Some(split.label(response.headers.get(split.header())))
+    }
+
+    /// One attempt of `request` to `url` sent: when, the transport's result, and when its
+    /// head arrived. An `async move` block for the reason `exchange` gives.
+    #[allow(clippy::manual_async_fn)] // on purpose: see `exchange`
+    fn attempt<'a>(
+        &'a self,
+        request: &'a HttpRequest,
+        url: &'a ReqUrl,
+        on_origin: bool,
+        scope: &'a AccessScope,
+    ) -> impl std::future::Future<Output = Result<Sent, ClientError>> + 'a {
+        async move {
+            let attempt = match self.prepare(request, url, on_origin, scope) {
+                (attempt, false) => attempt,
+                (attempt, true) => self.authorized(attempt, scope).await?,
+            };
+            let sent = sending();
+            let result = self.inner.transport.send(&attempt).await;
+            let headers_at = head_arrival(&result, sent);
+            Ok((sent, result, headers_at))
+        }
     }
 
     /// What an attempt's `result` becomes when it may be sent again (the server never

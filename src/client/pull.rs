@@ -8,7 +8,7 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, StatusCode};
 
 use super::{content_length, status_error, ClientError, Exchange, FetchedManifest, HeadInfo};
-use super::{Meter, OpCtx, RegistryClient, Verify, MANIFEST_LIMIT};
+use super::{Given, Meter, OpCtx, RegistryClient, Verify, MANIFEST_LIMIT};
 use crate::auth::AccessScope;
 use crate::content::{ContentCheck, ContentSpec};
 use crate::digest::{Digest, Hasher, Sha256Sum};
@@ -261,7 +261,9 @@ impl RegistryClient {
     ) -> Result<FetchedManifest, ClientError> {
         let mut m = self.meter(Op::ManifestGet, ctx);
         let r = async {
-            let got = self.receive_manifest(repo, reference, None, &mut m).await?;
+            let got = self
+                .receive_manifest(repo, reference, None, &mut m, None)
+                .await?;
             let parsed = got.parse()?;
             Ok(FetchedManifest {
                 bytes: got.bytes,
@@ -286,10 +288,24 @@ impl RegistryClient {
         expect: Option<&Sha256Sum>,
         ctx: OpCtx,
     ) -> Result<Bytes, ClientError> {
+        self.manifest_read_given(repo, reference, expect, ctx, None)
+            .await
+    }
+
+    /// [`Self::manifest_read`] whose request stress mode's event loop sent and had
+    /// answered already (`given`), as this client would have sent it.
+    pub(crate) async fn manifest_read_given(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        expect: Option<&Sha256Sum>,
+        ctx: OpCtx,
+        given: Option<Box<Given>>,
+    ) -> Result<Bytes, ClientError> {
         let mut m = self.meter(Op::ManifestGet, ctx);
         let r = async {
             let got = self
-                .receive_manifest(repo, reference, expect, &mut m)
+                .receive_manifest(repo, reference, expect, &mut m, given)
                 .await?;
             if expect.is_none() {
                 got.parse()?;
@@ -308,9 +324,11 @@ impl RegistryClient {
         reference: &Reference,
         expect: Option<&Sha256Sum>,
         m: &mut Meter<'_>,
+        given: Option<Box<Given>>,
     ) -> Result<ReceivedManifest, ClientError> {
         let request = self.manifest_request(Method::GET, repo, reference);
-        let mut ex = self.exchange(request, &self.read_scope(repo), true).await?;
+        let scope = self.read_scope(repo);
+        let mut ex = self.exchange_given(request, &scope, true, given).await?;
         m.exchanged(&ex);
         if ex.response.status != StatusCode::OK {
             return Err(status_error(ex).await);
@@ -380,7 +398,7 @@ impl ReceivedManifest {
 /// A manifest answer's `Content-Type` must be a manifest type the request accepted (or
 /// absent, or plain JSON, which old registries send): an HTML page from a login portal or
 /// a proxy is `not_a_manifest`, never a success.
-fn check_manifest_type(content_type: Option<&[u8]>) -> Result<(), ClientError> {
+pub(crate) fn check_manifest_type(content_type: Option<&[u8]>) -> Result<(), ClientError> {
     let Some(value) = content_type else {
         return Ok(());
     };
@@ -417,7 +435,7 @@ fn accepted_types() -> &'static [&'static str] {
 /// The manifest received must be the one asked for: by digest, its bytes hash to it
 /// (`digest_mismatch`); by tag, to the `Docker-Content-Digest` the registry sent with it
 /// (`digest_header_mismatch`). A digest of another algorithm cannot be checked here.
-fn check_manifest_digest(
+pub(crate) fn check_manifest_digest(
     reference: &Reference,
     returned: Option<&str>,
     sha256: &Sha256Sum,

@@ -14,7 +14,7 @@ use super::deps::Deps;
 use super::replicate::{Pushed, Replicas};
 use super::session_unpack::{self, LayerSlot, ReadLayer, Unpacking};
 use super::targets::Targets;
-use crate::client::{BlobSource, ClientError, OpCtx, RegistryClient};
+use crate::client::{BlobSource, ClientError, Given, OpCtx, RegistryClient};
 use crate::metrics::attribution::Who;
 use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Recorder, Sample, SessionMsg};
 use crate::oci::Reference;
@@ -128,7 +128,13 @@ fn describe(action: &Action) -> String {
 }
 
 /// Carries out one operation; returns its bytes, or why it failed.
-async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result<u64, ClientError> {
+/// `given`: the answer stress mode's event loop had for a manifest GET's first request.
+async fn perform(
+    client: &RegistryClient,
+    action: &Action,
+    ctx: OpCtx,
+    given: Option<Box<Given>>,
+) -> Result<u64, ClientError> {
     match action {
         Action::Ping => client.ping(ctx).await.map(|()| 0),
         Action::ManifestGet {
@@ -136,7 +142,7 @@ async fn perform(client: &RegistryClient, action: &Action, ctx: OpCtx) -> Result
             reference,
             expect,
         } => client
-            .manifest_read(repo, reference, expect.as_ref(), ctx)
+            .manifest_read_given(repo, reference, expect.as_ref(), ctx, given)
             .await
             .map(|bytes| bytes.len() as u64),
         Action::ManifestHead { repo, reference } => {
@@ -203,11 +209,16 @@ struct Push {
 /// Carries out `op` on the endpoint `choice` names, holding `permit` (its in-flight slot;
 /// none on a stress-mode worker, which is the slot) until it is done; a layer of a pull
 /// with its place in the pull (`layer`, `--unpack`) is then unpacked, its slot given back
-/// once it waits for that.
+/// once it waits for that. `given`: a manifest GET's first request, sent and answered by
+/// stress mode's event loop, whose answer the client acts on.
 ///
 /// An `async move` block, not an `async fn`, which would hold its arguments twice (as
 /// passed and as locals) in the task of every operation.
-#[allow(clippy::too_many_lines, clippy::manual_async_fn)]
+#[allow(
+    clippy::too_many_lines,
+    clippy::manual_async_fn,
+    clippy::too_many_arguments
+)]
 pub(super) fn run_task(
     mut op: Box<PlannedOp>,
     choice: Choice,
@@ -216,6 +227,7 @@ pub(super) fn run_task(
     env: Arc<TaskEnv>,
     permit: Option<OwnedSemaphorePermit>,
     layer: Option<LayerSlot>,
+    given: Option<Box<Given>>,
 ) -> impl std::future::Future<Output = TaskDone> + Send {
     let (Choice::Use { endpoint, .. } | Choice::Down { endpoint }) = choice;
     let mut unfinished = Unfinished {
@@ -268,7 +280,7 @@ pub(super) fn run_task(
                     who: Some(who_of(&mut op)),
                     session: ended_by_sample,
                 };
-                send(&op, endpoint, failed_over, ctx, env).await
+                send(&op, endpoint, failed_over, ctx, env, given).await
             }
             Choice::Down { endpoint } => {
                 // Not sent: counted as a failure of the endpoint it was meant for.
@@ -405,6 +417,7 @@ async fn send(
     failed_over: bool,
     ctx: OpCtx,
     env: &TaskEnv,
+    given: Option<Box<Given>>,
 ) -> (u64, Option<ErrorKind>) {
     let targets = &env.targets;
     let client = &targets.clients[endpoint];
@@ -413,7 +426,7 @@ async fn send(
     }
     // The progress line's latency and lag come from the aggregator, which sees this
     // operation's sample.
-    let result = perform(client, &op.action, ctx).await;
+    let result = perform(client, &op.action, ctx, given).await;
     let error = result.as_ref().err().map(ClientError::kind);
     if targets.health.observe(endpoint, error) {
         env.recorder.event(Event::EndpointDown).await;

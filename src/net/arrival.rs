@@ -13,7 +13,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, IoSliceMut};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
@@ -34,11 +34,20 @@ pub(crate) const SCRATCH: usize = 16 * 1024;
 /// A realtime instant from the kernel, in nanoseconds since the Unix epoch.
 pub(crate) type Stamp = u64;
 
+/// What the running task read last: a read's stamp, or the arrival of an answer read for
+/// it elsewhere (stress mode's event loop, `src/exec/lane.rs`), already an instant, and
+/// whether that came from a stamp.
+#[derive(Debug, Clone, Copy)]
+enum Last {
+    Stamp(Stamp),
+    At(Instant, bool),
+}
+
 thread_local! {
     /// The stamp of the last read a plain-HTTP connection made on this thread, and the
     /// task it made it for: the client takes it where it times the answer, in the same
     /// task. A read without a stamp leaves none.
-    static LAST: Cell<Option<(tokio::task::Id, Stamp)>> = const { Cell::new(None) };
+    static LAST: Cell<Option<(tokio::task::Id, Last)>> = const { Cell::new(None) };
     /// The last stamp turned into an instant on this thread, that instant (not yet held
     /// inside an exchange) and the monotonic now it was measured against: a GET's head and
     /// end that came in one read are placed by one reading of the clocks, the same.
@@ -49,7 +58,7 @@ thread_local! {
 
 /// Asks the kernel to stamp what `stream` receives; `false` when it cannot (the socket's
 /// reads are then timed when they are read).
-pub(crate) fn enable(stream: &TcpStream) -> bool {
+pub(crate) fn enable(stream: &impl AsFd) -> bool {
     socket::setsockopt(stream, sockopt::ReceiveTimestampns, &true).is_ok()
 }
 
@@ -79,7 +88,7 @@ pub(crate) fn recv_into(
 /// Reads what `stream` has into `into` (without blocking), with the stamp of the last
 /// segment read.
 pub(crate) fn recv_stamped(
-    stream: &TcpStream,
+    stream: &impl AsRawFd,
     into: &mut [u8],
 ) -> io::Result<(usize, Option<Stamp>)> {
     let mut control = [0u8; CONTROL_ROOM];
@@ -118,7 +127,14 @@ pub(crate) fn realtime_now() -> Stamp {
 /// Notes `stamp` as the arrival of what the running task has just read (`None`: what it
 /// read has no stamp).
 pub(crate) fn note(stamp: Option<Stamp>) {
-    let last = tokio::task::try_id().zip(stamp);
+    let last = tokio::task::try_id().zip(stamp.map(Last::Stamp));
+    LAST.with(|l| l.set(last));
+}
+
+/// Notes `at` as the arrival of the answer the running task is given (read for it by
+/// stress mode's event loop), `stamped` when it came from the kernel's stamp.
+pub(crate) fn note_at(at: Instant, stamped: bool) {
+    let last = tokio::task::try_id().map(|task| (task, Last::At(at, stamped)));
     LAST.with(|l| l.set(last));
 }
 
@@ -135,8 +151,10 @@ pub(crate) fn last_arrival(sent: Instant) -> (Instant, bool) {
     let last = LAST
         .with(Cell::get)
         .filter(|&(task, _)| tokio::task::try_id() == Some(task));
-    let Some((_, stamp)) = last else {
-        return (Instant::now(), false);
+    let stamp = match last {
+        None => return (Instant::now(), false),
+        Some((_, Last::At(at, stamped))) => return (at.max(sent), stamped),
+        Some((_, Last::Stamp(stamp))) => stamp,
     };
     if let Some((converted, at, then)) = CONVERTED.with(Cell::get) {
         if converted == stamp {

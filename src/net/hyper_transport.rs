@@ -32,11 +32,13 @@ use tokio::net::TcpStream;
 use super::classify::{body_kind, classify_chain, describe_chain, unprocessed_of};
 use super::config::{TransportBuildError, TransportConfig, MIN_READ_BUFFER};
 use super::deadline::{within_deadlines, Progress, ProgressReader};
+
 use super::links::{alpn_name, origin_key, tls_name, Link, Links, Negotiated};
-use super::plain_pool::{PlainBody, PlainPool, PlainRequest, PoolSettings};
+use super::plain_pool::{plain_response, PlainPool, PlainRequest, PoolSettings};
 use super::req_body::{BodyKind, ContentBody, ReqBody};
 use super::transport::{
-    boxed_in_place, HttpRequest, HttpResponse, RequestBody, Transport, TransportError,
+    boxed_in_place, HttpRequest, HttpResponse, PlainHost, PlainLane, RequestBody, Transport,
+    TransportError,
 };
 use crate::metrics::ErrorKind;
 
@@ -224,17 +226,7 @@ impl Transport for HyperTransport {
                     deadlines: Some((progress, config)),
                 };
                 let (head, body) = self.plain.send(url.origin(), req, body).await?;
-                let response = match body {
-                    PlainBody::Whole(whole) => {
-                        HttpResponse::whole(head.status, head.headers, whole)
-                    }
-                    PlainBody::Pooled(body) => {
-                        HttpResponse::new(head.status, head.headers, Box::pin(body))
-                            .with_idle_timeout(config.body_idle_timeout)
-                            .with_deadline(progress.end_by(config), config.request_deadline)
-                    }
-                };
-                return Ok(response.with_version(head.version));
+                return Ok(plain_response(head, body, config, progress.end_by(config)));
             }
             // hyper takes its request's parts by value.
             let mut headers = headers.clone();
@@ -260,6 +252,14 @@ impl Transport for HyperTransport {
 
     fn link(&self, origin: &url::Url) -> Option<Link> {
         self.links.get(&origin_key(origin))
+    }
+
+    fn plain_lane(&self) -> Option<PlainLane> {
+        Some(PlainLane {
+            host: Arc::new(Arc::clone(&self.plain)) as Arc<dyn PlainHost>,
+            config: Arc::clone(&self.config),
+            user_agent: self.user_agent.clone(),
+        })
     }
 }
 

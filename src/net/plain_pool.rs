@@ -42,7 +42,7 @@ use super::h1::{self, ChunkedDecoder, Decoded, Framing, Head, MAX_PIECE};
 use super::links::{origin_key, Links, Negotiated};
 use super::req_body::BodyKind;
 use super::req_headers::ReqHeaders;
-use super::transport::TransportError;
+use super::transport::{HttpResponse, PlainHost, TransportError};
 use super::{arrival, gather};
 use crate::metrics::ErrorKind;
 
@@ -63,7 +63,7 @@ const SPARE_PROBES: usize = 8;
 const HEAD_KEPT: usize = 4096;
 
 /// Largest response head read (larger is `too_large`).
-const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 
 /// Request bodies up to this size go out in the same write as their head.
 const SMALL_BODY: usize = 16 * 1024;
@@ -436,7 +436,7 @@ impl Conn {
 
 /// An I/O error met while `doing` something, as a transport error: `kind` unless the error
 /// says more.
-fn io_error(doing: &str, err: &io::Error, kind: ErrorKind) -> TransportError {
+pub(crate) fn io_error(doing: &str, err: &io::Error, kind: ErrorKind) -> TransportError {
     TransportError::new(
         classify_chain(err, kind),
         describe_chain(format!("{doing}: {err}"), err),
@@ -547,6 +547,23 @@ impl PlainPool {
         }
     }
 
+    /// The index of `authority`'s origin, registered on first use.
+    fn origin_index(&self, authority: &str) -> Result<usize, TransportError> {
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
+            return Ok(i);
+        }
+        let host = HeaderValue::from_str(authority).map_err(|e| {
+            TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
+        })?;
+        origins.push(Origin {
+            authority: authority.into(),
+            host,
+            idle: VecDeque::new(),
+        });
+        Ok(origins.len() - 1)
+    }
+
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
     /// its idle connection to use, if one is open: one lock for both.
     fn checkout(
@@ -654,21 +671,8 @@ impl PlainPool {
         let timeout = self.settings.connect_timeout;
         let stream = tokio::time::timeout(timeout, connect_first(&addrs))
             .await
-            .map_err(|_| {
-                TransportError::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "tcp connect error: no connection within {}",
-                        humantime::format_duration(timeout)
-                    ),
-                )
-            })?
-            .map_err(|e| {
-                TransportError::new(
-                    classify_chain(&e, ErrorKind::Connect),
-                    format!("tcp connect error: {e}"),
-                )
-            })?;
+            .map_err(|_| connect_timed_out(timeout))?
+            .map_err(|e| connect_failed(&e))?;
         tracing::debug!(origin = &url[Position::BeforeHost..Position::AfterPort], peer = ?stream.peer_addr().ok(), "connected");
         stream.set_nodelay(true).map_err(|e| {
             TransportError::new(ErrorKind::Connect, format!("tcp connect error: {e}"))
@@ -683,6 +687,74 @@ impl PlainPool {
         );
         Ok(Conn::new(stream, self.settings.read_buffer_max))
     }
+}
+
+/// A connection not made within `timeout`, as a transport error.
+pub(crate) fn connect_timed_out(timeout: Duration) -> TransportError {
+    TransportError::new(
+        ErrorKind::Timeout,
+        format!(
+            "tcp connect error: no connection within {}",
+            humantime::format_duration(timeout)
+        ),
+    )
+}
+
+/// A connection refused (or otherwise not made), as a transport error.
+pub(crate) fn connect_failed(e: &io::Error) -> TransportError {
+    TransportError::new(
+        classify_chain(e, ErrorKind::Connect),
+        format!("tcp connect error: {e}"),
+    )
+}
+
+impl PlainHost for Arc<PlainPool> {
+    fn opened(&self, origin: &Url) {
+        self.links.opened(
+            &origin_key(origin),
+            Negotiated {
+                http2: false,
+                tls: None,
+                alpn: None,
+            },
+        );
+    }
+
+    fn adopt(
+        &self,
+        origin: &Url,
+        stream: std::net::TcpStream,
+        read: BytesMut,
+        head: Head,
+        config: &TransportConfig,
+        end_by: Instant,
+    ) -> Result<HttpResponse, TransportError> {
+        let stream = TcpStream::from_std(stream)
+            .map_err(|e| io_error("taking over a connection", &e, ErrorKind::Other))?;
+        let mut conn = Conn::new(stream, self.settings.read_buffer_max);
+        conn.read = read;
+        let authority = &origin[Position::BeforeHost..Position::AfterPort];
+        let origin = self.origin_index(authority)?;
+        let body = self.body_of(origin, conn, &Method::GET, &head)?;
+        Ok(plain_response(head, body, config, end_by))
+    }
+}
+
+/// The response of a plain-HTTP exchange: its head, and its body as the pool hands it over
+/// (a body still to read under `config`'s deadlines, the exchange over by `end_by`).
+pub(crate) fn plain_response(
+    head: Head,
+    body: PlainBody,
+    config: &TransportConfig,
+    end_by: Instant,
+) -> HttpResponse {
+    let response = match body {
+        PlainBody::Whole(whole) => HttpResponse::whole(head.status, head.headers, whole),
+        PlainBody::Pooled(body) => HttpResponse::new(head.status, head.headers, Box::pin(body))
+            .with_idle_timeout(config.body_idle_timeout)
+            .with_deadline(end_by, config.request_deadline),
+    };
+    response.with_version(head.version)
 }
 
 /// Connects to the first of `addrs` that answers, in order; the last error otherwise.

@@ -16,7 +16,7 @@ pub struct ReqBody(pub(super) BodyKind);
 
 /// What a [`ReqBody`] carries.
 #[derive(Debug)]
-pub(super) enum BodyKind {
+pub(crate) enum BodyKind {
     Empty,
     Bytes(Option<Bytes>),
     /// Boxed: a request waits in its connection's queue of 32 slots, each as large as the
@@ -26,7 +26,7 @@ pub(super) enum BodyKind {
 
 /// Generated content as it is sent.
 #[derive(Debug)]
-pub(super) struct ContentBody {
+pub(crate) struct ContentBody {
     pub(super) chunks: ProgressReader,
     pub(super) remaining: u64,
 }

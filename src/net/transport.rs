@@ -336,6 +336,50 @@ pub trait Transport: Send + Sync + fmt::Debug {
         let _ = origin;
         None
     }
+
+    /// How stress mode's event loop may speak plain HTTP/1.1 for this transport: `None`
+    /// unless the transport's own `http://` requests are written and read by creb-rs (the
+    /// hyper transport's plain pool), whose framing, deadlines and connections the loop
+    /// shares.
+    fn plain_lane(&self) -> Option<PlainLane> {
+        None
+    }
+}
+
+/// What stress mode's event loop (`src/exec/lane.rs`) shares with a transport whose
+/// `http://` requests go through its plain pool: the pool (to hand a connection over with
+/// an answer the loop does not read to its end, and to count the loop's connections), the
+/// deadlines, and the `User-Agent` its requests carry.
+pub struct PlainLane {
+    pub(crate) host: std::sync::Arc<dyn PlainHost>,
+    pub(crate) config: std::sync::Arc<super::config::TransportConfig>,
+    pub(crate) user_agent: http::HeaderValue,
+}
+
+impl fmt::Debug for PlainLane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlainLane").finish_non_exhaustive()
+    }
+}
+
+/// The plain pool as stress mode's event loop sees it.
+pub(crate) trait PlainHost: Send + Sync {
+    /// Counts a connection to `origin` the loop opened, as the pool counts its own.
+    fn opened(&self, origin: &Url);
+
+    /// Takes over a connection of the loop with the answer it was reading (`head` read,
+    /// `read` what came after it), whose body is read from it as the pool reads its own
+    /// answers' (under `config`'s deadlines, the exchange over by `end_by`). Must run on
+    /// the runtime: the socket is registered with its driver.
+    fn adopt(
+        &self,
+        origin: &Url,
+        stream: std::net::TcpStream,
+        read: bytes::BytesMut,
+        head: super::h1::Head,
+        config: &super::config::TransportConfig,
+        end_by: Instant,
+    ) -> Result<HttpResponse, TransportError>;
 }
 
 /// An empty body stream, for responses without content.

@@ -1,0 +1,1229 @@
+//! Stress mode's manifest GETs of one plain-HTTP registry on an event loop of the run's own
+//! (docs/benchmarks.md, "The hot path", step 46): one thread, the connections in one vector
+//! (`mio`: epoll), each answer read, checked and recorded as it arrives and the
+//! connection's next request written in the same turn, as a load generator's loop does —
+//! without a task, a waker or a timer per GET.
+//!
+//! Only a request the client would send as it is goes on it: a manifest GET of a digest the
+//! plan knows, with no credentials to add, in the client's own bytes (its target, `Accept`,
+//! `User-Agent` and `Host`, written by the plain pool's `h1::write_head`). Everything else
+//! is the client's: the plan's other operations run as tasks on the runtime beside the
+//! loop, within the same `--concurrency`; and an answer the loop does not take as a plain
+//! success — any status but 200, a check that fails, a body it does not read whole, a
+//! transport error — is handed to the client with its request's timing ([`Given`]) and,
+//! for a body still to come, with its connection (the pool's `adopt`), so that one path
+//! decides what every answer means. A success is recorded as the client records one: sent
+//! when the request went to the socket, its head and end at the kernel's receive stamps.
+
+use std::future::Future;
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll as TaskPoll, Wake};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::{HeaderValue, Method, StatusCode};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use url::Url;
+
+use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, Wait};
+use super::options::ExecReport;
+use super::task::{run_task, TaskDone};
+use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
+use crate::digest::Sha256Sum;
+use crate::metrics::attribution::Who;
+use crate::metrics::{
+    ErrorKind, HttpStatuses, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
+};
+use crate::net::arrival::{self, Stamp};
+use crate::net::h1::{self, Framing};
+use crate::net::plain_pool::{connect_failed, connect_timed_out, io_error, MAX_HEAD};
+use crate::net::req_headers::ReqHeaders;
+use crate::net::transport::{deadline_message, HttpResponse, PlainLane, TransportError};
+use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
+
+/// The token of the loop's waker: the runtime has news (an item of the plan, a stop, an
+/// operation handed to a task ended).
+const WAKE: Token = Token(usize::MAX);
+
+/// The largest answer the loop reads itself (head and body): a manifest's, nearly always.
+/// A longer one goes to the client with its connection.
+const READ_MAX: usize = 64 * 1024;
+
+/// How often the connections' deadlines are looked at: a timeout is told this much late
+/// at most.
+const SWEEP: Duration = Duration::from_millis(50);
+
+/// What the loop needs to speak for the run's one endpoint.
+pub(super) struct Setup {
+    client: RegistryClient,
+    plain: PlainLane,
+    base: Url,
+    addrs: Vec<SocketAddr>,
+    host: HeaderValue,
+    headers: ReqHeaders,
+    checks: bool,
+}
+
+/// The loop for this run, when it may take its manifest GETs: stress mode's workers (no
+/// `--gather`, `--unpack`), one endpoint, `http://`, the hyper transport, no results split
+/// by a header. `CREB_STRESS_TASKS=1` keeps every operation on the runtime's tasks (to
+/// measure what the loop is worth).
+pub(super) async fn setup(d: &Dispatch) -> Option<Setup> {
+    if std::env::var_os("CREB_STRESS_TASKS").is_some_and(|v| v == "1")
+        || d.options.gather
+        || d.env.targets.clients.len() != 1
+    {
+        return None;
+    }
+    let client = d.env.targets.clients[0].clone();
+    let base = client.base().clone();
+    if base.scheme() != "http" || client.recorder().split().is_some() {
+        return None;
+    }
+    let plain = client.plain_lane()?;
+    let authority = &base[url::Position::BeforeHost..url::Position::AfterPort];
+    let host = HeaderValue::from_str(authority).ok()?;
+    let port = base.port_or_known_default()?;
+    let addrs: Vec<SocketAddr> = match base.host()? {
+        url::Host::Ipv4(ip) => vec![(ip, port).into()],
+        url::Host::Ipv6(ip) => vec![(ip, port).into()],
+        url::Host::Domain(name) => tokio::net::lookup_host((name, port)).await.ok()?.collect(),
+    };
+    if addrs.is_empty() {
+        return None;
+    }
+    let mut headers = ReqHeaders::new();
+    headers.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static(crate::oci::manifest::ACCEPT),
+    );
+    let checks = client.options().verify.checks();
+    Some(Setup {
+        client,
+        plain,
+        base,
+        addrs,
+        host,
+        headers,
+        checks,
+    })
+}
+
+/// Wakes the loop from the runtime's side.
+struct LoopWaker(Waker);
+
+impl Wake for LoopWaker {
+    fn wake(self: Arc<Self>) {
+        let _ = self.0.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.0.wake();
+    }
+}
+
+/// A manifest GET on one of the loop's connections.
+struct Flight {
+    op: Box<PlannedOp>,
+    /// When its exchange began (a new connection's connect included), as the client's
+    /// `sending` reads it.
+    sent: Instant,
+    /// When its connection's connect began, while it is under way.
+    connecting: Option<Instant>,
+    /// When its answer's head arrived, once it has.
+    head_at: Option<Instant>,
+    /// When the last bytes of its answer arrived.
+    last_at: Instant,
+    stamped: bool,
+}
+
+/// One of the loop's connections.
+#[derive(Default)]
+struct Conn {
+    stream: Option<TcpStream>,
+    /// Request bytes the socket has not taken (a connect under way, a full socket).
+    unsent: Vec<u8>,
+    /// What was read of the answer in flight and not used (an answer that did not come
+    /// whole in one read; most are read from the loop's buffer without a copy).
+    read: BytesMut,
+    flight: Option<Flight>,
+}
+
+/// What the loop made of what it read for a connection's GET.
+enum Read {
+    /// More is to come.
+    More,
+    /// A 200 with the manifest asked for: its length.
+    Manifest(u64),
+    /// An answer the loop does not take: made for the client from the connection's bytes
+    /// ([`decide`]).
+    NotMine,
+}
+
+/// What goes to the client with an operation whose answer the loop does not take.
+enum Handover {
+    /// The transport's error.
+    Failed(TransportError),
+    /// An answer read whole; the connection stays with the loop when it `keep`s alive.
+    Whole { response: HttpResponse, keep: bool },
+    /// An answer whose body is still to come, with its connection.
+    Rest {
+        head: h1::Head,
+        read: BytesMut,
+        stream: std::net::TcpStream,
+    },
+}
+
+/// An answer the loop does not take, as [`decide`] finds it.
+enum Decided {
+    Whole {
+        response: HttpResponse,
+        keep: bool,
+    },
+    /// Its body is still to come: the connection goes with it.
+    Rest(h1::Head),
+}
+
+/// The loop and what it keeps between turns.
+struct Lane<'a> {
+    d: Dispatch,
+    s: &'a Setup,
+    handle: Handle,
+    recorder: Recorder,
+    poll: Poll,
+    conns: Vec<Conn>,
+    /// Connections without a GET in flight.
+    idle: Vec<usize>,
+    /// Operations handed to the runtime's tasks.
+    tasks: JoinSet<TaskDone>,
+    in_flight: usize,
+    /// The request head being written.
+    request: Vec<u8>,
+    /// Where answers are read (zeroed once: `recvmsg` takes initialized bytes).
+    buffer: Vec<u8>,
+    /// The clocks read at the latest conversion of a receive stamp: the monotonic now and
+    /// the realtime now (stamps older than it are converted by them).
+    clocks: Option<(Instant, Stamp)>,
+    answered: bool,
+    /// Wakes the loop when a task of it ends.
+    waker: Arc<LoopWaker>,
+}
+
+/// Runs the plan's operations as stress mode's workers would, on the loop.
+#[allow(clippy::needless_pass_by_value)] // the thread's own
+pub(super) fn run(
+    d: Dispatch,
+    plan: mpsc::Receiver<PlanItem>,
+    handle: Handle,
+    setup: Setup,
+) -> io::Result<ExecReport> {
+    let n = d.options.concurrency.max(1);
+    let poll = Poll::new()?;
+    let waker = Arc::new(LoopWaker(Waker::new(poll.registry(), WAKE)?));
+    let recorder = setup.client.recorder().clone();
+    let lane = Lane {
+        d,
+        s: &setup,
+        handle,
+        recorder,
+        poll,
+        conns: (0..n).map(|_| Conn::default()).collect(),
+        idle: (0..n).rev().collect(),
+        tasks: JoinSet::new(),
+        in_flight: 0,
+        request: Vec::with_capacity(512),
+        buffer: vec![0; READ_MAX],
+        clocks: None,
+        answered: false,
+        waker,
+    };
+    lane.run(plan)
+}
+
+impl Lane<'_> {
+    fn run(mut self, mut plan: mpsc::Receiver<PlanItem>) -> io::Result<ExecReport> {
+        let task_waker = std::task::Waker::from(Arc::clone(&self.waker));
+        let mut cx = Context::from_waker(&task_waker);
+        let mut events = Events::with_capacity(1024);
+        let mut plan_open = true;
+        let mut stopped_at: Option<Instant> = None;
+        let mut swept = Instant::now();
+        loop {
+            // A stop ends the taking of operations; those in flight get the grace period.
+            if stopped_at.is_none() && self.d.stopped.as_mut().poll(&mut cx).is_ready() {
+                stopped_at = Some(Instant::now());
+            }
+            if stopped_at.is_none() && plan_open {
+                plan_open = self.take(&mut plan, &mut cx);
+                if self.d.env.shutdown.token().is_cancelled() {
+                    stopped_at.get_or_insert_with(Instant::now);
+                }
+            }
+            let busy = self.in_flight + self.tasks.len();
+            self.d.report.max_in_flight = self.d.report.max_in_flight.max(busy);
+            if let Some(at) = stopped_at {
+                if plan_open {
+                    let drain = self.d.drain(&mut plan);
+                    self.handle.block_on(drain);
+                    plan_open = false;
+                }
+                if busy == 0 {
+                    break;
+                }
+                if at.elapsed() >= self.d.options.grace {
+                    self.cancel_in_flight();
+                    break;
+                }
+            } else if !plan_open && busy == 0 {
+                break;
+            }
+            match self.poll.poll(&mut events, Some(SWEEP)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            self.clocks = None;
+            self.reap_tasks();
+            for event in &events {
+                if event.token() == WAKE {
+                    self.reap_tasks();
+                    continue;
+                }
+                let i = event.token().0;
+                if event.is_writable() {
+                    self.write_more(i);
+                }
+                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    self.read_answer(i);
+                }
+            }
+            if swept.elapsed() >= SWEEP {
+                swept = Instant::now();
+                self.sweep(swept);
+            }
+        }
+        Ok(self.finish())
+    }
+
+    /// Starts operations of the plan while slots are free: `false` once the plan ended.
+    fn take(&mut self, plan: &mut mpsc::Receiver<PlanItem>, cx: &mut Context<'_>) -> bool {
+        let n = self.d.options.concurrency.max(1);
+        while self.in_flight + self.tasks.len() < n {
+            let op = match self.next(plan, cx) {
+                None => return true,
+                Some(Next::Run(op)) => op,
+                Some(Next::End) => return false,
+                Some(Next::Stop) => return true,
+            };
+            if self.on_loop(&op) {
+                self.start(op);
+            } else {
+                self.hand_task(op);
+            }
+        }
+        true
+    }
+
+    /// The next operation of the plan; `None` when none is ready (the waker registered).
+    fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>, cx: &mut Context<'_>) -> Option<Next> {
+        loop {
+            let wait = match self.d.next_ready(plan) {
+                Ok(next) => return Some(next),
+                Err(wait) => wait,
+            };
+            let item = match wait {
+                Wait::Closed(id) => {
+                    let closed = self.d.env.recorder.session(SessionMsg::Closed { id });
+                    self.handle.block_on(closed);
+                    continue;
+                }
+                Wait::Plan => {
+                    self.d.plan_waited = true;
+                    match plan.poll_recv(cx) {
+                        TaskPoll::Pending => return None,
+                        TaskPoll::Ready(None) => return Some(Next::End),
+                        TaskPoll::Ready(Some(item)) => item,
+                    }
+                }
+            };
+            match self.d.take(item) {
+                Ok(Some(op)) => return Some(Next::Run(op)),
+                Ok(None) => {}
+                Err(Wait::Closed(id)) => {
+                    let closed = self.d.env.recorder.session(SessionMsg::Closed { id });
+                    self.handle.block_on(closed);
+                }
+                Err(Wait::Plan) => {}
+            }
+        }
+    }
+
+    /// Whether `op` goes on the loop: a manifest GET of a known digest the client would
+    /// send as it is.
+    fn on_loop(&self, op: &PlannedOp) -> bool {
+        match &op.action {
+            Action::ManifestGet {
+                repo,
+                expect: Some(_),
+                ..
+            } => self.s.client.sends_as_is(repo),
+            _ => false,
+        }
+    }
+
+    /// Runs `op` as a task on the runtime, within the run's slots.
+    fn hand_task(&mut self, op: Box<PlannedOp>) {
+        let (task, unsent) = self.d.launch(op, None, None);
+        if let Some(unsent) = unsent {
+            self.handle
+                .block_on(self.d.env.recorder.send_unsent(unsent));
+        }
+        self.spawn(task);
+    }
+
+    /// Runs `task` on the runtime, the loop woken as it ends.
+    fn spawn(&mut self, task: impl Future<Output = TaskDone> + Send + 'static) {
+        let waker = Arc::clone(&self.waker);
+        self.tasks.spawn_on(
+            async move {
+                let done = task.await;
+                waker.wake_by_ref();
+                done
+            },
+            &self.handle,
+        );
+    }
+
+    /// Starts `op`'s GET on an idle connection (connecting it first if it has none).
+    fn start(&mut self, op: Box<PlannedOp>) {
+        let started = Instant::now();
+        self.d.worker_started(started);
+        let member = member_of(&op);
+        if let Some(unsent) = self.d.env.recorder.offered_now(started, member, op.closes) {
+            self.handle
+                .block_on(self.d.env.recorder.send_unsent(unsent));
+        }
+        self.d.close_chain(op.closes);
+        let Action::ManifestGet {
+            repo, reference, ..
+        } = &op.action
+        else {
+            unreachable!("only manifest GETs go on the loop");
+        };
+        let target = self.s.client.manifest_target(repo, reference);
+        self.request.clear();
+        h1::write_head(
+            &mut self.request,
+            &Method::GET,
+            target.target(),
+            &self.s.host,
+            &self.s.headers,
+            Some(&self.s.plain.user_agent),
+        );
+        self.send(op);
+    }
+
+    /// Sends `op`'s request (written in `request`) on an idle connection, opening it first
+    /// when it has none.
+    fn send(&mut self, op: Box<PlannedOp>) {
+        let i = self.idle.pop().expect("a slot is free, so is a connection");
+        self.in_flight += 1;
+        let sent = Instant::now();
+        let mut flight = Flight {
+            op,
+            sent,
+            connecting: None,
+            head_at: None,
+            last_at: sent,
+            stamped: false,
+        };
+        let connect = if self.conns[i].stream.is_none() {
+            flight.connecting = Some(sent);
+            Some(self.connect(i))
+        } else {
+            None
+        };
+        let conn = &mut self.conns[i];
+        conn.flight = Some(flight);
+        conn.read.clear();
+        conn.unsent.clear();
+        match connect {
+            Some(Err(e)) => return self.hand_over(i, Handover::Failed(connect_failed(&e))),
+            // The request goes out once the connect is made (`write_more`).
+            Some(Ok(())) => return conn.unsent.extend_from_slice(&self.request),
+            None => {}
+        }
+        let stream = conn.stream.as_mut().expect("connected");
+        match stream.write(&self.request) {
+            Ok(n) if n == self.request.len() => return,
+            Ok(n) => conn.unsent.extend_from_slice(&self.request[n..]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                conn.unsent.extend_from_slice(&self.request);
+            }
+            Err(e) => {
+                let failed = io_error("sending the request", &e, ErrorKind::ConnectionClosed);
+                return self.hand_over(i, Handover::Failed(failed));
+            }
+        }
+        // The rest when the socket has room.
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self.poll.registry().reregister(stream, Token(i), interest) {
+            let failed = io_error("sending the request", &e, ErrorKind::Other);
+            self.hand_over(i, Handover::Failed(failed));
+        }
+    }
+
+    /// Opens connection `i` (the connect under way: it is writable once made).
+    fn connect(&mut self, i: usize) -> io::Result<()> {
+        let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
+        for addr in &self.s.addrs {
+            match TcpStream::connect(*addr) {
+                Ok(mut stream) => {
+                    self.poll.registry().register(
+                        &mut stream,
+                        Token(i),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )?;
+                    self.conns[i].stream = Some(stream);
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Connection `i` can take bytes: its connect ended (made or failed), or a request's
+    /// rest goes out.
+    fn write_more(&mut self, i: usize) {
+        let conn = &mut self.conns[i];
+        let (Some(stream), Some(flight)) = (conn.stream.as_mut(), conn.flight.as_mut()) else {
+            return;
+        };
+        if flight.connecting.is_some() {
+            if let Some(e) = stream.take_error().ok().flatten() {
+                return self.hand_over(i, Handover::Failed(connect_failed(&e)));
+            }
+            match stream.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => return self.hand_over(i, Handover::Failed(connect_failed(&e))),
+            }
+            flight.connecting = None;
+            let _ = stream.set_nodelay(true);
+            arrival::enable(stream);
+            self.s.plain.host.opened(&self.s.base);
+        }
+        while !conn.unsent.is_empty() {
+            match stream.write(&conn.unsent) {
+                Ok(n) => {
+                    conn.unsent.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let failed = io_error("sending the request", &e, ErrorKind::ConnectionClosed);
+                    return self.hand_over(i, Handover::Failed(failed));
+                }
+            }
+        }
+        if let Err(e) = self
+            .poll
+            .registry()
+            .reregister(stream, Token(i), Interest::READABLE)
+        {
+            let failed = io_error("sending the request", &e, ErrorKind::Other);
+            self.hand_over(i, Handover::Failed(failed));
+        }
+    }
+
+    /// Reads what connection `i` has, and acts on its answer once the loop can tell what
+    /// it is.
+    fn read_answer(&mut self, i: usize) {
+        loop {
+            let conn = &mut self.conns[i];
+            let Some(stream) = conn.stream.as_ref() else {
+                return;
+            };
+            let Some(flight) = conn.flight.as_ref() else {
+                return self.idle_readable(i);
+            };
+            if flight.connecting.is_some() {
+                return;
+            }
+            let head_seen = flight.head_at.is_some();
+            let room = READ_MAX - conn.read.len().min(READ_MAX);
+            if room == 0 {
+                return self.not_mine(i);
+            }
+            let (n, stamp) = match arrival::recv_stamped(stream, &mut self.buffer[..room]) {
+                Ok((0, _)) if head_seen => return self.not_mine(i),
+                Ok((0, _)) => {
+                    let closed = TransportError::new(
+                        ErrorKind::ConnectionClosed,
+                        "connection closed before the response head",
+                    );
+                    return self.hand_over(i, Handover::Failed(closed));
+                }
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let doing = ["reading the response head", "reading the response body"];
+                    let failed = io_error(doing[usize::from(head_seen)], &e, ErrorKind::Other);
+                    return self.hand_over(i, Handover::Failed(failed));
+                }
+            };
+            let at = self.arrival(stamp, i);
+            let conn = &mut self.conns[i];
+            let flight = conn.flight.as_mut().expect("in flight");
+            flight.last_at = at;
+            flight.stamped = stamp.is_some();
+            let what = if conn.read.is_empty() {
+                // Nearly always: the whole answer in this read, judged where it lies.
+                let what = judge(&self.buffer[..n], flight, self.s.checks);
+                if !matches!(what, Read::Manifest(_)) {
+                    conn.read.extend_from_slice(&self.buffer[..n]);
+                }
+                what
+            } else {
+                conn.read.extend_from_slice(&self.buffer[..n]);
+                judge(&conn.read, flight, self.s.checks)
+            };
+            match what {
+                Read::More => {}
+                Read::Manifest(len) => return self.recorded(i, len),
+                Read::NotMine => return self.not_mine(i),
+            }
+            if n < room {
+                // A short read drained the socket: the next edge brings more.
+                return;
+            }
+        }
+    }
+
+    /// Idle connection `i` is readable: anything read, or the end of the stream, means it is
+    /// not to be used again.
+    fn idle_readable(&mut self, i: usize) {
+        let Some(stream) = self.conns[i].stream.as_ref() else {
+            return;
+        };
+        let mut probe = [0u8; 1];
+        match arrival::recv_stamped(stream, &mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            _ => self.close(i),
+        }
+    }
+
+    /// The instant a read stamped `stamp` (if it was) arrived, held inside connection
+    /// `i`'s exchange: the clocks are read once per turn, again only for a stamp later than
+    /// their reading.
+    fn arrival(&mut self, stamp: Option<Stamp>, i: usize) -> Instant {
+        let Some(stamp) = stamp else {
+            return Instant::now();
+        };
+        let sent = self.conns[i]
+            .flight
+            .as_ref()
+            .map_or_else(Instant::now, |f| f.sent);
+        let (now, real_now) = match self.clocks {
+            Some((now, real_now)) if stamp <= real_now => (now, real_now),
+            _ => {
+                let clocks = (Instant::now(), arrival::realtime_now());
+                self.clocks = Some(clocks);
+                clocks
+            }
+        };
+        arrival::arrived_at(Some(stamp), sent, now, real_now)
+    }
+
+    /// Connection `i`'s answer is not one the loop takes: once its head is whole, it goes
+    /// to the client (whole, or with the connection for the rest of its body).
+    fn not_mine(&mut self, i: usize) {
+        let conn = &mut self.conns[i];
+        match decide(&mut conn.read) {
+            Ok(None) if conn.read.len() >= MAX_HEAD => {
+                let large = TransportError::new(
+                    ErrorKind::TooLarge,
+                    format!("response head larger than {MAX_HEAD} bytes"),
+                );
+                self.hand_over(i, Handover::Failed(large));
+            }
+            Ok(None) => {
+                if conn.stream.is_none() {
+                    let closed = TransportError::new(
+                        ErrorKind::ConnectionClosed,
+                        "connection closed before the response head",
+                    );
+                    self.hand_over(i, Handover::Failed(closed));
+                }
+            }
+            Ok(Some(Decided::Whole { response, keep })) => {
+                self.hand_over(i, Handover::Whole { response, keep });
+            }
+            Ok(Some(Decided::Rest(head))) => {
+                let read = std::mem::take(&mut conn.read);
+                let Some(mut stream) = conn.stream.take() else {
+                    return;
+                };
+                let _ = self.poll.registry().deregister(&mut stream);
+                let stream = std::net::TcpStream::from(stream);
+                self.hand_over(i, Handover::Rest { head, read, stream });
+            }
+            Err(e) => self.hand_over(i, Handover::Failed(e)),
+        }
+    }
+
+    /// Connection `i`'s GET got the manifest asked for: its sample recorded as the client
+    /// records one, the connection idle again.
+    fn recorded(&mut self, i: usize, len: u64) {
+        let conn = &mut self.conns[i];
+        conn.read.clear();
+        let flight = conn.flight.take().expect("in flight");
+        self.in_flight -= 1;
+        self.idle.push(i);
+        if !self.answered {
+            self.answered = true;
+            self.s.client.answered_plain();
+        }
+        let Flight {
+            mut op,
+            sent,
+            head_at,
+            last_at: end,
+            ..
+        } = flight;
+        let sample = Sample {
+            op: Op::ManifestGet,
+            outcome: Outcome::Ok,
+            size_class: SizeClass::of(len),
+            timing: Timing {
+                intended: None,
+                ready: None,
+                sent,
+                first_byte: Some(head_at.unwrap_or(end).min(end)),
+                end,
+            },
+            bytes_sent: 0,
+            bytes_received: len,
+            http: HttpStatuses::one(Some(200)),
+        };
+        let member = member_of(&op);
+        let who = who_of(&mut op);
+        deliver(
+            &self.handle,
+            self.recorder.record_member(sample, None, Some(who), member),
+        );
+        if let Some(p) = &self.d.env.progress {
+            p.add_done(op.records());
+        }
+        self.d.report.replayed += 1;
+        self.d.report.folded += u64::from(op.folded);
+    }
+
+    /// Connection `i`'s GET goes to the client with `handover`: as a task on the runtime,
+    /// the operation carried out from its answer. The connection stays only with a whole
+    /// answer that keeps it alive.
+    fn hand_over(&mut self, i: usize, handover: Handover) {
+        let now = Instant::now();
+        let flight = self.conns[i].flight.take().expect("in flight");
+        self.in_flight -= 1;
+        if !matches!(handover, Handover::Whole { keep: true, .. }) {
+            self.close(i);
+        }
+        self.conns[i].read.clear();
+        self.idle.push(i);
+        let Flight {
+            op,
+            sent,
+            head_at,
+            last_at,
+            stamped,
+            ..
+        } = flight;
+        let plain = (
+            Arc::clone(&self.s.plain.host),
+            Arc::clone(&self.s.plain.config),
+            self.s.base.clone(),
+        );
+        let given = move || -> Box<Given> {
+            let (host, config, base) = plain;
+            let (result, end) = match handover {
+                Handover::Failed(e) => (Err(e), now),
+                Handover::Whole { response, .. } => (Ok(response), last_at),
+                Handover::Rest { head, read, stream } => {
+                    let end_by = sent + config.request_deadline;
+                    let result = host.adopt(&base, stream, read, head, &config, end_by);
+                    (result, last_at)
+                }
+            };
+            let head_at = match &result {
+                Ok(_) => head_at.unwrap_or(end).min(end),
+                Err(_) => end,
+            };
+            Box::new(Given {
+                result,
+                sent,
+                head_at,
+                end,
+                stamped,
+            })
+        };
+        self.run_given(op, sent, given);
+    }
+
+    /// Runs `op` as a task with the answer `given` makes (on the runtime: a connection
+    /// handed over is registered there).
+    fn run_given(
+        &mut self,
+        op: Box<PlannedOp>,
+        started: Instant,
+        given: impl FnOnce() -> Box<Given> + Send + 'static,
+    ) {
+        let choice = self.d.env.targets.choose(&op);
+        let env = Arc::clone(&self.d.env);
+        self.spawn(async move {
+            let given = given();
+            run_task(op, choice, None, started, env, None, None, Some(given)).await
+        });
+    }
+
+    /// Closes connection `i` (idle): the next GET on it opens another.
+    fn close(&mut self, i: usize) {
+        let conn = &mut self.conns[i];
+        if let Some(mut stream) = conn.stream.take() {
+            let _ = self.poll.registry().deregister(&mut stream);
+        }
+        conn.read.clear();
+        conn.unsent.clear();
+    }
+
+    /// Operations handed to tasks that ended.
+    fn reap_tasks(&mut self) {
+        while let Some(res) = self.tasks.try_join_next() {
+            let lost = reap(&mut self.d.report, &self.d.env, res);
+            for l in lost {
+                let sample = Sample::unanswered(l.op, ErrorKind::Cancelled, l.intended, l.started);
+                let record = self.recorder.record(sample);
+                self.handle.block_on(record);
+            }
+        }
+    }
+
+    /// Connections whose GET is past a deadline: the client is given the timeout.
+    fn sweep(&mut self, now: Instant) {
+        let config = Arc::clone(&self.s.plain.config);
+        for i in 0..self.conns.len() {
+            let Some(f) = self.conns[i].flight.as_ref() else {
+                continue;
+            };
+            let end_by = f.sent + config.request_deadline;
+            let why = if let Some(since) = f.connecting {
+                (now >= since + config.connect_timeout)
+                    .then(|| connect_timed_out(config.connect_timeout))
+            } else if f.head_at.is_none() {
+                let by = f.sent + config.request_timeout;
+                let waited = ("no response within", config.request_timeout);
+                timed_out(now, end_by < by, end_by.min(by), waited, &config)
+            } else {
+                let by = f.last_at + config.body_idle_timeout;
+                let waited = ("no body data for", config.body_idle_timeout);
+                timed_out(now, end_by <= by, end_by.min(by), waited, &config)
+            };
+            if let Some(e) = why {
+                self.hand_over(i, Handover::Failed(e));
+            }
+        }
+    }
+
+    /// The grace period after a stop ran out: the GETs still in flight are cancelled, and
+    /// recorded so, as the workers' are.
+    fn cancel_in_flight(&mut self) {
+        for i in 0..self.conns.len() {
+            let Some(flight) = self.conns[i].flight.take() else {
+                continue;
+            };
+            self.in_flight -= 1;
+            self.close(i);
+            let sample =
+                Sample::unanswered(Op::ManifestGet, ErrorKind::Cancelled, None, flight.sent);
+            self.handle.block_on(self.recorder.record(sample));
+            self.d.report.interrupted += flight.op.records();
+        }
+    }
+
+    /// Ends the run: tasks still running (a stop's grace period is over) are cancelled and
+    /// recorded so.
+    fn finish(mut self) -> ExecReport {
+        let mut tasks = std::mem::take(&mut self.tasks);
+        let env = Arc::clone(&self.d.env);
+        let mut report = std::mem::take(&mut self.d.report);
+        let cancel = cancel_after_grace(&mut tasks, &env, &mut report, Duration::ZERO);
+        self.handle.block_on(cancel);
+        report
+    }
+}
+
+/// Sends a message to the aggregator: at once when its channel has room, else waiting for
+/// room (as a worker waits).
+fn deliver(handle: &Handle, send: impl Future<Output = ()>) {
+    let mut send = std::pin::pin!(send);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if send.as_mut().poll(&mut cx).is_pending() {
+        handle.block_on(send);
+    }
+}
+
+/// The timeout of an exchange at `now`, if it is past `at`: the end of the whole exchange
+/// (`ends`: `--request-deadline`'s message) or of what it `waited` for — as the transport's
+/// deadlines word them.
+fn timed_out(
+    now: Instant,
+    ends: bool,
+    at: Instant,
+    waited: (&str, Duration),
+    config: &crate::net::TransportConfig,
+) -> Option<TransportError> {
+    if now < at {
+        return None;
+    }
+    let why = if ends {
+        deadline_message(config.request_deadline)
+    } else {
+        format!("{} {}", waited.0, humantime::format_duration(waited.1))
+    };
+    Some(TransportError::new(ErrorKind::Timeout, why))
+}
+
+/// The pull session `op` is a member of, if any.
+fn member_of(op: &PlannedOp) -> Option<u64> {
+    match op.session {
+        Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
+        None => None,
+    }
+}
+
+/// Whom a manifest GET's figures are attributed to (as the task's `who_of`).
+fn who_of(op: &mut PlannedOp) -> Who {
+    let repository = match &op.action {
+        Action::ManifestGet { repo, .. } => Some(repo.shared()),
+        _ => None,
+    };
+    Who {
+        repository,
+        client: op.client_name.take(),
+    }
+}
+
+/// What `read` (an answer's bytes so far) is for `flight`'s GET: a manifest that checks out
+/// as the client checks it (status 200, HTTP/1.1 kept alive, a `Content-Length` the
+/// bytes end at, a manifest type, the digest asked for, and with `checks` the
+/// `Docker-Content-Digest`), more to read, or anything else. Notes the head's arrival.
+fn judge(read: &[u8], flight: &mut Flight, checks: bool) -> Read {
+    let mut headers = [httparse::EMPTY_HEADER; 24];
+    let mut response = httparse::Response::new(&mut headers);
+    let head = match response.parse(read) {
+        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Partial) if read.len() < READ_MAX => return Read::More,
+        _ => return Read::NotMine,
+    };
+    if flight.head_at.is_none() {
+        flight.head_at = Some(flight.last_at);
+    }
+    if response.code != Some(200) || response.version != Some(1) {
+        return Read::NotMine;
+    }
+    let Some(Plain {
+        length,
+        content_type,
+        digest,
+    }) = plain(response.headers)
+    else {
+        return Read::NotMine;
+    };
+    let end = head.saturating_add(length);
+    if end > READ_MAX || read.len() > end {
+        return Read::NotMine;
+    }
+    if read.len() < end {
+        return Read::More;
+    }
+    let body = &read[head..end];
+    let Action::ManifestGet {
+        reference, expect, ..
+    } = &flight.op.action
+    else {
+        return Read::NotMine;
+    };
+    if check_manifest_type(content_type).is_err() {
+        return Read::NotMine;
+    }
+    let sha256 = Sha256Sum::of(body);
+    if expect.as_ref().is_some_and(|e| *e != sha256) {
+        return Read::NotMine;
+    }
+    if checks && check_manifest_digest(reference, digest, &sha256).is_err() {
+        return Read::NotMine;
+    }
+    Read::Manifest(length as u64)
+}
+
+/// What a plain answer's head says of its body: how long it is, its type and the digest
+/// the registry gives it.
+struct Plain<'h> {
+    length: usize,
+    content_type: Option<&'h [u8]>,
+    digest: Option<&'h str>,
+}
+
+/// `headers` as a plain answer's: one `Content-Length`, no other framing, nothing said of
+/// the connection; `None` otherwise.
+fn plain<'h>(headers: &[httparse::Header<'h>]) -> Option<Plain<'h>> {
+    let (mut length, mut content_type, mut digest) = (None, None, None);
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            if length.is_some() {
+                return None;
+            }
+            let text = std::str::from_utf8(h.value).ok()?;
+            length = Some(text.trim().parse::<usize>().ok()?);
+        } else if name.eq_ignore_ascii_case("content-type") {
+            content_type = Some(h.value);
+        } else if name.eq_ignore_ascii_case("docker-content-digest") {
+            digest = std::str::from_utf8(h.value).ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("connection")
+        {
+            return None;
+        }
+    }
+    Some(Plain {
+        length: length?,
+        content_type,
+        digest,
+    })
+}
+
+/// An answer the loop does not take, from its bytes so far (`read`, its head's first):
+/// `None` while its head is not whole. Interim (1xx) answers are skipped, as the pool
+/// skips them; a body that came whole with the head goes with it.
+fn decide(read: &mut BytesMut) -> Result<Option<Decided>, TransportError> {
+    let protocol = |e: h1::H1Error| TransportError::new(ErrorKind::Protocol, e.to_string());
+    let head = loop {
+        match h1::parse_head(read).map_err(protocol)? {
+            None => return Ok(None),
+            Some(head)
+                if head.status.is_informational()
+                    && head.status != StatusCode::SWITCHING_PROTOCOLS => {}
+            Some(head) => break head,
+        }
+    };
+    let framing = h1::framing(&Method::GET, &head).map_err(protocol)?;
+    let keep = h1::keep_alive(&head, framing);
+    let body = match framing {
+        Framing::Empty => Some(bytes::Bytes::new()),
+        Framing::Length(n) if n <= read.len() as u64 => {
+            #[allow(clippy::cast_possible_truncation)] // at most the buffer's length
+            Some(read.split_to(n as usize).freeze())
+        }
+        _ => None,
+    };
+    Ok(Some(match body {
+        Some(body) => {
+            let keep = keep && read.is_empty();
+            let response =
+                HttpResponse::whole(head.status, head.headers, body).with_version(head.version);
+            Decided::Whole { response, keep }
+        }
+        None => Decided::Rest(head),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    //! What the loop takes as a plain success, and what it hands to the client as what: on
+    //! bytes, as a registry would send them (the runs against real registries exercise the
+    //! loop end to end: `tests/it`).
+
+    use super::*;
+
+    const MANIFEST: &[u8] =
+        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#;
+
+    /// A GET in flight of `reference` in `a/b`, expecting `MANIFEST`'s digest.
+    fn flight(reference: &str) -> Flight {
+        let now = Instant::now();
+        Flight {
+            op: Box::new(PlannedOp {
+                seq: 0,
+                offset: Duration::ZERO,
+                action: Action::ManifestGet {
+                    repo: "a/b".parse().unwrap(),
+                    reference: reference.parse().unwrap(),
+                    expect: Some(Sha256Sum::of(MANIFEST)),
+                },
+                folded: 0,
+                session: None,
+                client: 0,
+                client_name: None,
+                closes: None,
+            }),
+            sent: now,
+            connecting: None,
+            head_at: None,
+            last_at: now,
+            stamped: false,
+        }
+    }
+
+    /// An answer with `status`, `headers` (lines) and `body`.
+    fn answer(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+        let mut a = format!("HTTP/1.1 {status}\r\n").into_bytes();
+        for h in headers {
+            a.extend_from_slice(h.as_bytes());
+            a.extend_from_slice(b"\r\n");
+        }
+        a.extend_from_slice(b"\r\n");
+        a.extend_from_slice(body);
+        a
+    }
+
+    fn manifest_answer(extra: &[&str], body: &[u8]) -> Vec<u8> {
+        let length = format!("Content-Length: {}", body.len());
+        let mut headers = vec![
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            length.as_str(),
+        ];
+        headers.extend_from_slice(extra);
+        answer("200 OK", &headers, body)
+    }
+
+    #[test]
+    fn a_whole_manifest_with_its_digest_is_the_loops_and_marks_its_head() {
+        let mut f = flight("t1");
+        let read = manifest_answer(&[], MANIFEST);
+        assert!(
+            matches!(judge(&read, &mut f, true), Read::Manifest(n) if n == MANIFEST.len() as u64)
+        );
+        assert_eq!(f.head_at, Some(f.last_at));
+        // By tag, with checks: the registry's `Docker-Content-Digest`, if sent, must name it.
+        let digest = Sha256Sum::of(MANIFEST).digest().to_string();
+        let header = format!("Docker-Content-Digest: {digest}");
+        let read = manifest_answer(&[&header], MANIFEST);
+        assert!(matches!(
+            judge(&read, &mut flight("t1"), true),
+            Read::Manifest(_)
+        ));
+        let wrong = format!("Docker-Content-Digest: {}", Sha256Sum::of(b"x").digest());
+        let read = manifest_answer(&[&wrong], MANIFEST);
+        assert!(matches!(
+            judge(&read, &mut flight("t1"), true),
+            Read::NotMine
+        ));
+        // Without checks the header is not read; by digest the reference is the check.
+        assert!(matches!(
+            judge(&read, &mut flight("t1"), false),
+            Read::Manifest(_)
+        ));
+        assert!(matches!(
+            judge(&read, &mut flight(&digest), true),
+            Read::Manifest(_)
+        ));
+    }
+
+    #[test]
+    fn part_of_an_answer_waits_for_the_rest() {
+        let read = manifest_answer(&[], MANIFEST);
+        for cut in [5, 40, read.len() - 1] {
+            let mut f = flight("t1");
+            assert!(
+                matches!(judge(&read[..cut], &mut f, true), Read::More),
+                "{cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn anything_else_goes_to_the_client() {
+        let other = |read: &[u8]| matches!(judge(read, &mut flight("t1"), true), Read::NotMine);
+        // Another body, another type, another status, other framing, HTTP/1.0, a close.
+        assert!(other(&manifest_answer(&[], b"{}")));
+        let html = answer(
+            "200 OK",
+            &["Content-Type: text/html", "Content-Length: 2"],
+            b"{}",
+        );
+        assert!(other(&html));
+        assert!(other(&answer("404 Not Found", &["Content-Length: 0"], b"")));
+        assert!(other(&answer(
+            "401 Unauthorized",
+            &["Content-Length: 0"],
+            b""
+        )));
+        assert!(other(&answer(
+            "307 Temporary Redirect",
+            &["Location: /x", "Content-Length: 0"],
+            b""
+        )));
+        let chunked = answer("200 OK", &["Transfer-Encoding: chunked"], b"0\r\n\r\n");
+        assert!(other(&chunked));
+        assert!(other(&manifest_answer(&["Connection: close"], MANIFEST)));
+        let mut old = manifest_answer(&[], MANIFEST);
+        old[7] = b'0';
+        assert!(other(&old));
+        // Bytes past the answer's end answer nothing: not a success.
+        let mut past = manifest_answer(&[], MANIFEST);
+        past.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        assert!(other(&past));
+        assert!(other(b"not http at all\r\n\r\n"));
+    }
+
+    #[test]
+    fn an_answer_not_taken_is_made_whole_for_the_client_or_goes_with_its_connection() {
+        // A 404 whose body came with it: whole, the connection kept.
+        let mut read = BytesMut::from(&answer("404 Not Found", &["Content-Length: 2"], b"{}")[..]);
+        let Ok(Some(Decided::Whole { response, keep })) = decide(&mut read) else {
+            panic!("whole");
+        };
+        assert_eq!(response.status, StatusCode::NOT_FOUND);
+        assert!(keep);
+        // An interim answer first is skipped, as the pool skips it; one to close is not kept.
+        let mut bytes = answer("100 Continue", &[], b"");
+        bytes.extend(answer(
+            "500 Internal Server Error",
+            &["Content-Length: 0", "Connection: close"],
+            b"",
+        ));
+        let mut read = BytesMut::from(&bytes[..]);
+        let Ok(Some(Decided::Whole { response, keep })) = decide(&mut read) else {
+            panic!("whole");
+        };
+        assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!keep);
+        // A body still to come goes with the connection, the bytes after the head with it.
+        let mut read = BytesMut::from(&answer("200 OK", &["Content-Length: 10"], b"abc")[..]);
+        let Ok(Some(Decided::Rest(head))) = decide(&mut read) else {
+            panic!("rest");
+        };
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(&read[..], b"abc");
+        let mut read = BytesMut::from(&answer("200 OK", &["Transfer-Encoding: chunked"], b"")[..]);
+        assert!(matches!(decide(&mut read), Ok(Some(Decided::Rest(_)))));
+        // A head not whole yet: more to read; not HTTP: a protocol error.
+        let mut read = BytesMut::from(&b"HTTP/1.1 404 Not"[..]);
+        assert!(matches!(decide(&mut read), Ok(None)));
+        let mut read = BytesMut::from(&b"not http at all\r\n\r\n"[..]);
+        let Err(e) = decide(&mut read) else {
+            panic!("an error");
+        };
+        assert_eq!(e.kind, ErrorKind::Protocol);
+    }
+}
