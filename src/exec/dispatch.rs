@@ -191,10 +191,7 @@ impl Dispatch {
             self.worker_started(started);
         }
         let at = intended.unwrap_or(started);
-        let member = match op.session {
-            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
-            None => None,
-        };
+        let member = op.pull_session();
         let unsent = self.env.recorder.offered_now(at, member, op.closes);
         if matches!(
             op.action,

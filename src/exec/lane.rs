@@ -34,10 +34,9 @@ use url::Url;
 
 use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, Wait};
 use super::options::ExecReport;
-use super::task::{run_task, TaskDone};
+use super::task::{run_task, who_of, TaskDone};
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
-use crate::metrics::attribution::Who;
 use crate::metrics::{
     ErrorKind, HttpStatuses, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
 };
@@ -46,7 +45,7 @@ use crate::net::h1::{self, Framing};
 use crate::net::plain_pool::{connect_failed, connect_timed_out, io_error, MAX_HEAD};
 use crate::net::req_headers::ReqHeaders;
 use crate::net::transport::{deadline_message, HttpResponse, PlainLane, TransportError};
-use crate::plan::{Action, PlanItem, PlannedOp, SessionTag};
+use crate::plan::{Action, PlanItem, PlannedOp};
 
 /// The token of the loop's waker: the runtime has news (an item of the plan, a stop, an
 /// operation handed to a task ended).
@@ -405,7 +404,7 @@ impl Lane<'_> {
     fn start(&mut self, op: Box<PlannedOp>) {
         let started = Instant::now();
         self.d.worker_started(started);
-        let member = member_of(&op);
+        let member = op.pull_session();
         if let Some(unsent) = self.d.env.recorder.offered_now(started, member, op.closes) {
             self.handle
                 .block_on(self.d.env.recorder.send_unsent(unsent));
@@ -715,7 +714,7 @@ impl Lane<'_> {
             bytes_received: len,
             http: HttpStatuses::one(Some(200)),
         };
-        let member = member_of(&op);
+        let member = op.pull_session();
         let who = who_of(&mut op);
         deliver(
             &self.handle,
@@ -900,26 +899,6 @@ fn timed_out(
         format!("{} {}", waited.0, humantime::format_duration(waited.1))
     };
     Some(TransportError::new(ErrorKind::Timeout, why))
-}
-
-/// The pull session `op` is a member of, if any.
-fn member_of(op: &PlannedOp) -> Option<u64> {
-    match op.session {
-        Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
-        None => None,
-    }
-}
-
-/// Whom a manifest GET's figures are attributed to (as the task's `who_of`).
-fn who_of(op: &mut PlannedOp) -> Who {
-    let repository = match &op.action {
-        Action::ManifestGet { repo, .. } => Some(repo.shared()),
-        _ => None,
-    };
-    Who {
-        repository,
-        client: op.client_name.take(),
-    }
 }
 
 /// What `read` (an answer's bytes so far) is for `flight`'s GET: a manifest that checks out

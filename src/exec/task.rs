@@ -18,7 +18,7 @@ use crate::client::{BlobSource, ClientError, Given, OpCtx, RegistryClient};
 use crate::metrics::attribution::Who;
 use crate::metrics::{ErrorKind, ErrorLog, Event, Op, Outcome, Recorder, Sample, SessionMsg};
 use crate::oci::Reference;
-use crate::plan::{Action, PlannedOp, SessionTag};
+use crate::plan::{Action, PlannedOp};
 use crate::progress::Progress;
 use crate::route::health::{probe_until_up, Choice};
 use crate::shutdown::Shutdown;
@@ -259,10 +259,7 @@ pub(super) fn run_task(
         // sample, a replica's watch, a layer's unpack, a member its sample does not end): a
         // plain GET's sample has its own, and each is a clock read per operation.
         let start = intended.or_else(|| (is_upload || push.is_some()).then(Instant::now));
-        let member = match op.session {
-            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
-            _ => None,
-        };
+        let member = op.pull_session();
         // A sent member whose layer is not unpacked is ended by its own sample; otherwise (not
         // sent, or ended only once its layer is applied) by a message of its own, below.
         let ended_by_sample = match (&choice, &layer) {
@@ -367,7 +364,7 @@ fn or_now(at: Option<Instant>) -> Instant {
 /// Whom `op`'s figures are attributed to: its repository and the trace's client. The
 /// client's name is taken, not shared: nothing else reads it, and each count moved on a name
 /// shared across threads is a cache line taken from another core.
-fn who_of(op: &mut PlannedOp) -> Who {
+pub(super) fn who_of(op: &mut PlannedOp) -> Who {
     let repository = match &op.action {
         Action::Ping => None,
         Action::ManifestGet { repo, .. }

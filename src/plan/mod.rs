@@ -218,6 +218,14 @@ impl PlannedOp {
     pub fn records(&self) -> u64 {
         1 + u64::from(self.folded)
     }
+
+    /// The image pull session this operation is a member of, if any.
+    pub fn pull_session(&self) -> Option<u64> {
+        match self.session {
+            Some(SessionTag::PullHead(id) | SessionTag::PullLayer(id)) => Some(id),
+            None => None,
+        }
+    }
 }
 
 /// What the planner yields: nearly always an operation, boxed where the planner makes it.
