@@ -292,7 +292,7 @@ impl Lane<'_> {
             self.reap_tasks();
             for event in &events {
                 if event.token() == WAKE {
-                    self.reap_tasks();
+                    // The tasks that ended were reaped above.
                     continue;
                 }
                 let i = event.token().0;
