@@ -404,6 +404,7 @@ mod tests {
             cap_binding_share: 0.0,
             max_in_flight: 64,
             gathered: None,
+            event_loops: None,
         });
         let objectives = [Threshold::parse(objective).unwrap()];
         blame(&s, &table(), &objectives, 10.0, false)

@@ -230,9 +230,10 @@ pub struct RegistryArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Runtime")]
 pub struct RuntimeArgs {
-    /// Worker threads of the async runtime that sends the requests. Default: one per core
-    /// the process may use; half of them (at least one) when every registry endpoint is on
-    /// loopback, since the registry under test then shares the machine.
+    /// Worker threads of the async runtime that sends the requests, and as many event loops
+    /// for a stress-mode replay's manifest GETs. Default: one per core the process may use;
+    /// half of them (at least one) when every registry endpoint is on loopback, since the
+    /// registry under test then shares the machine.
     #[arg(hide_short_help = true, long, env = "CREB_THREADS", value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,

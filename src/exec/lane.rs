@@ -1,8 +1,10 @@
-//! Stress mode's manifest GETs of one plain-HTTP registry on an event loop of the run's own
-//! (docs/benchmarks.md, "The hot path", step 46): one thread, the connections in one vector
-//! (`mio`: epoll), each answer read, checked and recorded as it arrives and the
-//! connection's next request written in the same turn, as a load generator's loop does —
-//! without a task, a waker or a timer per GET.
+//! Stress mode's manifest GETs of one plain-HTTP registry on event loops of the run's own
+//! (docs/benchmarks.md, "The hot path", steps 46–47): as many loops as the runtime has
+//! workers, each a thread with its share of the slots and as many connections in one vector (`mio`: epoll), each
+//! answer read, checked and recorded as it arrives and the connection's next request
+//! written in the same turn, as a load generator's loops do — without a task, a waker or a
+//! timer per GET. The loops take the plan and the dispatcher's state in turn, as stress
+//! mode's workers do, so operations start in plan order.
 //!
 //! Only a request the client would send as it is goes on it: a manifest GET of a digest the
 //! plan knows, with no credentials to add, in the client's own bytes (its target, `Accept`,
@@ -18,7 +20,8 @@
 use std::future::Future;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll as TaskPoll, Wake};
 use std::time::Duration;
 
@@ -32,9 +35,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use url::Url;
 
-use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, Wait};
-use super::options::ExecReport;
-use super::task::{run_task, who_of, TaskDone};
+use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, OpTask, Wait};
+use super::options::{ExecReport, Looped};
+use super::task::{run_task, who_of, TaskDone, TaskEnv};
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
 use crate::metrics::{
@@ -190,10 +193,64 @@ enum Decided {
     Rest(h1::Head),
 }
 
-/// The loop and what it keeps between turns.
-struct Lane<'a> {
+/// What the loops share: the plan and the dispatcher's state, taken in turn (as stress
+/// mode's workers take them), and the count of operations in flight over all loops.
+struct Shared {
+    taking: Mutex<Taking>,
+    /// Operations in flight (on a loop or handed to a task) as the loops last told it.
+    busy: AtomicUsize,
+    /// The most of them at once.
+    most: AtomicUsize,
+    /// Wakes every loop: the plan has an item, or a stop came.
+    all: std::task::Waker,
+    /// The run is stopping: read by the loops at every turn (the token's own flag is
+    /// behind a lock every thread of the run takes).
+    stop: Arc<AtomicBool>,
+}
+
+impl Shared {
+    /// The plan and the dispatcher's state, waited for while another loop takes from them.
+    fn lock(&self) -> MutexGuard<'_, Taking> {
+        self.taking.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The plan and the dispatcher's state, held by one loop at a time.
+struct Taking {
     d: Dispatch,
+    plan: mpsc::Receiver<PlanItem>,
+}
+
+/// Wakes every loop.
+struct AllWaker(Vec<Arc<LoopWaker>>);
+
+impl Wake for AllWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        for w in &self.0 {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// One event loop and what it keeps between turns: its share of the slots, as many
+/// connections.
+struct Lane<'a> {
     s: &'a Setup,
+    shared: &'a Shared,
+    env: Arc<TaskEnv>,
+    grace: Duration,
+    /// This loop's slots: its share of `--concurrency`.
+    cap: usize,
+    /// What this loop carried out; the dispatcher's own figures are added at the end.
+    report: ExecReport,
+    /// The operations in flight here as last added to [`Shared::busy`].
+    told: usize,
+    /// The manifest GETs sent here.
+    gets: u64,
     handle: Handle,
     recorder: Recorder,
     poll: Poll,
@@ -203,6 +260,10 @@ struct Lane<'a> {
     /// Operations handed to the runtime's tasks.
     tasks: JoinSet<TaskDone>,
     in_flight: usize,
+    /// Manifest GETs and tasks taken from the plan, started once the plan is let go.
+    #[allow(clippy::vec_box)] // the box the planner made goes on to the GET's `Flight`
+    taken: Vec<Box<PlannedOp>>,
+    launched: Vec<OpTask>,
     /// The request head being written.
     request: Vec<u8>,
     /// Where answers are read (zeroed once: `recvmsg` takes initialized bytes).
@@ -215,7 +276,21 @@ struct Lane<'a> {
     waker: Arc<LoopWaker>,
 }
 
-/// Runs the plan's operations as stress mode's workers would, on the loop.
+/// How many loops a run of `concurrency` slots gets: `CREB_STRESS_LOOPS` if set, else as
+/// many as the runtime has workers (`--threads`: one per core, half of them when the
+/// registry is on loopback and shares the machine); never more than the slots. On two
+/// cores shared with docker-registry a second loop cost 4 µs more per GET and did not
+/// move the rate (docs/benchmarks.md, step 47).
+fn loops(concurrency: usize, handle: &Handle) -> usize {
+    let set = std::env::var("CREB_STRESS_LOOPS").ok();
+    let wanted = set
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(|| handle.metrics().num_workers());
+    wanted.clamp(1, concurrency.max(1))
+}
+
+/// Runs the plan's operations as stress mode's workers would, on the loops: the slots
+/// shared out among them, each loop on a thread of its own (the first on this one).
 #[allow(clippy::needless_pass_by_value)] // the thread's own
 pub(super) fn run(
     d: Dispatch,
@@ -224,31 +299,128 @@ pub(super) fn run(
     setup: Setup,
 ) -> io::Result<ExecReport> {
     let n = d.options.concurrency.max(1);
-    let poll = Poll::new()?;
-    let waker = Arc::new(LoopWaker(Waker::new(poll.registry(), WAKE)?));
-    let recorder = setup.client.recorder().clone();
-    let lane = Lane {
-        d,
-        s: &setup,
-        handle,
-        recorder,
-        poll,
-        conns: (0..n).map(|_| Conn::default()).collect(),
-        idle: (0..n).rev().collect(),
-        tasks: JoinSet::new(),
-        in_flight: 0,
-        request: Vec::with_capacity(512),
-        buffer: vec![0; READ_MAX],
-        clocks: None,
-        answered: false,
-        waker,
+    let count = loops(n, &handle);
+    let polls = (0..count)
+        .map(|_| Poll::new())
+        .collect::<io::Result<Vec<_>>>()?;
+    let wakers = polls
+        .iter()
+        .map(|p| Ok(Arc::new(LoopWaker(Waker::new(p.registry(), WAKE)?))))
+        .collect::<io::Result<Vec<_>>>()?;
+    let (env, grace) = (Arc::clone(&d.env), d.options.grace);
+    let shared = Shared {
+        taking: Mutex::new(Taking { d, plan }),
+        busy: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        all: std::task::Waker::from(Arc::new(AllWaker(wakers.clone()))),
+        stop: Arc::default(),
     };
-    lane.run(plan)
+    let lanes = polls.into_iter().zip(wakers).enumerate();
+    let lanes = lanes.map(|(k, (poll, waker))| {
+        let cap = n / count + usize::from(k < n % count);
+        Lane::new(
+            &setup,
+            &shared,
+            (Arc::clone(&env), grace),
+            cap,
+            poll,
+            waker,
+            &handle,
+        )
+    });
+    // The stop, told to the loops by a flag and a wake-up.
+    let token = env.shutdown.token().clone();
+    let (stop, all) = (Arc::clone(&shared.stop), shared.all.clone());
+    let watch = handle.spawn(async move {
+        token.cancelled().await;
+        stop.store(true, Ordering::Relaxed);
+        all.wake();
+    });
+    let reports = run_all(lanes.collect());
+    watch.abort();
+    let reports = reports?;
+    let taking = shared.taking.into_inner();
+    let mut report = taking.unwrap_or_else(PoisonError::into_inner).d.report;
+    let mut looped = Looped {
+        loops: count,
+        manifest_gets: 0,
+    };
+    for lane in reports {
+        let lane = lane?;
+        report.replayed += lane.replayed;
+        report.folded += lane.folded;
+        report.interrupted += lane.interrupted;
+        looped.manifest_gets += lane.looped.map_or(0, |l| l.manifest_gets);
+    }
+    report.max_in_flight = shared.most.into_inner();
+    report.looped = Some(looped);
+    Ok(report)
 }
 
-impl Lane<'_> {
-    fn run(mut self, mut plan: mpsc::Receiver<PlanItem>) -> io::Result<ExecReport> {
-        let task_waker = std::task::Waker::from(Arc::clone(&self.waker));
+/// Runs `lanes`, the first on this thread and each other on one of its own: their
+/// reports.
+fn run_all(mut lanes: Vec<Lane<'_>>) -> io::Result<Vec<io::Result<ExecReport>>> {
+    let first = lanes.remove(0);
+    std::thread::scope(|scope| {
+        let others = lanes
+            .into_iter()
+            .enumerate()
+            .map(|(k, lane)| {
+                std::thread::Builder::new()
+                    .name(format!("creb-loop-{}", k + 1))
+                    .spawn_scoped(scope, move || lane.run())
+            })
+            .collect::<io::Result<Vec<_>>>();
+        let mut reports = vec![first.run()];
+        for other in others? {
+            match other.join() {
+                Ok(report) => reports.push(report),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(reports)
+    })
+}
+
+impl<'a> Lane<'a> {
+    /// A loop of `cap` slots (and connections), polling with `poll`, woken by `waker`.
+    fn new(
+        s: &'a Setup,
+        shared: &'a Shared,
+        (env, grace): (Arc<TaskEnv>, Duration),
+        cap: usize,
+        poll: Poll,
+        waker: Arc<LoopWaker>,
+        handle: &Handle,
+    ) -> Self {
+        Lane {
+            s,
+            shared,
+            env,
+            grace,
+            cap,
+            report: ExecReport::default(),
+            told: 0,
+            gets: 0,
+            handle: handle.clone(),
+            recorder: s.client.recorder().clone(),
+            poll,
+            conns: (0..cap).map(|_| Conn::default()).collect(),
+            idle: (0..cap).rev().collect(),
+            tasks: JoinSet::new(),
+            in_flight: 0,
+            taken: Vec::with_capacity(cap),
+            launched: Vec::new(),
+            request: Vec::with_capacity(512),
+            buffer: vec![0; READ_MAX],
+            clocks: None,
+            answered: false,
+            waker,
+        }
+    }
+
+    fn run(mut self) -> io::Result<ExecReport> {
+        let task_waker = self.shared.all.clone();
         let mut cx = Context::from_waker(&task_waker);
         let mut events = Events::with_capacity(1024);
         let mut plan_open = true;
@@ -256,27 +428,26 @@ impl Lane<'_> {
         let mut swept = Instant::now();
         loop {
             // A stop ends the taking of operations; those in flight get the grace period.
-            if stopped_at.is_none() && self.d.stopped.as_mut().poll(&mut cx).is_ready() {
+            if stopped_at.is_none() && plan_open {
+                plan_open = self.take(&mut cx);
+            }
+            if stopped_at.is_none() && self.shared.stop.load(Ordering::Relaxed) {
                 stopped_at = Some(Instant::now());
             }
-            if stopped_at.is_none() && plan_open {
-                plan_open = self.take(&mut plan, &mut cx);
-                if self.d.env.shutdown.token().is_cancelled() {
-                    stopped_at.get_or_insert_with(Instant::now);
-                }
-            }
-            let busy = self.in_flight + self.tasks.len();
-            self.d.report.max_in_flight = self.d.report.max_in_flight.max(busy);
+            let busy = self.busy();
+            self.tell(busy);
             if let Some(at) = stopped_at {
                 if plan_open {
-                    let drain = self.d.drain(&mut plan);
-                    self.handle.block_on(drain);
+                    // The first loop to stop drains the plan; the others find it drained.
+                    let mut taking = self.shared.lock();
+                    let Taking { d, plan } = &mut *taking;
+                    self.handle.block_on(d.drain(plan));
                     plan_open = false;
                 }
                 if busy == 0 {
                     break;
                 }
-                if at.elapsed() >= self.d.options.grace {
+                if at.elapsed() >= self.grace {
                     self.cancel_in_flight();
                     break;
                 }
@@ -289,7 +460,9 @@ impl Lane<'_> {
                 Err(e) => return Err(e),
             }
             self.clocks = None;
-            self.reap_tasks();
+            if !self.tasks.is_empty() {
+                self.reap_tasks();
+            }
             for event in &events {
                 if event.token() == WAKE {
                     // The tasks that ended were reaped above.
@@ -311,80 +484,75 @@ impl Lane<'_> {
         Ok(self.finish())
     }
 
-    /// Starts operations of the plan while slots are free: `false` once the plan ended.
-    fn take(&mut self, plan: &mut mpsc::Receiver<PlanItem>, cx: &mut Context<'_>) -> bool {
-        let n = self.d.options.concurrency.max(1);
-        while self.in_flight + self.tasks.len() < n {
-            let op = match self.next(plan, cx) {
-                None => return true,
+    /// Operations in flight here: on the loop's connections and handed to tasks.
+    fn busy(&self) -> usize {
+        self.in_flight + self.tasks.len()
+    }
+
+    /// Adds what changed here since last told to the loops' count of operations in flight.
+    fn tell(&mut self, busy: usize) {
+        if busy > self.told {
+            let more = busy - self.told;
+            let now = self.shared.busy.fetch_add(more, Ordering::Relaxed) + more;
+            self.shared.most.fetch_max(now, Ordering::Relaxed);
+        } else if busy < self.told {
+            self.shared
+                .busy
+                .fetch_sub(self.told - busy, Ordering::Relaxed);
+        }
+        self.told = busy;
+    }
+
+    /// Takes operations of the plan while this loop's slots are free and starts them once
+    /// the plan is let go: `false` once the plan ended.
+    fn take(&mut self, cx: &mut Context<'_>) -> bool {
+        let free = self.cap - self.busy();
+        if free == 0 {
+            return true;
+        }
+        let mut open = true;
+        let mut taking = self.shared.lock();
+        let Taking { d, plan } = &mut *taking;
+        for _ in 0..free {
+            let op = match next(d, plan, cx, &self.handle) {
+                None | Some(Next::Stop) => break,
+                Some(Next::End) => {
+                    open = false;
+                    break;
+                }
                 Some(Next::Run(op)) => op,
-                Some(Next::End) => return false,
-                Some(Next::Stop) => return true,
             };
-            if self.on_loop(&op) {
-                self.start(op);
+            let on_loop = match &op.action {
+                Action::ManifestGet {
+                    repo,
+                    expect: Some(_),
+                    ..
+                } => self.s.client.sends_as_is(repo),
+                _ => false,
+            };
+            if on_loop {
+                offer(d, &op, &self.handle);
+                self.taken.push(op);
             } else {
-                self.hand_task(op);
+                let (task, unsent) = d.launch(op, None, None);
+                if let Some(unsent) = unsent {
+                    self.handle.block_on(d.env.recorder.send_unsent(unsent));
+                }
+                self.launched.push(task);
             }
         }
-        true
-    }
-
-    /// The next operation of the plan; `None` when none is ready (the waker registered).
-    fn next(&mut self, plan: &mut mpsc::Receiver<PlanItem>, cx: &mut Context<'_>) -> Option<Next> {
-        loop {
-            let wait = match self.d.next_ready(plan) {
-                Ok(next) => return Some(next),
-                Err(wait) => wait,
-            };
-            let item = match wait {
-                Wait::Closed(id) => {
-                    let closed = self.d.env.recorder.session(SessionMsg::Closed { id });
-                    self.handle.block_on(closed);
-                    continue;
-                }
-                Wait::Plan => {
-                    self.d.plan_waited = true;
-                    match plan.poll_recv(cx) {
-                        TaskPoll::Pending => return None,
-                        TaskPoll::Ready(None) => return Some(Next::End),
-                        TaskPoll::Ready(Some(item)) => item,
-                    }
-                }
-            };
-            match self.d.take(item) {
-                Ok(Some(op)) => return Some(Next::Run(op)),
-                Ok(None) => {}
-                Err(Wait::Closed(id)) => {
-                    let closed = self.d.env.recorder.session(SessionMsg::Closed { id });
-                    self.handle.block_on(closed);
-                }
-                Err(Wait::Plan) => {}
-            }
+        drop(taking);
+        let mut taken = std::mem::take(&mut self.taken);
+        for op in taken.drain(..) {
+            self.start(op);
         }
-    }
-
-    /// Whether `op` goes on the loop: a manifest GET of a known digest the client would
-    /// send as it is.
-    fn on_loop(&self, op: &PlannedOp) -> bool {
-        match &op.action {
-            Action::ManifestGet {
-                repo,
-                expect: Some(_),
-                ..
-            } => self.s.client.sends_as_is(repo),
-            _ => false,
+        self.taken = taken;
+        let mut launched = std::mem::take(&mut self.launched);
+        for task in launched.drain(..) {
+            self.spawn(task);
         }
-    }
-
-    /// Runs `op` as a task on the runtime, within the run's slots.
-    fn hand_task(&mut self, op: Box<PlannedOp>) {
-        let (task, unsent) = self.d.launch(op, None, None);
-        if let Some(unsent) = unsent {
-            self.handle
-                .block_on(self.d.env.recorder.send_unsent(unsent));
-        }
-        self.spawn(task);
+        self.launched = launched;
+        open
     }
 
     /// Runs `task` on the runtime, the loop woken as it ends.
@@ -400,16 +568,9 @@ impl Lane<'_> {
         );
     }
 
-    /// Starts `op`'s GET on an idle connection (connecting it first if it has none).
+    /// Starts `op`'s GET (its offer made) on an idle connection, connecting it first if it
+    /// has none.
     fn start(&mut self, op: Box<PlannedOp>) {
-        let started = Instant::now();
-        self.d.worker_started(started);
-        let member = op.pull_session();
-        if let Some(unsent) = self.d.env.recorder.offered_now(started, member, op.closes) {
-            self.handle
-                .block_on(self.d.env.recorder.send_unsent(unsent));
-        }
-        self.d.close_chain(op.closes);
         let Action::ManifestGet {
             repo, reference, ..
         } = &op.action
@@ -417,6 +578,7 @@ impl Lane<'_> {
             unreachable!("only manifest GETs go on the loop");
         };
         let target = self.s.client.manifest_target(repo, reference);
+        self.gets += 1;
         self.request.clear();
         h1::write_head(
             &mut self.request,
@@ -720,11 +882,11 @@ impl Lane<'_> {
             &self.handle,
             self.recorder.record_member(sample, None, Some(who), member),
         );
-        if let Some(p) = &self.d.env.progress {
+        if let Some(p) = &self.env.progress {
             p.add_done(op.records());
         }
-        self.d.report.replayed += 1;
-        self.d.report.folded += u64::from(op.folded);
+        self.report.replayed += 1;
+        self.report.folded += u64::from(op.folded);
     }
 
     /// Connection `i`'s GET goes to the client with `handover`: as a task on the runtime,
@@ -786,8 +948,8 @@ impl Lane<'_> {
         started: Instant,
         given: impl FnOnce() -> Box<Given> + Send + 'static,
     ) {
-        let choice = self.d.env.targets.choose(&op);
-        let env = Arc::clone(&self.d.env);
+        let choice = self.env.targets.choose(&op);
+        let env = Arc::clone(&self.env);
         self.spawn(async move {
             let given = given();
             run_task(op, choice, None, started, env, None, None, Some(given)).await
@@ -807,7 +969,7 @@ impl Lane<'_> {
     /// Operations handed to tasks that ended.
     fn reap_tasks(&mut self) {
         while let Some(res) = self.tasks.try_join_next() {
-            let lost = reap(&mut self.d.report, &self.d.env, res);
+            let lost = reap(&mut self.report, &self.env, res);
             for l in lost {
                 let sample = Sample::unanswered(l.op, ErrorKind::Cancelled, l.intended, l.started);
                 let record = self.recorder.record(sample);
@@ -854,20 +1016,73 @@ impl Lane<'_> {
             let sample =
                 Sample::unanswered(Op::ManifestGet, ErrorKind::Cancelled, None, flight.sent);
             self.handle.block_on(self.recorder.record(sample));
-            self.d.report.interrupted += flight.op.records();
+            self.report.interrupted += flight.op.records();
         }
     }
 
-    /// Ends the run: tasks still running (a stop's grace period is over) are cancelled and
+    /// Ends the loop's run: tasks still running (a stop's grace period is over) are cancelled and
     /// recorded so.
     fn finish(mut self) -> ExecReport {
         let mut tasks = std::mem::take(&mut self.tasks);
-        let env = Arc::clone(&self.d.env);
-        let mut report = std::mem::take(&mut self.d.report);
+        let env = Arc::clone(&self.env);
+        let mut report = std::mem::take(&mut self.report);
         let cancel = cancel_after_grace(&mut tasks, &env, &mut report, Duration::ZERO);
         self.handle.block_on(cancel);
+        report.looped = Some(Looped {
+            loops: 1,
+            manifest_gets: self.gets,
+        });
         report
     }
+}
+
+/// The next operation of the plan (`d`'s), taken by a loop: `None` when none is ready (the
+/// loops woken by `cx` when one is).
+fn next(
+    d: &mut Dispatch,
+    plan: &mut mpsc::Receiver<PlanItem>,
+    cx: &mut Context<'_>,
+    handle: &Handle,
+) -> Option<Next> {
+    loop {
+        let wait = match d.next_ready(plan) {
+            Ok(next) => return Some(next),
+            Err(wait) => wait,
+        };
+        let item = match wait {
+            Wait::Closed(id) => {
+                handle.block_on(d.env.recorder.session(SessionMsg::Closed { id }));
+                continue;
+            }
+            Wait::Plan => {
+                d.plan_waited = true;
+                match plan.poll_recv(cx) {
+                    TaskPoll::Pending => return None,
+                    TaskPoll::Ready(None) => return Some(Next::End),
+                    TaskPoll::Ready(Some(item)) => item,
+                }
+            }
+        };
+        match d.take(item) {
+            Ok(Some(op)) => return Some(Next::Run(op)),
+            Ok(None) | Err(Wait::Plan) => {}
+            Err(Wait::Closed(id)) => {
+                handle.block_on(d.env.recorder.session(SessionMsg::Closed { id }));
+            }
+        }
+    }
+}
+
+/// A manifest GET of the loop starts (in plan order, while the plan is held): counted as a
+/// worker's start, its offer sent to the aggregator, the pull it closes closed.
+fn offer(d: &mut Dispatch, op: &PlannedOp, handle: &Handle) {
+    let started = Instant::now();
+    d.worker_started(started);
+    let member = op.pull_session();
+    if let Some(unsent) = d.env.recorder.offered_now(started, member, op.closes) {
+        handle.block_on(d.env.recorder.send_unsent(unsent));
+    }
+    d.close_chain(op.closes);
 }
 
 /// Sends a message to the aggregator: at once when its channel has room, else waiting for

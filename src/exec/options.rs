@@ -86,4 +86,16 @@ pub struct ExecReport {
     pub max_in_flight: usize,
     /// What gathering answers did, when the run allowed it.
     pub gathered: Option<crate::net::gather::Used>,
+    /// What stress mode's event loops carried, when the run's manifest GETs went on them.
+    pub looped: Option<Looped>,
+}
+
+/// What stress mode's event loops carried (`exec/lane.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Looped {
+    /// The loops, each on a thread of its own with its share of the slots.
+    pub loops: usize,
+    /// The manifest GETs sent on them (an answer a loop did not take was still decided
+    /// by the client).
+    pub manifest_gets: u64,
 }

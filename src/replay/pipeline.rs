@@ -24,7 +24,7 @@ use crate::metrics::{AggregatorConfig, Op, Recorder};
 use crate::plan::catalog::Catalog;
 use crate::plan::{PlanItem, Planner};
 use crate::progress::Progress;
-use crate::results::summary::{Checks, Gathered};
+use crate::results::summary::{Checks, EventLoops, Gathered};
 use crate::results::{Meta, MetaInput, RunInfo, Summary, TraceCounts, Warning};
 use crate::route::health::Health;
 use crate::session::connect::endpoint_links;
@@ -300,8 +300,11 @@ fn checks_of(
     cpu: Option<Duration>,
     exec: &ExecReport,
 ) -> Checks {
-    // The cores the generator may use: the runtime's workers, at most every core.
-    let cores = available_cores().min(tokio::runtime::Handle::current().metrics().num_workers());
+    // The cores the generator may use: the runtime's workers and stress mode's event loops
+    // (threads of their own), at most every core.
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    let loops = exec.looped.map_or(0, |l| l.loops);
+    let cores = available_cores().min(workers + loops);
     let seconds = exec.duration.as_secs_f64().max(1e-9);
     Checks {
         start_at: cfg.start_at.clone(),
@@ -316,6 +319,10 @@ fn checks_of(
             share_of_service_time: crate::net::gather::SHARE,
             widest_window_ms: g.widest.as_secs_f64() * 1000.0,
             turned_off: g.turned_off,
+        }),
+        event_loops: exec.looped.map(|l| EventLoops {
+            loops: l.loops,
+            manifest_gets: l.manifest_gets,
         }),
     }
 }

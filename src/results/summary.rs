@@ -137,6 +137,17 @@ pub struct Checks {
     /// absent when the run did not allow it (delay mode, stress mode without `--gather`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gathered: Option<Gathered>,
+    /// Stress mode: the event loops that carried manifest GETs (docs/measurement.md);
+    /// absent when every operation ran as a task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_loops: Option<EventLoops>,
+}
+
+/// The event loops of a stress-mode run and the manifest GETs sent on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLoops {
+    pub loops: usize,
+    pub manifest_gets: u64,
 }
 
 /// What gathering answers per wake-up did in a stress-mode run (docs/measurement.md).

@@ -273,7 +273,15 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     ]);
     let run = crate::common::run_bin(&args, None, &[]);
     let s = summary_json(&out);
-    assert_eq!(s["checks"]["cores"], 1);
+    // The runtime's one worker, and stress mode's event loops (threads of their own).
+    let loops = u(&s["checks"]["event_loops"]["loops"]);
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    assert_eq!(
+        u(&s["checks"]["cores"]),
+        available.min(1 + loops),
+        "{}",
+        s["checks"]
+    );
     registry.assert_exit_but_tag_races(run.code, &s, "--threads 1");
 
     // Without the flag, a registry on loopback shares the machine: half the cores.
@@ -292,8 +300,12 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     let run = crate::common::run_bin(&args, None, &[]);
     let s = summary_json(&out);
     registry.assert_exit_but_tag_races(run.code, &s, "default threads");
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    assert_eq!(s["checks"]["cores"], (cores / 2).max(1));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let loops = u(&s["checks"]["event_loops"]["loops"]);
+    assert_eq!(
+        u(&s["checks"]["cores"]),
+        cores.min((cores / 2).max(1) + loops)
+    );
 
     let refused = crate::common::run_bin(
         &[
@@ -309,6 +321,61 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     );
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--threads"), "{}", refused.stderr);
+}
+
+/// Stress mode's manifest GETs go on event loops: as many as the runtime's workers by
+/// default (`--threads`; half the cores with a registry on loopback), as many as
+/// `CREB_STRESS_LOOPS` says when set (never more than the slots), and the summary says how
+/// many loops and how many GETs they sent; `CREB_STRESS_TASKS=1` runs every operation as a
+/// task, with no loop to report. The operations carried out are the same either way.
+#[test]
+fn stress_modes_manifest_gets_go_on_event_loops_and_the_summary_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _, _) = write_trace(dir.path(), &small_trace());
+    let registry = Registry::start();
+    let run = |name: &str, phase: &str, env: &[(&str, &str)]| {
+        let out = dir.path().join(name);
+        let mut args = vec!["replay"];
+        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+        args.extend([
+            "--registry",
+            &registry.url,
+            "--phase",
+            phase,
+            "--mode",
+            "stress",
+        ]);
+        args.extend(["--concurrency", "4", "--quiet"]);
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        let run = crate::common::run_bin(&args, None, env);
+        let s = summary_json(&out);
+        registry.assert_exit_but_tag_races(run.code, &s, name);
+        s
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let default = run("default", "all", &[]);
+    let two = run("two", "run", &[("CREB_THREADS", "2")]);
+    let three = run("three", "run", &[("CREB_STRESS_LOOPS", "3")]);
+    let more = run("more", "run", &[("CREB_STRESS_LOOPS", "9")]);
+    let tasks = run("tasks", "run", &[("CREB_STRESS_TASKS", "1")]);
+    let gets = u(&tasks["operations"]["manifest_get"]["count"]);
+    assert!(gets > 0);
+    let half = (cores / 2).max(1);
+    for (s, loops) in [(&default, half.min(4)), (&two, 2), (&three, 3), (&more, 4)] {
+        let looped = &s["checks"]["event_loops"];
+        assert_eq!(u(&looped["loops"]), loops, "{looped}");
+        // Every manifest GET of a known digest went on a loop; none of another kind did.
+        let sent = u(&looped["manifest_gets"]);
+        assert!(sent > 0 && sent <= gets, "{sent} of {gets}");
+        assert_eq!(u(&s["operations"]["manifest_get"]["count"]), gets);
+        assert_eq!(u(&s["totals"]["requests"]), u(&tasks["totals"]["requests"]));
+        assert!(u(&s["checks"]["max_in_flight"]) <= 4, "{}", s["checks"]);
+    }
+    assert!(
+        tasks["checks"]["event_loops"].is_null(),
+        "{}",
+        tasks["checks"]
+    );
 }
 
 /// The run plans from the items the first pass spooled to a temporary file; where none can
