@@ -1,10 +1,11 @@
 //! Stress mode's manifest GETs of one plain-HTTP registry on event loops of the run's own
 //! (docs/benchmarks.md, "The hot path", steps 46–47): as many loops as the runtime has
-//! workers, each a thread with its share of the slots and as many connections in one vector (`mio`: epoll), each
-//! answer read, checked and recorded as it arrives and the connection's next request
-//! written in the same turn, as a load generator's loops do — without a task, a waker or a
-//! timer per GET. The loops take the plan and the dispatcher's state in turn, as stress
-//! mode's workers do, so operations start in plan order.
+//! workers, each a thread with its share of the slots and as many connections in one
+//! vector (`mio`: epoll), each answer read, checked and recorded as it arrives and the
+//! connection's next request written in the same turn, as a load generator's loops do —
+//! without a task, a waker or a timer per GET. The loops take the plan and the
+//! dispatcher's state in turn, as stress mode's workers do, so operations start in plan
+//! order.
 //!
 //! Only a request the client would send as it is goes on it: a manifest GET of a digest the
 //! plan knows, with no credentials to add, in the client's own bytes (its target, `Accept`,
@@ -1020,8 +1021,8 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Ends the loop's run: tasks still running (a stop's grace period is over) are cancelled and
-    /// recorded so.
+    /// Ends the loop's run: tasks still running (a stop's grace period is over) are
+    /// cancelled and recorded so.
     fn finish(mut self) -> ExecReport {
         let mut tasks = std::mem::take(&mut self.tasks);
         let env = Arc::clone(&self.env);

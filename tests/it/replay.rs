@@ -253,6 +253,26 @@ async fn shards_cover_the_trace_exactly_once() {
     }
 }
 
+/// The binary's `replay` of `paths` against `registry` into `out`, with `flags` and `env`
+/// (quiet): its exit status, checked as the registry's tag races allow, and summary.json.
+fn replay_bin(
+    paths: &[PathBuf],
+    registry: &Registry,
+    out: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut args = vec!["replay"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["--registry", &registry.url, "--quiet"]);
+    args.extend(["--output-dir", out.to_str().unwrap()]);
+    args.extend(flags);
+    let run = crate::common::run_bin(&args, None, env);
+    let s = summary_json(out);
+    registry.assert_exit_but_tag_races(run.code, &s, &format!("{flags:?} {env:?}"));
+    s
+}
+
 /// `--threads N` sizes the binary's runtime, and the CPU check counts what it was given.
 #[test]
 fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_zero_is_refused() {
@@ -260,19 +280,8 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
     let (paths, _, _) = write_trace(dir.path(), &small_trace());
     let registry = Registry::start();
     let out = dir.path().join("one-thread");
-    let mut args = vec!["replay", "--threads", "1"];
-    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
-    args.extend([
-        "--registry",
-        &registry.url,
-        "--mode",
-        "stress",
-        "--output-dir",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let run = crate::common::run_bin(&args, None, &[]);
-    let s = summary_json(&out);
+    let flags = ["--threads", "1", "--mode", "stress"];
+    let s = replay_bin(&paths, &registry, &out, &flags, &[]);
     // The runtime's one worker, and stress mode's event loops (threads of their own).
     let loops = u(&s["checks"]["event_loops"]["loops"]);
     let available = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
@@ -282,24 +291,10 @@ fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_ze
         "{}",
         s["checks"]
     );
-    registry.assert_exit_but_tag_races(run.code, &s, "--threads 1");
 
     // Without the flag, a registry on loopback shares the machine: half the cores.
     let out = dir.path().join("default");
-    let mut args = vec!["replay"];
-    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
-    args.extend([
-        "--registry",
-        &registry.url,
-        "--phase",
-        "run",
-        "--output-dir",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    let run = crate::common::run_bin(&args, None, &[]);
-    let s = summary_json(&out);
-    registry.assert_exit_but_tag_races(run.code, &s, "default threads");
+    let s = replay_bin(&paths, &registry, &out, &["--phase", "run"], &[]);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let loops = u(&s["checks"]["event_loops"]["loops"]);
     assert_eq!(
@@ -334,23 +329,8 @@ fn stress_modes_manifest_gets_go_on_event_loops_and_the_summary_says_so() {
     let (paths, _, _) = write_trace(dir.path(), &small_trace());
     let registry = Registry::start();
     let run = |name: &str, phase: &str, env: &[(&str, &str)]| {
-        let out = dir.path().join(name);
-        let mut args = vec!["replay"];
-        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
-        args.extend([
-            "--registry",
-            &registry.url,
-            "--phase",
-            phase,
-            "--mode",
-            "stress",
-        ]);
-        args.extend(["--concurrency", "4", "--quiet"]);
-        args.extend(["--output-dir", out.to_str().unwrap()]);
-        let run = crate::common::run_bin(&args, None, env);
-        let s = summary_json(&out);
-        registry.assert_exit_but_tag_races(run.code, &s, name);
-        s
+        let flags = ["--phase", phase, "--mode", "stress", "--concurrency", "4"];
+        replay_bin(&paths, &registry, &dir.path().join(name), &flags, env)
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let default = run("default", "all", &[]);
