@@ -550,18 +550,10 @@ impl PlainPool {
     /// The index of `authority`'s origin, registered on first use.
     fn origin_index(&self, authority: &str) -> Result<usize, TransportError> {
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = origins.iter().position(|o| &*o.authority == authority) {
-            return Ok(i);
+        match origins.iter().position(|o| &*o.authority == authority) {
+            Some(i) => Ok(i),
+            None => register_origin(&mut origins, authority),
         }
-        let host = HeaderValue::from_str(authority).map_err(|e| {
-            TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
-        })?;
-        origins.push(Origin {
-            authority: authority.into(),
-            host,
-            idle: VecDeque::new(),
-        });
-        Ok(origins.len() - 1)
     }
 
     /// The index and `Host` header of `authority`'s origin (registered on first use) and
@@ -580,15 +572,8 @@ impl PlainPool {
             drop(stale);
             return Ok((i, host, conn));
         }
-        let host = HeaderValue::from_str(authority).map_err(|e| {
-            TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
-        })?;
-        origins.push(Origin {
-            authority: authority.into(),
-            host: host.clone(),
-            idle: VecDeque::new(),
-        });
-        Ok((origins.len() - 1, host, None))
+        let i = register_origin(&mut origins, authority)?;
+        Ok((i, origins[i].host.clone(), None))
     }
 
     /// This thread's spare buffers: how many, and how many are refilled in place (none is
@@ -687,6 +672,19 @@ impl PlainPool {
         );
         Ok(Conn::new(stream, self.settings.read_buffer_max))
     }
+}
+
+/// Adds `authority`'s origin (not among `origins` yet), without connections: its index.
+fn register_origin(origins: &mut Vec<Origin>, authority: &str) -> Result<usize, TransportError> {
+    let host = HeaderValue::from_str(authority).map_err(|e| {
+        TransportError::new(ErrorKind::Other, format!("host not usable in HTTP: {e}"))
+    })?;
+    origins.push(Origin {
+        authority: authority.into(),
+        host,
+        idle: VecDeque::new(),
+    });
+    Ok(origins.len() - 1)
 }
 
 /// A connection not made within `timeout`, as a transport error.
