@@ -157,16 +157,50 @@ impl Dispatch {
     /// as they would from the dispatcher (the workers take the plan in turn), without a
     /// task, a hand-over and a wake-up of the dispatcher per operation.
     async fn run_workers(self, plan: mpsc::Receiver<PlanItem>) -> ExecReport {
-        if let Some(setup) = super::lane::setup(&self).await {
-            let handle = tokio::runtime::Handle::current();
-            let lane =
-                tokio::task::spawn_blocking(move || super::lane::run(self, plan, handle, setup));
-            match lane.await {
-                Ok(Ok(report)) => return report,
-                Ok(Err(e)) => panic!("stress mode's event loop failed: {e}"),
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+        let (this, plan) = match self.on_loops(plan).await {
+            Ok(report) => return report,
+            Err(back) => back,
+        };
+        this.run_worker_tasks(plan).await
+    }
+
+    /// The run on stress mode's event loops (`lane.rs`), when it may go there and they
+    /// start; else the dispatcher and the plan back, untouched, for the workers.
+    async fn on_loops(
+        self,
+        plan: mpsc::Receiver<PlanItem>,
+    ) -> Result<ExecReport, (Self, mpsc::Receiver<PlanItem>)> {
+        let Some(setup) = super::lane::setup(&self).await else {
+            return Err((self, plan));
+        };
+        let handle = tokio::runtime::Handle::current();
+        let opened = match super::lane::open(self.options.concurrency, &handle) {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::warn!(
+                    "stress mode's event loops could not start ({e}): the run goes on tasks"
+                );
+                return Err((self, plan));
             }
+        };
+        let lane = tokio::task::spawn_blocking(move || {
+            super::lane::run(self, plan, handle, setup, opened)
+        });
+        match lane.await {
+            Ok(Ok(report)) => Ok(report),
+            Ok(Err(unstarted)) => {
+                let super::lane::Unstarted { d, plan, error } = *unstarted;
+                tracing::warn!(
+                    "stress mode's event loops could not start ({error}): the run goes on tasks"
+                );
+                Err((d, plan))
+            }
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
+    }
+
+    /// Stress mode on the runtime's tasks: one worker per slot.
+    async fn run_worker_tasks(self, plan: mpsc::Receiver<PlanItem>) -> ExecReport {
         let env = Arc::clone(&self.env);
         let grace = self.options.grace;
         let gathering = self.options.gather.then(crate::net::gather::allow);

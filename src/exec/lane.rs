@@ -207,6 +207,8 @@ struct Shared {
     /// The run is stopping: read by the loops at every turn (the token's own flag is
     /// behind a lock every thread of the run takes).
     stop: Arc<AtomicBool>,
+    /// Why a loop failed as it ran (its poll): the run stopped for it.
+    failure: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -290,17 +292,16 @@ fn loops(concurrency: usize, handle: &Handle) -> usize {
     wanted.clamp(1, concurrency.max(1))
 }
 
-/// Runs the plan's operations as stress mode's workers would, on the loops: the slots
-/// shared out among them, each loop on a thread of its own (the first on this one).
-#[allow(clippy::needless_pass_by_value)] // the thread's own
-pub(super) fn run(
-    d: Dispatch,
-    plan: mpsc::Receiver<PlanItem>,
-    handle: Handle,
-    setup: Setup,
-) -> io::Result<ExecReport> {
-    let n = d.options.concurrency.max(1);
-    let count = loops(n, &handle);
+/// What stress mode's loops need of the kernel (a poll and a waker each), got before any
+/// operation is taken: a run whose loops cannot have them goes on the runtime's tasks.
+pub(super) struct Opened {
+    polls: Vec<Poll>,
+    wakers: Vec<Arc<LoopWaker>>,
+}
+
+/// The polls and wakers of the loops a run of `concurrency` slots gets ([`loops`]).
+pub(super) fn open(concurrency: usize, handle: &Handle) -> io::Result<Opened> {
+    let count = loops(concurrency.max(1), handle);
     let polls = (0..count)
         .map(|_| Poll::new())
         .collect::<io::Result<Vec<_>>>()?;
@@ -308,6 +309,44 @@ pub(super) fn run(
         .iter()
         .map(|p| Ok(Arc::new(LoopWaker(Waker::new(p.registry(), WAKE)?))))
         .collect::<io::Result<Vec<_>>>()?;
+    Ok(Opened { polls, wakers })
+}
+
+/// A run the loops did not start (a loop's thread could not be had): the plan and the
+/// dispatcher given back as they were, no operation taken, and why.
+pub(super) struct Unstarted {
+    pub(super) d: Dispatch,
+    pub(super) plan: mpsc::Receiver<PlanItem>,
+    pub(super) error: io::Error,
+}
+
+/// Runs the plan's operations as stress mode's workers would, on the loops: the slots
+/// shared out among them, each loop on a thread of its own (the first on this one).
+/// A loop that fails as it runs (its poll) stops the run as a stop would, and the report
+/// says why ([`ExecReport::failure`]).
+#[allow(clippy::needless_pass_by_value)] // the thread's own
+pub(super) fn run(
+    d: Dispatch,
+    plan: mpsc::Receiver<PlanItem>,
+    handle: Handle,
+    setup: Setup,
+    opened: Opened,
+) -> Result<ExecReport, Box<Unstarted>> {
+    run_on(d, plan, (handle, setup, opened), |k| {
+        std::thread::Builder::new().name(format!("creb-loop-{k}"))
+    })
+}
+
+/// [`run`], with the threads of loops after the first made by `thread`.
+fn run_on(
+    d: Dispatch,
+    plan: mpsc::Receiver<PlanItem>,
+    (handle, setup, opened): (Handle, Setup, Opened),
+    thread: impl Fn(usize) -> std::thread::Builder,
+) -> Result<ExecReport, Box<Unstarted>> {
+    let n = d.options.concurrency.max(1);
+    let Opened { polls, wakers } = opened;
+    let count = polls.len();
     let (env, grace) = (Arc::clone(&d.env), d.options.grace);
     let shared = Shared {
         taking: Mutex::new(Taking { d, plan }),
@@ -315,6 +354,7 @@ pub(super) fn run(
         most: AtomicUsize::new(0),
         all: std::task::Waker::from(Arc::new(AllWaker(wakers.clone()))),
         stop: Arc::default(),
+        failure: Mutex::new(None),
     };
     let lanes = polls.into_iter().zip(wakers).enumerate();
     let lanes = lanes.map(|(k, (poll, waker))| {
@@ -337,17 +377,20 @@ pub(super) fn run(
         stop.store(true, Ordering::Relaxed);
         all.wake();
     });
-    let reports = run_all(lanes.collect());
+    let reports = run_all(lanes.map(|lane| move || lane.run()).collect(), thread);
     watch.abort();
-    let reports = reports?;
     let taking = shared.taking.into_inner();
-    let mut report = taking.unwrap_or_else(PoisonError::into_inner).d.report;
+    let Taking { d, plan } = taking.unwrap_or_else(PoisonError::into_inner);
+    let reports = match reports {
+        Ok(reports) => reports,
+        Err(error) => return Err(Box::new(Unstarted { d, plan, error })),
+    };
+    let mut report = d.report;
     let mut looped = Looped {
         loops: count,
         manifest_gets: 0,
     };
     for lane in reports {
-        let lane = lane?;
         report.replayed += lane.replayed;
         report.folded += lane.folded;
         report.interrupted += lane.interrupted;
@@ -355,32 +398,68 @@ pub(super) fn run(
     }
     report.max_in_flight = shared.most.into_inner();
     report.looped = Some(looped);
+    report.failure = (shared.failure.into_inner()).unwrap_or_else(PoisonError::into_inner);
     Ok(report)
 }
 
-/// Runs `lanes`, the first on this thread and each other on one of its own: their
-/// reports.
-fn run_all(mut lanes: Vec<Lane<'_>>) -> io::Result<Vec<io::Result<ExecReport>>> {
-    let first = lanes.remove(0);
+/// Runs `jobs` (the loops), the first on this thread and each other on one of its own
+/// (made by `thread`): what each returned, in order. None runs unless every thread was
+/// had: the error then, nothing run.
+fn run_all<T: Send>(
+    mut jobs: Vec<impl FnOnce() -> T + Send>,
+    thread: impl Fn(usize) -> std::thread::Builder,
+) -> io::Result<Vec<T>> {
+    let first = jobs.remove(0);
+    let gate = Gate::default();
     std::thread::scope(|scope| {
-        let others = lanes
-            .into_iter()
-            .enumerate()
-            .map(|(k, lane)| {
-                std::thread::Builder::new()
-                    .name(format!("creb-loop-{}", k + 1))
-                    .spawn_scoped(scope, move || lane.run())
-            })
-            .collect::<io::Result<Vec<_>>>();
-        let mut reports = vec![first.run()];
-        for other in others? {
+        let mut others = Vec::with_capacity(jobs.len());
+        let mut failed = None;
+        for (k, job) in jobs.into_iter().enumerate() {
+            let gate = &gate;
+            // The job is dropped unrun when the gate says no.
+            match thread(k + 1).spawn_scoped(scope, move || gate.wait().then(job)) {
+                Ok(handle) => others.push(handle),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        gate.open(failed.is_none());
+        if let Some(e) = failed {
+            // The threads made end unrun as the scope closes.
+            return Err(e);
+        }
+        let mut out = vec![first()];
+        for other in others {
             match other.join() {
-                Ok(report) => reports.push(report),
+                Ok(done) => out.extend(done),
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
-        Ok(reports)
+        Ok(out)
     })
+}
+
+/// Holds the loops' threads until every one was had: then they run, or all end unrun.
+#[derive(Default)]
+struct Gate {
+    go: Mutex<Option<bool>>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn open(&self, go: bool) {
+        *self.go.lock().unwrap_or_else(PoisonError::into_inner) = Some(go);
+        self.opened.notify_all();
+    }
+
+    /// Whether to run, once told.
+    fn wait(&self) -> bool {
+        let go = self.go.lock().unwrap_or_else(PoisonError::into_inner);
+        let go = self.opened.wait_while(go, |go| go.is_none());
+        go.unwrap_or_else(PoisonError::into_inner).unwrap_or(false)
+    }
 }
 
 impl<'a> Lane<'a> {
@@ -420,7 +499,7 @@ impl<'a> Lane<'a> {
         }
     }
 
-    fn run(mut self) -> io::Result<ExecReport> {
+    fn run(mut self) -> ExecReport {
         let task_waker = self.shared.all.clone();
         let mut cx = Context::from_waker(&task_waker);
         let mut events = Events::with_capacity(1024);
@@ -458,31 +537,50 @@ impl<'a> Lane<'a> {
             match self.poll.poll(&mut events, Some(SWEEP)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.fail(&e);
+                    break;
+                }
             }
             self.clocks = None;
             if !self.tasks.is_empty() {
                 self.reap_tasks();
             }
-            for event in &events {
-                if event.token() == WAKE {
-                    // The tasks that ended were reaped above.
-                    continue;
-                }
-                let i = event.token().0;
-                if event.is_writable() {
-                    self.write_more(i);
-                }
-                if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    self.read_answer(i);
-                }
-            }
+            self.serve(&events);
             if swept.elapsed() >= SWEEP {
                 swept = Instant::now();
                 self.sweep(swept);
             }
         }
-        Ok(self.finish())
+        self.finish()
+    }
+
+    /// Writes and reads what the connections are ready for.
+    fn serve(&mut self, events: &Events) {
+        for event in events {
+            if event.token() == WAKE {
+                // The tasks that ended were reaped before.
+                continue;
+            }
+            let i = event.token().0;
+            if event.is_writable() {
+                self.write_more(i);
+            }
+            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                self.read_answer(i);
+            }
+        }
+    }
+
+    /// This loop can no longer wait for its connections (`epoll_wait` failed): the run
+    /// stops as a stop would (the other loops and the runtime's tasks get the grace), the
+    /// operations in flight here are cancelled, and the run's report says why.
+    fn fail(&mut self, e: &io::Error) {
+        let mut failure = (self.shared.failure.lock()).unwrap_or_else(PoisonError::into_inner);
+        failure.get_or_insert_with(|| format!("stress mode's event loop failed: {e}"));
+        drop(failure);
+        self.env.shutdown.cancel();
+        self.cancel_in_flight();
     }
 
     /// Operations in flight here: on the loop's connections and handed to tasks.
@@ -1420,5 +1518,36 @@ mod tests {
             panic!("an error");
         };
         assert_eq!(e.kind, ErrorKind::Protocol);
+    }
+
+    #[test]
+    fn the_loops_run_only_if_every_thread_was_had() {
+        let ran = AtomicUsize::new(0);
+        let jobs = || {
+            (0..4)
+                .map(|k| {
+                    let ran = &ran;
+                    move || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        k
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let named = |k: usize| std::thread::Builder::new().name(format!("loop-{k}"));
+        assert_eq!(run_all(jobs(), named).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(ran.swap(0, Ordering::SeqCst), 4);
+        // The third thread cannot be had (a stack larger than the address space): none
+        // of the four runs, the two threads already made included.
+        let third_fails = |k: usize| {
+            let b = std::thread::Builder::new();
+            if k == 2 {
+                b.stack_size(1 << 47)
+            } else {
+                b
+            }
+        };
+        assert!(run_all(jobs(), third_fails).is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 }

@@ -88,6 +88,9 @@ pub struct ExecReport {
     pub gathered: Option<crate::net::gather::Used>,
     /// What stress mode's event loops carried, when the run's manifest GETs went on them.
     pub looped: Option<Looped>,
+    /// Why the run stopped before its end, when a part of the executor failed (an event
+    /// loop that could no longer wait for its connections): it stopped as a stop would.
+    pub failure: Option<String>,
 }
 
 /// What stress mode's event loops carried (`exec/lane.rs`).

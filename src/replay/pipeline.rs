@@ -121,12 +121,17 @@ pub(super) async fn run_phase(
         warn(&mut ran.warnings, "prewarm_missing", message);
     }
     let planner = std::mem::replace(&mut ran.planner, Ok(PlannerEnd::default()));
+    let failure = ran.exec.failure.clone();
     let mut finished = summarize(context, ran, planner.as_ref().ok());
     let slow = session
         .publish(&mut finished, registry_watch, &session.shown())
         .await?;
     if let Err(e) = planner {
         eprintln!("creb-rs: error: {e:#}");
+        return Ok(ExitStatus::Usage);
+    }
+    if let Some(failure) = failure {
+        eprintln!("creb-rs: error: {failure} (the results cover what ran)");
         return Ok(ExitStatus::Usage);
     }
     judge(context.cfg, &session.flags, &finished.summary, slow)
@@ -277,6 +282,10 @@ async fn execute(
     unsized_uploads_warning(catalog, &mut warnings);
     raw_layers_warning(catalog, &mut warnings);
     stop_warnings(context, &mut warnings);
+    if let Some(failure) = &exec.failure {
+        let message = format!("{failure}; the run stopped there, the numbers cover what ran");
+        warn(&mut warnings, "event_loop_failed", message);
+    }
     Ok(Ran {
         exec,
         aggregator,
