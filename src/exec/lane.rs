@@ -1,11 +1,13 @@
-//! Stress mode's manifest GETs of one plain-HTTP registry on event loops of the run's own
-//! (docs/benchmarks.md, "The hot path", steps 46–47): as many loops as the runtime has
-//! workers, each a thread with its share of the slots and as many connections in one
-//! vector (`mio`: epoll), each answer read, checked and recorded as it arrives and the
-//! connection's next request written in the same turn, as a load generator's loops do —
-//! without a task, a waker or a timer per GET. The loops take the plan and the
-//! dispatcher's state in turn, as stress mode's workers do, so operations start in plan
-//! order.
+//! Stress mode's manifest GETs of plain-HTTP registries on event loops of the run's own
+//! (docs/benchmarks.md, "The hot path", steps 46–48): as many loops as the runtime has
+//! workers, each a thread with its share of the slots and as many connections to each
+//! endpoint in one vector (`mio`: epoll), each answer read, checked and recorded as it
+//! arrives and the connection's next request written in the same turn, as a load
+//! generator's loops do — without a task, a waker or a timer per GET. The loops take the
+//! plan and the dispatcher's state in turn, as stress mode's workers do, so operations
+//! start in plan order; over several endpoints each GET goes where the router sends a
+//! task's (the endpoint its object is on, the next one up when that one is down), and its
+//! success counts toward that endpoint's health and failovers as a task's does.
 //!
 //! Only a request the client would send as it is goes on it: a manifest GET of a digest the
 //! plan knows, with no credentials to add, in the client's own bytes (its target, `Accept`,
@@ -42,7 +44,7 @@ use super::task::{run_task, who_of, TaskDone, TaskEnv};
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
 use crate::metrics::{
-    ErrorKind, HttpStatuses, Op, Outcome, Recorder, Sample, SessionMsg, SizeClass, Timing,
+    ErrorKind, Event, HttpStatuses, Op, Outcome, Sample, SessionMsg, SizeClass, Timing,
 };
 use crate::net::arrival::{self, Stamp};
 use crate::net::h1::{self, Framing};
@@ -50,6 +52,7 @@ use crate::net::plain_pool::{connect_failed, connect_timed_out, io_error, MAX_HE
 use crate::net::req_headers::ReqHeaders;
 use crate::net::transport::{deadline_message, HttpResponse, PlainLane, TransportError};
 use crate::plan::{Action, PlanItem, PlannedOp};
+use crate::route::health::Choice;
 
 /// The token of the loop's waker: the runtime has news (an item of the plan, a stop, an
 /// operation handed to a task ended).
@@ -63,29 +66,50 @@ const READ_MAX: usize = 64 * 1024;
 /// at most.
 const SWEEP: Duration = Duration::from_millis(50);
 
-/// What the loop needs to speak for the run's one endpoint.
+/// What the loops need to speak for the run's endpoints.
 pub(super) struct Setup {
+    /// Every endpoint of the run, in its order (the router's indices).
+    ends: Vec<End>,
+    headers: ReqHeaders,
+}
+
+/// One endpoint as the loops speak to it: its client's own pool, deadlines and bytes.
+struct End {
     client: RegistryClient,
     plain: PlainLane,
     base: Url,
     addrs: Vec<SocketAddr>,
     host: HeaderValue,
-    headers: ReqHeaders,
     checks: bool,
+    /// Runs over several endpoints: a GET's success feeds the endpoint's health, and one
+    /// that failed over is counted so, as the client's tasks do.
+    routed: bool,
 }
 
-/// The loop for this run, when it may take its manifest GETs: stress mode's workers (no
-/// `--gather`, `--unpack`), one endpoint, `http://`, the hyper transport, no results split
-/// by a header. `CREB_STRESS_TASKS=1` keeps every operation on the runtime's tasks (to
-/// measure what the loop is worth).
+/// The loops for this run, when they may take its manifest GETs: stress mode's workers (no
+/// `--gather`, `--unpack`), every endpoint `http://` on the hyper transport, no results
+/// split by a header. `CREB_STRESS_TASKS=1` keeps every operation on the runtime's tasks
+/// (to measure what the loop is worth).
 pub(super) async fn setup(d: &Dispatch) -> Option<Setup> {
-    if std::env::var_os("CREB_STRESS_TASKS").is_some_and(|v| v == "1")
-        || d.options.gather
-        || d.env.targets.clients.len() != 1
-    {
+    if std::env::var_os("CREB_STRESS_TASKS").is_some_and(|v| v == "1") || d.options.gather {
         return None;
     }
-    let client = d.env.targets.clients[0].clone();
+    let clients = &d.env.targets.clients;
+    let routed = clients.len() > 1;
+    let mut ends = Vec::with_capacity(clients.len());
+    for client in clients {
+        ends.push(end_of(client, routed).await?);
+    }
+    let mut headers = ReqHeaders::new();
+    headers.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static(crate::oci::manifest::ACCEPT),
+    );
+    Some(Setup { ends, headers })
+}
+
+/// How the loops speak to `client`'s endpoint, if they may.
+async fn end_of(client: &RegistryClient, routed: bool) -> Option<End> {
     let base = client.base().clone();
     if base.scheme() != "http" || client.recorder().split().is_some() {
         return None;
@@ -102,20 +126,14 @@ pub(super) async fn setup(d: &Dispatch) -> Option<Setup> {
     if addrs.is_empty() {
         return None;
     }
-    let mut headers = ReqHeaders::new();
-    headers.insert(
-        http::header::ACCEPT,
-        HeaderValue::from_static(crate::oci::manifest::ACCEPT),
-    );
-    let checks = client.options().verify.checks();
-    Some(Setup {
-        client,
+    Some(End {
+        client: client.clone(),
         plain,
         base,
         addrs,
         host,
-        headers,
-        checks,
+        checks: client.options().verify.checks(),
+        routed,
     })
 }
 
@@ -135,6 +153,8 @@ impl Wake for LoopWaker {
 /// A manifest GET on one of the loop's connections.
 struct Flight {
     op: Box<PlannedOp>,
+    /// Whether the router sent it here because the endpoint it belongs to was down.
+    failed_over: bool,
     /// When its exchange began (a new connection's connect included), as the client's
     /// `sending` reads it.
     sent: Instant,
@@ -147,9 +167,18 @@ struct Flight {
     stamped: bool,
 }
 
+/// Where a GET taken for the loop goes: endpoint `end`, failed over to or not.
+#[derive(Clone, Copy)]
+struct Pick {
+    end: usize,
+    failed_over: bool,
+}
+
 /// One of the loop's connections.
 #[derive(Default)]
 struct Conn {
+    /// The endpoint it connects to (an index of [`Setup::ends`]).
+    end: usize,
     stream: Option<TcpStream>,
     /// Request bytes the socket has not taken (a connect under way, a full socket).
     unsent: Vec<u8>,
@@ -255,17 +284,17 @@ struct Lane<'a> {
     /// The manifest GETs sent here.
     gets: u64,
     handle: Handle,
-    recorder: Recorder,
     poll: Poll,
+    /// `cap` connections for each endpoint, those of endpoint `e` from `e * cap`.
     conns: Vec<Conn>,
-    /// Connections without a GET in flight.
-    idle: Vec<usize>,
+    /// Each endpoint's connections without a GET in flight.
+    idle: Vec<Vec<usize>>,
     /// Operations handed to the runtime's tasks.
     tasks: JoinSet<TaskDone>,
     in_flight: usize,
     /// Manifest GETs and tasks taken from the plan, started once the plan is let go.
     #[allow(clippy::vec_box)] // the box the planner made goes on to the GET's `Flight`
-    taken: Vec<Box<PlannedOp>>,
+    taken: Vec<(Box<PlannedOp>, Pick)>,
     launched: Vec<OpTask>,
     /// The request head being written.
     request: Vec<u8>,
@@ -274,7 +303,8 @@ struct Lane<'a> {
     /// The clocks read at the latest conversion of a receive stamp: the monotonic now and
     /// the realtime now (stamps older than it are converted by them).
     clocks: Option<(Instant, Stamp)>,
-    answered: bool,
+    /// Whether each endpoint answered here yet (its client is told once).
+    answered: Vec<bool>,
     /// Wakes the loop when a task of it ends.
     waker: Arc<LoopWaker>,
 }
@@ -483,10 +513,16 @@ impl<'a> Lane<'a> {
             told: 0,
             gets: 0,
             handle: handle.clone(),
-            recorder: s.client.recorder().clone(),
             poll,
-            conns: (0..cap).map(|_| Conn::default()).collect(),
-            idle: (0..cap).rev().collect(),
+            conns: (0..s.ends.len() * cap)
+                .map(|i| Conn {
+                    end: i / cap.max(1),
+                    ..Conn::default()
+                })
+                .collect(),
+            idle: (0..s.ends.len())
+                .map(|e| (e * cap..(e + 1) * cap).rev().collect())
+                .collect(),
             tasks: JoinSet::new(),
             in_flight: 0,
             taken: Vec::with_capacity(cap),
@@ -494,7 +530,7 @@ impl<'a> Lane<'a> {
             request: Vec::with_capacity(512),
             buffer: vec![0; READ_MAX],
             clocks: None,
-            answered: false,
+            answered: vec![false; s.ends.len()],
             waker,
         }
     }
@@ -621,17 +657,9 @@ impl<'a> Lane<'a> {
                 }
                 Some(Next::Run(op)) => op,
             };
-            let on_loop = match &op.action {
-                Action::ManifestGet {
-                    repo,
-                    expect: Some(_),
-                    ..
-                } => self.s.client.sends_as_is(repo),
-                _ => false,
-            };
-            if on_loop {
+            if let Some(pick) = self.pick(&op) {
                 offer(d, &op, &self.handle);
-                self.taken.push(op);
+                self.taken.push((op, pick));
             } else {
                 let (task, unsent) = d.launch(op, None, None);
                 if let Some(unsent) = unsent {
@@ -642,8 +670,8 @@ impl<'a> Lane<'a> {
         }
         drop(taking);
         let mut taken = std::mem::take(&mut self.taken);
-        for op in taken.drain(..) {
-            self.start(op);
+        for (op, pick) in taken.drain(..) {
+            self.start(op, pick);
         }
         self.taken = taken;
         let mut launched = std::mem::take(&mut self.launched);
@@ -652,6 +680,31 @@ impl<'a> Lane<'a> {
         }
         self.launched = launched;
         open
+    }
+
+    /// Where `op` goes if on this loop: a manifest GET of a known digest, to the endpoint
+    /// the router picks (one that is up), whose client would send it as it is.
+    fn pick(&self, op: &PlannedOp) -> Option<Pick> {
+        let Action::ManifestGet {
+            repo,
+            expect: Some(_),
+            ..
+        } = &op.action
+        else {
+            return None;
+        };
+        let Choice::Use {
+            endpoint,
+            failed_over,
+        } = self.env.targets.choose(op)
+        else {
+            return None;
+        };
+        let end = self.s.ends.get(endpoint)?;
+        end.client.sends_as_is(repo).then_some(Pick {
+            end: endpoint,
+            failed_over,
+        })
     }
 
     /// Runs `task` on the runtime, the loop woken as it ends.
@@ -669,35 +722,38 @@ impl<'a> Lane<'a> {
 
     /// Starts `op`'s GET (its offer made) on an idle connection, connecting it first if it
     /// has none.
-    fn start(&mut self, op: Box<PlannedOp>) {
+    fn start(&mut self, op: Box<PlannedOp>, pick: Pick) {
         let Action::ManifestGet {
             repo, reference, ..
         } = &op.action
         else {
             unreachable!("only manifest GETs go on the loop");
         };
-        let target = self.s.client.manifest_target(repo, reference);
+        let end = &self.s.ends[pick.end];
+        let target = end.client.manifest_target(repo, reference);
         self.gets += 1;
         self.request.clear();
         h1::write_head(
             &mut self.request,
             &Method::GET,
             target.target(),
-            &self.s.host,
+            &end.host,
             &self.s.headers,
-            Some(&self.s.plain.user_agent),
+            Some(&end.plain.user_agent),
         );
-        self.send(op);
+        self.send(op, pick);
     }
 
     /// Sends `op`'s request (written in `request`) on an idle connection, opening it first
     /// when it has none.
-    fn send(&mut self, op: Box<PlannedOp>) {
-        let i = self.idle.pop().expect("a slot is free, so is a connection");
+    fn send(&mut self, op: Box<PlannedOp>, pick: Pick) {
+        let idle = &mut self.idle[pick.end];
+        let i = idle.pop().expect("a slot is free, so is a connection");
         self.in_flight += 1;
         let sent = Instant::now();
         let mut flight = Flight {
             op,
+            failed_over: pick.failed_over,
             sent,
             connecting: None,
             head_at: None,
@@ -743,7 +799,7 @@ impl<'a> Lane<'a> {
     /// Opens connection `i` (the connect under way: it is writable once made).
     fn connect(&mut self, i: usize) -> io::Result<()> {
         let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
-        for addr in &self.s.addrs {
+        for addr in &self.s.ends[self.conns[i].end].addrs {
             match TcpStream::connect(*addr) {
                 Ok(mut stream) => {
                     self.poll.registry().register(
@@ -779,7 +835,8 @@ impl<'a> Lane<'a> {
             flight.connecting = None;
             let _ = stream.set_nodelay(true);
             arrival::enable(stream);
-            self.s.plain.host.opened(&self.s.base);
+            let end = &self.s.ends[conn.end];
+            end.plain.host.opened(&end.base);
         }
         while !conn.unsent.is_empty() {
             match stream.write(&conn.unsent) {
@@ -848,14 +905,15 @@ impl<'a> Lane<'a> {
             flight.stamped = stamp.is_some();
             let what = if conn.read.is_empty() {
                 // Nearly always: the whole answer in this read, judged where it lies.
-                let what = judge(&self.buffer[..n], flight, self.s.checks);
+                let checks = self.s.ends[conn.end].checks;
+                let what = judge(&self.buffer[..n], flight, checks);
                 if !matches!(what, Read::Manifest(_)) {
                     conn.read.extend_from_slice(&self.buffer[..n]);
                 }
                 what
             } else {
                 conn.read.extend_from_slice(&self.buffer[..n]);
-                judge(&conn.read, flight, self.s.checks)
+                judge(&conn.read, flight, self.s.ends[conn.end].checks)
             };
             match what {
                 Read::More => {}
@@ -947,11 +1005,19 @@ impl<'a> Lane<'a> {
         let conn = &mut self.conns[i];
         conn.read.clear();
         let flight = conn.flight.take().expect("in flight");
+        let e = conn.end;
         self.in_flight -= 1;
-        self.idle.push(i);
-        if !self.answered {
-            self.answered = true;
-            self.s.client.answered_plain();
+        self.idle[e].push(i);
+        let s = self.s;
+        if !self.answered[e] {
+            self.answered[e] = true;
+            s.ends[e].client.answered_plain();
+        }
+        if s.ends[e].routed {
+            self.env.targets.health.observe(e, None);
+            if flight.failed_over {
+                deliver(&self.handle, self.env.recorder.event(Event::Failover));
+            }
         }
         let Flight {
             mut op,
@@ -979,7 +1045,10 @@ impl<'a> Lane<'a> {
         let who = who_of(&mut op);
         deliver(
             &self.handle,
-            self.recorder.record_member(sample, None, Some(who), member),
+            s.ends[e]
+                .client
+                .recorder()
+                .record_member(sample, None, Some(who), member),
         );
         if let Some(p) = &self.env.progress {
             p.add_done(op.records());
@@ -998,20 +1067,23 @@ impl<'a> Lane<'a> {
         if !matches!(handover, Handover::Whole { keep: true, .. }) {
             self.close(i);
         }
+        let e = self.conns[i].end;
         self.conns[i].read.clear();
-        self.idle.push(i);
+        self.idle[e].push(i);
         let Flight {
             op,
+            failed_over,
             sent,
             head_at,
             last_at,
             stamped,
             ..
         } = flight;
+        let end = &self.s.ends[e];
         let plain = (
-            Arc::clone(&self.s.plain.host),
-            Arc::clone(&self.s.plain.config),
-            self.s.base.clone(),
+            Arc::clone(&end.plain.host),
+            Arc::clone(&end.plain.config),
+            end.base.clone(),
         );
         let given = move || -> Box<Given> {
             let (host, config, base) = plain;
@@ -1036,18 +1108,22 @@ impl<'a> Lane<'a> {
                 stamped,
             })
         };
-        self.run_given(op, sent, given);
+        let choice = Choice::Use {
+            endpoint: e,
+            failed_over,
+        };
+        self.run_given(op, choice, sent, given);
     }
 
-    /// Runs `op` as a task with the answer `given` makes (on the runtime: a connection
-    /// handed over is registered there).
+    /// Runs `op` as a task with the answer `given` makes, from the endpoint `choice` names
+    /// (on the runtime: a connection handed over is registered there).
     fn run_given(
         &mut self,
         op: Box<PlannedOp>,
+        choice: Choice,
         started: Instant,
         given: impl FnOnce() -> Box<Given> + Send + 'static,
     ) {
-        let choice = self.env.targets.choose(&op);
         let env = Arc::clone(&self.env);
         self.spawn(async move {
             let given = given();
@@ -1071,7 +1147,9 @@ impl<'a> Lane<'a> {
             let lost = reap(&mut self.report, &self.env, res);
             for l in lost {
                 let sample = Sample::unanswered(l.op, ErrorKind::Cancelled, l.intended, l.started);
-                let record = self.recorder.record(sample);
+                let record = self.env.targets.clients[l.endpoint]
+                    .recorder()
+                    .record(sample);
                 self.handle.block_on(record);
             }
         }
@@ -1079,11 +1157,12 @@ impl<'a> Lane<'a> {
 
     /// Connections whose GET is past a deadline: the client is given the timeout.
     fn sweep(&mut self, now: Instant) {
-        let config = Arc::clone(&self.s.plain.config);
+        let s = self.s;
         for i in 0..self.conns.len() {
             let Some(f) = self.conns[i].flight.as_ref() else {
                 continue;
             };
+            let config = &s.ends[self.conns[i].end].plain.config;
             let end_by = f.sent + config.request_deadline;
             let why = if let Some(since) = f.connecting {
                 (now >= since + config.connect_timeout)
@@ -1091,11 +1170,11 @@ impl<'a> Lane<'a> {
             } else if f.head_at.is_none() {
                 let by = f.sent + config.request_timeout;
                 let waited = ("no response within", config.request_timeout);
-                timed_out(now, end_by < by, end_by.min(by), waited, &config)
+                timed_out(now, end_by < by, end_by.min(by), waited, config)
             } else {
                 let by = f.last_at + config.body_idle_timeout;
                 let waited = ("no body data for", config.body_idle_timeout);
-                timed_out(now, end_by <= by, end_by.min(by), waited, &config)
+                timed_out(now, end_by <= by, end_by.min(by), waited, config)
             };
             if let Some(e) = why {
                 self.hand_over(i, Handover::Failed(e));
@@ -1114,7 +1193,8 @@ impl<'a> Lane<'a> {
             self.close(i);
             let sample =
                 Sample::unanswered(Op::ManifestGet, ErrorKind::Cancelled, None, flight.sent);
-            self.handle.block_on(self.recorder.record(sample));
+            let recorder = self.s.ends[self.conns[i].end].client.recorder();
+            self.handle.block_on(recorder.record(sample));
             self.report.interrupted += flight.op.records();
         }
     }
@@ -1369,6 +1449,7 @@ mod tests {
                 client_name: None,
                 closes: None,
             }),
+            failed_over: false,
             sent: now,
             connecting: None,
             head_at: None,

@@ -705,6 +705,112 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     }
 }
 
+/// A trace of manifest GETs: `tags` tags of 1 KiB manifests, each read `reads` times.
+fn write_manifest_trace(path: &Path, tags: u64, reads: u64) {
+    let mut records = Vec::new();
+    let mut i = 0u64;
+    for _ in 0..reads {
+        for t in 0..tags {
+            let uri = format!("v2/{REPO}/manifests/t{t}");
+            records.push(record(i, i as i64, &uri, 1024));
+            i += 1;
+        }
+    }
+    std::fs::write(path, serde_json::to_vec(&records).unwrap()).unwrap();
+}
+
+/// Stress mode over several endpoints sends its manifest GETs on the event loops, each to
+/// the node the ring picks; a node killed mid-run fails only its own GETs (each one the
+/// client's answer to what the loop saw: a connection closed, a connect refused), is
+/// marked down after three refused connects, and its share then goes to the next node on
+/// the ring, counted as failovers.
+#[test]
+fn stress_mode_manifest_gets_over_several_nodes_go_on_the_loops_and_fail_over() {
+    let mut nodes = vec![Registry::start(), Registry::start(), Registry::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("manifests.json");
+    // Far more GETs than the run has time for: it ends at --max-run-time, the kill inside.
+    write_manifest_trace(&trace, 60, 1000);
+    let endpoints = endpoint_list(&nodes);
+    let mut args = vec!["replay", trace.to_str().unwrap()];
+    args.extend([
+        "--registry",
+        endpoints.as_str(),
+        "--route",
+        "digest",
+        "--replicas",
+        "2",
+        "--endpoint-down-after",
+        "3",
+        "--probe-interval",
+        "200ms",
+        "--quiet",
+    ]);
+    let prewarm = dir.path().join("prewarm");
+    let mut prewarm_args = args.clone();
+    prewarm_args.extend([
+        "--phase",
+        "prewarm",
+        "--output-dir",
+        prewarm.to_str().unwrap(),
+    ]);
+    let r = crate::common::run_bin(&prewarm_args, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = dir.path().join("run");
+    args.extend(["--phase", "run", "--mode", "stress", "--concurrency", "8"]);
+    args.extend([
+        "--max-run-time",
+        "4s",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let child = Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(&args)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("CREB_REGISTRY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nodes[1].kill();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(matches!(output.status.code(), Some(0 | 1)), "{stderr}");
+    let s = summary_json(&out);
+    assert_valid(&s);
+    assert_endpoints_add_up(&s, 3);
+    let requests = u(&s["totals"]["requests"]);
+    let looped = &s["checks"]["event_loops"];
+    assert!(
+        u(&looped["manifest_gets"]) * 10 >= requests * 9,
+        "{requests}: {}",
+        s["checks"]
+    );
+    let per = s["endpoints"].as_object().unwrap();
+    let killed = &per[&nodes[1].url];
+    let errors = killed["errors"].as_object().unwrap();
+    assert!(u(&errors["connect"]) >= 3, "{errors:?}");
+    for kind in errors.keys() {
+        assert!(
+            ["connect", "reset", "connection_closed"].contains(&kind.as_str()),
+            "unexpected error kind {kind}: {errors:?}"
+        );
+    }
+    assert!(u(&killed["totals"]["ok"]) > 0, "it served before the kill");
+    assert_eq!(killed["transitions"][0]["state"], "down");
+    assert_eq!(killed["transitions"][0]["after"], 3);
+    assert!(u(&s["events"]["failover"]) > 0, "{}", s["events"]);
+    for (i, node) in nodes.iter().enumerate() {
+        if i != 1 {
+            let e = &per[&node.url];
+            assert_eq!(u(&e["totals"]["errors"]), 0, "node {i}: {}", e["errors"]);
+            assert!(u(&e["totals"]["ok"]) > 0, "node {i}: {}", e["totals"]);
+        }
+    }
+}
+
 #[test]
 fn commands_that_drive_one_registry_refuse_several_and_duplicates_are_refused() {
     let push = crate::common::run_bin(
