@@ -362,18 +362,6 @@ pub(super) fn run(
     setup: Setup,
     opened: Opened,
 ) -> Result<ExecReport, Box<Unstarted>> {
-    run_on(d, plan, (handle, setup, opened), |k| {
-        std::thread::Builder::new().name(format!("creb-loop-{k}"))
-    })
-}
-
-/// [`run`], with the threads of loops after the first made by `thread`.
-fn run_on(
-    d: Dispatch,
-    plan: mpsc::Receiver<PlanItem>,
-    (handle, setup, opened): (Handle, Setup, Opened),
-    thread: impl Fn(usize) -> std::thread::Builder,
-) -> Result<ExecReport, Box<Unstarted>> {
     let n = d.options.concurrency.max(1);
     let Opened { polls, wakers } = opened;
     let count = polls.len();
@@ -407,6 +395,7 @@ fn run_on(
         stop.store(true, Ordering::Relaxed);
         all.wake();
     });
+    let thread = |k| std::thread::Builder::new().name(format!("creb-loop-{k}"));
     let reports = run_all(lanes.map(|lane| move || lane.run()).collect(), thread);
     watch.abort();
     let taking = shared.taking.into_inner();
