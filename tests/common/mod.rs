@@ -809,6 +809,21 @@ pub struct BinOutput {
     pub stderr: String,
 }
 
+/// Starts creb-rs with `args` in the background (no stdin, stdout dropped, stderr kept),
+/// for a test that acts while it runs (a signal, a registry killed); no registry or Docker
+/// configuration from the environment.
+pub fn spawn_bin(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(args)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("CREB_REGISTRY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs the `creb-rs` binary with `args`, optional standard input and extra environment.
 /// The caller's credentials and caches never leak in: `CREB_*`, `XDG_CACHE_HOME` and
 /// `DOCKER_CONFIG` are cleared and `HOME` points at an empty directory unless `env` sets

@@ -8,7 +8,7 @@
 //! against a real docker-registry.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::common::misbehaving::{Answer, Misbehaving, Request};
@@ -389,18 +389,6 @@ fn a_replay_against_an_unusable_registry_ends_in_seconds_with_a_result() {
 // ---------------------------------------------------------------------------------------
 // Stops: SIGTERM and SIGINT while a command is stuck, and while a trace is prepared.
 
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_creb-rs"))
-        .args(args)
-        .env_remove("DOCKER_CONFIG")
-        .env_remove("CREB_REGISTRY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
@@ -437,7 +425,7 @@ fn stop_stuck(args: &[&str], out: &Path, name: &str, code: i32) {
         out.to_str().unwrap(),
     ]);
     eprintln!("{}", a.join(" "));
-    let mut child = spawn(&a);
+    let mut child = crate::common::spawn_bin(&a);
     std::thread::sleep(Duration::from_secs(1));
     signal(&child, name);
     let status = wait_at_most(&mut child, Duration::from_secs(10));
@@ -513,7 +501,7 @@ fn a_stop_while_a_large_trace_is_prepared_leaves_an_interrupted_result() {
     let out = dir.path().join("out");
     // A run alone hashes every content before its first request (a prewarm would hash
     // while it sends instead).
-    let mut child = spawn(&[
+    let mut child = crate::common::spawn_bin(&[
         "replay",
         trace.to_str().unwrap(),
         "--registry",
@@ -546,7 +534,7 @@ fn a_stop_while_a_large_trace_is_prepared_leaves_an_interrupted_result() {
     // the run's (no operation, interrupted).
     let real = Registry::start();
     let out = dir.path().join("all");
-    let mut child = spawn(&[
+    let mut child = crate::common::spawn_bin(&[
         "replay",
         trace.to_str().unwrap(),
         "--registry",
@@ -767,7 +755,7 @@ fn a_stop_while_import_asks_for_sizes_writes_nothing_and_says_so() {
     let put = r#"{"http.request.method":"PUT","http.request.uri":"/v2/a/b/blobs/uploads/u1?digest=sha256%3A0000000000000000000000000000000000000000000000000000000000000000","http.request.remoteaddr":"10.0.0.1:5","http.response.status":201,"http.response.written":0,"http.response.duration":"2ms","level":"info","msg":"response completed","time":"2026-11-24T22:53:52.398Z"}"#;
     std::fs::write(&log, format!("{put}\n")).unwrap();
     let out = dir.path().join("t.json");
-    let mut child = spawn(&[
+    let mut child = crate::common::spawn_bin(&[
         "trace",
         "import",
         log.to_str().unwrap(),

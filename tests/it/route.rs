@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{creb, summary_json, Registry};
@@ -200,6 +199,23 @@ fn assert_valid(s: &serde_json::Value) {
         .map(|e| format!("{e} at {}", e.instance_path))
         .collect();
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// Routing over `endpoints` by digest with two replicas, a node down after three failed
+/// connects and probed every 200 ms: the runs where a node is killed.
+fn failover_routing(endpoints: &str) -> [&str; 10] {
+    [
+        "--registry",
+        endpoints,
+        "--route",
+        "digest",
+        "--replicas",
+        "2",
+        "--endpoint-down-after",
+        "3",
+        "--probe-interval",
+        "200ms",
+    ]
 }
 
 fn endpoint_list(nodes: &[Registry]) -> String {
@@ -540,18 +556,7 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     // 300 blobs read 4 times, one read every 5 ms: 6 s of schedule.
     write_blob_trace(&trace, 300, 4, 5);
     let endpoints = endpoint_list(&nodes);
-    let routing = [
-        "--registry",
-        endpoints.as_str(),
-        "--route",
-        "digest",
-        "--replicas",
-        "2",
-        "--endpoint-down-after",
-        "3",
-        "--probe-interval",
-        "200ms",
-    ];
+    let routing = failover_routing(&endpoints);
     let mut args = vec!["replay", trace.to_str().unwrap(), "--phase", "prewarm"];
     args.extend(routing);
     args.push("--quiet");
@@ -559,33 +564,26 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
 
     let out: PathBuf = dir.path().join("run");
-    let child = Command::new(env!("CARGO_BIN_EXE_creb-rs"))
-        .args(["replay", trace.to_str().unwrap()])
-        .args(routing)
-        .args([
-            "--phase",
-            "run",
-            "--mode",
-            "delay",
-            "--concurrency",
-            "16",
-            "--connect-timeout",
-            "1s",
-            "--request-timeout",
-            "2s",
-            "--interval",
-            "500ms",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--quiet",
-        ])
-        .env_remove("DOCKER_CONFIG")
-        .env_remove("CREB_REGISTRY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut args = vec!["replay", trace.to_str().unwrap()];
+    args.extend(routing);
+    args.extend([
+        "--phase",
+        "run",
+        "--mode",
+        "delay",
+        "--concurrency",
+        "16",
+        "--connect-timeout",
+        "1s",
+        "--request-timeout",
+        "2s",
+        "--interval",
+        "500ms",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let child = crate::common::spawn_bin(&args);
     std::thread::sleep(Duration::from_millis(2000));
     nodes[1].kill();
     std::thread::sleep(Duration::from_millis(1500));
@@ -732,20 +730,8 @@ fn stress_mode_manifest_gets_over_several_nodes_go_on_the_loops_and_fail_over() 
     // Far more GETs than the run has time for: it ends at --max-run-time, the kill inside.
     write_manifest_trace(&trace, 60, 1000);
     let endpoints = endpoint_list(&nodes);
-    let mut args = vec!["replay", trace.to_str().unwrap()];
-    args.extend([
-        "--registry",
-        endpoints.as_str(),
-        "--route",
-        "digest",
-        "--replicas",
-        "2",
-        "--endpoint-down-after",
-        "3",
-        "--probe-interval",
-        "200ms",
-        "--quiet",
-    ]);
+    let mut args = vec!["replay", trace.to_str().unwrap(), "--quiet"];
+    args.extend(failover_routing(&endpoints));
     let prewarm = dir.path().join("prewarm");
     let mut prewarm_args = args.clone();
     prewarm_args.extend([
@@ -764,15 +750,7 @@ fn stress_mode_manifest_gets_over_several_nodes_go_on_the_loops_and_fail_over() 
         "--output-dir",
         out.to_str().unwrap(),
     ]);
-    let child = Command::new(env!("CARGO_BIN_EXE_creb-rs"))
-        .args(&args)
-        .env_remove("DOCKER_CONFIG")
-        .env_remove("CREB_REGISTRY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_bin(&args);
     std::thread::sleep(Duration::from_millis(1500));
     nodes[1].kill();
     let output = child.wait_with_output().unwrap();
