@@ -6,7 +6,6 @@
 //! a valid summary.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::faults::{Fault, FaultProxy};
@@ -198,34 +197,27 @@ fn a_registry_killed_and_restarted_mid_replay_costs_only_the_requests_of_the_out
     assert_eq!(prewarm.code, 0, "{}", prewarm.stderr);
 
     let out = dir.path().join("run");
-    let child = Command::new(env!("CARGO_BIN_EXE_creb-rs"))
-        .args([
-            "replay",
-            trace.to_str().unwrap(),
-            "--registry",
-            &registry.url,
-            "--mode",
-            "delay",
-            "--phase",
-            "run",
-            "--connect-timeout",
-            "1s",
-            "--request-timeout",
-            "2s",
-            "--body-idle-timeout",
-            "2s",
-            "--interval",
-            "500ms",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--quiet",
-        ])
-        .env_remove("DOCKER_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_bin(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--phase",
+        "run",
+        "--connect-timeout",
+        "1s",
+        "--request-timeout",
+        "2s",
+        "--body-idle-timeout",
+        "2s",
+        "--interval",
+        "500ms",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
     std::thread::sleep(Duration::from_millis(2500));
     registry.kill();
     std::thread::sleep(Duration::from_secs(2));

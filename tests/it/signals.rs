@@ -2,7 +2,7 @@
 //! in-flight requests finish, writes a valid summary marked interrupted, with every record
 //! accounted for; a second signal exits at once.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::{summary_json, Registry};
@@ -34,24 +34,17 @@ fn start(
     registry: &Registry,
     out: &std::path::Path,
 ) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_creb-rs"))
-        .args([
-            "replay",
-            trace.to_str().unwrap(),
-            "--registry",
-            &registry.url,
-            "--mode",
-            "delay",
-            "--quiet",
-            "--output-dir",
-            out.to_str().unwrap(),
-        ])
-        .env_remove("DOCKER_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    crate::common::spawn_bin(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--mode",
+        "delay",
+        "--quiet",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ])
 }
 
 /// Waits until the run phase has started (the prewarm summary is written first).
