@@ -174,7 +174,7 @@ impl Dispatch {
             return Err((self, plan));
         };
         let handle = tokio::runtime::Handle::current();
-        let opened = match super::lane::open(self.options.concurrency, &handle) {
+        let opened = match super::lane::open(self.options.concurrency, &setup, &handle) {
             Ok(opened) => opened,
             Err(e) => {
                 tracing::warn!(

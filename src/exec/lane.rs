@@ -329,9 +329,11 @@ pub(super) struct Opened {
     wakers: Vec<Arc<LoopWaker>>,
 }
 
-/// The polls and wakers of the loops a run of `concurrency` slots gets ([`loops`]).
-pub(super) fn open(concurrency: usize, handle: &Handle) -> io::Result<Opened> {
+/// The polls and wakers of the loops a run of `concurrency` slots gets ([`loops`]), when
+/// they fit under the open-file limit beside the connections they keep.
+pub(super) fn open(concurrency: usize, setup: &Setup, handle: &Handle) -> io::Result<Opened> {
     let count = loops(concurrency.max(1), handle);
+    room_for(count, concurrency.max(1) * setup.ends.len())?;
     let polls = (0..count)
         .map(|_| Poll::new())
         .collect::<io::Result<Vec<_>>>()?;
@@ -340,6 +342,31 @@ pub(super) fn open(concurrency: usize, handle: &Handle) -> io::Result<Opened> {
         .map(|p| Ok(Arc::new(LoopWaker(Waker::new(p.registry(), WAKE)?))))
         .collect::<io::Result<Vec<_>>>()?;
     Ok(Opened { polls, wakers })
+}
+
+/// Whether `count` loops (a poll and a waker each: two descriptors) fit under the soft
+/// open-file limit beside the descriptors open now and the `connections` the loops keep.
+/// The limit a run raises for its connections (`commands/limits.rs`) counts a reserve of
+/// descriptors, not the loops: a run whose limit leaves no room for them goes on tasks
+/// rather than have its connections refused part way.
+#[cfg(target_os = "linux")]
+fn room_for(count: usize, connections: usize) -> io::Result<()> {
+    let open = std::fs::read_dir("/proc/self/fd")?.count() as u64;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let wanted = open + 2 * count as u64 + connections as u64;
+    match limit {
+        Some(limit) if wanted > limit => Err(io::Error::other(format!(
+            "{count} loops and {connections} connections need {wanted} open files, the \
+             limit is {limit}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Elsewhere nothing is checked.
+#[cfg(not(target_os = "linux"))]
+fn room_for(_count: usize, _connections: usize) -> io::Result<()> {
+    Ok(())
 }
 
 /// A run the loops did not start (a loop's thread could not be had): the plan and the

@@ -273,6 +273,75 @@ fn replay_bin(
     s
 }
 
+/// Loops that find no room under the open-file limit for their polls and wakers beside the
+/// connections they keep leave the run to the tasks before any operation is taken: the
+/// same operations carried out, a warning on stderr, no loops in the checks. With room
+/// (a higher limit), the same hundred loops run.
+#[test]
+fn stress_mode_loops_without_room_under_the_open_file_limit_leave_the_run_to_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _, _) = write_trace(dir.path(), &small_trace());
+    let registry = Registry::start();
+    replay_bin(
+        &paths,
+        &registry,
+        &dir.path().join("prewarm"),
+        &["--phase", "prewarm"],
+        &[],
+    );
+    let flags = ["--phase", "run", "--mode", "stress", "--concurrency", "100"];
+    let tasks = replay_bin(
+        &paths,
+        &registry,
+        &dir.path().join("tasks"),
+        &flags,
+        &[("CREB_STRESS_TASKS", "1")],
+    );
+    // 100 connections and a reserve of 64 fit under 300; 100 loops' 200 descriptors more
+    // do not.
+    let under = |limit: &str, name: &str| {
+        let out = dir.path().join(name);
+        let mut args = vec!["replay"];
+        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+        args.extend(["--registry", &registry.url, "--quiet"]);
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        args.extend(flags);
+        let output = std::process::Command::new("prlimit")
+            .arg(format!("--nofile={limit}:{limit}"))
+            .arg(env!("CARGO_BIN_EXE_creb-rs"))
+            .args(&args)
+            .env("CREB_STRESS_LOOPS", "100")
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("CREB_REGISTRY")
+            .output()
+            .expect("prlimit (util-linux) runs creb-rs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let s = summary_json(&out);
+        let code = output.status.code().unwrap_or(-1);
+        registry.assert_exit_but_tag_races(code, &s, &stderr);
+        (s, stderr)
+    };
+    let (fell_back, stderr) = under("300", "tight");
+    assert!(
+        stderr.contains("event loops could not start") && stderr.contains("the limit is 300"),
+        "{stderr}"
+    );
+    assert!(
+        fell_back["checks"]["event_loops"].is_null(),
+        "{}",
+        fell_back["checks"]
+    );
+    let (looped, stderr) = under("2048", "room");
+    assert!(!stderr.contains("could not start"), "{stderr}");
+    assert_eq!(u(&looped["checks"]["event_loops"]["loops"]), 100);
+    for s in [&fell_back, &looped] {
+        let gets = |s: &serde_json::Value| u(&s["operations"]["manifest_get"]["count"]);
+        assert_eq!(gets(s), gets(&tasks));
+        assert!(gets(s) > 0);
+        assert_eq!(u(&s["totals"]["requests"]), u(&tasks["totals"]["requests"]));
+    }
+}
+
 /// `--threads N` sizes the binary's runtime, and the CPU check counts what it was given.
 #[test]
 fn threads_sets_the_runtime_workers_half_the_cores_by_default_on_loopback_and_zero_is_refused() {
