@@ -177,9 +177,7 @@ impl Dispatch {
         let opened = match super::lane::open(self.options.concurrency, &setup, &handle) {
             Ok(opened) => opened,
             Err(e) => {
-                tracing::warn!(
-                    "stress mode's event loops could not start ({e}): the run goes on tasks"
-                );
+                not_started(&e);
                 return Err((self, plan));
             }
         };
@@ -190,9 +188,7 @@ impl Dispatch {
             Ok(Ok(report)) => Ok(report),
             Ok(Err(unstarted)) => {
                 let super::lane::Unstarted { d, plan, error } = *unstarted;
-                tracing::warn!(
-                    "stress mode's event loops could not start ({error}): the run goes on tasks"
-                );
+                not_started(&error);
                 Err((d, plan))
             }
             Err(e) => std::panic::resume_unwind(e.into_panic()),
@@ -232,6 +228,11 @@ impl Dispatch {
         report.gathered = gathering.as_ref().map(crate::net::gather::Allowed::used);
         report
     }
+}
+
+/// Says why stress mode's event loops did not start (the run goes on tasks instead).
+fn not_started(e: &std::io::Error) {
+    tracing::warn!("stress mode's event loops could not start ({e}): the run goes on tasks");
 }
 
 /// One of stress mode's workers: takes the next operation (the plan and the dispatcher's
