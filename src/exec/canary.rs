@@ -27,6 +27,92 @@ pub struct CanaryReport {
     pub wake_lateness: Histogram<u64>,
 }
 
+/// Where a run's stalls are witnessed from `from` (where the measured part begins): by the
+/// runtime's canary until stress mode's event loops carry the run's manifest GETs, when they
+/// stop it through `runtime` and each watches its own turns ([`TurnCanary`]). The runtime
+/// they leave idle would otherwise wake a hundred times a second to witness nothing that
+/// sends a request, while a loop's own stall went unseen.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    pub from: Instant,
+    /// Stops the runtime's canary.
+    pub runtime: CancellationToken,
+}
+
+/// An event loop's canary: the loop asks to be woken [`TICK`] after its last look at least
+/// ([`Self::wait`]), and each turn that comes past that records how late it came
+/// ([`Self::turn`]). Under load the loop turns far more often than it ticks and a turn runs
+/// late only by what held the loop (its own work, or a core not given to it); idle, its
+/// poll times out in whole milliseconds, rounded up, and the lateness counts from there, as
+/// a timer's would.
+#[derive(Debug)]
+pub struct TurnCanary {
+    /// The next tick.
+    due: Instant,
+    /// Where this turn's poll times out, when it waits for the tick.
+    asked: Option<Instant>,
+    hist: Histogram<u64>,
+}
+
+impl TurnCanary {
+    /// A canary that watches from `from` on (a loop started at `now`).
+    pub fn new(from: Instant, now: Instant) -> Self {
+        TurnCanary {
+            due: from.max(now) + TICK,
+            asked: None,
+            hist: new_histogram(),
+        }
+    }
+
+    /// How long the loop may wait for its connections at `now`, at most `most`: until the
+    /// tick, in whole milliseconds (the poll's unit), or not at all once it is past.
+    pub fn wait(&mut self, now: Instant, most: Duration) -> Duration {
+        let left = self.due.saturating_duration_since(now);
+        self.asked = None;
+        if left >= most {
+            return most;
+        }
+        if left.is_zero() {
+            return Duration::ZERO;
+        }
+        let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let wait = Duration::from_millis(ms);
+        self.asked = Some(now + wait);
+        wait
+    }
+
+    /// A turn begins at `now`: past the tick, how late is recorded and the next tick is
+    /// [`TICK`] on.
+    pub fn turn(&mut self, now: Instant) {
+        if now < self.due {
+            return;
+        }
+        let from = self.asked.map_or(self.due, |asked| asked.max(self.due));
+        let late = now.saturating_duration_since(from).as_micros();
+        self.hist
+            .saturating_record(u64::try_from(late).unwrap_or(u64::MAX));
+        self.due = now + TICK;
+        self.asked = None;
+    }
+
+    /// What the canary saw.
+    pub fn into_histogram(self) -> Histogram<u64> {
+        self.hist
+    }
+}
+
+impl CanaryReport {
+    /// The runtime's canary with what stress mode's event loops saw of their own turns
+    /// after it stopped.
+    pub fn with_loops(mut self, loops: Option<&Histogram<u64>>) -> Self {
+        if let Some(loops) = loops {
+            // Both come from `new_histogram`: the same bounds, so nothing is refused.
+            let _ = self.wake_lateness.add(loops);
+        }
+        self
+    }
+}
+
 /// Runs from `from` until `stop` is cancelled. `from` is where the measured part begins:
 /// a stall in a warm-up that is left out of every number (a step's start, its connections
 /// and its planner's first burst) says nothing of the timings that are kept.
@@ -106,6 +192,47 @@ mod tests {
         tokio::time::sleep(TICK * 5).await;
         stop.cancel();
         assert_eq!(canary.await.unwrap().wake_lateness.len(), 0);
+    }
+
+    #[test]
+    fn a_loop_turn_past_its_tick_records_how_late_it_came() {
+        let (ms, us) = (Duration::from_millis, Duration::from_micros);
+        let t0 = Instant::now();
+        // Watching from 20 ms on: the first tick at 30 ms, nothing seen before it.
+        let mut c = TurnCanary::new(t0 + ms(20), t0);
+        assert_eq!(c.wait(t0, ms(50)), ms(30));
+        assert_eq!(
+            c.wait(t0, ms(5)),
+            ms(5),
+            "never longer than the loop's own wait"
+        );
+        c.turn(t0 + ms(29));
+        assert_eq!(c.hist.len(), 0);
+        // Idle: the poll waits for the tick in whole milliseconds, rounded up (0.6 ms: 1),
+        // and the lateness counts from where it times out.
+        assert_eq!(c.wait(t0 + us(29_400), ms(50)), ms(1));
+        c.turn(t0 + us(30_500));
+        assert_eq!((c.hist.len(), c.hist.count_at(100)), (1, 1));
+        // Busy: woken by its connections past the tick (40.5 ms) but before its own
+        // timeout (41.0): not late.
+        assert_eq!(c.wait(t0 + us(40_000), ms(50)), ms(1));
+        c.turn(t0 + us(40_600));
+        assert_eq!((c.hist.len(), c.hist.count_at(0)), (2, 1));
+        // A stall: the turn before the tick (50.6 ms) ran 7 ms past it; the poll does not
+        // wait, and the whole overrun counts.
+        assert_eq!(c.wait(t0 + us(57_600), ms(50)), Duration::ZERO);
+        c.turn(t0 + us(57_650));
+        let h = c.into_histogram();
+        assert_eq!(h.len(), 3);
+        assert!(h.equivalent(h.max(), 7_050), "{}", h.max());
+        // Added to the runtime's canary's sightings.
+        let mut runtime = new_histogram();
+        runtime.record(40).unwrap();
+        let report = CanaryReport {
+            wake_lateness: runtime,
+        };
+        let all = report.with_loops(Some(&h)).wake_lateness;
+        assert_eq!((all.len(), all.count_at(40)), (4, 1));
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub(super) struct Dispatch {
     /// workers): the next one taken at once waited for a worker since that start.
     pub(super) last_start: Instant,
     pub(super) plan_waited: bool,
+    /// Where the run's stalls are witnessed (stress mode's loops take it over).
+    pub(super) witness: Option<super::canary::Witness>,
 }
 
 /// An operation's task, made but not yet started.

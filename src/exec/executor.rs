@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::canary::Witness;
 use super::deps::Deps;
 use super::dispatch::{cancel_after_grace, reap, wait_for_end_or_stop, Dispatch, Next};
 use super::options::{ExecOptions, ExecReport, Mode};
@@ -45,6 +46,9 @@ pub struct Executor {
     pub unpack: Option<UnpackWork>,
     /// `replay --replica`: the replicas watched for each image the plan pushes.
     pub replicas: Option<Arc<Replicas>>,
+    /// Where the run's stalls are witnessed, when they are: stress mode's event loops take
+    /// it over from the runtime's canary.
+    pub witness: Option<Witness>,
 }
 
 /// What stress mode's workers share: the dispatcher's state and the plan, taken in turn.
@@ -77,6 +81,7 @@ impl Executor {
             progress: None,
             unpack: None,
             replicas: None,
+            witness: None,
         }
     }
 
@@ -103,6 +108,7 @@ impl Executor {
             stopped: Box::pin(cancelled.clone().cancelled_owned()),
             last_start: now,
             plan_waited: false,
+            witness: self.witness,
             env: Arc::new(TaskEnv {
                 targets: self.targets,
                 recorder: self.recorder,
@@ -548,6 +554,7 @@ mod tests {
             progress: None,
             unpack: None,
             replicas: None,
+            witness: None,
         }
         .run(rx)
         .await;

@@ -38,6 +38,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use url::Url;
 
+use super::canary::TurnCanary;
 use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, OpTask, Wait};
 use super::options::{ExecReport, Looped};
 use super::task::{run_task, who_of, TaskDone, TaskEnv};
@@ -307,6 +308,8 @@ struct Lane<'a> {
     answered: Vec<bool>,
     /// Wakes the loop when a task of it ends.
     waker: Arc<LoopWaker>,
+    /// Watches this loop's turns for stalls, when the run's are witnessed.
+    canary: Option<TurnCanary>,
 }
 
 /// How many loops a run of `concurrency` slots gets: `CREB_STRESS_LOOPS` if set, else as
@@ -397,6 +400,8 @@ pub(super) fn run(
     let Opened { polls, wakers } = opened;
     let count = polls.len();
     let (env, grace) = (Arc::clone(&d.env), d.options.grace);
+    let witness = d.witness.clone();
+    let from = witness.as_ref().map(|w| w.from);
     let shared = Shared {
         taking: Mutex::new(Taking { d, plan }),
         busy: AtomicUsize::new(0),
@@ -412,7 +417,7 @@ pub(super) fn run(
             &setup,
             &shared,
             (Arc::clone(&env), grace),
-            cap,
+            (cap, from),
             poll,
             waker,
             &handle,
@@ -427,7 +432,11 @@ pub(super) fn run(
         all.wake();
     });
     let thread = |k| std::thread::Builder::new().name(format!("creb-loop-{k}"));
-    let reports = run_all(lanes.map(|lane| move || lane.run()).collect(), thread);
+    // Once every loop's thread was had, the loops witness the run's stalls: the runtime's
+    // canary stops.
+    let started = || witness.iter().for_each(|w| w.runtime.cancel());
+    let jobs = lanes.map(|lane| move || lane.run()).collect();
+    let reports = run_all(jobs, thread, started);
     watch.abort();
     let taking = shared.taking.into_inner();
     let Taking { d, plan } = taking.unwrap_or_else(PoisonError::into_inner);
@@ -435,29 +444,42 @@ pub(super) fn run(
         Ok(reports) => reports,
         Err(error) => return Err(Box::new(Unstarted { d, plan, error })),
     };
-    let mut report = d.report;
-    let mut looped = Looped {
-        loops: count,
-        manifest_gets: 0,
-    };
-    for lane in reports {
-        report.replayed += lane.replayed;
-        report.folded += lane.folded;
-        report.interrupted += lane.interrupted;
-        looped.manifest_gets += lane.looped.map_or(0, |l| l.manifest_gets);
-    }
+    let mut report = with_loops(d.report, reports);
     report.max_in_flight = shared.most.into_inner();
-    report.looped = Some(looped);
     report.failure = (shared.failure.into_inner()).unwrap_or_else(PoisonError::into_inner);
     Ok(report)
 }
 
+/// The dispatcher's `report` with what each of the loops carried out and saw.
+fn with_loops(mut report: ExecReport, lanes: Vec<ExecReport>) -> ExecReport {
+    let mut looped = Looped {
+        loops: lanes.len(),
+        manifest_gets: 0,
+    };
+    for lane in lanes {
+        report.replayed += lane.replayed;
+        report.folded += lane.folded;
+        report.interrupted += lane.interrupted;
+        looped.manifest_gets += lane.looped.map_or(0, |l| l.manifest_gets);
+        if let Some(seen) = lane.wake_lateness {
+            match &mut report.wake_lateness {
+                // The loops' histograms have the same bounds: nothing is refused.
+                Some(all) => drop(all.add(&seen)),
+                none => *none = Some(seen),
+            }
+        }
+    }
+    report.looped = Some(looped);
+    report
+}
+
 /// Runs `jobs` (the loops), the first on this thread and each other on one of its own
 /// (made by `thread`): what each returned, in order. None runs unless every thread was
-/// had: the error then, nothing run.
+/// had: the error then, nothing run; else `started` is called before they run.
 fn run_all<T: Send>(
     mut jobs: Vec<impl FnOnce() -> T + Send>,
     thread: impl Fn(usize) -> std::thread::Builder,
+    started: impl FnOnce(),
 ) -> io::Result<Vec<T>> {
     let first = jobs.remove(0);
     let gate = Gate::default();
@@ -474,6 +496,9 @@ fn run_all<T: Send>(
                     break;
                 }
             }
+        }
+        if failed.is_none() {
+            started();
         }
         gate.open(failed.is_none());
         if let Some(e) = failed {
@@ -513,12 +538,13 @@ impl Gate {
 }
 
 impl<'a> Lane<'a> {
-    /// A loop of `cap` slots (and connections), polling with `poll`, woken by `waker`.
+    /// A loop of `cap` slots (and connections), polling with `poll`, woken by `waker`, its
+    /// turns watched for stalls `from` then when the run's are witnessed.
     fn new(
         s: &'a Setup,
         shared: &'a Shared,
         (env, grace): (Arc<TaskEnv>, Duration),
-        cap: usize,
+        (cap, from): (usize, Option<Instant>),
         poll: Poll,
         waker: Arc<LoopWaker>,
         handle: &Handle,
@@ -552,6 +578,7 @@ impl<'a> Lane<'a> {
             clocks: None,
             answered: vec![false; s.ends.len()],
             waker,
+            canary: from.map(|from| TurnCanary::new(from, Instant::now())),
         }
     }
 
@@ -590,13 +617,20 @@ impl<'a> Lane<'a> {
             } else if !plan_open && busy == 0 {
                 break;
             }
-            match self.poll.poll(&mut events, Some(SWEEP)) {
+            let wait = match &mut self.canary {
+                Some(canary) => canary.wait(Instant::now(), SWEEP),
+                None => SWEEP,
+            };
+            match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.fail(&e);
                     break;
                 }
+            }
+            if let Some(canary) = &mut self.canary {
+                canary.turn(Instant::now());
             }
             self.clocks = None;
             if !self.tasks.is_empty() {
@@ -1231,6 +1265,7 @@ impl<'a> Lane<'a> {
             loops: 1,
             manifest_gets: self.gets,
         });
+        report.wake_lateness = self.canary.take().map(TurnCanary::into_histogram);
         report
     }
 }
@@ -1636,8 +1671,12 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let named = |k: usize| std::thread::Builder::new().name(format!("loop-{k}"));
-        assert_eq!(run_all(jobs(), named).unwrap(), vec![0, 1, 2, 3]);
+        // Told it started (the runtime's canary stopped) before any job ran.
+        let started = AtomicUsize::new(usize::MAX);
+        let start = || started.store(ran.load(Ordering::SeqCst), Ordering::SeqCst);
+        assert_eq!(run_all(jobs(), named, start).unwrap(), vec![0, 1, 2, 3]);
         assert_eq!(ran.swap(0, Ordering::SeqCst), 4);
+        assert_eq!(started.swap(usize::MAX, Ordering::SeqCst), 0);
         // The third thread cannot be had (a stack larger than the address space): none
         // of the four runs, the two threads already made included.
         let third_fails = |k: usize| {
@@ -1648,7 +1687,8 @@ mod tests {
                 b
             }
         };
-        assert!(run_all(jobs(), third_fails).is_err());
+        assert!(run_all(jobs(), third_fails, start).is_err());
         assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(started.load(Ordering::SeqCst), usize::MAX, "not started");
     }
 }

@@ -88,6 +88,10 @@ pub struct ExecReport {
     pub gathered: Option<crate::net::gather::Used>,
     /// What stress mode's event loops carried, when the run's manifest GETs went on them.
     pub looped: Option<Looped>,
+    /// How late stress mode's event loops came to their turns past the ticks they asked
+    /// for (µs; [`crate::exec::canary::TurnCanary`]), when they ran: the runtime's canary
+    /// stopped as they started.
+    pub wake_lateness: Option<hdrhistogram::Histogram<u64>>,
     /// Why the run stopped before its end, when a part of the executor failed (an event
     /// loop that could no longer wait for its connections): it stopped as a stop would.
     pub failure: Option<String>,

@@ -16,7 +16,7 @@ use super::config::{ReplayConfig, Window};
 use super::context::{clients_for, endpoint_summaries, shard_of, Context, Prepared};
 use super::validity::{raw_layers_warning, unsized_uploads_warning, validity_warnings, warn};
 use crate::client::RegistryClient;
-use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport};
+use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport, Witness};
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
@@ -239,6 +239,10 @@ async fn execute(
     }
     .measured_from();
     let canary = spawn_canary(canary_stop.clone(), measured_from);
+    let witness = Witness {
+        from: measured_from,
+        runtime: canary_stop.clone(),
+    };
     let health = Arc::clone(&targets.health);
     let executor = Executor {
         targets,
@@ -257,6 +261,7 @@ async fn execute(
         progress: Some(Arc::clone(&progress)),
         unpack: cfg.unpack.clone(),
         replicas: replicas.clone(),
+        witness: Some(witness),
     };
     let exec = executor.run(rx).await;
     line.finish();
@@ -268,7 +273,7 @@ async fn execute(
     }
     drop(replicas);
     canary_stop.cancel();
-    let canary = canary.await.ok();
+    let canary = (canary.await.ok()).map(|c| c.with_loops(exec.wake_lateness.as_ref()));
     let cpu = match (cpu_before, process_cpu_time()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,

@@ -704,7 +704,7 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
 }
 
 /// A trace of manifest GETs: `tags` tags of 1 KiB manifests, each read `reads` times.
-fn write_manifest_trace(path: &Path, tags: u64, reads: u64) {
+pub(crate) fn write_manifest_trace(path: &Path, tags: u64, reads: u64) {
     let mut records = Vec::new();
     let mut i = 0u64;
     for _ in 0..reads {
