@@ -9,9 +9,12 @@
 //! otherwise waiting for the registry each tick is a wake-up of its own (at 1 ms, about a
 //! tenth of creb-rs's CPU per request at the registry's pace in `perf stat`).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -28,15 +31,59 @@ pub struct CanaryReport {
 }
 
 /// Where a run's stalls are witnessed from `from` (where the measured part begins): by the
-/// runtime's canary until stress mode's event loops carry the run's manifest GETs, when they
-/// stop it through `runtime` and each watches its own turns ([`TurnCanary`]). The runtime
-/// they leave idle would otherwise wake a hundred times a second to witness nothing that
-/// sends a request, while a loop's own stall went unseen.
+/// runtime's canary, and once stress mode's event loops carry the run's manifest GETs by
+/// each loop of its own turns ([`TurnCanary`]) — the runtime's canary then watches only
+/// while the runtime has operations of theirs to carry out ([`RuntimeWork`]). Left idle
+/// by the loops, the runtime would otherwise wake a hundred times a second to witness
+/// nothing that sends a request, while a loop's own stall went unseen.
 #[derive(Debug, Clone)]
 pub struct Witness {
     pub from: Instant,
-    /// Stops the runtime's canary.
-    pub runtime: CancellationToken,
+    /// What the loops leave to the runtime.
+    pub runtime: Arc<RuntimeWork>,
+}
+
+/// What the runtime carries out while stress mode's loops carry a run: the operations they
+/// hand to its tasks (other than manifest GETs, and answers a loop does not take). Its
+/// canary ticks while any runs, and waits without a timer while none does.
+#[derive(Debug, Default)]
+pub struct RuntimeWork {
+    /// The loops carry the run.
+    loops: AtomicBool,
+    /// Operations of theirs running on the runtime.
+    tasks: AtomicUsize,
+    /// Told when the first of them starts.
+    started: Notify,
+}
+
+impl RuntimeWork {
+    /// The loops started: from now on the runtime watches only its own work.
+    pub fn loops_started(&self) {
+        self.loops.store(true, Ordering::Relaxed);
+    }
+
+    /// An operation of the loops runs on the runtime until the guard is dropped.
+    pub fn begin(self: &Arc<Self>) -> OnRuntime {
+        if self.tasks.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.started.notify_one();
+        }
+        OnRuntime(Arc::clone(self))
+    }
+
+    /// Whether the runtime has nothing of the run to watch.
+    fn idle(&self) -> bool {
+        self.loops.load(Ordering::Relaxed) && self.tasks.load(Ordering::Acquire) == 0
+    }
+}
+
+/// An operation on the runtime ([`RuntimeWork::begin`]); its end when dropped.
+#[derive(Debug)]
+pub struct OnRuntime(Arc<RuntimeWork>);
+
+impl Drop for OnRuntime {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// An event loop's canary: the loop asks to be woken [`TICK`] after its last look at least
@@ -115,10 +162,12 @@ impl CanaryReport {
 
 /// Runs from `from` until `stop` is cancelled. `from` is where the measured part begins:
 /// a stall in a warm-up that is left out of every number (a step's start, its connections
-/// and its planner's first burst) says nothing of the timings that are kept.
+/// and its planner's first burst) says nothing of the timings that are kept. While `work`
+/// says the runtime is left idle by stress mode's loops, it waits for work, not a tick.
 pub fn spawn_canary(
     stop: CancellationToken,
     from: Instant,
+    work: Arc<RuntimeWork>,
 ) -> tokio::task::JoinHandle<CanaryReport> {
     tokio::spawn(async move {
         let mut hist = new_histogram();
@@ -127,6 +176,13 @@ pub fn spawn_canary(
             () = tokio::time::sleep_until(from) => {}
         }
         loop {
+            if work.idle() {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    () = work.started.notified() => {}
+                }
+                continue;
+            }
             let before = Instant::now();
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -170,7 +226,7 @@ mod tests {
     #[tokio::test]
     async fn canary_measures_wake_ups() {
         let stop = CancellationToken::new();
-        let canary = spawn_canary(stop.clone(), Instant::now());
+        let canary = spawn_canary(stop.clone(), Instant::now(), Arc::default());
         // Thirty ticks for five samples: a loaded test machine may delay some wake-ups.
         tokio::time::sleep(TICK * 30).await;
         stop.cancel();
@@ -182,16 +238,36 @@ mod tests {
     async fn the_canary_watches_only_from_where_the_measured_part_begins() {
         // From 20 ticks on, stopped after 30 and a half: the ten ticks after the start.
         let stop = CancellationToken::new();
-        let canary = spawn_canary(stop.clone(), Instant::now() + TICK * 20);
+        let canary = spawn_canary(stop.clone(), Instant::now() + TICK * 20, Arc::default());
         tokio::time::sleep(TICK * 30 + TICK / 2).await;
         stop.cancel();
         assert_eq!(canary.await.unwrap().wake_lateness.len(), 10);
         // Stopped before it: nothing seen.
         let stop = CancellationToken::new();
-        let canary = spawn_canary(stop.clone(), Instant::now() + TICK * 20);
+        let canary = spawn_canary(stop.clone(), Instant::now() + TICK * 20, Arc::default());
         tokio::time::sleep(TICK * 5).await;
         stop.cancel();
         assert_eq!(canary.await.unwrap().wake_lateness.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn left_idle_by_the_loops_the_canary_watches_only_the_work_they_hand_over() {
+        let stop = CancellationToken::new();
+        let work = Arc::new(RuntimeWork::default());
+        let canary = spawn_canary(stop.clone(), Instant::now(), Arc::clone(&work));
+        // Ten ticks before the loops start, none while they leave the runtime idle.
+        tokio::time::sleep(TICK * 10 + TICK / 2).await;
+        work.loops_started();
+        tokio::time::sleep(TICK * 20).await;
+        // Twenty while an operation of theirs runs here, then idle again.
+        let on = work.begin();
+        tokio::time::sleep(TICK * 20 + TICK / 2).await;
+        drop(on);
+        tokio::time::sleep(TICK * 20).await;
+        stop.cancel();
+        let seen = canary.await.unwrap().wake_lateness.len();
+        // The tick under way as each phase ends may count in it: 30 to 32.
+        assert!((30..=32).contains(&seen), "{seen}");
     }
 
     #[test]

@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use url::Url;
 
-use super::canary::TurnCanary;
+use super::canary::{RuntimeWork, TurnCanary};
 use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, OpTask, Wait};
 use super::options::{ExecReport, Looped};
 use super::task::{run_task, who_of, TaskDone, TaskEnv};
@@ -239,6 +239,8 @@ struct Shared {
     stop: Arc<AtomicBool>,
     /// Why a loop failed as it ran (its poll): the run stopped for it.
     failure: Mutex<Option<String>>,
+    /// The operations the loops hand to the runtime's tasks, counted for its canary.
+    runtime: Option<Arc<RuntimeWork>>,
 }
 
 impl Shared {
@@ -409,6 +411,7 @@ pub(super) fn run(
         all: std::task::Waker::from(Arc::new(AllWaker(wakers.clone()))),
         stop: Arc::default(),
         failure: Mutex::new(None),
+        runtime: witness.as_ref().map(|w| Arc::clone(&w.runtime)),
     };
     let lanes = polls.into_iter().zip(wakers).enumerate();
     let lanes = lanes.map(|(k, (poll, waker))| {
@@ -433,8 +436,8 @@ pub(super) fn run(
     });
     let thread = |k| std::thread::Builder::new().name(format!("creb-loop-{k}"));
     // Once every loop's thread was had, the loops witness the run's stalls: the runtime's
-    // canary stops.
-    let started = || witness.iter().for_each(|w| w.runtime.cancel());
+    // canary watches only what they hand it.
+    let started = || witness.iter().for_each(|w| w.runtime.loops_started());
     let jobs = lanes.map(|lane| move || lane.run()).collect();
     let reports = run_all(jobs, thread, started);
     watch.abort();
@@ -764,8 +767,11 @@ impl<'a> Lane<'a> {
     /// Runs `task` on the runtime, the loop woken as it ends.
     fn spawn(&mut self, task: impl Future<Output = TaskDone> + Send + 'static) {
         let waker = Arc::clone(&self.waker);
+        let runtime = self.shared.runtime.clone();
         self.tasks.spawn_on(
             async move {
+                // The runtime's canary watches while it runs (and if it is cancelled).
+                let _on = runtime.as_ref().map(RuntimeWork::begin);
                 let done = task.await;
                 waker.wake_by_ref();
                 done

@@ -16,7 +16,9 @@ use super::config::{ReplayConfig, Window};
 use super::context::{clients_for, endpoint_summaries, shard_of, Context, Prepared};
 use super::validity::{raw_layers_warning, unsized_uploads_warning, validity_warnings, warn};
 use crate::client::RegistryClient;
-use crate::exec::canary::{available_cores, process_cpu_time, spawn_canary, CanaryReport, Witness};
+use crate::exec::canary::{
+    available_cores, process_cpu_time, spawn_canary, CanaryReport, RuntimeWork, Witness,
+};
 use crate::exec::pacer::wait_for_anchor;
 use crate::exec::{ExecOptions, ExecReport, Executor, Targets};
 use crate::metrics::hist::Percentiles;
@@ -238,10 +240,15 @@ async fn execute(
         warmup: output.warmup,
     }
     .measured_from();
-    let canary = spawn_canary(canary_stop.clone(), measured_from);
+    let runtime_work = Arc::new(RuntimeWork::default());
+    let canary = spawn_canary(
+        canary_stop.clone(),
+        measured_from,
+        Arc::clone(&runtime_work),
+    );
     let witness = Witness {
         from: measured_from,
-        runtime: canary_stop.clone(),
+        runtime: runtime_work,
     };
     let health = Arc::clone(&targets.health);
     let executor = Executor {
