@@ -4,8 +4,9 @@
 //! layers they group functions into (`scripts/lib/layers.py`) are the ones named, and the
 //! readers of profiles that docs/benchmarks.md's figures come from (a function's calls by
 //! call site, `scripts/lib/call_sites.py`; samples on atomic updates,
-//! `scripts/lib/lock_samples.py`; the code one GET runs, `scripts/lib/footprint.py`) read
-//! their synthetic profiles back.
+//! `scripts/lib/lock_samples.py`; the code one GET runs, `scripts/lib/footprint.py`; the
+//! answers and requests waiting on a closed loop's sockets, `scripts/lib/tcp_queues.py`)
+//! read their synthetic inputs back.
 
 use std::path::Path;
 use std::process::Command;
@@ -65,6 +66,15 @@ fn the_code_a_get_runs_is_counted_by_line_and_page() {
     let script = root().join("scripts/lib/footprint.py");
     let out = python(&[script.as_os_str(), "--check".as_ref()]);
     assert_eq!(out.trim(), "footprint: ok");
+}
+
+#[test]
+fn answers_and_requests_waiting_are_counted_by_side() {
+    // A synthetic /proc/net/tcp: a generator's socket with bytes to read is an answer
+    // waiting for it, a registry's a request; other ports and listeners count for neither.
+    let script = root().join("scripts/lib/tcp_queues.py");
+    let out = python(&[script.as_os_str(), "--check".as_ref()]);
+    assert_eq!(out.trim(), "tcp_queues: ok");
 }
 
 #[test]
