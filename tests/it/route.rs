@@ -703,6 +703,40 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
     }
 }
 
+/// Prewarms for `args` (a replay of a trace and its endpoints) with its result in
+/// `dir`/prewarm, then starts its run in the background: stress mode at `concurrency` in
+/// flight for `run_time` at most, its result in `dir`/run. The run, and that directory.
+pub(crate) fn spawn_prewarmed_stress(
+    args: &[&str],
+    dir: &Path,
+    concurrency: &str,
+    run_time: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let prewarm = dir.join("prewarm");
+    let mut prewarm_args = args.to_vec();
+    prewarm_args.extend(["--phase", "prewarm", "--output-dir"]);
+    prewarm_args.push(prewarm.to_str().unwrap());
+    let r = crate::common::run_bin(&prewarm_args, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = dir.join("run");
+    let mut run = args.to_vec();
+    run.extend([
+        "--phase",
+        "run",
+        "--mode",
+        "stress",
+        "--concurrency",
+        concurrency,
+    ]);
+    run.extend([
+        "--max-run-time",
+        run_time,
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    (crate::common::spawn_bin(&run), out)
+}
+
 /// A trace of manifest GETs: `tags` tags of 1 KiB manifests, each read `reads` times.
 pub(crate) fn write_manifest_trace(path: &Path, tags: u64, reads: u64) {
     let mut records = Vec::new();
@@ -732,25 +766,7 @@ fn stress_mode_manifest_gets_over_several_nodes_go_on_the_loops_and_fail_over() 
     let endpoints = endpoint_list(&nodes);
     let mut args = vec!["replay", trace.to_str().unwrap(), "--quiet"];
     args.extend(failover_routing(&endpoints));
-    let prewarm = dir.path().join("prewarm");
-    let mut prewarm_args = args.clone();
-    prewarm_args.extend([
-        "--phase",
-        "prewarm",
-        "--output-dir",
-        prewarm.to_str().unwrap(),
-    ]);
-    let r = crate::common::run_bin(&prewarm_args, None, &[]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let out = dir.path().join("run");
-    args.extend(["--phase", "run", "--mode", "stress", "--concurrency", "8"]);
-    args.extend([
-        "--max-run-time",
-        "4s",
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    let child = crate::common::spawn_bin(&args);
+    let (child, out) = spawn_prewarmed_stress(&args, dir.path(), "8", "4s");
     std::thread::sleep(Duration::from_millis(1500));
     nodes[1].kill();
     let output = child.wait_with_output().unwrap();

@@ -123,9 +123,10 @@ fn sigterm_exits_143_and_a_second_signal_exits_at_once() {
 }
 
 /// A stall of the whole process while stress mode's event loops carry the run shows in
-/// `checks.canary_wake_ms` as the loops saw it: once they start they watch their own turns
-/// and the runtime's canary, which would see nothing of them, stops. Stopped for 400 ms
-/// (SIGSTOP, SIGCONT) inside a 3 s run, a loop's turn came that late.
+/// `checks.canary_wake_ms` as the loops saw it: once they start they watch their own turns,
+/// and the runtime's canary only what they hand it (here nothing: every operation is a
+/// manifest GET). Stopped for 400 ms (SIGSTOP, SIGCONT) inside a 3 s run, a loop's turn
+/// came that late.
 #[test]
 fn a_stall_while_the_event_loops_carry_the_run_shows_in_the_canary() {
     let registry = Registry::start();
@@ -133,28 +134,14 @@ fn a_stall_while_the_event_loops_carry_the_run_shows_in_the_canary() {
     let trace = dir.path().join("manifests.json");
     // Far more GETs than the run has time for: it ends at --max-run-time, the stall inside.
     crate::route::write_manifest_trace(&trace, 4, 10_000);
-    let trace = trace.to_str().unwrap();
-    let base = ["replay", trace, "--registry", &registry.url, "--quiet"];
-    let prewarm = dir.path().join("prewarm");
-    let mut args = base.to_vec();
-    args.extend([
-        "--phase",
-        "prewarm",
-        "--output-dir",
-        prewarm.to_str().unwrap(),
-    ]);
-    let r = crate::common::run_bin(&args, None, &[]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let out = dir.path().join("run");
-    let mut args = base.to_vec();
-    args.extend(["--phase", "run", "--mode", "stress", "--concurrency", "4"]);
-    args.extend([
-        "--max-run-time",
-        "3s",
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    let child = crate::common::spawn_bin(&args);
+    let args = [
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+        "--quiet",
+    ];
+    let (child, out) = crate::route::spawn_prewarmed_stress(&args, dir.path(), "4", "3s");
     std::thread::sleep(Duration::from_millis(1200));
     signal(child.id(), "STOP");
     std::thread::sleep(Duration::from_millis(400));
