@@ -548,9 +548,25 @@ impl RegistryClient {
         )
     }
 
-    /// The request target (path) of a manifest's GET, as this client sends it.
-    pub(crate) fn manifest_target(&self, repo: &Repository, reference: &Reference) -> ReqUrl {
-        self.manifest_url(repo, reference)
+    /// Writes the request target (path) of a manifest's GET, as this client sends it, into
+    /// `out` (cleared first): stress mode's loop keeps one buffer for every GET, so a path
+    /// the URL parser keeps as written (every registry name and reference) costs no
+    /// allocation.
+    pub(crate) fn manifest_target_into(
+        &self,
+        repo: &Repository,
+        reference: &Reference,
+        out: &mut String,
+    ) {
+        out.clear();
+        for part in ["/v2/", repo.as_str(), "/manifests/", reference.as_str()] {
+            out.push_str(part);
+        }
+        if !crate::net::req_url::is_plain_path(out) {
+            let joined = self.manifest_url(repo, reference);
+            out.clear();
+            out.push_str(joined.target());
+        }
     }
 
     /// How stress mode's event loop may speak for this client's transport, if it may.
@@ -1207,6 +1223,22 @@ mod tests {
             assert!(r.headers.get(AUTHORIZATION).is_none(), "{:?}", r.headers);
             assert_eq!(r.headers.get(http::header::ACCEPT).unwrap(), "a/b");
         }
+        drop(c);
+        handle.finish().await;
+    }
+
+    /// Stress mode's loop writes a manifest GET's target into one buffer: the same path
+    /// the client's own GET sends, for a tag and a digest, whatever the buffer held.
+    #[tokio::test]
+    async fn a_manifest_target_written_into_a_buffer_is_the_client_s_own() {
+        let (c, handle) = client(ScriptedTransport::new(|_| ScriptedResponse::status(200)));
+        let digest = Digest::sha256_of(b"m");
+        let mut out = String::from("left over from the last GET, longer than the next");
+        for reference in ["v1.2-rc_3".parse().unwrap(), Reference::Digest(digest)] {
+            c.manifest_target_into(&repo(), &reference, &mut out);
+            assert_eq!(out, c.manifest_url(&repo(), &reference).target());
+        }
+        assert!(out.starts_with("/v2/a/b/manifests/sha256:"), "{out}");
         drop(c);
         handle.finish().await;
     }

@@ -299,8 +299,9 @@ struct Lane<'a> {
     #[allow(clippy::vec_box)] // the box the planner made goes on to the GET's `Flight`
     taken: Vec<(Box<PlannedOp>, Pick)>,
     launched: Vec<OpTask>,
-    /// The request head being written.
+    /// The request head being written, and its target.
     request: Vec<u8>,
+    target: String,
     /// Where answers are read (zeroed once: `recvmsg` takes initialized bytes).
     buffer: Vec<u8>,
     /// The clocks read at the latest conversion of a receive stamp: the monotonic now and
@@ -577,6 +578,7 @@ impl<'a> Lane<'a> {
             taken: Vec::with_capacity(cap),
             launched: Vec::new(),
             request: Vec::with_capacity(512),
+            target: String::with_capacity(128),
             buffer: vec![0; READ_MAX],
             clocks: None,
             answered: vec![false; s.ends.len()],
@@ -790,13 +792,14 @@ impl<'a> Lane<'a> {
             unreachable!("only manifest GETs go on the loop");
         };
         let end = &self.s.ends[pick.end];
-        let target = end.client.manifest_target(repo, reference);
+        end.client
+            .manifest_target_into(repo, reference, &mut self.target);
         self.gets += 1;
         self.request.clear();
         h1::write_head(
             &mut self.request,
             &Method::GET,
-            target.target(),
+            &self.target,
             &end.host,
             &self.s.headers,
             Some(&end.plain.user_agent),

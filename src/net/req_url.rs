@@ -100,7 +100,7 @@ fn join(base: &Url, path: &str) -> Url {
 
 /// An absolute path the URL parser keeps as it is: only characters it does not encode,
 /// no `.` or `..` segment, no query or fragment, and not `//` first (which names a host).
-fn is_plain_path(path: &str) -> bool {
+pub(crate) fn is_plain_path(path: &str) -> bool {
     path.starts_with('/')
         && !path.starts_with("//")
         && path.bytes().all(|b| PLAIN[usize::from(b)])
