@@ -607,9 +607,7 @@ impl<'a> Lane<'a> {
             if let Some(at) = stopped_at {
                 if plan_open {
                     // The first loop to stop drains the plan; the others find it drained.
-                    let mut taking = self.shared.lock();
-                    let Taking { d, plan } = &mut *taking;
-                    self.handle.block_on(d.drain(plan));
+                    self.drain();
                     plan_open = false;
                 }
                 if busy == 0 {
@@ -669,13 +667,23 @@ impl<'a> Lane<'a> {
 
     /// This loop can no longer wait for its connections (`epoll_wait` failed): the run
     /// stops as a stop would (the other loops and the runtime's tasks get the grace), the
-    /// operations in flight here are cancelled, and the run's report says why.
+    /// operations in flight here are cancelled, what the plan still holds is counted
+    /// interrupted, and the run's report says why.
     fn fail(&mut self, e: &io::Error) {
         let mut failure = (self.shared.failure.lock()).unwrap_or_else(PoisonError::into_inner);
         failure.get_or_insert_with(|| format!("stress mode's event loop failed: {e}"));
         drop(failure);
         self.env.shutdown.cancel();
         self.cancel_in_flight();
+        // The loops that go on drain the plan as they stop; this one may be the only one.
+        self.drain();
+    }
+
+    /// Counts what was planned and not taken as interrupted, and stops the planner.
+    fn drain(&self) {
+        let mut taking = self.shared.lock();
+        let Taking { d, plan } = &mut *taking;
+        self.handle.block_on(d.drain(plan));
     }
 
     /// Operations in flight here: on the loop's connections and handed to tasks.

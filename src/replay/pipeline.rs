@@ -297,6 +297,11 @@ async fn execute(
     if let Some(failure) = &exec.failure {
         let message = format!("{failure}; the run stopped there, the numbers cover what ran");
         warn(&mut warnings, "event_loop_failed", message);
+        if context.shutdown.interrupted() && !context.shutdown.by_signal() {
+            // Marked interrupted as a stop is, but no signal stopped it.
+            let message = "stopped by the event loop's failure; the numbers cover what ran";
+            warn(&mut warnings, "interrupted", message.into());
+        }
     }
     Ok(Ran {
         exec,

@@ -158,3 +158,91 @@ fn a_stall_while_the_event_loops_carry_the_run_shows_in_the_canary() {
     let late = checks["canary_wake_ms"]["max"].as_f64().unwrap_or(0.0);
     assert!(late >= 350.0, "{checks}");
 }
+
+/// `strace`, which injects the kernel's errors into the binary's system calls (no registry,
+/// signal or limit makes `epoll_wait` fail): scripts/setup installs it.
+fn strace() -> &'static str {
+    let found = Command::new("strace").arg("-V").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "strace not found: scripts/setup installs it"
+    );
+    "strace"
+}
+
+/// A stress-mode event loop whose `epoll_wait` fails mid-run (the kernel's `EBADF`, injected
+/// by strace into the 500th wait of each thread: only the loop's thread waits that often)
+/// stops the run as a stop would, and loses nothing: exit 2, the result written and marked
+/// interrupted with `event_loop_failed` and an `interrupted` warning that claims no signal,
+/// the GETs in flight on the loop counted cancelled, the rest of the plan interrupted, and
+/// every record read accounted for.
+#[test]
+fn an_event_loop_whose_wait_fails_stops_the_run_and_loses_no_record() {
+    let strace = strace();
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("manifests.json");
+    crate::route::write_manifest_trace(&trace, 4, 5_000);
+    let prewarm = dir.path().join("prewarm");
+    let base = [
+        "replay",
+        trace.to_str().unwrap(),
+        "--registry",
+        &registry.url,
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--quiet", "--phase", "prewarm", "--output-dir"]);
+    args.push(prewarm.to_str().unwrap());
+    let r = crate::common::run_bin(&args, None, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = dir.path().join("run");
+    let log = dir.path().join("strace.txt");
+    let run = [
+        "--quiet",
+        "--phase",
+        "run",
+        "--mode",
+        "stress",
+        "--concurrency",
+        "8",
+    ];
+    let output = Command::new(strace)
+        .args(["-f", "--seccomp-bpf", "-o"])
+        .arg(&log)
+        .args(["-e", "trace=epoll_wait,epoll_pwait"])
+        .args(["-e", "inject=epoll_wait,epoll_pwait:error=EBADF:when=500"])
+        .arg(env!("CARGO_BIN_EXE_creb-rs"))
+        .args(base)
+        .args(run)
+        .args(["--max-run-time", "60s", "--output-dir"])
+        .arg(&out)
+        .env_remove("CREB_REGISTRY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let injected = std::fs::read_to_string(&log).unwrap();
+    assert!(injected.contains("(INJECTED)"), "{stderr}");
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let s = summary_json(&out);
+    assert_eq!(s["interrupted"], true, "{s}");
+    let warnings = s["warnings"].as_array().unwrap();
+    let said = |kind: &str| {
+        let w = warnings.iter().find(|w| w["kind"] == kind);
+        w.map(|w| w["message"].as_str().unwrap().to_owned())
+    };
+    let failed = said("event_loop_failed").expect("an event_loop_failed warning");
+    assert!(failed.contains("Bad file descriptor"), "{failed}");
+    let interrupted = said("interrupted").expect("an interrupted warning");
+    assert!(!interrupted.contains("signal"), "{interrupted}");
+    assert!(s["checks"]["event_loops"]["manifest_gets"].as_u64() >= Some(100));
+    let totals = &s["totals"];
+    assert!(totals["ok"].as_u64() >= Some(100), "{totals}");
+    let errors = s["errors"].as_object().unwrap();
+    assert!(errors.keys().all(|k| k == "cancelled"), "{errors:?}");
+    assert!(
+        s["trace"]["skipped"]["interrupted"].as_u64() > Some(100),
+        "{s}"
+    );
+    assert!(reconciled(&s), "{}", s["trace"]);
+    assert!(s["duration_s"].as_f64() < Some(30.0), "{s}");
+}
