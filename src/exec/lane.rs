@@ -42,6 +42,7 @@ use super::canary::{RuntimeWork, TurnCanary};
 use super::dispatch::{cancel_after_grace, reap, Dispatch, Next, OpTask, Wait};
 use super::options::{ExecReport, Looped};
 use super::task::{run_task, who_of, TaskDone, TaskEnv};
+use super::verified::Verified;
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
 use crate::metrics::{
@@ -304,6 +305,8 @@ struct Lane<'a> {
     target: String,
     /// Where answers are read (zeroed once: `recvmsg` takes initialized bytes).
     buffer: Vec<u8>,
+    /// The manifests verified here, to verify their repeats by comparison.
+    verified: Verified,
     /// The clocks read at the latest conversion of a receive stamp: the monotonic now and
     /// the realtime now (stamps older than it are converted by them).
     clocks: Option<(Instant, Stamp)>,
@@ -580,6 +583,7 @@ impl<'a> Lane<'a> {
             request: Vec::with_capacity(512),
             target: String::with_capacity(128),
             buffer: vec![0; READ_MAX],
+            verified: Verified::new(),
             clocks: None,
             answered: vec![false; s.ends.len()],
             waker,
@@ -977,14 +981,15 @@ impl<'a> Lane<'a> {
             let what = if conn.read.is_empty() {
                 // Nearly always: the whole answer in this read, judged where it lies.
                 let checks = self.s.ends[conn.end].checks;
-                let what = judge(&self.buffer[..n], flight, checks);
+                let what = judge(&self.buffer[..n], flight, checks, &mut self.verified);
                 if !matches!(what, Read::Manifest(_)) {
                     conn.read.extend_from_slice(&self.buffer[..n]);
                 }
                 what
             } else {
                 conn.read.extend_from_slice(&self.buffer[..n]);
-                judge(&conn.read, flight, self.s.ends[conn.end].checks)
+                let checks = self.s.ends[conn.end].checks;
+                judge(&conn.read, flight, checks, &mut self.verified)
             };
             match what {
                 Read::More => {}
@@ -1370,8 +1375,9 @@ fn timed_out(
 /// What `read` (an answer's bytes so far) is for `flight`'s GET: a manifest that checks out
 /// as the client checks it (status 200, HTTP/1.1 kept alive, a `Content-Length` the
 /// bytes end at, a manifest type, the digest asked for, and with `checks` the
-/// `Docker-Content-Digest`), more to read, or anything else. Notes the head's arrival.
-fn judge(read: &[u8], flight: &mut Flight, checks: bool) -> Read {
+/// `Docker-Content-Digest`), more to read, or anything else. Notes the head's arrival. A
+/// body is hashed unless it is a copy `verified` kept of the manifest asked for.
+fn judge(read: &[u8], flight: &mut Flight, checks: bool, verified: &mut Verified) -> Read {
     let mut headers = [httparse::EMPTY_HEADER; 24];
     let mut response = httparse::Response::new(&mut headers);
     let head = match response.parse(read) {
@@ -1410,7 +1416,10 @@ fn judge(read: &[u8], flight: &mut Flight, checks: bool) -> Read {
     if check_manifest_type(content_type).is_err() {
         return Read::NotMine;
     }
-    let sha256 = Sha256Sum::of(body);
+    let sha256 = match expect {
+        Some(e) => verified.sum(e, body),
+        None => Sha256Sum::of(body),
+    };
     if expect.as_ref().is_some_and(|e| *e != sha256) {
         return Read::NotMine;
     }
@@ -1554,10 +1563,12 @@ mod tests {
 
     #[test]
     fn a_whole_manifest_with_its_digest_is_the_loops_and_marks_its_head() {
+        // One loop's kept copies throughout: the checks hold for a repeat as for the first.
+        let mut v = Verified::new();
         let mut f = flight("t1");
         let read = manifest_answer(&[], MANIFEST);
         assert!(
-            matches!(judge(&read, &mut f, true), Read::Manifest(n) if n == MANIFEST.len() as u64)
+            matches!(judge(&read, &mut f, true, &mut v), Read::Manifest(n) if n == MANIFEST.len() as u64)
         );
         assert_eq!(f.head_at, Some(f.last_at));
         // By tag, with checks: the registry's `Docker-Content-Digest`, if sent, must name it.
@@ -1565,22 +1576,30 @@ mod tests {
         let header = format!("Docker-Content-Digest: {digest}");
         let read = manifest_answer(&[&header], MANIFEST);
         assert!(matches!(
-            judge(&read, &mut flight("t1"), true),
+            judge(&read, &mut flight("t1"), true, &mut v),
             Read::Manifest(_)
         ));
         let wrong = format!("Docker-Content-Digest: {}", Sha256Sum::of(b"x").digest());
         let read = manifest_answer(&[&wrong], MANIFEST);
         assert!(matches!(
-            judge(&read, &mut flight("t1"), true),
+            judge(&read, &mut flight("t1"), true, &mut v),
+            Read::NotMine
+        ));
+        // A body of the same length, one byte changed, is not the manifest kept.
+        let mut changed = MANIFEST.to_vec();
+        changed[3] ^= 1;
+        let read_changed = manifest_answer(&[&header], &changed);
+        assert!(matches!(
+            judge(&read_changed, &mut flight("t1"), true, &mut v),
             Read::NotMine
         ));
         // Without checks the header is not read; by digest the reference is the check.
         assert!(matches!(
-            judge(&read, &mut flight("t1"), false),
+            judge(&read, &mut flight("t1"), false, &mut v),
             Read::Manifest(_)
         ));
         assert!(matches!(
-            judge(&read, &mut flight(&digest), true),
+            judge(&read, &mut flight(&digest), true, &mut v),
             Read::Manifest(_)
         ));
     }
@@ -1591,7 +1610,10 @@ mod tests {
         for cut in [5, 40, read.len() - 1] {
             let mut f = flight("t1");
             assert!(
-                matches!(judge(&read[..cut], &mut f, true), Read::More),
+                matches!(
+                    judge(&read[..cut], &mut f, true, &mut Verified::new()),
+                    Read::More
+                ),
                 "{cut}"
             );
         }
@@ -1599,7 +1621,12 @@ mod tests {
 
     #[test]
     fn anything_else_goes_to_the_client() {
-        let other = |read: &[u8]| matches!(judge(read, &mut flight("t1"), true), Read::NotMine);
+        let other = |read: &[u8]| {
+            matches!(
+                judge(read, &mut flight("t1"), true, &mut Verified::new()),
+                Read::NotMine
+            )
+        };
         // Another body, another type, another status, other framing, HTTP/1.0, a close.
         assert!(other(&manifest_answer(&[], b"{}")));
         let html = answer(

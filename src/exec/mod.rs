@@ -39,6 +39,7 @@ pub mod sizes;
 mod targets;
 mod task;
 pub mod unpack;
+mod verified;
 
 pub use executor::Executor;
 pub use options::{ExecOptions, ExecReport, Mode, Phase};
