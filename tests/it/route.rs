@@ -704,20 +704,26 @@ fn a_node_killed_mid_run_is_marked_down_its_share_fails_over_and_it_comes_back()
 }
 
 /// Prewarms for `args` (a replay of a trace and its endpoints) with its result in
-/// `dir`/prewarm, then starts its run in the background: stress mode at `concurrency` in
-/// flight for `run_time` at most, its result in `dir`/run. The run, and that directory.
-pub(crate) fn spawn_prewarmed_stress(
-    args: &[&str],
-    dir: &Path,
-    concurrency: &str,
-    run_time: &str,
-) -> (std::process::Child, std::path::PathBuf) {
+/// `dir`/prewarm.
+pub(crate) fn prewarm(args: &[&str], dir: &Path) {
     let prewarm = dir.join("prewarm");
     let mut prewarm_args = args.to_vec();
     prewarm_args.extend(["--phase", "prewarm", "--output-dir"]);
     prewarm_args.push(prewarm.to_str().unwrap());
     let r = crate::common::run_bin(&prewarm_args, None, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// [`prewarm`]s for `args`, then starts its run in the background: stress mode at
+/// `concurrency` in flight for `run_time` at most, its result in `dir`/run. The run, and
+/// that directory.
+pub(crate) fn spawn_prewarmed_stress(
+    args: &[&str],
+    dir: &Path,
+    concurrency: &str,
+    run_time: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    prewarm(args, dir);
     let out = dir.join("run");
     let mut run = args.to_vec();
     run.extend([

@@ -183,29 +183,17 @@ fn an_event_loop_whose_wait_fails_stops_the_run_and_loses_no_record() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("manifests.json");
     crate::route::write_manifest_trace(&trace, 4, 5_000);
-    let prewarm = dir.path().join("prewarm");
     let base = [
         "replay",
         trace.to_str().unwrap(),
         "--registry",
         &registry.url,
+        "--quiet",
     ];
-    let mut args = base.to_vec();
-    args.extend(["--quiet", "--phase", "prewarm", "--output-dir"]);
-    args.push(prewarm.to_str().unwrap());
-    let r = crate::common::run_bin(&args, None, &[]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    crate::route::prewarm(&base, dir.path());
     let out = dir.path().join("run");
     let log = dir.path().join("strace.txt");
-    let run = [
-        "--quiet",
-        "--phase",
-        "run",
-        "--mode",
-        "stress",
-        "--concurrency",
-        "8",
-    ];
+    let run = ["--phase", "run", "--mode", "stress", "--concurrency", "8"];
     let output = Command::new(strace)
         .args(["-f", "--seccomp-bpf", "-o"])
         .arg(&log)
