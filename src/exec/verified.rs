@@ -4,18 +4,18 @@
 //! A loop's GET asks for a manifest by the digest the plan knows; its answer is accepted
 //! only when the body's SHA-256 is that digest. A trace reads the same manifests over and
 //! over (a tag pulled by every client), and bytes equal to a body whose SHA-256 was that
-//! digest have that SHA-256: a comparison proves what the hash would, for far less
-//! (docs/measurement.md, as `--verify compare` does for blobs). What is kept is bounded: [`SLOTS`] slots,
-//! each a body of at most [`KEPT_MAX`] bytes, placed by its digest's first byte; a manifest
-//! whose slot holds another takes it over once verified, so a trace of many manifests keeps
-//! hashing most of them, and never holds more than 1 MiB here.
+//! digest have that SHA-256: a comparison proves what the hash would, for far less, as
+//! `--verify compare` does for blobs (docs/measurement.md). What is kept is bounded:
+//! [`SLOTS`] slots, each a body of at most [`KEPT_MAX`] bytes, placed by its digest's first
+//! byte; a manifest whose slot holds another takes it over once verified, so a trace of
+//! many manifests keeps hashing most of them, and never holds more than 1 MiB here.
 
 use crate::digest::{same_bytes, Sha256Sum};
 
 /// How many manifests a loop keeps.
-pub(super) const SLOTS: usize = 64;
+const SLOTS: usize = 64;
 /// The largest body kept (larger ones are hashed every time).
-pub(super) const KEPT_MAX: usize = 16 * 1024;
+const KEPT_MAX: usize = 16 * 1024;
 
 /// A loop's verified manifests, by digest.
 #[derive(Default)]
