@@ -5,7 +5,7 @@
 //! (what a runtime reads back from its content store), so a read's latency never holds any
 //! unpacking: that time is `layer_unpack`'s and the session's `image_ready`'s.
 //!
-//! Bounded: at most [`BACKLOG_PER_WORKER`](super::unpack::BACKLOG_PER_WORKER) layers per worker wait to be unpacked. A read
+//! Bounded: at most [`BACKLOG_PER_WORKER`] layers per worker wait to be unpacked. A read
 //! that ends when they are all taken keeps its in-flight slot until one is unpacked (the
 //! event `unpack_behind`): in stress mode the load slows down, in delay mode the schedule
 //! lag and the in-flight cap's warnings show it; nothing is buffered without bound.
