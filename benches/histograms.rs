@@ -6,7 +6,11 @@
 //!   (find the sample's interval, then the (operation, size class) cell, then record);
 //! - `recorder_channel/*`: the whole path a worker uses — `Recorder::record` through the
 //!   bounded channel to the aggregator thread started by `AggregatorBuilder::spawn` — timed from
-//!   the first send until the aggregator has recorded the last sample (`finish`).
+//!   the first send until the aggregator has recorded the last sample (`finish`);
+//! - `attribution/*`: `Attribution::record` of stress samples, each for one repository and
+//!   one client: `one` (the same two names every time), `cycle50` (50 clients in turn, as
+//!   `scripts/bench-compare`'s section 1 names them: more than a ranking tracks, so every
+//!   operation replaces an entry), `skewed` (100k names, a tenth of the operations on 10).
 //!
 //! Samples are a deterministic stream (xorshift) of six operations over all size classes,
 //! log-uniform latencies from 100 µs to 10 s, 2% failures, ending within two 1 s intervals
@@ -20,6 +24,9 @@
 
 use std::time::{Duration, Instant as StdInstant};
 
+use std::sync::Arc;
+
+use creb::metrics::attribution::{Attribution, Who};
 use creb::metrics::{
     Aggregator, AggregatorBuilder, AggregatorConfig, ErrorKind, Op, Outcome, Sample, SizeClass,
     SparseHistogram, Stats, Timing,
@@ -197,5 +204,60 @@ fn histograms(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, histograms);
+/// Whom each of [`STREAM`] operations was for, in one of the shapes of `attribution/*`.
+fn whos(shape: &str) -> Vec<Who> {
+    let mut rng = Rng(0x5eed_0000_4157_0002);
+    let name = |prefix: &str, i: u64| -> Option<Arc<str>> { Some(format!("{prefix}{i}").into()) };
+    let cycle: Vec<Option<Arc<str>>> = (0..50).map(|i| name("c", i)).collect();
+    let one = (name("bench/one", 0), name("c", 0));
+    (0..STREAM as u64)
+        .map(|i| match shape {
+            "one" => Who {
+                repository: one.0.clone(),
+                client: one.1.clone(),
+            },
+            "cycle50" => Who {
+                repository: one.0.clone(),
+                client: cycle[(i % 50) as usize].clone(),
+            },
+            _ => {
+                let n = if rng.below(10) == 0 {
+                    rng.below(10)
+                } else {
+                    rng.below(100_000)
+                };
+                Who {
+                    repository: name("repo/", n),
+                    client: name("c", n % 5_000),
+                }
+            }
+        })
+        .collect()
+}
+
+fn attribution(c: &mut Criterion) {
+    let base = Instant::now();
+    let samples = stream(Mode::Stress, base);
+    let mut group = c.benchmark_group("attribution");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(5));
+    for shape in ["one", "cycle50", "skewed"] {
+        let whos = whos(shape);
+        group.bench_function(shape, |b| {
+            let mut a = Attribution::default();
+            let mut i = 0usize;
+            b.iter(|| {
+                let at = i & (STREAM - 1);
+                a.record(black_box(&whos[at]), black_box(&samples[at]));
+                i += 1;
+            });
+            black_box(a.repositories.held());
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, histograms, attribution);
 criterion_main!(benches);

@@ -230,14 +230,19 @@ const UNTRACKED: u8 = u8::MAX;
 // below UNTRACKED.
 const _: () = assert!(4 * TRACKED < UNTRACKED as usize);
 
-/// A Space-Saving summary of one ranking: the slots it tracks and each one's weight.
+/// A Space-Saving summary of one ranking: the slots it tracks and each one's weight, as a
+/// binary min-heap by weight (the least at the root). A name not tracked takes the root's
+/// place and sinks, and a tracked name's weight grows by sinking it: a few steps down a heap
+/// of [`TRACKED`] entries, where every new name scanned all the weights for the least twice.
+/// Operations of many names record a third faster (`cargo bench --bench histograms --
+/// attribution`, docs/benchmarks.md, "The hot path", step 52).
 #[derive(Debug)]
 struct TopList {
     criterion: Criterion,
-    /// The dimension's slots it tracks.
+    /// The dimension's slots it tracks, in heap order.
     slots: Vec<u8>,
-    /// Each tracked slot's weight in the ranking (its own plus what it inherited), apart
-    /// from the slots: a name not tracked scans them all for the least, a few cache lines.
+    /// Each tracked slot's weight in the ranking (its own plus what it inherited), beside
+    /// `slots`: the heap's comparisons read only these, a few cache lines.
     weights: Vec<u64>,
 }
 
@@ -250,21 +255,76 @@ impl TopList {
         }
     }
 
-    /// Gives slot `slot` a place with weight `w`: a free place, or that of the least entry
-    /// (the first of equals), whose weight it inherits. The place, and the slot whose
-    /// place it took.
-    fn place(&mut self, slot: u8, w: u64) -> (u8, Option<u8>) {
+    /// Gives slot `slot` a place with weight `w`: a free place, or the least entry's (the
+    /// root's), whose weight it inherits; every slot that moves is told its place in `all`
+    /// (ranking `r`). The slot whose place it took, which has none left in this ranking.
+    fn place(&mut self, slot: u8, w: u64, all: &mut [Slot], r: usize) -> Option<u8> {
         if self.slots.len() < TRACKED {
             self.slots.push(slot);
             self.weights.push(w);
-            return (index_u8(self.slots.len() - 1), None);
+            self.rise(self.slots.len() - 1, all, r);
+            return None;
         }
-        // Two plain passes over the weights, not one comparing pairs.
-        let min = self.weights.iter().min().copied().unwrap_or(0);
-        let least = self.weights.iter().position(|&w| w == min).unwrap_or(0);
-        let evicted = std::mem::replace(&mut self.slots[least], slot);
-        self.weights[least] = min.saturating_add(w);
-        (index_u8(least), Some(evicted))
+        let evicted = std::mem::replace(&mut self.slots[0], slot);
+        self.weights[0] = self.weights[0].saturating_add(w);
+        all[usize::from(evicted)].places[r] = UNTRACKED;
+        all[usize::from(slot)].places[r] = 0;
+        self.sink(0, all, r);
+        Some(evicted)
+    }
+
+    /// Adds `w` to the weight of the entry at `place`.
+    fn add(&mut self, place: u8, w: u64, all: &mut [Slot], r: usize) {
+        let i = usize::from(place);
+        self.weights[i] = self.weights[i].saturating_add(w);
+        self.sink(i, all, r);
+    }
+
+    /// Moves the entry at `i` down while a child weighs less (its weight grew); where it
+    /// stays, its place is already known.
+    fn sink(&mut self, start: usize, all: &mut [Slot], r: usize) {
+        let n = self.weights.len();
+        let mut i = start;
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.weights[right] < self.weights[left] {
+                right
+            } else {
+                left
+            };
+            if self.weights[child] >= self.weights[i] {
+                break;
+            }
+            self.swap(i, child, all, r);
+            i = child;
+        }
+        if i != start {
+            all[usize::from(self.slots[i])].places[r] = index_u8(i);
+        }
+    }
+
+    /// Moves the entry at `i` up while its parent weighs more (it was just added).
+    fn rise(&mut self, mut i: usize, all: &mut [Slot], r: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.weights[parent] <= self.weights[i] {
+                break;
+            }
+            self.swap(i, parent, all, r);
+            i = parent;
+        }
+        all[usize::from(self.slots[i])].places[r] = index_u8(i);
+    }
+
+    /// Swaps the entries at `i` and `j`; the one now at `i` is told its place.
+    fn swap(&mut self, i: usize, j: usize, all: &mut [Slot], r: usize) {
+        self.weights.swap(i, j);
+        self.slots.swap(i, j);
+        all[usize::from(self.slots[i])].places[r] = index_u8(i);
     }
 
     /// The top `n` tracked slots by weight (heaviest first, then by name), those with
@@ -348,13 +408,14 @@ impl Dimension {
                 slot.tally.add_seen(s);
                 let places = slot.places;
                 for (r, &place) in places.iter().enumerate() {
-                    let list = &mut self.lists[r];
-                    let w = list.criterion.weight(&s);
-                    if place != UNTRACKED {
-                        let weight = &mut list.weights[usize::from(place)];
-                        *weight = weight.saturating_add(w);
-                    } else if w > 0 {
+                    let w = self.lists[r].criterion.weight(&s);
+                    if w == 0 {
+                        continue;
+                    }
+                    if place == UNTRACKED {
                         self.place(at, r, w);
+                    } else {
+                        self.lists[r].add(place, w, &mut self.slots, r);
                     }
                 }
                 return;
@@ -403,11 +464,10 @@ impl Dimension {
     /// Places slot `at` in ranking `r` with weight `w`; the slot whose place it took loses
     /// it, and is freed (with its index entry) if that was its last.
     fn place(&mut self, at: u8, r: usize, w: u64) {
-        let (place, evicted) = self.lists[r].place(at, w);
-        self.slots[usize::from(at)].places[r] = place;
-        let Some(evicted) = evicted else { return };
-        let slot = &mut self.slots[usize::from(evicted)];
-        slot.places[r] = UNTRACKED;
+        let Some(evicted) = self.lists[r].place(at, w, &mut self.slots, r) else {
+            return;
+        };
+        let slot = &self.slots[usize::from(evicted)];
         if !slot.in_use() {
             if let Ok(entry) = self.index.find_entry(slot.hash, |&i| i == evicted) {
                 entry.remove();
@@ -596,6 +656,13 @@ mod tests {
         let mut places: FastHashMap<u8, Places> = FastHashMap::default();
         for (r, list) in d.lists.iter().enumerate() {
             assert_eq!(list.slots.len(), TRACKED);
+            // A min-heap: no entry weighs less than its parent, so the root is the least.
+            for i in 1..list.weights.len() {
+                assert!(
+                    list.weights[(i - 1) / 2] <= list.weights[i],
+                    "ranking {r}, {i}"
+                );
+            }
             for (i, &at) in list.slots.iter().enumerate() {
                 places.entry(at).or_insert([UNTRACKED; 4])[r] = u8::try_from(i).unwrap();
             }
