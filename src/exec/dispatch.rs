@@ -194,7 +194,7 @@ impl Dispatch {
         }
         let at = intended.unwrap_or(started);
         let member = op.pull_session();
-        let unsent = self.env.recorder.offered_now(at, member, op.closes);
+        let unsent = self.env.recorder.offered_now(at, member, op.closes, None);
         if matches!(
             op.action,
             Action::BlobUpload { .. } | Action::BlobMount { .. }

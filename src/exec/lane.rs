@@ -20,6 +20,7 @@
 //! decides what every answer means. A success is recorded as the client records one: sent
 //! when the request went to the socket, its head and end at the kernel's receive stamps.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
@@ -46,7 +47,7 @@ use super::verified::Verified;
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
 use crate::metrics::{
-    ErrorKind, Event, HttpStatuses, Op, Outcome, Sample, SessionMsg, SizeClass, Timing,
+    ErrorKind, Event, HttpStatuses, Op, Outcome, Recorded, Sample, SessionMsg, SizeClass, Timing,
 };
 use crate::net::arrival::{self, Stamp};
 use crate::net::h1::{self, Framing};
@@ -316,6 +317,9 @@ struct Lane<'a> {
     waker: Arc<LoopWaker>,
     /// Watches this loop's turns for stalls, when the run's are witnessed.
     canary: Option<TurnCanary>,
+    /// The samples of the GETs answered this turn, not sent yet: each goes with the offer
+    /// of the next GET taken, in one message, and those left over at the turn's end alone.
+    records: VecDeque<Recorded>,
 }
 
 /// How many loops a run of `concurrency` slots gets: `CREB_STRESS_LOOPS` if set, else as
@@ -588,6 +592,16 @@ impl<'a> Lane<'a> {
             answered: vec![false; s.ends.len()],
             waker,
             canary: from.map(|from| TurnCanary::new(from, Instant::now())),
+            records: VecDeque::new(),
+        }
+    }
+
+    /// Sends the samples no offer took along this turn.
+    fn send_records(&mut self) {
+        while let Some(recorded) = self.records.pop_front() {
+            if let Some(unsent) = self.env.recorder.recorded_now(recorded) {
+                self.handle.block_on(self.env.recorder.send_unsent(unsent));
+            }
         }
     }
 
@@ -603,6 +617,7 @@ impl<'a> Lane<'a> {
             if stopped_at.is_none() && plan_open {
                 plan_open = self.take(&mut cx);
             }
+            self.send_records();
             if stopped_at.is_none() && self.shared.stop.load(Ordering::Relaxed) {
                 stopped_at = Some(Instant::now());
             }
@@ -729,7 +744,7 @@ impl<'a> Lane<'a> {
                 Some(Next::Run(op)) => op,
             };
             if let Some(pick) = self.pick(&op) {
-                offer(d, &op, &self.handle);
+                offer(d, &op, &self.handle, self.records.pop_front());
                 self.taken.push((op, pick));
             } else {
                 let (task, unsent) = d.launch(op, None, None);
@@ -1119,13 +1134,9 @@ impl<'a> Lane<'a> {
         };
         let member = op.pull_session();
         let who = who_of(&mut op);
-        deliver(
-            &self.handle,
-            s.ends[e]
-                .client
-                .recorder()
-                .record_member(sample, None, Some(who), member),
-        );
+        let recorder = s.ends[e].client.recorder();
+        self.records
+            .push_back(recorder.recorded(sample, None, Some(who), member));
         if let Some(p) = &self.env.progress {
             p.add_done(op.records());
         }
@@ -1278,6 +1289,7 @@ impl<'a> Lane<'a> {
     /// Ends the loop's run: tasks still running (a stop's grace period is over) are
     /// cancelled and recorded so.
     fn finish(mut self) -> ExecReport {
+        self.send_records();
         let mut tasks = std::mem::take(&mut self.tasks);
         let env = Arc::clone(&self.env);
         let mut report = std::mem::take(&mut self.report);
@@ -1330,12 +1342,17 @@ fn next(
 }
 
 /// A manifest GET of the loop starts (in plan order, while the plan is held): counted as a
-/// worker's start, its offer sent to the aggregator, the pull it closes closed.
-fn offer(d: &mut Dispatch, op: &PlannedOp, handle: &Handle) {
+/// worker's start, its offer sent to the aggregator (with `after`, the sample of a GET
+/// answered before it, in the same message), the pull it closes closed.
+fn offer(d: &mut Dispatch, op: &PlannedOp, handle: &Handle, after: Option<Recorded>) {
     let started = Instant::now();
     d.worker_started(started);
     let member = op.pull_session();
-    if let Some(unsent) = d.env.recorder.offered_now(started, member, op.closes) {
+    if let Some(unsent) = d
+        .env
+        .recorder
+        .offered_now(started, member, op.closes, after)
+    {
         handle.block_on(d.env.recorder.send_unsent(unsent));
     }
     d.close_chain(op.closes);
@@ -1376,8 +1393,12 @@ fn timed_out(
 /// as the client checks it (status 200, HTTP/1.1 kept alive, a `Content-Length` the
 /// bytes end at, a manifest type, the digest asked for, and with `checks` the
 /// `Docker-Content-Digest`), more to read, or anything else. Notes the head's arrival. A
-/// body is hashed unless it is a copy `verified` kept of the manifest asked for.
+/// body is hashed unless it is a copy `verified` kept of the manifest asked for, and an
+/// answer that is the one `verified` kept as accepted for the same GET is not parsed.
 fn judge(read: &[u8], flight: &mut Flight, checks: bool, verified: &mut Verified) -> Read {
+    if let Some(repeat) = repeated(read, flight, checks, verified) {
+        return repeat;
+    }
     let mut headers = [httparse::EMPTY_HEADER; 24];
     let mut response = httparse::Response::new(&mut headers);
     let head = match response.parse(read) {
@@ -1426,7 +1447,32 @@ fn judge(read: &[u8], flight: &mut Flight, checks: bool, verified: &mut Verified
     if checks && check_manifest_digest(reference, digest, &sha256).is_err() {
         return Read::NotMine;
     }
+    if let Some(e) = expect {
+        verified.accepted(e, reference.as_str(), checks, read, head);
+    }
     Read::Manifest(length as u64)
+}
+
+/// `read` judged as the answer accepted last for the same manifest and reference, when it is
+/// that answer again byte for byte: without its head parsed (a registry's answers differ
+/// once a second, by `Date`).
+fn repeated(
+    read: &[u8],
+    flight: &mut Flight,
+    checks: bool,
+    verified: &mut Verified,
+) -> Option<Read> {
+    let Action::ManifestGet {
+        reference,
+        expect: Some(e),
+        ..
+    } = &flight.op.action
+    else {
+        return None;
+    };
+    let length = verified.repeat(e, reference.as_str(), checks, read)?;
+    flight.head_at.get_or_insert(flight.last_at);
+    Some(Read::Manifest(length))
 }
 
 /// What a plain answer's head says of its body: how long it is, its type and the digest
@@ -1602,6 +1648,46 @@ mod tests {
             judge(&read, &mut flight(&digest), true, &mut v),
             Read::Manifest(_)
         ));
+    }
+
+    #[test]
+    fn a_repeated_answer_is_judged_as_the_first_without_its_head_parsed() {
+        let mut v = Verified::new();
+        let digest = Sha256Sum::of(MANIFEST).digest().to_string();
+        let header = format!("Docker-Content-Digest: {digest}");
+        let read = manifest_answer(&[&header, "Date: one"], MANIFEST);
+        let manifest = |r: Read| matches!(r, Read::Manifest(n) if n == MANIFEST.len() as u64);
+        assert!(manifest(judge(&read, &mut flight("t1"), true, &mut v)));
+        assert_eq!(v.repeats, 0);
+        let mut f = flight("t1");
+        assert!(manifest(judge(&read, &mut f, true, &mut v)));
+        assert_eq!(v.repeats, 1, "the same bytes again: a repeat");
+        assert_eq!(f.head_at, Some(f.last_at));
+        // Part of it is not a repeat, and waits for the rest.
+        let cut = &read[..read.len() - 1];
+        assert!(matches!(
+            judge(cut, &mut flight("t1"), true, &mut v),
+            Read::More
+        ));
+        // The same bytes for another reference or other checks are judged anew; so is
+        // another `Date`, which then repeats.
+        assert!(manifest(judge(&read, &mut flight("t2"), true, &mut v)));
+        assert!(manifest(judge(&read, &mut flight("t2"), false, &mut v)));
+        assert_eq!(v.repeats, 1);
+        let later = manifest_answer(&[&header, "Date: two"], MANIFEST);
+        assert!(manifest(judge(&later, &mut flight("t1"), true, &mut v)));
+        assert!(manifest(judge(&later, &mut flight("t1"), true, &mut v)));
+        assert_eq!(v.repeats, 2);
+        // An answer refused is never kept: its repeat is refused again, parsed.
+        let wrong = format!("Docker-Content-Digest: {}", Sha256Sum::of(b"x").digest());
+        let refused = manifest_answer(&[&wrong, "Date: two"], MANIFEST);
+        for _ in 0..2 {
+            assert!(matches!(
+                judge(&refused, &mut flight("t1"), true, &mut v),
+                Read::NotMine
+            ));
+        }
+        assert_eq!(v.repeats, 2);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::interval::{
     Scheduled, WarmupCounts,
 };
 use super::live::LiveMetrics;
-use super::recorder::{Msg, Recorded, SessionMsg};
+use super::recorder::{Msg, Offer, Recorded, SessionMsg};
 use super::sessions::Sessions;
 use super::split::HeaderSplit;
 use super::uncertainty::Batches;
@@ -335,32 +335,18 @@ impl Aggregator {
             Msg::Endpoint(e) => self.endpoints.add_key(usize::from(e)),
             Msg::Sample(r) => {
                 let ended = r.ended();
+                let then = r.then;
                 self.recorded(r, sink);
                 if let Some(m) = ended {
                     self.session(m, sink);
                 }
+                if let Some(offer) = then {
+                    self.offered(offer, sink);
+                }
             }
             Msg::Event(e) => self.events[e.index()] += 1,
             Msg::Session(m) => self.session(m, sink),
-            Msg::Offered {
-                at,
-                session,
-                closes,
-            } => {
-                self.offered_total += 1;
-                if let Some(live) = &self.live {
-                    live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
-                }
-                let index = self.index_of(at);
-                self.open.slot(index).2.offered += 1;
-                if let Some(id) = session {
-                    // A member's start never finishes its session: nothing to record.
-                    let _ = self.sessions.handle(SessionMsg::Started { id, start: at });
-                }
-                if let Some(id) = closes {
-                    self.session(SessionMsg::Closed { id }, sink);
-                }
-            }
+            Msg::Offered(offer) => self.offered(offer, sink),
             Msg::Tick(now) => {
                 // Keep the current and the previous interval open for stragglers.
                 let now = self.index_of(now);
@@ -377,6 +363,29 @@ impl Aggregator {
             }
         }
         true
+    }
+
+    /// An operation offered: counted in its interval and in flight, started as a member of
+    /// its session, and the session it closes closed.
+    fn offered(&mut self, offer: Offer, sink: &mut Option<Box<dyn IntervalSink>>) {
+        let Offer {
+            at,
+            session,
+            closes,
+        } = offer;
+        self.offered_total += 1;
+        if let Some(live) = &self.live {
+            live.set_in_flight(self.offered_total.saturating_sub(self.completed_total));
+        }
+        let index = self.index_of(at);
+        self.open.slot(index).2.offered += 1;
+        if let Some(id) = session {
+            // A member's start never finishes its session: nothing to record.
+            let _ = self.sessions.handle(SessionMsg::Started { id, start: at });
+        }
+        if let Some(id) = closes {
+            self.session(SessionMsg::Closed { id }, sink);
+        }
     }
 
     /// Flushes every open interval with an index below `limit`, in order, and the ones

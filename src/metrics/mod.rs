@@ -42,6 +42,7 @@ pub use interval::{
     AggregatorConfig, Interval, IntervalCounters, IntervalSink, Scheduled, WarmupCounts,
 };
 pub use op::{ErrorKind, Event, Level, Op, SizeClass};
+pub(crate) use recorder::Recorded;
 pub use recorder::{Applied, Recorder, SessionMsg};
 pub use spawn::{AggregatorBuilder, AggregatorHandle};
 
@@ -808,6 +809,45 @@ mod tests {
         let lat = pulls.latency.max();
         assert!((4_500..=5_500).contains(&lat), "pull 1's own span: {lat}");
         assert_eq!(agg.table().op_total(Op::ManifestGet).unwrap().count, 1);
+    }
+
+    /// A sample that carries the offer of the operation started after it (stress mode's
+    /// loops) counts as the two messages would: the sample first, ending its member, then
+    /// the offer, starting pull 2 and closing pull 1.
+    #[tokio::test]
+    async fn a_sample_with_the_next_offer_counts_as_both() {
+        let (recorder, handle) = AggregatorBuilder::default().spawn();
+        let first = sample(Op::ManifestGet, Outcome::Ok, None, 5);
+        recorder.offered(first.timing.sent, Some(1), None).await;
+        let later = first.timing.end + Duration::from_millis(10);
+        let recorded = recorder.recorded(first, None, None, Some(1));
+        assert!(recorder
+            .offered_now(later, Some(2), Some(1), Some(recorded))
+            .is_none());
+        let second = Sample {
+            timing: Timing {
+                sent: later,
+                first_byte: None,
+                end: later + Duration::from_millis(3),
+                ..first.timing
+            },
+            ..first
+        };
+        let recorded = recorder.recorded(second, None, None, Some(2));
+        assert!(recorder.recorded_now(recorded).is_none());
+        recorder.session(SessionMsg::Closed { id: 2 }).await;
+        let agg = handle.finish().await;
+        assert_eq!(agg.offered_counted(), 2);
+        let table = agg.table();
+        assert_eq!(table.op_total(Op::ManifestGet).unwrap().count, 2);
+        let pulls = table.op_total(Op::ImagePull).unwrap();
+        assert_eq!(
+            (pulls.count, pulls.errors),
+            (2, 0),
+            "both pulls, each closed"
+        );
+        let lat = pulls.latency.max();
+        assert!((4_500..=5_500).contains(&lat), "pull 1's own span: {lat}");
     }
 
     /// A session whose layers were unpacked is ready at its last layer applied (after its

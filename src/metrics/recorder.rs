@@ -20,20 +20,23 @@ pub(crate) enum Msg {
     Endpoint(u16),
     Event(Event),
     Session(SessionMsg),
-    /// An operation was due (delay mode: its intended instant) or dispatched (stress) `at`;
-    /// when it is a member of an image session, it started as a member of `session` then;
-    /// and image session `closes` gains no further member ([`SessionMsg::Closed`], after
-    /// the start): one message for all three.
-    Offered {
-        at: Instant,
-        session: Option<u64>,
-        closes: Option<u64>,
-    },
+    Offered(Offer),
     /// The interval clock ticked at this instant (taken on the async side, the clock the
     /// samples use).
     Tick(Instant),
     /// Flush everything and stop.
     Stop,
+}
+
+/// An operation was due (delay mode: its intended instant) or dispatched (stress) `at`;
+/// when it is a member of an image session, it started as a member of `session` then; and
+/// image session `closes` gains no further member ([`SessionMsg::Closed`], after the
+/// start): one message for all three, or part of a sample's ([`Recorded::then`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub at: Instant,
+    pub session: Option<u64>,
+    pub closes: Option<u64>,
 }
 
 /// A sample as recorded: through which endpoint's client (runs over several endpoints), the
@@ -48,6 +51,11 @@ pub(crate) struct Recorded {
     /// The pull session its operation is a member of, which the sample also ends as a
     /// member ([`Recorded::ended`]).
     pub session: Option<u64>,
+    /// An operation offered after this one ended, sent in the same message (the aggregator
+    /// counts the sample first): stress mode's loops answer one GET and start the next in
+    /// the same turn, and one message for both halves what the aggregator takes per GET
+    /// (docs/benchmarks.md, "The hot path", step 52).
+    pub then: Option<Offer>,
 }
 
 impl Recorded {
@@ -58,6 +66,7 @@ impl Recorded {
             label: None,
             who: None,
             session: None,
+            then: None,
         }
     }
 
@@ -154,14 +163,26 @@ impl Recorder {
         who: Option<Who>,
         session: Option<u64>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let recorded = Recorded {
+        self.put(Msg::Sample(self.recorded(sample, label, who, session)))
+    }
+
+    /// The sample [`Self::record_member`] would send, to be sent later, alone or with the
+    /// offer of an operation that starts after it ([`Self::offered_now`]).
+    pub(crate) fn recorded(
+        &self,
+        sample: Sample,
+        label: Option<u8>,
+        who: Option<Who>,
+        session: Option<u64>,
+    ) -> Recorded {
+        Recorded {
             sample,
             endpoint: self.endpoint,
             label: label.filter(|_| self.split.is_some()),
             who,
             session,
-        };
-        self.put(Msg::Sample(recorded))
+            then: None,
+        }
     }
 
     /// `--split-by-header`: the header whose value labels the samples, if any.
@@ -212,11 +233,11 @@ impl Recorder {
         session: Option<u64>,
         closes: Option<u64>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        self.put(Msg::Offered {
+        self.put(Msg::Offered(Offer {
             at,
             session,
             closes,
-        })
+        }))
     }
 }
 
@@ -247,18 +268,33 @@ impl Recorder {
 
     /// [`Self::offered`] without waiting: the message back when the channel is full. The
     /// dispatcher's way, which makes an operation's task without holding the operation in
-    /// a future of its own on the way.
+    /// a future of its own on the way. With `after`, a sample of an operation that ended
+    /// before this one started, one message carries both.
     pub(crate) fn offered_now(
         &self,
         at: Instant,
         session: Option<u64>,
         closes: Option<u64>,
+        after: Option<Recorded>,
     ) -> Option<Unsent> {
-        self.put_now(Msg::Offered {
+        let offer = Offer {
             at,
             session,
             closes,
+        };
+        self.put_now(match after {
+            Some(recorded) => Msg::Sample(Recorded {
+                then: Some(offer),
+                ..recorded
+            }),
+            None => Msg::Offered(offer),
         })
+    }
+
+    /// A sample made by [`Self::recorded`], sent without waiting: the message back when the
+    /// channel is full.
+    pub(crate) fn recorded_now(&self, recorded: Recorded) -> Option<Unsent> {
+        self.put_now(Msg::Sample(recorded))
     }
 
     /// [`Self::session`] without waiting: `false` when the channel is full and the message
@@ -313,7 +349,7 @@ mod tests {
         // place once there is room.
         assert!(recorder.session_now(SessionMsg::Closed { id: 1 }));
         assert!(!recorder.session_now(SessionMsg::Closed { id: 9 }));
-        let unsent = recorder.offered_now(Instant::now(), None, Some(2));
+        let unsent = recorder.offered_now(Instant::now(), None, Some(2), None);
         let unsent = unsent.expect("the channel is full");
         let mut send = pin!(recorder.send_unsent(unsent));
         assert_eq!(send.as_mut().poll(&mut cx), Poll::Pending);
@@ -324,10 +360,10 @@ mod tests {
         assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(()));
         assert!(matches!(
             rx.try_recv(),
-            Ok(Msg::Offered {
+            Ok(Msg::Offered(Offer {
                 closes: Some(2),
                 ..
-            })
+            }))
         ));
         // After the aggregator is gone, nothing waits.
         drop(rx);
