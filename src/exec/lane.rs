@@ -30,6 +30,7 @@ use std::task::{Context, Poll as TaskPoll, Wake};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use hdrhistogram::Histogram;
 use http::{HeaderValue, Method, StatusCode};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -47,7 +48,8 @@ use super::verified::Verified;
 use crate::client::{check_manifest_digest, check_manifest_type, Given, RegistryClient};
 use crate::digest::Sha256Sum;
 use crate::metrics::{
-    ErrorKind, Event, HttpStatuses, Op, Outcome, Recorded, Sample, SessionMsg, SizeClass, Timing,
+    new_histogram, ErrorKind, Event, HttpStatuses, Op, Outcome, Recorded, Sample, SessionMsg,
+    SizeClass, Timing,
 };
 use crate::net::arrival::{self, Stamp};
 use crate::net::h1::{self, Framing};
@@ -317,6 +319,8 @@ struct Lane<'a> {
     waker: Arc<LoopWaker>,
     /// Watches this loop's turns for stalls, when the run's are witnessed.
     canary: Option<TurnCanary>,
+    /// How long the answers recorded here waited for the turn that read them, µs.
+    answer_wait: Histogram<u64>,
     /// The samples of the GETs answered this turn, not sent yet: each goes with the offer
     /// of the next GET taken, in one message, and those left over at the turn's end alone.
     records: VecDeque<Recorded>,
@@ -472,11 +476,14 @@ fn with_loops(mut report: ExecReport, lanes: Vec<ExecReport>) -> ExecReport {
         report.folded += lane.folded;
         report.interrupted += lane.interrupted;
         looped.manifest_gets += lane.looped.map_or(0, |l| l.manifest_gets);
-        if let Some(seen) = lane.wake_lateness {
-            match &mut report.wake_lateness {
-                // The loops' histograms have the same bounds: nothing is refused.
-                Some(all) => drop(all.add(&seen)),
-                none => *none = Some(seen),
+        // The loops' histograms have the same bounds: nothing is refused.
+        for (seen, all) in [
+            (lane.wake_lateness, &mut report.wake_lateness),
+            (lane.answer_wait, &mut report.answer_wait),
+        ] {
+            match (seen, all) {
+                (Some(seen), Some(all)) => drop(all.add(&seen)),
+                (seen, all) => *all = all.take().or(seen),
             }
         }
     }
@@ -592,6 +599,7 @@ impl<'a> Lane<'a> {
             answered: vec![false; s.ends.len()],
             waker,
             canary: from.map(|from| TurnCanary::new(from, Instant::now())),
+            answer_wait: new_histogram(),
             records: VecDeque::new(),
         }
     }
@@ -1115,8 +1123,15 @@ impl<'a> Lane<'a> {
             sent,
             head_at,
             last_at: end,
+            stamped,
             ..
         } = flight;
+        if let (true, Some((now, _))) = (stamped, self.clocks) {
+            // The turn read the clocks for this stamp or a later one: no sooner than it.
+            let waited = now.saturating_duration_since(end).as_micros();
+            self.answer_wait
+                .saturating_record(u64::try_from(waited).unwrap_or(u64::MAX));
+        }
         let sample = Sample {
             op: Op::ManifestGet,
             outcome: Outcome::Ok,
@@ -1300,6 +1315,7 @@ impl<'a> Lane<'a> {
             manifest_gets: self.gets,
         });
         report.wake_lateness = self.canary.take().map(TurnCanary::into_histogram);
+        report.answer_wait = Some(self.answer_wait);
         report
     }
 }

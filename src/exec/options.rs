@@ -92,6 +92,10 @@ pub struct ExecReport {
     /// for (µs; [`crate::exec::canary::TurnCanary`]), when they ran: the runtime's canary
     /// stopped as they started.
     pub wake_lateness: Option<hdrhistogram::Histogram<u64>>,
+    /// How long the answers stress mode's event loops recorded waited to be read: from
+    /// each one's arrival (the kernel's receive stamp) to the loop's turn that read it (µs;
+    /// answers without a stamp are not in it), when the loops ran.
+    pub answer_wait: Option<hdrhistogram::Histogram<u64>>,
     /// Why the run stopped before its end, when a part of the executor failed (an event
     /// loop that could no longer wait for its connections): it stopped as a stop would.
     pub failure: Option<String>,

@@ -349,6 +349,7 @@ fn checks_of(
         event_loops: exec.looped.map(|l| EventLoops {
             loops: l.loops,
             manifest_gets: l.manifest_gets,
+            answer_wait_ms: exec.answer_wait.as_ref().and_then(Percentiles::of),
         }),
     }
 }

@@ -144,10 +144,15 @@ pub struct Checks {
 }
 
 /// The event loops of a stress-mode run and the manifest GETs sent on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventLoops {
     pub loops: usize,
     pub manifest_gets: u64,
+    /// How long the answers the loops recorded waited to be read, ms: from each one's
+    /// arrival (the kernel's receive stamp) to the loop's turn that read it. Not in any
+    /// latency; the next request on that connection goes that much later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_wait_ms: Option<Percentiles>,
 }
 
 /// What gathering answers per wake-up did in a stress-mode run (docs/measurement.md).

@@ -419,7 +419,23 @@ fn stress_modes_manifest_gets_go_on_event_loops_and_the_summary_says_so() {
         assert_eq!(u(&s["operations"]["manifest_get"]["count"]), gets);
         assert_eq!(u(&s["totals"]["requests"]), u(&tasks["totals"]["requests"]));
         assert!(u(&s["checks"]["max_in_flight"]) <= 4, "{}", s["checks"]);
+        // How long the loops' answers waited to be read: within the run, where stamped.
+        let waited = &looped["answer_wait_ms"];
+        if !waited.is_null() {
+            let (mean, max) = (
+                waited["mean"].as_f64().unwrap(),
+                waited["max"].as_f64().unwrap(),
+            );
+            let run_ms = s["duration_s"].as_f64().unwrap() * 1000.0;
+            assert!(
+                0.0 <= mean && mean <= max && max <= run_ms,
+                "{waited} in {run_ms} ms"
+            );
+        }
     }
+    // Loopback stamps every answer once the first socket asked: the first run's are.
+    let waited = &default["checks"]["event_loops"]["answer_wait_ms"];
+    assert!(waited["max"].is_number(), "{}", default["checks"]);
     assert!(
         tasks["checks"]["event_loops"].is_null(),
         "{}",

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::figures::Figure;
 use super::figures::{class_label, class_rows, is_delay, level_of};
 use super::table::{bytes, fact, mib, ops_table, opt_ms, td};
+use crate::metrics::hist::Percentiles;
 use crate::metrics::Level;
 use crate::report::chart::escape;
 use crate::report::ms;
@@ -306,20 +307,25 @@ fn trace_accounting(out: &mut String, tr: &TraceCounts) {
     );
 }
 
-/// How the generator kept up: its timer, CPU, in-flight cap and shared start.
+/// A self-check's percentiles in ms: p50, p99 and the maximum.
+fn spread(p: &Percentiles) -> String {
+    format!(
+        "p50 {} · p99 {} · max {}",
+        p.p50.map_or_else(|| "–".into(), ms),
+        p.p99.map_or_else(|| "–".into(), ms),
+        ms(p.max)
+    )
+}
+
+/// How the generator kept up: its timer, the event loops' reads, CPU, in-flight cap and
+/// shared start.
 fn self_checks(out: &mut String, c: &Checks) {
     out.push_str("<h3>Self-checks</h3><dl class=\"facts\">");
     if let Some(p) = &c.canary_wake_ms {
-        fact(
-            out,
-            "canary wake-up (10 ms sleep)",
-            &format!(
-                "p50 {} · p99 {} · max {}",
-                p.p50.map_or_else(|| "–".into(), ms),
-                p.p99.map_or_else(|| "–".into(), ms),
-                ms(p.max)
-            ),
-        );
+        fact(out, "canary wake-up (10 ms sleep)", &spread(p));
+    }
+    if let Some(p) = (c.event_loops.as_ref()).and_then(|l| l.answer_wait_ms.as_ref()) {
+        fact(out, "answers waiting for the event loop", &spread(p));
     }
     match (c.cpu_seconds, c.cpu_share) {
         (Some(sec), Some(share)) => fact(
