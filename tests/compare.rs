@@ -455,7 +455,10 @@ fn a_steady_run_says_so_and_a_stopped_registry_makes_it_unsteady() {
     let _alone = alone();
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    push(&registry, "steady/app", "250", "2", "4KiB", &[]);
+    // Enough images and batches short enough that the undisturbed pull spans well over the
+    // six batches a verdict needs on a fast machine (about two seconds here, 250 images at
+    // 200 ms batches were five or six), and the stall stays under half of the stopped one.
+    push(&registry, "steady/app", "400", "2", "4KiB", &[]);
     let pull = |name: &str| {
         let out = dir.path().join(name);
         let r = run_bin(
@@ -466,11 +469,11 @@ fn a_steady_run_says_so_and_a_stopped_registry_makes_it_unsteady() {
                 "--repo",
                 "steady/app",
                 "--images",
-                "250",
+                "400",
                 "--concurrency",
                 "1",
                 "--interval",
-                "200ms",
+                "100ms",
                 "--output-dir",
                 out.to_str().unwrap(),
                 "--quiet",

@@ -1,8 +1,8 @@
 //! Whether a run was steady: from the run's batches of consecutive intervals, a warm-up at
 //! its start (the truncation point that minimizes the standard error of what remains, the
-//! MSER rule), a drift through the rest (the first and last thirds apart by more than a
-//! quarter, and the difference beyond their noise), and stalls (a batch with next to no
-//! throughput, or a median latency many times the run's). `docs/measurement.md` states the
+//! MSER rule), a drift through the rest (the first and last thirds apart by more than 30%,
+//! and the difference beyond their noise), and stalls (a batch with next to no throughput,
+//! or a median latency many times the run's). `docs/measurement.md` states the
 //! rules.
 
 use serde::{Deserialize, Serialize};
@@ -21,10 +21,12 @@ pub const DRIFT: f64 = 0.3;
 /// more false alarms.
 const ALPHA: f64 = 0.05;
 
-/// A batch with less than this share of the run's median throughput has stalled.
+/// A batch with less than this share of the throughput of the run's upper quartile of
+/// batches has stalled.
 const STALLED_SHARE: f64 = 0.1;
 
-/// A batch whose median latency is this many times the run's median has stalled.
+/// A batch whose median latency is this many times the run's lower quartile of batches' has
+/// stalled.
 const STALLED_LATENCY: f64 = 5.0;
 
 /// Samples a batch needs before its median latency is judged, and operations the run's
@@ -59,7 +61,8 @@ pub struct Drift {
     /// `drift` (first third to last third) or `stall` (a stretch of batches).
     pub kind: String,
     /// The figure at the start and at the end (first and last third), or the run's median
-    /// and the stalled batches' for a stall; ms for latencies, operations/s for throughput.
+    /// outside the stall and the stalled batches' for a stall; ms for latencies, operations/s
+    /// for throughput.
     pub from: f64,
     pub to: f64,
     /// For a stall: when it began, seconds into the run, and how long it lasted.
@@ -109,6 +112,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     })
+}
+
+/// The `q` quantile of `v` (nearest rank; a copy sorted); `None` when empty.
+fn quantile(v: &[f64], q: f64) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let last = v.len().checked_sub(1)?;
+    v.get((last as f64 * q).round() as usize).copied()
 }
 
 /// The MSER truncation point of `x`: the number of leading values whose removal minimizes
@@ -224,19 +235,24 @@ pub fn judge(batches: &Batches, closed: bool) -> SteadyState {
             series.push((format!("{} p50", op.name()), ms));
         }
     }
+    // What a batch does when the run runs: the upper quartile of their throughput, the lower
+    // quartile of a figure's latency. A stall is measured against it, not against the
+    // median, which is the stall's own when the stall takes over half the run (a registry
+    // stopped for most of a short run).
+    let running = quantile(&completed, 0.75).unwrap_or(0.0);
     // Throughput is judged in a closed loop only, and only when a batch holds enough
     // operations for a share of them to mean something.
-    let throughput =
-        closed && median(&mut completed.clone()).unwrap_or(0.0) * batch_s >= MIN_THROUGHPUT;
+    let throughput = closed && running * batch_s >= MIN_THROUGHPUT;
     // Stalls first, over the whole run: a stretch from the very first batch is a warm-up,
-    // not a stall.
+    // not a stall. A stall is reported against the run's median outside it.
     let mut stalls: Vec<Drift> = Vec::new();
-    let mut found = |figure: &str, x: &[f64], typical: f64, stalled: &dyn Fn(f64) -> bool| {
+    let mut found = |figure: &str, x: &[f64], stalled: &dyn Fn(f64) -> bool| {
         if let Some((at, len)) = stall(x, batch_s, stalled).filter(|&(at, _)| at > 0) {
+            let mut outside: Vec<f64> = x[..at].iter().chain(&x[at + len..]).copied().collect();
             stalls.push(Drift {
                 figure: figure.to_owned(),
                 kind: "stall".into(),
-                from: typical,
+                from: median(&mut outside).unwrap_or(0.0),
                 to: median(&mut x[at..at + len].to_vec()).unwrap_or(0.0),
                 at_s: Some((lead + at) as f64 * batch_s),
                 length_s: Some(len as f64 * batch_s),
@@ -244,14 +260,11 @@ pub fn judge(batches: &Batches, closed: bool) -> SteadyState {
         }
     };
     for (figure, x) in &series {
-        let typical = median(&mut x.to_vec()).unwrap_or(0.0);
-        found(figure, x, typical, &|v| v > STALLED_LATENCY * typical);
+        let running = quantile(x, 0.25).unwrap_or(0.0);
+        found(figure, x, &|v| v > STALLED_LATENCY * running);
     }
     if throughput {
-        let typical = median(&mut completed.clone()).unwrap_or(0.0);
-        found("throughput", &completed, typical, &|v| {
-            v < STALLED_SHARE * typical
-        });
+        found("throughput", &completed, &|v| v < STALLED_SHARE * running);
     }
     // The warm-up: the latest MSER point of the figures, never into a stall.
     let first_stall = stalls
@@ -340,6 +353,18 @@ mod tests {
             "{}",
             d.describe()
         );
+    }
+
+    #[test]
+    fn a_registry_stopped_for_most_of_a_run_is_still_a_stall() {
+        // Nine batches of fifteen without an answer: the median batch is the stall's.
+        let b = batches(15, 100, |i| if (3..12).contains(&i) { 0 } else { 10_000 });
+        let s = judge(&b, true);
+        assert_eq!(s.steady, Some(false), "{s:?}");
+        let d = s.drift.iter().find(|d| d.kind == "stall").unwrap();
+        assert_eq!((d.at_s, d.length_s), (Some(3.0), Some(9.0)), "{d:?}");
+        // Against the run outside it: 100 operations a second where it ran, none inside.
+        assert_eq!((d.from, d.to), (100.0, 0.0), "{d:?}");
     }
 
     #[test]
