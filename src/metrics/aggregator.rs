@@ -333,7 +333,8 @@ impl Aggregator {
     pub(crate) fn handle(&mut self, msg: Msg, sink: &mut Option<Box<dyn IntervalSink>>) -> bool {
         match msg {
             Msg::Endpoint(e) => self.endpoints.add_key(usize::from(e)),
-            Msg::Sample(r) => {
+            Msg::Sample(w) => {
+                let r = Recorded::from(w);
                 let ended = r.ended();
                 let then = r.then;
                 self.recorded(r, sink);
@@ -592,14 +593,14 @@ mod tests {
                 let service = 50 + (rng >> 33) % 2_000_000;
                 let end = anchor + k * second + Duration::from_micros((rng >> 20) % 999_999);
                 let s = sample(ops[(i % 3) as usize], end, service, i % 17 != 0);
-                assert!(agg.handle(Msg::Sample(Recorded::plain(s)), &mut sink));
+                assert!(agg.handle(Msg::Sample(Recorded::plain(s).into()), &mut sink));
                 expected.entry(u64::from(k)).or_default().record(&s);
             }
             // The tick of the end of interval k: k-1 stays open for stragglers, whose
             // samples still land in their own interval.
             if k >= 1 {
                 let straggler = sample(Op::Ping, anchor + (k - 1) * second, 10, true);
-                assert!(agg.handle(Msg::Sample(Recorded::plain(straggler)), &mut sink));
+                assert!(agg.handle(Msg::Sample(Recorded::plain(straggler).into()), &mut sink));
                 expected
                     .entry(u64::from(k - 1))
                     .or_default()
@@ -609,7 +610,7 @@ mod tests {
         }
         // Nothing in intervals 6 and 7; one sample in 8.
         let last = sample(Op::BlobGet, anchor + 8 * second + second / 2, 1_000, true);
-        assert!(agg.handle(Msg::Sample(Recorded::plain(last)), &mut sink));
+        assert!(agg.handle(Msg::Sample(Recorded::plain(last).into()), &mut sink));
         expected.entry(8).or_default().record(&last);
         assert!(!agg.handle(Msg::Stop, &mut sink));
 

@@ -2,19 +2,20 @@
 //! that sends them (cheap to clone, one per worker or endpoint).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::attribution::Who;
 use super::split::HeaderSplit;
-use super::{ErrorKind, Event, Sample};
+use super::{ErrorKind, Event, HttpStatuses, Op, Outcome, Sample, SizeClass, Timing};
 
 /// What flows to the aggregator.
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
-    Sample(Recorded),
+    Sample(Wire),
     /// Endpoint `.0` exists (sent when its recorder is made, before any of its samples), so
     /// every interval has a row for it.
     Endpoint(u16),
@@ -86,6 +87,138 @@ impl Recorded {
             },
             applied: None,
         })
+    }
+}
+
+/// The process's epoch for [`Packed`] instants, taken at the first use.
+static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+
+/// An instant, or none, in eight bytes where an `Instant` takes sixteen: nanoseconds from
+/// [`EPOCH`] (negative before it; ±292 years), `i64::MIN` for none. Exact both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Packed(i64);
+
+impl Packed {
+    const NONE: Packed = Packed(i64::MIN);
+
+    fn of(at: Instant) -> Packed {
+        let (at, epoch) = (at.into_std(), *EPOCH);
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match at.checked_duration_since(epoch) {
+            Some(after) => Packed(nanos(after)),
+            None => Packed(-nanos(epoch.duration_since(at))),
+        }
+    }
+
+    fn or_none(at: Option<Instant>) -> Packed {
+        at.map_or(Packed::NONE, Packed::of)
+    }
+
+    fn instant(self) -> Instant {
+        let span = Duration::from_nanos(self.0.unsigned_abs());
+        Instant::from_std(if self.0 >= 0 {
+            *EPOCH + span
+        } else {
+            *EPOCH - span
+        })
+    }
+
+    fn option(self) -> Option<Instant> {
+        (self != Packed::NONE).then(|| self.instant())
+    }
+}
+
+/// A [`Recorded`] as the aggregator's channel carries it, the instants of its timing and of
+/// the offer that goes with it [`Packed`]: 176 bytes where a `Recorded` takes 232. The
+/// channel keeps the blocks a backlog made it grow to for the rest of the run, so its size
+/// is what an aggregator held up (a machine busy beside the run) costs the whole run in
+/// resident memory: up to `CHANNEL_CAPACITY` messages (docs/benchmarks.md, "The hot
+/// path", step 54).
+#[derive(Debug, Clone)]
+pub(crate) struct Wire {
+    /// `intended`, `ready`, `sent`, `first_byte`, `end`.
+    instants: [Packed; 5],
+    bytes_sent: u64,
+    bytes_received: u64,
+    who: Option<Who>,
+    session: Option<u64>,
+    /// The offer sent with the sample ([`Recorded::then`]): none when `then_at` is none.
+    then_at: Packed,
+    then_session: Option<u64>,
+    then_closes: Option<u64>,
+    http: HttpStatuses,
+    outcome: Outcome,
+    op: Op,
+    size_class: SizeClass,
+    label: Option<u8>,
+    endpoint: Option<u16>,
+}
+
+impl From<Recorded> for Wire {
+    fn from(r: Recorded) -> Wire {
+        let Recorded {
+            sample,
+            endpoint,
+            label,
+            who,
+            session,
+            then,
+        } = r;
+        let t = sample.timing;
+        Wire {
+            instants: [
+                Packed::or_none(t.intended),
+                Packed::or_none(t.ready),
+                Packed::of(t.sent),
+                Packed::or_none(t.first_byte),
+                Packed::of(t.end),
+            ],
+            bytes_sent: sample.bytes_sent,
+            bytes_received: sample.bytes_received,
+            who,
+            session,
+            then_at: Packed::or_none(then.map(|o| o.at)),
+            then_session: then.and_then(|o| o.session),
+            then_closes: then.and_then(|o| o.closes),
+            http: sample.http,
+            outcome: sample.outcome,
+            op: sample.op,
+            size_class: sample.size_class,
+            label,
+            endpoint,
+        }
+    }
+}
+
+impl From<Wire> for Recorded {
+    fn from(w: Wire) -> Recorded {
+        let [intended, ready, sent, first_byte, end] = w.instants;
+        Recorded {
+            sample: Sample {
+                op: w.op,
+                outcome: w.outcome,
+                size_class: w.size_class,
+                timing: Timing {
+                    intended: intended.option(),
+                    ready: ready.option(),
+                    sent: sent.instant(),
+                    first_byte: first_byte.option(),
+                    end: end.instant(),
+                },
+                bytes_sent: w.bytes_sent,
+                bytes_received: w.bytes_received,
+                http: w.http,
+            },
+            endpoint: w.endpoint,
+            label: w.label,
+            who: w.who,
+            session: w.session,
+            then: w.then_at.option().map(|at| Offer {
+                at,
+                session: w.then_session,
+                closes: w.then_closes,
+            }),
+        }
     }
 }
 
@@ -163,7 +296,9 @@ impl Recorder {
         who: Option<Who>,
         session: Option<u64>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        self.put(Msg::Sample(self.recorded(sample, label, who, session)))
+        self.put(Msg::Sample(
+            self.recorded(sample, label, who, session).into(),
+        ))
     }
 
     /// The sample [`Self::record_member`] would send, to be sent later, alone or with the
@@ -283,10 +418,13 @@ impl Recorder {
             closes,
         };
         self.put_now(match after {
-            Some(recorded) => Msg::Sample(Recorded {
-                then: Some(offer),
-                ..recorded
-            }),
+            Some(recorded) => Msg::Sample(
+                Recorded {
+                    then: Some(offer),
+                    ..recorded
+                }
+                .into(),
+            ),
             None => Msg::Offered(offer),
         })
     }
@@ -294,7 +432,7 @@ impl Recorder {
     /// A sample made by [`Self::recorded`], sent without waiting: the message back when the
     /// channel is full.
     pub(crate) fn recorded_now(&self, recorded: Recorded) -> Option<Unsent> {
-        self.put_now(Msg::Sample(recorded))
+        self.put_now(Msg::Sample(recorded.into()))
     }
 
     /// [`Self::session`] without waiting: `false` when the channel is full and the message
@@ -370,6 +508,54 @@ mod tests {
         assert_eq!(
             pin!(recorder.event(Event::Failover)).poll(&mut cx),
             Poll::Ready(())
+        );
+    }
+
+    #[test]
+    fn a_sample_crosses_the_channel_as_it_was_recorded_in_fewer_bytes() {
+        // Instants on both sides of the epoch, to the nanosecond, and every optional one
+        // present and absent; with an offer after it and without.
+        let now = Instant::now();
+        let before = now - Duration::new(3, 123_456_789);
+        let after = now + Duration::new(0, 1);
+        let mut sample = Sample::session(Op::ManifestGet, Outcome::Ok, before, 5, 1_024);
+        sample.timing.end = after;
+        let who = Who {
+            repository: Some(Arc::from("library/nginx")),
+            client: None,
+        };
+        let bare = Recorded::plain(sample);
+        let full = Recorded {
+            sample: Sample {
+                timing: Timing {
+                    intended: Some(before),
+                    ready: Some(now),
+                    first_byte: Some(after),
+                    ..sample.timing
+                },
+                outcome: Outcome::Error(ErrorKind::Timeout),
+                ..sample
+            },
+            endpoint: Some(3),
+            label: Some(1),
+            who: Some(who),
+            session: Some(7),
+            then: Some(Offer {
+                at: before,
+                session: None,
+                closes: Some(u64::MAX),
+            }),
+        };
+        for r in [bare, full] {
+            let back = Recorded::from(Wire::from(r.clone()));
+            assert_eq!(format!("{back:?}"), format!("{r:?}"));
+        }
+        // What the channel holds per message (it keeps up to CHANNEL_CAPACITY of them
+        // after a backlog): a message grown past this is a run's memory grown with it.
+        assert!(
+            std::mem::size_of::<Msg>() <= 176,
+            "{}",
+            std::mem::size_of::<Msg>()
         );
     }
 }
