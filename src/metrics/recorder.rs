@@ -513,10 +513,10 @@ mod tests {
 
     #[test]
     fn a_sample_crosses_the_channel_as_it_was_recorded_in_fewer_bytes() {
-        // Instants on both sides of the epoch, to the nanosecond, and every optional one
-        // present and absent; with an offer after it and without.
-        let now = Instant::now();
-        let before = now - Duration::new(3, 123_456_789);
+        // Instants on both sides of the epoch and on it, to the nanosecond, and every
+        // optional one present and absent; with an offer after it and without.
+        let now = Instant::from_std(*EPOCH);
+        let before = now - Duration::new(0, 123_456_789);
         let after = now + Duration::new(0, 1);
         let mut sample = Sample::session(Op::ManifestGet, Outcome::Ok, before, 5, 1_024);
         sample.timing.end = after;

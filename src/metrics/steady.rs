@@ -2,8 +2,7 @@
 //! its start (the truncation point that minimizes the standard error of what remains, the
 //! MSER rule), a drift through the rest (the first and last thirds apart by more than 30%,
 //! and the difference beyond their noise), and stalls (a batch with next to no throughput,
-//! or a median latency many times the run's). `docs/measurement.md` states the
-//! rules.
+//! or a median latency many times the run's). `docs/measurement.md` states the rules.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +29,8 @@ const STALLED_SHARE: f64 = 0.1;
 const STALLED_LATENCY: f64 = 5.0;
 
 /// Samples a batch needs before its median latency is judged, and operations the run's
-/// median batch needs before throughput is: fewer say more about chance than about the
-/// registry (a tenth of ten is one operation).
+/// upper quartile batch needs before throughput is: fewer say more about chance than about
+/// the registry (a tenth of ten is one operation).
 const MIN_SAMPLES: u64 = 20;
 const MIN_THROUGHPUT: f64 = 10.0;
 
@@ -235,7 +234,7 @@ pub fn judge(batches: &Batches, closed: bool) -> SteadyState {
             series.push((format!("{} p50", op.name()), ms));
         }
     }
-    // What a batch does when the run runs: the upper quartile of their throughput, the lower
+    // What a batch does where the run ran: the upper quartile of their throughput, the lower
     // quartile of a figure's latency. A stall is measured against it, not against the
     // median, which is the stall's own when the stall takes over half the run (a registry
     // stopped for most of a short run).
