@@ -116,6 +116,34 @@ fn layout() -> &'static Histogram<u64> {
     LAYOUT.get_or_init(new_histogram)
 }
 
+/// The value a [`SparseHistogram`] keeps each bucket of the standard settings by, by bucket
+/// index: read once from the crate's own layout, as [`SparseHistogram::add_dense`] maps
+/// the buckets it walks.
+fn bucket_values() -> &'static [u64] {
+    static VALUES: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    VALUES.get_or_init(|| {
+        let layout = layout();
+        layout
+            .iter_all()
+            .map(|v| layout.lowest_equivalent(v.value_iterated_to().min(layout.high())))
+            .collect()
+    })
+}
+
+/// One LEB128 number of a V2 histogram encoding (at most nine bytes, the ninth taken
+/// whole), and the bytes it took; `None` if `bytes` ends inside it.
+fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for i in 0..8 {
+        let byte = *bytes.get(i)?;
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    Some((value | u64::from(*bytes.get(8)?) << 56, 9))
+}
+
 impl SparseHistogram {
     /// Adds every value into `into` (a histogram with the standard settings).
     pub fn add_to(&self, into: &mut Histogram<u64>) {
@@ -163,6 +191,42 @@ impl SparseHistogram {
                 .or_default() += v.count_at_value();
             self.len += v.count_at_value();
         }
+    }
+
+    /// Adds the counts of a V2-encoded histogram with the standard settings, exactly: its
+    /// `payload`, the counts by bucket index as zig-zag LEB128 numbers, a run of empty
+    /// buckets as one negative number. hdrhistogram's deserializer would make a dense
+    /// histogram of it first (188 KB zeroed) and [`SparseHistogram::add_dense`] walk every
+    /// bucket of that: reading an interval log was mostly those two (docs/benchmarks.md, "The
+    /// hot path", step 55). The header (settings, lengths) is the caller's to check.
+    pub fn add_encoded(&mut self, payload: &[u8]) -> Result<(), String> {
+        let values = bucket_values();
+        let mut index = 0usize;
+        let mut rest = payload;
+        while !rest.is_empty() {
+            let (raw, used) = read_varint(rest).ok_or("its counts end inside a number")?;
+            rest = &rest[used..];
+            // Zig-zag: the low bit is the sign.
+            let n = (raw >> 1) as i64 ^ -((raw & 1) as i64);
+            if n < 0 {
+                index = usize::try_from(n.unsigned_abs())
+                    .ok()
+                    .and_then(|run| index.checked_add(run))
+                    .ok_or("a run of empty buckets past any histogram's end")?;
+                continue;
+            }
+            if n > 0 {
+                let count = n as u64;
+                let value = *values
+                    .get(index)
+                    .ok_or_else(|| format!("a count past the last bucket (index {index})"))?;
+                // Every bucket's count is at most the total: checked once, here.
+                self.len = self.len.checked_add(count).ok_or("its counts overflow")?;
+                *self.counts.entry(value).or_default() += count;
+            }
+            index = index.saturating_add(1);
+        }
+        Ok(())
     }
 
     /// The same values in a dense histogram with the standard settings.
@@ -304,6 +368,73 @@ mod tests {
         let mut doubled = dense.clone();
         add_exact(&mut doubled, &dense);
         assert_eq!(twice.to_dense(), doubled);
+    }
+
+    /// Encodes `n` as LEB128 the way V2 encodings do (nine bytes at most).
+    fn leb128(mut n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while out.len() < 8 && n >= 0x80 {
+            out.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+        out
+    }
+
+    #[test]
+    fn encoded_counts_add_as_the_decoded_histogram_does() {
+        use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+        assert_eq!(bucket_values().len(), layout().distinct_values());
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for (n, modulus, ends) in [
+            (0, 1, false),
+            (0, 1, true),
+            (3, 2_000, false),
+            (5_000, 50_000_000, true),
+            (20_000, u64::MAX, true),
+        ] {
+            let mut dense = new_histogram();
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                dense.saturating_record(x % modulus);
+            }
+            if ends {
+                // The first bucket, the last, and past it (clamped into the last).
+                dense.saturating_record_n(0, 3);
+                dense.saturating_record(HISTOGRAM_SETTINGS.highest_trackable);
+                dense.saturating_record(u64::MAX);
+            }
+            let mut bytes = Vec::new();
+            V2Serializer::new().serialize(&dense, &mut bytes).unwrap();
+            let payload = u32::from_be_bytes(bytes[4..8].try_into().unwrap()) as usize;
+            let mut encoded = SparseHistogram::default();
+            encoded.add_encoded(&bytes[40..40 + payload]).unwrap();
+            let back: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).unwrap();
+            let mut walked = SparseHistogram::default();
+            walked.add_dense(&back);
+            assert_eq!(encoded, walked, "{n} values below {modulus}");
+            assert_eq!(encoded.to_dense(), dense);
+        }
+    }
+
+    #[test]
+    fn encoded_counts_out_of_bounds_are_errors() {
+        let mut h = SparseHistogram::default();
+        let err = h.add_encoded(&[0x81]).unwrap_err();
+        assert!(err.contains("inside a number"), "{err}");
+        // A run of empty buckets as long as the layout, then a count of 1 (zig-zag 2).
+        let skip = -(bucket_values().len() as i64);
+        let mut bytes = leb128(((skip << 1) ^ (skip >> 63)) as u64);
+        bytes.push(2);
+        let err = h.add_encoded(&bytes).unwrap_err();
+        assert!(err.contains("past the last bucket"), "{err}");
+        // Three counts of i64::MAX: their total overflows.
+        let max = leb128((i64::MAX as u64) << 1);
+        let err = h.add_encoded(&max.repeat(3)).unwrap_err();
+        assert!(err.contains("overflow"), "{err}");
+        assert_eq!(h.len(), 2 * i64::MAX as u64, "the counts before it stay");
     }
 
     #[test]
