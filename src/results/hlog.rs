@@ -569,13 +569,7 @@ mod tests {
     /// An encoding shifted by a normalizing index offset is refused, not read unshifted.
     #[test]
     fn a_normalizing_index_offset_is_refused() {
-        use hdrhistogram::serialization::Serializer as _;
-        let mut h = new_histogram();
-        h.record(7).unwrap();
-        let mut v2 = Vec::new();
-        hdrhistogram::serialization::V2Serializer::new()
-            .serialize(&h, &mut v2)
-            .unwrap();
+        let mut v2 = standard_v2();
         assert!(read(&line_of(&v2), Duration::from_secs(1)).is_ok());
         v2[11] = 1;
         let e = read(&line_of(&v2), Duration::from_secs(1))
