@@ -116,9 +116,9 @@ fn layout() -> &'static Histogram<u64> {
     LAYOUT.get_or_init(new_histogram)
 }
 
-/// The value a [`SparseHistogram`] keeps each bucket of the standard settings by, by bucket
-/// index: read once from the crate's own layout, as [`SparseHistogram::add_dense`] maps
-/// the buckets it walks.
+/// For each bucket index of the standard settings, the value a [`SparseHistogram`] keeps
+/// that bucket's count under: read once from the crate's own layout, mapped as
+/// [`SparseHistogram::add_dense`] maps the buckets it walks.
 fn bucket_values() -> &'static [u64] {
     static VALUES: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
     VALUES.get_or_init(|| {
