@@ -141,6 +141,9 @@ pub struct Spans {
 }
 
 impl Spans {
+    // Inlined into each caller: a stress sample's spans are two subtractions, less than
+    // the call.
+    #[inline]
     pub fn of(t: &Timing) -> Spans {
         let latency_us = micros(t.latency());
         Spans {
@@ -496,17 +499,65 @@ impl Stats {
     }
 }
 
+/// Cells a [`StatsTable`] can have: every operation in every size class.
+const CELLS: usize = Op::ALL.len() * SizeClass::COUNT;
+
+// A cell's place is kept in a byte (plus one, 0 for none).
+const _: () = assert!(CELLS < u8::MAX as usize);
+
+/// Where (`op`, `class`)'s cell is in [`StatsTable::at`]: operations in their order, each
+/// with its size classes in theirs, the order of the pairs themselves.
+fn cell_key(op: Op, class: SizeClass) -> usize {
+    op as usize * SizeClass::COUNT + class as usize
+}
+
 /// Stats for every (operation, size class) that occurred.
+///
+/// A cell is found with one array load (every sample looks its cell up, several times:
+/// its interval's, its endpoint's, the run's), and walked in (operation, size class) order.
 #[derive(Debug, Clone)]
 pub struct StatsTable<H = Histogram<u64>> {
-    cells: BTreeMap<(Op, SizeClass), Stats<H>>,
+    /// For each (operation, size class), in the order of [`cell_key`], where its cell is in
+    /// `cells`, plus one; 0 where it has none.
+    at: [u8; CELLS],
+    /// The cells, in the order they were made.
+    cells: Vec<((Op, SizeClass), Stats<H>)>,
 }
 
 impl<H> Default for StatsTable<H> {
     fn default() -> Self {
         StatsTable {
-            cells: BTreeMap::new(),
+            at: [0; CELLS],
+            cells: Vec::new(),
         }
+    }
+}
+
+impl<H> StatsTable<H> {
+    /// The cell of (`op`, `class`), made empty if it has none.
+    fn entry(&mut self, op: Op, class: SizeClass) -> &mut Stats<H>
+    where
+        Stats<H>: Default,
+    {
+        let key = cell_key(op, class);
+        let at = match self.at[key] {
+            0 => {
+                self.cells.push(((op, class), Stats::default()));
+                // At most CELLS cells, so the place fits its byte (asserted above).
+                self.at[key] = self.cells.len() as u8;
+                self.cells.len() - 1
+            }
+            n => usize::from(n) - 1,
+        };
+        &mut self.cells[at].1
+    }
+
+    /// Every cell, empty or not, in (operation, size class) order.
+    fn all_cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats<H>)> {
+        self.at.iter().filter(|&&at| at != 0).map(|&at| {
+            let (key, stats) = &self.cells[usize::from(at) - 1];
+            (key, stats)
+        })
     }
 }
 
@@ -517,26 +568,23 @@ impl<H: Recording> StatsTable<H> {
 
     /// Records `s`, whose durations are `spans`.
     pub fn record_spans(&mut self, s: &Sample, spans: &Spans) {
-        self.cells
-            .entry((s.op, s.size_class))
-            .or_default()
-            .record_spans(s, spans);
+        self.entry(s.op, s.size_class).record_spans(s, spans);
     }
 
     /// Zeroes every cell, keeping memory for the next interval.
     pub fn reset(&mut self) {
-        for stats in self.cells.values_mut() {
+        for (_, stats) in &mut self.cells {
             stats.reset();
         }
     }
 
-    /// Cells that saw at least one sample.
+    /// Cells that saw at least one sample, in (operation, size class) order.
     pub fn cells(&self) -> impl Iterator<Item = (&(Op, SizeClass), &Stats<H>)> {
-        self.cells.iter().filter(|(_, s)| !s.is_empty())
+        self.all_cells().filter(|(_, s)| !s.is_empty())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cells().next().is_none()
+        self.cells.iter().all(|(_, s)| s.is_empty())
     }
 }
 
@@ -544,7 +592,7 @@ impl StatsTable<SparseHistogram> {
     /// Adds every cell into the dense `into`, exactly.
     pub fn add_to(&self, into: &mut StatsTable) {
         for (key, stats) in self.cells() {
-            stats.add_to(into.cells.entry(*key).or_default());
+            stats.add_to(into.entry(key.0, key.1));
         }
     }
 }
@@ -552,12 +600,12 @@ impl StatsTable<SparseHistogram> {
 impl StatsTable {
     pub fn add(&mut self, other: &StatsTable) {
         for (key, stats) in other.cells() {
-            self.cells.entry(*key).or_default().add(stats);
+            self.entry(key.0, key.1).add(stats);
         }
     }
 
     pub fn insert(&mut self, op: Op, class: SizeClass, stats: Stats) {
-        self.cells.insert((op, class), stats);
+        *self.entry(op, class) = stats;
     }
 
     /// All size classes of one operation added together.
@@ -588,7 +636,7 @@ impl StatsTable {
 
     /// A cell, to fill in from stored results.
     pub fn cell_mut(&mut self, op: Op, class: SizeClass) -> &mut Stats {
-        self.cells.entry((op, class)).or_default()
+        self.entry(op, class)
     }
 }
 
@@ -714,6 +762,53 @@ mod tests {
         assert_eq!(a.latency, both.latency);
         assert_eq!(a.service, both.service);
         assert_eq!(a.count, both.count);
+    }
+
+    #[test]
+    fn a_table_walks_its_cells_in_operation_then_size_class_order() {
+        // Every cell, recorded in a shuffled order (a deterministic walk through all of
+        // them), with as many samples as its place in the order, plus one.
+        let keys: Vec<(Op, SizeClass)> = Op::ALL
+            .iter()
+            .flat_map(|&op| SizeClass::ALL.map(|class| (op, class)))
+            .collect();
+        assert_eq!(keys.len(), CELLS);
+        let mut table: StatsTable<SparseHistogram> = StatsTable::default();
+        for i in 0..CELLS {
+            // 37 is coprime with the 115 cells: every cell once.
+            let at = i * 37 % CELLS;
+            let (op, class) = keys[at];
+            for _ in 0..=at {
+                let mut s = sample(op, Outcome::Ok, None, 1);
+                s.size_class = class;
+                table.record(&s);
+            }
+        }
+        let walked: Vec<((Op, SizeClass), u64)> =
+            table.cells().map(|(key, s)| (*key, s.count)).collect();
+        let expected: Vec<((Op, SizeClass), u64)> =
+            (0..CELLS).map(|at| (keys[at], at as u64 + 1)).collect();
+        assert_eq!(walked, expected);
+        // Emptied cells are kept for reuse but no longer walked; a filled one is again.
+        table.reset();
+        assert!(table.is_empty());
+        assert_eq!(table.cells().count(), 0);
+        table.record(&sample(Op::Referrers, Outcome::Ok, None, 1));
+        let walked: Vec<(Op, SizeClass)> = table.cells().map(|(key, _)| *key).collect();
+        assert_eq!(walked, [(Op::Referrers, SizeClass::Under1MiB)]);
+        // Into a dense table: the same cells in the same order.
+        let mut dense = StatsTable::default();
+        table.add_to(&mut dense);
+        dense.insert(Op::Ping, SizeClass::Over1GiB, Stats::default());
+        dense.cell_mut(Op::Ping, SizeClass::Under1MiB).count = 3;
+        let walked: Vec<(Op, SizeClass)> = dense.cells().map(|(key, _)| *key).collect();
+        assert_eq!(
+            walked,
+            [
+                (Op::Ping, SizeClass::Under1MiB),
+                (Op::Referrers, SizeClass::Under1MiB)
+            ]
+        );
     }
 
     #[tokio::test]
