@@ -513,8 +513,9 @@ fn cell_key(op: Op, class: SizeClass) -> usize {
 
 /// Stats for every (operation, size class) that occurred.
 ///
-/// A cell is found with one array load (every sample looks its cell up, several times:
-/// its interval's, its endpoint's, the run's), and walked in (operation, size class) order.
+/// A cell is found with one array load, as every sample's is in every table it counts in
+/// (its interval's, its endpoint's, its split's), and the cells are walked in (operation,
+/// size class) order.
 #[derive(Debug, Clone)]
 pub struct StatsTable<H = Histogram<u64>> {
     /// For each (operation, size class), in the order of [`cell_key`], where its cell is in
